@@ -1,0 +1,19 @@
+// Package testenv gives tests the real services they need: a throwaway
+// PostgreSQL database, a Redis client with its own key namespace, the git and
+// chromium binaries, and free TCP ports.
+//
+// Lockstep tests run against real dependencies rather than fakes (see
+// STYLE.md), so a missing service is a failure, never a silent skip: a skipped
+// Postgres contract suite looks exactly like a passing one in CI. Each helper
+// that cannot reach its service calls tb.Fatalf with instructions.
+//
+// The easiest way to get the services is to run the suite through
+// scripts/test, which starts throwaway Postgres and Redis instances when none
+// are reachable and exports their URLs in the variables read here:
+//
+//	LOCKSTEP_TEST_POSTGRES_URL  admin URL (default postgres://postgres@127.0.0.1:5432/postgres)
+//	LOCKSTEP_TEST_REDIS_URL     Redis URL (default redis://127.0.0.1:6379/0)
+//
+// Every resource a helper creates is released in tb.Cleanup, so tests may run
+// in parallel and against a shared server without seeing each other's data.
+package testenv

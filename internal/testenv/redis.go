@@ -1,0 +1,94 @@
+package testenv
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultRedisURL is the Redis URL used when LOCKSTEP_TEST_REDIS_URL is unset.
+const DefaultRedisURL = "redis://127.0.0.1:6379/0"
+
+// RedisURL returns the URL of the test Redis server, from
+// LOCKSTEP_TEST_REDIS_URL or DefaultRedisURL. It fails the test if the URL
+// does not parse; it does not connect.
+func RedisURL(tb testing.TB) string {
+	tb.Helper()
+	u := os.Getenv("LOCKSTEP_TEST_REDIS_URL")
+	if u == "" {
+		u = DefaultRedisURL
+	}
+	if _, err := redis.ParseURL(u); err != nil {
+		tb.Fatalf("testenv: LOCKSTEP_TEST_REDIS_URL %q: %v", u, err)
+	}
+	return u
+}
+
+// MustRedis returns a connected client for the test Redis server and a key
+// prefix unique to this test ("lockstep_test:<hex>:"). Tests must put every
+// key they write under the prefix: when the test ends, all keys matching it
+// are deleted (SCAN + DEL) and the client is closed. The database is shared,
+// so the prefix is what keeps parallel tests apart; never FLUSHDB.
+// If the server is unreachable the test fails with instructions.
+func MustRedis(tb testing.TB) (*redis.Client, string) {
+	tb.Helper()
+	raw := RedisURL(tb)
+	opts, err := redis.ParseURL(raw)
+	if err != nil {
+		tb.Fatalf("testenv: LOCKSTEP_TEST_REDIS_URL: %v", err)
+	}
+	client := redis.NewClient(opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		client.Close()
+		tb.Fatalf("testenv: cannot reach Redis at %s: %v\n%s", redact(raw), err, installHint)
+	}
+	prefix := "lockstep_test:" + randomHex(tb, 8) + ":"
+	tb.Cleanup(func() {
+		if err := deletePrefix(client, prefix); err != nil {
+			tb.Errorf("testenv: delete redis keys %s*: %v", prefix, err)
+		}
+		client.Close()
+	})
+	return client, prefix
+}
+
+// deletePrefix deletes every key starting with prefix. SCAN, unlike KEYS,
+// does not block the server, which matters when the suite shares a Redis.
+func deletePrefix(client *redis.Client, prefix string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var cursor uint64
+	for {
+		keys, next, err := client.Scan(ctx, cursor, escapeGlob(prefix)+"*", 500).Result()
+		if err != nil {
+			return err
+		}
+		if len(keys) > 0 {
+			if err := client.Del(ctx, keys...).Err(); err != nil {
+				return err
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// escapeGlob escapes the Redis MATCH metacharacters in s.
+func escapeGlob(s string) string {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			out = append(out, '\\')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
