@@ -1,0 +1,46 @@
+// Package worktree is the client side of the incremental push: it turns an
+// agent's working directory into git objects and sends the server only the
+// objects it lacks.
+//
+// A push has four steps, of which this package does the first three and the
+// caller (the CLI, with its HTTP client) supplies the transport:
+//
+//  1. Scan walks the directory and builds, in memory, exactly the blob and
+//     tree objects `git add -A && git write-tree` would build (same modes,
+//     same entry order, no empty directories), so the snapshot's root tree
+//     oid is the one git computes. Blob content is not kept: a blob is a
+//     path plus the stat it had, and is read again only if it must be sent.
+//
+//  2. Plan negotiates, top-down and level by level, which objects the
+//     server is missing. It asks about the root tree; for every tree the
+//     server lacks it asks, in one batch per level, about that tree's
+//     children; it descends only into missing trees. A tree the server has
+//     is assumed complete (the server keeps only connected objects, as git
+//     does), so an unchanged subtree costs one oid in one request. A change
+//     to one file d directories below the root costs d+1 small round trips
+//     (the root, then one per level) and yields d+1 trees and one blob.
+//
+//  3. WritePack writes those objects as one version 2 packfile (go-git's
+//     encoder, no deltas), reading each blob from disk at that moment and
+//     refusing to send a file whose stat or content changed since Scan.
+//
+//  4. The caller uploads the pack and asks the server to commit the root
+//     tree with compare-and-swap on the workspace head.
+//
+// # Stat cache
+//
+// Hashing a 20 MB tree on every push would cost more than the push itself,
+// so Scan consults a StatCache: path → (size, mtime, ctime, inode, device,
+// mode) → blob oid, the same idea as git's index. A file whose lstat matches
+// its entry is neither read nor hashed. As in git, an entry is trusted only
+// if the file's mtime is strictly older than the time the cache was last
+// written (the "racy git" rule): a file rewritten with the same size within
+// the same timestamp tick as the cache write would otherwise keep a stale
+// oid. The write time is the cache file's own mtime, so it comes from the
+// same (coarse) filesystem clock as the files' mtimes. The cache is a small
+// binary file written with write-then-rename; a missing or corrupt cache is
+// treated as empty, which only costs a full re-hash.
+//
+// The cache must live outside the pushed tree: the CLI keeps it under
+// <dir>/.lockstep/, which Scan never enters, or in a user cache directory.
+package worktree

@@ -1,0 +1,465 @@
+package worktree
+
+import (
+	"crypto/sha1"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"golang.org/x/sys/unix"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// ScanOptions configures Scan. The zero value scans without a cache and
+// without limits.
+type ScanOptions struct {
+	// Cache, if set, lets Scan skip reading files whose stat is unchanged,
+	// and is updated with what Scan saw (call Cache.Save afterwards).
+	Cache *StatCache
+	// MaxFileBytes refuses any regular file larger than this; 0 means no
+	// limit.
+	MaxFileBytes int64
+	// MaxFiles refuses a tree with more files (regular files and symlinks);
+	// 0 means no limit.
+	MaxFiles int
+	// Ignore, if set, is asked about every entry (slash-separated path
+	// relative to the scanned directory, and whether it is a directory)
+	// and leaves it out when it returns true. It is the hook for a future
+	// ignore file. ".git" and ".lockstep" directories are left out before
+	// Ignore is asked.
+	Ignore func(rel string, isDir bool) bool
+}
+
+// Snapshot is a scanned directory as git objects. The trees are held in
+// memory; a blob is only a path and the stat it had during Scan, its
+// content is read again by WritePack if the server needs it. A Snapshot is
+// read-only after Scan and safe for concurrent use.
+type Snapshot struct {
+	// Tree is the root tree oid, equal to `git add -A && git write-tree`.
+	Tree plumbing.Hash
+	// Files is the number of blobs entries (files and symlinks) scanned.
+	Files int
+	// Hashed is the number of files Scan read and hashed because the cache
+	// had no valid entry for them.
+	Hashed int
+
+	dir   string
+	trees map[plumbing.Hash]*treeObj
+	blobs map[plumbing.Hash]*blobRef
+}
+
+// treeObj is one encoded tree kept for negotiation and packing.
+type treeObj struct {
+	obj     *plumbing.MemoryObject
+	entries []object.TreeEntry
+}
+
+// fileStat is the part of lstat the cache compares.
+type fileStat struct {
+	size, mtime, ctime int64
+	ino, dev           uint64
+	mode               uint32
+}
+
+// blobRef is a blob whose content stays on disk.
+type blobRef struct {
+	rel    string // slash-separated, relative to the snapshot dir
+	st     fileStat
+	link   bool   // symlink: content is target
+	target string // symlink target
+	oid    plumbing.Hash
+}
+
+// readCount counts files opened for their content (Scan hashing and
+// WritePack); tests use it to prove the stat cache skips unchanged files.
+var readCount atomic.Int64
+
+// dirNode is a directory during the walk.
+type dirNode struct {
+	entries []nodeEntry
+}
+
+type nodeEntry struct {
+	name string
+	mode filemode.FileMode
+	sub  *dirNode
+	blob *blobRef
+	oid  plumbing.Hash
+}
+
+type scanner struct {
+	root  string
+	opts  ScanOptions
+	files int
+	todo  []*blobRef // files to read and hash
+	reg   []*blobRef // every regular file, for the cache
+}
+
+// Scan walks dir and builds its git objects. It skips ".git" and
+// ".lockstep" entries at any level (git cannot store a ".git" entry at all)
+// and nothing else unless opts.Ignore says so. It returns invalid_argument,
+// naming the path, for a special file (device, fifo, socket), a symlink
+// whose target is absolute or leaves dir, or a name that is not valid
+// UTF-8; too_large for a file over opts.MaxFileBytes or more than
+// opts.MaxFiles files.
+func Scan(dir string, opts ScanOptions) (*Snapshot, error) {
+	root, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("scan %s: %w", dir, err)
+	}
+	s := &scanner{root: root, opts: opts}
+	top, err := s.walk("")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.hashAll(); err != nil {
+		return nil, err
+	}
+	snap := &Snapshot{
+		dir:    root,
+		Files:  s.files,
+		Hashed: len(s.todo),
+		trees:  make(map[plumbing.Hash]*treeObj),
+		blobs:  make(map[plumbing.Hash]*blobRef, s.files),
+	}
+	if top == nil {
+		top = &dirNode{}
+	}
+	if snap.Tree, err = snap.build(top); err != nil {
+		return nil, err
+	}
+	if c := opts.Cache; c != nil {
+		c.replace(s.reg)
+	}
+	return snap, nil
+}
+
+// walk reads one directory (rel is "" for the root) and returns nil if
+// nothing under it is stored: git keeps no empty directories.
+func (s *scanner) walk(rel string) (*dirNode, error) {
+	abs := s.root
+	if rel != "" {
+		abs = filepath.Join(s.root, filepath.FromSlash(rel))
+	}
+	f, err := os.Open(abs)
+	if err != nil {
+		return nil, fmt.Errorf("scan: %w", err)
+	}
+	defer f.Close()
+	des, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, fmt.Errorf("scan: read dir %s: %w", abs, err)
+	}
+	fd := int(f.Fd())
+	n := &dirNode{entries: make([]nodeEntry, 0, len(des))}
+	for _, de := range des {
+		name := de.Name()
+		isDir := de.IsDir()
+		if name == ".git" || (name == ".lockstep" && isDir) {
+			continue
+		}
+		p := name
+		if rel != "" {
+			p = rel + "/" + name
+		}
+		if !utf8.ValidString(name) {
+			return nil, lockstep.Errorf(lockstep.EINVALID, "file name is not valid UTF-8: %q", p)
+		}
+		if s.opts.Ignore != nil && s.opts.Ignore(p, isDir) {
+			continue
+		}
+		if isDir {
+			sub, err := s.walk(p)
+			if err != nil {
+				return nil, err
+			}
+			if sub != nil {
+				n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
+			}
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // deleted while we walk: as if we had come earlier
+			}
+			return nil, fmt.Errorf("scan: lstat %s: %w", p, err)
+		}
+		fs := statOf(&st)
+		b := &blobRef{rel: p, st: fs}
+		var mode filemode.FileMode
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR: // the entry type changed under us; follow the stat
+			sub, err := s.walk(p)
+			if err != nil {
+				return nil, err
+			}
+			if sub != nil {
+				n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
+			}
+			continue
+		case unix.S_IFREG:
+			mode = filemode.Regular
+			if st.Mode&0o100 != 0 {
+				mode = filemode.Executable
+			}
+			if s.opts.MaxFileBytes > 0 && st.Size > s.opts.MaxFileBytes {
+				return nil, lockstep.Errorf(lockstep.ETOOLARGE, "file %q is %d bytes, over the limit of %d", p, st.Size, s.opts.MaxFileBytes)
+			}
+			s.reg = append(s.reg, b)
+			if e, ok := s.opts.Cache.lookup(p, fs); ok {
+				b.oid = e.oid
+			} else {
+				s.todo = append(s.todo, b)
+			}
+		case unix.S_IFLNK:
+			mode = filemode.Symlink
+			target, err := readlinkat(fd, name)
+			if err != nil {
+				return nil, fmt.Errorf("scan: readlink %s: %w", p, err)
+			}
+			if err := checkLink(s.root, p, target); err != nil {
+				return nil, err
+			}
+			b.link, b.target = true, target
+			b.oid = plumbing.ComputeHash(plumbing.BlobObject, []byte(target))
+		default:
+			return nil, lockstep.Errorf(lockstep.EINVALID, "%s %q cannot be pushed: only regular files, symlinks and directories can", kindOf(st.Mode), p)
+		}
+		s.files++
+		if s.opts.MaxFiles > 0 && s.files > s.opts.MaxFiles {
+			return nil, lockstep.Errorf(lockstep.ETOOLARGE, "more than %d files (at %q)", s.opts.MaxFiles, p)
+		}
+		n.entries = append(n.entries, nodeEntry{name: name, mode: mode, blob: b})
+	}
+	if len(n.entries) == 0 {
+		return nil, nil
+	}
+	return n, nil
+}
+
+func statOf(st *unix.Stat_t) fileStat {
+	return fileStat{
+		size:  st.Size,
+		mtime: st.Mtim.Nano(),
+		ctime: st.Ctim.Nano(),
+		ino:   st.Ino,
+		dev:   st.Dev,
+		mode:  st.Mode,
+	}
+}
+
+func kindOf(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+		return "fifo"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	}
+	return "special file (mode " + strconv.FormatUint(uint64(mode), 8) + ")"
+}
+
+func readlinkat(fd int, name string) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(fd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
+}
+
+// checkLink refuses a symlink the server could not materialize safely: an
+// absolute target, or one that leaves the tree. The check is lexical (the
+// target is joined to the link's directory and cleaned), plus, when the
+// target exists, a check of where it really resolves, which catches ".."
+// applied after another symlink.
+func checkLink(root, rel, target string) error {
+	if target == "" {
+		return lockstep.Errorf(lockstep.EINVALID, "symlink %q has an empty target", rel)
+	}
+	if path.IsAbs(target) || filepath.IsAbs(target) {
+		return lockstep.Errorf(lockstep.EINVALID, "symlink %q has an absolute target %q", rel, target)
+	}
+	if !utf8.ValidString(target) {
+		return lockstep.Errorf(lockstep.EINVALID, "symlink %q target is not valid UTF-8: %q", rel, target)
+	}
+	joined := path.Join(path.Dir(rel), target)
+	if joined == ".." || strings.HasPrefix(joined, "../") {
+		return lockstep.Errorf(lockstep.EINVALID, "symlink %q target %q points outside the directory", rel, target)
+	}
+	real, err := filepath.EvalSymlinks(filepath.Join(root, filepath.FromSlash(rel)))
+	if err != nil {
+		return nil // dangling (or a loop): git stores it; the lexical check holds
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil
+	}
+	if r, err := filepath.Rel(realRoot, real); err != nil || r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) {
+		return lockstep.Errorf(lockstep.EINVALID, "symlink %q target %q resolves outside the directory", rel, target)
+	}
+	return nil
+}
+
+// hashAll reads and hashes the files the cache could not vouch for, on as
+// many goroutines as there are CPUs.
+func (s *scanner) hashAll() error {
+	workers := min(runtime.GOMAXPROCS(0), len(s.todo))
+	var (
+		next    atomic.Int64
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := sha1.New()
+			buf := make([]byte, 64<<10)
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(s.todo) {
+					return
+				}
+				b := s.todo[i]
+				if err := hashFile(s.root, b, h, buf); err != nil {
+					errOnce.Do(func() { first = err })
+					next.Store(int64(len(s.todo))) // stop the others
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// hashFile computes b's blob oid from disk and records the stat of the file
+// it actually read (fstat of the open file), so that the cache entry
+// describes the content hashed.
+func hashFile(root string, b *blobRef, h hashWriter, buf []byte) error {
+	readCount.Add(1)
+	f, err := os.Open(filepath.Join(root, filepath.FromSlash(b.rel)))
+	if err != nil {
+		return fmt.Errorf("scan: %w", err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("scan: fstat %s: %w", b.rel, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o100 != b.st.mode&0o100 {
+		return lockstep.Errorf(lockstep.EINVALID, "file changed during scan: %q", b.rel)
+	}
+	h.Reset()
+	h.Write(objectHeader(plumbing.BlobObject, st.Size))
+	n, err := io.CopyBuffer(h, io.LimitReader(f, st.Size+1), buf)
+	if err != nil {
+		return fmt.Errorf("scan: read %s: %w", b.rel, err)
+	}
+	if n != st.Size {
+		return lockstep.Errorf(lockstep.EINVALID, "file changed during scan: %q", b.rel)
+	}
+	h.Sum(b.oid[:0])
+	b.st = statOf(&st)
+	return nil
+}
+
+type hashWriter interface {
+	io.Writer
+	Reset()
+	Sum([]byte) []byte
+}
+
+func objectHeader(t plumbing.ObjectType, size int64) []byte {
+	hdr := append([]byte(t.String()), ' ')
+	hdr = strconv.AppendInt(hdr, size, 10)
+	return append(hdr, 0)
+}
+
+// build encodes n and its subdirectories bottom-up and records every tree
+// and blob in the snapshot.
+func (snap *Snapshot) build(n *dirNode) (plumbing.Hash, error) {
+	entries := make([]object.TreeEntry, len(n.entries))
+	for i := range n.entries {
+		e := &n.entries[i]
+		if e.sub != nil {
+			h, err := snap.build(e.sub)
+			if err != nil {
+				return plumbing.ZeroHash, err
+			}
+			e.oid = h
+		} else {
+			e.oid = e.blob.oid
+			if _, dup := snap.blobs[e.oid]; !dup {
+				snap.blobs[e.oid] = e.blob
+			}
+		}
+		entries[i] = object.TreeEntry{Name: e.name, Mode: e.mode, Hash: e.oid}
+	}
+	slices.SortFunc(entries, compareEntries)
+	t := &object.Tree{Entries: entries}
+	obj := &plumbing.MemoryObject{}
+	if err := t.Encode(obj); err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("scan: encode tree: %w", err)
+	}
+	h := obj.Hash()
+	if _, dup := snap.trees[h]; !dup {
+		snap.trees[h] = &treeObj{obj: obj, entries: entries}
+	}
+	return h, nil
+}
+
+// compareEntries orders tree entries as git does: byte-wise on the name,
+// with a directory compared as if its name ended in "/". It is the order
+// object.TreeEntrySorter checks, without building the "name/" strings.
+func compareEntries(a, b object.TreeEntry) int {
+	an, bn := a.Name, b.Name
+	m := min(len(an), len(bn))
+	if c := strings.Compare(an[:m], bn[:m]); c != 0 {
+		return c
+	}
+	ac, bc := nextByte(an, m, a.Mode), nextByte(bn, m, b.Mode)
+	switch {
+	case ac < bc:
+		return -1
+	case ac > bc:
+		return 1
+	}
+	return len(an) - len(bn)
+}
+
+// nextByte is the byte after position m of an entry's sort name: the
+// name's own byte, '/' just past a directory name, 0 past a file name.
+func nextByte(name string, m int, mode filemode.FileMode) int {
+	if m < len(name) {
+		return int(name[m])
+	}
+	if mode == filemode.Dir {
+		return '/'
+	}
+	return 0
+}

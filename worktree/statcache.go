@@ -1,0 +1,235 @@
+package worktree
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/go-git/go-git/v5/plumbing"
+)
+
+// StatCache maps a path and its lstat to the blob oid of its content, so
+// that Scan need not read files that did not change. It is not safe for
+// concurrent use; one Scan at a time may use it.
+//
+// File format (little-endian, varints as encoding/binary): magic
+// "LKSC\x01", uvarint count, then per entry, sorted by path: uvarint
+// length of the prefix shared with the previous path, uvarint suffix
+// length, suffix, varint size, mtime, ctime (ns), uvarint inode, device,
+// mode, 20-byte oid; then the pushed tree oid (20 bytes) and a CRC-32C of
+// everything before it.
+type StatCache struct {
+	path    string
+	written int64 // ns; mtime of the cache file when loaded, 0 if none
+	entries map[string]cacheEntry
+	pushed  plumbing.Hash
+}
+
+type cacheEntry struct {
+	st  fileStat
+	oid plumbing.Hash
+}
+
+var cacheMagic = []byte("LKSC\x01")
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// OpenStatCache loads the cache stored at path. A missing, truncated or
+// corrupt file gives an empty cache (the price is one full re-hash), so the
+// only errors are from reading an existing file.
+func OpenStatCache(path string) (*StatCache, error) {
+	c := &StatCache{path: path, entries: map[string]cacheEntry{}}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open stat cache: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("open stat cache: %w", err)
+	}
+	data := make([]byte, fi.Size())
+	if _, err := f.ReadAt(data, 0); err != nil {
+		return nil, fmt.Errorf("open stat cache: %w", err)
+	}
+	entries, pushed, ok := decodeCache(data)
+	if !ok {
+		return c, nil
+	}
+	c.entries, c.pushed = entries, pushed
+	c.written = fi.ModTime().UnixNano()
+	return c, nil
+}
+
+func decodeCache(data []byte) (map[string]cacheEntry, plumbing.Hash, bool) {
+	var pushed plumbing.Hash
+	if len(data) < len(cacheMagic)+len(pushed)+4 || !bytes.HasPrefix(data, cacheMagic) {
+		return nil, pushed, false
+	}
+	body, sum := data[:len(data)-4], data[len(data)-4:]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(sum) {
+		return nil, pushed, false
+	}
+	copy(pushed[:], body[len(body)-len(pushed):])
+	r := &reader{b: body[len(cacheMagic) : len(body)-len(pushed)]}
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		return nil, pushed, false
+	}
+	entries := make(map[string]cacheEntry, n)
+	var prev []byte
+	for range n {
+		shared, suffix := r.uvarint(), r.uvarint()
+		if r.bad || shared > uint64(len(prev)) || suffix > uint64(len(r.b)) {
+			return nil, pushed, false
+		}
+		name := append(prev[:shared:shared], r.b[:suffix]...)
+		r.b = r.b[suffix:]
+		var e cacheEntry
+		e.st.size, e.st.mtime, e.st.ctime = r.varint(), r.varint(), r.varint()
+		e.st.ino, e.st.dev, e.st.mode = r.uvarint(), r.uvarint(), uint32(r.uvarint())
+		if r.bad || len(r.b) < len(e.oid) {
+			return nil, pushed, false
+		}
+		copy(e.oid[:], r.b)
+		r.b = r.b[len(e.oid):]
+		entries[string(name)] = e
+		prev = name
+	}
+	if r.bad || len(r.b) != 0 {
+		return nil, pushed, false
+	}
+	return entries, pushed, true
+}
+
+type reader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+// Len returns the number of paths in the cache.
+func (c *StatCache) Len() int { return len(c.entries) }
+
+// Pushed returns the root tree recorded by SetPushed, or the zero hash.
+func (c *StatCache) Pushed() plumbing.Hash { return c.pushed }
+
+// SetPushed records the root tree the server accepted last, to be saved with
+// the cache. Plan can use it as a hint (PlanOptions.Known).
+func (c *StatCache) SetPushed(tree plumbing.Hash) { c.pushed = tree }
+
+// lookup returns the entry for rel if its stat matches st and the entry is
+// not racy: the file's mtime must be strictly older than the cache's write
+// time, or a same-size rewrite within the same timestamp tick could hide.
+func (c *StatCache) lookup(rel string, st fileStat) (cacheEntry, bool) {
+	if c == nil {
+		return cacheEntry{}, false
+	}
+	e, ok := c.entries[rel]
+	if !ok || e.st != st || st.mtime >= c.written {
+		return cacheEntry{}, false
+	}
+	return e, true
+}
+
+// replace makes the regular files of the last scan the cache's content;
+// paths that disappeared are dropped.
+func (c *StatCache) replace(files []*blobRef) {
+	m := make(map[string]cacheEntry, len(files))
+	for _, b := range files {
+		m[b.rel] = cacheEntry{st: b.st, oid: b.oid}
+	}
+	c.entries = m
+}
+
+// Save writes the cache to its path (temporary file, then rename),
+// creating the parent directory if needed. The new file's mtime becomes the
+// write time for the racy-git rule at the next load.
+func (c *StatCache) Save() error {
+	if err := os.MkdirAll(filepath.Dir(c.path), 0o755); err != nil {
+		return fmt.Errorf("save stat cache: %w", err)
+	}
+	paths := make([]string, 0, len(c.entries))
+	for p := range c.entries {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	buf := make([]byte, 0, 64+len(paths)*48)
+	buf = append(buf, cacheMagic...)
+	buf = binary.AppendUvarint(buf, uint64(len(paths)))
+	prev := ""
+	for _, p := range paths {
+		e := c.entries[p]
+		shared := commonPrefix(prev, p)
+		buf = binary.AppendUvarint(buf, uint64(shared))
+		buf = binary.AppendUvarint(buf, uint64(len(p)-shared))
+		buf = append(buf, p[shared:]...)
+		buf = binary.AppendVarint(buf, e.st.size)
+		buf = binary.AppendVarint(buf, e.st.mtime)
+		buf = binary.AppendVarint(buf, e.st.ctime)
+		buf = binary.AppendUvarint(buf, e.st.ino)
+		buf = binary.AppendUvarint(buf, e.st.dev)
+		buf = binary.AppendUvarint(buf, uint64(e.st.mode))
+		buf = append(buf, e.oid[:]...)
+		prev = p
+	}
+	buf = append(buf, c.pushed[:]...)
+	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
+
+	f, err := os.CreateTemp(filepath.Dir(c.path), filepath.Base(c.path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("save stat cache: %w", err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(buf)
+	fi, statErr := f.Stat()
+	closeErr := f.Close()
+	if err = errors.Join(err, statErr, closeErr); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("save stat cache: %w", err)
+	}
+	if err := os.Rename(tmp, c.path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("save stat cache: %w", err)
+	}
+	c.written = fi.ModTime().UnixNano()
+	return nil
+}
+
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
