@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockstep-hq/lockstep/internal/testenv"
 )
@@ -139,6 +140,10 @@ func runFatal(t *testing.T, f func(tb testing.TB)) string {
 	return r.msg
 }
 
+type discardLogger struct{}
+
+func (discardLogger) Printf(context.Context, string, ...any) {}
+
 // closedPort returns a local port nothing listens on.
 func closedPort(t *testing.T) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -154,6 +159,8 @@ func TestUnreachableServicesFailWithInstructions(t *testing.T) {
 	port := closedPort(t)
 	t.Setenv("LOCKSTEP_TEST_POSTGRES_URL", fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?connect_timeout=2", port))
 	t.Setenv("LOCKSTEP_TEST_REDIS_URL", fmt.Sprintf("redis://127.0.0.1:%d/0", port))
+	// The pool logs every failed dial; expected here, so keep the output clean.
+	redis.SetLogger(discardLogger{})
 
 	for name, f := range map[string]func(testing.TB){
 		"postgres": func(tb testing.TB) { testenv.MustPostgresDB(tb) },

@@ -1,0 +1,288 @@
+# shellcheck shell=bash
+# scripts/lib/services.sh — shared by scripts/test and scripts/bench.
+#
+# Makes sure the tools and services the Lockstep test suite needs exist:
+#   ensure_packages   installs missing OS packages (root + apt-get only)
+#   ensure_services   checks Postgres and Redis at LOCKSTEP_TEST_POSTGRES_URL /
+#                     LOCKSTEP_TEST_REDIS_URL and, if unreachable, starts
+#                     throwaway instances on free ports and exports their URLs
+#   stop_services     stops and removes whatever ensure_services started
+#
+# Callers must `trap stop_services EXIT` (done by services_init).
+#
+# Knobs:
+#   LOCKSTEP_TEST_NO_INSTALL=1   never run apt-get
+#   LOCKSTEP_TEST_KEEP_SERVICES=1  leave throwaway instances running (debug)
+
+: "${LOCKSTEP_TEST_POSTGRES_URL:=postgres://postgres@127.0.0.1:5432/postgres}"
+: "${LOCKSTEP_TEST_REDIS_URL:=redis://127.0.0.1:6379/0}"
+export LOCKSTEP_TEST_POSTGRES_URL LOCKSTEP_TEST_REDIS_URL
+
+_svc_dir=""        # temp dir of throwaway instances, empty if none
+_svc_pg_data=""    # data dir of the throwaway postgres
+_svc_pg_bin=""     # directory holding initdb/pg_ctl/postgres
+_svc_pg_user=""    # OS user running the throwaway postgres ("" = current user)
+_svc_redis_pid=""  # pid of the throwaway redis-server
+
+log() { printf '%s: %s\n' "${LOG_NAME:-scripts}" "$*" >&2; }
+die() { log "$*"; exit 2; }
+
+services_init() {
+	trap stop_services EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	# Go may live outside a sudo/CI PATH.
+	if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
+		PATH="/usr/local/go/bin:$PATH"
+	fi
+	command -v go >/dev/null 2>&1 || die "go not found: install Go $(sed -n 's/^go //p' go.mod) (https://go.dev/dl/) and put it in PATH"
+}
+
+# have_cmd NAME: like command -v, but also looks in the sbin directories that
+# are not in a non-root PATH (mkfs.btrfs, mkfs.xfs live there).
+have_cmd() {
+	command -v "$1" >/dev/null 2>&1 || [[ -x /usr/sbin/$1 || -x /sbin/$1 ]]
+}
+
+have_chromium() {
+	local n
+	for n in chromium chromium-browser google-chrome google-chrome-stable headless_shell; do
+		command -v "$n" >/dev/null 2>&1 && return 0
+	done
+	return 1
+}
+
+# find_pg_bin: print the directory with initdb, pg_ctl and postgres, newest
+# version first; fail if there is none.
+find_pg_bin() {
+	local d
+	if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+		d=$(dirname "$(readlink -f "$(command -v initdb)")")
+		if [[ -x $d/postgres && -x $d/pg_ctl ]]; then echo "$d"; return 0; fi
+	fi
+	for d in $(ls -d /usr/lib/postgresql/*/bin /usr/pgsql-*/bin 2>/dev/null | sort -t/ -k4 -V -r); do
+		if [[ -x $d/initdb && -x $d/pg_ctl && -x $d/postgres ]]; then echo "$d"; return 0; fi
+	done
+	return 1
+}
+
+# url_host_port URL DEFAULT_PORT: print "host port" of a URL.
+url_host_port() {
+	local rest=${1#*://} hp host port
+	rest=${rest%%/*}
+	rest=${rest%%\?*}
+	hp=${rest##*@}
+	if [[ $hp == *:* ]]; then host=${hp%:*}; port=${hp##*:}; else host=$hp; port=$2; fi
+	echo "${host:-127.0.0.1} ${port:-$2}"
+}
+
+tcp_open() { timeout 3 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null; }
+
+postgres_reachable() {
+	if command -v pg_isready >/dev/null 2>&1; then
+		pg_isready -q -t 3 -d "$LOCKSTEP_TEST_POSTGRES_URL" >/dev/null 2>&1
+		return
+	fi
+	# shellcheck disable=SC2046
+	tcp_open $(url_host_port "$LOCKSTEP_TEST_POSTGRES_URL" 5432)
+}
+
+redis_reachable() {
+	if command -v redis-cli >/dev/null 2>&1; then
+		[[ $(timeout 5 redis-cli -u "$LOCKSTEP_TEST_REDIS_URL" ping 2>/dev/null) == PONG ]]
+		return
+	fi
+	# shellcheck disable=SC2046
+	tcp_open $(url_host_port "$LOCKSTEP_TEST_REDIS_URL" 6379)
+}
+
+# free_port: print a TCP port on 127.0.0.1 that nothing listens on.
+free_port() {
+	local p i
+	for i in $(seq 1 100); do
+		p=$((20000 + RANDOM % 40000))
+		tcp_open 127.0.0.1 "$p" || { echo "$p"; return 0; }
+	done
+	return 1
+}
+
+# ensure_packages: install the OS packages the suite needs that are missing.
+# Only as root with apt-get; otherwise it lists what is missing and goes on
+# (the tests that need a missing tool fail and say what to install).
+ensure_packages() {
+	local need=()
+	have_cmd git || need+=(git)
+	have_chromium || need+=(chromium)
+	have_cmd mkfs.btrfs || need+=(btrfs-progs)
+	have_cmd mkfs.xfs || need+=(xfsprogs)
+	have_cmd gcc || need+=(gcc libc6-dev) # go test -race needs cgo
+	# Servers only matter if nothing is reachable and we must start our own.
+	if ! postgres_reachable && ! find_pg_bin >/dev/null; then need+=(postgresql); fi
+	if ! redis_reachable && ! have_cmd redis-server; then need+=(redis-server); fi
+	((${#need[@]})) || return 0
+
+	local why=""
+	if [[ ${LOCKSTEP_TEST_NO_INSTALL:-} == 1 ]]; then why="LOCKSTEP_TEST_NO_INSTALL=1"
+	elif [[ $(id -u) != 0 ]]; then why="not root"
+	elif ! command -v apt-get >/dev/null 2>&1; then why="no apt-get"
+	fi
+	if [[ -n $why ]]; then
+		log "missing OS packages: ${need[*]} (not installing: $why)"
+		log "install them with: apt-get install -y ${need[*]}"
+		return 0
+	fi
+	log "installing missing OS packages: ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	local aptlog
+	aptlog=$(mktemp /tmp/lockstep-apt.XXXXXX)
+	if ! apt-get update -qq >"$aptlog" 2>&1; then
+		log "apt-get update failed (see below); continuing without installing"
+		tail -n 20 "$aptlog" >&2
+		rm -f "$aptlog"
+		return 0
+	fi
+	if ! apt-get install -y -qq --no-install-recommends "${need[@]}" >>"$aptlog" 2>&1; then
+		# One unavailable package (chromium on some arches) must not block the rest.
+		local p
+		for p in "${need[@]}"; do
+			apt-get install -y -qq --no-install-recommends "$p" >>"$aptlog" 2>&1 ||
+				log "could not install $p; tests that need it will fail and say so"
+		done
+	fi
+	rm -f "$aptlog"
+}
+
+# ensure_services: make LOCKSTEP_TEST_POSTGRES_URL and LOCKSTEP_TEST_REDIS_URL
+# point at running servers, starting throwaway ones if needed.
+ensure_services() {
+	local missing=()
+	if postgres_reachable; then
+		log "postgres: using $(redact "$LOCKSTEP_TEST_POSTGRES_URL")"
+	else
+		start_postgres || missing+=("postgresql (apt-get install -y postgresql)")
+	fi
+	if redis_reachable; then
+		log "redis: using $LOCKSTEP_TEST_REDIS_URL"
+	else
+		start_redis || missing+=("redis-server (apt-get install -y redis-server)")
+	fi
+	if ((${#missing[@]})); then
+		log "cannot provide the services the tests need; install: ${missing[*]}"
+		log "or point LOCKSTEP_TEST_POSTGRES_URL / LOCKSTEP_TEST_REDIS_URL at running servers"
+		exit 2
+	fi
+}
+
+# redact URL: hide the password, if any.
+redact() {
+	local re='^([a-z]+://[^:/@]*):[^@/]*@(.*)$'
+	if [[ $1 =~ $re ]]; then echo "${BASH_REMATCH[1]}:xxxxx@${BASH_REMATCH[2]}"; else echo "$1"; fi
+}
+
+_svc_mkdir() {
+	[[ -n $_svc_dir ]] && return 0
+	_svc_dir=$(mktemp -d /tmp/lockstep-test.XXXXXX)
+	chmod 755 "$_svc_dir"
+}
+
+# _as_pg_user CMD...: run CMD as the user owning the throwaway postgres.
+_as_pg_user() {
+	if [[ -z $_svc_pg_user ]]; then
+		"$@"
+	elif command -v runuser >/dev/null 2>&1; then
+		(cd "$_svc_pg_data/.." && runuser -u "$_svc_pg_user" -- "$@")
+	else
+		(cd "$_svc_pg_data/.." && su -s /bin/sh "$_svc_pg_user" -c "$(printf '%q ' "$@")")
+	fi
+}
+
+start_postgres() {
+	log "postgres: nothing reachable at $(redact "$LOCKSTEP_TEST_POSTGRES_URL"); starting a throwaway instance"
+	_svc_pg_bin=$(find_pg_bin) || { log "postgres: no initdb/pg_ctl/postgres binaries found"; return 1; }
+	_svc_mkdir
+	_svc_pg_data=$_svc_dir/pg
+	mkdir -p "$_svc_pg_data"
+	if [[ $(id -u) == 0 ]]; then
+		# initdb refuses to run as root.
+		if id postgres >/dev/null 2>&1; then
+			_svc_pg_user=postgres
+		else
+			_svc_pg_user=lockstep-test
+			id "$_svc_pg_user" >/dev/null 2>&1 ||
+				useradd --system --no-create-home --shell /usr/sbin/nologin "$_svc_pg_user" ||
+				{ log "postgres: cannot create user $_svc_pg_user to run initdb"; return 1; }
+		fi
+		chown "$_svc_pg_user" "$_svc_pg_data"
+	fi
+	chmod 700 "$_svc_pg_data"
+
+	if ! _as_pg_user "$_svc_pg_bin/initdb" -D "$_svc_pg_data" -U postgres --auth=trust \
+		--encoding=UTF8 --no-locale --no-sync >"$_svc_dir/initdb.log" 2>&1; then
+		log "postgres: initdb failed:"; cat "$_svc_dir/initdb.log" >&2; return 1
+	fi
+	local port try
+	for try in 1 2 3; do
+		port=$(free_port) || { log "postgres: no free port"; return 1; }
+		# Durability off: this cluster lives for one test run.
+		if _as_pg_user "$_svc_pg_bin/pg_ctl" -D "$_svc_pg_data" -l "$_svc_pg_data/server.log" -w -t 60 \
+			-o "-p $port -k $_svc_pg_data -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c dynamic_shared_memory_type=mmap" \
+			start >/dev/null 2>&1; then
+			export LOCKSTEP_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+			log "postgres: started throwaway $("$_svc_pg_bin/postgres" --version | awk '{print $3}') at $LOCKSTEP_TEST_POSTGRES_URL (data $_svc_pg_data)"
+			return 0
+		fi
+	done
+	log "postgres: failed to start:"; tail -n 20 "$_svc_pg_data/server.log" >&2
+	return 1
+}
+
+start_redis() {
+	log "redis: nothing reachable at $LOCKSTEP_TEST_REDIS_URL; starting a throwaway instance"
+	local bin
+	bin=$(command -v redis-server || true)
+	[[ -z $bin && -x /usr/sbin/redis-server ]] && bin=/usr/sbin/redis-server
+	[[ -n $bin ]] || { log "redis: no redis-server binary found"; return 1; }
+	_svc_mkdir
+	local port try i
+	for try in 1 2 3; do
+		port=$(free_port) || { log "redis: no free port"; return 1; }
+		rm -f "$_svc_dir/redis.pid"
+		"$bin" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
+			--dir "$_svc_dir" --pidfile "$_svc_dir/redis.pid" --logfile "$_svc_dir/redis.log" >/dev/null 2>&1 || continue
+		for i in $(seq 1 50); do
+			if tcp_open 127.0.0.1 "$port" && [[ -s $_svc_dir/redis.pid ]]; then
+				_svc_redis_pid=$(cat "$_svc_dir/redis.pid")
+				export LOCKSTEP_TEST_REDIS_URL="redis://127.0.0.1:$port/0"
+				log "redis: started throwaway $("$bin" --version | grep -o 'v=[^ ]*') at $LOCKSTEP_TEST_REDIS_URL (pid $_svc_redis_pid)"
+				return 0
+			fi
+			sleep 0.1
+		done
+	done
+	log "redis: failed to start:"; tail -n 20 "$_svc_dir/redis.log" >&2 2>/dev/null
+	return 1
+}
+
+# stop_services: stop and delete the throwaway instances. Safe to call twice.
+stop_services() {
+	[[ -n $_svc_dir ]] || return 0
+	if [[ ${LOCKSTEP_TEST_KEEP_SERVICES:-} == 1 ]]; then
+		log "keeping throwaway services in $_svc_dir (LOCKSTEP_TEST_KEEP_SERVICES=1)"
+		return 0
+	fi
+	local stopped=()
+	if [[ -n $_svc_redis_pid ]]; then
+		kill "$_svc_redis_pid" 2>/dev/null && stopped+=("redis pid $_svc_redis_pid")
+		local i
+		for i in $(seq 1 50); do kill -0 "$_svc_redis_pid" 2>/dev/null || break; sleep 0.1; done
+		_svc_redis_pid=""
+	fi
+	if [[ -n $_svc_pg_data && -f $_svc_pg_data/postmaster.pid ]]; then
+		_as_pg_user "$_svc_pg_bin/pg_ctl" -D "$_svc_pg_data" -m immediate -w stop >/dev/null 2>&1 &&
+			stopped+=("postgres")
+	fi
+	rm -rf "$_svc_dir"
+	((${#stopped[@]})) && log "stopped throwaway ${stopped[*]}; removed $_svc_dir"
+	_svc_dir=""
+	return 0
+}
