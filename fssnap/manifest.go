@@ -1,0 +1,380 @@
+package fssnap
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// EntryType is the kind of a manifest entry.
+type EntryType string
+
+// Entry types.
+const (
+	TypeFile    EntryType = "file"
+	TypeDir     EntryType = "dir"
+	TypeSymlink EntryType = "symlink"
+	TypeOther   EntryType = "other" // fifo, socket, device: type, mode and rdev only
+)
+
+// Entry describes one path of a manifest. Path is slash-separated and
+// relative to the root; the root itself is ".".
+type Entry struct {
+	Path   string    `json:"path"`
+	Type   EntryType `json:"type"`
+	Mode   uint32    `json:"mode"` // permission bits with setuid, setgid, sticky (07777)
+	UID    uint32    `json:"uid"`
+	GID    uint32    `json:"gid"`
+	Size   int64     `json:"size"`
+	Hash   string    `json:"hash,omitempty"`   // sha256 of the content, files only
+	Target string    `json:"target,omitempty"` // symlinks only
+	Rdev   uint64    `json:"rdev,omitempty"`   // TypeOther only
+	// Fast-path fields: when they all match, content is not re-hashed.
+	MtimeNs int64  `json:"mtime_ns"`
+	CtimeNs int64  `json:"ctime_ns"`
+	Ino     uint64 `json:"ino"`
+}
+
+// Manifest is the complete description of a directory tree at one moment.
+type Manifest struct {
+	Root      string    `json:"root"`
+	CreatedAt time.Time `json:"created_at"`
+	Entries   []Entry   `json:"entries"` // sorted by Path
+
+	index map[string]int
+}
+
+// Lookup returns the entry for a path.
+func (m *Manifest) Lookup(p string) (Entry, bool) {
+	if m.index == nil {
+		m.index = make(map[string]int, len(m.Entries))
+		for i, e := range m.Entries {
+			m.index[e.Path] = i
+		}
+	}
+	i, ok := m.index[p]
+	if !ok {
+		return Entry{}, false
+	}
+	return m.Entries[i], true
+}
+
+// Files returns the number of regular files and their total size.
+func (m *Manifest) Files() (n int, bytes int64) {
+	for _, e := range m.Entries {
+		if e.Type == TypeFile {
+			n++
+			bytes += e.Size
+		}
+	}
+	return n, bytes
+}
+
+// Change is one path that exists on both sides but differs.
+type Change struct {
+	Path string `json:"path"`
+	What string `json:"what"` // comma-separated: type, mode, owner, size, content, mtime, target, rdev
+}
+
+// Residue is what differs between a directory and a manifest.
+type Residue struct {
+	Added   []string `json:"added,omitempty"`
+	Removed []string `json:"removed,omitempty"`
+	Changed []Change `json:"changed,omitempty"`
+	Hashed  int      `json:"hashed"` // files whose content had to be hashed
+}
+
+// Clean reports whether nothing differs.
+func (r Residue) Clean() bool {
+	return len(r.Added) == 0 && len(r.Removed) == 0 && len(r.Changed) == 0
+}
+
+func (r Residue) String() string {
+	if r.Clean() {
+		return "clean"
+	}
+	return fmt.Sprintf("%d added, %d removed, %d changed", len(r.Added), len(r.Removed), len(r.Changed))
+}
+
+// racyWindow: a file whose ctime is this close to (or after) the moment its
+// manifest was started may have been modified within the same timestamp tick
+// after it was recorded, so its stat cannot vouch for its content. Kernel
+// file timestamps come from a coarse clock (one jiffy, up to 10 ms).
+const racyWindow = 20 * time.Millisecond
+
+// BuildManifest walks dir and hashes every file. prev, when not nil, is an
+// earlier manifest of the same directory: files whose inode, size, mtime and
+// ctime are unchanged (and not racy) reuse its hash instead of being read.
+func BuildManifest(dir string, prev *Manifest) (*Manifest, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	entries, err := walk(abs)
+	if err != nil {
+		return nil, err
+	}
+	var todo []int
+	for i := range entries {
+		e := &entries[i]
+		if e.Type != TypeFile {
+			continue
+		}
+		if prev != nil {
+			if p, ok := prev.Lookup(e.Path); ok && p.Type == TypeFile && statSame(p, *e) && !racy(p, prev.CreatedAt) {
+				e.Hash = p.Hash
+				continue
+			}
+		}
+		todo = append(todo, i)
+	}
+	if err := hashAll(abs, entries, todo); err != nil {
+		return nil, err
+	}
+	return &Manifest{Root: abs, CreatedAt: start, Entries: entries}, nil
+}
+
+// Verify compares dir with want. Metadata is compared for every path;
+// content is hashed only for files whose inode, size, mtime or ctime differ
+// from want, or whose entry in want is racy.
+func Verify(dir string, want *Manifest) (Residue, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return Residue{}, err
+	}
+	got, err := walk(abs)
+	if err != nil {
+		return Residue{}, err
+	}
+	var res Residue
+	var todo []int
+	whats := make(map[string][]string)
+	seen := make(map[string]bool, len(got))
+	for i, g := range got {
+		seen[g.Path] = true
+		w, ok := want.Lookup(g.Path)
+		if !ok {
+			res.Added = append(res.Added, g.Path)
+			continue
+		}
+		if d := metaDiff(w, g); len(d) > 0 {
+			whats[g.Path] = d
+		}
+		if g.Type == TypeFile && w.Type == TypeFile && g.Size == w.Size && (!statSame(w, g) || racy(w, want.CreatedAt)) {
+			todo = append(todo, i)
+		}
+	}
+	if err := hashAll(abs, got, todo); err != nil {
+		return Residue{}, err
+	}
+	res.Hashed = len(todo)
+	for _, i := range todo {
+		g := got[i]
+		w, _ := want.Lookup(g.Path)
+		switch {
+		case g.Hash != w.Hash:
+			whats[g.Path] = append(whats[g.Path], "content")
+		case g.MtimeNs != w.MtimeNs:
+			whats[g.Path] = append(whats[g.Path], "mtime")
+		}
+	}
+	for p, w := range whats {
+		res.Changed = append(res.Changed, Change{Path: p, What: strings.Join(w, ",")})
+	}
+	for _, w := range want.Entries {
+		if !seen[w.Path] {
+			res.Removed = append(res.Removed, w.Path)
+		}
+	}
+	sort.Slice(res.Changed, func(i, j int) bool { return res.Changed[i].Path < res.Changed[j].Path })
+	return res, nil
+}
+
+// metaDiff compares everything but content and mtime.
+func metaDiff(w, g Entry) []string {
+	if w.Type != g.Type {
+		return []string{"type"}
+	}
+	var d []string
+	if w.Mode != g.Mode {
+		d = append(d, "mode")
+	}
+	if w.UID != g.UID || w.GID != g.GID {
+		d = append(d, "owner")
+	}
+	if w.Type == TypeFile && w.Size != g.Size {
+		d = append(d, "size")
+	}
+	if w.Type == TypeSymlink && w.Target != g.Target {
+		d = append(d, "target")
+	}
+	if w.Type == TypeOther && w.Rdev != g.Rdev {
+		d = append(d, "rdev")
+	}
+	return d
+}
+
+func statSame(a, b Entry) bool {
+	return a.Ino == b.Ino && a.Size == b.Size && a.MtimeNs == b.MtimeNs && a.CtimeNs == b.CtimeNs
+}
+
+func racy(e Entry, created time.Time) bool {
+	return created.IsZero() || e.CtimeNs >= created.Add(-racyWindow).UnixNano()
+}
+
+// walk lists the tree under root (root included as "."), sorted by path,
+// without hashing.
+func walk(root string) ([]Entry, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(root, &st); err != nil {
+		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "directory %s: %v", root, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "%s is not a directory", root)
+	}
+	out := []Entry{entryFromStat(".", &st)}
+	if err := walkDir(root, ".", &out); err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+func walkDir(abs, rel string, out *[]Entry) error {
+	f, err := os.Open(abs)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", abs, err)
+	}
+	names, err := f.Readdirnames(-1)
+	fd := int(f.Fd())
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("read dir %s: %w", abs, err)
+	}
+	var subdirs []string
+	buf := make([]byte, 4096)
+	for _, name := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // raced with a deletion; the caller's dir must be quiescent
+			}
+			f.Close()
+			return fmt.Errorf("stat %s/%s: %w", abs, name, err)
+		}
+		p := path.Join(rel, name)
+		e := entryFromStat(p, &st)
+		if e.Type == TypeSymlink {
+			n, err := unix.Readlinkat(fd, name, buf)
+			if err != nil {
+				f.Close()
+				return fmt.Errorf("readlink %s/%s: %w", abs, name, err)
+			}
+			e.Target = string(buf[:n])
+		}
+		*out = append(*out, e)
+		if e.Type == TypeDir {
+			subdirs = append(subdirs, name)
+		}
+	}
+	f.Close()
+	for _, name := range subdirs {
+		if err := walkDir(abs+"/"+name, path.Join(rel, name), out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func entryFromStat(p string, st *unix.Stat_t) Entry {
+	e := Entry{
+		Path:    p,
+		Mode:    st.Mode & 07777,
+		UID:     st.Uid,
+		GID:     st.Gid,
+		MtimeNs: st.Mtim.Nano(),
+		CtimeNs: st.Ctim.Nano(),
+		Ino:     st.Ino,
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		e.Type, e.Size = TypeFile, st.Size
+	case unix.S_IFDIR:
+		e.Type = TypeDir
+	case unix.S_IFLNK:
+		e.Type = TypeSymlink
+	default:
+		e.Type = TypeOther
+		e.Mode = st.Mode & (unix.S_IFMT | 07777)
+		e.Rdev = st.Rdev
+	}
+	return e
+}
+
+// hashAll fills entries[i].Hash for every i in todo, in parallel.
+func hashAll(root string, entries []Entry, todo []int) error {
+	if len(todo) == 0 {
+		return nil
+	}
+	workers := min(runtime.GOMAXPROCS(0)*2, len(todo))
+	ch := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 128<<10)
+			for i := range ch {
+				h, err := hashFile(root+"/"+entries[i].Path, buf)
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					continue
+				}
+				entries[i].Hash = h
+			}
+		}()
+	}
+	for _, i := range todo {
+		ch <- i
+	}
+	close(ch)
+	wg.Wait()
+	return first
+}
+
+func hashFile(p string, buf []byte) (string, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NOATIME, 0)
+	if errors.Is(err, unix.EPERM) { // O_NOATIME needs ownership or CAP_FOWNER
+		f, err = os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	}
+	if err != nil {
+		return "", fmt.Errorf("hash %s: %w", p, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.CopyBuffer(h, f, buf); err != nil {
+		return "", fmt.Errorf("hash %s: %w", p, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
