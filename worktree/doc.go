@@ -17,8 +17,10 @@
 //     children; it descends only into missing trees. A tree the server has
 //     is assumed complete (the server keeps only connected objects, as git
 //     does), so an unchanged subtree costs one oid in one request. A change
-//     to one file d directories below the root costs d+1 small round trips
-//     (the root, then one per level) and yields d+1 trees and one blob.
+//     to one file d directories below the root yields d+1 trees and one
+//     blob, found in d+2 small round trips (one per tree on the path, the
+//     last of which asks about the blob); each asks about the entries of
+//     one directory per missing tree, not about the whole tree.
 //
 //  3. WritePack writes those objects as one version 2 packfile (go-git's
 //     encoder, no deltas), reading each blob from disk at that moment and

@@ -1,0 +1,210 @@
+package worktree_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/lockstep-hq/lockstep/worktree"
+)
+
+// ageFiles sets every file's mtime an hour back, so that no entry is racy
+// with respect to a cache written now.
+func ageFiles(tb testing.TB, root string, files []string) {
+	tb.Helper()
+	old := time.Now().Add(-time.Hour)
+	for _, f := range files {
+		if err := os.Chtimes(filepath.Join(root, f), old, old); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+func openCache(tb testing.TB, path string) *worktree.StatCache {
+	tb.Helper()
+	c, err := worktree.OpenStatCache(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// These tests read the package-wide FilesRead counter: they must not run in
+// parallel with other tests.
+func TestStatCacheReadsOnlyChangedFiles(t *testing.T) {
+	dir := t.TempDir()
+	files := genTree(t, dir, genSpec{Files: 200, Dirs: 30, AvgSize: 200, Seed: 7, Exotic: true})
+	ageFiles(t, dir, files)
+	cachePath := filepath.Join(dir, ".lockstep", "statcache")
+	g := newGitRepo(t)
+
+	cache := openCache(t, cachePath)
+	before := worktree.FilesRead()
+	snap := mustScan(t, dir, worktree.ScanOptions{Cache: cache})
+	if n := worktree.FilesRead() - before; n != int64(len(files)) || snap.Hashed != len(files) {
+		t.Fatalf("cold scan read %d files (Hashed %d), want %d", n, snap.Hashed, len(files))
+	}
+	if err := cache.Save(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reopened from disk: nothing is read.
+	cache = openCache(t, cachePath)
+	if cache.Len() != len(files) {
+		t.Fatalf("reloaded cache has %d entries, want %d", cache.Len(), len(files))
+	}
+	before = worktree.FilesRead()
+	warm := mustScan(t, dir, worktree.ScanOptions{Cache: cache})
+	if n := worktree.FilesRead() - before; n != 0 || warm.Tree != snap.Tree {
+		t.Fatalf("warm scan read %d files, tree %s (cold %s); want 0 reads, same tree", n, warm.Tree, snap.Tree)
+	}
+
+	// One file changed (same size, different bytes): only it is read.
+	changed := files[len(files)/2]
+	data, err := os.ReadFile(filepath.Join(dir, changed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = append(data[:len(data):len(data)], 'x')
+	mustWrite(t, filepath.Join(dir, changed), data, 0o644)
+	before = worktree.FilesRead()
+	after := mustScan(t, dir, worktree.ScanOptions{Cache: cache})
+	if n := worktree.FilesRead() - before; n != 1 || after.Hashed != 1 {
+		t.Fatalf("scan after changing %s read %d files (Hashed %d), want 1", changed, n, after.Hashed)
+	}
+	if got, want := after.Tree.String(), g.writeTree(dir); got != want {
+		t.Fatalf("tree after change = %s, git = %s", got, want)
+	}
+
+	// A deleted file leaves the cache; an exec bit change is seen.
+	if err := os.Remove(filepath.Join(dir, files[0])); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, files[1]), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	final := mustScan(t, dir, worktree.ScanOptions{Cache: cache})
+	if got, want := final.Tree.String(), g.writeTree(dir); got != want {
+		t.Fatalf("tree after delete+chmod = %s, git = %s", got, want)
+	}
+	if cache.Len() != len(files)-1 {
+		t.Fatalf("cache has %d entries after a delete, want %d", cache.Len(), len(files)-1)
+	}
+}
+
+// The racy-git case: a file rewritten with the same size in the same
+// timestamp tick as the cache write has the same stat as its entry. The
+// cache must not trust an entry whose mtime is not strictly older than the
+// cache's write time.
+func TestStatCacheRacyEntryIsRehashed(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f.txt")
+	mustWrite(t, p, []byte("version 1\n"), 0o644)
+	cachePath := filepath.Join(t.TempDir(), "statcache")
+	cache := openCache(t, cachePath)
+	v1 := mustScan(t, dir, worktree.ScanOptions{Cache: cache})
+	if err := cache.Save(); err != nil {
+		t.Fatal(err)
+	}
+	cache = openCache(t, cachePath)
+
+	// Stage what a same-tick rewrite to "version 2" leaves behind: the
+	// file holds version 2, and the cache entry has the file's exact stat
+	// but version 1's oid.
+	mustWrite(t, p, []byte("version 2\n"), 0o644)
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := mustScan(t, dir, worktree.ScanOptions{Cache: cache}) // records v2's stat
+	if v2.Tree == v1.Tree {
+		t.Fatal("rewrite not seen at all")
+	}
+	if !worktree.SetCacheOID(cache, "f.txt", v1Blob) {
+		t.Fatal("no cache entry for f.txt")
+	}
+
+	// Cache written in the same tick as the file: the entry is racy and
+	// the file is read again, giving version 2.
+	worktree.SetCacheWritten(cache, fi.ModTime().UnixNano())
+	before := worktree.FilesRead()
+	got := mustScan(t, dir, worktree.ScanOptions{Cache: cache})
+	if n := worktree.FilesRead() - before; n != 1 || got.Tree != v2.Tree {
+		t.Fatalf("racy entry: read %d files, tree %s; want 1 read and tree %s", n, got.Tree, v2.Tree)
+	}
+
+	// Control: had the cache been written a tick later, the same entry is
+	// trusted (that is why the rule exists).
+	if !worktree.SetCacheOID(cache, "f.txt", v1Blob) {
+		t.Fatal("no cache entry for f.txt")
+	}
+	worktree.SetCacheWritten(cache, fi.ModTime().UnixNano()+1)
+	before = worktree.FilesRead()
+	got = mustScan(t, dir, worktree.ScanOptions{Cache: cache})
+	if n := worktree.FilesRead() - before; n != 0 || got.Tree != v1.Tree {
+		t.Fatalf("non-racy entry: read %d files, tree %s; want 0 reads and the cached (stale) tree %s", n, got.Tree, v1.Tree)
+	}
+}
+
+// v1Blob is the blob oid of f.txt's first version.
+var v1Blob = plumbing.ComputeHash(plumbing.BlobObject, []byte("version 1\n"))
+
+// A real same-tick rewrite, when the clock allows it: write, scan, save and
+// rewrite within one timestamp tick, then scan again.
+func TestStatCacheRacyRealRewrite(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f.txt")
+	cachePath := filepath.Join(t.TempDir(), "statcache")
+	for attempt := 0; attempt < 50; attempt++ {
+		mustWrite(t, p, []byte("version 1\n"), 0o644)
+		cache := openCache(t, cachePath)
+		mustScan(t, dir, worktree.ScanOptions{Cache: cache})
+		if err := cache.Save(); err != nil {
+			t.Fatal(err)
+		}
+		fi1, _ := os.Stat(p)
+		mustWrite(t, p, []byte("version 2\n"), 0o644)
+		fi2, _ := os.Stat(p)
+		if !fi1.ModTime().Equal(fi2.ModTime()) {
+			continue // crossed a tick: stat differs, not the racy case
+		}
+		cache = openCache(t, cachePath)
+		got := mustScan(t, dir, worktree.ScanOptions{Cache: cache})
+		want := newGitRepo(t).writeTree(dir)
+		if got.Tree.String() != want {
+			t.Fatalf("same-tick rewrite: tree %s, git %s", got.Tree, want)
+		}
+		return
+	}
+	t.Skip("could not rewrite within one timestamp tick")
+}
+
+func TestStatCacheCorruptFileIsEmpty(t *testing.T) {
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "a"), []byte("a"), 0o644)
+	cachePath := filepath.Join(t.TempDir(), "sub", "statcache")
+	cache := openCache(t, cachePath)
+	mustScan(t, dir, worktree.ScanOptions{Cache: cache})
+	cache.SetPushed(plumbing.NewHash("4b825dc642cb6eb9a060e54bf8d69288fbee4904"))
+	if err := cache.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if c := openCache(t, cachePath); c.Len() != 1 || c.Pushed() != cache.Pushed() {
+		t.Fatalf("reloaded: %d entries, pushed %s", c.Len(), c.Pushed())
+	}
+	data, err := os.ReadFile(cachePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]byte{nil, data[:len(data)-1], append([]byte("XXXX"), data[4:]...), []byte("garbage")} {
+		if err := os.WriteFile(cachePath, bad, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if c := openCache(t, cachePath); c.Len() != 0 {
+			t.Fatalf("corrupt cache (%d bytes) loaded %d entries", len(bad), c.Len())
+		}
+	}
+}
