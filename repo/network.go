@@ -1,0 +1,230 @@
+package repo
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+)
+
+// Options configure a Network.
+type Options struct {
+	// Fsync makes every object write (pack, index, loose object) and every
+	// mirrored ref durable, including the directory entries, before the
+	// write function returns. Production wiring sets it; tests may not.
+	Fsync bool
+	// CacheBytes bounds the shared cache of decoded pack objects
+	// (default 32 MiB).
+	CacheBytes int64
+}
+
+// Network is one bare git repository holding the objects of a fork network
+// and, as git namespaces, the mirrored refs of each of its repositories.
+// It is safe for concurrent use.
+type Network struct {
+	dir  string
+	opts Options
+
+	mu    sync.RWMutex // guards packs
+	packs []*pack      // newest first
+
+	writeMu sync.Mutex // serialises object writers (pack and loose)
+	refMu   sync.Mutex // serialises ref mirror writes
+
+	cache cache.Object // goroutine-safe LRU shared by all packs
+}
+
+// pack is one packfile with its in-memory index.
+type pack struct {
+	hash plumbing.Hash
+	idx  *idxfile.MemoryIndex
+
+	mu     sync.Mutex // guards pf and f (the packfile scanner is stateful)
+	pf     *packfile.Packfile
+	f      *os.File
+	closed bool
+}
+
+// Open opens the network repository at dir, creating a bare repository
+// there (objects/, refs/, HEAD, config with core.bare = true) if dir has
+// no HEAD yet.
+func Open(dir string, opts Options) (*Network, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open network %s: %w", dir, err)
+	}
+	if opts.CacheBytes <= 0 {
+		opts.CacheBytes = int64(32 * cache.MiByte)
+	}
+	n := &Network{dir: abs, opts: opts, cache: cache.NewObjectLRU(cache.FileSize(opts.CacheBytes))}
+	if err := n.initBare(); err != nil {
+		return nil, fmt.Errorf("open network %s: %w", dir, err)
+	}
+	if err := n.Reload(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// Dir returns the absolute path of the bare repository.
+func (n *Network) Dir() string { return n.dir }
+
+// Close releases the open pack files. The Network must not be used after.
+func (n *Network) Close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range n.packs {
+		p.close()
+	}
+	n.packs = nil
+	return nil
+}
+
+func (n *Network) initBare() error {
+	if _, err := os.Stat(filepath.Join(n.dir, "HEAD")); err == nil {
+		return nil
+	}
+	for _, d := range []string{"objects/pack", "objects/info", "refs/heads", "refs/tags", "refs/namespaces"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	config := "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n"
+	if err := n.writeFileAtomic(filepath.Join(n.dir, "config"), []byte(config)); err != nil {
+		return err
+	}
+	// HEAD last: its presence marks a complete repository.
+	return n.writeFileAtomic(filepath.Join(n.dir, "HEAD"), []byte("ref: refs/heads/main\n"))
+}
+
+// Reload rescans objects/pack for packs added or removed outside this
+// Network (for example by `git index-pack` on the smart-HTTP push path or
+// by a repack). Packs already loaded are kept.
+func (n *Network) Reload() error {
+	names, err := os.ReadDir(filepath.Join(n.dir, "objects", "pack"))
+	if err != nil {
+		return fmt.Errorf("reload %s: %w", n.dir, err)
+	}
+	onDisk := map[plumbing.Hash]bool{}
+	for _, e := range names {
+		name := e.Name()
+		if !strings.HasPrefix(name, "pack-") || !strings.HasSuffix(name, ".idx") {
+			continue
+		}
+		hex := strings.TrimSuffix(strings.TrimPrefix(name, "pack-"), ".idx")
+		if !plumbing.IsHash(hex) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(n.dir, "objects", "pack", "pack-"+hex+".pack")); err != nil {
+			continue // index without pack: being written by someone else
+		}
+		onDisk[plumbing.NewHash(hex)] = true
+	}
+
+	n.mu.RLock()
+	have := map[plumbing.Hash]*pack{}
+	for _, p := range n.packs {
+		have[p.hash] = p
+	}
+	n.mu.RUnlock()
+
+	var added []*pack
+	for h := range onDisk {
+		if have[h] != nil {
+			continue
+		}
+		p, err := n.openPack(h)
+		if err != nil {
+			for _, a := range added {
+				a.close()
+			}
+			return fmt.Errorf("reload %s: %w", n.dir, err)
+		}
+		added = append(added, p)
+	}
+
+	n.mu.Lock()
+	var keep, removed []*pack
+	for _, p := range n.packs {
+		if onDisk[p.hash] {
+			keep = append(keep, p)
+		} else {
+			removed = append(removed, p)
+		}
+	}
+	sort.Slice(added, func(i, j int) bool { return added[i].hash.String() < added[j].hash.String() })
+	n.packs = append(added, keep...)
+	n.mu.Unlock()
+	for _, p := range removed {
+		p.close()
+	}
+	return nil
+}
+
+func (n *Network) packPath(h plumbing.Hash, ext string) string {
+	return filepath.Join(n.dir, "objects", "pack", "pack-"+h.String()+"."+ext)
+}
+
+// openPack loads the index of pack h into memory and opens the pack.
+func (n *Network) openPack(h plumbing.Hash) (*pack, error) {
+	idxf, err := os.Open(n.packPath(h, "idx"))
+	if err != nil {
+		return nil, err
+	}
+	defer idxf.Close()
+	idx := idxfile.NewMemoryIndex()
+	if err := idxfile.NewDecoder(idxf).Decode(idx); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", idxf.Name(), err)
+	}
+	return n.newPack(h, idx)
+}
+
+func (n *Network) newPack(h plumbing.Hash, idx *idxfile.MemoryIndex) (*pack, error) {
+	if idx.PackfileChecksum != h {
+		return nil, fmt.Errorf("pack %s: index names pack %s", h, idx.PackfileChecksum)
+	}
+	// Warm the reverse (offset -> hash) map now, once, so concurrent
+	// readers never race on its lazy construction.
+	if c, _ := idx.Count(); c > 0 {
+		if _, err := idx.FindHash(-1); err != nil && !errors.Is(err, plumbing.ErrObjectNotFound) {
+			return nil, err
+		}
+	}
+	f, err := os.Open(n.packPath(h, "pack"))
+	if err != nil {
+		return nil, err
+	}
+	// No filesystem: the packfile returns fully read MemoryObjects.
+	pf := packfile.NewPackfileWithCache(idx, nil, osFile{f}, n.cache, 0)
+	return &pack{hash: h, idx: idx, pf: pf, f: f}, nil
+}
+
+func (p *pack) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		p.closed = true
+		p.f.Close()
+	}
+}
+
+// snapshot returns the current pack list (newest first).
+func (n *Network) snapshot() []*pack {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.packs
+}
+
+// osFile adapts *os.File to billy.File for the packfile reader.
+type osFile struct{ *os.File }
+
+func (osFile) Lock() error   { return nil }
+func (osFile) Unlock() error { return nil }

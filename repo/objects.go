@@ -1,0 +1,289 @@
+package repo
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/objfile"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// errClosedPack is returned by a pack closed by Reload during a read.
+var errClosedPack = errors.New("pack closed")
+
+func (n *Network) loosePath(h plumbing.Hash) string {
+	s := h.String()
+	return filepath.Join(n.dir, "objects", s[:2], s[2:])
+}
+
+// object returns the object h fully read into memory, or
+// plumbing.ErrObjectNotFound. The returned object may be shared with the
+// cache: callers must not modify it.
+func (n *Network) object(h plumbing.Hash) (plumbing.EncodedObject, error) {
+	for attempt := 0; attempt < 2; attempt++ {
+		retry := false
+		for _, p := range n.snapshot() {
+			ok, _ := p.idx.Contains(h)
+			if !ok {
+				continue
+			}
+			obj, err := p.get(h)
+			if errors.Is(err, errClosedPack) {
+				retry = true
+				continue
+			}
+			return obj, err
+		}
+		obj, err := n.looseObject(h)
+		if err == nil || !errors.Is(err, plumbing.ErrObjectNotFound) || !retry {
+			return obj, err
+		}
+	}
+	return nil, plumbing.ErrObjectNotFound
+}
+
+func (p *pack) get(h plumbing.Hash) (plumbing.EncodedObject, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errClosedPack
+	}
+	obj, err := p.pf.Get(h)
+	if err != nil {
+		return nil, fmt.Errorf("read %s from pack %s: %w", h, p.hash, err)
+	}
+	return obj, nil
+}
+
+func (p *pack) size(h plumbing.Hash) (int64, error) {
+	off, err := p.idx.FindOffset(h)
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0, errClosedPack
+	}
+	return p.pf.GetSizeByOffset(off)
+}
+
+func (n *Network) looseObject(h plumbing.Hash) (plumbing.EncodedObject, error) {
+	b, err := os.ReadFile(n.loosePath(h))
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, plumbing.ErrObjectNotFound
+		}
+		return nil, err
+	}
+	r, err := objfile.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("loose object %s: %w", h, err)
+	}
+	defer r.Close()
+	t, size, err := r.Header()
+	if err != nil {
+		return nil, fmt.Errorf("loose object %s: %w", h, err)
+	}
+	obj := &plumbing.MemoryObject{}
+	obj.SetType(t)
+	obj.SetSize(size)
+	if _, err := io.Copy(obj, r); err != nil {
+		return nil, fmt.Errorf("loose object %s: %w", h, err)
+	}
+	if obj.Hash() != h {
+		return nil, fmt.Errorf("loose object %s: content hashes to %s", h, obj.Hash())
+	}
+	return obj, nil
+}
+
+// has reports whether h is stored (in a pack or loose).
+func (n *Network) has(h plumbing.Hash) bool {
+	for _, p := range n.snapshot() {
+		if ok, _ := p.idx.Contains(h); ok {
+			return true
+		}
+	}
+	_, err := os.Stat(n.loosePath(h))
+	return err == nil
+}
+
+func (n *Network) objectSize(h plumbing.Hash) (int64, error) {
+	for _, p := range n.snapshot() {
+		if ok, _ := p.idx.Contains(h); ok {
+			sz, err := p.size(h)
+			if errors.Is(err, errClosedPack) {
+				continue
+			}
+			return sz, err
+		}
+	}
+	f, err := os.Open(n.loosePath(h))
+	if err != nil {
+		if os.IsNotExist(err) {
+			return 0, plumbing.ErrObjectNotFound
+		}
+		return 0, err
+	}
+	defer f.Close()
+	r, err := objfile.NewReader(f)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	_, sz, err := r.Header()
+	return sz, err
+}
+
+// typed returns object h if it has type t, or a not_found error naming
+// what was wanted.
+func (n *Network) typed(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	obj, err := n.object(h)
+	if err != nil {
+		if errors.Is(err, plumbing.ErrObjectNotFound) {
+			return nil, lockstep.Errorf(lockstep.ENOTFOUND, "%s %s not found", t, h)
+		}
+		return nil, err
+	}
+	if obj.Type() != t {
+		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "%s is a %s, not a %s", h, obj.Type(), t)
+	}
+	return obj, nil
+}
+
+// Missing returns the hashes of oids that are not in the store, in input
+// order, each once.
+func (n *Network) Missing(oids []plumbing.Hash) []plumbing.Hash {
+	var out []plumbing.Hash
+	seen := make(map[plumbing.Hash]bool, len(oids))
+	for _, h := range oids {
+		if seen[h] {
+			continue
+		}
+		seen[h] = true
+		if !n.has(h) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// Has reports whether object h is stored.
+func (n *Network) Has(h plumbing.Hash) bool { return n.has(h) }
+
+// Objects returns a goroutine-safe storer.EncodedObjectStorer over the
+// network's objects, for go-git code such as the merge package.
+// EncodedObject returns fully read in-memory objects that callers must not
+// modify. SetEncodedObject writes one loose object (fsynced when
+// Options.Fsync); to write many objects at once prefer WriteObjects, which
+// writes a single pack.
+func (n *Network) Objects() storer.EncodedObjectStorer { return objectStorer{n} }
+
+type objectStorer struct{ n *Network }
+
+var _ storer.EncodedObjectStorer = objectStorer{}
+
+func (s objectStorer) NewEncodedObject() plumbing.EncodedObject { return &plumbing.MemoryObject{} }
+
+func (s objectStorer) SetEncodedObject(o plumbing.EncodedObject) (plumbing.Hash, error) {
+	if o.Type() == plumbing.OFSDeltaObject || o.Type() == plumbing.REFDeltaObject {
+		return plumbing.ZeroHash, plumbing.ErrInvalidType
+	}
+	h := o.Hash()
+	if _, err := s.n.writeLoose(o); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return h, nil
+}
+
+func (s objectStorer) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	obj, err := s.n.object(h)
+	if err != nil {
+		return nil, err
+	}
+	if t != plumbing.AnyObject && obj.Type() != t {
+		return nil, plumbing.ErrObjectNotFound
+	}
+	return obj, nil
+}
+
+func (s objectStorer) IterEncodedObjects(t plumbing.ObjectType) (storer.EncodedObjectIter, error) {
+	hashes, err := s.n.allHashes()
+	if err != nil {
+		return nil, err
+	}
+	return storer.NewEncodedObjectLookupIter(s, t, hashes), nil
+}
+
+func (s objectStorer) HasEncodedObject(h plumbing.Hash) error {
+	if s.n.has(h) {
+		return nil
+	}
+	return plumbing.ErrObjectNotFound
+}
+
+func (s objectStorer) EncodedObjectSize(h plumbing.Hash) (int64, error) {
+	return s.n.objectSize(h)
+}
+
+func (s objectStorer) AddAlternate(string) error {
+	return errors.New("repo: alternates are not supported; a network shares one object store")
+}
+
+// allHashes lists every stored object once.
+func (n *Network) allHashes() ([]plumbing.Hash, error) {
+	seen := map[plumbing.Hash]bool{}
+	var out []plumbing.Hash
+	for _, p := range n.snapshot() {
+		it, err := p.idx.Entries()
+		if err != nil {
+			return nil, err
+		}
+		for {
+			e, err := it.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				it.Close()
+				return nil, err
+			}
+			if !seen[e.Hash] {
+				seen[e.Hash] = true
+				out = append(out, e.Hash)
+			}
+		}
+		it.Close()
+	}
+	dirs, err := os.ReadDir(filepath.Join(n.dir, "objects"))
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range dirs {
+		if len(d.Name()) != 2 || !d.IsDir() {
+			continue
+		}
+		files, err := os.ReadDir(filepath.Join(n.dir, "objects", d.Name()))
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range files {
+			hex := d.Name() + f.Name()
+			if plumbing.IsHash(hex) {
+				h := plumbing.NewHash(hex)
+				if !seen[h] {
+					seen[h] = true
+					out = append(out, h)
+				}
+			}
+		}
+	}
+	return out, nil
+}
