@@ -1,0 +1,563 @@
+// Package proc runs a command so that no process started by the run
+// outlives it.
+//
+// Mechanisms, strongest first:
+//
+//   - cgroup: with a writable cgroup v2 hierarchy (auto-detected from
+//     /proc/self/mountinfo, or Options.CgroupRoot), each run gets a child
+//     cgroup and the command is started inside it atomically (clone3
+//     CLONE_INTO_CGROUP). Every descendant stays in it whatever it does
+//     (setsid, double fork, nohup), so cgroup.procs lists them and
+//     cgroup.kill kills them all, race-free against forks.
+//   - subreaper: without cgroups, the process makes itself a child
+//     subreaper (PR_SET_CHILD_SUBREAPER, process-wide and permanent), so
+//     orphans of the run are re-parented to it instead of init. The run's
+//     processes are found by walking /proc: same process group, an
+//     environment marker (LOCKSTEP_RUN_ID) inherited through fork and exec,
+//     or descent from one of those. Processes are killed until none is left.
+//     A process that clears its environment and changes its process group
+//     and whose parent died before the scan escapes; use cgroups for a hard
+//     guarantee.
+//
+// In both modes the command has its own process group (Setpgid), the main
+// process's exit status, the signal that ended it and whether the timeout
+// fired are reported, and Residue proves that nothing is left.
+package proc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// EnvMarker is the environment variable that tags every process of a run.
+const EnvMarker = "LOCKSTEP_RUN_ID"
+
+// Isolation modes.
+const (
+	ModeCgroup    = "cgroup"
+	ModeSubreaper = "subreaper"
+)
+
+// Spec describes one run.
+type Spec struct {
+	Args    []string      // program and arguments; Args[0] is looked up in PATH
+	Dir     string        // working directory
+	Env     []string      // environment (default os.Environ()); the marker is added
+	Stdin   *os.File      // nil: /dev/null
+	Stdout  *os.File      // nil: /dev/null
+	Stderr  *os.File      // nil: /dev/null
+	Timeout time.Duration // 0: none
+	// KillGrace is how long SIGTERM is given to the process group on
+	// timeout or cancellation before everything is killed. Default 200ms.
+	KillGrace time.Duration
+	// CgroupRoot is the cgroup v2 directory under which per-run cgroups
+	// are created. "" detects one; "off" forces the subreaper mode.
+	CgroupRoot string
+}
+
+// Status is how a run ended.
+type Status struct {
+	ExitCode   int     `json:"exit_code"`        // -1 when killed by a signal
+	Signal     string  `json:"signal,omitempty"` // e.g. "killed", "terminated"
+	TimedOut   bool    `json:"timed_out"`
+	Canceled   bool    `json:"canceled"`
+	DurationMs float64 `json:"duration_ms"`
+	Leftover   int     `json:"leftover"` // processes still alive when the main one exited, then killed
+	Isolation  string  `json:"isolation"`
+	CleanupMs  float64 `json:"cleanup_ms"`
+}
+
+// Success reports a zero exit without timeout or signal.
+func (s Status) Success() bool {
+	return s.ExitCode == 0 && s.Signal == "" && !s.TimedOut && !s.Canceled
+}
+
+// Process is one process of a run found alive.
+type Process struct {
+	PID     int    `json:"pid"`
+	PPID    int    `json:"ppid"`
+	State   string `json:"state"`
+	Cmdline string `json:"cmdline"`
+}
+
+// Run is a started command.
+type Run struct {
+	ID   string
+	spec Spec
+	mode string
+	cg   string // cgroup directory (cgroup mode)
+	proc *os.Process
+	pgid int
+
+	mu    sync.Mutex
+	seen  map[int]bool // every pid ever attributed to the run, to reap it
+	start time.Time
+	done  chan struct{}
+}
+
+// Start starts spec. The caller must call Wait.
+//
+// Errors: invalid_argument for an empty command or one not found.
+func Start(ctx context.Context, spec Spec) (*Run, error) {
+	if len(spec.Args) == 0 {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "empty command")
+	}
+	if spec.KillGrace == 0 {
+		spec.KillGrace = 200 * time.Millisecond
+	}
+	path, err := exec.LookPath(spec.Args[0])
+	if err != nil {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "command %q: %v", spec.Args[0], err)
+	}
+	r := &Run{ID: newRunID(), spec: spec, seen: map[int]bool{}, done: make(chan struct{})}
+	env := spec.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	env = append(append([]string(nil), env...), EnvMarker+"="+r.ID)
+
+	files := []*os.File{spec.Stdin, spec.Stdout, spec.Stderr}
+	for i, f := range files {
+		if f == nil {
+			flag := os.O_WRONLY
+			if i == 0 {
+				flag = os.O_RDONLY
+			}
+			dn, err := os.OpenFile(os.DevNull, flag, 0)
+			if err != nil {
+				return nil, err
+			}
+			defer dn.Close()
+			files[i] = dn
+		}
+	}
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	if cg, err := r.makeCgroup(); err == nil && cg != "" {
+		fd, err := unix.Open(cg, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			defer unix.Close(fd)
+			sys.UseCgroupFD, sys.CgroupFD = true, fd
+			r.cg, r.mode = cg, ModeCgroup
+		} else {
+			os.Remove(cg)
+		}
+	}
+	if r.mode == "" {
+		if err := enableSubreaper(); err != nil {
+			return nil, fmt.Errorf("no cgroup v2 and no subreaper: %w", err)
+		}
+		r.mode = ModeSubreaper
+	}
+	r.start = time.Now()
+	p, err := os.StartProcess(path, spec.Args, &os.ProcAttr{Dir: spec.Dir, Env: env, Files: files, Sys: sys})
+	if err != nil {
+		if r.cg != "" {
+			os.Remove(r.cg)
+		}
+		return nil, lockstep.Errorf(lockstep.EINVALID, "start %s: %v", spec.Args[0], err)
+	}
+	r.proc, r.pgid = p, p.Pid
+	return r, nil
+}
+
+// Mode is "cgroup" or "subreaper".
+func (r *Run) Mode() string { return r.mode }
+
+// PID is the main process id.
+func (r *Run) PID() int { return r.proc.Pid }
+
+// Wait waits for the main process (killing the run on timeout or when ctx
+// is done), then kills every process of the run that is still alive and
+// reaps what it can. It returns an error only when cleanup failed; the
+// command's own failure is in Status.
+func (r *Run) Wait(ctx context.Context) (Status, error) {
+	var st Status
+	st.Isolation = r.mode
+	var timer <-chan time.Time
+	if r.spec.Timeout > 0 {
+		t := time.NewTimer(r.spec.Timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	waited := make(chan *os.ProcessState, 1)
+	waitErr := make(chan error, 1)
+	go func() {
+		ps, err := r.proc.Wait()
+		if err != nil {
+			waitErr <- err
+			return
+		}
+		waited <- ps
+	}()
+	var ps *os.ProcessState
+	for ps == nil {
+		select {
+		case ps = <-waited:
+		case err := <-waitErr:
+			return st, fmt.Errorf("wait: %w", err)
+		case <-timer:
+			st.TimedOut = true
+			timer = nil
+			r.terminate()
+		case <-ctx.Done():
+			st.Canceled = true
+			ctx = context.Background()
+			r.terminate()
+		}
+	}
+	st.DurationMs = ms(time.Since(r.start))
+	ws := ps.Sys().(syscall.WaitStatus)
+	switch {
+	case ws.Exited():
+		st.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
+		st.ExitCode = -1
+		st.Signal = ws.Signal().String()
+	}
+	t0 := time.Now()
+	n, err := r.KillAll()
+	st.Leftover = n
+	st.CleanupMs = ms(time.Since(t0))
+	close(r.done)
+	return st, err
+}
+
+// terminate sends SIGTERM to the process group, then after the grace
+// period kills everything.
+func (r *Run) terminate() {
+	unix.Kill(-r.pgid, unix.SIGTERM)
+	go func() {
+		select {
+		case <-r.done:
+		case <-time.After(r.spec.KillGrace):
+			r.KillAll()
+		}
+	}()
+}
+
+// KillAll kills every process of the run and returns how many were alive.
+// It is safe to call several times and concurrently with Wait.
+func (r *Run) KillAll() (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var err error
+	var n int
+	if r.mode == ModeCgroup {
+		n, err = r.killCgroup()
+	} else {
+		n, err = r.killScan()
+	}
+	r.reap()
+	return n, err
+}
+
+// Residue lists processes of the run still alive (zombies excluded). After
+// Wait it must be empty.
+func (r *Run) Residue() []Process {
+	var out []Process
+	seen := map[int]bool{}
+	if r.mode == ModeCgroup {
+		for _, pid := range readPids(filepath.Join(r.cg, "cgroup.procs")) {
+			if p, ok := readProc(pid); ok && p.State != "Z" {
+				out = append(out, p.Process)
+				seen[pid] = true
+			}
+		}
+	}
+	for _, p := range r.scan() {
+		if !seen[p.PID] && p.State != "Z" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Close removes the run's cgroup. Call it after Wait.
+func (r *Run) Close() error {
+	if r.cg == "" {
+		return nil
+	}
+	var err error
+	for i := 0; i < 100; i++ {
+		if err = os.Remove(r.cg); err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return fmt.Errorf("remove cgroup %s: %w", r.cg, err)
+}
+
+// RunCmd starts spec and waits for it, returns the residue and removes
+// the cgroup.
+func RunCmd(ctx context.Context, spec Spec) (Status, []Process, error) {
+	r, err := Start(ctx, spec)
+	if err != nil {
+		return Status{}, nil, err
+	}
+	st, err := r.Wait(ctx)
+	res := r.Residue()
+	if cerr := r.Close(); err == nil {
+		err = cerr
+	}
+	return st, res, err
+}
+
+// --- cgroup mode ---
+
+func (r *Run) makeCgroup() (string, error) {
+	root := r.spec.CgroupRoot
+	if root == "off" {
+		return "", nil
+	}
+	if root == "" {
+		root = detectCgroup2()
+		if root == "" {
+			return "", nil
+		}
+	}
+	cg := filepath.Join(root, "lockstep-run-"+r.ID)
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		return "", err
+	}
+	return cg, nil
+}
+
+// detectCgroup2 returns the directory of this process's cgroup v2, if a
+// writable cgroup2 hierarchy is mounted.
+func detectCgroup2() string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	own := "/"
+	if c, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		for _, l := range strings.Split(string(c), "\n") {
+			if strings.HasPrefix(l, "0::") {
+				own = strings.TrimPrefix(l, "0::")
+			}
+		}
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		sep := 6
+		for sep < len(f) && f[sep] != "-" {
+			sep++
+		}
+		if sep+1 >= len(f) || f[sep+1] != "cgroup2" {
+			continue
+		}
+		dir := filepath.Join(f[4], own)
+		if unix.Access(dir, unix.W_OK) == nil {
+			if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err == nil {
+				return dir
+			}
+		}
+	}
+	return ""
+}
+
+func (r *Run) killCgroup() (int, error) {
+	procs := filepath.Join(r.cg, "cgroup.procs")
+	pids := readPids(procs)
+	for _, p := range pids {
+		r.seen[p] = true
+	}
+	if len(pids) == 0 {
+		return 0, nil
+	}
+	if err := os.WriteFile(filepath.Join(r.cg, "cgroup.kill"), []byte("1"), 0); err != nil {
+		return len(pids), fmt.Errorf("cgroup.kill %s: %w", r.cg, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		left := readPids(procs)
+		if len(left) == 0 {
+			return len(pids), nil
+		}
+		for _, p := range left {
+			r.seen[p] = true
+		}
+		r.reap()
+		time.Sleep(200 * time.Microsecond)
+	}
+	return len(pids), lockstep.Errorf(lockstep.EINTERNAL, "cgroup %s still populated 5s after cgroup.kill", r.cg)
+}
+
+func readPids(p string) []int {
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Fields(string(data)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// --- subreaper mode ---
+
+var subreaperOnce struct {
+	sync.Once
+	err error
+}
+
+func enableSubreaper() error {
+	subreaperOnce.Do(func() {
+		subreaperOnce.err = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	})
+	return subreaperOnce.err
+}
+
+func (r *Run) killScan() (int, error) {
+	first := -1
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		live := 0
+		for _, p := range r.scan() {
+			r.seen[p.PID] = true
+			if p.State == "Z" {
+				continue
+			}
+			live++
+			unix.Kill(p.PID, unix.SIGKILL)
+		}
+		if first < 0 {
+			first = live
+		}
+		r.reap()
+		if live == 0 {
+			return first, nil
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return first, lockstep.Errorf(lockstep.EINTERNAL, "run %s: processes still alive 5s after SIGKILL", r.ID)
+}
+
+type procInfo struct {
+	Process
+	pgid int
+}
+
+// scan walks /proc for the run's processes: its process group, the
+// environment marker, and their descendants.
+func (r *Run) scan() []Process {
+	ents, _ := os.ReadDir("/proc")
+	all := map[int]procInfo{}
+	children := map[int][]int{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		p, ok := readProc(pid)
+		if !ok {
+			continue
+		}
+		all[pid] = p
+		children[p.PPID] = append(children[p.PPID], pid)
+	}
+	marker := []byte(EnvMarker + "=" + r.ID + "\x00")
+	in := map[int]bool{}
+	var queue []int
+	for pid, p := range all {
+		if pid == os.Getpid() {
+			continue
+		}
+		if p.pgid == r.pgid || pid == r.proc.Pid || hasMarker(pid, marker) {
+			in[pid] = true
+			queue = append(queue, pid)
+		}
+	}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		for _, c := range children[pid] {
+			if !in[c] {
+				in[c] = true
+				queue = append(queue, c)
+			}
+		}
+	}
+	var out []Process
+	for pid := range in {
+		out = append(out, all[pid].Process)
+	}
+	return out
+}
+
+func hasMarker(pid int, marker []byte) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil || len(data) == 0 {
+		return false
+	}
+	return strings.Contains("\x00"+string(data), "\x00"+string(marker))
+}
+
+func readProc(pid int) (procInfo, bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procInfo{}, false
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return procInfo{}, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 3 {
+		return procInfo{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	pgid, _ := strconv.Atoi(f[2])
+	p := procInfo{Process: Process{PID: pid, PPID: ppid, State: f[0]}, pgid: pgid}
+	if cl, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil {
+		p.Cmdline = strings.TrimSpace(strings.ReplaceAll(string(cl), "\x00", " "))
+	}
+	return p, true
+}
+
+// reap collects the exit status of every attributed process that became
+// our child (directly, or re-parented to us as subreaper). Only pids of this
+// run are waited for, so other os/exec users in the process are not robbed.
+func (r *Run) reap() {
+	self := os.Getpid()
+	for pid := range r.seen {
+		if pid == r.proc.Pid {
+			continue // os.Process.Wait owns it
+		}
+		if p, ok := readProc(pid); ok && p.PPID != self {
+			continue
+		}
+		var ws unix.WaitStatus
+		wpid, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		if wpid == pid || errors.Is(err, unix.ECHILD) {
+			delete(r.seen, pid)
+		}
+	}
+}
+
+func newRunID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
