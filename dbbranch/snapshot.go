@@ -1,0 +1,302 @@
+package dbbranch
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// Snapshot is a copy of a branch at a checkpoint.
+type Snapshot struct {
+	ID        string
+	Database  string
+	SizeBytes int64
+	CreatedAt time.Time
+}
+
+// Snapshot copies workspace's branch into snapshot id (CREATE DATABASE …
+// TEMPLATE branch). A snapshot is a checkpoint boundary: new connections to
+// the branch are refused for the duration of the copy and the agent's open
+// sessions are terminated (a template must have no other session); they
+// reconnect with the same DSN afterwards. Beyond MaxSnapshots the oldest
+// snapshots are dropped.
+//
+// Errors: invalid_argument for a bad name or id; not_found if the
+// workspace has no branch; already_exists if the id is taken.
+func (m *Manager) Snapshot(ctx context.Context, workspace, id string) (*Snapshot, error) {
+	if err := validateName("workspace", workspace); err != nil {
+		return nil, err
+	}
+	if err := validateSnapshotID(id); err != nil {
+		return nil, err
+	}
+	wh := m.names.wsHash(workspace)
+	var out *Snapshot
+	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
+		dbs, err := m.repairWorkspace(ctx, conn, wh)
+		if err != nil {
+			return err
+		}
+		b := find(dbs, kindBranch)
+		if b == nil {
+			return lockstep.Errorf(lockstep.ENOTFOUND, "workspace %q has no database branch", workspace)
+		}
+		name := m.names.snapshot(wh, id)
+		for _, d := range dbs {
+			if d.Name == name {
+				return lockstep.Errorf(lockstep.ECONFLICT, "workspace %q already has snapshot %q", workspace, id)
+			}
+		}
+		if err := m.setAllowConn(ctx, conn, b.Name, false); err != nil {
+			return err
+		}
+		// Re-allow even if the copy fails (a crash is repaired later).
+		defer m.setAllowConn(context.WithoutCancel(ctx), conn, b.Name, true)
+		if err := m.terminate(ctx, conn, b.Name); err != nil {
+			return err
+		}
+		if err := m.createDB(ctx, conn, name, b.Name, false); err != nil {
+			return err
+		}
+		if err := m.restrict(ctx, conn, name, ""); err != nil {
+			return err
+		}
+		md := meta{Kind: "snapshot", Repo: b.Meta.Repo, Workspace: workspace, Snapshot: id, Created: time.Now().UTC()}
+		if err := m.setComment(ctx, conn, name, md); err != nil {
+			return err
+		}
+		if err := m.setAllowConn(ctx, conn, b.Name, true); err != nil {
+			return err
+		}
+		size, err := m.dbSize(ctx, conn, name)
+		if err != nil {
+			return err
+		}
+		out = &Snapshot{ID: id, Database: name, SizeBytes: size, CreatedAt: md.Created}
+		dbs, err = m.listDBs(ctx, conn, wh)
+		if err != nil {
+			return err
+		}
+		snaps := snapshotsOf(dbs)
+		for i := 0; i < len(snaps)-m.cfg.MaxSnapshots; i++ {
+			if err := m.dropDB(ctx, conn, snaps[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.scheduleRestoreSpare(wh)
+	return out, nil
+}
+
+// Snapshots lists workspace's snapshots, oldest first. Errors: not_found if
+// the workspace has no branch.
+func (m *Manager) Snapshots(ctx context.Context, workspace string) ([]Snapshot, error) {
+	if err := validateName("workspace", workspace); err != nil {
+		return nil, err
+	}
+	wh := m.names.wsHash(workspace)
+	var out []Snapshot
+	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
+		dbs, err := m.repairWorkspace(ctx, conn, wh)
+		if err != nil {
+			return err
+		}
+		if find(dbs, kindBranch) == nil {
+			return lockstep.Errorf(lockstep.ENOTFOUND, "workspace %q has no database branch", workspace)
+		}
+		for _, d := range snapshotsOf(dbs) {
+			size, err := m.dbSize(ctx, conn, d.Name)
+			if err != nil {
+				return err
+			}
+			out = append(out, Snapshot{ID: d.Meta.Snapshot, Database: d.Name, SizeBytes: size, CreatedAt: d.Meta.Created})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DropSnapshot drops one snapshot. Errors: not_found if it does not exist.
+func (m *Manager) DropSnapshot(ctx context.Context, workspace, id string) error {
+	if err := validateName("workspace", workspace); err != nil {
+		return err
+	}
+	if err := validateSnapshotID(id); err != nil {
+		return err
+	}
+	wh := m.names.wsHash(workspace)
+	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
+		dbs, err := m.repairWorkspace(ctx, conn, wh)
+		if err != nil {
+			return err
+		}
+		name := m.names.snapshot(wh, id)
+		for _, d := range dbs {
+			if d.Name == name {
+				if err := m.dropDB(ctx, conn, d); err != nil {
+					return err
+				}
+				if sp := find(dbs, kindRestSpare); sp != nil && sp.Meta.Snapshot == id {
+					return m.dropDB(ctx, conn, sp)
+				}
+				return nil
+			}
+		}
+		return lockstep.Errorf(lockstep.ENOTFOUND, "workspace %q has no snapshot %q", workspace, id)
+	})
+	if err == nil {
+		m.scheduleRestoreSpare(wh)
+	}
+	return err
+}
+
+// Restore replaces workspace's branch with a copy of snapshot id, under the
+// same name, so the agent's DSN stays valid; the agent's sessions are
+// terminated. If the warm spare is a copy of that snapshot (the latest, by
+// default) this is two renames; otherwise CREATE DATABASE … TEMPLATE
+// snapshot. The old branch is renamed aside first and dropped afterwards
+// (in the background with Warm), so a failure puts it back.
+//
+// Errors: invalid_argument; not_found if the snapshot does not exist;
+// unavailable if a session could not be ended.
+func (m *Manager) Restore(ctx context.Context, workspace, id string) (*Branch, error) {
+	if err := validateName("workspace", workspace); err != nil {
+		return nil, err
+	}
+	if err := validateSnapshotID(id); err != nil {
+		return nil, err
+	}
+	wh := m.names.wsHash(workspace)
+	var out *Branch
+	warm := false
+	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
+		dbs, err := m.repairWorkspace(ctx, conn, wh)
+		if err != nil {
+			return err
+		}
+		var snap *dbInfo
+		for _, d := range snapshotsOf(dbs) {
+			if d.Meta.Snapshot == id {
+				snap = d
+			}
+		}
+		if snap == nil {
+			return lockstep.Errorf(lockstep.ENOTFOUND, "workspace %q has no snapshot %q", workspace, id)
+		}
+		name := m.names.name(kindBranch, wh, workspace)
+		trash := m.names.name(kindTrash, wh, workspace)
+		md := meta{Kind: "branch", Repo: snap.Meta.Repo, Workspace: workspace, Created: time.Now().UTC(), Restored: id}
+		b := find(dbs, kindBranch)
+		if b != nil {
+			md.Created = b.Meta.Created
+			if err := m.setAllowConn(ctx, conn, b.Name, false); err != nil {
+				return err
+			}
+			if err := m.terminate(ctx, conn, b.Name); err != nil {
+				return err
+			}
+			if err := m.rename(ctx, conn, b.Name, trash); err != nil {
+				// A session outlived pg_terminate_backend's wait: drop
+				// (FORCE) instead; the restore then cannot be undone.
+				if err := m.dropDB(ctx, conn, b); err != nil {
+					m.setAllowConn(context.WithoutCancel(ctx), conn, b.Name, true)
+					return lockstep.Errorf(lockstep.EUNAVAILABLE, "restore %s: cannot end the sessions on %s: %v", workspace, b.Name, err)
+				}
+				trash = ""
+			}
+		} else {
+			trash = ""
+			if err := m.ensureWorkspaceRole(ctx, conn, snap.Meta.Repo, workspace); err != nil {
+				return err
+			}
+		}
+		if sp := find(dbs, kindRestSpare); m.cfg.Warm && sp.complete() && sp.Meta.Snapshot == id {
+			if err := m.rename(ctx, conn, sp.Name, name); err == nil {
+				warm = true
+			}
+		}
+		if !warm {
+			if err := m.createDB(ctx, conn, name, snap.Name, false); err != nil {
+				if trash != "" { // put the old branch back
+					bg := context.WithoutCancel(ctx)
+					if m.rename(bg, conn, trash, name) == nil {
+						m.setAllowConn(bg, conn, name, true)
+					}
+				}
+				return err
+			}
+		}
+		if err := m.finishBranch(ctx, conn, name, md); err != nil {
+			return err
+		}
+		if trash != "" && !m.cfg.Warm {
+			if err := m.dropDB(ctx, conn, &dbInfo{Name: trash}); err != nil {
+				return err
+			}
+		}
+		out = m.branchOf(workspace, &md, name)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if warm {
+		m.warmRestores.Add(1)
+	} else {
+		m.coldRestores.Add(1)
+	}
+	m.scheduleRestoreSpare(wh) // also drops the old branch
+	return out, nil
+}
+
+func (m *Manager) scheduleRestoreSpare(wh string) {
+	m.schedule("restore-spare:"+wh, func(ctx context.Context) error { return m.refillRestoreSpare(ctx, wh) })
+}
+
+// refillRestoreSpare repairs the workspace (which drops the old branch a
+// Restore left aside) and keeps one spare copy of its latest snapshot,
+// with the branch's grants already applied.
+func (m *Manager) refillRestoreSpare(ctx context.Context, wh string) error {
+	return m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
+		dbs, err := m.repairWorkspace(ctx, conn, wh)
+		if err != nil {
+			return err
+		}
+		snaps := snapshotsOf(dbs)
+		sp := find(dbs, kindRestSpare)
+		var latest *dbInfo
+		if len(snaps) > 0 {
+			latest = snaps[len(snaps)-1]
+		}
+		if sp != nil && (latest == nil || sp.Meta.Snapshot != latest.Meta.Snapshot || find(dbs, kindBranch) == nil) {
+			if err := m.dropDB(ctx, conn, sp); err != nil {
+				return err
+			}
+			sp = nil
+		}
+		if sp != nil || latest == nil || find(dbs, kindBranch) == nil {
+			return nil
+		}
+		ws := latest.Meta.Workspace
+		name := m.names.name(kindRestSpare, wh, ws)
+		if err := m.createDB(ctx, conn, name, latest.Name, false); err != nil {
+			return err
+		}
+		if err := m.restrict(ctx, conn, name, m.names.name(kindRole, wh, ws)); err != nil {
+			return err
+		}
+		md := meta{Kind: "restore-spare", Repo: latest.Meta.Repo, Workspace: ws, Snapshot: latest.Meta.Snapshot, Created: time.Now().UTC()}
+		if err := m.setComment(ctx, conn, name, md); err != nil {
+			return err
+		}
+		m.refills.Add(1)
+		return nil
+	})
+}
