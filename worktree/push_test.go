@@ -215,6 +215,10 @@ func TestPlanOneChangedFile(t *testing.T) {
 		t.Fatalf("first push planned %d of %d objects in %d round trips", len(oids), trees+blobs, srv.roundTrips)
 	}
 	srv.checkComplete(t, first)
+	cache.SetKnown(first.Known()) // the server committed it
+	if err := cache.Save(); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("first push: %d objects, %d bytes, %d round trips", len(oids), len(pack), srv.roundTrips)
 
 	// Nothing changed: one round trip, nothing to send.
@@ -236,7 +240,33 @@ func TestPlanOneChangedFile(t *testing.T) {
 	if n := worktree.FilesRead() - before; n != 1 {
 		t.Fatalf("warm scan read %d files, want 1", n)
 	}
+
+	// With the hint of the last push: the same objects in one round trip.
+	cache = openCache(t, filepath.Join(dir, ".lockstep", "statcache"))
+	srv.roundTrips, srv.asked = 0, 0
+	hinted, err := worktree.Plan(context.Background(), second, srv.missing, &worktree.PlanOptions{Known: cache.Known()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hintTrips, hintAsked := srv.roundTrips, srv.asked
+	// A stale hint (a root the server never had) costs one more round trip
+	// and still finds everything.
+	stale := &worktree.PlanOptions{Known: second.Known()}
+	srv.roundTrips = 0
+	staleOIDs, err := worktree.Plan(context.Background(), second, srv.missing, stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staleTrips := srv.roundTrips
+
 	oids, pack = srv.push(t, second)
+	if !slices.Equal(sortedStrings(hinted), sortedStrings(oids)) || hintTrips != 1 {
+		t.Fatalf("hinted Plan: %v in %d round trips; level by level: %v", hinted, hintTrips, oids)
+	}
+	if !slices.Equal(sortedStrings(staleOIDs), sortedStrings(oids)) || staleTrips != 1+srv.roundTrips {
+		t.Fatalf("stale hint: %v in %d round trips; want %v in %d", staleOIDs, staleTrips, oids, 1+srv.roundTrips)
+	}
+	t.Logf("hinted plan: 1 round trip asking %d oids", hintAsked)
 
 	// Exactly the trees on the path, and the new blob.
 	want := []plumbing.Hash{second.Tree, plumbing.ComputeHash(plumbing.BlobObject, []byte("changed\n"))}

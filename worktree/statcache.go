@@ -15,20 +15,23 @@ import (
 )
 
 // StatCache maps a path and its lstat to the blob oid of its content, so
-// that Scan need not read files that did not change. It is not safe for
-// concurrent use; one Scan at a time may use it.
+// that Scan need not read files that did not change. It also remembers the
+// trees of the last push the server accepted (SetKnown), which lets Plan
+// negotiate in one round trip. It is not safe for concurrent use; one Scan
+// at a time may use it.
 //
-// File format (little-endian, varints as encoding/binary): magic
-// "LKSC\x01", uvarint count, then per entry, sorted by path: uvarint
-// length of the prefix shared with the previous path, uvarint suffix
-// length, suffix, varint size, mtime, ctime (ns), uvarint inode, device,
-// mode, 20-byte oid; then the pushed tree oid (20 bytes) and a CRC-32C of
-// everything before it.
+// File format (varints as encoding/binary): magic "LKSC\x01", uvarint
+// count, then per entry, sorted by path: uvarint length of the prefix
+// shared with the previous path, uvarint suffix length, suffix, varint
+// size, mtime, ctime (ns), uvarint inode, device, mode, 20-byte oid; then
+// the known root tree (20 bytes, zero if none), uvarint count and the
+// known trees (20 bytes each); then a little-endian CRC-32C of everything
+// before it.
 type StatCache struct {
 	path    string
 	written int64 // ns; mtime of the cache file when loaded, 0 if none
 	entries map[string]cacheEntry
-	pushed  plumbing.Hash
+	known   *Known
 }
 
 type cacheEntry struct {
@@ -41,8 +44,9 @@ var cacheMagic = []byte("LKSC\x01")
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // OpenStatCache loads the cache stored at path. A missing, truncated or
-// corrupt file gives an empty cache (the price is one full re-hash), so the
-// only errors are from reading an existing file.
+// corrupt file gives an empty cache (the price is one full re-hash and one
+// level-by-level negotiation), so the only errors are from reading an
+// existing file.
 func OpenStatCache(path string) (*StatCache, error) {
 	c := &StatCache{path: path, entries: map[string]cacheEntry{}}
 	f, err := os.Open(path)
@@ -61,54 +65,66 @@ func OpenStatCache(path string) (*StatCache, error) {
 	if _, err := f.ReadAt(data, 0); err != nil {
 		return nil, fmt.Errorf("open stat cache: %w", err)
 	}
-	entries, pushed, ok := decodeCache(data)
+	entries, known, ok := decodeCache(data)
 	if !ok {
 		return c, nil
 	}
-	c.entries, c.pushed = entries, pushed
+	c.entries, c.known = entries, known
 	c.written = fi.ModTime().UnixNano()
 	return c, nil
 }
 
-func decodeCache(data []byte) (map[string]cacheEntry, plumbing.Hash, bool) {
-	var pushed plumbing.Hash
-	if len(data) < len(cacheMagic)+len(pushed)+4 || !bytes.HasPrefix(data, cacheMagic) {
-		return nil, pushed, false
+func decodeCache(data []byte) (map[string]cacheEntry, *Known, bool) {
+	if len(data) < len(cacheMagic)+4 || !bytes.HasPrefix(data, cacheMagic) {
+		return nil, nil, false
 	}
 	body, sum := data[:len(data)-4], data[len(data)-4:]
 	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(sum) {
-		return nil, pushed, false
+		return nil, nil, false
 	}
-	copy(pushed[:], body[len(body)-len(pushed):])
-	r := &reader{b: body[len(cacheMagic) : len(body)-len(pushed)]}
+	r := &reader{b: body[len(cacheMagic):]}
 	n := r.uvarint()
 	if n > uint64(len(r.b)) {
-		return nil, pushed, false
+		return nil, nil, false
 	}
 	entries := make(map[string]cacheEntry, n)
 	var prev []byte
 	for range n {
 		shared, suffix := r.uvarint(), r.uvarint()
 		if r.bad || shared > uint64(len(prev)) || suffix > uint64(len(r.b)) {
-			return nil, pushed, false
+			return nil, nil, false
 		}
 		name := append(prev[:shared:shared], r.b[:suffix]...)
 		r.b = r.b[suffix:]
 		var e cacheEntry
 		e.st.size, e.st.mtime, e.st.ctime = r.varint(), r.varint(), r.varint()
 		e.st.ino, e.st.dev, e.st.mode = r.uvarint(), r.uvarint(), uint32(r.uvarint())
-		if r.bad || len(r.b) < len(e.oid) {
-			return nil, pushed, false
+		e.oid = r.hash()
+		if r.bad {
+			return nil, nil, false
 		}
-		copy(e.oid[:], r.b)
-		r.b = r.b[len(e.oid):]
 		entries[string(name)] = e
 		prev = name
 	}
-	if r.bad || len(r.b) != 0 {
-		return nil, pushed, false
+	root := r.hash()
+	nt := r.uvarint()
+	if r.bad || nt > uint64(len(r.b))/20 {
+		return nil, nil, false
 	}
-	return entries, pushed, true
+	var known *Known
+	if !root.IsZero() {
+		known = &Known{Root: root, trees: make(map[plumbing.Hash]struct{}, nt)}
+	}
+	for range nt {
+		h := r.hash()
+		if known != nil {
+			known.trees[h] = struct{}{}
+		}
+	}
+	if r.bad || len(r.b) != 0 {
+		return nil, nil, false
+	}
+	return entries, known, true
 }
 
 type reader struct {
@@ -126,6 +142,16 @@ func (r *reader) uvarint() uint64 {
 	return v
 }
 
+func (r *reader) hash() (h plumbing.Hash) {
+	if len(r.b) < len(h) {
+		r.bad = true
+		return h
+	}
+	copy(h[:], r.b)
+	r.b = r.b[len(h):]
+	return h
+}
+
 func (r *reader) varint() int64 {
 	v, n := binary.Varint(r.b)
 	if n <= 0 {
@@ -139,12 +165,13 @@ func (r *reader) varint() int64 {
 // Len returns the number of paths in the cache.
 func (c *StatCache) Len() int { return len(c.entries) }
 
-// Pushed returns the root tree recorded by SetPushed, or the zero hash.
-func (c *StatCache) Pushed() plumbing.Hash { return c.pushed }
+// Known returns the trees recorded by SetKnown (saved with the cache), or
+// nil: the hint for PlanOptions.Known.
+func (c *StatCache) Known() *Known { return c.known }
 
-// SetPushed records the root tree the server accepted last, to be saved with
-// the cache. Plan can use it as a hint (PlanOptions.Known).
-func (c *StatCache) SetPushed(tree plumbing.Hash) { c.pushed = tree }
+// SetKnown records k, normally Snapshot.Known of the snapshot the server
+// has just committed, to be saved with the cache.
+func (c *StatCache) SetKnown(k *Known) { c.known = k }
 
 // lookup returns the entry for rel if its stat matches st and the entry is
 // not racy: the file's mtime must be strictly older than the cache's write
@@ -201,7 +228,16 @@ func (c *StatCache) Save() error {
 		buf = append(buf, e.oid[:]...)
 		prev = p
 	}
-	buf = append(buf, c.pushed[:]...)
+	if k := c.known; k != nil {
+		buf = append(buf, k.Root[:]...)
+		buf = binary.AppendUvarint(buf, uint64(len(k.trees)))
+		for h := range k.trees {
+			buf = append(buf, h[:]...)
+		}
+	} else {
+		buf = append(buf, plumbing.ZeroHash[:]...)
+		buf = binary.AppendUvarint(buf, 0)
+	}
 	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
 
 	f, err := os.CreateTemp(filepath.Dir(c.path), filepath.Base(c.path)+".tmp*")
