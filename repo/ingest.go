@@ -254,7 +254,7 @@ func streamError(err error, gz bool, entry string) error {
 
 // limitReader fails with too_large once more than left bytes are read.
 type limitReader struct {
-	r    io.Reader
+	r     io.Reader
 	left  int64
 	max   int64
 	zeros int // zero bytes read since the last non-zero byte (or reset)

@@ -40,6 +40,9 @@ type Network struct {
 	refMu   sync.Mutex // serialises ref mirror writes
 
 	cache cache.Object // goroutine-safe LRU shared by all packs
+
+	ascentMu    sync.Mutex
+	ascentCache map[plumbing.Hash]ascentInfo // see ascent in receive.go
 }
 
 // pack is one packfile with its in-memory index.

@@ -76,6 +76,9 @@ func (p *pack) size(h plumbing.Hash) (int64, error) {
 }
 
 func (n *Network) looseObject(h plumbing.Hash) (plumbing.EncodedObject, error) {
+	if obj, ok := n.cache.Get(h); ok {
+		return obj, nil
+	}
 	b, err := os.ReadFile(n.loosePath(h))
 	if err != nil {
 		if os.IsNotExist(err) {
@@ -101,6 +104,7 @@ func (n *Network) looseObject(h plumbing.Hash) (plumbing.EncodedObject, error) {
 	if obj.Hash() != h {
 		return nil, fmt.Errorf("loose object %s: content hashes to %s", h, obj.Hash())
 	}
+	n.cache.Put(obj) // immutable: safe to share
 	return obj, nil
 }
 

@@ -1,0 +1,362 @@
+package repo
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// ReceivePack reads a packfile built by a client (an incremental push),
+// validates it and stores its objects with WriteObjects. Ref deltas may
+// refer to objects already stored (thin packs).
+//
+// Every tree must be canonical (git's sort order, unique names, valid
+// modes), its entry names must pass the path rules of ValidatePath, every
+// entry it names (except gitlinks) must exist in the pack or the store
+// with the right type, symlink targets (the blobs of 120000 entries) must
+// be relative and must not leave the tree they are checked out in; every
+// commit's tree and parents must exist. Returns invalid_argument for a
+// corrupt or invalid pack and too_large over lim (MaxUploadBytes for the
+// pack and for its inflated objects, MaxFileBytes per blob, MaxFiles
+// objects); nothing is written then.
+func (n *Network) ReceivePack(r io.Reader, lim Limits) (WriteStats, error) {
+	lim = lim.withDefaults()
+	data, err := io.ReadAll(io.LimitReader(r, lim.MaxUploadBytes+1))
+	if err != nil {
+		return WriteStats{}, fmt.Errorf("receive pack: %w", err)
+	}
+	if int64(len(data)) > lim.MaxUploadBytes {
+		return WriteStats{}, lockstep.Errorf(lockstep.ETOOLARGE, "pack is larger than %d bytes", lim.MaxUploadBytes)
+	}
+	if len(data) < 32 || string(data[:4]) != "PACK" {
+		return WriteStats{}, lockstep.Errorf(lockstep.EINVALID, "not a git packfile")
+	}
+	if count := binary.BigEndian.Uint32(data[8:12]); int64(count) > int64(lim.MaxFiles) {
+		return WriteStats{}, lockstep.Errorf(lockstep.ETOOLARGE, "pack has %d objects, over the limit of %d", count, lim.MaxFiles)
+	}
+	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}, lim: lim}
+	parser, err := packfile.NewParserWithStorage(packfile.NewScanner(bytes.NewReader(data)), ov)
+	if err != nil {
+		return WriteStats{}, fmt.Errorf("receive pack: %w", err)
+	}
+	if _, err := parser.Parse(); err != nil {
+		var le *lockstep.Error
+		if errors.As(err, &le) {
+			return WriteStats{}, le
+		}
+		if errors.Is(err, packfile.ErrReferenceDeltaNotFound) || errors.Is(err, plumbing.ErrObjectNotFound) {
+			return WriteStats{}, lockstep.Errorf(lockstep.EINVALID, "pack has a delta against an object that is neither in the pack nor stored")
+		}
+		return WriteStats{}, lockstep.Errorf(lockstep.EINVALID, "corrupt packfile: %v", err)
+	}
+	if err := n.validateObjects(ov); err != nil {
+		return WriteStats{}, err
+	}
+	return n.WriteObjects(ov.order)
+}
+
+// overlay is the storer the pack parser writes into: parsed objects stay
+// in memory, reads fall through to the Network (for thin-pack bases).
+type overlay struct {
+	n     *Network
+	objs  map[plumbing.Hash]plumbing.EncodedObject
+	order []plumbing.EncodedObject
+	lim    Limits
+	bytes  int64
+	ascent map[plumbing.Hash]ascentInfo
+}
+
+func (o *overlay) NewEncodedObject() plumbing.EncodedObject { return &plumbing.MemoryObject{} }
+
+func (o *overlay) SetEncodedObject(obj plumbing.EncodedObject) (plumbing.Hash, error) {
+	h := obj.Hash()
+	if obj.Type() == plumbing.BlobObject && obj.Size() > o.lim.MaxFileBytes {
+		return h, lockstep.Errorf(lockstep.ETOOLARGE, "blob %s is %d bytes, over the %d-byte limit", h, obj.Size(), o.lim.MaxFileBytes)
+	}
+	if _, ok := o.objs[h]; ok {
+		return h, nil
+	}
+	o.bytes += obj.Size()
+	if o.bytes > o.lim.MaxUploadBytes {
+		return h, lockstep.Errorf(lockstep.ETOOLARGE, "pack inflates to more than %d bytes", o.lim.MaxUploadBytes)
+	}
+	o.objs[h] = obj
+	o.order = append(o.order, obj)
+	return h, nil
+}
+
+func (o *overlay) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	obj, ok := o.objs[h]
+	if !ok {
+		var err error
+		if obj, err = o.n.object(h); err != nil {
+			return nil, err
+		}
+	}
+	if t != plumbing.AnyObject && obj.Type() != t {
+		return nil, plumbing.ErrObjectNotFound
+	}
+	return obj, nil
+}
+
+func (o *overlay) IterEncodedObjects(plumbing.ObjectType) (storer.EncodedObjectIter, error) {
+	return nil, errors.New("not supported")
+}
+
+func (o *overlay) HasEncodedObject(h plumbing.Hash) error {
+	if _, ok := o.objs[h]; ok || o.n.has(h) {
+		return nil
+	}
+	return plumbing.ErrObjectNotFound
+}
+
+func (o *overlay) EncodedObjectSize(h plumbing.Hash) (int64, error) {
+	obj, err := o.EncodedObject(plumbing.AnyObject, h)
+	if err != nil {
+		return 0, err
+	}
+	return obj.Size(), nil
+}
+
+func (o *overlay) AddAlternate(string) error { return errors.New("not supported") }
+
+// typeOf returns the type of h in the overlay or the store.
+func (o *overlay) typeOf(h plumbing.Hash) (plumbing.ObjectType, bool) {
+	if obj, ok := o.objs[h]; ok {
+		return obj.Type(), true
+	}
+	obj, err := o.n.object(h)
+	if err != nil {
+		return plumbing.InvalidObject, false
+	}
+	return obj.Type(), true
+}
+
+func invalidObject(h plumbing.Hash, format string, args ...any) error {
+	return lockstep.Errorf(lockstep.EINVALID, "object %s: %s", h, fmt.Sprintf(format, args...))
+}
+
+// validateObjects checks every object of the overlay (see ReceivePack).
+func (n *Network) validateObjects(ov *overlay) error {
+	trees := map[plumbing.Hash]*object.Tree{}
+	referenced := map[plumbing.Hash]bool{}
+	var roots []plumbing.Hash // commit trees: may be stored trees used at a new depth
+	for _, obj := range ov.order {
+		h := obj.Hash()
+		switch obj.Type() {
+		case plumbing.TreeObject:
+			t, err := decodeCanonicalTree(obj)
+			if err != nil {
+				return err
+			}
+			for _, e := range t.Entries {
+				if e.Mode == filemode.Submodule {
+					continue
+				}
+				want := plumbing.BlobObject
+				if e.Mode == filemode.Dir {
+					want = plumbing.TreeObject
+					referenced[e.Hash] = true
+				}
+				got, ok := ov.typeOf(e.Hash)
+				if !ok {
+					return invalidObject(h, "entry %q names %s, which is neither in the pack nor stored", e.Name, e.Hash)
+				}
+				if got != want {
+					return invalidObject(h, "entry %q (mode %s) names a %s", e.Name, e.Mode, got)
+				}
+				if e.Mode == filemode.Symlink {
+					target, _ := ov.EncodedObject(plumbing.BlobObject, e.Hash)
+					if err := checkSymlinkTarget(e.Name, symlinkTarget(target)); err != nil {
+						return invalidObject(h, "%s", lockstep.ErrorMessage(err))
+					}
+				}
+			}
+			trees[h] = t
+		case plumbing.CommitObject:
+			c := &object.Commit{}
+			if err := c.Decode(obj); err != nil {
+				return invalidObject(h, "corrupt commit: %v", err)
+			}
+			if typ, ok := ov.typeOf(c.TreeHash); !ok || typ != plumbing.TreeObject {
+				return invalidObject(h, "commit tree %s is missing or not a tree", c.TreeHash)
+			}
+			roots = append(roots, c.TreeHash)
+			for _, p := range c.ParentHashes {
+				if typ, ok := ov.typeOf(p); !ok || typ != plumbing.CommitObject {
+					return invalidObject(h, "parent %s is missing or not a commit", p)
+				}
+			}
+		case plumbing.TagObject:
+			t := &object.Tag{}
+			if err := t.Decode(obj); err != nil {
+				return invalidObject(h, "corrupt tag: %v", err)
+			}
+			if _, ok := ov.typeOf(t.Target); !ok {
+				return invalidObject(h, "tag target %s is missing", t.Target)
+			}
+		case plumbing.BlobObject:
+		default:
+			return invalidObject(h, "unexpected object type %s", obj.Type())
+		}
+	}
+	// Symlinks must stay inside the tree at the depth they are checked
+	// out. A commit's tree (even one already stored, e.g. a former
+	// subtree) and any tree of the pack not contained in another one may
+	// be checked out as a root, so nothing in it may climb above it.
+	for h := range trees {
+		if !referenced[h] {
+			roots = append(roots, h)
+		}
+	}
+	for _, h := range roots {
+		up, where, err := n.ascent(ov, h, 0)
+		if err != nil {
+			return err
+		}
+		if up > 0 {
+			return invalidObject(h, "symlink %q escapes the tree (as a root tree)", where)
+		}
+	}
+	return nil
+}
+
+// decodeCanonicalTree decodes a tree and checks that it is exactly what
+// git writes: known modes, valid unique names, sorted.
+func decodeCanonicalTree(obj plumbing.EncodedObject) (*object.Tree, error) {
+	h := obj.Hash()
+	t := &object.Tree{}
+	if err := t.Decode(obj); err != nil {
+		return nil, invalidObject(h, "corrupt tree: %v", err)
+	}
+	prev := ""
+	names := make(map[string]bool, len(t.Entries))
+	for i, e := range t.Entries {
+		switch e.Mode {
+		case filemode.Regular, filemode.Executable, filemode.Symlink, filemode.Dir, filemode.Submodule:
+		default:
+			return nil, invalidObject(h, "entry %q has invalid mode %o", e.Name, uint32(e.Mode))
+		}
+		if err := validateComponent(e.Name); err != nil {
+			return nil, invalidObject(h, "entry %q: %s", e.Name, err.Message)
+		}
+		if names[e.Name] {
+			return nil, invalidObject(h, "duplicate entry %q", e.Name)
+		}
+		names[e.Name] = true
+		key := e.Name
+		if e.Mode == filemode.Dir {
+			key += "/"
+		}
+		if i > 0 && key <= prev {
+			return nil, invalidObject(h, "entries not in git order at %q", e.Name)
+		}
+		prev = key
+	}
+	// Modes like "040000" or "100664" decode to the same FileMode: the
+	// canonical encoding must hash back to the object.
+	re := &plumbing.MemoryObject{}
+	if err := t.Encode(re); err != nil || re.Hash() != h {
+		return nil, invalidObject(h, "tree is not in canonical form (non-standard mode or encoding)")
+	}
+	return t, nil
+}
+
+// ascent returns how many levels above tree h the symlinks inside it
+// (at any depth) reach, resolved lexically from each link's directory, and
+// the path of the worst link. Results of trees already stored are cached
+// (trees are immutable).
+func (n *Network) ascent(ov *overlay, h plumbing.Hash, depth int) (int, string, error) {
+	if depth > 1000 {
+		return 0, "", invalidObject(h, "trees nested too deeply")
+	}
+	if a, ok := ov.ascent[h]; ok {
+		return a.up, a.where, nil
+	}
+	if _, inPack := ov.objs[h]; !inPack {
+		n.ascentMu.Lock()
+		a, ok := n.ascentCache[h]
+		n.ascentMu.Unlock()
+		if ok {
+			return a.up, a.where, nil
+		}
+	}
+	obj, err := ov.EncodedObject(plumbing.TreeObject, h)
+	if err != nil {
+		return 0, "", invalidObject(h, "tree missing")
+	}
+	t := &object.Tree{}
+	if err := t.Decode(obj); err != nil {
+		return 0, "", invalidObject(h, "corrupt tree: %v", err)
+	}
+	up, where := 0, ""
+	for _, e := range t.Entries {
+		switch e.Mode {
+		case filemode.Dir:
+			u, w, err := n.ascent(ov, e.Hash, depth+1)
+			if err != nil {
+				return 0, "", err
+			}
+			if u-1 > up {
+				up, where = u-1, e.Name+"/"+w
+			}
+		case filemode.Symlink:
+			b, err := ov.EncodedObject(plumbing.BlobObject, e.Hash)
+			if err != nil {
+				return 0, "", invalidObject(h, "symlink %q: target blob missing", e.Name)
+			}
+			if u := climb(symlinkTarget(b)); u > up {
+				up, where = u, e.Name
+			}
+		}
+	}
+	if ov.ascent == nil {
+		ov.ascent = map[plumbing.Hash]ascentInfo{}
+	}
+	ov.ascent[h] = ascentInfo{up, where}
+	if _, inPack := ov.objs[h]; !inPack {
+		n.ascentMu.Lock()
+		if n.ascentCache == nil {
+			n.ascentCache = map[plumbing.Hash]ascentInfo{}
+		}
+		n.ascentCache[h] = ascentInfo{up, where}
+		n.ascentMu.Unlock()
+	}
+	return up, where, nil
+}
+
+type ascentInfo struct {
+	up    int
+	where string
+}
+
+// climb returns how many levels above its own directory a relative
+// symlink target reaches at its highest point.
+func climb(target string) int {
+	level, worst := 0, 0
+	for c := range strings.SplitSeq(target, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			level--
+			if -level > worst {
+				worst = -level
+			}
+		default:
+			level++
+		}
+	}
+	return worst
+}
+
