@@ -1,0 +1,184 @@
+// Package auth issues and checks API keys. A key is
+// "lsk_<8 hex>_<43 chars of base64url>": the first part is a visible prefix
+// used to find the stored row; only the SHA-256 of the whole key is stored,
+// and it is compared in constant time. SHA-256 (not a slow KDF) is right
+// here because the secret has 256 bits of entropy: there is nothing to
+// brute-force. The service creates an admin key on first start and writes
+// it to <data>/admin.key with mode 0600; the secret is shown once and never
+// logged.
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// Service manages API keys.
+type Service struct {
+	store lockstep.Store
+	now   func() time.Time
+
+	mu      sync.Mutex
+	touched map[string]time.Time // key id → last time last_used_at was written
+}
+
+// New returns a key service. now may be nil (time.Now).
+func New(store lockstep.Store, now func() time.Time) *Service {
+	if now == nil {
+		now = time.Now
+	}
+	return &Service{store: store, now: now, touched: map[string]time.Time{}}
+}
+
+// System is the actor of operations the service does by itself.
+var System = &lockstep.Key{ID: "system", Name: "system", Role: lockstep.RoleAdmin}
+
+// Generate returns a new secret and its parts.
+func Generate() (secret, prefix string, hash []byte) {
+	var p [4]byte
+	var s [32]byte
+	rand.Read(p[:])
+	rand.Read(s[:])
+	prefix = "lsk_" + hex.EncodeToString(p[:])
+	secret = prefix + "_" + base64.RawURLEncoding.EncodeToString(s[:])
+	sum := sha256.Sum256([]byte(secret))
+	return secret, prefix, sum[:]
+}
+
+// Create issues a key; the returned secret is shown once.
+func (s *Service) Create(ctx context.Context, actor *lockstep.Key, name, role string) (*lockstep.Key, string, error) {
+	if actor.Role != lockstep.RoleAdmin {
+		return nil, "", lockstep.Errorf(lockstep.EFORBIDDEN, "only an admin key may create keys")
+	}
+	if !lockstep.ValidRole(role) {
+		return nil, "", lockstep.Errorf(lockstep.EINVALID, "invalid role %q: want admin, agent, reviewer or ci", role)
+	}
+	if err := lockstep.ValidateName("key name", name); err != nil {
+		return nil, "", err
+	}
+	secret, prefix, hash := Generate()
+	k := &lockstep.Key{ID: "key_" + prefix[4:], Name: name, Role: role, Prefix: prefix, Hash: hash, CreatedAt: lockstep.TruncateTime(s.now())}
+	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "key.create",
+		Details: map[string]any{"key_id": k.ID, "name": name, "role": role}}
+	if err := s.store.CreateKey(ctx, k, entry); err != nil {
+		return nil, "", err
+	}
+	return k, secret, nil
+}
+
+// List returns every key (never secrets).
+func (s *Service) List(ctx context.Context, actor *lockstep.Key) ([]*lockstep.Key, error) {
+	if actor.Role != lockstep.RoleAdmin {
+		return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "only an admin key may list keys")
+	}
+	return s.store.ListKeys(ctx)
+}
+
+// Revoke revokes a key; it stops working at once.
+func (s *Service) Revoke(ctx context.Context, actor *lockstep.Key, id string) error {
+	if actor.Role != lockstep.RoleAdmin {
+		return lockstep.Errorf(lockstep.EFORBIDDEN, "only an admin key may revoke keys")
+	}
+	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "key.revoke", Details: map[string]any{"key_id": id}}
+	return s.store.RevokeKey(ctx, id, s.now(), entry)
+}
+
+// Authenticate returns the key a secret belongs to. Unknown, malformed and
+// revoked keys are all unauthenticated.
+func (s *Service) Authenticate(ctx context.Context, secret string) (*lockstep.Key, error) {
+	unauth := lockstep.Errorf(lockstep.EUNAUTH, "unknown or revoked API key")
+	parts := strings.SplitN(secret, "_", 3)
+	if len(parts) != 3 || parts[0] != "lsk" || len(parts[1]) != 8 {
+		return nil, unauth
+	}
+	k, err := s.store.KeyByPrefix(ctx, "lsk_"+parts[1])
+	if lockstep.ErrorCode(err) == lockstep.ENOTFOUND {
+		return nil, unauth
+	}
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(secret))
+	if subtle.ConstantTimeCompare(sum[:], k.Hash) != 1 || k.RevokedAt != nil {
+		return nil, unauth
+	}
+	s.touch(ctx, k)
+	return k, nil
+}
+
+// touch writes last_used_at at most once a minute per key, so that reads
+// do not each cost a write.
+func (s *Service) touch(ctx context.Context, k *lockstep.Key) {
+	now := s.now()
+	s.mu.Lock()
+	last, ok := s.touched[k.ID]
+	if ok && now.Sub(last) < time.Minute {
+		s.mu.Unlock()
+		return
+	}
+	s.touched[k.ID] = now
+	s.mu.Unlock()
+	_ = s.store.TouchKey(ctx, k.ID, now)
+}
+
+// Bootstrap creates an admin key when the store has none and writes it to
+// <dataDir>/admin.key (0600). It returns the file's path, or "" when keys
+// already existed.
+func (s *Service) Bootstrap(ctx context.Context, dataDir string) (string, error) {
+	n, err := s.store.CountKeys(ctx)
+	if err != nil {
+		return "", fmt.Errorf("count keys: %w", err)
+	}
+	if n > 0 {
+		return "", nil
+	}
+	k, secret, err := s.Create(ctx, System, "admin", lockstep.RoleAdmin)
+	if err != nil {
+		return "", fmt.Errorf("create admin key: %w", err)
+	}
+	path := filepath.Join(dataDir, "admin.key")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(secret+"\n"), 0o600); err != nil {
+		_ = s.store.RevokeKey(ctx, k.ID, s.now(), nil)
+		return "", fmt.Errorf("write admin key: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("write admin key: %w", err)
+	}
+	return path, nil
+}
+
+type ctxKey struct{}
+
+// WithKey returns ctx carrying the caller's key (request-scoped).
+func WithKey(ctx context.Context, k *lockstep.Key) context.Context {
+	return context.WithValue(ctx, ctxKey{}, k)
+}
+
+// FromContext returns the caller's key, or nil.
+func FromContext(ctx context.Context) *lockstep.Key {
+	k, _ := ctx.Value(ctxKey{}).(*lockstep.Key)
+	return k
+}
+
+// Require returns permission_denied unless k has one of roles.
+func Require(k *lockstep.Key, roles ...string) error {
+	for _, r := range roles {
+		if k.Role == r {
+			return nil
+		}
+	}
+	return lockstep.Errorf(lockstep.EFORBIDDEN, "role %s may not do this (needs %s)", k.Role, strings.Join(roles, " or "))
+}

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/client"
+)
+
+// clientFlags are shared by every client command.
+type clientFlags struct {
+	url, key, keyFile string
+	json              bool
+}
+
+func (c *clientFlags) declare(f *flagger) {
+	f.str(&c.url, "url", "LOCKSTEP_URL", "http://127.0.0.1:7070", "server URL")
+	f.str(&c.key, "key", "LOCKSTEP_KEY", "", "API key")
+	f.str(&c.keyFile, "key-file", "LOCKSTEP_KEY_FILE", "", "file holding the API key (e.g. lockstep-data/admin.key)")
+	f.fs.BoolVar(&c.json, "json", false, "print JSON (for agents and scripts)")
+}
+
+func (c *clientFlags) client() (*client.Client, error) {
+	key := c.key
+	if key == "" && c.keyFile != "" {
+		b, err := os.ReadFile(c.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("read key file: %w", err)
+		}
+		key = strings.TrimSpace(string(b))
+	}
+	if key == "" {
+		return nil, lockstep.Errorf(lockstep.EUNAUTH, "no API key: set LOCKSTEP_KEY (or --key, --key-file)")
+	}
+	return client.New(c.url, key), nil
+}
+
+// out prints v as JSON with --json, else calls human.
+func (c *clientFlags) out(e *env, v any, human func()) error {
+	if c.json {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	human()
+	return nil
+}
+
+func table(e *env, rows [][]string) {
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(w, strings.Join(r, "\t"))
+	}
+	w.Flush()
+}
+
+func short(oid string) string {
+	if len(oid) > 12 {
+		return oid[:12]
+	}
+	return oid
+}
+
+// setup parses flags for a client command and returns the client.
+func setup(name string, e *env, args []string, declare func(f *flagger)) (*clientFlags, *client.Client, []string, error) {
+	var cf clientFlags
+	f := newFlagger(name, e)
+	cf.declare(f)
+	if declare != nil {
+		declare(f)
+	}
+	if err := f.parse(args); err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := cf.client()
+	return &cf, c, f.fs.Args(), err
+}
+
+func cmdKeys(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep keys create --name N --role R | list | revoke ID")
+	}
+	switch args[0] {
+	case "create":
+		var name, role string
+		cf, c, _, err := setup("keys create", e, args[1:], func(f *flagger) {
+			f.fs.StringVar(&name, "name", "", "key name (shown as the author of its operations)")
+			f.fs.StringVar(&role, "role", "agent", "admin, agent, reviewer or ci")
+		})
+		if err != nil {
+			return err
+		}
+		k, err := c.CreateKey(ctx, name, role)
+		if err != nil {
+			return err
+		}
+		return cf.out(e, k, func() {
+			fmt.Fprintf(e.stdout, "created key %s (%s, role %s)\nsecret (shown once): %s\n", k.ID, k.Name, k.Role, k.Secret)
+		})
+	case "list":
+		cf, c, _, err := setup("keys list", e, args[1:], nil)
+		if err != nil {
+			return err
+		}
+		keys, err := c.Keys(ctx)
+		if err != nil {
+			return err
+		}
+		return cf.out(e, keys, func() {
+			rows := [][]string{{"ID", "NAME", "ROLE", "PREFIX", "CREATED", "LAST USED", "REVOKED"}}
+			for _, k := range keys {
+				used, revoked := "-", "-"
+				if k.LastUsedAt != nil {
+					used = k.LastUsedAt.Format("2006-01-02 15:04")
+				}
+				if k.RevokedAt != nil {
+					revoked = k.RevokedAt.Format("2006-01-02 15:04")
+				}
+				rows = append(rows, []string{k.ID, k.Name, k.Role, k.Prefix, k.CreatedAt.Format("2006-01-02 15:04"), used, revoked})
+			}
+			table(e, rows)
+		})
+	case "revoke":
+		cf, c, rest, err := setup("keys revoke", e, args[1:], nil)
+		if err != nil {
+			return err
+		}
+		if len(rest) != 1 {
+			return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep keys revoke KEY_ID")
+		}
+		if err := c.RevokeKey(ctx, rest[0]); err != nil {
+			return err
+		}
+		return cf.out(e, map[string]any{"revoked": rest[0]}, func() { fmt.Fprintf(e.stdout, "revoked %s\n", rest[0]) })
+	}
+	return lockstep.Errorf(lockstep.EINVALID, "unknown keys subcommand %q: want create, list or revoke", args[0])
+}
+
+func cmdOplog(ctx context.Context, e *env, args []string) error {
+	verify := len(args) > 0 && args[0] == "verify"
+	if verify {
+		args = args[1:]
+	}
+	var f lockstep.OpFilter
+	var after int64
+	cf, c, _, err := setup("oplog", e, args, func(fl *flagger) {
+		fl.fs.StringVar(&f.Repo, "repo", "", "only this repository")
+		fl.fs.StringVar(&f.KeyID, "key-id", "", "only this key")
+		fl.fs.Int64Var(&after, "after", 0, "entries after this sequence number")
+		fl.fs.IntVar(&f.Limit, "limit", 100, "at most this many entries")
+	})
+	if err != nil {
+		return err
+	}
+	if verify {
+		res, err := c.VerifyOplog(ctx)
+		if err != nil {
+			return err
+		}
+		err = cf.out(e, res, func() {
+			if res.OK {
+				fmt.Fprintf(e.stdout, "ok: %d entries, chain intact\n", res.Entries)
+			} else {
+				fmt.Fprintf(e.stdout, "BROKEN at entry %d of %d: %s\n", *res.FirstBad, res.Entries, res.Reason)
+			}
+		})
+		if err == nil && !res.OK {
+			return exitError(1)
+		}
+		return err
+	}
+	f.After = after
+	page, err := c.Oplog(ctx, f)
+	if err != nil {
+		return err
+	}
+	return cf.out(e, page, func() {
+		rows := [][]string{{"SEQ", "TIME", "KEY", "OP", "RESULT", "REPO", "REFS"}}
+		for _, en := range page.Entries {
+			var refs []string
+			for _, r := range en.Refs {
+				refs = append(refs, fmt.Sprintf("%s %s→%s", strings.TrimPrefix(r.Ref, "refs/heads/"), short(r.Old), short(r.New)))
+			}
+			rows = append(rows, []string{fmt.Sprint(en.Seq), en.Time.Format("2006-01-02 15:04:05"), en.KeyName, en.Op, en.Result, en.Repo, strings.Join(refs, ", ")})
+		}
+		table(e, rows)
+	})
+}
+
+func cmdRepo(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep repo create NAME [--default-branch B] | list | show NAME")
+	}
+	switch args[0] {
+	case "create":
+		var branch string
+		cf, c, rest, err := setup("repo create", e, args[1:], func(f *flagger) {
+			f.fs.StringVar(&branch, "default-branch", "main", "default branch")
+		})
+		if err != nil {
+			return err
+		}
+		if len(rest) != 1 {
+			return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep repo create NAME")
+		}
+		r, err := c.CreateRepo(ctx, rest[0], branch)
+		if err != nil {
+			return err
+		}
+		return cf.out(e, r, func() { fmt.Fprintf(e.stdout, "created repository %s (default branch %s)\n", r.Name, r.DefaultBranch) })
+	case "list":
+		cf, c, _, err := setup("repo list", e, args[1:], nil)
+		if err != nil {
+			return err
+		}
+		repos, err := c.Repos(ctx)
+		if err != nil {
+			return err
+		}
+		return cf.out(e, repos, func() {
+			rows := [][]string{{"NAME", "FORK OF", "STATUS", "OWNER", "DEFAULT"}}
+			for _, r := range repos {
+				rows = append(rows, []string{r.Name, r.ForkOf, r.Status, r.Owner, r.DefaultBranch})
+			}
+			table(e, rows)
+		})
+	case "show":
+		cf, c, rest, err := setup("repo show", e, args[1:], nil)
+		if err != nil {
+			return err
+		}
+		if len(rest) != 1 {
+			return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep repo show NAME")
+		}
+		r, err := c.Repo(ctx, rest[0])
+		if err != nil {
+			return err
+		}
+		return cf.out(e, r, func() {
+			fmt.Fprintf(e.stdout, "name:     %s\nfork of:  %s\nstatus:   %s\nbranch:   %s\nhead:     %s\n", r.Name, r.ForkOf, r.Status, r.DefaultBranch, r.Head)
+		})
+	}
+	return lockstep.Errorf(lockstep.EINVALID, "unknown repo subcommand %q", args[0])
+}
+
+func cmdRefs(ctx context.Context, e *env, args []string) error {
+	cf, c, rest, err := setup("refs", e, args, nil)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep refs REPO")
+	}
+	refs, err := c.Refs(ctx, rest[0])
+	if err != nil {
+		return err
+	}
+	return cf.out(e, refs, func() {
+		for _, r := range refs {
+			fmt.Fprintf(e.stdout, "%s %s\n", r.OID, r.Name)
+		}
+	})
+}
+
+func cmdLog(ctx context.Context, e *env, args []string) error {
+	var ref, after string
+	var limit int
+	cf, c, rest, err := setup("log", e, args, func(f *flagger) {
+		f.fs.StringVar(&ref, "ref", "", "branch, oid or repo:branch (default: the default branch)")
+		f.fs.IntVar(&limit, "limit", 20, "at most this many commits")
+		f.fs.StringVar(&after, "after", "", "continue after this commit (paging)")
+	})
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep log REPO [--ref B] [--limit N]")
+	}
+	commits, next, err := c.Log(ctx, rest[0], ref, limit, after)
+	if err != nil {
+		return err
+	}
+	return cf.out(e, map[string]any{"commits": commits, "next_after": next}, func() {
+		for _, cm := range commits {
+			fmt.Fprintf(e.stdout, "%s %s %-12s %s\n", short(cm.Commit), cm.Time, cm.Author.Name, firstLine(cm.Message))
+		}
+	})
+}
+
+func cmdFork(ctx context.Context, e *env, args []string) error {
+	cf, c, rest, err := setup("fork", e, args, nil)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 2 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep fork BASE NAME")
+	}
+	res, err := c.Fork(ctx, rest[0], rest[1])
+	if err != nil {
+		return err
+	}
+	return cf.out(e, res, func() {
+		fmt.Fprintf(e.stdout, "workspace %s forked from %s at %s (%.2f ms)\n", res.Name, res.ForkOf, short(res.BaseCommit), res.DurationMS)
+	})
+}
+
+func cmdWorkspaces(ctx context.Context, e *env, args []string) error {
+	cf, c, rest, err := setup("workspaces", e, args, nil)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep workspaces BASE")
+	}
+	ws, err := c.Workspaces(ctx, rest[0])
+	if err != nil {
+		return err
+	}
+	return cf.out(e, ws, func() {
+		rows := [][]string{{"NAME", "OWNER", "STATUS", "TIP", "AHEAD", "BEHIND"}}
+		for _, w := range ws {
+			rows = append(rows, []string{w.Name, w.Owner, w.Status, short(w.Tip), fmt.Sprint(w.Ahead), fmt.Sprint(w.Behind)})
+		}
+		table(e, rows)
+	})
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

@@ -1,0 +1,122 @@
+// Command lockstep is the one Lockstep binary: `lockstep serve` runs the
+// service; every other subcommand is a client of its HTTP API (keys, repo,
+// push, rollback, log, checkout, fork, merge, sync, …). This package only
+// parses flags and environment and wires packages together.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		var ee exitError
+		if errors.As(err, &ee) {
+			os.Exit(int(ee))
+		}
+		fmt.Fprintln(os.Stderr, "lockstep:", err)
+		os.Exit(exitCode(err))
+	}
+}
+
+// exitError ends the process with a status and no message.
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// exitCode maps an error code to a process status, so scripts can tell a
+// lost compare-and-swap (3) from bad input (2) or anything else (1).
+func exitCode(err error) int {
+	switch lockstep.ErrorCode(err) {
+	case lockstep.EINVALID, lockstep.ETOOLARGE:
+		return 2
+	case lockstep.EREFCONFLICT, lockstep.EPRECONDITION:
+		return 3
+	case lockstep.EMERGECONFLICT:
+		return 4
+	case lockstep.EGATEFAILED:
+		return 5
+	}
+	return 1
+}
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, e *env, args []string) error
+}
+
+// env is what every subcommand gets: the environment and the streams.
+type env struct {
+	getenv func(string) string
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"serve":      {"run the service", cmdServe},
+		"migrate":    {"apply metadata schema migrations and exit", cmdMigrate},
+		"keys":       {"create | list | revoke API keys", cmdKeys},
+		"oplog":      {"read or verify the operations log", cmdOplog},
+		"repo":       {"create | list | show repositories", cmdRepo},
+		"push":       {"push a directory as a commit (incremental, compare-and-swap)", cmdPush},
+		"rollback":   {"new commit with an older commit's tree", cmdRollback},
+		"log":        {"list commits", cmdLog},
+		"checkout":   {"write a commit's tree into a fresh directory", cmdCheckout},
+		"refs":       {"list a repository's refs", cmdRefs},
+		"fork":       {"create a workspace (a ref-only fork)", cmdFork},
+		"workspaces": {"list a base repository's workspaces", cmdWorkspaces},
+		"merge":      {"preflight or materialize a merge", cmdMerge},
+		"sync":       {"merge the base branch into a workspace", cmdSync},
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	e := &env{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout, cmds)
+		return nil
+	}
+	c, ok := cmds[args[0]]
+	if !ok {
+		usage(stderr, cmds)
+		return lockstep.Errorf(lockstep.EINVALID, "unknown command %q", args[0])
+	}
+	return c.run(ctx, e, args[1:])
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintln(w, "usage: lockstep <command> [flags]\n\ncommands:")
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-11s %s\n", n, cmds[n].summary)
+	}
+	fmt.Fprintln(w, "\nclient commands read LOCKSTEP_URL (default http://127.0.0.1:7070) and LOCKSTEP_KEY;\nrun `lockstep <command> -h` for its flags.")
+}
+
+// envOr returns getenv(name) or def.
+func envOr(getenv func(string) string, name, def string) string {
+	if v := strings.TrimSpace(getenv(name)); v != "" {
+		return v
+	}
+	return def
+}

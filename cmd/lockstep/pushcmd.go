@@ -1,0 +1,413 @@
+package main
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/client"
+	"github.com/lockstep-hq/lockstep/worktree"
+)
+
+// pushReport is what `lockstep push` prints.
+type pushReport struct {
+	client.PushResult
+	Files       int     `json:"files"`
+	Hashed      int     `json:"hashed"`
+	ObjectsSent int     `json:"objects_sent"`
+	BytesSent   int64   `json:"bytes_sent"`
+	RoundTrips  int     `json:"round_trips"`
+	TotalMS     float64 `json:"total_ms"`
+	ScanMS      float64 `json:"scan_ms"`
+	ServerMS    float64 `json:"server_ms"`
+}
+
+func cmdPush(ctx context.Context, e *env, args []string) error {
+	var repoName, branch, expect, message, author string
+	var expectCurrent, force, allowEmpty, quiet bool
+	cf, c, rest, err := setup("push", e, args, func(f *flagger) {
+		f.fs.StringVar(&repoName, "repo", "", "repository or workspace (required)")
+		f.fs.StringVar(&branch, "branch", "", "branch (default: the repository's default branch)")
+		f.fs.StringVar(&expect, "expect", "", "compare-and-swap: the oid the branch must still have (40 zeros: must not exist)")
+		f.fs.BoolVar(&expectCurrent, "expect-current", false, "read the branch's current oid and push only if it is still that")
+		f.fs.BoolVar(&force, "force", false, "write an existing branch without --expect")
+		f.fs.StringVar(&message, "message", "", "commit message")
+		f.fs.StringVar(&author, "author", "", `commit author "Name <email>" (default: the key's name)`)
+		f.fs.BoolVar(&allowEmpty, "allow-empty", false, "commit even if the tree did not change")
+		f.fs.BoolVar(&quiet, "quiet", false, "no progress output")
+	})
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 || repoName == "" {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep push DIR --repo R [--branch B] [--expect OID | --expect-current]")
+	}
+	if expect != "" && expectCurrent {
+		return lockstep.Errorf(lockstep.EINVALID, "--expect and --expect-current exclude each other")
+	}
+	start := time.Now()
+	rep, err := pushDir(ctx, c, rest[0], repoName, client.WriteOptions{Branch: branch, ExpectOID: expect, Force: force,
+		Message: message, Author: author, AllowEmpty: allowEmpty}, expectCurrent, progressTo(e, cf.json || quiet))
+	if err != nil {
+		return err
+	}
+	rep.TotalMS = msSince(start)
+	return cf.out(e, rep, func() {
+		verb := "pushed"
+		if !rep.Changed {
+			verb = "unchanged"
+		}
+		fmt.Fprintf(e.stdout, "%s %s@%s\ncommit  %s\ntree    %s\nobjects %d sent (%d B), %d written on the server (%d B)\nfiles   %d scanned, %d hashed\ntime    %.1f ms (scan %.1f ms, server %.1f ms, %d round trips)\n",
+			verb, repoName, rep.Branch, rep.Commit, rep.Tree, rep.ObjectsSent, rep.BytesSent, rep.ObjectsWritten, rep.BytesWritten,
+			rep.Files, rep.Hashed, rep.TotalMS, rep.ScanMS, rep.ServerMS, rep.RoundTrips)
+	})
+}
+
+func progressTo(e *env, quiet bool) func(objects int, bytes int64) {
+	if quiet {
+		return nil
+	}
+	return func(objects int, bytes int64) {
+		if bytes >= 1<<20 {
+			fmt.Fprintf(e.stderr, "\ruploading: %d objects, %.1f MiB", objects, float64(bytes)/(1<<20))
+		}
+	}
+}
+
+// pushDir is the incremental push: scan with the stat cache, ask the
+// server which objects it lacks (top-down, one round trip per tree level
+// that changed), upload one pack of those, then move the branch by
+// compare-and-swap to the new tree.
+func pushDir(ctx context.Context, c *client.Client, dir, repoName string, o client.WriteOptions, expectCurrent bool, progress func(int, int64)) (*pushReport, error) {
+	rep := &pushReport{}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "push: %v", err)
+	}
+	if !st.IsDir() {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "push: %s is not a directory", dir)
+	}
+	if expectCurrent {
+		if o.Branch == "" {
+			r, err := c.Repo(ctx, repoName)
+			if err != nil {
+				return nil, err
+			}
+			o.Branch = r.DefaultBranch
+		}
+		cur, err := c.Ref(ctx, repoName, o.Branch)
+		if err != nil {
+			return nil, err
+		}
+		rep.RoundTrips++
+		o.ExpectOID = cur
+		if cur == "" {
+			o.ExpectOID = lockstep.ZeroOID
+		}
+	}
+	t0 := time.Now()
+	cache, err := worktree.OpenStatCache(filepath.Join(dir, ".lockstep", "statcache"))
+	if err != nil {
+		return nil, err
+	}
+	snap, err := worktree.Scan(dir, worktree.ScanOptions{Cache: cache})
+	if err != nil {
+		return nil, err
+	}
+	rep.ScanMS = msSince(t0)
+	rep.Files, rep.Hashed = snap.Files, snap.Hashed
+	t1 := time.Now()
+	missing, err := worktree.Plan(ctx, snap, func(ctx context.Context, oids []plumbing.Hash) ([]plumbing.Hash, error) {
+		rep.RoundTrips++
+		in := make([]string, len(oids))
+		for i, h := range oids {
+			in[i] = h.String()
+		}
+		out, err := c.Missing(ctx, repoName, in)
+		if err != nil {
+			return nil, err
+		}
+		hs := make([]plumbing.Hash, len(out))
+		for i, s := range out {
+			hs[i] = plumbing.NewHash(s)
+		}
+		return hs, nil
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(missing) > 0 {
+		pr, pw := io.Pipe()
+		go func() {
+			n, b, err := worktree.WritePack(snap, missing, pw, &worktree.PackOptions{Progress: progress})
+			rep.ObjectsSent, rep.BytesSent = n, b
+			pw.CloseWithError(err)
+		}()
+		_, err := c.UploadPack(ctx, repoName, pr)
+		pr.CloseWithError(err)
+		rep.RoundTrips++
+		if err != nil {
+			return nil, err
+		}
+	}
+	res, err := c.PushTree(ctx, repoName, snap.Tree.String(), o)
+	rep.RoundTrips++
+	if err != nil {
+		return nil, err
+	}
+	rep.ServerMS = msSince(t1)
+	rep.PushResult = *res
+	cache.SetPushed(snap.Tree)
+	if err := cache.Save(); err != nil {
+		return nil, fmt.Errorf("save stat cache: %w", err)
+	}
+	return rep, nil
+}
+
+func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
+
+func cmdRollback(ctx context.Context, e *env, args []string) error {
+	var repoName, branch, to, expect, message string
+	var expectCurrent, force bool
+	cf, c, _, err := setup("rollback", e, args, func(f *flagger) {
+		f.fs.StringVar(&repoName, "repo", "", "repository or workspace (required)")
+		f.fs.StringVar(&branch, "branch", "", "branch (default: the default branch)")
+		f.fs.StringVar(&to, "to", "", "revision whose tree to restore (required)")
+		f.fs.StringVar(&expect, "expect", "", "the oid the branch must still have")
+		f.fs.BoolVar(&expectCurrent, "expect-current", false, "read the current oid and roll back only if it is still that")
+		f.fs.BoolVar(&force, "force", false, "roll back without --expect")
+		f.fs.StringVar(&message, "message", "", "commit message")
+	})
+	if err != nil {
+		return err
+	}
+	if repoName == "" || to == "" {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep rollback --repo R --to REV [--branch B] [--expect OID | --expect-current]")
+	}
+	if expectCurrent {
+		if branch == "" {
+			r, err := c.Repo(ctx, repoName)
+			if err != nil {
+				return err
+			}
+			branch = r.DefaultBranch
+		}
+		if expect, err = c.Ref(ctx, repoName, branch); err != nil {
+			return err
+		}
+	}
+	res, err := c.Rollback(ctx, repoName, to, client.WriteOptions{Branch: branch, ExpectOID: expect, Force: force, Message: message})
+	if err != nil {
+		return err
+	}
+	return cf.out(e, res, func() {
+		fmt.Fprintf(e.stdout, "rolled back %s@%s to the tree of %s\ncommit %s\ntree   %s\nparent %s\n", repoName, res.Branch, to, res.Commit, res.Tree, res.Parent)
+	})
+}
+
+func cmdCheckout(ctx context.Context, e *env, args []string) error {
+	cf, c, rest, err := setup("checkout", e, args, nil)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 2 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep checkout REPO[@REV] DIR")
+	}
+	repoName, rev, _ := strings.Cut(rest[0], "@")
+	if rev == "" {
+		rev = "HEAD"
+		r, err := c.Repo(ctx, repoName)
+		if err != nil {
+			return err
+		}
+		rev = r.DefaultBranch
+	}
+	dir := rest[1]
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		return lockstep.Errorf(lockstep.EINVALID, "checkout: %s exists and is not empty", dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	start := time.Now()
+	pr, pw := io.Pipe()
+	var files int
+	done := make(chan error, 1)
+	go func() {
+		n, err := extractTar(pr, dir)
+		files = n
+		pr.CloseWithError(err)
+		done <- err
+	}()
+	commit, err := c.Archive(ctx, repoName, rev, pw)
+	pw.CloseWithError(err)
+	xerr := <-done
+	if err == nil {
+		err = xerr
+	}
+	if err != nil {
+		return err
+	}
+	res := map[string]any{"repo": repoName, "commit": commit, "dir": dir, "files": files, "duration_ms": msSince(start)}
+	return cf.out(e, res, func() {
+		fmt.Fprintf(e.stdout, "checked out %s@%s (%s) into %s: %d files\n", repoName, rev, short(commit), dir, files)
+	})
+}
+
+// extractTar writes an archive from the server into dir. Paths are checked
+// again here: a client never trusts a stream to stay inside dir.
+func extractTar(r io.Reader, dir string) (int, error) {
+	tr := tar.NewReader(r)
+	files := 0
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files, nil
+		}
+		if err != nil {
+			return files, fmt.Errorf("read archive: %w", err)
+		}
+		name := filepath.Clean(h.Name)
+		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+			return files, fmt.Errorf("archive entry %q escapes the directory", h.Name)
+		}
+		p := filepath.Join(dir, name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				return files, err
+			}
+		case tar.TypeSymlink:
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return files, err
+			}
+			if err := os.Symlink(h.Linkname, p); err != nil {
+				return files, err
+			}
+			files++
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return files, err
+			}
+			mode := os.FileMode(0o644)
+			if h.Mode&0o111 != 0 {
+				mode = 0o755
+			}
+			f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+			if err != nil {
+				return files, err
+			}
+			_, err = io.Copy(f, tr)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return files, err
+			}
+			files++
+		default:
+			return files, fmt.Errorf("archive entry %q has unsupported type %q", h.Name, h.Typeflag)
+		}
+	}
+}
+
+func cmdMerge(ctx context.Context, e *env, args []string) error {
+	var req client.MergeRequest
+	var repoName string
+	cf, c, _, err := setup("merge", e, args, func(f *flagger) {
+		f.fs.StringVar(&repoName, "repo", "", "repository whose branch receives the merge (required)")
+		f.fs.StringVar(&req.Ours, "ours", "", "branch to merge into (default: the default branch)")
+		f.fs.StringVar(&req.Theirs, "theirs", "", "oid, branch or repo:branch of the fork network (required)")
+		f.fs.BoolVar(&req.Preflight, "preflight", false, "compute only: write nothing")
+		f.fs.BoolVar(&req.Deep, "deep", false, "merge line by line inside files both sides changed")
+		f.fs.BoolVar(&req.Materialize, "materialize", false, "write the merge and move the branch")
+		f.fs.StringVar(&req.Message, "message", "", "merge commit message")
+		f.fs.StringVar(&req.OnConflict, "on-conflict", "", `"markers": write a commit with conflict markers to a side ref`)
+	})
+	if err != nil {
+		return err
+	}
+	if repoName == "" || req.Theirs == "" {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep merge --repo R --theirs REV [--ours B] (--preflight | --materialize) [--deep]")
+	}
+	raw, err := c.Merge(ctx, repoName, req)
+	if err != nil {
+		return err
+	}
+	return printMerge(e, cf, raw)
+}
+
+func cmdSync(ctx context.Context, e *env, args []string) error {
+	var expect string
+	cf, c, rest, err := setup("sync", e, args, func(f *flagger) {
+		f.fs.StringVar(&expect, "expect", "", "the oid the workspace branch must still have")
+	})
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep sync WORKSPACE [--expect OID]")
+	}
+	raw, err := c.Sync(ctx, rest[0], expect)
+	if err != nil {
+		return err
+	}
+	return printMerge(e, cf, raw)
+}
+
+func printMerge(e *env, cf *clientFlags, raw json.RawMessage) error {
+	var m struct {
+		Clean       bool   `json:"clean"`
+		FastForward bool   `json:"fast_forward"`
+		UpToDate    bool   `json:"up_to_date"`
+		MergeBase   string `json:"merge_base"`
+		Ours        string `json:"ours"`
+		Theirs      string `json:"theirs"`
+		Tree        string `json:"tree"`
+		Commit      string `json:"commit"`
+		SideRef     string `json:"side_ref"`
+		Conflicts   []struct {
+			Path string `json:"path"`
+			Kind string `json:"kind"`
+		} `json:"conflicts"`
+		DurationMS float64 `json:"duration_ms"`
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return err
+	}
+	if cf.json {
+		_, err := e.stdout.Write(append(raw, '\n'))
+		return err
+	}
+	state := "clean"
+	switch {
+	case !m.Clean:
+		state = fmt.Sprintf("%d conflicts", len(m.Conflicts))
+	case m.UpToDate:
+		state = "already up to date"
+	case m.FastForward:
+		state = "clean (fast-forward)"
+	}
+	fmt.Fprintf(e.stdout, "merge: %s\nbase   %s\nours   %s\ntheirs %s\ntree   %s\n", state, m.MergeBase, m.Ours, m.Theirs, m.Tree)
+	if m.Commit != "" {
+		fmt.Fprintf(e.stdout, "commit %s\n", m.Commit)
+	}
+	if m.SideRef != "" {
+		fmt.Fprintf(e.stdout, "markers written to %s\n", m.SideRef)
+	}
+	for _, cfl := range m.Conflicts {
+		fmt.Fprintf(e.stdout, "  %-14s %s\n", cfl.Kind, cfl.Path)
+	}
+	fmt.Fprintf(e.stdout, "time   %.2f ms\n", m.DurationMS)
+	return nil
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/sqlstore"
+	"github.com/lockstep-hq/lockstep/telemetry"
+	"github.com/lockstep-hq/lockstep/web"
+)
+
+// serveConfig is every setting of `lockstep serve`. Each is a flag and an
+// environment variable (the flag wins); the README lists them.
+type serveConfig struct {
+	Data              string
+	Addr              string
+	DatabaseURL       string
+	RedisURL          string
+	BranchDatabaseURL string
+	MaxUploadBytes    int64
+	MaxFileBytes      int64
+	MaxFiles          int
+	MaxJSONBytes      int64
+	Fsync             bool
+	LogLevel          string
+	ShutdownTimeout   time.Duration
+	MergeRetries      int
+}
+
+// flagger declares flags whose defaults come from the environment.
+type flagger struct {
+	fs     *flag.FlagSet
+	getenv func(string) string
+	errs   []error
+}
+
+func (f *flagger) str(p *string, name, env, def, help string) {
+	f.fs.StringVar(p, name, envOr(f.getenv, env, def), help+" (env "+env+")")
+}
+
+func (f *flagger) i64(p *int64, name, env string, def int64, help string) {
+	v, err := strconv.ParseInt(envOr(f.getenv, env, strconv.FormatInt(def, 10)), 10, 64)
+	if err != nil {
+		f.errs = append(f.errs, fmt.Errorf("%s: %w", env, err))
+	}
+	f.fs.Int64Var(p, name, v, help+" (env "+env+")")
+}
+
+func (f *flagger) int(p *int, name, env string, def int, help string) {
+	v, err := strconv.Atoi(envOr(f.getenv, env, strconv.Itoa(def)))
+	if err != nil {
+		f.errs = append(f.errs, fmt.Errorf("%s: %w", env, err))
+	}
+	f.fs.IntVar(p, name, v, help+" (env "+env+")")
+}
+
+func (f *flagger) bool(p *bool, name, env string, def bool, help string) {
+	v, err := strconv.ParseBool(envOr(f.getenv, env, strconv.FormatBool(def)))
+	if err != nil {
+		f.errs = append(f.errs, fmt.Errorf("%s: %w", env, err))
+	}
+	f.fs.BoolVar(p, name, v, help+" (env "+env+")")
+}
+
+func (f *flagger) dur(p *time.Duration, name, env string, def time.Duration, help string) {
+	v, err := time.ParseDuration(envOr(f.getenv, env, def.String()))
+	if err != nil {
+		f.errs = append(f.errs, fmt.Errorf("%s: %w", env, err))
+	}
+	f.fs.DurationVar(p, name, v, help+" (env "+env+")")
+}
+
+func (f *flagger) parse(args []string) error {
+	if err := f.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitError(0)
+		}
+		return exitError(2)
+	}
+	return errors.Join(f.errs...)
+}
+
+func newFlagger(name string, e *env) *flagger {
+	fs := flag.NewFlagSet("lockstep "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	return &flagger{fs: fs, getenv: e.getenv}
+}
+
+func (c *serveConfig) declare(f *flagger) {
+	f.str(&c.Data, "data", "LOCKSTEP_DATA", "./lockstep-data", "data directory: git object stores, SQLite metadata, admin.key")
+	f.str(&c.Addr, "addr", "LOCKSTEP_ADDR", "127.0.0.1:7070", "listen address")
+	f.str(&c.DatabaseURL, "database-url", "LOCKSTEP_DATABASE_URL", "", "postgres:// URL for metadata; empty = embedded SQLite in the data directory")
+	f.str(&c.RedisURL, "redis-url", "LOCKSTEP_REDIS_URL", "", "redis:// URL shared by replicas; empty = none")
+	f.str(&c.BranchDatabaseURL, "branch-database-url", "LOCKSTEP_BRANCH_DATABASE_URL", "", "postgres:// URL of a server where Lockstep may create branch databases; empty = database branching off")
+	f.i64(&c.MaxUploadBytes, "max-upload-bytes", "LOCKSTEP_MAX_UPLOAD_BYTES", 512<<20, "largest worktree or pack upload (body and decompressed)")
+	f.i64(&c.MaxFileBytes, "max-file-bytes", "LOCKSTEP_MAX_FILE_BYTES", 100<<20, "largest single file in an upload")
+	f.int(&c.MaxFiles, "max-files", "LOCKSTEP_MAX_FILES", 100_000, "most entries in one upload")
+	f.i64(&c.MaxJSONBytes, "max-json-bytes", "LOCKSTEP_MAX_JSON_BYTES", 1<<20, "largest JSON request body")
+	f.bool(&c.Fsync, "fsync", "LOCKSTEP_FSYNC", true, "fsync objects and mirrored refs before a ref moves")
+	f.str(&c.LogLevel, "log-level", "LOCKSTEP_LOG_LEVEL", "info", "debug, info, warn or error")
+	f.dur(&c.ShutdownTimeout, "shutdown-timeout", "LOCKSTEP_SHUTDOWN_TIMEOUT", 30*time.Second, "time in-flight requests get to finish on SIGINT/SIGTERM")
+	f.int(&c.MergeRetries, "merge-retries", "LOCKSTEP_MERGE_RETRIES", 8, "how often a materialize recomputes when the target branch moved meanwhile")
+}
+
+func (c *serveConfig) metadataURL() string {
+	if c.DatabaseURL != "" {
+		return c.DatabaseURL
+	}
+	return sqlstore.SQLitePath(c.Data)
+}
+
+func cmdMigrate(ctx context.Context, e *env, args []string) error {
+	var c serveConfig
+	f := newFlagger("migrate", e)
+	c.declare(f)
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	db, err := sqlstore.Open(ctx, c.metadataURL(), sqlstore.Options{Migrate: true})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	v, _, err := db.SchemaVersion()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "metadata schema (%s) at version %d\n", db.Dialect(), v)
+	return nil
+}
+
+func cmdServe(ctx context.Context, e *env, args []string) error {
+	var c serveConfig
+	f := newFlagger("serve", e)
+	c.declare(f)
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	a, err := startApp(ctx, &c, logger)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+
+	ln, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.Addr, err)
+	}
+	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	logger.Info("lockstep serving", "addr", ln.Addr().String(), "data", c.Data, "metadata", a.store.Dialect(),
+		"redis", c.RedisURL != "", "database_branching", c.BranchDatabaseURL != "")
+	if a.adminKeyPath != "" {
+		fmt.Fprintf(e.stdout, "created the first admin key: %s (mode 0600)\n", a.adminKeyPath)
+	}
+	fmt.Fprintf(e.stdout, "lockstep listening on http://%s\n", ln.Addr())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down: waiting for in-flight requests", "timeout", c.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// app is the wired service.
+type app struct {
+	store        *sqlstore.DB
+	repos        *forks.Service
+	handler      http.Handler
+	adminKeyPath string
+	closers      []func()
+}
+
+func (a *app) close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+}
+
+func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, error) {
+	a := &app{}
+	ok := false
+	defer func() {
+		if !ok {
+			a.close()
+		}
+	}()
+	if err := os.MkdirAll(c.Data, 0o755); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	shutdownTraces, err := telemetry.Setup(ctx, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		shutdownTraces(sctx)
+	})
+	db, err := sqlstore.Open(ctx, c.metadataURL(), sqlstore.Options{Migrate: true})
+	if err != nil {
+		return nil, err
+	}
+	a.store = db
+	a.closers = append(a.closers, func() { db.Close() })
+
+	var rdb *redis.Client
+	if c.RedisURL != "" {
+		opt, err := redis.ParseURL(c.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("LOCKSTEP_REDIS_URL: %w", err)
+		}
+		rdb = redis.NewClient(opt)
+		a.closers = append(a.closers, func() { rdb.Close() })
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = rdb.Ping(pctx).Err()
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("redis at LOCKSTEP_REDIS_URL does not answer: %w", err)
+		}
+	}
+	metrics := telemetry.NewMetrics()
+	keys := auth.New(db, nil)
+	a.adminKeyPath, err = keys.Bootstrap(ctx, c.Data)
+	if err != nil {
+		return nil, err
+	}
+	a.repos = forks.New(forks.Config{DataDir: c.Data, Fsync: c.Fsync, MergeRetries: c.MergeRetries,
+		Limits: repo.Limits{MaxUploadBytes: c.MaxUploadBytes, MaxFileBytes: c.MaxFileBytes, MaxFiles: c.MaxFiles}},
+		db, logger, metrics, nil)
+	a.closers = append(a.closers, func() { a.repos.Close() })
+	if err := a.repos.ResyncMirrors(ctx); err != nil {
+		return nil, fmt.Errorf("re-sync ref mirrors: %w", err)
+	}
+	srv := &web.Server{
+		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxUploadBytes: c.MaxUploadBytes},
+		Store:  db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos,
+	}
+	a.handler = srv.Handler()
+	ok = true
+	return a, nil
+}

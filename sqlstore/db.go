@@ -1,0 +1,257 @@
+// Package sqlstore implements lockstep.Store on SQLite (embedded default,
+// modernc.org/sqlite, no cgo) and on PostgreSQL (pgx v5 through
+// database/sql). Both dialects share every query; the schema differs only
+// where it must (migrations/sqlite, migrations/postgres). Driver errors are
+// translated to lockstep error codes here and nowhere else.
+//
+// Ref compare-and-swap is a conditional UPDATE in a transaction that also
+// appends the operations-log entry, so a ref never moves without its log
+// entry and a stale expectation never overwrites a newer value. The log's
+// hash chain is serialized by locking its single head row (SELECT … FOR
+// UPDATE on PostgreSQL; SQLite transactions here are BEGIN IMMEDIATE).
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/golang-migrate/migrate/v4"
+	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	migratesqlite "github.com/golang-migrate/migrate/v4/database/sqlite"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/migrations"
+)
+
+// DB is a metadata store on SQLite or PostgreSQL.
+type DB struct {
+	db      *sql.DB
+	dialect string // "sqlite" or "postgres"
+	tracer  trace.Tracer
+	now     func() time.Time
+}
+
+var _ lockstep.Store = (*DB)(nil)
+
+// Options configure Open.
+type Options struct {
+	// Migrate applies pending migrations (the service does at start-up).
+	Migrate bool
+	// Now is the clock (tests inject one); default time.Now.
+	Now func() time.Time
+}
+
+// IsPostgres reports whether a database URL selects PostgreSQL.
+func IsPostgres(dbURL string) bool {
+	return strings.HasPrefix(dbURL, "postgres://") || strings.HasPrefix(dbURL, "postgresql://")
+}
+
+// SQLitePath is the metadata file inside a data directory.
+func SQLitePath(dataDir string) string { return filepath.Join(dataDir, "lockstep.db") }
+
+// Open opens the store: PostgreSQL when dbURL is a postgres:// URL,
+// otherwise SQLite at the path dbURL (a plain path or sqlite://path).
+// It fails with a clear error when the schema is newer than this binary.
+func Open(ctx context.Context, dbURL string, opts Options) (*DB, error) {
+	s := &DB{tracer: otel.Tracer("lockstep/sqlstore"), now: opts.Now}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	var err error
+	if IsPostgres(dbURL) {
+		s.dialect = "postgres"
+		s.db, err = sql.Open("pgx", dbURL)
+		if err != nil {
+			return nil, fmt.Errorf("open postgres: %w", err)
+		}
+		s.db.SetMaxOpenConns(20)
+		s.db.SetMaxIdleConns(20)
+	} else {
+		s.dialect = "sqlite"
+		path := strings.TrimPrefix(dbURL, "sqlite://")
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("create metadata dir: %w", err)
+		}
+		// WAL with synchronous=NORMAL survives a process crash with every
+		// committed transaction; a power loss may lose the last commits but
+		// never breaks consistency, and objects are always written before
+		// the refs that name them. IMMEDIATE transactions serialize writers
+		// up front instead of failing with SQLITE_BUSY at commit.
+		q := url.Values{}
+		q.Add("_pragma", "busy_timeout(30000)")
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous(NORMAL)")
+		q.Add("_pragma", "foreign_keys(1)")
+		q.Add("_txlock", "immediate")
+		s.db, err = sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite: %w", err)
+		}
+		s.db.SetMaxOpenConns(8)
+		s.db.SetMaxIdleConns(8)
+	}
+	if err := s.db.PingContext(ctx); err != nil {
+		s.db.Close()
+		return nil, fmt.Errorf("connect to metadata database: %w", err)
+	}
+	if err := s.checkSchema(opts.Migrate); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Dialect returns "sqlite" or "postgres".
+func (s *DB) Dialect() string { return s.dialect }
+
+// SQL exposes the handle for tests that tamper with rows on purpose.
+func (s *DB) SQL() *sql.DB { return s.db }
+
+// Close closes the connection pool.
+func (s *DB) Close() error { return s.db.Close() }
+
+// Ping checks the database answers.
+func (s *DB) Ping(ctx context.Context) error {
+	ctx, span := s.start(ctx, "Ping")
+	defer span.End()
+	return s.db.PingContext(ctx)
+}
+
+func (s *DB) migrator() (*migrate.Migrate, error) {
+	src, err := migrations.FS(s.dialect)
+	if err != nil {
+		return nil, err
+	}
+	source, err := iofs.New(src, ".")
+	if err != nil {
+		return nil, fmt.Errorf("migration source: %w", err)
+	}
+	if s.dialect == "postgres" {
+		drv, err := migratepgx.WithInstance(s.db, &migratepgx.Config{})
+		if err != nil {
+			return nil, fmt.Errorf("migration driver: %w", err)
+		}
+		return migrate.NewWithInstance("iofs", source, "pgx5", drv)
+	}
+	drv, err := migratesqlite.WithInstance(s.db, &migratesqlite.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("migration driver: %w", err)
+	}
+	return migrate.NewWithInstance("iofs", source, "sqlite", drv)
+}
+
+// SchemaVersion returns the applied schema version (0 when empty).
+func (s *DB) SchemaVersion() (uint, bool, error) {
+	m, err := s.migrator()
+	if err != nil {
+		return 0, false, err
+	}
+	v, dirty, err := m.Version()
+	if errors.Is(err, migrate.ErrNilVersion) {
+		return 0, false, nil
+	}
+	return v, dirty, err
+}
+
+// Migrate applies pending migrations; no change is not an error.
+func (s *DB) Migrate() error { return s.checkSchema(true) }
+
+func (s *DB) checkSchema(apply bool) error {
+	m, err := s.migrator()
+	if err != nil {
+		return err
+	}
+	latest := migrations.Latest(s.dialect)
+	v, dirty, err := m.Version()
+	if err != nil && !errors.Is(err, migrate.ErrNilVersion) {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if v > latest {
+		return fmt.Errorf("metadata schema version %d is newer than this lockstep binary knows (%d): run a newer lockstep, or restore a backup", v, latest)
+	}
+	if dirty {
+		return fmt.Errorf("metadata schema version %d is dirty (a migration failed half-way): fix the database by hand, then force the version with golang-migrate", v)
+	}
+	if !apply {
+		if v < latest {
+			return fmt.Errorf("metadata schema version %d is older than this binary needs (%d): run `lockstep migrate`", v, latest)
+		}
+		return nil
+	}
+	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("migrate metadata schema: %w", err)
+	}
+	return nil
+}
+
+// start opens a span for a store call.
+func (s *DB) start(ctx context.Context, name string) (context.Context, trace.Span) {
+	return s.tracer.Start(ctx, "store."+name, trace.WithAttributes(attribute.String("db.system", s.dialect)))
+}
+
+// end records err on span and translates it.
+func end(span trace.Span, err error) error {
+	if err != nil && lockstep.ErrorCode(err) == lockstep.EINTERNAL {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	return err
+}
+
+// isUnique reports whether err is a unique-constraint violation.
+func isUnique(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "23505"
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+	}
+	return false
+}
+
+func micros(t time.Time) int64 { return t.UTC().UnixMicro() }
+
+func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func fromNullMicros(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromMicros(v.Int64)
+	return &t
+}
+
+// inTx runs fn in a transaction, committing on success.
+func (s *DB) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}

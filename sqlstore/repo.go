@@ -1,0 +1,256 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+const repoCols = `id, name, network, fork_of, default_branch, status, owner_key_id, owner_name, base_commit, created_at, updated_at`
+
+func scanRepo(row interface{ Scan(...any) error }) (*lockstep.Repo, error) {
+	var r lockstep.Repo
+	var c, u int64
+	if err := row.Scan(&r.ID, &r.Name, &r.Network, &r.ForkOf, &r.DefaultBranch, &r.Status, &r.OwnerKeyID, &r.OwnerName, &r.BaseCommit, &c, &u); err != nil {
+		return nil, err
+	}
+	r.CreatedAt, r.UpdatedAt = fromMicros(c), fromMicros(u)
+	return &r, nil
+}
+
+// CreateRepo inserts r with its initial refs and appends entry.
+func (s *DB) CreateRepo(ctx context.Context, r *lockstep.Repo, refs []lockstep.Ref, entry *lockstep.OpEntry) (err error) {
+	ctx, span := s.start(ctx, "CreateRepo")
+	defer func() { err = end(span, err) }()
+	now := s.now()
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = lockstep.TruncateTime(now)
+	}
+	r.UpdatedAt = r.CreatedAt
+	if r.Status == "" {
+		r.Status = lockstep.StatusActive
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `INSERT INTO repos (name, network, fork_of, default_branch, status, owner_key_id, owner_name, base_commit, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`,
+			r.Name, r.Network, r.ForkOf, r.DefaultBranch, r.Status, r.OwnerKeyID, r.OwnerName, r.BaseCommit, micros(r.CreatedAt), micros(r.UpdatedAt)).Scan(&r.ID)
+		if isUnique(err) {
+			return lockstep.Errorf(lockstep.ECONFLICT, "repository %s already exists", r.Name)
+		}
+		if err != nil {
+			return fmt.Errorf("insert repo: %w", err)
+		}
+		for _, ref := range refs {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO refs (repo_id, name, oid, updated_at) VALUES ($1, $2, $3, $4)`,
+				r.ID, ref.Name, ref.OID, micros(now)); err != nil {
+				return fmt.Errorf("insert ref: %w", err)
+			}
+		}
+		return s.appendOp(ctx, tx, entry)
+	})
+}
+
+// RepoByName finds a repository.
+func (s *DB) RepoByName(ctx context.Context, name string) (r *lockstep.Repo, err error) {
+	ctx, span := s.start(ctx, "RepoByName")
+	defer func() { err = end(span, err) }()
+	r, err = scanRepo(s.db.QueryRowContext(ctx, `SELECT `+repoCols+` FROM repos WHERE name = $1`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "repository %s not found", name)
+	}
+	return r, err
+}
+
+// ListRepos lists repositories by name.
+func (s *DB) ListRepos(ctx context.Context, f lockstep.RepoFilter) (out []*lockstep.Repo, err error) {
+	ctx, span := s.start(ctx, "ListRepos")
+	defer func() { err = end(span, err) }()
+	var where []string
+	var args []any
+	if f.ForkOf != "" {
+		args = append(args, f.ForkOf)
+		where = append(where, fmt.Sprintf("fork_of = $%d", len(args)))
+	}
+	if f.Network != "" {
+		args = append(args, f.Network)
+		where = append(where, fmt.Sprintf("network = $%d", len(args)))
+	}
+	q := `SELECT ` + repoCols + ` FROM repos`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	rows, err := s.db.QueryContext(ctx, q+" ORDER BY name", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanRepo(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// SetRepoStatus changes a repository's status and appends entry.
+func (s *DB) SetRepoStatus(ctx context.Context, repoID int64, status string, entry *lockstep.OpEntry) (err error) {
+	ctx, span := s.start(ctx, "SetRepoStatus")
+	defer func() { err = end(span, err) }()
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE repos SET status = $1, updated_at = $2 WHERE id = $3`, status, micros(s.now()), repoID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return lockstep.Errorf(lockstep.ENOTFOUND, "repository not found")
+		}
+		return s.appendOp(ctx, tx, entry)
+	})
+}
+
+// Refs lists a repository's refs.
+func (s *DB) Refs(ctx context.Context, repoID int64) (out []lockstep.Ref, err error) {
+	ctx, span := s.start(ctx, "Refs")
+	defer func() { err = end(span, err) }()
+	rows, err := s.db.QueryContext(ctx, `SELECT name, oid, updated_at FROM refs WHERE repo_id = $1 ORDER BY name`, repoID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r lockstep.Ref
+		var u int64
+		if err := rows.Scan(&r.Name, &r.OID, &u); err != nil {
+			return nil, err
+		}
+		r.UpdatedAt = fromMicros(u)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// AllRefs lists every ref keyed by repository name.
+func (s *DB) AllRefs(ctx context.Context) (out map[string][]lockstep.Ref, err error) {
+	ctx, span := s.start(ctx, "AllRefs")
+	defer func() { err = end(span, err) }()
+	rows, err := s.db.QueryContext(ctx, `SELECT r.name, f.name, f.oid, f.updated_at FROM repos r JOIN refs f ON f.repo_id = r.id ORDER BY r.name, f.name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out = map[string][]lockstep.Ref{}
+	for rows.Next() {
+		var repo string
+		var r lockstep.Ref
+		var u int64
+		if err := rows.Scan(&repo, &r.Name, &r.OID, &u); err != nil {
+			return nil, err
+		}
+		r.UpdatedAt = fromMicros(u)
+		out[repo] = append(out[repo], r)
+	}
+	return out, rows.Err()
+}
+
+// Ref returns one ref.
+func (s *DB) Ref(ctx context.Context, repoID int64, name string) (r lockstep.Ref, err error) {
+	ctx, span := s.start(ctx, "Ref")
+	defer func() { err = end(span, err) }()
+	var u int64
+	err = s.db.QueryRowContext(ctx, `SELECT name, oid, updated_at FROM refs WHERE repo_id = $1 AND name = $2`, repoID, name).Scan(&r.Name, &r.OID, &u)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, lockstep.Errorf(lockstep.ENOTFOUND, "ref %s not found", name)
+	}
+	r.UpdatedAt = fromMicros(u)
+	return r, err
+}
+
+// UpdateRefs applies every compare-and-swap atomically with the attempts
+// and the log entry.
+func (s *DB) UpdateRefs(ctx context.Context, updates []lockstep.RefUpdate, attempts []lockstep.AttemptRecord, entry *lockstep.OpEntry) (err error) {
+	ctx, span := s.start(ctx, "UpdateRefs")
+	defer func() { err = end(span, err) }()
+	now := micros(s.now())
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		for _, u := range updates {
+			var res sql.Result
+			var err error
+			switch {
+			case u.Old == lockstep.ZeroOID && u.New == lockstep.ZeroOID:
+				continue
+			case u.Old == lockstep.ZeroOID:
+				res, err = tx.ExecContext(ctx, `INSERT INTO refs (repo_id, name, oid, updated_at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
+					u.RepoID, u.Name, u.New, now)
+			case u.New == lockstep.ZeroOID:
+				res, err = tx.ExecContext(ctx, `DELETE FROM refs WHERE repo_id = $1 AND name = $2 AND oid = $3`, u.RepoID, u.Name, u.Old)
+			default:
+				res, err = tx.ExecContext(ctx, `UPDATE refs SET oid = $1, updated_at = $2 WHERE repo_id = $3 AND name = $4 AND oid = $5`,
+					u.New, now, u.RepoID, u.Name, u.Old)
+			}
+			if err != nil {
+				return fmt.Errorf("update ref %s: %w", u.Name, err)
+			}
+			if n, _ := res.RowsAffected(); n != 1 {
+				actual := lockstep.ZeroOID
+				err := tx.QueryRowContext(ctx, `SELECT oid FROM refs WHERE repo_id = $1 AND name = $2`, u.RepoID, u.Name).Scan(&actual)
+				if err != nil && !errors.Is(err, sql.ErrNoRows) {
+					return fmt.Errorf("read ref %s: %w", u.Name, err)
+				}
+				return RefConflict(u.Repo, u.Name, u.Old, actual)
+			}
+		}
+		for _, a := range attempts {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO attempts (repo_id, commit_oid, tree_oid, branch, op, key_name, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+				a.RepoID, a.Commit, a.Tree, a.Branch, a.Op, a.KeyName, now); err != nil {
+				return fmt.Errorf("insert attempt: %w", err)
+			}
+		}
+		return s.appendOp(ctx, tx, entry)
+	})
+}
+
+// RefConflict is the error of a failed compare-and-swap.
+func RefConflict(repo, ref, expected, actual string) error {
+	return lockstep.Errorf(lockstep.EREFCONFLICT, "%s %s is at %s, not %s", repo, ref, short(actual), short(expected)).
+		WithDetails(map[string]any{"ref": ref, "expected": expected, "actual": actual})
+}
+
+func short(oid string) string {
+	if oid == lockstep.ZeroOID {
+		return "nothing (it does not exist)"
+	}
+	if len(oid) > 12 {
+		return oid[:12]
+	}
+	return oid
+}
+
+// Attempts lists a workspace's attempts, newest first.
+func (s *DB) Attempts(ctx context.Context, repoID int64, limit int) (out []lockstep.Attempt, err error) {
+	ctx, span := s.start(ctx, "Attempts")
+	defer func() { err = end(span, err) }()
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, commit_oid, tree_oid, branch, op, key_name, created_at FROM attempts WHERE repo_id = $1 ORDER BY seq DESC LIMIT $2`, repoID, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a lockstep.Attempt
+		var c int64
+		if err := rows.Scan(&a.Seq, &a.Commit, &a.Tree, &a.Branch, &a.Op, &a.KeyName, &c); err != nil {
+			return nil, err
+		}
+		a.CreatedAt = fromMicros(c)
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}

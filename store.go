@@ -1,0 +1,98 @@
+package lockstep
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the metadata store: keys, the operations log, repositories and
+// their refs. It is the source of truth for branch heads because its
+// compare-and-swap is a conditional update inside a transaction that also
+// appends the operations-log entry announcing it. Implementations: package
+// sqlstore (SQLite and PostgreSQL), checked by one contract suite.
+type Store interface {
+	KeyStore
+	OpStore
+	RepoStore
+	// Ping checks that the store answers (used by /readyz).
+	Ping(ctx context.Context) error
+	Close() error
+}
+
+// KeyStore keeps API keys.
+type KeyStore interface {
+	// CreateKey inserts k and appends entry in the same transaction.
+	// Returns already_exists if the prefix is taken.
+	CreateKey(ctx context.Context, k *Key, entry *OpEntry) error
+	// KeyByPrefix returns not_found if no key has that prefix.
+	KeyByPrefix(ctx context.Context, prefix string) (*Key, error)
+	// ListKeys returns every key, revoked ones included, oldest first.
+	ListKeys(ctx context.Context) ([]*Key, error)
+	// RevokeKey marks a key revoked and appends entry. Returns not_found for
+	// an unknown id; revoking twice keeps the first time.
+	RevokeKey(ctx context.Context, id string, at time.Time, entry *OpEntry) error
+	// TouchKey records the key's last use.
+	TouchKey(ctx context.Context, id string, at time.Time) error
+	// CountKeys returns the number of keys that are not revoked.
+	CountKeys(ctx context.Context) (int, error)
+}
+
+// OpStore is the append-only, hash-chained operations log.
+type OpStore interface {
+	// AppendOp sets e.Seq, e.PrevHash and e.Hash and stores it. Concurrent
+	// appends form one linear chain.
+	AppendOp(ctx context.Context, e *OpEntry) error
+	// ListOps returns entries matching f, oldest first.
+	ListOps(ctx context.Context, f OpFilter) ([]*OpEntry, error)
+	// VerifyOps recomputes every hash from the stored fields and checks the
+	// links; FirstBad names the first entry that does not match.
+	VerifyOps(ctx context.Context) (VerifyResult, error)
+}
+
+// RefUpdate is one compare-and-swap of a ref. Old == ZeroOID means the ref
+// must not exist; New == ZeroOID deletes it.
+type RefUpdate struct {
+	RepoID int64
+	Repo   string
+	Name   string
+	Old    string
+	New    string
+}
+
+// RepoFilter selects repositories for listing.
+type RepoFilter struct {
+	ForkOf  string // only forks of this repository
+	Network string // only repositories of this fork network
+}
+
+// RepoStore keeps repositories, their refs and their attempts.
+type RepoStore interface {
+	// CreateRepo inserts r with its initial refs and appends entry, in one
+	// transaction. Returns already_exists if the name is taken.
+	CreateRepo(ctx context.Context, r *Repo, refs []Ref, entry *OpEntry) error
+	// RepoByName returns not_found for an unknown name.
+	RepoByName(ctx context.Context, name string) (*Repo, error)
+	// ListRepos returns repositories ordered by name.
+	ListRepos(ctx context.Context, f RepoFilter) ([]*Repo, error)
+	// SetRepoStatus changes a repository's status and appends entry.
+	SetRepoStatus(ctx context.Context, repoID int64, status string, entry *OpEntry) error
+	// Refs lists a repository's refs ordered by name.
+	Refs(ctx context.Context, repoID int64) ([]Ref, error)
+	// AllRefs lists every ref of every repository (used to re-sync the
+	// on-disk mirror at start-up), keyed by repository name.
+	AllRefs(ctx context.Context) (map[string][]Ref, error)
+	// Ref returns not_found when the ref does not exist.
+	Ref(ctx context.Context, repoID int64, name string) (Ref, error)
+	// UpdateRefs applies every update atomically, records attempts and
+	// appends entry, in one transaction. If any Old does not match, nothing
+	// changes and the error is ref_conflict with details expected/actual.
+	UpdateRefs(ctx context.Context, updates []RefUpdate, attempts []AttemptRecord, entry *OpEntry) error
+	// Attempts lists a workspace's attempts, newest first.
+	Attempts(ctx context.Context, repoID int64, limit int) ([]Attempt, error)
+}
+
+// AttemptRecord is an attempt to record with a ref update.
+type AttemptRecord struct {
+	RepoID int64
+	Attempt
+}

@@ -1,0 +1,107 @@
+package lockstep
+
+import "time"
+
+// Roles of API keys.
+const (
+	RoleAdmin    = "admin"    // everything, including keys and gate policies
+	RoleAgent    = "agent"    // creates workspaces, writes only the ones it owns
+	RoleReviewer = "reviewer" // reads everything, marks workspaces failed
+	RoleCI       = "ci"       // reads everything, posts check results
+)
+
+// ValidRole reports whether r is one of the four roles.
+func ValidRole(r string) bool {
+	switch r {
+	case RoleAdmin, RoleAgent, RoleReviewer, RoleCI:
+		return true
+	}
+	return false
+}
+
+// Key is an API key as stored: the secret itself is never kept, only its
+// hash. Prefix is the visible part ("lsk_ab12cd34") used to find the row.
+type Key struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name"`
+	Role       string     `json:"role"`
+	Prefix     string     `json:"prefix"`
+	Hash       []byte     `json:"-"`
+	CreatedAt  time.Time  `json:"created_at"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+}
+
+// RefMove is one ref moved by an operation. Old or New is ZeroOID for a
+// creation or a deletion.
+type RefMove struct {
+	Repo string `json:"repo"`
+	Ref  string `json:"ref"`
+	Old  string `json:"old"`
+	New  string `json:"new"`
+}
+
+// OpEntry is one entry of the operations log. Seq, PrevHash and Hash are set
+// by the store when the entry is appended.
+type OpEntry struct {
+	Seq        int64          `json:"seq"`
+	ID         string         `json:"id"`
+	Time       time.Time      `json:"time"`
+	KeyID      string         `json:"key_id"`
+	KeyName    string         `json:"key_name"`
+	Op         string         `json:"op"`
+	Result     string         `json:"result"`
+	ReadOnly   bool           `json:"read_only"`
+	Repo       string         `json:"repo,omitempty"`
+	Refs       []RefMove      `json:"refs,omitempty"`
+	Objects    int            `json:"objects"`
+	Bytes      int64          `json:"bytes"`
+	DurationUS int64          `json:"duration_us"`
+	TraceID    string         `json:"trace_id,omitempty"`
+	Follows    string         `json:"follows,omitempty"`
+	Details    map[string]any `json:"details,omitempty"`
+	PrevHash   string         `json:"prev_hash"`
+	Hash       string         `json:"hash"`
+}
+
+// Repo statuses. A base repository is "active"; a workspace moves from
+// active to promoted, failed or abandoned.
+const (
+	StatusActive    = "active"
+	StatusPromoted  = "promoted"
+	StatusFailed    = "failed"
+	StatusAbandoned = "abandoned"
+)
+
+// Repo is a repository: a named set of refs in a fork network.
+type Repo struct {
+	ID            int64     `json:"-"`
+	Name          string    `json:"name"`
+	Network       string    `json:"network"`
+	ForkOf        string    `json:"fork_of,omitempty"`
+	DefaultBranch string    `json:"default_branch"`
+	Status        string    `json:"status"`
+	OwnerKeyID    string    `json:"owner_key_id,omitempty"`
+	OwnerName     string    `json:"owner,omitempty"`
+	BaseCommit    string    `json:"base_commit,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
+}
+
+// Ref is a named pointer to a commit in one repository.
+type Ref struct {
+	Name      string    `json:"name"`
+	OID       string    `json:"oid"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Attempt is a commit pushed to a workspace; gate results attach to it.
+type Attempt struct {
+	Seq       int64     `json:"seq"`
+	Commit    string    `json:"commit"`
+	Tree      string    `json:"tree"`
+	Branch    string    `json:"branch"`
+	Op        string    `json:"op"`
+	KeyName   string    `json:"key"`
+	CreatedAt time.Time `json:"created_at"`
+}

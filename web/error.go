@@ -1,0 +1,121 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// statuses maps every error code to its HTTP status: the one table.
+var statuses = map[string]int{
+	lockstep.EINVALID:       http.StatusBadRequest,
+	lockstep.EUNAUTH:        http.StatusUnauthorized,
+	lockstep.EFORBIDDEN:     http.StatusForbidden,
+	lockstep.ENOTFOUND:      http.StatusNotFound,
+	lockstep.EREFCONFLICT:   http.StatusConflict,
+	lockstep.EMERGECONFLICT: http.StatusConflict,
+	lockstep.ECONFLICT:      http.StatusConflict,
+	lockstep.EGATEFAILED:    http.StatusPreconditionFailed,
+	lockstep.ETOOLARGE:      http.StatusRequestEntityTooLarge,
+	lockstep.EPRECONDITION:  http.StatusPreconditionRequired,
+	lockstep.EUNAVAILABLE:   http.StatusServiceUnavailable,
+	lockstep.EINTERNAL:      http.StatusInternalServerError,
+}
+
+// StatusOf returns the HTTP status of an error code.
+func StatusOf(code string) int {
+	if s, ok := statuses[code]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// writeError writes the JSON error envelope. Internal errors are logged
+// (via the request log) and shown only as "internal error".
+func writeError(c *gin.Context, err error) {
+	writeErrorStatus(c, 0, err)
+}
+
+func writeErrorStatus(c *gin.Context, status int, err error) {
+	code := lockstep.ErrorCode(err)
+	if status == 0 {
+		status = StatusOf(code)
+	}
+	c.Set("error", err.Error())
+	c.AbortWithStatusJSON(status, errorBody{Error: errorDetail{Code: code, Message: lockstep.ErrorMessage(err), Details: lockstep.ErrorDetails(err)}})
+}
+
+// decodeJSON reads a JSON body strictly: size-limited, unknown fields and
+// trailing data refused, every failure an invalid_argument envelope.
+func (s *Server) decodeJSON(c *gin.Context, v any) error {
+	if ct := c.ContentType(); ct != "" && ct != "application/json" {
+		return lockstep.Errorf(lockstep.EINVALID, "content type %q: want application/json", ct)
+	}
+	body := http.MaxBytesReader(c.Writer, c.Request.Body, s.Config.MaxJSONBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &mbe):
+			return lockstep.Errorf(lockstep.ETOOLARGE, "request body over %d bytes", s.Config.MaxJSONBytes)
+		case errors.Is(err, io.EOF):
+			return lockstep.Errorf(lockstep.EINVALID, "empty request body: want a JSON object")
+		case errors.As(err, &se):
+			return lockstep.Errorf(lockstep.EINVALID, "malformed JSON at byte %d: %v", se.Offset, err)
+		case errors.As(err, &te):
+			return lockstep.Errorf(lockstep.EINVALID, "field %q: want %s, got %s", te.Field, te.Type, te.Value)
+		case strings.HasPrefix(err.Error(), "json: unknown field"):
+			return lockstep.Errorf(lockstep.EINVALID, "unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		default:
+			return lockstep.Errorf(lockstep.EINVALID, "malformed JSON: %v", err)
+		}
+	}
+	if dec.More() {
+		return lockstep.Errorf(lockstep.EINVALID, "trailing data after the JSON object")
+	}
+	return nil
+}
+
+// queryInt parses an optional integer query parameter.
+func queryInt(c *gin.Context, name string, def int) (int, error) {
+	v := c.Query(name)
+	if v == "" {
+		return def, nil
+	}
+	var n int
+	if _, err := fmt.Sscan(v, &n); err != nil || n < 0 {
+		return 0, lockstep.Errorf(lockstep.EINVALID, "query parameter %s=%q: want a non-negative integer", name, v)
+	}
+	return n, nil
+}
+
+// queryBool parses an optional boolean query parameter.
+func queryBool(c *gin.Context, name string) (bool, error) {
+	switch strings.ToLower(c.Query(name)) {
+	case "", "0", "false", "no":
+		return false, nil
+	case "1", "true", "yes":
+		return true, nil
+	}
+	return false, lockstep.Errorf(lockstep.EINVALID, "query parameter %s=%q: want true or false", name, c.Query(name))
+}

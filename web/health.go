@@ -1,0 +1,40 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+func (s *Server) handleHealthz() gin.HandlerFunc {
+	return func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) }
+}
+
+// handleReadyz checks the metadata store and, when configured, Redis.
+func (s *Server) handleReadyz() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
+		defer cancel()
+		checks := gin.H{}
+		ok := true
+		if err := s.Store.Ping(ctx); err != nil {
+			checks["store"], ok = err.Error(), false
+		} else {
+			checks["store"] = "ok"
+		}
+		if s.Redis != nil {
+			if err := s.Redis.Ping(ctx).Err(); err != nil {
+				checks["redis"], ok = err.Error(), false
+			} else {
+				checks["redis"] = "ok"
+			}
+		}
+		status := http.StatusOK
+		if !ok {
+			status = http.StatusServiceUnavailable
+		}
+		c.JSON(status, gin.H{"ready": ok, "checks": checks})
+	}
+}

@@ -1,0 +1,68 @@
+package web
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/auth"
+)
+
+func (s *Server) handleOplogList() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		k := caller(c)
+		f := lockstep.OpFilter{Repo: c.Query("repo"), KeyID: c.Query("key"), Op: c.Query("op")}
+		after, err := queryInt(c, "after", 0)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		limit, err := queryInt(c, "limit", 100)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		if limit == 0 || limit > 1000 {
+			writeError(c, lockstep.Errorf(lockstep.EINVALID, "limit must be between 1 and 1000"))
+			return
+		}
+		f.After, f.Limit = int64(after), limit
+		// An agent sees its own operations only; other roles see all.
+		if k.Role == lockstep.RoleAgent {
+			if f.KeyID != "" && f.KeyID != k.ID {
+				writeError(c, lockstep.Errorf(lockstep.EFORBIDDEN, "an agent key may read only its own operations"))
+				return
+			}
+			f.KeyID = k.ID
+		}
+		entries, err := s.Store.ListOps(c.Request.Context(), f)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		if entries == nil {
+			entries = []*lockstep.OpEntry{}
+		}
+		var next int64
+		if len(entries) == limit {
+			next = entries[len(entries)-1].Seq
+		}
+		c.JSON(http.StatusOK, gin.H{"entries": entries, "next_after": next})
+	}
+}
+
+func (s *Server) handleOplogVerify() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if err := auth.Require(caller(c), lockstep.RoleAdmin, lockstep.RoleReviewer, lockstep.RoleCI); err != nil {
+			writeError(c, err)
+			return
+		}
+		res, err := s.Store.VerifyOps(c.Request.Context())
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, res)
+	}
+}

@@ -1,0 +1,438 @@
+package web
+
+import (
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/repo"
+)
+
+type repoCreateRequest struct {
+	Name          string `json:"name"`
+	DefaultBranch string `json:"default_branch"`
+}
+
+func (s *Server) handleRepoCreate() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		var req repoCreateRequest
+		if err := s.decodeJSON(c, &req); err != nil {
+			writeError(c, err)
+			return
+		}
+		r, err := s.Repos.CreateRepo(c.Request.Context(), caller(c), req.Name, req.DefaultBranch)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusCreated, forks.RepoInfo{Repo: r})
+	}
+}
+
+func (s *Server) handleRepoList() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		f := lockstep.RepoFilter{ForkOf: c.Query("fork_of"), Network: c.Query("network")}
+		repos, err := s.Repos.Repos(c.Request.Context(), f)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		if repos == nil {
+			repos = []*lockstep.Repo{}
+		}
+		c.JSON(http.StatusOK, gin.H{"repos": repos})
+	}
+}
+
+func (s *Server) handleRepoGet() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		info, err := s.Repos.Info(c.Request.Context(), c.Param("repo"))
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, info)
+	}
+}
+
+type forkRequest struct {
+	Name string `json:"name"`
+}
+
+func (s *Server) handleFork() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		var req forkRequest
+		if err := s.decodeJSON(c, &req); err != nil {
+			writeError(c, err)
+			return
+		}
+		res, err := s.Repos.Fork(c.Request.Context(), caller(c), c.Param("repo"), req.Name)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		if s.AfterFork != nil {
+			s.AfterFork(c.Request.Context(), res)
+		}
+		c.JSON(http.StatusCreated, res)
+	}
+}
+
+func (s *Server) handleWorkspaces() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		ws, err := s.Repos.Workspaces(c.Request.Context(), c.Param("repo"))
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"workspaces": ws})
+	}
+}
+
+func (s *Server) handleAttempts() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		limit, err := queryInt(c, "limit", 100)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		a, err := s.Repos.Attempts(c.Request.Context(), c.Param("repo"), limit)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"attempts": a})
+	}
+}
+
+func (s *Server) handleAbandon() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		ws, err := s.Repos.SetStatus(c.Request.Context(), caller(c), c.Param("repo"), lockstep.StatusAbandoned, c.Query("reason"))
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		if s.AfterAbandon != nil {
+			s.AfterAbandon(c.Request.Context(), ws)
+		}
+		c.JSON(http.StatusOK, ws)
+	}
+}
+
+type statusRequest struct {
+	Status string `json:"status"`
+	Reason string `json:"reason"`
+}
+
+func (s *Server) handleStatus() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		var req statusRequest
+		if err := s.decodeJSON(c, &req); err != nil {
+			writeError(c, err)
+			return
+		}
+		ws, err := s.Repos.SetStatus(c.Request.Context(), caller(c), c.Param("repo"), req.Status, req.Reason)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, ws)
+	}
+}
+
+func (s *Server) handleRefs() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		refs, err := s.Repos.Refs(c.Request.Context(), c.Param("repo"))
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"refs": refs})
+	}
+}
+
+// writeOptions reads the compare-and-swap query parameters.
+func writeOptions(c *gin.Context) (forks.WriteOptions, error) {
+	o := forks.WriteOptions{Branch: c.Query("branch"), ExpectOID: c.Query("expect_oid"), Message: c.Query("message"), Author: c.Query("author")}
+	var err error
+	if o.Force, err = queryBool(c, "force"); err != nil {
+		return o, err
+	}
+	if o.AllowEmpty, err = queryBool(c, "allow_empty"); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// limitedBody caps an upload body and remembers whether the cap tripped,
+// so the answer is too_large whatever the parser made of the cut stream.
+type limitedBody struct {
+	r       io.Reader
+	left    int64
+	tripped bool
+}
+
+func (l *limitedBody) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		l.tripped = true
+		return 0, lockstep.Errorf(lockstep.ETOOLARGE, "upload over the limit")
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	if l.left <= 0 && err == nil {
+		// Probe for one more byte: exactly at the limit is fine.
+		var b [1]byte
+		if m, _ := l.r.Read(b[:]); m > 0 {
+			l.tripped = true
+			return n, lockstep.Errorf(lockstep.ETOOLARGE, "upload over the limit")
+		}
+	}
+	return n, err
+}
+
+func (s *Server) uploadBody(c *gin.Context) *limitedBody {
+	max := s.Config.MaxUploadBytes
+	if max <= 0 {
+		max = 512 << 20
+	}
+	return &limitedBody{r: c.Request.Body, left: max}
+}
+
+func (s *Server) tooLarge() error {
+	return lockstep.Errorf(lockstep.ETOOLARGE, "upload body over --max-upload-bytes (%d bytes)", s.Config.MaxUploadBytes)
+}
+
+func (s *Server) handleWorktree() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		opts, err := writeOptions(c)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		var res *forks.PushResult
+		if tree := c.Query("tree"); tree != "" {
+			res, err = s.Repos.PushTree(c.Request.Context(), caller(c), c.Param("repo"), tree, opts)
+		} else {
+			ct, _, _ := mime.ParseMediaType(c.GetHeader("Content-Type"))
+			switch ct {
+			case "application/x-tar", "application/gzip", "application/x-gzip", "application/tar+gzip", "application/octet-stream", "":
+			default:
+				writeError(c, lockstep.Errorf(lockstep.EINVALID, "content type %q: want application/x-tar (optionally gzip-compressed)", ct))
+				return
+			}
+			body := s.uploadBody(c)
+			res, err = s.Repos.PushTar(c.Request.Context(), caller(c), c.Param("repo"), body, opts)
+			if err != nil && body.tripped {
+				err = s.tooLarge()
+			}
+		}
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		status := http.StatusOK
+		if res.Changed {
+			status = http.StatusCreated
+		}
+		c.JSON(status, res)
+	}
+}
+
+type missingRequest struct {
+	OIDs []string `json:"oids"`
+}
+
+func (s *Server) handleObjectsMissing() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		var req missingRequest
+		if err := s.decodeJSON(c, &req); err != nil {
+			writeError(c, err)
+			return
+		}
+		missing, err := s.Repos.Missing(c.Request.Context(), caller(c), c.Param("repo"), req.OIDs)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"missing": missing})
+	}
+}
+
+func (s *Server) handleObjectsUpload() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		body := s.uploadBody(c)
+		stats, err := s.Repos.UploadPack(c.Request.Context(), caller(c), c.Param("repo"), body)
+		if err != nil && body.tripped {
+			err = s.tooLarge()
+		}
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"objects_written": stats.Objects, "bytes_written": stats.Bytes})
+	}
+}
+
+type rollbackRequest struct {
+	Branch    string `json:"branch"`
+	To        string `json:"to"`
+	ExpectOID string `json:"expect_oid"`
+	Message   string `json:"message"`
+	Force     bool   `json:"force"`
+}
+
+func (s *Server) handleRollback() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		var req rollbackRequest
+		if err := s.decodeJSON(c, &req); err != nil {
+			writeError(c, err)
+			return
+		}
+		res, err := s.Repos.Rollback(c.Request.Context(), caller(c), c.Param("repo"), req.To,
+			forks.WriteOptions{Branch: req.Branch, ExpectOID: req.ExpectOID, Message: req.Message, Force: req.Force})
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusCreated, res)
+	}
+}
+
+func (s *Server) handleLog() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		limit, err := queryInt(c, "limit", 50)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		commits, err := s.Repos.Log(c.Request.Context(), c.Param("repo"), c.Query("ref"), limit, c.Query("after"))
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		out := make([]commitJSON, len(commits))
+		for i := range commits {
+			out[i] = toCommitJSON(&commits[i])
+		}
+		next := ""
+		if limit > 0 && len(out) == limit {
+			next = out[len(out)-1].Commit
+		}
+		c.JSON(http.StatusOK, gin.H{"commits": out, "next_after": next})
+	}
+}
+
+func (s *Server) handleCommit() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		ci, err := s.Repos.Commit(c.Request.Context(), c.Param("repo"), c.Param("rev"))
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, toCommitJSON(ci))
+	}
+}
+
+func (s *Server) handleTree() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		entries, err := s.Repos.Tree(c.Request.Context(), c.Param("repo"), c.Param("rev"), strings.Trim(c.Query("path"), "/"))
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"entries": entries})
+	}
+}
+
+func (s *Server) handleBlob() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		p := strings.TrimPrefix(c.Param("path"), "/")
+		info, rc, err := s.Repos.Blob(c.Request.Context(), c.Param("repo"), c.Param("rev"), p)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		defer rc.Close()
+		ct := mime.TypeByExtension(path.Ext(p))
+		if ct == "" || strings.HasPrefix(ct, "text/html") {
+			ct = "application/octet-stream"
+			if info.Mode == "120000" {
+				ct = "text/plain; charset=utf-8"
+			}
+		}
+		c.Header("X-Content-Type-Options", "nosniff")
+		c.Header("X-Lockstep-Blob", info.Hash.String())
+		c.Header("X-Lockstep-Mode", info.Mode)
+		c.DataFromReader(http.StatusOK, info.Size, ct, rc, nil)
+	}
+}
+
+func (s *Server) handleArchive() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		err := s.Repos.Archive(c.Request.Context(), c.Param("repo"), c.Param("rev"), c.Writer, func(commit string) {
+			c.Header("Content-Type", "application/x-tar")
+			c.Header("Content-Disposition", fmt.Sprintf(`attachment; filename="%s-%s.tar"`, c.Param("repo"), commit[:12]))
+			c.Header("X-Lockstep-Commit", commit)
+			c.Status(http.StatusOK)
+		})
+		if err != nil {
+			if !c.Writer.Written() {
+				writeError(c, err)
+				return
+			}
+			// Headers are gone: abort the stream so the client sees a
+			// truncated tar, never a silently short one.
+			c.Set("error", err.Error())
+			panic(http.ErrAbortHandler)
+		}
+	}
+}
+
+func (s *Server) handleCompare() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		res, err := s.Repos.Compare(c.Request.Context(), c.Param("repo"), c.Query("base"), c.Query("head"))
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, res)
+	}
+}
+
+type signatureJSON struct {
+	Name  string `json:"name"`
+	Email string `json:"email"`
+	Time  string `json:"time"`
+}
+
+type commitJSON struct {
+	Commit    string        `json:"commit"`
+	Tree      string        `json:"tree"`
+	Parents   []string      `json:"parents"`
+	Message   string        `json:"message"`
+	Author    signatureJSON `json:"author"`
+	Committer signatureJSON `json:"committer"`
+	Time      string        `json:"time"`
+}
+
+func toCommitJSON(ci *repo.CommitInfo) commitJSON {
+	out := commitJSON{Commit: ci.Hash.String(), Tree: ci.Tree.String(), Parents: []string{}, Message: ci.Message,
+		Author:    signatureJSON{ci.Author.Name, ci.Author.Email, ci.Author.When.UTC().Format(time.RFC3339)},
+		Committer: signatureJSON{ci.Committer.Name, ci.Committer.Email, ci.Committer.When.UTC().Format(time.RFC3339)},
+		Time:      ci.Committer.When.UTC().Format(time.RFC3339)}
+	for _, p := range ci.Parents {
+		out.Parents = append(out.Parents, p.String())
+	}
+	return out
+}

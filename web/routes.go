@@ -1,0 +1,43 @@
+package web
+
+import (
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// registerRoutes declares the whole API. Public: health, readiness,
+// metrics. Everything under /api/v1 and /git needs a key.
+func (s *Server) registerRoutes(e *gin.Engine) {
+	e.GET("/healthz", s.handleHealthz())
+	e.GET("/readyz", s.handleReadyz())
+	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{})))
+
+	api := e.Group("/api/v1", s.authenticate)
+	api.POST("/keys", s.handleKeyCreate())
+	api.GET("/keys", s.handleKeyList())
+	api.DELETE("/keys/:id", s.handleKeyRevoke())
+	api.GET("/whoami", s.handleWhoami())
+
+	api.GET("/oplog", s.handleOplogList())
+	api.GET("/oplog/verify", s.handleOplogVerify())
+
+	api.POST("/repos", s.handleRepoCreate())
+	api.GET("/repos", s.handleRepoList())
+	api.GET("/repos/:repo", s.handleRepoGet())
+	api.DELETE("/repos/:repo", s.handleAbandon())
+	api.POST("/repos/:repo/status", s.handleStatus())
+	api.POST("/repos/:repo/forks", s.handleFork())
+	api.GET("/repos/:repo/workspaces", s.handleWorkspaces())
+	api.GET("/repos/:repo/attempts", s.handleAttempts())
+	api.GET("/repos/:repo/refs", s.handleRefs())
+	api.PUT("/repos/:repo/worktree", s.handleWorktree())
+	api.POST("/repos/:repo/objects/missing", s.handleObjectsMissing())
+	api.POST("/repos/:repo/objects", s.handleObjectsUpload())
+	api.POST("/repos/:repo/rollback", s.handleRollback())
+	api.GET("/repos/:repo/commits", s.handleLog())
+	api.GET("/repos/:repo/commits/:rev", s.handleCommit())
+	api.GET("/repos/:repo/tree/:rev", s.handleTree())
+	api.GET("/repos/:repo/blob/:rev/*path", s.handleBlob())
+	api.GET("/repos/:repo/archive/:rev", s.handleArchive())
+	api.GET("/repos/:repo/compare", s.handleCompare())
+}

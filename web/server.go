@@ -1,0 +1,210 @@
+// Package web is the HTTP face of Lockstep: the JSON API of DESIGN.md
+// (gin), git smart HTTP, the reviewers' UI, health and metrics. Domain
+// errors become HTTP statuses in exactly one place (writeError); every
+// route is declared in routes.go. Middleware order, declared once in
+// Handler: recovery → request id → tracing → logging/metrics → auth.
+package web
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/telemetry"
+)
+
+// Config holds the HTTP layer's limits.
+type Config struct {
+	// MaxJSONBytes caps a JSON request body (default 1 MiB).
+	MaxJSONBytes int64
+	// MaxUploadBytes caps a worktree or pack upload body as sent.
+	MaxUploadBytes int64
+}
+
+// Server holds the services the handlers call.
+type Server struct {
+	Config  Config
+	Store   lockstep.Store
+	Keys    *auth.Service
+	Redis   *redis.Client // nil when not configured
+	Logger  *slog.Logger
+	Metrics *telemetry.Metrics
+	Repos   *forks.Service
+	// AfterFork and AfterAbandon let other capabilities (database
+	// branches) follow a workspace's life; nil when unused.
+	AfterFork    func(ctx context.Context, f *forks.ForkResult)
+	AfterAbandon func(ctx context.Context, ws *lockstep.Repo)
+
+	tracer trace.Tracer
+}
+
+// Handler builds the gin engine with every route.
+func (s *Server) Handler() http.Handler {
+	gin.SetMode(gin.ReleaseMode)
+	if s.Config.MaxJSONBytes <= 0 {
+		s.Config.MaxJSONBytes = 1 << 20
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	if s.Metrics == nil {
+		s.Metrics = telemetry.NewMetrics()
+	}
+	s.tracer = otel.Tracer("lockstep/web")
+	e := gin.New()
+	e.ContextWithFallback = true
+	e.HandleMethodNotAllowed = true
+	e.Use(s.recovery, s.requestID, s.tracing, s.logging)
+	e.NoRoute(func(c *gin.Context) {
+		writeError(c, lockstep.Errorf(lockstep.ENOTFOUND, "no route %s %s", c.Request.Method, c.Request.URL.Path))
+	})
+	e.NoMethod(func(c *gin.Context) {
+		writeErrorStatus(c, http.StatusMethodNotAllowed, lockstep.Errorf(lockstep.EINVALID, "method %s not allowed on %s", c.Request.Method, c.Request.URL.Path))
+	})
+	s.registerRoutes(e)
+	return e
+}
+
+func (s *Server) recovery(c *gin.Context) {
+	defer func() {
+		if r := recover(); r != nil {
+			if r == http.ErrAbortHandler {
+				panic(r)
+			}
+			s.Logger.ErrorContext(c, "panic", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			if !c.Writer.Written() {
+				writeError(c, fmt.Errorf("panic: %v", r))
+			}
+			c.Abort()
+		}
+	}()
+	c.Next()
+}
+
+type requestIDKey struct{}
+
+func (s *Server) requestID(c *gin.Context) {
+	id := c.GetHeader("X-Request-Id")
+	if id == "" || len(id) > 64 {
+		var b [8]byte
+		rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+	}
+	c.Header("X-Request-Id", id)
+	c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), requestIDKey{}, id))
+	c.Next()
+}
+
+func (s *Server) tracing(c *gin.Context) {
+	ctx := otel.GetTextMapPropagator().Extract(c.Request.Context(), propagation.HeaderCarrier(c.Request.Header))
+	route := c.FullPath()
+	if route == "" {
+		route = "unmatched"
+	}
+	ctx, span := s.tracer.Start(ctx, c.Request.Method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", c.Request.Method), attribute.String("http.route", route)))
+	defer span.End()
+	c.Request = c.Request.WithContext(ctx)
+	c.Next()
+	status := c.Writer.Status()
+	span.SetAttributes(attribute.Int("http.response.status_code", status))
+	if status >= 500 {
+		span.SetStatus(codes.Error, http.StatusText(status))
+	}
+}
+
+func (s *Server) logging(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+	route := c.FullPath()
+	if route == "" {
+		route = "unmatched"
+	}
+	d := time.Since(start)
+	status := c.Writer.Status()
+	s.Metrics.Requests.WithLabelValues(route, c.Request.Method, fmt.Sprint(status)).Inc()
+	s.Metrics.RequestDuration.WithLabelValues(route, c.Request.Method).Observe(d.Seconds())
+	if route == "/healthz" || route == "/metrics" {
+		return
+	}
+	attrs := []any{"method", c.Request.Method, "path", c.Request.URL.Path, "route", route, "status", status,
+		"duration_ms", float64(d.Microseconds()) / 1000, "request_id", c.Request.Context().Value(requestIDKey{})}
+	if k := auth.FromContext(c.Request.Context()); k != nil {
+		attrs = append(attrs, "key", k.Name, "key_id", k.ID)
+	}
+	if sc := trace.SpanContextFromContext(c.Request.Context()); sc.HasTraceID() {
+		attrs = append(attrs, "trace_id", sc.TraceID().String())
+	}
+	if v, ok := c.Get("error"); ok {
+		attrs = append(attrs, "error", fmt.Sprint(v))
+	}
+	level := slog.LevelInfo
+	if status >= 500 {
+		level = slog.LevelError
+	}
+	s.Logger.Log(c.Request.Context(), level, "request", attrs...)
+}
+
+// authenticate resolves the caller's key from "Authorization: Bearer" (or,
+// for git clients, the basic-auth password) and puts it in the context.
+func (s *Server) authenticate(c *gin.Context) {
+	secret := ""
+	h := c.GetHeader("Authorization")
+	switch {
+	case strings.HasPrefix(h, "Bearer "):
+		secret = strings.TrimSpace(strings.TrimPrefix(h, "Bearer "))
+	case strings.HasPrefix(h, "Basic "):
+		if _, p, ok := c.Request.BasicAuth(); ok {
+			secret = p
+		}
+	}
+	if secret == "" {
+		if strings.HasPrefix(c.Request.URL.Path, "/git/") {
+			c.Header("WWW-Authenticate", `Basic realm="lockstep"`)
+		}
+		writeError(c, lockstep.Errorf(lockstep.EUNAUTH, "missing API key: send Authorization: Bearer <key>"))
+		c.Abort()
+		return
+	}
+	k, err := s.Keys.Authenticate(c.Request.Context(), secret)
+	if err != nil {
+		if strings.HasPrefix(c.Request.URL.Path, "/git/") {
+			c.Header("WWW-Authenticate", `Basic realm="lockstep"`)
+		}
+		writeError(c, err)
+		c.Abort()
+		return
+	}
+	ctx := auth.WithKey(c.Request.Context(), k)
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("lockstep.key", k.Name))
+	c.Request = c.Request.WithContext(ctx)
+	c.Next()
+}
+
+// caller returns the authenticated key of the request.
+func caller(c *gin.Context) *lockstep.Key { return auth.FromContext(c.Request.Context()) }
+
+// TraceID returns the request's trace id, recorded in the operations log.
+func TraceID(ctx context.Context) string {
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
