@@ -1,0 +1,101 @@
+// Package merge is Lockstep's three-way merge engine on go-git v5 objects.
+// It has no HTTP and no database: callers hand it a Store (a goroutine-safe
+// wrapper of go-git filesystem storage, or memory.Storage in tests) and
+// commit or tree oids.
+//
+// # API
+//
+//   - Store: the four object methods of go-git's EncodedObjectStorer we use.
+//   - Overlay, NewOverlay, (*Overlay).Objects: a Store that reads through
+//     to a base and keeps writes in memory. A preflight is a merge into an
+//     Overlay that is then dropped; to materialize, write Objects() as one
+//     pack, then move refs.
+//   - MergeBase, MergeBases: the merge base of two commits.
+//   - Merge (commits) and MergeTrees (trees), with Options, returning a
+//     Result with Conflicts (Conflict, Hunk, LineRange carry JSON tags for
+//     the HTTP API).
+//   - Diff3: the line merge of three byte slices, with Labels.
+//
+// Errors are lockstep errors: not_found for a missing commit, tree or blob,
+// invalid_argument for bad options; ctx.Err() when cancelled; anything
+// else is internal. A merge with conflicts is not an error: it is a Result
+// with Clean false (the service decides whether that is merge_conflict).
+//
+// # Merge base
+//
+// The common ancestors of a and b are found by walking a's history, then
+// walking b's history and stopping at the first commit of a's history on
+// each path; candidates reachable from another candidate are dropped. When
+// several best candidates remain (criss-cross merges), git's recursive
+// approach is used: the candidates, sorted oldest first (committer time,
+// then oid), are merged pairwise, each pair against its own merge base
+// (recursively), with deep merging and conflict markers left in the result,
+// and every step is recorded as a virtual commit (parents: the pair; fixed
+// author "lockstep"; time: the newer parent's), so the result is
+// deterministic. Without a common ancestor the empty tree is the base.
+//
+// # Tree merge
+//
+// Trees are merged top-down and only where the three oids differ: when
+// ours == theirs, or one side equals the base, that side's subtree is taken
+// without being read, so a merge touching a few files of a large repository
+// reads only the trees on the paths to those files. For each name changed
+// differently on both sides, the directory part and the file part are
+// merged separately (as git's index sees "a" and "a/..."):
+//
+//   - both deleted, or identical changes: clean;
+//   - one side deleted, the other changed: modify-delete (the changed file
+//     stays in the tree written with Markers, like git);
+//   - both added different contents: add-add (with Deep a line merge
+//     against an empty base, as git does, which refines it to the differing
+//     lines);
+//   - regular file vs symlink vs submodule: type (ours kept);
+//   - a file and a directory at one path: type; the directory stays and
+//     the file is stored beside it as "name~<label>", like git;
+//   - modes (644/755) merge on their own: a mode change on one side and a
+//     content change on the other is clean; two different new modes
+//     conflict (mode);
+//   - contents changed on both sides: without Options.Deep a content
+//     conflict; with it a line merge (Diff3) unless a version is binary (a
+//     NUL in the first 8000 bytes, like git), bigger than MaxFileBytes, a
+//     symlink or a submodule, which conflict and keep ours.
+//
+// New trees are encoded with go-git's object.Tree in git's order, so their
+// oids equal git's; empty directories disappear as in git. New objects go
+// to an internal Overlay first and only the ones reachable from the result
+// tree reach the Store, and only when the merge is clean or
+// Options.Markers is set.
+//
+// # Line merge
+//
+// Diff3 is a port of git's xdiff merge (xdl_merge) at the level git merge
+// and git merge-tree use ("zealous"). The two edit scripts base→ours and
+// base→theirs come from the Myers diff of github.com/sergi/go-diff run on
+// line ids, normalized like xdiff (xdl_change_compact: groups slid down,
+// then up to meet a change in the other file). Changes that overlap or
+// touch (adjacent lines) conflict unless identical; conflicts are then
+// refined by diffing the two sides (identical ones dissolve, the rest
+// shrink to the lines that differ) and conflicts fewer than four lines
+// apart are joined. Markers follow git byte for byte: CRLF markers when
+// the surrounding lines use CRLF, a newline added after a side that ends
+// without one, diff3 style (Labels.ShowBase) without refinement.
+//
+// # Where we differ from git
+//
+//   - No rename detection: a rename is a delete plus an add. A merge that
+//     git resolves by following a rename gives a modify-delete conflict
+//     here (the oracle test excludes such cases and counts them).
+//   - A file displaced by a directory is reported at its own path (git
+//     reports "name~<branch>"); a regular file vs symlink conflict keeps
+//     ours at the path (git moves both sides aside).
+//   - Submodules are never merged (git tries a fast-forward of the
+//     submodule commit).
+//   - When several minimal edit scripts exist, Myers may pick another than
+//     xdiff; compaction makes this rare. In the oracle runs the clean or
+//     conflict verdict always matched git; only the layout of a few
+//     conflicts (hunk boundaries, marker positions) differed.
+//   - Hunk.Base of a refined conflict covers the whole unrefined conflict
+//     (git does not track it).
+//   - The virtual base of a criss-cross merge keeps ours for non-content
+//     conflicts between the bases; git's rules there are more detailed.
+package merge
