@@ -1,0 +1,276 @@
+// Package txrun runs one agent tool call as a transaction over the
+// machine's state: `lockstep run --workspace WS --dir DIR -- COMMAND...`.
+//
+// Order (each step timed in the Report):
+//
+//  1. snapshot: the fssnap driver snapshots DIR;
+//  2. manifest: the manifest of DIR is built (reusing hashes of the previous
+//     snapshot's manifest for files whose stat did not change) and stored
+//     with the snapshot;
+//  3. checkpoint: the Checkpointer (the server) records code, database and
+//     the filesystem snapshot id;
+//  4. run: the command runs under fssnap/proc; whatever happens, every
+//     process it started is killed when the main process ends;
+//  5. on success: Commit when asked; on failure (non-zero exit, signal,
+//     timeout, cancellation): restore_fs, restore_checkpoint, then verify:
+//     the manifest must match and no process of the run may be alive.
+//
+// A residue after a rollback is an error (ErrResidue), never a warning: the
+// retry would not start from the initial state. Steps after a failed restore
+// still run, so that the report says everything that is known.
+package txrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/fssnap"
+	"github.com/lockstep-hq/lockstep/fssnap/proc"
+)
+
+// Checkpointer is the server side of a transaction (an HTTP client in the
+// CLI).
+type Checkpointer interface {
+	// Checkpoint pushes the worktree and records a checkpoint (commit,
+	// database snapshot, fsSnapshotID); it returns the checkpoint id.
+	Checkpoint(ctx context.Context, fsSnapshotID string) (checkpointID string, err error)
+	// Restore rolls code and database back to checkpointID.
+	Restore(ctx context.Context, checkpointID string) (RestoreReport, error)
+	// Commit makes the run's result permanent (--commit-on-success).
+	Commit(ctx context.Context) error
+}
+
+// RestoreReport is what the server restored.
+type RestoreReport struct {
+	Commit     string  `json:"commit,omitempty"`
+	Tree       string  `json:"tree,omitempty"`
+	DBRestored bool    `json:"db_restored"`
+	FSSnapshot string  `json:"fs_snapshot,omitempty"`
+	DurationMs float64 `json:"duration_ms,omitempty"`
+}
+
+// Options describe one transactional run.
+type Options struct {
+	Workspace       string
+	Dir             string
+	Args            []string      // the command
+	Timeout         time.Duration // 0: none
+	CommitOnSuccess bool
+	// Driver snapshots Dir; nil: fssnap.Detect(Dir, Snap).
+	Driver fssnap.Driver
+	Snap   fssnap.Options
+	// Checkpointer is the server; nil runs a filesystem-only transaction.
+	Checkpointer Checkpointer
+	Env          []string // nil: os.Environ()
+	Stdin        *os.File
+	Stdout       *os.File
+	Stderr       *os.File
+	KillGrace    time.Duration
+	CgroupRoot   string // see proc.Spec
+	Now          func() time.Time
+}
+
+// Step is one timed step.
+type Step struct {
+	Name       string  `json:"name"`
+	DurationMs float64 `json:"duration_ms"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// Purity is the proof that a rollback left nothing behind.
+type Purity struct {
+	Checked   bool           `json:"checked"`
+	Clean     bool           `json:"clean"`
+	Files     fssnap.Residue `json:"files"`
+	Processes []proc.Process `json:"processes,omitempty"`
+}
+
+// Report describes a run.
+type Report struct {
+	Workspace  string         `json:"workspace,omitempty"`
+	Dir        string         `json:"dir"`
+	Command    []string       `json:"command"`
+	RunID      string         `json:"run_id"`
+	Driver     string         `json:"driver"`
+	FSSnapshot string         `json:"fs_snapshot"`
+	Checkpoint string         `json:"checkpoint,omitempty"`
+	Status     proc.Status    `json:"status"`
+	Succeeded  bool           `json:"succeeded"`
+	RolledBack bool           `json:"rolled_back"`
+	Restored   *RestoreReport `json:"restored,omitempty"`
+	Committed  bool           `json:"committed"`
+	Purity     Purity         `json:"purity"`
+	Steps      []Step         `json:"steps"`
+	StartedAt  time.Time      `json:"started_at"`
+	TotalMs    float64        `json:"total_ms"`
+}
+
+// ErrResidue is wrapped by the error Run returns when a rollback left files
+// or processes behind.
+var ErrResidue = errors.New("residue after rollback")
+
+func (r *Report) step(name string, f func() error) error {
+	t := time.Now()
+	err := f()
+	s := Step{Name: name, DurationMs: ms(time.Since(t))}
+	if err != nil {
+		s.Error = err.Error()
+	}
+	r.Steps = append(r.Steps, s)
+	return err
+}
+
+// Run executes opts as a transaction. The command's failure is not an
+// error: it is in the report (Succeeded false, RolledBack true). Errors:
+// invalid_argument for bad options; whatever the snapshot, checkpoint or
+// restore steps return; ErrResidue (internal) when the rollback is impure.
+// The report is returned even with an error.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	rep := &Report{Workspace: opts.Workspace, Dir: opts.Dir, Command: opts.Args, StartedAt: now()}
+	start := time.Now()
+	defer func() { rep.TotalMs = ms(time.Since(start)) }()
+	if opts.Dir == "" || len(opts.Args) == 0 {
+		return rep, lockstep.Errorf(lockstep.EINVALID, "run needs a directory and a command")
+	}
+	drv := opts.Driver
+	if drv == nil {
+		var err error
+		if drv, err = fssnap.Detect(opts.Dir, opts.Snap); err != nil {
+			return rep, err
+		}
+	}
+	rep.Driver = drv.Name()
+
+	var snap fssnap.Snapshot
+	if err := rep.step("snapshot", func() (err error) {
+		snap, err = drv.Take(ctx, opts.Dir)
+		return err
+	}); err != nil {
+		return rep, err
+	}
+	rep.FSSnapshot = snap.ID
+	m := snap.Manifest
+	if err := rep.step("manifest", func() (err error) {
+		if m != nil {
+			return nil
+		}
+		if m, err = fssnap.BuildManifest(opts.Dir, previousManifest(drv, opts)); err != nil {
+			return err
+		}
+		return fssnap.SaveManifest(opts.Snap, opts.Dir, snap.ID, m)
+	}); err != nil {
+		return rep, err
+	}
+	if opts.Checkpointer != nil {
+		if err := rep.step("checkpoint", func() (err error) {
+			rep.Checkpoint, err = opts.Checkpointer.Checkpoint(ctx, snap.ID)
+			return err
+		}); err != nil {
+			return rep, err
+		}
+	}
+
+	var run *proc.Run
+	var runErr error
+	rep.step("run", func() error {
+		run, runErr = proc.Start(ctx, proc.Spec{
+			Args: opts.Args, Dir: opts.Dir, Env: opts.Env,
+			Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr,
+			Timeout: opts.Timeout, KillGrace: opts.KillGrace, CgroupRoot: opts.CgroupRoot,
+		})
+		if runErr != nil {
+			return runErr
+		}
+		rep.RunID = run.ID
+		rep.Status, runErr = run.Wait(ctx)
+		return runErr
+	})
+	if run != nil {
+		defer run.Close()
+	}
+	rep.Succeeded = runErr == nil && rep.Status.Success()
+
+	// From here on, cancellation of ctx must not stop the rollback.
+	ctx = context.WithoutCancel(ctx)
+	if rep.Succeeded {
+		var errs []error
+		if res := run.Residue(); len(res) > 0 {
+			rep.Purity.Processes = res
+			errs = append(errs, fmt.Errorf("%w: %w", ErrResidue, lockstep.Errorf(lockstep.EINTERNAL, "%d processes of the run survived it", len(res))))
+		}
+		if opts.CommitOnSuccess && opts.Checkpointer != nil {
+			if err := rep.step("commit", func() error { return opts.Checkpointer.Commit(ctx) }); err != nil {
+				errs = append(errs, err)
+			} else {
+				rep.Committed = true
+			}
+		}
+		return rep, errors.Join(errs...)
+	}
+
+	var errs []error
+	if runErr != nil {
+		errs = append(errs, runErr)
+	}
+	rep.RolledBack = true
+	if err := rep.step("restore_fs", func() error { return drv.Restore(ctx, opts.Dir, snap.ID) }); err != nil {
+		errs = append(errs, err)
+	}
+	if opts.Checkpointer != nil && rep.Checkpoint != "" {
+		if err := rep.step("restore_checkpoint", func() error {
+			rr, err := opts.Checkpointer.Restore(ctx, rep.Checkpoint)
+			if err == nil {
+				rep.Restored = &rr
+			}
+			return err
+		}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	rep.step("verify", func() error {
+		rep.Purity.Checked = true
+		res, err := fssnap.Verify(opts.Dir, m)
+		if err != nil {
+			errs = append(errs, err)
+			return err
+		}
+		rep.Purity.Files = res
+		if run != nil {
+			rep.Purity.Processes = run.Residue()
+		}
+		rep.Purity.Clean = res.Clean() && len(rep.Purity.Processes) == 0
+		if !rep.Purity.Clean {
+			err := lockstep.Errorf(lockstep.EINTERNAL, "rollback of %s left %s and %d processes", opts.Dir, res, len(rep.Purity.Processes)).
+				WithDetails(map[string]any{"files": res, "processes": rep.Purity.Processes})
+			errs = append(errs, fmt.Errorf("%w: %w", ErrResidue, err))
+			return err
+		}
+		return nil
+	})
+	return rep, errors.Join(errs...)
+}
+
+// previousManifest finds the stored manifest of the newest earlier snapshot,
+// so that only files whose stat changed are hashed again.
+func previousManifest(drv fssnap.Driver, opts Options) *fssnap.Manifest {
+	snaps, err := drv.List(opts.Dir)
+	if err != nil {
+		return nil
+	}
+	for i := len(snaps) - 2; i >= 0; i-- { // the last one is the snapshot just taken
+		if m, err := fssnap.LoadManifest(opts.Snap, opts.Dir, snaps[i].ID); err == nil {
+			return m
+		}
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
