@@ -75,9 +75,13 @@ func deepest(files []string) string {
 	return d
 }
 
+// touches makes every touchOne write new content, across benchmarks too.
+var touches int
+
 // touchOne rewrites one file with new content of the same size class.
 func touchOne(b *testing.B, dir, rel string, i int) {
-	mustWrite(b, filepath.Join(dir, rel), []byte(fmt.Sprintf("iteration %d\n%s", i, strings.Repeat("x", 5000))), 0o644)
+	touches++
+	mustWrite(b, filepath.Join(dir, rel), []byte(fmt.Sprintf("touch %d iteration %d\n%s", touches, i, strings.Repeat("x", 5000))), 0o644)
 }
 
 func BenchmarkScanCold(b *testing.B) {
@@ -126,19 +130,30 @@ func BenchmarkScanWarm(b *testing.B) {
 }
 
 // BenchmarkPlanWritePack negotiates against an in-memory server holding
-// the previous push and writes the pack for one changed file.
+// the previous push and writes the pack for one changed file, level by
+// level (Level) or with the hint of the last push (Known).
 func BenchmarkPlanWritePack(b *testing.B) {
+	b.Run("Level", func(b *testing.B) { benchPlanWritePack(b, false) })
+	b.Run("Known", func(b *testing.B) { benchPlanWritePack(b, true) })
+}
+
+func benchPlanWritePack(b *testing.B, hint bool) {
 	dir, files := benchTree(b)
 	srv := &server{st: memory.NewStorage()}
-	srv.push(b, mustScan(b, dir, worktree.ScanOptions{}))
+	prev := mustScan(b, dir, worktree.ScanOptions{})
+	srv.push(b, prev)
 	touchOne(b, dir, deepest(files), -1)
 	snap := mustScan(b, dir, worktree.ScanOptions{})
+	opts := &worktree.PlanOptions{}
+	if hint {
+		opts.Known = prev.Known()
+	}
 	b.ReportAllocs()
 	var packBytes int64
 	var objects int
 	for b.Loop() {
-		srv.roundTrips = 0
-		oids, err := worktree.Plan(context.Background(), snap, srv.missing, nil)
+		srv.roundTrips, srv.asked = 0, 0
+		oids, err := worktree.Plan(context.Background(), snap, srv.missing, opts)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -150,16 +165,21 @@ func BenchmarkPlanWritePack(b *testing.B) {
 	b.ReportMetric(float64(packBytes), "pack-bytes")
 	b.ReportMetric(float64(objects), "objects")
 	b.ReportMetric(float64(srv.roundTrips), "round-trips")
+	b.ReportMetric(float64(srv.asked), "oids-asked")
 }
 
 // BenchmarkPushOneFile is the client's whole push minus HTTP and process
-// start: load cache, scan, plan, pack, save cache.
+// start: load cache, scan, plan with the hint of the last push (which the
+// server does not receive here, so the hint stays that of the first push),
+// pack, save cache.
 func BenchmarkPushOneFile(b *testing.B) {
 	dir, files := benchTree(b)
 	srv := &server{st: memory.NewStorage()}
 	cachePath := filepath.Join(b.TempDir(), "statcache")
 	c := openCache(b, cachePath)
-	srv.push(b, mustScan(b, dir, worktree.ScanOptions{Cache: c}))
+	first := mustScan(b, dir, worktree.ScanOptions{Cache: c})
+	srv.push(b, first)
+	c.SetKnown(first.Known())
 	if err := c.Save(); err != nil {
 		b.Fatal(err)
 	}
@@ -179,7 +199,7 @@ func BenchmarkPushOneFile(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		oids, err := worktree.Plan(context.Background(), snap, srv.missing, nil)
+		oids, err := worktree.Plan(context.Background(), snap, srv.missing, &worktree.PlanOptions{Known: c.Known()})
 		if err != nil {
 			b.Fatal(err)
 		}

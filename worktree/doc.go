@@ -22,12 +22,34 @@
 //     last of which asks about the blob); each asks about the entries of
 //     one directory per missing tree, not about the whole tree.
 //
+//     With a hint (PlanOptions.Known: the trees of the last push the server
+//     accepted, remembered in the StatCache), Plan instead asks once about
+//     the old root and every object not under an old tree: one round trip.
+//     The old root in the same request checks the hint; if the server no
+//     longer has it, Plan falls back to the level-by-level walk.
+//
 //  3. WritePack writes those objects as one version 2 packfile (go-git's
 //     encoder, no deltas), reading each blob from disk at that moment and
 //     refusing to send a file whose stat or content changed since Scan.
 //
 //  4. The caller uploads the pack and asks the server to commit the root
-//     tree with compare-and-swap on the workspace head.
+//     tree with compare-and-swap on the workspace head; once it has, the
+//     caller records Snapshot.Known in the cache and saves it.
+//
+// In code, the CLI's push is:
+//
+//	cache, _ := worktree.OpenStatCache(filepath.Join(dir, ".lockstep", "statcache"))
+//	snap, err := worktree.Scan(dir, worktree.ScanOptions{Cache: cache, MaxFileBytes: limit})
+//	oids, err := worktree.Plan(ctx, snap, client.Missing, &worktree.PlanOptions{Known: cache.Known()})
+//	// stream worktree.WritePack(snap, oids, pipeWriter, nil) into client.UploadPack
+//	// client.Commit(ctx, workspace, snap.Tree, expectedHead)
+//	cache.SetKnown(snap.Known())
+//	cache.Save()
+//
+// The server must keep the invariant git keeps: it has a tree only if it
+// has everything under it (an uploaded pack is accepted whole or not at
+// all, and the commit step checks that the tree is complete, as it must
+// anyway since a client may lie).
 //
 // # Stat cache
 //

@@ -136,7 +136,7 @@ func TestScanRefusesBadInputs(t *testing.T) {
 			mustSymlink(t, "../../outside", filepath.Join(dir, "sub", "bad"))
 		}, worktree.ScanOptions{}, lockstep.EINVALID, "outside"},
 		{"escaping-symlink-via-symlink", func(t *testing.T, dir string) {
-			mustSymlink(t, "..", filepath.Join(dir, "sub", "up"))  // sub/up -> dir: fine
+			mustSymlink(t, "..", filepath.Join(dir, "sub", "up"))     // sub/up -> dir: fine
 			mustSymlink(t, "up/..", filepath.Join(dir, "sub", "bad")) // lexically dir/sub, really dir/..
 		}, worktree.ScanOptions{}, lockstep.EINVALID, "outside"},
 		{"absolute-symlink", func(t *testing.T, dir string) {
