@@ -69,9 +69,9 @@ func (n *Network) ReceivePack(r io.Reader, lim Limits) (WriteStats, error) {
 // overlay is the storer the pack parser writes into: parsed objects stay
 // in memory, reads fall through to the Network (for thin-pack bases).
 type overlay struct {
-	n     *Network
-	objs  map[plumbing.Hash]plumbing.EncodedObject
-	order []plumbing.EncodedObject
+	n      *Network
+	objs   map[plumbing.Hash]plumbing.EncodedObject
+	order  []plumbing.EncodedObject
 	lim    Limits
 	bytes  int64
 	ascent map[plumbing.Hash]ascentInfo
@@ -359,4 +359,3 @@ func climb(target string) int {
 	}
 	return worst
 }
-

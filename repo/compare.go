@@ -1,0 +1,226 @@
+package repo
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	fdiff "github.com/go-git/go-git/v5/plumbing/format/diff"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/utils/merkletrie"
+)
+
+// CompareOptions tune Compare.
+type CompareOptions struct {
+	// Context is the number of context lines around each hunk
+	// (default 3; negative means 0).
+	Context int
+	// MaxPatchBytes bounds the total size of the patches returned; once it
+	// is reached the remaining files come without a patch and with
+	// PatchTruncated set (0 = 1 MiB).
+	MaxPatchBytes int64
+}
+
+// FileChange is one changed path between two trees.
+type FileChange struct {
+	Path string `json:"path"`
+	// Status is "added", "deleted", "modified", "mode_changed" (same
+	// content, mode 100644 <-> 100755) or "type_changed" (file, symlink
+	// and submodule turned into one another).
+	Status  string        `json:"status"`
+	OldMode string        `json:"old_mode,omitempty"`
+	NewMode string        `json:"new_mode,omitempty"`
+	OldHash plumbing.Hash `json:"old_hash"`
+	NewHash plumbing.Hash `json:"new_hash"`
+	// Added and Removed count lines (0 for binary files).
+	Added   int `json:"added"`
+	Removed int `json:"removed"`
+	// Binary is set when either side has a NUL byte in its first 8000
+	// bytes, as git decides; binary files get no patch.
+	Binary bool `json:"binary"`
+	// Patch is the unified diff with git-style headers (diff --git,
+	// mode lines, index, ---/+++).
+	Patch          string `json:"patch,omitempty"`
+	PatchTruncated bool   `json:"patch_truncated,omitempty"`
+}
+
+// Compare lists the files that differ from base to head (commits or
+// trees), sorted by path, with unified diffs. Only subtrees whose hashes
+// differ are read. Directories are not reported, only the files in them;
+// renames are reported as a deletion and an addition. Returns not_found
+// if base or head is missing or neither a commit nor a tree.
+func (n *Network) Compare(base, head plumbing.Hash, opts CompareOptions) ([]FileChange, error) {
+	if opts.Context == 0 {
+		opts.Context = 3
+	} else if opts.Context < 0 {
+		opts.Context = 0
+	}
+	if opts.MaxPatchBytes <= 0 {
+		opts.MaxPatchBytes = 1 << 20
+	}
+	bt, err := n.treeOf(base)
+	if err != nil {
+		return nil, err
+	}
+	ht, err := n.treeOf(head)
+	if err != nil {
+		return nil, err
+	}
+	out := []FileChange{}
+	if bt == ht {
+		return out, nil
+	}
+	s := n.Objects()
+	a, err := object.GetTree(s, bt)
+	if err != nil {
+		return nil, fmt.Errorf("compare: %w", err)
+	}
+	b, err := object.GetTree(s, ht)
+	if err != nil {
+		return nil, fmt.Errorf("compare: %w", err)
+	}
+	changes, err := object.DiffTree(a, b)
+	if err != nil {
+		return nil, fmt.Errorf("compare: %w", err)
+	}
+	sort.Slice(changes, func(i, j int) bool { return changeName(changes[i]) < changeName(changes[j]) })
+	budget := opts.MaxPatchBytes
+	for _, c := range changes {
+		fc, err := n.fileChange(c, opts.Context, &budget)
+		if err != nil {
+			return nil, fmt.Errorf("compare %s: %w", changeName(c), err)
+		}
+		out = append(out, fc)
+	}
+	return out, nil
+}
+
+func changeName(c *object.Change) string {
+	if c.To.Name != "" {
+		return c.To.Name
+	}
+	return c.From.Name
+}
+
+func kind(m filemode.FileMode) int {
+	switch m {
+	case filemode.Symlink:
+		return 1
+	case filemode.Submodule:
+		return 2
+	case filemode.Dir:
+		return 3
+	}
+	return 0
+}
+
+func (n *Network) fileChange(c *object.Change, context int, budget *int64) (FileChange, error) {
+	action, err := c.Action()
+	if err != nil {
+		return FileChange{}, err
+	}
+	fc := FileChange{Path: changeName(c)}
+	from, to := c.From.TreeEntry, c.To.TreeEntry
+	switch action {
+	case merkletrie.Insert:
+		fc.Status = "added"
+	case merkletrie.Delete:
+		fc.Status = "deleted"
+	default:
+		switch {
+		case kind(from.Mode) != kind(to.Mode):
+			fc.Status = "type_changed"
+		case from.Hash == to.Hash:
+			fc.Status = "mode_changed"
+		default:
+			fc.Status = "modified"
+		}
+	}
+	if action != merkletrie.Insert {
+		fc.OldMode, fc.OldHash = modeString(from.Mode), from.Hash
+	}
+	if action != merkletrie.Delete {
+		fc.NewMode, fc.NewHash = modeString(to.Mode), to.Hash
+	}
+	if from.Mode == filemode.Submodule || to.Mode == filemode.Submodule {
+		return fc, nil // no content here
+	}
+	for _, h := range []plumbing.Hash{fc.OldHash, fc.NewHash} {
+		if !h.IsZero() {
+			bin, err := n.isBinary(h)
+			if err != nil {
+				return FileChange{}, err
+			}
+			fc.Binary = fc.Binary || bin
+		}
+	}
+	if fc.Binary {
+		return fc, nil
+	}
+	// git writes a type change as a deletion and an addition (git apply
+	// refuses a mode line that turns a file into a symlink).
+	parts := []*object.Change{c}
+	if fc.Status == "type_changed" {
+		parts = []*object.Change{{From: c.From}, {To: c.To}}
+	}
+	var sb strings.Builder
+	for _, part := range parts {
+		if err := n.patch(part, context, &sb, &fc); err != nil {
+			return FileChange{}, err
+		}
+	}
+	if *budget <= 0 || int64(sb.Len()) > *budget {
+		fc.PatchTruncated = true
+		*budget = 0
+		return fc, nil
+	}
+	*budget -= int64(sb.Len())
+	fc.Patch = sb.String()
+	return fc, nil
+}
+
+// patch appends the unified diff of c to sb and counts its lines into fc.
+func (n *Network) patch(c *object.Change, context int, sb *strings.Builder, fc *FileChange) error {
+	p, err := c.Patch()
+	if err != nil {
+		return err
+	}
+	for _, fp := range p.FilePatches() {
+		for _, ch := range fp.Chunks() {
+			lines := strings.Count(ch.Content(), "\n")
+			if !strings.HasSuffix(ch.Content(), "\n") && ch.Content() != "" {
+				lines++
+			}
+			switch ch.Type() {
+			case fdiff.Add:
+				fc.Added += lines
+			case fdiff.Delete:
+				fc.Removed += lines
+			}
+		}
+	}
+	return fdiff.NewUnifiedEncoder(sb, context).Encode(p)
+}
+
+// isBinary applies git's rule: a NUL byte in the first 8000 bytes.
+func (n *Network) isBinary(h plumbing.Hash) (bool, error) {
+	obj, err := n.typed(plumbing.BlobObject, h)
+	if err != nil {
+		return false, err
+	}
+	r, err := obj.Reader()
+	if err != nil {
+		return false, err
+	}
+	defer r.Close()
+	buf := make([]byte, 8000)
+	k, err := io.ReadFull(r, buf)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return false, err
+	}
+	return bytes.IndexByte(buf[:k], 0) >= 0, nil
+}
