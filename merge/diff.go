@@ -44,7 +44,7 @@ type interner struct {
 	ids map[string]int32
 }
 
-func newInterner() *interner { return &interner{ids: make(map[string]int32)} }
+func newInterner(size int) *interner { return &interner{ids: make(map[string]int32, size)} }
 
 func (in *interner) lines(recs [][]byte) []int32 {
 	out := make([]int32, len(recs))

@@ -78,10 +78,10 @@ func diff3(base, ours, theirs []byte, labels Labels, level int) ([]byte, []Hunk,
 	if labels.ShowBase && level > levelEager {
 		level = levelEager
 	}
-	in := newInterner()
 	b := mfile{recs: splitLines(base)}
 	o := mfile{recs: splitLines(ours)}
 	t := mfile{recs: splitLines(theirs)}
+	in := newInterner(len(b.recs) + len(b.recs)/8)
 	b.ids, o.ids, t.ids = in.lines(b.recs), in.lines(o.recs), in.lines(t.recs)
 	if len(in.ids) > maxLines {
 		// Cannot happen below MaxFileBytes; report one whole-file conflict.
