@@ -40,4 +40,9 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	api.GET("/repos/:repo/blob/:rev/*path", s.handleBlob())
 	api.GET("/repos/:repo/archive/:rev", s.handleArchive())
 	api.GET("/repos/:repo/compare", s.handleCompare())
+
+	git := e.Group("/git", s.authenticate)
+	git.GET("/:repo/info/refs", s.handleGitInfoRefs())
+	git.POST("/:repo/git-upload-pack", s.handleGitUploadPack())
+	git.POST("/:repo/git-receive-pack", s.handleGitReceivePack())
 }

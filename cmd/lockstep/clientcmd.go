@@ -78,7 +78,7 @@ func setup(name string, e *env, args []string, declare func(f *flagger)) (*clien
 		return nil, nil, nil, err
 	}
 	c, err := cf.client()
-	return &cf, c, f.fs.Args(), err
+	return &cf, c, f.pos, err
 }
 
 func cmdKeys(ctx context.Context, e *env, args []string) error {

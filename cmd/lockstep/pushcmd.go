@@ -142,7 +142,7 @@ func pushDir(ctx context.Context, c *client.Client, dir, repoName string, o clie
 			hs[i] = plumbing.NewHash(s)
 		}
 		return hs, nil
-	}, nil)
+	}, &worktree.PlanOptions{Known: cache.Known()})
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +167,7 @@ func pushDir(ctx context.Context, c *client.Client, dir, repoName string, o clie
 	}
 	rep.ServerMS = msSince(t1)
 	rep.PushResult = *res
-	cache.SetPushed(snap.Tree)
+	cache.SetKnown(snap.Known())
 	if err := cache.Save(); err != nil {
 		return nil, fmt.Errorf("save stat cache: %w", err)
 	}

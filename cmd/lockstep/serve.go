@@ -45,6 +45,7 @@ type flagger struct {
 	fs     *flag.FlagSet
 	getenv func(string) string
 	errs   []error
+	pos    []string
 }
 
 func (f *flagger) str(p *string, name, env, def, help string) {
@@ -83,13 +84,29 @@ func (f *flagger) dur(p *time.Duration, name, env string, def time.Duration, hel
 	f.fs.DurationVar(p, name, v, help+" (env "+env+")")
 }
 
+// parse accepts flags before and after positional arguments
+// (`lockstep push DIR --repo R`); "--" ends flag parsing.
 func (f *flagger) parse(args []string) error {
-	if err := f.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitError(0)
+	var pos []string
+	for {
+		if err := f.fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return exitError(0)
+			}
+			return exitError(2)
 		}
-		return exitError(2)
+		rest := f.fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
+	f.pos = pos
 	return errors.Join(f.errs...)
 }
 

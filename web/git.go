@@ -1,0 +1,289 @@
+package web
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/forks"
+)
+
+// Git smart HTTP. Fetches and clones are served by the real `git
+// upload-pack --stateless-rpc` on the network's repository with
+// GIT_NAMESPACE set to the repository, so protocol v2, shallow and partial
+// clones work as with any git server; it reads the on-disk ref mirror.
+// Pushes are NOT handed to git receive-pack (which would move refs
+// unconditionally, behind the store's back): we advertise refs from the
+// store, parse the commands and the pack ourselves, validate and store the
+// objects, then move each ref by compare-and-swap against the client's old
+// oid, with permissions and an operations-log entry — the same path as
+// every other write.
+
+func (s *Server) gitRepo(c *gin.Context) (string, bool) {
+	name := strings.TrimSuffix(c.Param("repo"), ".git")
+	if err := lockstep.ValidateName("repository name", name); err != nil {
+		writeError(c, err)
+		return "", false
+	}
+	return name, true
+}
+
+func (s *Server) handleGitInfoRefs() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		name, ok := s.gitRepo(c)
+		if !ok {
+			return
+		}
+		svc := c.Query("service")
+		switch svc {
+		case "git-upload-pack":
+			s.gitUploadPackAdvertise(c, name)
+		case "git-receive-pack":
+			s.gitReceivePackAdvertise(c, name)
+		default:
+			writeError(c, lockstep.Errorf(lockstep.EINVALID, "only smart HTTP is served: ?service=git-upload-pack or git-receive-pack"))
+		}
+	}
+}
+
+func noCache(c *gin.Context) {
+	c.Header("Cache-Control", "no-cache, max-age=0, must-revalidate")
+	c.Header("Expires", "Fri, 01 Jan 1980 00:00:00 GMT")
+	c.Header("Pragma", "no-cache")
+}
+
+func (s *Server) gitCommand(c *gin.Context, repoName string, args ...string) (*exec.Cmd, error) {
+	r, err := s.Repos.Repo(c.Request.Context(), repoName)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.Repos.Network(r.Network)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(c.Request.Context(), "git", args...)
+	cmd.Dir = n.Dir()
+	cmd.Env = append(os.Environ(), "GIT_NAMESPACE="+r.Name, "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0")
+	if p := c.GetHeader("Git-Protocol"); p != "" && len(p) < 256 {
+		cmd.Env = append(cmd.Env, "GIT_PROTOCOL="+p)
+	}
+	cmd.Args = append(cmd.Args, n.Dir())
+	return cmd, nil
+}
+
+func (s *Server) gitUploadPackAdvertise(c *gin.Context, name string) {
+	cmd, err := s.gitCommand(c, name, "-c", "uploadpack.allowFilter=true", "upload-pack", "--stateless-rpc", "--advertise-refs")
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		writeError(c, fmt.Errorf("git upload-pack --advertise-refs: %w", err))
+		return
+	}
+	noCache(c)
+	c.Header("Content-Type", "application/x-git-upload-pack-advertisement")
+	var buf bytes.Buffer
+	if !strings.Contains(c.GetHeader("Git-Protocol"), "version=2") {
+		writePkt(&buf, "# service=git-upload-pack\n")
+		buf.WriteString("0000")
+	}
+	buf.Write(out)
+	c.Data(http.StatusOK, "application/x-git-upload-pack-advertisement", buf.Bytes())
+}
+
+func requestBody(c *gin.Context) (io.Reader, error) {
+	if c.GetHeader("Content-Encoding") == "gzip" {
+		return gzip.NewReader(c.Request.Body)
+	}
+	return c.Request.Body, nil
+}
+
+func (s *Server) handleGitUploadPack() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		name, ok := s.gitRepo(c)
+		if !ok {
+			return
+		}
+		body, err := requestBody(c)
+		if err != nil {
+			writeError(c, lockstep.Errorf(lockstep.EINVALID, "bad gzip body: %v", err))
+			return
+		}
+		cmd, err := s.gitCommand(c, name, "-c", "uploadpack.allowFilter=true", "upload-pack", "--stateless-rpc")
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		cmd.Stdin = body
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		noCache(c)
+		c.Header("Content-Type", "application/x-git-upload-pack-result")
+		c.Status(http.StatusOK)
+		cmd.Stdout = c.Writer
+		if err := cmd.Run(); err != nil {
+			s.Logger.WarnContext(c.Request.Context(), "git upload-pack", "repo", name, "error", err, "stderr", stderr.String())
+		}
+	}
+}
+
+func (s *Server) gitReceivePackAdvertise(c *gin.Context, name string) {
+	if err := s.Repos.CanPush(c.Request.Context(), caller(c), name); err != nil {
+		writeError(c, err)
+		return
+	}
+	refs, err := s.Repos.Refs(c.Request.Context(), name)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	caps := "report-status report-status-v2 delete-refs atomic ofs-delta quiet agent=lockstep"
+	var buf bytes.Buffer
+	writePkt(&buf, "# service=git-receive-pack\n")
+	buf.WriteString("0000")
+	if len(refs) == 0 {
+		writePkt(&buf, lockstep.ZeroOID+" capabilities^{}\x00"+caps+"\n")
+	}
+	for i, r := range refs {
+		line := r.OID + " " + r.Name
+		if i == 0 {
+			line += "\x00" + caps
+		}
+		writePkt(&buf, line+"\n")
+	}
+	buf.WriteString("0000")
+	noCache(c)
+	c.Data(http.StatusOK, "application/x-git-receive-pack-advertisement", buf.Bytes())
+}
+
+func (s *Server) handleGitReceivePack() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		name, ok := s.gitRepo(c)
+		if !ok {
+			return
+		}
+		body, err := requestBody(c)
+		if err != nil {
+			writeError(c, lockstep.Errorf(lockstep.EINVALID, "bad gzip body: %v", err))
+			return
+		}
+		lb := &limitedBody{r: body, left: s.Config.MaxUploadBytes}
+		if lb.left <= 0 {
+			lb.left = 512 << 20
+		}
+		br := bufio.NewReaderSize(lb, 64<<10)
+		cmds, caps, err := readCommands(br)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		atomic := caps["atomic"]
+		var pack io.Reader
+		for _, cm := range cmds {
+			if cm.New != lockstep.ZeroOID {
+				pack = br // a pack follows unless every command is a delete
+				break
+			}
+		}
+		unpackErr, results, err := s.Repos.GitPush(c.Request.Context(), caller(c), name, cmds, atomic, pack)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		if pack != nil && unpackErr == nil {
+			io.Copy(io.Discard, br)
+		}
+		var out bytes.Buffer
+		if unpackErr != nil {
+			msg := lockstep.ErrorMessage(unpackErr)
+			if lb.tripped {
+				msg = fmt.Sprintf("push over --max-upload-bytes (%d bytes)", s.Config.MaxUploadBytes)
+			}
+			writePkt(&out, "unpack "+oneLine(msg)+"\n")
+		} else {
+			writePkt(&out, "unpack ok\n")
+		}
+		for _, r := range results {
+			if r.Err == nil {
+				writePkt(&out, "ok "+r.Ref+"\n")
+			} else {
+				writePkt(&out, "ng "+r.Ref+" "+oneLine(refError(r.Err))+"\n")
+			}
+		}
+		out.WriteString("0000")
+		noCache(c)
+		c.Data(http.StatusOK, "application/x-git-receive-pack-result", out.Bytes())
+	}
+}
+
+func refError(err error) string {
+	if lockstep.ErrorCode(err) == lockstep.EREFCONFLICT {
+		d := lockstep.ErrorDetails(err)
+		return fmt.Sprintf("stale info: ref moved (expected %v, actual %v); fetch first", d["expected"], d["actual"])
+	}
+	return lockstep.ErrorMessage(err)
+}
+
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+
+func writePkt(w *bytes.Buffer, line string) {
+	fmt.Fprintf(w, "%04x%s", len(line)+4, line)
+}
+
+// readCommands parses the ref-update commands of a receive-pack request up
+// to the flush packet: "old new ref\0capabilities" on the first line.
+func readCommands(r *bufio.Reader) ([]forks.RefCommand, map[string]bool, error) {
+	caps := map[string]bool{}
+	var cmds []forks.RefCommand
+	for {
+		var hdr [4]byte
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return nil, nil, lockstep.Errorf(lockstep.EINVALID, "truncated push request")
+		}
+		n, err := strconv.ParseUint(string(hdr[:]), 16, 16)
+		if err != nil {
+			return nil, nil, lockstep.Errorf(lockstep.EINVALID, "malformed pkt-line")
+		}
+		if n == 0 {
+			break
+		}
+		if n < 4 {
+			return nil, nil, lockstep.Errorf(lockstep.EINVALID, "malformed pkt-line")
+		}
+		line := make([]byte, n-4)
+		if _, err := io.ReadFull(r, line); err != nil {
+			return nil, nil, lockstep.Errorf(lockstep.EINVALID, "truncated push request")
+		}
+		s := strings.TrimSuffix(string(line), "\n")
+		if i := strings.IndexByte(s, 0); i >= 0 {
+			for _, cp := range strings.Fields(s[i+1:]) {
+				caps[cp] = true
+			}
+			s = s[:i]
+		}
+		if strings.HasPrefix(s, "shallow ") || strings.HasPrefix(s, "push-cert") {
+			return nil, nil, lockstep.Errorf(lockstep.EINVALID, "pushing from a shallow clone or signed pushes are not supported")
+		}
+		f := strings.Fields(s)
+		if len(f) != 3 {
+			return nil, nil, lockstep.Errorf(lockstep.EINVALID, "malformed push command %q", s)
+		}
+		cmds = append(cmds, forks.RefCommand{Old: f[0], New: f[1], Ref: f[2]})
+		if len(cmds) > 1000 {
+			return nil, nil, lockstep.Errorf(lockstep.ETOOLARGE, "more than 1000 ref updates in one push")
+		}
+	}
+	return cmds, caps, nil
+}
