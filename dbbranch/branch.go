@@ -2,6 +2,7 @@ package dbbranch
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,7 +52,7 @@ func (m *Manager) CreateBranch(ctx context.Context, repo, workspace string) (*Br
 	var out *Branch
 	warm := false
 	err := m.withLocks(ctx, []lockSpec{repoLock(rh, true), wsLock(wh)}, func(conn *pgx.Conn) error {
-		dbs, err := m.repairWorkspace(ctx, conn, wh)
+		dbs, err := m.repairWorkspace(ctx, conn, wh, !m.cfg.Warm)
 		if err != nil {
 			return err
 		}
@@ -66,31 +67,30 @@ func (m *Manager) CreateBranch(ctx context.Context, repo, workspace string) (*Br
 		if !t.complete() {
 			return lockstep.Errorf(lockstep.ENOTFOUND, "repository %q has no template database (bind one first)", repo)
 		}
-		if err := m.ensureWorkspaceRole(ctx, conn, repo, workspace); err != nil {
-			return err
-		}
 		name := m.names.name(kindBranch, wh, workspace)
 		md := meta{Kind: "branch", Repo: repo, Workspace: workspace, Created: time.Now().UTC()}
+		roleSQL := m.workspaceRoleSQL(repo, workspace)
 		if sp := find(rdbs, kindTplSpare); m.cfg.Warm && sp.complete() && sp.Meta.Kind == "template-spare" && sp.Meta.Gen == t.Meta.Gen {
-			// Comment first, then rename: if a crash comes between the
-			// rename and finishBranch, repair knows whose branch it is.
-			if err := m.setComment(ctx, conn, sp.Name, md); err == nil {
-				if err := m.rename(ctx, conn, sp.Name, name); err == nil {
-					warm = true
-				} else if !isUndefinedDB(err) && !isCode(err, "55006") {
-					return err
-				}
-			} else if !isUndefinedDB(err) {
-				return err
+			// One transaction: role, rename, grants, comment. Another
+			// CreateBranch may have taken the spare (3D000): go cold.
+			stmts := append(roleSQL, renameSQL(sp.Name, name))
+			stmts = append(stmts, m.finishBranchSQL(name, md)...)
+			if err := m.run(ctx, conn, stmts...); err == nil {
+				warm = true
+			} else if !isUndefinedDB(err) && !isCode(err, "55006") {
+				return fmt.Errorf("rename spare into branch: %w", err)
 			}
 		}
 		if !warm {
+			if err := m.run(ctx, conn, roleSQL...); err != nil {
+				return fmt.Errorf("role for %s: %w", workspace, err)
+			}
 			if err := m.createDB(ctx, conn, name, t.Name, false); err != nil {
 				return err
 			}
-		}
-		if err := m.finishBranch(ctx, conn, name, md); err != nil {
-			return err
+			if err := m.finishBranch(ctx, conn, name, md); err != nil {
+				return err
+			}
 		}
 		out = m.branchOf(workspace, &md, name)
 		return nil
@@ -107,30 +107,31 @@ func (m *Manager) CreateBranch(ctx context.Context, repo, workspace string) (*Br
 	return out, nil
 }
 
-func (m *Manager) ensureWorkspaceRole(ctx context.Context, conn *pgx.Conn, repo, ws string) error {
+// workspaceRoleSQL creates or updates the workspace's LOGIN role (the
+// password follows the secret) and makes it a member of the repository's
+// owner role.
+func (m *Manager) workspaceRoleSQL(repo, ws string) []string {
 	role := m.names.name(kindRole, m.names.wsHash(ws), ws)
 	owner := m.names.name(kindOwnerRole, m.names.repoHash(repo), repo)
-	if err := m.ensureRole(ctx, conn, role, "LOGIN INHERIT NOSUPERUSER NOCREATEDB NOCREATEROLE", password(m.cfg.Secret, ws)); err != nil {
-		return err
-	}
-	if _, err := conn.Exec(ctx, "GRANT "+ident(owner)+" TO "+ident(role)); err != nil {
-		return err
-	}
-	return nil
+	attrs := "LOGIN INHERIT NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD " + quoteLiteral(scramVerifier(m.cfg.Secret, ws, password(m.cfg.Secret, ws)))
+	do := "DO $do$ BEGIN IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = " + quoteLiteral(role) + ") THEN " +
+		"ALTER ROLE " + ident(role) + " " + attrs + "; ELSE CREATE ROLE " + ident(role) + " " + attrs + "; END IF; END $do$"
+	return []string{do, "GRANT " + ident(owner) + " TO " + ident(role)}
 }
 
-// finishBranch makes name a usable branch: only its role may connect,
-// connections allowed, the comment says whose it is. Idempotent.
-func (m *Manager) finishBranch(ctx context.Context, conn *pgx.Conn, name string, md meta) error {
+// finishBranchSQL makes name a usable branch: only its role may connect,
+// the comment says whose it is, connections allowed. Idempotent.
+func (m *Manager) finishBranchSQL(name string, md meta) []string {
 	md.Kind = "branch"
 	role := m.names.name(kindRole, m.names.wsHash(md.Workspace), md.Workspace)
-	if err := m.restrict(ctx, conn, name, role); err != nil {
-		return err
+	return append(restrictSQL(name, role), commentSQL(name, md), allowSQL(name, true))
+}
+
+func (m *Manager) finishBranch(ctx context.Context, conn *pgx.Conn, name string, md meta) error {
+	if err := m.run(ctx, conn, m.finishBranchSQL(name, md)...); err != nil {
+		return fmt.Errorf("finish branch %s: %w", name, err)
 	}
-	if err := m.setComment(ctx, conn, name, md); err != nil {
-		return err
-	}
-	return m.setAllowConn(ctx, conn, name, true)
+	return nil
 }
 
 // Branch returns workspace's existing branch. Errors: not_found.
@@ -141,7 +142,7 @@ func (m *Manager) Branch(ctx context.Context, workspace string) (*Branch, error)
 	wh := m.names.wsHash(workspace)
 	var out *Branch
 	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
-		dbs, err := m.repairWorkspace(ctx, conn, wh)
+		dbs, err := m.repairWorkspace(ctx, conn, wh, !m.cfg.Warm)
 		if err != nil {
 			return err
 		}
@@ -263,51 +264,62 @@ func (m *Manager) DropRepo(ctx context.Context, repo string) error {
 // repairWorkspace finishes or undoes what a crash left in a workspace's
 // databases and returns them. Caller holds the workspace lock.
 //
-//   - a branch without a comment (interrupted CREATE) is dropped;
-//   - a branch whose comment names another workspace is dropped;
-//   - trash (the old branch during Restore) is renamed back if the branch
-//     is gone, dropped otherwise;
-//   - a branch that is not finished (renamed spare: grants, comment or
-//     ALLOW_CONNECTIONS missing, or left disallowed by Snapshot) is finished;
-//   - incomplete snapshots and spares are dropped.
-func (m *Manager) repairWorkspace(ctx context.Context, conn *pgx.Conn, wh string) ([]*dbInfo, error) {
+//   - a branch without a comment (interrupted CREATE), or whose comment
+//     names another workspace, is dropped;
+//   - if the branch is gone, the newest trash (the old branch a Restore
+//     renamed aside) is renamed back;
+//   - a branch left refusing connections (interrupted Snapshot or Restore)
+//     is finished again;
+//   - incomplete snapshots and spares are dropped;
+//   - with dropTrash, trash is dropped (the background does this when Warm,
+//     so a foreground call does not pay a DROP DATABASE).
+func (m *Manager) repairWorkspace(ctx context.Context, conn *pgx.Conn, wh string, dropTrash bool) ([]*dbInfo, error) {
 	dbs, err := m.listDBs(ctx, conn, wh)
 	if err != nil {
 		return nil, err
 	}
 	changed := false
-	b, tr := find(dbs, kindBranch), find(dbs, kindTrash)
+	b := find(dbs, kindBranch)
 	if b != nil && (!b.complete() || b.Meta.Workspace == "" || m.names.wsHash(b.Meta.Workspace) != wh) {
 		if err := m.dropDB(ctx, conn, b); err != nil {
 			return nil, err
 		}
 		b, changed = nil, true
 	}
-	if tr != nil {
-		if b == nil && tr.complete() && tr.Meta.Workspace != "" && m.names.wsHash(tr.Meta.Workspace) == wh {
+	var trash []*dbInfo // oldest first: names end with the time in hex
+	for _, d := range dbs {
+		if d.Kind == kindTrash {
+			trash = append(trash, d)
+		}
+	}
+	if b == nil {
+		for i := len(trash) - 1; i >= 0; i-- {
+			tr := trash[i]
+			if !tr.complete() || tr.Meta.Workspace == "" || m.names.wsHash(tr.Meta.Workspace) != wh {
+				continue
+			}
 			name := m.names.name(kindBranch, wh, tr.Meta.Workspace)
-			if err := m.rename(ctx, conn, tr.Name, name); err != nil {
-				return nil, err
+			stmts := append([]string{renameSQL(tr.Name, name)}, m.finishBranchSQL(name, *tr.Meta)...)
+			if err := m.run(ctx, conn, stmts...); err != nil {
+				return nil, fmt.Errorf("put back %s: %w", tr.Name, err)
 			}
-			if err := m.finishBranch(ctx, conn, name, *tr.Meta); err != nil {
-				return nil, err
-			}
-		} else if err := m.dropDB(ctx, conn, tr); err != nil {
+			trash = append(trash[:i], trash[i+1:]...)
+			changed = true
+			break
+		}
+	} else if !b.AllowConn || b.Meta.Kind != "branch" {
+		if err := m.finishBranch(ctx, conn, b.Name, *b.Meta); err != nil {
 			return nil, err
 		}
 		changed = true
 	}
-	if b != nil && (b.Meta.Kind != "branch" || !b.AllowConn) {
-		md := *b.Meta
-		if md.Kind != "branch" {
-			if err := m.ensureWorkspaceRole(ctx, conn, md.Repo, md.Workspace); err != nil {
+	if dropTrash {
+		for _, tr := range trash {
+			if err := m.dropDB(ctx, conn, tr); err != nil {
 				return nil, err
 			}
+			changed = true
 		}
-		if err := m.finishBranch(ctx, conn, b.Name, md); err != nil {
-			return nil, err
-		}
-		changed = true
 	}
 	for _, d := range dbs {
 		if (d.Kind == kindSnapshot || d.Kind == kindRestSpare) && !d.complete() {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -122,13 +123,54 @@ func snapshotsOf(dbs []*dbInfo) []*dbInfo {
 	return out
 }
 
-func (m *Manager) setComment(ctx context.Context, conn *pgx.Conn, db string, md meta) error {
+func commentSQL(db string, md meta) string {
 	md.V = 1
-	b, err := json.Marshal(md)
-	if err != nil {
+	b, _ := json.Marshal(md)
+	return "COMMENT ON DATABASE " + ident(db) + " IS " + quoteLiteral(string(b))
+}
+
+func renameSQL(from, to string) string {
+	return "ALTER DATABASE " + ident(from) + " RENAME TO " + ident(to)
+}
+
+func allowSQL(db string, allow bool) string {
+	return fmt.Sprintf("ALTER DATABASE %s ALLOW_CONNECTIONS %t", ident(db), allow)
+}
+
+// restrictSQL makes db reachable only by role (if any): PUBLIC loses
+// CONNECT and TEMPORARY; role gets CONNECT, CREATE, TEMPORARY.
+func restrictSQL(db, role string) []string {
+	q := []string{"REVOKE ALL ON DATABASE " + ident(db) + " FROM PUBLIC"}
+	if role != "" {
+		q = append(q, "GRANT CONNECT, CREATE, TEMPORARY ON DATABASE "+ident(db)+" TO "+ident(role))
+	}
+	return q
+}
+
+// run executes statements as one transaction in one round trip (simple
+// protocol). Catalog changes on databases — RENAME, ALLOW_CONNECTIONS,
+// grants, comments — are transactional; only CREATE and DROP DATABASE are
+// not. One commit is both faster (one WAL flush) and atomic, which is what
+// makes the warm renames crash-safe.
+func (m *Manager) run(ctx context.Context, conn *pgx.Conn, stmts ...string) error {
+	if len(stmts) == 0 {
+		return nil
+	}
+	q := stmts[0]
+	if len(stmts) > 1 {
+		q = "BEGIN; " + strings.Join(stmts, "; ") + "; COMMIT"
+	}
+	if _, err := conn.Exec(ctx, q); err != nil {
+		if conn.PgConn().TxStatus() != 'I' {
+			conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
 		return err
 	}
-	if _, err := conn.Exec(ctx, "COMMENT ON DATABASE "+ident(db)+" IS "+quoteLiteral(string(b))); err != nil {
+	return nil
+}
+
+func (m *Manager) setComment(ctx context.Context, conn *pgx.Conn, db string, md meta) error {
+	if err := m.run(ctx, conn, commentSQL(db, md)); err != nil {
 		return fmt.Errorf("comment on %s: %w", db, err)
 	}
 	return nil
@@ -203,19 +245,6 @@ func (m *Manager) terminate(ctx context.Context, conn *pgx.Conn, db string) erro
 		WHERE datname = $1 AND pid <> pg_backend_pid()`, db)
 	if err != nil {
 		return fmt.Errorf("terminate sessions on %s: %w", db, err)
-	}
-	return nil
-}
-
-// restrict makes db reachable only by role (if any): PUBLIC loses CONNECT
-// and TEMPORARY; role gets CONNECT, CREATE, TEMPORARY.
-func (m *Manager) restrict(ctx context.Context, conn *pgx.Conn, db, role string) error {
-	q := "REVOKE ALL ON DATABASE " + ident(db) + " FROM PUBLIC"
-	if role != "" {
-		q += "; GRANT CONNECT, CREATE, TEMPORARY ON DATABASE " + ident(db) + " TO " + ident(role)
-	}
-	if _, err := conn.Exec(ctx, q); err != nil {
-		return fmt.Errorf("grants on %s: %w", db, err)
 	}
 	return nil
 }

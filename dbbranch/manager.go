@@ -302,7 +302,7 @@ func (m *Manager) sweep(ctx context.Context) error {
 		if !ok {
 			continue
 		}
-		_, err = m.repairWorkspace(ctx, conn, h)
+		_, err = m.repairWorkspace(ctx, conn, h, true)
 		unlock()
 		if err != nil {
 			return err

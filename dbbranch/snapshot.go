@@ -2,6 +2,7 @@ package dbbranch
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,7 +37,7 @@ func (m *Manager) Snapshot(ctx context.Context, workspace, id string) (*Snapshot
 	wh := m.names.wsHash(workspace)
 	var out *Snapshot
 	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
-		dbs, err := m.repairWorkspace(ctx, conn, wh)
+		dbs, err := m.repairWorkspace(ctx, conn, wh, !m.cfg.Warm)
 		if err != nil {
 			return err
 		}
@@ -54,23 +55,24 @@ func (m *Manager) Snapshot(ctx context.Context, workspace, id string) (*Snapshot
 			return err
 		}
 		// Re-allow even if the copy fails (a crash is repaired later).
-		defer m.setAllowConn(context.WithoutCancel(ctx), conn, b.Name, true)
+		reallowed := false
+		defer func() {
+			if !reallowed {
+				m.setAllowConn(context.WithoutCancel(ctx), conn, b.Name, true)
+			}
+		}()
 		if err := m.terminate(ctx, conn, b.Name); err != nil {
 			return err
 		}
 		if err := m.createDB(ctx, conn, name, b.Name, false); err != nil {
 			return err
 		}
-		if err := m.restrict(ctx, conn, name, ""); err != nil {
-			return err
-		}
 		md := meta{Kind: "snapshot", Repo: b.Meta.Repo, Workspace: workspace, Snapshot: id, Created: time.Now().UTC()}
-		if err := m.setComment(ctx, conn, name, md); err != nil {
-			return err
+		stmts := append(restrictSQL(name, ""), commentSQL(name, md), allowSQL(b.Name, true))
+		if err := m.run(ctx, conn, stmts...); err != nil {
+			return fmt.Errorf("finish snapshot %s: %w", name, err)
 		}
-		if err := m.setAllowConn(ctx, conn, b.Name, true); err != nil {
-			return err
-		}
+		reallowed = true
 		size, err := m.dbSize(ctx, conn, name)
 		if err != nil {
 			return err
@@ -104,7 +106,7 @@ func (m *Manager) Snapshots(ctx context.Context, workspace string) ([]Snapshot, 
 	wh := m.names.wsHash(workspace)
 	var out []Snapshot
 	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
-		dbs, err := m.repairWorkspace(ctx, conn, wh)
+		dbs, err := m.repairWorkspace(ctx, conn, wh, !m.cfg.Warm)
 		if err != nil {
 			return err
 		}
@@ -133,7 +135,7 @@ func (m *Manager) DropSnapshot(ctx context.Context, workspace, id string) error 
 	}
 	wh := m.names.wsHash(workspace)
 	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
-		dbs, err := m.repairWorkspace(ctx, conn, wh)
+		dbs, err := m.repairWorkspace(ctx, conn, wh, !m.cfg.Warm)
 		if err != nil {
 			return err
 		}
@@ -177,7 +179,7 @@ func (m *Manager) Restore(ctx context.Context, workspace, id string) (*Branch, e
 	var out *Branch
 	warm := false
 	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
-		dbs, err := m.repairWorkspace(ctx, conn, wh)
+		dbs, err := m.repairWorkspace(ctx, conn, wh, !m.cfg.Warm)
 		if err != nil {
 			return err
 		}
@@ -191,7 +193,7 @@ func (m *Manager) Restore(ctx context.Context, workspace, id string) (*Branch, e
 			return lockstep.Errorf(lockstep.ENOTFOUND, "workspace %q has no snapshot %q", workspace, id)
 		}
 		name := m.names.name(kindBranch, wh, workspace)
-		trash := m.names.name(kindTrash, wh, workspace)
+		trash := m.names.prefix + "_" + string(kindTrash) + "_" + wh + fmt.Sprintf("_%016x", time.Now().UnixNano())
 		md := meta{Kind: "branch", Repo: snap.Meta.Repo, Workspace: workspace, Created: time.Now().UTC(), Restored: id}
 		b := find(dbs, kindBranch)
 		if b != nil {
@@ -200,43 +202,47 @@ func (m *Manager) Restore(ctx context.Context, workspace, id string) (*Branch, e
 				return err
 			}
 			if err := m.terminate(ctx, conn, b.Name); err != nil {
+				m.setAllowConn(context.WithoutCancel(ctx), conn, b.Name, true)
 				return err
 			}
-			if err := m.rename(ctx, conn, b.Name, trash); err != nil {
-				// A session outlived pg_terminate_backend's wait: drop
-				// (FORCE) instead; the restore then cannot be undone.
-				if err := m.dropDB(ctx, conn, b); err != nil {
-					m.setAllowConn(context.WithoutCancel(ctx), conn, b.Name, true)
-					return lockstep.Errorf(lockstep.EUNAVAILABLE, "restore %s: cannot end the sessions on %s: %v", workspace, b.Name, err)
-				}
-				trash = ""
-			}
-		} else {
-			trash = ""
-			if err := m.ensureWorkspaceRole(ctx, conn, snap.Meta.Repo, workspace); err != nil {
-				return err
-			}
+		} else if err := m.run(ctx, conn, m.workspaceRoleSQL(snap.Meta.Repo, workspace)...); err != nil {
+			return fmt.Errorf("role for %s: %w", workspace, err)
 		}
 		if sp := find(dbs, kindRestSpare); m.cfg.Warm && sp.complete() && sp.Meta.Snapshot == id {
-			if err := m.rename(ctx, conn, sp.Name, name); err == nil {
+			// One transaction: old branch aside, spare in, grants, comment.
+			var stmts []string
+			if b != nil {
+				stmts = append(stmts, renameSQL(b.Name, trash))
+			}
+			stmts = append(stmts, renameSQL(sp.Name, name))
+			stmts = append(stmts, m.finishBranchSQL(name, md)...)
+			if err := m.run(ctx, conn, stmts...); err == nil {
 				warm = true
 			}
 		}
 		if !warm {
-			if err := m.createDB(ctx, conn, name, snap.Name, false); err != nil {
-				if trash != "" { // put the old branch back
-					bg := context.WithoutCancel(ctx)
-					if m.rename(bg, conn, trash, name) == nil {
-						m.setAllowConn(bg, conn, name, true)
+			if b != nil {
+				if err := m.run(ctx, conn, renameSQL(b.Name, trash)); err != nil {
+					// A session outlived pg_terminate_backend's wait: drop
+					// (FORCE) instead; the restore then cannot be undone.
+					if err := m.dropDB(ctx, conn, b); err != nil {
+						m.setAllowConn(context.WithoutCancel(ctx), conn, b.Name, true)
+						return lockstep.Errorf(lockstep.EUNAVAILABLE, "restore %s: cannot end the sessions on %s: %v", workspace, b.Name, err)
 					}
+					b = nil
+				}
+			}
+			if err := m.createDB(ctx, conn, name, snap.Name, false); err != nil {
+				if b != nil { // put the old branch back
+					m.run(context.WithoutCancel(ctx), conn, renameSQL(trash, name), allowSQL(name, true))
 				}
 				return err
 			}
+			if err := m.finishBranch(ctx, conn, name, md); err != nil {
+				return err
+			}
 		}
-		if err := m.finishBranch(ctx, conn, name, md); err != nil {
-			return err
-		}
-		if trash != "" && !m.cfg.Warm {
+		if b != nil && !m.cfg.Warm {
 			if err := m.dropDB(ctx, conn, &dbInfo{Name: trash}); err != nil {
 				return err
 			}
@@ -265,7 +271,7 @@ func (m *Manager) scheduleRestoreSpare(wh string) {
 // with the branch's grants already applied.
 func (m *Manager) refillRestoreSpare(ctx context.Context, wh string) error {
 	return m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
-		dbs, err := m.repairWorkspace(ctx, conn, wh)
+		dbs, err := m.repairWorkspace(ctx, conn, wh, true)
 		if err != nil {
 			return err
 		}
@@ -289,12 +295,10 @@ func (m *Manager) refillRestoreSpare(ctx context.Context, wh string) error {
 		if err := m.createDB(ctx, conn, name, latest.Name, false); err != nil {
 			return err
 		}
-		if err := m.restrict(ctx, conn, name, m.names.name(kindRole, wh, ws)); err != nil {
-			return err
-		}
 		md := meta{Kind: "restore-spare", Repo: latest.Meta.Repo, Workspace: ws, Snapshot: latest.Meta.Snapshot, Created: time.Now().UTC()}
-		if err := m.setComment(ctx, conn, name, md); err != nil {
-			return err
+		stmts := append(restrictSQL(name, m.names.name(kindRole, wh, ws)), commentSQL(name, md))
+		if err := m.run(ctx, conn, stmts...); err != nil {
+			return fmt.Errorf("finish restore spare %s: %w", name, err)
 		}
 		m.refills.Add(1)
 		return nil

@@ -161,15 +161,15 @@ func (m *Manager) buildTemplate(ctx context.Context, conn *pgx.Conn, repo, src s
 		if err := m.takeOwnership(ctx, staging, owner); err != nil {
 			return err
 		}
-		if err := m.restrict(ctx, conn, staging, ""); err != nil {
-			return err
-		}
-		if _, err := conn.Exec(ctx, "ALTER DATABASE "+ident(staging)+" WITH ALLOW_CONNECTIONS false IS_TEMPLATE true"); err != nil {
-			return fmt.Errorf("mark template %s: %w", staging, err)
-		}
 		// The comment completes the staging copy: from here a crash rolls
 		// forward (repairRepo renames it into place if the old copy is gone).
-		return m.setComment(ctx, conn, staging, meta{Kind: "template", Repo: repo, Source: src, Gen: newGen(), Created: time.Now().UTC()})
+		stmts := append(restrictSQL(staging, ""),
+			"ALTER DATABASE "+ident(staging)+" WITH ALLOW_CONNECTIONS false IS_TEMPLATE true",
+			commentSQL(staging, meta{Kind: "template", Repo: repo, Source: src, Gen: newGen(), Created: time.Now().UTC()}))
+		if err := m.run(ctx, conn, stmts...); err != nil {
+			return fmt.Errorf("mark template %s: %w", staging, err)
+		}
+		return nil
 	}()
 	if err != nil {
 		m.dropDB(context.WithoutCancel(ctx), conn, &dbInfo{Name: staging, IsTemplate: true})
@@ -347,11 +347,9 @@ func (m *Manager) refillTemplateSpare(ctx context.Context, h string) error {
 			}
 			return err
 		}
-		if err := m.restrict(ctx, conn, name, ""); err != nil {
-			return err
-		}
-		if err := m.setComment(ctx, conn, name, meta{Kind: "template-spare", Repo: t.Meta.Repo, Gen: t.Meta.Gen, Created: time.Now().UTC()}); err != nil {
-			return err
+		stmts := append(restrictSQL(name, ""), commentSQL(name, meta{Kind: "template-spare", Repo: t.Meta.Repo, Gen: t.Meta.Gen, Created: time.Now().UTC()}))
+		if err := m.run(ctx, conn, stmts...); err != nil {
+			return fmt.Errorf("finish template spare %s: %w", name, err)
 		}
 		m.refills.Add(1)
 		return nil
