@@ -35,6 +35,8 @@ type Hunk struct {
 type Labels struct {
 	Ours, Base, Theirs string
 	ShowBase           bool
+	// MarkerSize is the length of the marker runs; 0 means 7.
+	MarkerSize int
 }
 
 // DefaultLabels are the labels git merge-tree would print for branches
@@ -297,8 +299,8 @@ func (w *writer) copy(recs [][]byte, crlf, addNL bool) {
 	}
 }
 
-func (w *writer) marker(c byte, label string, crlf bool) {
-	w.buf.WriteString(strings.Repeat(string(c), markerSize))
+func (w *writer) marker(c byte, size int, label string, crlf bool) {
+	w.buf.WriteString(strings.Repeat(string(c), size))
 	if label != "" {
 		w.buf.WriteByte(' ')
 		w.buf.WriteString(label)
@@ -314,6 +316,10 @@ func (w *writer) marker(c byte, label string, crlf bool) {
 func render(b, o, t *mfile, chunks []mchunk, labels Labels) ([]byte, []Hunk, bool) {
 	var w writer
 	var hunks []Hunk
+	size := labels.MarkerSize
+	if size <= 0 {
+		size = markerSize
+	}
 	i := 0
 	for k := range chunks {
 		m := &chunks[k]
@@ -322,15 +328,15 @@ func render(b, o, t *mfile, chunks []mchunk, labels Labels) ([]byte, []Hunk, boo
 			crlf := needsCR(b, o, t, m)
 			w.copy(o.recs[i:m.i1], false, false)
 			start := w.lines + 1
-			w.marker('<', labels.Ours, crlf)
+			w.marker('<', size, labels.Ours, crlf)
 			w.copy(o.recs[m.i1:m.i1+m.chg1], crlf, true)
 			if labels.ShowBase {
-				w.marker('|', labels.Base, crlf)
+				w.marker('|', size, labels.Base, crlf)
 				w.copy(b.recs[m.i0:m.i0+m.chg0], crlf, true)
 			}
-			w.marker('=', "", crlf)
+			w.marker('=', size, "", crlf)
 			w.copy(t.recs[m.i2:m.i2+m.chg2], crlf, true)
-			w.marker('>', labels.Theirs, crlf)
+			w.marker('>', size, labels.Theirs, crlf)
 			hunks = append(hunks, Hunk{
 				Base:   LineRange{m.i0 + 1, m.chg0},
 				Ours:   LineRange{m.i1 + 1, m.chg1},

@@ -44,10 +44,18 @@ type Options struct {
 	// MaxFileBytes: files larger than this are not line-merged (a path
 	// conflict instead). 0 means DefaultMaxFileBytes.
 	MaxFileBytes int64
+
+	// virtual: this merge builds a virtual merge base. As in git's inner
+	// merges, modify/delete and binary conflicts keep the base version and
+	// markers are two characters longer.
+	virtual bool
 }
 
 func (o Options) labels() Labels {
 	l := Labels{Ours: o.OursLabel, Theirs: o.TheirsLabel, Base: o.BaseLabel, ShowBase: o.ShowBase}
+	if o.virtual {
+		l.MarkerSize = markerSize + 2
+	}
 	if l.Ours == "" {
 		l.Ours = "ours"
 	}
@@ -363,9 +371,15 @@ func (m *merger) file(path string, b, o, t *entry) (*entry, error) {
 		return t, nil
 	case o == nil:
 		m.conflict(path, KindModifyDelete, nil)
+		if m.opts.virtual {
+			return b, nil
+		}
 		return t, nil
 	case t == nil:
 		m.conflict(path, KindModifyDelete, nil)
+		if m.opts.virtual {
+			return b, nil
+		}
 		return o, nil
 	}
 	if fileKind(o.Mode) != fileKind(t.Mode) {
@@ -448,6 +462,15 @@ func (m *merger) content(b, o, t plumbing.Hash) (plumbing.Hash, []Hunk, bool, er
 		return o, nil, false, err
 	}
 	if !ok1 || !ok2 || !ok3 {
+		if m.opts.virtual {
+			// git keeps the base of a binary conflict in a virtual base
+			// (an empty file for add/add).
+			if b.IsZero() {
+				h, err := writeBlob(m.s, nil)
+				return h, nil, false, err
+			}
+			return b, nil, false, nil
+		}
 		return o, nil, false, nil
 	}
 	merged, hunks, clean := Diff3(bd, od, td, m.labels)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand"
 	"os/exec"
 	"sort"
 	"strings"
@@ -11,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/memory"
 
 	"github.com/lockstep-hq/lockstep"
@@ -422,4 +426,62 @@ func memoryCopy(tb testing.TB, dir string) *memory.Storage {
 		}
 	}
 	return s
+}
+
+// TestMergeBasesOracle compares MergeBases with git merge-base --all on
+// random commit graphs (merges, criss-crosses, several roots).
+func TestMergeBasesOracle(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	dir := tempDir(t)
+	r := rand.New(rand.NewSource(5))
+	im := &importer{blobs: map[string]int{}}
+	var commits []int
+	for i := 0; i < 300; i++ {
+		tree := genTree{"f": {mode: "100644", data: []byte(fmt.Sprintf("%d\n", i))}}
+		parent := 0
+		if len(commits) > 0 && r.Intn(40) != 0 {
+			parent = commits[len(commits)-1-r.Intn(min(len(commits), 8))]
+		}
+		m := im.commit(fmt.Sprintf("refs/heads/x%d", i), parent, tree, 1700000000+i*10+r.Intn(5))
+		if parent != 0 && len(commits) > 3 && r.Intn(4) == 0 {
+			second := commits[r.Intn(len(commits))]
+			if second != parent {
+				s := im.buf.String()
+				from := fmt.Sprintf("from :%d\n", parent)
+				k := strings.LastIndex(s, from)
+				im.buf.Reset()
+				im.buf.WriteString(s[:k] + from + fmt.Sprintf("merge :%d\n", second) + s[k+len(from):])
+			}
+		}
+		commits = append(commits, m)
+	}
+	marks := runImport(t, dir, im.buf.Bytes())
+	st := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRUDefault())
+	multi := 0
+	for i := 0; i < 200; i++ {
+		a, b := marks[commits[r.Intn(len(commits))]], marks[commits[r.Intn(len(commits))]]
+		cmd := exec.Command("git", "merge-base", "--all", a.String(), b.String())
+		cmd.Dir = dir
+		out, _ := cmd.Output() // exit 1: no common ancestor
+		want := strings.Fields(string(out))
+		sort.Strings(want)
+		got, err := MergeBases(context.Background(), st, a, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gs []string
+		for _, h := range got {
+			gs = append(gs, h.String())
+		}
+		sort.Strings(gs)
+		if fmt.Sprint(gs) != fmt.Sprint(want) {
+			t.Errorf("merge-base %s %s: got %v, git %v", a, b, gs, want)
+		}
+		if len(want) > 1 {
+			multi++
+		}
+	}
+	t.Logf("merge-base oracle: 200 pairs, %d with several best common ancestors", multi)
 }

@@ -75,38 +75,83 @@ func (w *walker) ancestors(ctx context.Context, h plumbing.Hash) (map[plumbing.H
 	return seen, nil
 }
 
+// Flags of the paint-down walk.
+const (
+	parent1 = 1 << iota
+	parent2
+	stale
+	result
+)
+
 // bestCommon returns the best common ancestors of a and b: common
 // ancestors that are not ancestors of another common ancestor, sorted by
 // committer time, oldest first, then by oid.
+//
+// It is git's paint_down_to_common: walk both histories newest first
+// (committer time), painting each commit with the sides it is reachable
+// from; a commit painted by both is a candidate and its ancestors are
+// stale; stop when only stale commits are queued. Like git without a
+// commit-graph, it trusts commit times (badly skewed clocks can make it
+// stop early); candidates reachable from another candidate are then
+// dropped.
 func (w *walker) bestCommon(ctx context.Context, a, b plumbing.Hash) ([]plumbing.Hash, error) {
-	inA, err := w.ancestors(ctx, a)
-	if err != nil {
-		return nil, err
+	if a == b {
+		return []plumbing.Hash{a}, nil
 	}
-	// Walk from b; stop at the first common commit on each path.
+	flags := map[plumbing.Hash]int{}
+	q := &commitQueue{w: w}
+	for _, x := range []struct {
+		h plumbing.Hash
+		f int
+	}{{a, parent1}, {b, parent2}} {
+		if _, err := w.commit(x.h); err != nil {
+			return nil, err
+		}
+		flags[x.h] |= x.f
+		q.push(x.h)
+	}
 	var cands []plumbing.Hash
-	seen := map[plumbing.Hash]bool{b: true}
-	stack := []plumbing.Hash{b}
-	for len(stack) > 0 {
-		c := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if inA[c] {
-			cands = append(cands, c)
-			continue
+	for steps := 0; q.nonStale(flags); steps++ {
+		if steps%256 == 255 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		c := q.pop()
+		f := flags[c] & (parent1 | parent2 | stale)
+		if f == parent1|parent2 {
+			if flags[c]&result == 0 {
+				flags[c] |= result
+				cands = append(cands, c)
+			}
+			f |= stale
 		}
 		ci, err := w.commit(c)
 		if err != nil {
 			return nil, err
 		}
 		for _, p := range ci.parents {
-			if !seen[p] {
-				seen[p] = true
-				stack = append(stack, p)
+			if flags[p]&f == f {
+				continue
 			}
+			if _, err := w.commit(p); err != nil {
+				return nil, err
+			}
+			flags[p] |= f
+			q.push(p)
 		}
 	}
+	// Like git: a candidate later painted stale is below another one.
+	kept := cands[:0]
+	for _, c := range cands {
+		if flags[c]&stale == 0 {
+			kept = append(kept, c)
+		}
+	}
+	cands = kept
+	// Drop candidates reachable from another candidate (criss-cross
+	// histories only; this walk is not bounded).
 	if len(cands) > 1 {
-		// Drop candidates reachable from another candidate.
 		redundant := map[plumbing.Hash]bool{}
 		for _, c := range cands {
 			if redundant[c] {
@@ -132,12 +177,70 @@ func (w *walker) bestCommon(ctx context.Context, a, b plumbing.Hash) ([]plumbing
 	}
 	sort.Slice(cands, func(i, j int) bool {
 		ci, cj := w.commits[cands[i]], w.commits[cands[j]]
-		if ci != nil && cj != nil && !ci.when.Equal(cj.when) {
+		if !ci.when.Equal(cj.when) {
 			return ci.when.Before(cj.when)
 		}
 		return cands[i].String() < cands[j].String()
 	})
 	return cands, nil
+}
+
+// commitQueue is a max-heap of commits by committer time (ties: oid), as
+// git's commit queue.
+type commitQueue struct {
+	w  *walker
+	hs []plumbing.Hash
+}
+
+func (q *commitQueue) less(i, j int) bool {
+	ci, cj := q.w.commits[q.hs[i]], q.w.commits[q.hs[j]]
+	if !ci.when.Equal(cj.when) {
+		return ci.when.After(cj.when)
+	}
+	return q.hs[i].String() < q.hs[j].String()
+}
+
+func (q *commitQueue) push(h plumbing.Hash) {
+	q.hs = append(q.hs, h)
+	for i := len(q.hs) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q.less(i, p) {
+			break
+		}
+		q.hs[i], q.hs[p] = q.hs[p], q.hs[i]
+		i = p
+	}
+}
+
+func (q *commitQueue) pop() plumbing.Hash {
+	top := q.hs[0]
+	n := len(q.hs) - 1
+	q.hs[0] = q.hs[n]
+	q.hs = q.hs[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && q.less(l, m) {
+			m = l
+		}
+		if r < n && q.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		q.hs[i], q.hs[m] = q.hs[m], q.hs[i]
+		i = m
+	}
+	return top
+}
+
+func (q *commitQueue) nonStale(flags map[plumbing.Hash]int) bool {
+	for _, h := range q.hs {
+		if flags[h]&stale == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // virtualBase reduces several merge bases to one commit the way git's
@@ -182,7 +285,7 @@ func (w *walker) virtualBase(ctx context.Context, bases []plumbing.Hash, depth i
 			return plumbing.ZeroHash, err
 		}
 		res, err := mergeTrees(ctx, w.s, baseTree, ca.tree, cn.tree, Options{
-			Deep: true, Markers: true,
+			Deep: true, Markers: true, virtual: true,
 			OursLabel: "Temporary merge branch 1", TheirsLabel: "Temporary merge branch 2",
 		})
 		if err != nil {
