@@ -101,12 +101,34 @@ type nodeEntry struct {
 	oid  plumbing.Hash
 }
 
+// scanner walks directories on up to GOMAXPROCS goroutines: a
+// subdirectory gets its own goroutine when a token is free, else is walked
+// inline. Each dirNode is written by one goroutine only; the results are
+// read after wg.Wait.
 type scanner struct {
 	root  string
 	opts  ScanOptions
-	files int
-	todo  []*blobRef // files to read and hash
-	reg   []*blobRef // every regular file, for the cache
+	files atomic.Int64 // for MaxFiles during the walk
+	sem   chan struct{}
+	wg    sync.WaitGroup
+
+	errMu  sync.Mutex
+	err    error
+	failed atomic.Bool
+
+	// filled by collect after the walk
+	todo []*blobRef // files to read and hash
+	reg  []*blobRef // every regular file, for the cache
+	nblb int        // files and symlinks
+}
+
+func (s *scanner) fail(err error) {
+	s.errMu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.errMu.Unlock()
+	s.failed.Store(true)
 }
 
 // Scan walks dir and builds its git objects. It skips ".git" and
@@ -121,25 +143,27 @@ func Scan(dir string, opts ScanOptions) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", dir, err)
 	}
-	s := &scanner{root: root, opts: opts}
-	top, err := s.walk("")
-	if err != nil {
-		return nil, err
+	s := &scanner{root: root, opts: opts, sem: make(chan struct{}, runtime.GOMAXPROCS(0)-1)}
+	top := &dirNode{}
+	if err := s.walk(top, ""); err != nil {
+		s.fail(err)
 	}
+	s.wg.Wait()
+	if s.err != nil {
+		return nil, s.err
+	}
+	s.collect(top)
 	if err := s.hashAll(); err != nil {
 		return nil, err
 	}
 	snap := &Snapshot{
 		dir:    root,
-		Files:  s.files,
+		Files:  s.nblb,
 		Hashed: len(s.todo),
 		trees:  make(map[plumbing.Hash]*treeObj),
-		blobs:  make(map[plumbing.Hash]*blobRef, s.files),
+		blobs:  make(map[plumbing.Hash]*blobRef, s.nblb),
 	}
-	if top == nil {
-		top = &dirNode{}
-	}
-	if snap.Tree, err = snap.build(top); err != nil {
+	if snap.Tree, _, err = snap.build(top, true); err != nil {
 		return nil, err
 	}
 	if c := opts.Cache; c != nil {
@@ -148,24 +172,65 @@ func Scan(dir string, opts ScanOptions) (*Snapshot, error) {
 	return snap, nil
 }
 
-// walk reads one directory (rel is "" for the root) and returns nil if
-// nothing under it is stored: git keeps no empty directories.
-func (s *scanner) walk(rel string) (*dirNode, error) {
+// collect lists, in walk order, the files to hash and the regular files.
+func (s *scanner) collect(n *dirNode) {
+	for i := range n.entries {
+		e := &n.entries[i]
+		if e.sub != nil {
+			s.collect(e.sub)
+			continue
+		}
+		s.nblb++
+		if e.blob.link {
+			continue
+		}
+		s.reg = append(s.reg, e.blob)
+		if e.blob.oid.IsZero() {
+			s.todo = append(s.todo, e.blob)
+		}
+	}
+}
+
+// subdir walks the directory rel into n, on a new goroutine if a token is
+// free.
+func (s *scanner) subdir(n *dirNode, rel string) error {
+	select {
+	case s.sem <- struct{}{}:
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-s.sem }()
+			if err := s.walk(n, rel); err != nil {
+				s.fail(err)
+			}
+		}()
+		return nil
+	default:
+		return s.walk(n, rel)
+	}
+}
+
+// walk reads one directory (rel is "" for the root) into n. Directories
+// left empty are pruned by build: git keeps no empty directories.
+func (s *scanner) walk(n *dirNode, rel string) error {
+	if s.failed.Load() {
+		return nil // another goroutine failed; Scan returns its error
+	}
 	abs := s.root
 	if rel != "" {
 		abs = filepath.Join(s.root, filepath.FromSlash(rel))
 	}
 	f, err := os.Open(abs)
 	if err != nil {
-		return nil, fmt.Errorf("scan: %w", err)
+		return fmt.Errorf("scan: %w", err)
 	}
 	defer f.Close()
 	des, err := f.ReadDir(-1)
 	if err != nil {
-		return nil, fmt.Errorf("scan: read dir %s: %w", abs, err)
+		return fmt.Errorf("scan: read dir %s: %w", abs, err)
 	}
 	fd := int(f.Fd())
-	n := &dirNode{entries: make([]nodeEntry, 0, len(des))}
+	n.entries = make([]nodeEntry, 0, len(des))
 	for _, de := range des {
 		name := de.Name()
 		isDir := de.IsDir()
@@ -177,18 +242,16 @@ func (s *scanner) walk(rel string) (*dirNode, error) {
 			p = rel + "/" + name
 		}
 		if !utf8.ValidString(name) {
-			return nil, lockstep.Errorf(lockstep.EINVALID, "file name is not valid UTF-8: %q", p)
+			return lockstep.Errorf(lockstep.EINVALID, "file name is not valid UTF-8: %q", p)
 		}
 		if s.opts.Ignore != nil && s.opts.Ignore(p, isDir) {
 			continue
 		}
 		if isDir {
-			sub, err := s.walk(p)
-			if err != nil {
-				return nil, err
-			}
-			if sub != nil {
-				n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
+			sub := &dirNode{}
+			n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
+			if err := s.subdir(sub, p); err != nil {
+				return err
 			}
 			continue
 		}
@@ -197,19 +260,17 @@ func (s *scanner) walk(rel string) (*dirNode, error) {
 			if errors.Is(err, unix.ENOENT) {
 				continue // deleted while we walk: as if we had come earlier
 			}
-			return nil, fmt.Errorf("scan: lstat %s: %w", p, err)
+			return fmt.Errorf("scan: lstat %s: %w", p, err)
 		}
 		fs := statOf(&st)
 		b := &blobRef{rel: p, st: fs}
 		var mode filemode.FileMode
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR: // the entry type changed under us; follow the stat
-			sub, err := s.walk(p)
-			if err != nil {
-				return nil, err
-			}
-			if sub != nil {
-				n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
+			sub := &dirNode{}
+			n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
+			if err := s.subdir(sub, p); err != nil {
+				return err
 			}
 			continue
 		case unix.S_IFREG:
@@ -218,38 +279,31 @@ func (s *scanner) walk(rel string) (*dirNode, error) {
 				mode = filemode.Executable
 			}
 			if s.opts.MaxFileBytes > 0 && st.Size > s.opts.MaxFileBytes {
-				return nil, lockstep.Errorf(lockstep.ETOOLARGE, "file %q is %d bytes, over the limit of %d", p, st.Size, s.opts.MaxFileBytes)
+				return lockstep.Errorf(lockstep.ETOOLARGE, "file %q is %d bytes, over the limit of %d", p, st.Size, s.opts.MaxFileBytes)
 			}
-			s.reg = append(s.reg, b)
 			if e, ok := s.opts.Cache.lookup(p, fs); ok {
-				b.oid = e.oid
-			} else {
-				s.todo = append(s.todo, b)
+				b.oid = e.oid // else zero: collect queues it for hashing
 			}
 		case unix.S_IFLNK:
 			mode = filemode.Symlink
 			target, err := readlinkat(fd, name)
 			if err != nil {
-				return nil, fmt.Errorf("scan: readlink %s: %w", p, err)
+				return fmt.Errorf("scan: readlink %s: %w", p, err)
 			}
 			if err := checkLink(s.root, p, target); err != nil {
-				return nil, err
+				return err
 			}
 			b.link, b.target = true, target
 			b.oid = plumbing.ComputeHash(plumbing.BlobObject, []byte(target))
 		default:
-			return nil, lockstep.Errorf(lockstep.EINVALID, "%s %q cannot be pushed: only regular files, symlinks and directories can", kindOf(st.Mode), p)
+			return lockstep.Errorf(lockstep.EINVALID, "%s %q cannot be pushed: only regular files, symlinks and directories can", kindOf(st.Mode), p)
 		}
-		s.files++
-		if s.opts.MaxFiles > 0 && s.files > s.opts.MaxFiles {
-			return nil, lockstep.Errorf(lockstep.ETOOLARGE, "more than %d files (at %q)", s.opts.MaxFiles, p)
+		if nf := s.files.Add(1); s.opts.MaxFiles > 0 && nf > int64(s.opts.MaxFiles) {
+			return lockstep.Errorf(lockstep.ETOOLARGE, "more than %d files (at %q)", s.opts.MaxFiles, p)
 		}
 		n.entries = append(n.entries, nodeEntry{name: name, mode: mode, blob: b})
 	}
-	if len(n.entries) == 0 {
-		return nil, nil
-	}
-	return n, nil
+	return nil
 }
 
 func statOf(st *unix.Stat_t) fileStat {
@@ -401,15 +455,19 @@ func objectHeader(t plumbing.ObjectType, size int64) []byte {
 }
 
 // build encodes n and its subdirectories bottom-up and records every tree
-// and blob in the snapshot.
-func (snap *Snapshot) build(n *dirNode) (plumbing.Hash, error) {
-	entries := make([]object.TreeEntry, len(n.entries))
+// and blob in the snapshot. A directory with nothing to store is left out
+// (ok false), except the root, which is then the empty tree.
+func (snap *Snapshot) build(n *dirNode, root bool) (h plumbing.Hash, ok bool, err error) {
+	entries := make([]object.TreeEntry, 0, len(n.entries))
 	for i := range n.entries {
 		e := &n.entries[i]
 		if e.sub != nil {
-			h, err := snap.build(e.sub)
+			h, ok, err := snap.build(e.sub, false)
 			if err != nil {
-				return plumbing.ZeroHash, err
+				return plumbing.ZeroHash, false, err
+			}
+			if !ok {
+				continue
 			}
 			e.oid = h
 		} else {
@@ -418,19 +476,22 @@ func (snap *Snapshot) build(n *dirNode) (plumbing.Hash, error) {
 				snap.blobs[e.oid] = e.blob
 			}
 		}
-		entries[i] = object.TreeEntry{Name: e.name, Mode: e.mode, Hash: e.oid}
+		entries = append(entries, object.TreeEntry{Name: e.name, Mode: e.mode, Hash: e.oid})
+	}
+	if len(entries) == 0 && !root {
+		return plumbing.ZeroHash, false, nil
 	}
 	slices.SortFunc(entries, compareEntries)
 	t := &object.Tree{Entries: entries}
 	obj := &plumbing.MemoryObject{}
 	if err := t.Encode(obj); err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("scan: encode tree: %w", err)
+		return plumbing.ZeroHash, false, fmt.Errorf("scan: encode tree: %w", err)
 	}
-	h := obj.Hash()
+	h = obj.Hash()
 	if _, dup := snap.trees[h]; !dup {
 		snap.trees[h] = &treeObj{obj: obj, entries: entries}
 	}
-	return h, nil
+	return h, true, nil
 }
 
 // compareEntries orders tree entries as git does: byte-wise on the name,
