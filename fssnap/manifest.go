@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -247,58 +246,100 @@ func walk(root string) ([]Entry, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "%s is not a directory", root)
 	}
-	out := []Entry{entryFromStat(".", &st)}
-	if err := walkDir(root, ".", &out); err != nil {
-		return nil, err
+	w := &walker{sem: make(chan struct{}, runtime.GOMAXPROCS(0)*2)}
+	w.out = []Entry{entryFromStat(".", &st)}
+	w.dir(root, ".")
+	w.wg.Wait()
+	if w.err != nil {
+		return nil, w.err
 	}
+	out := w.out
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
 }
 
-func walkDir(abs, rel string, out *[]Entry) error {
+// walker lists directories in parallel: on a cold cache (a fresh overlay
+// mount, a new btrfs subvolume) every lookup is a real read, and a few in
+// flight hide the latency.
+type walker struct {
+	sem chan struct{}
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	out []Entry
+	err error
+}
+
+func (w *walker) fail(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.mu.Unlock()
+}
+
+func (w *walker) dir(abs, rel string) {
+	ents, subdirs, err := readDir(abs, rel)
+	if err != nil {
+		w.fail(err)
+		return
+	}
+	w.mu.Lock()
+	w.out = append(w.out, ents...)
+	w.mu.Unlock()
+	for _, name := range subdirs {
+		a, r := abs+"/"+name, path.Join(rel, name)
+		select {
+		case w.sem <- struct{}{}:
+			w.wg.Add(1)
+			go func() {
+				defer w.wg.Done()
+				w.dir(a, r)
+				<-w.sem
+			}()
+		default:
+			w.dir(a, r)
+		}
+	}
+}
+
+// readDir lstats the entries of one directory.
+func readDir(abs, rel string) (ents []Entry, subdirs []string, err error) {
 	f, err := os.Open(abs)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", abs, err)
+		return nil, nil, fmt.Errorf("open %s: %w", abs, err)
 	}
+	defer f.Close()
 	names, err := f.Readdirnames(-1)
-	fd := int(f.Fd())
 	if err != nil {
-		f.Close()
-		return fmt.Errorf("read dir %s: %w", abs, err)
+		return nil, nil, fmt.Errorf("read dir %s: %w", abs, err)
 	}
-	var subdirs []string
-	buf := make([]byte, 4096)
+	fd := int(f.Fd())
+	var buf []byte
 	for _, name := range names {
 		var st unix.Stat_t
 		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			if errors.Is(err, unix.ENOENT) {
 				continue // raced with a deletion; the caller's dir must be quiescent
 			}
-			f.Close()
-			return fmt.Errorf("stat %s/%s: %w", abs, name, err)
+			return nil, nil, fmt.Errorf("stat %s/%s: %w", abs, name, err)
 		}
-		p := path.Join(rel, name)
-		e := entryFromStat(p, &st)
+		e := entryFromStat(path.Join(rel, name), &st)
 		if e.Type == TypeSymlink {
+			if buf == nil {
+				buf = make([]byte, unix.PathMax)
+			}
 			n, err := unix.Readlinkat(fd, name, buf)
 			if err != nil {
-				f.Close()
-				return fmt.Errorf("readlink %s/%s: %w", abs, name, err)
+				return nil, nil, fmt.Errorf("readlink %s/%s: %w", abs, name, err)
 			}
 			e.Target = string(buf[:n])
 		}
-		*out = append(*out, e)
+		ents = append(ents, e)
 		if e.Type == TypeDir {
 			subdirs = append(subdirs, name)
 		}
 	}
-	f.Close()
-	for _, name := range subdirs {
-		if err := walkDir(abs+"/"+name, path.Join(rel, name), out); err != nil {
-			return err
-		}
-	}
-	return nil
+	return ents, subdirs, nil
 }
 
 func entryFromStat(p string, st *unix.Stat_t) Entry {
@@ -364,17 +405,29 @@ func hashAll(root string, entries []Entry, todo []int) error {
 }
 
 func hashFile(p string, buf []byte) (string, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NOATIME, 0)
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NOATIME|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.EPERM) { // O_NOATIME needs ownership or CAP_FOWNER
-		f, err = os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		fd, err = unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	}
 	if err != nil {
 		return "", fmt.Errorf("hash %s: %w", p, err)
 	}
-	defer f.Close()
+	defer unix.Close(fd)
 	h := sha256.New()
-	if _, err := io.CopyBuffer(h, f, buf); err != nil {
-		return "", fmt.Errorf("hash %s: %w", p, err)
+	for {
+		n, err := unix.Read(fd, buf)
+		if n > 0 {
+			h.Write(buf[:n])
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("hash %s: %w", p, err)
+		}
+		if n == 0 {
+			break
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -34,15 +34,15 @@ func modes(t *testing.T) map[string]string {
 	return map[string]string{proc.ModeSubreaper: "off", proc.ModeCgroup: cgroupRoot(t)}
 }
 
-// alive lists processes (not zombies) carrying a run marker whose command
-// line contains "sleep": an independent check of Residue.
-func alive(t *testing.T) []string {
+// alive lists processes (not zombies) carrying the run's marker: an
+// independent check of Residue.
+func alive(t *testing.T, id string) []string {
 	t.Helper()
 	var out []string
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !strings.Contains(string(env), proc.EnvMarker+"=") {
+		if err != nil || !strings.Contains(string(env), proc.EnvMarker+"="+id) {
 			continue
 		}
 		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
@@ -50,9 +50,7 @@ func alive(t *testing.T) []string {
 			continue
 		}
 		cl, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if strings.Contains(string(cl), "sleep") {
-			out = append(out, e.Name()+" "+strings.ReplaceAll(string(cl), "\x00", " "))
-		}
+		out = append(out, e.Name()+" "+strings.ReplaceAll(string(cl), "\x00", " "))
 	}
 	return out
 }
@@ -64,8 +62,16 @@ func TestDaemonsAreKilled(t *testing.T) {
 (sh -c 'sleep 1000 &' &)
 setsid sh -c 'setsid sleep 1000 & exit 0' &
 sleep 0.05; exit 3`
-			st, res, err := proc.RunCmd(context.Background(), proc.Spec{Args: []string{"sh", "-c", script}, CgroupRoot: root})
+			r, err := proc.Start(context.Background(), proc.Spec{Args: []string{"sh", "-c", script}, CgroupRoot: root})
 			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := r.Wait(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := r.Residue()
+			if err := r.Close(); err != nil {
 				t.Fatal(err)
 			}
 			if st.ExitCode != 3 || st.Isolation != mode || st.Success() {
@@ -77,7 +83,7 @@ sleep 0.05; exit 3`
 			if len(res) != 0 {
 				t.Fatalf("residue: %+v", res)
 			}
-			if a := alive(t); len(a) != 0 {
+			if a := alive(t, r.ID); len(a) != 0 {
 				t.Fatalf("still alive: %v", a)
 			}
 		})
@@ -89,13 +95,19 @@ func TestTimeoutKillsTree(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			script := `trap '' TERM; sleep 1000 & setsid sleep 1000 & sleep 1000`
 			start := time.Now()
-			st, res, err := proc.RunCmd(context.Background(), proc.Spec{
+			r, err := proc.Start(context.Background(), proc.Spec{
 				Args: []string{"sh", "-c", script}, CgroupRoot: root,
 				Timeout: 100 * time.Millisecond, KillGrace: 50 * time.Millisecond,
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
+			st, err := r.Wait(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := r.Residue()
+			r.Close()
 			if !st.TimedOut || st.Signal == "" {
 				t.Fatalf("status %+v, want timed out and signaled", st)
 			}
@@ -105,7 +117,7 @@ func TestTimeoutKillsTree(t *testing.T) {
 			if len(res) != 0 {
 				t.Fatalf("residue: %+v", res)
 			}
-			if a := alive(t); len(a) != 0 {
+			if a := alive(t, r.ID); len(a) != 0 {
 				t.Fatalf("still alive: %v", a)
 			}
 		})
@@ -136,4 +148,12 @@ func TestCancelAndSignal(t *testing.T) {
 	if err != nil || !st.Canceled || st.Signal != "terminated" {
 		t.Fatalf("status %+v %v", st, err)
 	}
+}
+
+func TestRunCmd(t *testing.T) {
+	st, res, err := proc.RunCmd(context.Background(), proc.Spec{Args: []string{"sh", "-c", "setsid sleep 1000 & exit 0"}})
+	if err != nil || !st.Success() || st.Leftover != 1 || len(res) != 0 {
+		t.Fatalf("%+v %+v %v", st, res, err)
+	}
+	t.Logf("auto-detected isolation: %s", st.Isolation)
 }
