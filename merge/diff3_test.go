@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -95,7 +96,8 @@ func TestDiff3Oracle(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		got, _, clean := diff3(b, o, th, DefaultLabels, levelZealousAlnum)
+		got, hunks, clean := diff3(b, o, th, DefaultLabels, levelZealousAlnum)
+		checkHunks(t, got, hunks, b, o, th)
 		if !clean {
 			conflicts++
 		}
@@ -194,6 +196,33 @@ func BenchmarkGitMergeFileLarge(b *testing.B) {
 		cmd.Dir = dir
 		if _, err := cmd.Output(); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// checkHunks: each hunk's Result range is a marker block of the output,
+// and its Ours and Theirs ranges are the lines inside it.
+func checkHunks(t *testing.T, merged []byte, hunks []Hunk, base, ours, theirs []byte) {
+	t.Helper()
+	out, o, th := splitLines(merged), splitLines(ours), splitLines(theirs)
+	trim := func(r []byte) string { return strings.TrimRight(string(r), "\r\n") }
+	for _, h := range hunks {
+		blk := out[h.Result.Start-1 : h.Result.Start-1+h.Result.Count]
+		if !strings.HasPrefix(trim(blk[0]), "<<<<<<<") || !strings.HasPrefix(trim(blk[len(blk)-1]), ">>>>>>>") {
+			t.Fatalf("hunk %+v is not a marker block: %q", h, blk)
+		}
+		if h.Result.Count != h.Ours.Count+h.Theirs.Count+3 {
+			t.Fatalf("hunk %+v: block size", h)
+		}
+		for k := 0; k < h.Ours.Count; k++ {
+			if trim(blk[1+k]) != trim(o[h.Ours.Start-1+k]) {
+				t.Fatalf("hunk %+v: ours line %d %q vs %q", h, k, blk[1+k], o[h.Ours.Start-1+k])
+			}
+		}
+		for k := 0; k < h.Theirs.Count; k++ {
+			if trim(blk[2+h.Ours.Count+k]) != trim(th[h.Theirs.Start-1+k]) {
+				t.Fatalf("hunk %+v: theirs line %d", h, k)
+			}
 		}
 	}
 }

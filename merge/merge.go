@@ -3,6 +3,7 @@ package merge
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 
@@ -85,6 +86,23 @@ type Result struct {
 	UpToDate bool `json:"up_to_date"`
 	// Conflicts, sorted by path.
 	Conflicts []Conflict `json:"conflicts,omitempty"`
+}
+
+// MarshalJSON writes the oids as hex strings ("" for zero), the form the
+// HTTP API uses; plumbing.Hash alone would encode as an array of numbers.
+func (r Result) MarshalJSON() ([]byte, error) {
+	hex := func(h plumbing.Hash) string {
+		if h.IsZero() {
+			return ""
+		}
+		return h.String()
+	}
+	type plain Result
+	return json.Marshal(struct {
+		Tree      string `json:"tree"`
+		MergeBase string `json:"merge_base"`
+		plain
+	}{hex(r.Tree), hex(r.MergeBase), plain(r)})
 }
 
 // Conflict is one conflicting path.

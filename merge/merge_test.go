@@ -225,6 +225,13 @@ func TestMergeMarkersAndJSON(t *testing.T) {
 	if files["b"].data != "B\n" { // modify/delete keeps the modified file
 		t.Errorf("b = %q", files["b"].data)
 	}
+	rj, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(rj), `"tree":"`+res.Tree.String()+`"`) || !strings.Contains(string(rj), `"clean":false`) || strings.Count(string(rj), `"tree"`) != 1 {
+		t.Errorf("result json %s", rj)
+	}
 	js, err := json.Marshal(res.Conflicts)
 	if err != nil {
 		t.Fatal(err)
@@ -306,6 +313,40 @@ func TestPreflightWritesNothing(t *testing.T) {
 	s2o := mustCommit(t, s, mustTree(t, s, map[string]f{"d/a": txt("x\n"), "k": txt("k\n")}), o)
 	if res, err := Merge(context.Background(), ov2, s2o, th, Options{Deep: true}); err != nil || res.Clean || ov2.Len() != 0 {
 		t.Errorf("conflicted: %+v %v, %d objects", res, err, ov2.Len())
+	}
+}
+
+// TestConcurrentPreflights: merges share one read-only base store, each
+// into its own Overlay (run with -race).
+func TestConcurrentPreflights(t *testing.T) {
+	s, o, th := scenario(t, map[string]f{"d/a": txt(ten), "k": txt("k\n")},
+		map[string]f{"d/a": txt(strings.Replace(ten, "2\n", "two\n", 1)), "k": txt("k\n")},
+		map[string]f{"d/a": txt(strings.Replace(ten, "9\n", "nine\n", 1)), "k": txt("K\n")})
+	want, err := Merge(context.Background(), NewOverlay(s), o, th, Options{Deep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		go func() {
+			ov := NewOverlay(s)
+			for j := 0; j < 20; j++ {
+				res, err := Merge(context.Background(), ov, o, th, Options{Deep: true})
+				if err == nil && res.Tree != want.Tree {
+					err = fmt.Errorf("tree %s, want %s", res.Tree, want.Tree)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for i := 0; i < 8; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
 
