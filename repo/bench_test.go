@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -218,3 +219,194 @@ func must2[T any](v T, err error) T {
 
 var _ = tar.TypeReg
 var _ = time.Second
+
+// BenchmarkIngestAndWriteIncremental2k is the common push: the whole
+// worktree is uploaded again with one file changed; only that blob and
+// its trees are new.
+func BenchmarkIngestAndWriteIncremental2k(b *testing.B) {
+	entries := genTree(1, 2000, 20<<20)
+	n := benchOpen(b)
+	in, err := IngestTar(context.Background(), bytes.NewReader(makeTar(b, entries)), Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n.WriteObjects(in.Objects)
+	tars := make([][]byte, 0, 16)
+	for i := 0; i < cap(tars); i++ {
+		e := append([]tarEntry(nil), entries...)
+		e[i*100].Body += fmt.Sprintf("change %d\n", i)
+		tars = append(tars, makeTar(b, e))
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		in, err := IngestTar(context.Background(), bytes.NewReader(tars[i%len(tars)]), Limits{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := n.WriteObjects(in.Objects); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// receiveSetup builds a 2,000-file git repository, its full pack and thin
+// packs of commits that each change one file of it.
+func receiveSetup(b *testing.B, changes int) (full []byte, thin [][]byte) {
+	dir := filepath.Join(benchDir(b), "client")
+	os.MkdirAll(dir, 0o755)
+	env := []string{"GIT_CONFIG_NOSYSTEM=1"}
+	run := func(args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), append(env, "GIT_AUTHOR_NAME=a", "GIT_AUTHOR_EMAIL=a@b", "GIT_COMMITTER_NAME=a", "GIT_COMMITTER_EMAIL=a@b")...)
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatalf("git %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	run("init", "-q")
+	entries := genTree(1, 2000, 20<<20)
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(e.Body), os.FileMode(e.Mode))
+	}
+	run("add", "-A")
+	run("commit", "-q", "-m", "base")
+	base := run("rev-parse", "HEAD")
+	full = packObjectsB(b, filepath.Join(dir, ".git"), base+"\n", "--revs")
+	for i := 0; i < changes; i++ {
+		run("checkout", "-q", base)
+		p := filepath.Join(dir, entries[i*7].Name)
+		f, _ := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+		fmt.Fprintf(f, "change %d\n", i)
+		f.Close()
+		run("commit", "-q", "-am", "change")
+		c := run("rev-parse", "HEAD")
+		thin = append(thin, packObjectsB(b, filepath.Join(dir, ".git"), c+"\n^"+base+"\n", "--revs", "--thin"))
+	}
+	return full, thin
+}
+
+func packObjectsB(b *testing.B, gitDir, revs string, args ...string) []byte {
+	cmd := exec.Command("git", append([]string{"--git-dir=" + gitDir, "pack-objects", "--stdout", "-q"}, args...)...)
+	cmd.Stdin = strings.NewReader(revs)
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// BenchmarkReceivePackIncremental receives a thin pack of a commit that
+// changes one file of a 2,000-file tree (a ref delta against the stored
+// blob). Symlink-escape bookkeeping of stored trees is warm (a previous
+// push on the same Network), as in a running server.
+func BenchmarkReceivePackIncremental(b *testing.B) {
+	full, thin := receiveSetup(b, 64)
+	n := benchOpen(b)
+	if _, err := n.ReceivePack(bytes.NewReader(full), Limits{}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := n.ReceivePack(bytes.NewReader(thin[0]), Limits{}); err != nil {
+		b.Fatal(err)
+	}
+	if b.N > len(thin)-1 {
+		b.Fatalf("run with -benchtime=%dx or less: each pack is new only once", len(thin)-1)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		st, err := n.ReceivePack(bytes.NewReader(thin[i+1]), Limits{})
+		if err != nil || st.Objects == 0 {
+			b.Fatal(err, st)
+		}
+	}
+}
+
+// BenchmarkGitIndexPackIncremental is git's receive path for the same
+// packs: `git index-pack --stdin --fix-thin --strict`.
+func BenchmarkGitIndexPackIncremental(b *testing.B) {
+	full, thin := receiveSetup(b, 64)
+	gd := filepath.Join(benchDir(b), "srv.git")
+	exec.Command("git", "init", "-q", "--bare", gd).Run()
+	indexPack := func(p []byte) {
+		cmd := exec.Command("git", "--git-dir="+gd, "index-pack", "--stdin", "--fix-thin", "--strict")
+		cmd.Stdin = bytes.NewReader(p)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%v %s", err, out)
+		}
+	}
+	indexPack(full)
+	indexPack(thin[0])
+	if b.N > len(thin)-1 {
+		b.Fatalf("run with -benchtime=%dx or less", len(thin)-1)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		indexPack(thin[i+1])
+	}
+}
+
+func compareSetup(b *testing.B) (*Network, plumbing.Hash, plumbing.Hash) {
+	entries := genTree(1, 2000, 20<<20)
+	n := benchOpen(b)
+	base, _ := mustPush(b, n, entries, nil, 1700000000)
+	e := append([]tarEntry(nil), entries...)
+	for i := 0; i < 10; i++ {
+		body := e[i*150].Body
+		mid := len(body) / 2
+		e[i*150].Body = body[:mid] + "an inserted line\n" + body[mid:]
+	}
+	head, _ := mustPush(b, n, e, []plumbing.Hash{base}, 1700000100)
+	return n, base, head
+}
+
+// BenchmarkCompare10 diffs two 2,000-file commits that differ in 10
+// files (10 KB each), patches included.
+func BenchmarkCompare10(b *testing.B) {
+	n, base, head := compareSetup(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ch, err := n.Compare(base, head, CompareOptions{})
+		if err != nil || len(ch) != 10 {
+			b.Fatal(err, len(ch))
+		}
+	}
+}
+
+// BenchmarkGitDiff10 is `git diff base head` for the same commits.
+func BenchmarkGitDiff10(b *testing.B) {
+	n, base, head := compareSetup(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		cmd := exec.Command("git", "--git-dir="+n.Dir(), "diff", base.String(), head.String())
+		if err := cmd.Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkArchive2k streams a 2,000-file commit as tar to io.Discard.
+func BenchmarkArchive2k(b *testing.B) {
+	n, _, head := compareSetup(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := n.Archive(context.Background(), io.Discard, head); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkGitArchive2k is `git archive` of the same commit.
+func BenchmarkGitArchive2k(b *testing.B) {
+	n, _, head := compareSetup(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		cmd := exec.Command("git", "--git-dir="+n.Dir(), "archive", head.String())
+		cmd.Stdout = io.Discard
+		if err := cmd.Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

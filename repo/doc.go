@@ -36,9 +36,10 @@
 // at load) and a go-git packfile.Packfile reader guarded by a per-pack mutex.
 // Packfile readers are created without a filesystem, so every object read
 // returns a fully read plumbing.MemoryObject: no lazy reader escapes the
-// lock. The pack list is guarded by a RWMutex (readers take a snapshot);
-// writers are serialised by a separate mutex and publish a new pack only
-// after pack and index are fsynced and renamed. Loose objects are immutable
+// lock. The pack list and a map from every packed object to its pack (so
+// a lookup costs one map probe however many packs pushes have left) are
+// guarded by a RWMutex; writers are serialised by a separate mutex and
+// publish a new pack only after pack and index are fsynced and renamed. Loose objects are immutable
 // files written by rename, readable without locks. All exported methods of
 // Network and of the value returned by Objects are safe for concurrent use.
 //

@@ -3,6 +3,7 @@ package repo
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -33,8 +34,9 @@ type Network struct {
 	dir  string
 	opts Options
 
-	mu    sync.RWMutex // guards packs
-	packs []*pack      // newest first
+	mu    sync.RWMutex             // guards packs and where
+	packs []*pack                  // newest first
+	where map[plumbing.Hash]*pack // every packed object -> a pack holding it
 
 	writeMu sync.Mutex // serialises object writers (pack and loose)
 	refMu   sync.Mutex // serialises ref mirror writes
@@ -164,7 +166,15 @@ func (n *Network) Reload() error {
 		}
 	}
 	sort.Slice(added, func(i, j int) bool { return added[i].hash.String() < added[j].hash.String() })
-	n.packs = append(added, keep...)
+	packs := append(added, keep...)
+	where := make(map[plumbing.Hash]*pack, len(n.where)+64)
+	for i := len(packs) - 1; i >= 0; i-- {
+		if err := packs[i].indexInto(where); err != nil {
+			n.mu.Unlock()
+			return fmt.Errorf("reload %s: %w", n.dir, err)
+		}
+	}
+	n.packs, n.where = packs, where
 	n.mu.Unlock()
 	for _, p := range removed {
 		p.close()
@@ -224,6 +234,47 @@ func (n *Network) snapshot() []*pack {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	return n.packs
+}
+
+// packFor returns a pack holding h, or nil. One map lookup, however many
+// packs there are.
+func (n *Network) packFor(h plumbing.Hash) *pack {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.where[h]
+}
+
+// publish makes a newly written pack visible to readers.
+func (n *Network) publish(p *pack) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.where == nil {
+		n.where = map[plumbing.Hash]*pack{}
+	}
+	if err := p.indexInto(n.where); err != nil {
+		return err
+	}
+	n.packs = append([]*pack{p}, n.packs...)
+	return nil
+}
+
+// indexInto records every object of p in where.
+func (p *pack) indexInto(where map[plumbing.Hash]*pack) error {
+	it, err := p.idx.Entries()
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for {
+		e, err := it.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		where[e.Hash] = p
+	}
 }
 
 // osFile adapts *os.File to billy.File for the packfile reader.

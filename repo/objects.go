@@ -27,26 +27,20 @@ func (n *Network) loosePath(h plumbing.Hash) string {
 // plumbing.ErrObjectNotFound. The returned object may be shared with the
 // cache: callers must not modify it.
 func (n *Network) object(h plumbing.Hash) (plumbing.EncodedObject, error) {
-	for attempt := 0; attempt < 2; attempt++ {
-		retry := false
-		for _, p := range n.snapshot() {
-			ok, _ := p.idx.Contains(h)
-			if !ok {
-				continue
-			}
-			obj, err := p.get(h)
-			if errors.Is(err, errClosedPack) {
-				retry = true
-				continue
-			}
-			return obj, err
+	// A pack closed by a concurrent Reload (after a repack) is retried
+	// against the new pack list.
+	for attempt := 0; attempt < 3; attempt++ {
+		p := n.packFor(h)
+		if p == nil {
+			break
 		}
-		obj, err := n.looseObject(h)
-		if err == nil || !errors.Is(err, plumbing.ErrObjectNotFound) || !retry {
-			return obj, err
+		obj, err := p.get(h)
+		if errors.Is(err, errClosedPack) {
+			continue
 		}
+		return obj, err
 	}
-	return nil, plumbing.ErrObjectNotFound
+	return n.looseObject(h)
 }
 
 func (p *pack) get(h plumbing.Hash) (plumbing.EncodedObject, error) {
@@ -110,24 +104,24 @@ func (n *Network) looseObject(h plumbing.Hash) (plumbing.EncodedObject, error) {
 
 // has reports whether h is stored (in a pack or loose).
 func (n *Network) has(h plumbing.Hash) bool {
-	for _, p := range n.snapshot() {
-		if ok, _ := p.idx.Contains(h); ok {
-			return true
-		}
+	if n.packFor(h) != nil {
+		return true
 	}
 	_, err := os.Stat(n.loosePath(h))
 	return err == nil
 }
 
 func (n *Network) objectSize(h plumbing.Hash) (int64, error) {
-	for _, p := range n.snapshot() {
-		if ok, _ := p.idx.Contains(h); ok {
-			sz, err := p.size(h)
-			if errors.Is(err, errClosedPack) {
-				continue
-			}
-			return sz, err
+	for attempt := 0; attempt < 3; attempt++ {
+		p := n.packFor(h)
+		if p == nil {
+			break
 		}
+		sz, err := p.size(h)
+		if errors.Is(err, errClosedPack) {
+			continue
+		}
+		return sz, err
 	}
 	f, err := os.Open(n.loosePath(h))
 	if err != nil {

@@ -64,9 +64,9 @@ func (n *Network) WriteObjects(objs []plumbing.EncodedObject) (WriteStats, error
 	if err != nil {
 		return WriteStats{}, fmt.Errorf("write objects: %w", err)
 	}
-	n.mu.Lock()
-	n.packs = append([]*pack{p}, n.packs...)
-	n.mu.Unlock()
+	if err := n.publish(p); err != nil {
+		return WriteStats{}, fmt.Errorf("write objects: %w", err)
+	}
 	return st, nil
 }
 
