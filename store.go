@@ -14,6 +14,7 @@ type Store interface {
 	KeyStore
 	OpStore
 	RepoStore
+	GateStore
 	// Ping checks that the store answers (used by /readyz).
 	Ping(ctx context.Context) error
 	Close() error
@@ -83,10 +84,11 @@ type RepoStore interface {
 	AllRefs(ctx context.Context) (map[string][]Ref, error)
 	// Ref returns not_found when the ref does not exist.
 	Ref(ctx context.Context, repoID int64, name string) (Ref, error)
-	// UpdateRefs applies every update atomically, records attempts and
-	// appends entry, in one transaction. If any Old does not match, nothing
-	// changes and the error is ref_conflict with details expected/actual.
-	UpdateRefs(ctx context.Context, updates []RefUpdate, attempts []AttemptRecord, entry *OpEntry) error
+	// UpdateRefs applies every update atomically, records attempts,
+	// enqueues hook deliveries for events and appends entry, in one
+	// transaction. If any Old does not match, nothing changes and the error
+	// is ref_conflict with details expected/actual.
+	UpdateRefs(ctx context.Context, updates []RefUpdate, attempts []AttemptRecord, events []HookEvent, entry *OpEntry) error
 	// Attempts lists a workspace's attempts, newest first.
 	Attempts(ctx context.Context, repoID int64, limit int) ([]Attempt, error)
 }

@@ -96,7 +96,17 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 	apply := func(ups []lockstep.RefUpdate, mv []lockstep.RefMove, at []lockstep.AttemptRecord) error {
 		entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "git.push", Repo: r.Name, TraceID: traceID(ctx),
 			Refs: mv, Objects: stats.Objects, Bytes: stats.Bytes, DurationUS: s.now().Sub(start).Microseconds()}
-		err := s.store.UpdateRefs(ctx, ups, at, entry)
+		var evs []lockstep.HookEvent
+		for _, u := range ups {
+			if u.New != lockstep.ZeroOID {
+				tree := ""
+				if ci, err := n.Commit(plumbing.NewHash(u.New)); err == nil {
+					tree = ci.Tree.String()
+				}
+				evs = append(evs, s.hookEvents(r, "push", strings.TrimPrefix(u.Name, "refs/heads/"), u.New, tree)...)
+			}
+		}
+		err := s.store.UpdateRefs(ctx, ups, at, evs, entry)
 		s.metrics.ObserveOp("git.push", resultOf(err), s.now().Sub(start))
 		return err
 	}

@@ -173,7 +173,7 @@ func (s *DB) Ref(ctx context.Context, repoID int64, name string) (r lockstep.Ref
 
 // UpdateRefs applies every compare-and-swap atomically with the attempts
 // and the log entry.
-func (s *DB) UpdateRefs(ctx context.Context, updates []lockstep.RefUpdate, attempts []lockstep.AttemptRecord, entry *lockstep.OpEntry) (err error) {
+func (s *DB) UpdateRefs(ctx context.Context, updates []lockstep.RefUpdate, attempts []lockstep.AttemptRecord, events []lockstep.HookEvent, entry *lockstep.OpEntry) (err error) {
 	ctx, span := s.start(ctx, "UpdateRefs")
 	defer func() { err = end(span, err) }()
 	now := micros(s.now())
@@ -210,6 +210,9 @@ func (s *DB) UpdateRefs(ctx context.Context, updates []lockstep.RefUpdate, attem
 				a.RepoID, a.Commit, a.Tree, a.Branch, a.Op, a.KeyName, now); err != nil {
 				return fmt.Errorf("insert attempt: %w", err)
 			}
+		}
+		if err := s.enqueue(ctx, tx, events); err != nil {
+			return err
 		}
 		return s.appendOp(ctx, tx, entry)
 	})

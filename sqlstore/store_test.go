@@ -221,7 +221,7 @@ func TestRefsCompareAndSwap(t *testing.T) {
 		}
 		a, b := fmt.Sprintf("%040x", 1), fmt.Sprintf("%040x", 2)
 		up := func(old, new string) error {
-			return db.UpdateRefs(ctx, []lockstep.RefUpdate{{RepoID: r.ID, Repo: r.Name, Name: "refs/heads/main", Old: old, New: new}}, nil, entry("push"))
+			return db.UpdateRefs(ctx, []lockstep.RefUpdate{{RepoID: r.ID, Repo: r.Name, Name: "refs/heads/main", Old: old, New: new}}, nil, nil, entry("push"))
 		}
 		if err := up(lockstep.ZeroOID, a); err != nil {
 			t.Fatal(err)
@@ -249,7 +249,7 @@ func TestRefsCompareAndSwap(t *testing.T) {
 		err = db.UpdateRefs(ctx, []lockstep.RefUpdate{
 			{RepoID: r.ID, Repo: r.Name, Name: "refs/heads/x", Old: lockstep.ZeroOID, New: a},
 			{RepoID: r.ID, Repo: r.Name, Name: "refs/heads/main", Old: a, New: a},
-		}, nil, entry("push"))
+		}, nil, nil, entry("push"))
 		if lockstep.ErrorCode(err) != lockstep.EREFCONFLICT {
 			t.Fatalf("multi: %v", err)
 		}
@@ -283,7 +283,7 @@ func TestRefsConcurrentCAS(t *testing.T) {
 			go func(i int) {
 				defer wg.Done()
 				results <- db.UpdateRefs(ctx, []lockstep.RefUpdate{{RepoID: r.ID, Repo: r.Name, Name: "refs/heads/main", Old: start, New: fmt.Sprintf("%040x", i+1)}},
-					[]lockstep.AttemptRecord{{RepoID: r.ID, Attempt: lockstep.Attempt{Commit: fmt.Sprintf("%040x", i+1), Branch: "main", Op: "push"}}}, entry("push"))
+					[]lockstep.AttemptRecord{{RepoID: r.ID, Attempt: lockstep.Attempt{Commit: fmt.Sprintf("%040x", i+1), Branch: "main", Op: "push"}}}, nil, entry("push"))
 			}(i)
 		}
 		wg.Wait()
