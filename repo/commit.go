@@ -61,9 +61,9 @@ func (n *Network) WriteCommit(spec CommitSpec) (plumbing.Hash, WriteStats, error
 		}
 	}
 	obj := EncodeCommit(spec)
-	n.writeMu.Lock()
+	// No writeMu: a loose write is an atomic rename of immutable content,
+	// so a rollback never waits behind a large pack write.
 	st, err := n.writeLoose(obj)
-	n.writeMu.Unlock()
 	if err != nil {
 		return plumbing.ZeroHash, WriteStats{}, err
 	}

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
@@ -53,12 +55,12 @@ func (l Limits) withDefaults() Limits {
 // blob and tree object it needs (not yet written; pass Objects to
 // WriteObjects).
 type Ingest struct {
-	Tree    plumbing.Hash
-	Objects []plumbing.EncodedObject
+	Tree    plumbing.Hash            `json:"tree"`
+	Objects []plumbing.EncodedObject `json:"-"`
 	// Files counts regular files and symlinks.
-	Files int
+	Files int `json:"files"`
 	// Bytes is the total size of file contents.
-	Bytes int64
+	Bytes int64 `json:"bytes"`
 }
 
 // IngestTar reads a tar stream (gzip-compressed or not: the gzip magic is
@@ -95,6 +97,27 @@ func IngestTar(ctx context.Context, r io.Reader, lim Limits) (*Ingest, error) {
 	tr := tar.NewReader(lr)
 
 	b := &treeBuilder{root: newDir()}
+	// Blobs are hashed by workers while the tar is still being read.
+	hashes := make(chan *plumbing.MemoryObject, 64)
+	var hashers sync.WaitGroup
+	for i := 0; i < runtime.GOMAXPROCS(0); i++ {
+		hashers.Add(1)
+		go func() {
+			defer hashers.Done()
+			for o := range hashes {
+				o.Hash()
+			}
+		}()
+	}
+	closed := false
+	stopHashers := func() {
+		if !closed {
+			closed = true
+			close(hashes)
+			hashers.Wait()
+		}
+	}
+	defer stopHashers()
 	entries := 0
 	var buf []byte
 	for {
@@ -158,6 +181,7 @@ func IngestTar(ctx context.Context, r io.Reader, lim Limits) (*Ingest, error) {
 			obj := &plumbing.MemoryObject{}
 			obj.SetType(plumbing.BlobObject)
 			obj.Write(buf)
+			hashes <- obj
 			mode := filemode.Regular
 			if hdr.Mode&0o111 != 0 {
 				mode = filemode.Executable
@@ -192,6 +216,7 @@ func IngestTar(ctx context.Context, r io.Reader, lim Limits) (*Ingest, error) {
 	if _, err := io.Copy(io.Discard, lr); err != nil {
 		return nil, streamError(err, gz, "")
 	}
+	stopHashers()
 	if err := b.checkSymlinks(); err != nil {
 		return nil, err
 	}

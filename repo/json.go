@@ -72,3 +72,13 @@ func (f FileChange) MarshalJSON() ([]byte, error) {
 		NewHash string `json:"new_hash,omitempty"`
 	}{plain(f), hexOrEmpty(f.OldHash), hexOrEmpty(f.NewHash)})
 }
+
+// MarshalJSON encodes the ingest summary (not its objects) with a hex
+// tree hash.
+func (in Ingest) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Tree  string `json:"tree"`
+		Files int    `json:"files"`
+		Bytes int64  `json:"bytes"`
+	}{in.Tree.String(), in.Files, in.Bytes})
+}

@@ -34,8 +34,8 @@ type Network struct {
 	dir  string
 	opts Options
 
-	mu    sync.RWMutex             // guards packs and where
-	packs []*pack                  // newest first
+	mu    sync.RWMutex            // guards packs and where
+	packs []*pack                 // newest first
 	where map[plumbing.Hash]*pack // every packed object -> a pack holding it
 
 	writeMu sync.Mutex // serialises object writers (pack and loose)
