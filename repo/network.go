@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
@@ -38,7 +39,9 @@ type Network struct {
 	packs []*pack                 // newest first
 	where map[plumbing.Hash]*pack // every packed object -> a pack holding it
 
-	writeMu sync.Mutex // serialises object writers (pack and loose)
+	writeMu sync.Mutex // serialises pack writers
+
+	packDirMod atomic.Int64 // objects/pack mtime (ns) seen by the last Reload
 	refMu   sync.Mutex // serialises ref mirror writes
 
 	cache cache.Object // goroutine-safe LRU shared by all packs
@@ -114,7 +117,11 @@ func (n *Network) initBare() error {
 // Network (for example by `git index-pack` on the smart-HTTP push path or
 // by a repack). Packs already loaded are kept.
 func (n *Network) Reload() error {
-	names, err := os.ReadDir(filepath.Join(n.dir, "objects", "pack"))
+	packDir := filepath.Join(n.dir, "objects", "pack")
+	if fi, err := os.Stat(packDir); err == nil {
+		n.packDirMod.Store(fi.ModTime().UnixNano())
+	}
+	names, err := os.ReadDir(packDir)
 	if err != nil {
 		return fmt.Errorf("reload %s: %w", n.dir, err)
 	}
@@ -234,6 +241,18 @@ func (n *Network) snapshot() []*pack {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	return n.packs
+}
+
+// reloadIfChanged reloads the pack list when objects/pack changed since
+// the last Reload (an external index-pack or repack), and reports whether
+// it did. Used on a read miss, so a repack that moved loose objects into a
+// new pack heals itself.
+func (n *Network) reloadIfChanged() bool {
+	fi, err := os.Stat(filepath.Join(n.dir, "objects", "pack"))
+	if err != nil || fi.ModTime().UnixNano() == n.packDirMod.Load() {
+		return false
+	}
+	return n.Reload() == nil
 }
 
 // packFor returns a pack holding h, or nil. One map lookup, however many

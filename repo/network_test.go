@@ -212,3 +212,28 @@ func must(tb testing.TB, err error) {
 		tb.Fatal(err)
 	}
 }
+
+// After an external `git repack -a -d` (loose objects moved into a new
+// pack, old packs deleted) reads heal without an explicit Reload.
+func TestExternalRepack(t *testing.T) {
+	n := MustOpen(t)
+	c1, _ := mustPush(t, n, []tarEntry{{Name: "a", Body: "1"}}, nil, 1700000000)
+	c2, _ := mustPush(t, n, []tarEntry{{Name: "a", Body: "2"}}, []plumbing.Hash{c1}, 1700000100)
+	must(t, n.MirrorRef("r", "refs/heads/main", c2))
+	gd := "--git-dir=" + n.Dir()
+	git(t, n.Dir(), nil, gd, "repack", "-a", "-d", "-q")
+	git(t, n.Dir(), nil, gd, "prune-packed")
+	if m, _ := filepath.Glob(filepath.Join(n.Dir(), "objects", "??", "*")); len(m) != 0 {
+		t.Fatalf("loose objects left: %v", m)
+	}
+	log, err := n.Log(c2, 0, plumbing.ZeroHash)
+	if err != nil || len(log) != 2 {
+		t.Fatalf("log after repack: %v %v", log, err)
+	}
+	if _, err := n.TreeEntries(c1, ""); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := n.ReceivePack(strings.NewReader("PACK\x00\x00\x00\x02\x00\x00\x00\x00"+strings.Repeat("\x00", 20)), Limits{}); err != nil || st.Objects != 0 {
+		t.Fatalf("empty pack: %+v %v", st, err)
+	}
+}

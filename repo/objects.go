@@ -27,6 +27,14 @@ func (n *Network) loosePath(h plumbing.Hash) string {
 // plumbing.ErrObjectNotFound. The returned object may be shared with the
 // cache: callers must not modify it.
 func (n *Network) object(h plumbing.Hash) (plumbing.EncodedObject, error) {
+	obj, err := n.object1(h)
+	if errors.Is(err, plumbing.ErrObjectNotFound) && n.reloadIfChanged() {
+		obj, err = n.object1(h)
+	}
+	return obj, err
+}
+
+func (n *Network) object1(h plumbing.Hash) (plumbing.EncodedObject, error) {
 	// A pack closed by a concurrent Reload (after a repack) is retried
 	// against the new pack list.
 	for attempt := 0; attempt < 3; attempt++ {

@@ -45,6 +45,9 @@ func (n *Network) ReceivePack(r io.Reader, lim Limits) (WriteStats, error) {
 	if count := binary.BigEndian.Uint32(data[8:12]); int64(count) > int64(lim.MaxFiles) {
 		return WriteStats{}, lockstep.Errorf(lockstep.ETOOLARGE, "pack has %d objects, over the limit of %d", count, lim.MaxFiles)
 	}
+	if binary.BigEndian.Uint32(data[8:12]) == 0 {
+		return WriteStats{}, nil // git sends an empty pack for a delete-only push
+	}
 	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}, lim: lim}
 	parser, err := packfile.NewParserWithStorage(packfile.NewScanner(bytes.NewReader(data)), ov)
 	if err != nil {
