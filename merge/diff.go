@@ -82,7 +82,7 @@ type xfile struct {
 	rchg []bool
 }
 
-func newXfile(ids []int32) *xfile { return &xfile{ids: ids, rchg: make([]bool, len(ids)+2)} }
+func newXfile(ids []int32) *xfile  { return &xfile{ids: ids, rchg: make([]bool, len(ids)+2)} }
 func (f *xfile) ch(i int) bool     { return f.rchg[i+1] }
 func (f *xfile) set(i int, v bool) { f.rchg[i+1] = v }
 

@@ -65,10 +65,10 @@ func Diff3(base, ours, theirs []byte, labels Labels) (merged []byte, hunks []Hun
 }
 
 type mchunk struct {
-	mode             int // 0 conflict, 1 ours, 2 theirs, 4 identical after refinement
-	i0, chg0         int // base
-	i1, chg1         int // ours
-	i2, chg2         int // theirs
+	mode     int // 0 conflict, 1 ours, 2 theirs, 4 identical after refinement
+	i0, chg0 int // base
+	i1, chg1 int // ours
+	i2, chg2 int // theirs
 }
 
 type mfile struct {

@@ -73,7 +73,13 @@ func TestDiff3Oracle(t *testing.T) {
 	}
 	dir := tempDir(t)
 	g := &textGen{r: rand.New(rand.NewSource(1))}
+	if v, err := strconv.Atoi(os.Getenv("MERGE_VOCAB")); err == nil {
+		g.vocab = v // stress: more duplicate lines
+	}
 	n := 2000
+	if v, err := strconv.Atoi(os.Getenv("MERGE_DIFF3_CASES")); err == nil {
+		n = v
+	}
 	if testing.Short() {
 		n = 50
 	}

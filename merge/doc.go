@@ -23,16 +23,24 @@
 //
 // # Merge base
 //
-// The common ancestors of a and b are found by walking a's history, then
-// walking b's history and stopping at the first commit of a's history on
-// each path; candidates reachable from another candidate are dropped. When
-// several best candidates remain (criss-cross merges), git's recursive
-// approach is used: the candidates, sorted oldest first (committer time,
-// then oid), are merged pairwise, each pair against its own merge base
-// (recursively), with deep merging and conflict markers left in the result,
-// and every step is recorded as a virtual commit (parents: the pair; fixed
-// author "lockstep"; time: the newer parent's), so the result is
-// deterministic. Without a common ancestor the empty tree is the base.
+// MergeBases is git's paint-down walk (paint_down_to_common): both
+// histories are walked newest first by committer time, each commit painted
+// with the sides it is reachable from; a commit reached from both is a
+// candidate and everything below it is stale; the walk stops when only
+// stale commits are queued, so it reads only the recent history. Like git
+// without a commit-graph it trusts commit times. Candidates reachable from
+// another candidate are dropped (a full walk, criss-cross histories only).
+//
+// When several best candidates remain (criss-cross merges), MergeBase does
+// what git's recursive strategy does: the candidates, oldest first
+// (committer time, then oid), are merged pairwise, each pair against its
+// own merge base (recursively), with the rules of git's inner merges:
+// deep merge, conflict markers kept in the result and two characters
+// longer (9), labels "Temporary merge branch 1" and "... 2", the base
+// version kept for modify/delete and binary conflicts. Each step is
+// recorded as a virtual commit (parents: the pair; author "lockstep"; time:
+// the newer parent's), so the result is deterministic. Without a common
+// ancestor the empty tree is the base.
 //
 // # Tree merge
 //
@@ -90,12 +98,17 @@
 //     ours at the path (git moves both sides aside).
 //   - Submodules are never merged (git tries a fast-forward of the
 //     submodule commit).
-//   - When several minimal edit scripts exist, Myers may pick another than
-//     xdiff; compaction makes this rare. In the oracle runs the clean or
-//     conflict verdict always matched git; only the layout of a few
-//     conflicts (hunk boundaries, marker positions) differed.
+//   - When several minimal edit scripts exist, sergi/go-diff's Myers may
+//     pick another one than xdiff (which also discards frequent lines
+//     before its search). Compaction makes this rare: on 2,000 generated
+//     triples (20% of lines repeated) every verdict and every clean output
+//     matches git merge-file; with 50% repeated lines about 0.3% of
+//     verdicts and 1% of conflict layouts differ. Text dominated by
+//     repeated lines ("}", blank lines) is where a merge may conflict
+//     where git's is clean, or the reverse.
 //   - Hunk.Base of a refined conflict covers the whole unrefined conflict
 //     (git does not track it).
-//   - The virtual base of a criss-cross merge keeps ours for non-content
-//     conflicts between the bases; git's rules there are more detailed.
+//   - Virtual bases follow git's inner-merge rules for content,
+//     modify/delete and binary conflicts; file/directory and type
+//     conflicts between merge bases keep ours.
 package merge

@@ -11,13 +11,23 @@ import (
 type textGen struct {
 	r   *rand.Rand
 	seq int
+	// vocab: one line in vocab is drawn from a small set (duplicates);
+	// 0 means 5.
+	vocab int
+}
+
+func (g *textGen) vocabEvery() int {
+	if g.vocab == 0 {
+		return 5
+	}
+	return g.vocab
 }
 
 var vocab = []string{"", "}", "{", "\treturn nil", "end", "x"}
 
 func (g *textGen) line() string {
 	g.seq++
-	if g.r.Intn(5) == 0 {
+	if g.r.Intn(g.vocabEvery()) == 0 {
 		return vocab[g.r.Intn(len(vocab))]
 	}
 	return fmt.Sprintf("line %d %c", g.seq, 'a'+rune(g.r.Intn(26)))
@@ -66,8 +76,8 @@ func (g *textGen) edit(lines []string) []string {
 }
 
 type textStyle struct {
-	crlf   bool
-	noEOL  bool
+	crlf  bool
+	noEOL bool
 }
 
 func (st textStyle) join(lines []string) []byte {

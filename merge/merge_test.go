@@ -526,3 +526,30 @@ func TestMergeBasesOracle(t *testing.T) {
 	}
 	t.Logf("merge-base oracle: 200 pairs, %d with several best common ancestors", multi)
 }
+
+func TestMergeDeletesEverything(t *testing.T) {
+	s, o, th := scenario(t, map[string]f{"a": txt("a\n"), "b": txt("b\n")}, map[string]f{"b": txt("b\n")}, map[string]f{"a": txt("a\n")})
+	ov := NewOverlay(memory.NewStorage())
+	res, err := Merge(context.Background(), &readThrough{s, ov}, o, th, Options{})
+	if err != nil || !res.Clean || res.Tree != EmptyTree() {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if err := ov.HasEncodedObject(res.Tree); err != nil {
+		t.Errorf("empty tree not written: %v", err)
+	}
+}
+
+// readThrough reads from r and writes to w.
+type readThrough struct {
+	r Store
+	w *Overlay
+}
+
+func (x *readThrough) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	return x.r.EncodedObject(t, h)
+}
+func (x *readThrough) HasEncodedObject(h plumbing.Hash) error   { return x.r.HasEncodedObject(h) }
+func (x *readThrough) NewEncodedObject() plumbing.EncodedObject { return x.r.NewEncodedObject() }
+func (x *readThrough) SetEncodedObject(o plumbing.EncodedObject) (plumbing.Hash, error) {
+	return x.w.SetEncodedObject(o)
+}

@@ -122,12 +122,9 @@ func canonicalMode(mode filemode.FileMode) filemode.FileMode {
 }
 
 // writeTree encodes entries canonically (git order: directories compare as
-// if their name ended in "/") and stores the tree. An empty list gives the
-// empty tree, which is not stored.
+// if their name ended in "/") and stores the tree. The empty tree is stored
+// too: a merge that deletes everything must name an object that exists.
 func writeTree(s Store, ents []entry) (plumbing.Hash, error) {
-	if len(ents) == 0 {
-		return emptyTree, nil
-	}
 	sort.Slice(ents, func(i, j int) bool { return sortName(&ents[i]) < sortName(&ents[j]) })
 	t := object.Tree{Entries: make([]object.TreeEntry, len(ents))}
 	for i, e := range ents {

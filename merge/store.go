@@ -86,6 +86,12 @@ func (o *Overlay) NewEncodedObject() plumbing.EncodedObject {
 // not kept again.
 func (o *Overlay) SetEncodedObject(obj plumbing.EncodedObject) (plumbing.Hash, error) {
 	h := obj.Hash()
+	o.mu.RLock()
+	_, ok := o.objects[h]
+	o.mu.RUnlock()
+	if ok || o.base.HasEncodedObject(h) == nil {
+		return h, nil
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if _, ok := o.objects[h]; ok {
