@@ -107,6 +107,8 @@ type GateStore interface {
 	// Hooks lists a repository's hooks; Hook returns not_found.
 	Hooks(ctx context.Context, repoID int64) ([]Hook, error)
 	Hook(ctx context.Context, id string) (*Hook, error)
+	// DeactivateHook stops deliveries to a hook (kept for its history).
+	DeactivateHook(ctx context.Context, id string, entry *OpEntry) error
 	// EnqueueEvents writes deliveries for matching hooks in their own
 	// transaction (events that move no ref).
 	EnqueueEvents(ctx context.Context, events []HookEvent) error

@@ -323,3 +323,22 @@ func (s *DB) Deliveries(ctx context.Context, hookID string, limit int) (out []lo
 	}
 	return out, nil
 }
+
+// DeactivateHook marks a hook inactive and drops its pending deliveries.
+func (s *DB) DeactivateHook(ctx context.Context, id string, entry *lockstep.OpEntry) (err error) {
+	ctx, span := s.start(ctx, "DeactivateHook")
+	defer func() { err = end(span, err) }()
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE hooks SET active = FALSE WHERE id = $1`, id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return lockstep.Errorf(lockstep.ENOTFOUND, "hook %s not found", id)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET status = $1 WHERE hook_id = $2 AND status = $3`, lockstep.DeliveryFailed, id, lockstep.DeliveryPending); err != nil {
+			return err
+		}
+		return s.appendOp(ctx, tx, entry)
+	})
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/telemetry"
 )
 
@@ -47,6 +48,7 @@ type Server struct {
 	Logger  *slog.Logger
 	Metrics *telemetry.Metrics
 	Repos   *forks.Service
+	Gate    *gate.Service
 	// AfterFork and AfterAbandon let other capabilities (database
 	// branches) follow a workspace's life; nil when unused.
 	AfterFork    func(ctx context.Context, f *forks.ForkResult)

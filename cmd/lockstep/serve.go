@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -38,6 +39,10 @@ type serveConfig struct {
 	LogLevel          string
 	ShutdownTimeout   time.Duration
 	MergeRetries      int
+	HookTimeout       time.Duration
+	HookMaxAttempts   int
+	HookBackoff       time.Duration
+	HookMaxBackoff    time.Duration
 }
 
 // flagger declares flags whose defaults come from the environment.
@@ -130,6 +135,10 @@ func (c *serveConfig) declare(f *flagger) {
 	f.str(&c.LogLevel, "log-level", "LOCKSTEP_LOG_LEVEL", "info", "debug, info, warn or error")
 	f.dur(&c.ShutdownTimeout, "shutdown-timeout", "LOCKSTEP_SHUTDOWN_TIMEOUT", 30*time.Second, "time in-flight requests get to finish on SIGINT/SIGTERM")
 	f.int(&c.MergeRetries, "merge-retries", "LOCKSTEP_MERGE_RETRIES", 8, "how often a materialize recomputes when the target branch moved meanwhile")
+	f.dur(&c.HookTimeout, "hook-timeout", "LOCKSTEP_HOOK_TIMEOUT", 10*time.Second, "timeout of one gate-hook delivery")
+	f.int(&c.HookMaxAttempts, "hook-max-attempts", "LOCKSTEP_HOOK_MAX_ATTEMPTS", 8, "attempts before a delivery is marked failed")
+	f.dur(&c.HookBackoff, "hook-backoff", "LOCKSTEP_HOOK_BACKOFF", 2*time.Second, "first retry delay of a failed delivery (doubles, ±20% jitter)")
+	f.dur(&c.HookMaxBackoff, "hook-max-backoff", "LOCKSTEP_HOOK_MAX_BACKOFF", 10*time.Minute, "longest retry delay")
 }
 
 func (c *serveConfig) metadataURL() string {
@@ -274,9 +283,15 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	if err := a.repos.ResyncMirrors(ctx); err != nil {
 		return nil, fmt.Errorf("re-sync ref mirrors: %w", err)
 	}
+	g := gate.New(gate.Config{HookTimeout: c.HookTimeout, HookMaxAttempts: c.HookMaxAttempts, HookBackoff: c.HookBackoff, HookMaxBackoff: c.HookMaxBackoff},
+		db, a.repos, logger, metrics, nil)
+	wctx, stopWorker := context.WithCancel(context.Background())
+	workerDone := make(chan struct{})
+	go func() { g.Run(wctx); close(workerDone) }()
+	a.closers = append(a.closers, func() { stopWorker(); <-workerDone })
 	srv := &web.Server{
 		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxUploadBytes: c.MaxUploadBytes},
-		Store:  db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos,
+		Store:  db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos, Gate: g,
 	}
 	a.handler = srv.Handler()
 	ok = true

@@ -1,0 +1,134 @@
+package forks
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/merge"
+	"github.com/lockstep-hq/lockstep/repo"
+)
+
+// PromoteTarget is a workspace commit and the base branch it would land on.
+type PromoteTarget struct {
+	Workspace *lockstep.Repo
+	Base      *lockstep.Repo
+	Branch    string
+	Commit    plumbing.Hash
+	Tree      plumbing.Hash
+}
+
+// PromoteTarget resolves what a promote of commit (default: the
+// workspace tip) would do. Errors: not_found, invalid_argument when the
+// repository is not a workspace or is not active.
+func (s *Service) PromoteTarget(ctx context.Context, wsName, commit string) (*PromoteTarget, error) {
+	ws, err := s.Repo(ctx, wsName)
+	if err != nil {
+		return nil, err
+	}
+	if ws.ForkOf == "" {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "%s is a base repository, not a workspace: only workspaces are promoted", ws.Name)
+	}
+	if ws.Status != lockstep.StatusActive {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s, not active", ws.Name, ws.Status)
+	}
+	base, err := s.Repo(ctx, ws.ForkOf)
+	if err != nil {
+		return nil, err
+	}
+	rev := commit
+	if rev == "" {
+		rev = ws.DefaultBranch
+	}
+	h, err := s.Resolve(ctx, ws, rev)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.Network(ws.Network)
+	if err != nil {
+		return nil, err
+	}
+	ci, err := n.Commit(h)
+	if err != nil {
+		return nil, err
+	}
+	return &PromoteTarget{Workspace: ws, Base: base, Branch: base.DefaultBranch, Commit: h, Tree: ci.Tree}, nil
+}
+
+// PromoteChanges lists what the workspace commit changes relative to its
+// merge base with the base branch: the workspace's own work, not what the
+// base did meanwhile.
+func (s *Service) PromoteChanges(ctx context.Context, t *PromoteTarget) ([]repo.FileChange, error) {
+	n, err := s.Network(t.Base.Network)
+	if err != nil {
+		return nil, err
+	}
+	tip, err := s.branchTip(ctx, t.Base, t.Branch)
+	if lockstep.ErrorCode(err) == lockstep.ENOTFOUND {
+		return n.Compare(plumbing.ZeroHash, t.Commit, repo.CompareOptions{MaxPatchBytes: 1})
+	}
+	if err != nil {
+		return nil, err
+	}
+	mb, err := merge.MergeBase(ctx, n.Objects(), tip, t.Commit)
+	if err != nil {
+		return nil, err
+	}
+	return n.Compare(mb, t.Commit, repo.CompareOptions{MaxPatchBytes: 1})
+}
+
+// PromotePreflight merges the commit into the base branch's current tip in
+// memory (deep) and writes nothing.
+func (s *Service) PromotePreflight(ctx context.Context, t *PromoteTarget) (*merge.Result, error) {
+	n, err := s.Network(t.Base.Network)
+	if err != nil {
+		return nil, err
+	}
+	tip, err := s.branchTip(ctx, t.Base, t.Branch)
+	if lockstep.ErrorCode(err) == lockstep.ENOTFOUND {
+		return &merge.Result{Clean: true, FastForward: true, Tree: t.Tree}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return merge.Merge(ctx, merge.NewOverlay(n.Objects()), tip, t.Commit, merge.Options{Deep: true})
+}
+
+// Land materializes the workspace commit into the base branch (the only
+// way an agent's work reaches it): re-resolves the branch, fast-forwards or
+// merges (mode merge, squash, fast_forward), moves it by compare-and-swap
+// and marks the workspace promoted. The gate calls it from its landing
+// queue after every rule passed.
+func (s *Service) Land(ctx context.Context, actor *lockstep.Key, t *PromoteTarget, mode, message string, details map[string]any) (*MergeResponse, error) {
+	start := s.now()
+	if message == "" {
+		message = fmt.Sprintf("Promote %s into %s", t.Workspace.Name, t.Branch)
+	}
+	req := MergeRequest{Ours: t.Branch, Theirs: t.Commit.String(), Deep: true, Materialize: true, Message: message, Mode: mode}
+	d := copyDetails(details)
+	if d == nil {
+		d = map[string]any{}
+	}
+	d["workspace"] = t.Workspace.Name
+	var res *MergeResponse
+	var err error
+	if _, terr := s.branchTip(ctx, t.Base, t.Branch); lockstep.ErrorCode(terr) == lockstep.ENOTFOUND {
+		// An empty base: the first promote creates the branch.
+		err = s.moveRef(ctx, actor, t.Base, "promote", t.Branch, lockstep.ZeroOID, t.Commit.String(), t.Tree.String(), repo.WriteStats{}, start, d)
+		res = &MergeResponse{Clean: true, FastForward: true, Theirs: t.Commit.String(), Tree: t.Tree.String(), Commit: t.Commit.String(), Branch: t.Branch, Conflicts: []merge.Conflict{}}
+	} else {
+		res, err = s.materialize(ctx, actor, t.Base, req, t.Commit, "promote", start, d)
+	}
+	if err != nil {
+		return nil, err
+	}
+	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace.promoted", Repo: t.Workspace.Name, TraceID: traceID(ctx),
+		Details: map[string]any{"into": t.Base.Name + ":" + t.Branch, "commit": t.Commit.String(), "landed": res.Commit}}
+	if err := s.store.SetRepoStatus(ctx, t.Workspace.ID, lockstep.StatusPromoted, entry); err != nil {
+		return nil, err
+	}
+	t.Workspace.Status = lockstep.StatusPromoted
+	return res, nil
+}
