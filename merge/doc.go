@@ -37,7 +37,7 @@
 // own merge base (recursively), with the rules of git's inner merges:
 // deep merge, conflict markers kept in the result and two characters
 // longer (9), labels "Temporary merge branch 1" and "... 2", the base
-// version kept for modify/delete and binary conflicts. Each step is
+// version kept for modify/delete, file-type and binary conflicts. Each step is
 // recorded as a virtual commit (parents: the pair; author "lockstep"; time:
 // the newer parent's), so the result is deterministic. Without a common
 // ancestor the empty tree is the base.
@@ -109,6 +109,6 @@
 //   - Hunk.Base of a refined conflict covers the whole unrefined conflict
 //     (git does not track it).
 //   - Virtual bases follow git's inner-merge rules for content,
-//     modify/delete and binary conflicts; file/directory and type
-//     conflicts between merge bases keep ours.
+//     modify/delete, file-type and binary conflicts; a file/directory
+//     conflict between merge bases is resolved as in an outer merge.
 package merge

@@ -47,8 +47,8 @@ type Options struct {
 	MaxFileBytes int64
 
 	// virtual: this merge builds a virtual merge base. As in git's inner
-	// merges, modify/delete and binary conflicts keep the base version and
-	// markers are two characters longer.
+	// merges, modify/delete, type and binary conflicts keep the base
+	// version and markers are two characters longer.
 	virtual bool
 }
 
@@ -402,6 +402,9 @@ func (m *merger) file(path string, b, o, t *entry) (*entry, error) {
 	}
 	if fileKind(o.Mode) != fileKind(t.Mode) {
 		m.conflict(path, KindType, nil)
+		if m.opts.virtual {
+			return b, nil // git's inner merge: the merge base's version
+		}
 		return o, nil
 	}
 	res := *o
