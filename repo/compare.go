@@ -51,8 +51,10 @@ type FileChange struct {
 // Compare lists the files that differ from base to head (commits or
 // trees), sorted by path, with unified diffs. Only subtrees whose hashes
 // differ are read. Directories are not reported, only the files in them;
-// renames are reported as a deletion and an addition. Returns not_found
-// if base or head is missing or neither a commit nor a tree.
+// renames are reported as a deletion and an addition. A zero base (or
+// head) stands for the empty tree: everything added (or deleted).
+// Returns not_found if base or head is missing or neither a commit nor a
+// tree.
 func (n *Network) Compare(base, head plumbing.Hash, opts CompareOptions) ([]FileChange, error) {
 	if opts.Context == 0 {
 		opts.Context = 3
@@ -62,26 +64,17 @@ func (n *Network) Compare(base, head plumbing.Hash, opts CompareOptions) ([]File
 	if opts.MaxPatchBytes <= 0 {
 		opts.MaxPatchBytes = 1 << 20
 	}
-	bt, err := n.treeOf(base)
+	bt, a, err := n.compareSide(base)
 	if err != nil {
 		return nil, err
 	}
-	ht, err := n.treeOf(head)
+	ht, b, err := n.compareSide(head)
 	if err != nil {
 		return nil, err
 	}
 	out := []FileChange{}
 	if bt == ht {
 		return out, nil
-	}
-	s := n.Objects()
-	a, err := object.GetTree(s, bt)
-	if err != nil {
-		return nil, fmt.Errorf("compare: %w", err)
-	}
-	b, err := object.GetTree(s, ht)
-	if err != nil {
-		return nil, fmt.Errorf("compare: %w", err)
 	}
 	changes, err := object.DiffTree(a, b)
 	if err != nil {
@@ -97,6 +90,23 @@ func (n *Network) Compare(base, head plumbing.Hash, opts CompareOptions) ([]File
 		out = append(out, fc)
 	}
 	return out, nil
+}
+
+// compareSide resolves one side of Compare; the zero hash is the empty
+// tree (nil for go-git's DiffTree).
+func (n *Network) compareSide(h plumbing.Hash) (plumbing.Hash, *object.Tree, error) {
+	if h.IsZero() {
+		return plumbing.ZeroHash, nil, nil
+	}
+	th, err := n.treeOf(h)
+	if err != nil {
+		return plumbing.ZeroHash, nil, err
+	}
+	t, err := object.GetTree(n.Objects(), th)
+	if err != nil {
+		return plumbing.ZeroHash, nil, fmt.Errorf("compare: %w", err)
+	}
+	return th, t, nil
 }
 
 func changeName(c *object.Change) string {

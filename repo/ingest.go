@@ -31,22 +31,23 @@ type Limits struct {
 	MaxFiles int
 }
 
-// DefaultLimits are the limits used when a field of Limits is zero.
-var DefaultLimits = Limits{
-	MaxUploadBytes: 512 << 20,
-	MaxFileBytes:   100 << 20,
-	MaxFiles:       100_000,
+// DefaultLimits returns the limits used for a zero field of Limits:
+// 512 MiB per upload (decompressed), 100 MiB per file, 100,000 files.
+// (A function, not a variable: no package-level mutable state.)
+func DefaultLimits() Limits {
+	return Limits{MaxUploadBytes: 512 << 20, MaxFileBytes: 100 << 20, MaxFiles: 100_000}
 }
 
 func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
 	if l.MaxUploadBytes <= 0 {
-		l.MaxUploadBytes = DefaultLimits.MaxUploadBytes
+		l.MaxUploadBytes = d.MaxUploadBytes
 	}
 	if l.MaxFileBytes <= 0 {
-		l.MaxFileBytes = DefaultLimits.MaxFileBytes
+		l.MaxFileBytes = d.MaxFileBytes
 	}
 	if l.MaxFiles <= 0 {
-		l.MaxFiles = DefaultLimits.MaxFiles
+		l.MaxFiles = d.MaxFiles
 	}
 	return l
 }

@@ -42,7 +42,7 @@ type Network struct {
 	writeMu sync.Mutex // serialises pack writers
 
 	packDirMod atomic.Int64 // objects/pack mtime (ns) seen by the last Reload
-	refMu   sync.Mutex // serialises ref mirror writes
+	refMu      sync.Mutex   // serialises ref mirror writes
 
 	cache cache.Object // goroutine-safe LRU shared by all packs
 

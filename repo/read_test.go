@@ -310,6 +310,15 @@ func TestCompareAppliesWithGit(t *testing.T) {
 			t.Fatalf("truncation %+v", c)
 		}
 	}
+	all, err := n.Compare(plumbing.ZeroHash, ch, CompareOptions{MaxPatchBytes: 1})
+	if err != nil || len(all) != len(head) {
+		t.Fatalf("compare with the empty tree: %d changes, %v", len(all), err)
+	}
+	for _, c := range all {
+		if c.Status != "added" || c.Patch != "" || (!c.Binary && c.Added == 0 && c.Path != "kind") {
+			t.Fatalf("from empty: %+v", c)
+		}
+	}
 	if same, _ := n.Compare(ch, ch, CompareOptions{}); len(same) != 0 {
 		t.Fatalf("self compare %v", same)
 	}
