@@ -143,6 +143,10 @@ func Scan(dir string, opts ScanOptions) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", dir, err)
 	}
+	if c := opts.Cache; c != nil {
+		// Sampled before any file is read: see StatCache.Save.
+		c.scanned = c.clock()
+	}
 	s := &scanner{root: root, opts: opts, sem: make(chan struct{}, runtime.GOMAXPROCS(0)-1)}
 	top := &dirNode{}
 	if err := s.walk(top, ""); err != nil {
@@ -296,7 +300,7 @@ func (s *scanner) walk(n *dirNode, rel string) error {
 			b.link, b.target = true, target
 			b.oid = plumbing.ComputeHash(plumbing.BlobObject, []byte(target))
 		default:
-			return lockstep.Errorf(lockstep.EINVALID, "%s %q cannot be pushed: only regular files, symlinks and directories can", kindOf(st.Mode), p)
+			return lockstep.Errorf(lockstep.EINVALID, "%s %q cannot be pushed: only regular files, symlinks and directories can", kindOf(uint32(st.Mode)), p)
 		}
 		if nf := s.files.Add(1); s.opts.MaxFiles > 0 && nf > int64(s.opts.MaxFiles) {
 			return lockstep.Errorf(lockstep.ETOOLARGE, "more than %d files (at %q)", s.opts.MaxFiles, p)
@@ -312,8 +316,8 @@ func statOf(st *unix.Stat_t) fileStat {
 		mtime: st.Mtim.Nano(),
 		ctime: st.Ctim.Nano(),
 		ino:   st.Ino,
-		dev:   st.Dev,
-		mode:  st.Mode,
+		dev:   uint64(st.Dev),
+		mode:  uint32(st.Mode),
 	}
 }
 
@@ -425,7 +429,7 @@ func hashFile(root string, b *blobRef, h hashWriter, buf []byte) error {
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return fmt.Errorf("scan: fstat %s: %w", b.rel, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o100 != b.st.mode&0o100 {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || uint32(st.Mode)&0o100 != b.st.mode&0o100 {
 		return lockstep.Errorf(lockstep.EINVALID, "file changed during scan: %q", b.rel)
 	}
 	h.Reset()

@@ -12,6 +12,7 @@ import (
 	"slices"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"golang.org/x/sys/unix"
 )
 
 // StatCache maps a path and its lstat to the blob oid of its content, so
@@ -20,16 +21,21 @@ import (
 // negotiate in one round trip. It is not safe for concurrent use; one Scan
 // at a time may use it.
 //
-// File format (varints as encoding/binary): magic "LKSC\x01", uvarint
-// count, then per entry, sorted by path: uvarint length of the prefix
+// File format (varints as encoding/binary): magic "LKSC\x02", varint
+// racy-git reference time (ns), uvarint count, then per entry, sorted by path: uvarint length of the prefix
 // shared with the previous path, uvarint suffix length, suffix, varint
 // size, mtime, ctime (ns), uvarint inode, device, mode, 20-byte oid; then
 // the known root tree (20 bytes, zero if none), uvarint count and the
 // known trees (20 bytes each); then a little-endian CRC-32C of everything
 // before it.
 type StatCache struct {
-	path    string
-	written int64 // ns; mtime of the cache file when loaded, 0 if none
+	path string
+	// written is the racy-git reference time (ns, filesystem clock) of the
+	// loaded entries: 0 if none, so every entry is racy.
+	written int64
+	// scanned is the filesystem clock sampled when the last Scan started,
+	// 0 if it could not be sampled; Save stores it as the entries' time.
+	scanned int64
 	entries map[string]cacheEntry
 	known   *Known
 }
@@ -39,7 +45,7 @@ type cacheEntry struct {
 	oid plumbing.Hash
 }
 
-var cacheMagic = []byte("LKSC\x01")
+var cacheMagic = []byte("LKSC\x02")
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -65,34 +71,57 @@ func OpenStatCache(path string) (*StatCache, error) {
 	if _, err := f.ReadAt(data, 0); err != nil {
 		return nil, fmt.Errorf("open stat cache: %w", err)
 	}
-	entries, known, ok := decodeCache(data)
+	entries, known, written, ok := decodeCache(data)
 	if !ok {
 		return c, nil
 	}
-	c.entries, c.known = entries, known
-	c.written = fi.ModTime().UnixNano()
+	c.entries, c.known, c.written = entries, known, written
+	c.scanned = written // what Save keeps if no Scan runs in between
 	return c, nil
 }
 
-func decodeCache(data []byte) (map[string]cacheEntry, *Known, bool) {
+// clock samples the filesystem clock by setting the cache file's times to
+// now (creating it, empty, if needed) and reading them back: file mtimes
+// come from that (coarse) clock, not from time.Now. It returns 0 on any
+// error.
+func (c *StatCache) clock() int64 {
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, c.path, nil, 0); err != nil {
+		if os.MkdirAll(filepath.Dir(c.path), 0o755) != nil {
+			return 0
+		}
+		f, err := os.OpenFile(c.path, os.O_WRONLY|os.O_CREATE, 0o644)
+		if err != nil {
+			return 0
+		}
+		f.Close()
+	}
+	var st unix.Stat_t
+	if unix.Stat(c.path, &st) != nil {
+		return 0
+	}
+	return st.Mtim.Nano()
+}
+
+func decodeCache(data []byte) (entries map[string]cacheEntry, known *Known, written int64, ok bool) {
 	if len(data) < len(cacheMagic)+4 || !bytes.HasPrefix(data, cacheMagic) {
-		return nil, nil, false
+		return nil, nil, 0, false
 	}
 	body, sum := data[:len(data)-4], data[len(data)-4:]
 	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(sum) {
-		return nil, nil, false
+		return nil, nil, 0, false
 	}
 	r := &reader{b: body[len(cacheMagic):]}
+	written = r.varint()
 	n := r.uvarint()
 	if n > uint64(len(r.b)) {
-		return nil, nil, false
+		return nil, nil, 0, false
 	}
-	entries := make(map[string]cacheEntry, n)
+	entries = make(map[string]cacheEntry, n)
 	var prev []byte
 	for range n {
 		shared, suffix := r.uvarint(), r.uvarint()
 		if r.bad || shared > uint64(len(prev)) || suffix > uint64(len(r.b)) {
-			return nil, nil, false
+			return nil, nil, 0, false
 		}
 		name := append(prev[:shared:shared], r.b[:suffix]...)
 		r.b = r.b[suffix:]
@@ -101,7 +130,7 @@ func decodeCache(data []byte) (map[string]cacheEntry, *Known, bool) {
 		e.st.ino, e.st.dev, e.st.mode = r.uvarint(), r.uvarint(), uint32(r.uvarint())
 		e.oid = r.hash()
 		if r.bad {
-			return nil, nil, false
+			return nil, nil, 0, false
 		}
 		entries[string(name)] = e
 		prev = name
@@ -109,9 +138,8 @@ func decodeCache(data []byte) (map[string]cacheEntry, *Known, bool) {
 	root := r.hash()
 	nt := r.uvarint()
 	if r.bad || nt > uint64(len(r.b))/20 {
-		return nil, nil, false
+		return nil, nil, 0, false
 	}
-	var known *Known
 	if !root.IsZero() {
 		known = &Known{Root: root, trees: make(map[plumbing.Hash]struct{}, nt)}
 	}
@@ -122,9 +150,9 @@ func decodeCache(data []byte) (map[string]cacheEntry, *Known, bool) {
 		}
 	}
 	if r.bad || len(r.b) != 0 {
-		return nil, nil, false
+		return nil, nil, 0, false
 	}
-	return entries, known, true
+	return entries, known, written, true
 }
 
 type reader struct {
@@ -188,7 +216,8 @@ func (c *StatCache) lookup(rel string, st fileStat) (cacheEntry, bool) {
 }
 
 // replace makes the regular files of the last scan the cache's content;
-// paths that disappeared are dropped.
+// paths that disappeared are dropped. The entries keep the racy-git time
+// of the scan (scanned), not that of the cache they were loaded with.
 func (c *StatCache) replace(files []*blobRef) {
 	m := make(map[string]cacheEntry, len(files))
 	for _, b := range files {
@@ -198,8 +227,11 @@ func (c *StatCache) replace(files []*blobRef) {
 }
 
 // Save writes the cache to its path (temporary file, then rename),
-// creating the parent directory if needed. The new file's mtime becomes the
-// write time for the racy-git rule at the next load.
+// creating the parent directory if needed. The entries are stored with the
+// filesystem time sampled when the Scan that produced them started: at
+// the next load, an entry is trusted only if the file's mtime is strictly
+// older than that (the racy-git rule), so a rewrite at any moment during or
+// after that Scan cannot hide behind an unchanged stat.
 func (c *StatCache) Save() error {
 	if err := os.MkdirAll(filepath.Dir(c.path), 0o755); err != nil {
 		return fmt.Errorf("save stat cache: %w", err)
@@ -211,6 +243,7 @@ func (c *StatCache) Save() error {
 	slices.Sort(paths)
 	buf := make([]byte, 0, 64+len(paths)*48)
 	buf = append(buf, cacheMagic...)
+	buf = binary.AppendVarint(buf, c.scanned)
 	buf = binary.AppendUvarint(buf, uint64(len(paths)))
 	prev := ""
 	for _, p := range paths {
@@ -246,9 +279,7 @@ func (c *StatCache) Save() error {
 	}
 	tmp := f.Name()
 	_, err = f.Write(buf)
-	fi, statErr := f.Stat()
-	closeErr := f.Close()
-	if err = errors.Join(err, statErr, closeErr); err != nil {
+	if err = errors.Join(err, f.Close()); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("save stat cache: %w", err)
 	}
@@ -256,7 +287,7 @@ func (c *StatCache) Save() error {
 		os.Remove(tmp)
 		return fmt.Errorf("save stat cache: %w", err)
 	}
-	c.written = fi.ModTime().UnixNano()
+	c.written = c.scanned
 	return nil
 }
 

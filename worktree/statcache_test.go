@@ -208,3 +208,32 @@ func TestStatCacheCorruptFileIsEmpty(t *testing.T) {
 		}
 	}
 }
+
+// The racy-git reference time is the filesystem clock when the Scan
+// started: not before a file written earlier, not after one written once the
+// cache is saved.
+func TestStatCacheWriteTimeIsScanStart(t *testing.T) {
+	dir := t.TempDir()
+	before := filepath.Join(dir, "before")
+	mustWrite(t, before, []byte("x"), 0o644)
+	cachePath := filepath.Join(dir, ".lockstep", "statcache")
+	c := openCache(t, cachePath)
+	mustScan(t, dir, worktree.ScanOptions{Cache: c})
+	if err := c.Save(); err != nil {
+		t.Fatal(err)
+	}
+	after := filepath.Join(t.TempDir(), "after")
+	mustWrite(t, after, []byte("y"), 0o644)
+	written := worktree.CacheWritten(openCache(t, cachePath))
+	fb, err := os.Stat(before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa, err := os.Stat(after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if written < fb.ModTime().UnixNano() || written > fa.ModTime().UnixNano() {
+		t.Fatalf("cache time %d not within [%d, %d]", written, fb.ModTime().UnixNano(), fa.ModTime().UnixNano())
+	}
+}
