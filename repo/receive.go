@@ -48,6 +48,9 @@ func (n *Network) ReceivePack(r io.Reader, lim Limits) (WriteStats, error) {
 	if binary.BigEndian.Uint32(data[8:12]) == 0 {
 		return WriteStats{}, nil // git sends an empty pack for a delete-only push
 	}
+	if err := prescan(data, lim); err != nil {
+		return WriteStats{}, err
+	}
 	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}, lim: lim}
 	parser, err := packfile.NewParserWithStorage(packfile.NewScanner(bytes.NewReader(data)), ov)
 	if err != nil {
@@ -67,6 +70,63 @@ func (n *Network) ReceivePack(r io.Reader, lim Limits) (WriteStats, error) {
 		return WriteStats{}, err
 	}
 	return n.WriteObjects(ov.order)
+}
+
+// prescan checks the sizes every object of the pack declares (for a
+// delta, the size of its result) against lim before anything is
+// inflated into memory: a small compressed pack may otherwise expand to
+// gigabytes. Objects are inflated to io.Discard here, bounded by their
+// declared sizes.
+func prescan(data []byte, lim Limits) error {
+	s := packfile.NewScanner(bytes.NewReader(data))
+	_, count, err := s.Header()
+	if err != nil {
+		return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile: %v", err)
+	}
+	var total int64
+	var delta bytes.Buffer
+	for i := uint32(0); i < count; i++ {
+		oh, err := s.NextObjectHeader()
+		if err != nil {
+			return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile (object %d): %v", i, err)
+		}
+		size := oh.Length
+		if oh.Length > lim.MaxFileBytes {
+			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d is %d bytes, over the %d-byte limit", i, oh.Length, lim.MaxFileBytes)
+		}
+		if oh.Type.IsDelta() {
+			delta.Reset()
+			if _, _, err := s.NextObject(&delta); err != nil {
+				return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile (object %d): %v", i, err)
+			}
+			d := delta.Bytes()
+			_, d = deltaVarint(d) // base size
+			size, _ = deltaVarint(d)
+		} else if _, _, err := s.NextObject(io.Discard); err != nil {
+			return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile (object %d): %v", i, err)
+		}
+		if size > lim.MaxFileBytes {
+			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d inflates to %d bytes, over the %d-byte limit", i, size, lim.MaxFileBytes)
+		}
+		if total += size; total > lim.MaxUploadBytes {
+			return lockstep.Errorf(lockstep.ETOOLARGE, "pack inflates to more than %d bytes", lim.MaxUploadBytes)
+		}
+	}
+	return nil
+}
+
+// deltaVarint reads a size from a delta header (little-endian base 128).
+func deltaVarint(b []byte) (int64, []byte) {
+	var v int64
+	for shift := uint(0); len(b) > 0 && shift < 63; shift += 7 {
+		c := b[0]
+		b = b[1:]
+		v |= int64(c&0x7f) << shift
+		if c&0x80 == 0 {
+			break
+		}
+	}
+	return v, b
 }
 
 // overlay is the storer the pack parser writes into: parsed objects stay

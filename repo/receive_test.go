@@ -220,7 +220,7 @@ func TestReceivePackLimits(t *testing.T) {
 		lim Limits
 		msg string
 	}{
-		{Limits{MaxFileBytes: 4000}, "over the 4000-byte limit"},
+		{Limits{MaxFileBytes: 4000}, "is 5000 bytes, over the 4000-byte limit"},
 		{Limits{MaxFiles: 3}, "over the limit of 3"},
 		{Limits{MaxUploadBytes: 100}, "larger than 100 bytes"},
 		{Limits{MaxUploadBytes: 4000}, "inflates to more than 4000"},
@@ -235,5 +235,25 @@ func TestReceivePackLimits(t *testing.T) {
 	}
 	if len(storeFiles(t, n)) != 0 {
 		t.Fatal("store changed")
+	}
+}
+
+// A ref delta's result size is checked from the delta header, before
+// anything is inflated (the same check stops a small pack from expanding
+// into a huge object).
+func TestReceivePackDeltaBomb(t *testing.T) {
+	n := MustOpen(t)
+	dir := t.TempDir()
+	git(t, dir, nil, "init", "-q")
+	c1 := clientCommit(t, dir, map[string]string{"a": strings.Repeat("0123456789\n", 2000)})
+	gd := filepath.Join(dir, ".git")
+	if _, err := n.ReceivePack(bytes.NewReader(packObjects(t, gd, c1+"\n", "--revs")), Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	c2 := clientCommit(t, dir, map[string]string{"a": strings.Repeat("0123456789\n", 2000) + "more\n"})
+	thin := packObjects(t, gd, c2+"\n^"+c1+"\n", "--revs", "--thin")
+	_, err := n.ReceivePack(bytes.NewReader(thin), Limits{MaxFileBytes: 22002})
+	if lockstep.ErrorCode(err) != lockstep.ETOOLARGE || !strings.Contains(lockstep.ErrorMessage(err), "inflates to 22005 bytes") {
+		t.Fatalf("err %v", err)
 	}
 }
