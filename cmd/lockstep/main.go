@@ -82,6 +82,11 @@ func commands() map[string]command {
 		"workspaces": {"list a base repository's workspaces", cmdWorkspaces},
 		"merge":      {"preflight or materialize a merge", cmdMerge},
 		"sync":       {"merge the base branch into a workspace", cmdSync},
+		"gate":       {"show | set a branch's gate policy", cmdGate},
+		"checks":     {"list or post check results of a commit", cmdChecks},
+		"promote":    {"land a workspace in its base when the gate passes", cmdPromote},
+		"hooks":      {"list | create | delete gate hooks, show deliveries", cmdHooks},
+		"runner":     {"a CI runner: receives gate hooks, runs a command, posts a check", cmdRunner},
 	}
 }
 

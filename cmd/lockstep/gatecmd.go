@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/client"
+)
+
+func apiPath(repo string, rest ...string) string {
+	p := "/api/v1/repos/" + url.PathEscape(repo)
+	for _, r := range rest {
+		p += "/" + r
+	}
+	return p
+}
+
+// printRaw prints a raw JSON answer (always JSON: these are structured).
+func printRaw(e *env, raw json.RawMessage) error {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return err
+	}
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func cmdGate(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 || (args[0] != "show" && args[0] != "set") {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep gate show REPO | gate set REPO [--require-check N]... [--max-files N] [--max-lines N] [--protect GLOB]... [--allow-conflicts] [--mode M]")
+	}
+	sub := args[0]
+	var branch, mode string
+	var checks, protect multiFlag
+	var maxFiles, maxLines int
+	var allowConflicts bool
+	cf, c, rest, err := setup("gate "+sub, e, args[1:], func(f *flagger) {
+		f.fs.StringVar(&branch, "branch", "", "branch (default: the default branch)")
+		if sub == "set" {
+			f.fs.Var(&checks, "require-check", "a check that must succeed on the exact commit (repeatable)")
+			f.fs.Var(&protect, "protect", "a glob of paths agents may not touch (repeatable)")
+			f.fs.IntVar(&maxFiles, "max-files", 0, "most changed files (0 = no limit)")
+			f.fs.IntVar(&maxLines, "max-lines", 0, "most changed lines (0 = no limit)")
+			f.fs.BoolVar(&allowConflicts, "allow-conflicts", false, "do not require a clean merge")
+			f.fs.StringVar(&mode, "mode", "merge", "default promote mode: merge, squash or fast_forward")
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep gate %s REPO", sub)
+	}
+	var raw json.RawMessage
+	if sub == "show" {
+		q := ""
+		if branch != "" {
+			q = "?branch=" + url.QueryEscape(branch)
+		}
+		raw, err = c.Do(ctx, http.MethodGet, apiPath(rest[0], "gate")+q, nil)
+	} else {
+		clean := !allowConflicts
+		raw, err = c.Do(ctx, http.MethodPut, apiPath(rest[0], "gate"), lockstep.Policy{Branch: branch, RequiredChecks: checks,
+			MaxChangedFiles: maxFiles, MaxChangedLines: maxLines, ProtectedPaths: protect, RequireCleanMerge: &clean, PromoteMode: mode})
+	}
+	if err != nil {
+		return err
+	}
+	_ = cf
+	return printRaw(e, raw)
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func cmdChecks(ctx context.Context, e *env, args []string) error {
+	var name, status, summary, detailsURL string
+	cf, c, rest, err := setup("checks", e, args, func(f *flagger) {
+		f.fs.StringVar(&name, "post", "", "post a result with this check name (role ci or admin)")
+		f.fs.StringVar(&status, "status", "", "pending, success, failure or error (with --post)")
+		f.fs.StringVar(&summary, "summary", "", "summary (with --post)")
+		f.fs.StringVar(&detailsURL, "details-url", "", "link to details (with --post)")
+	})
+	if err != nil {
+		return err
+	}
+	if len(rest) != 2 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep checks REPO COMMIT [--post NAME --status S]")
+	}
+	p := apiPath(rest[0], "commits", rest[1], "checks")
+	var raw json.RawMessage
+	if name != "" {
+		raw, err = c.Do(ctx, http.MethodPost, p, map[string]string{"name": name, "status": status, "summary": summary, "details_url": detailsURL})
+	} else {
+		raw, err = c.Do(ctx, http.MethodGet, p, nil)
+	}
+	if err != nil {
+		return err
+	}
+	if cf.json || name != "" {
+		return printRaw(e, raw)
+	}
+	var set struct {
+		Commit string           `json:"commit"`
+		Checks []lockstep.Check `json:"checks"`
+	}
+	json.Unmarshal(raw, &set)
+	rows := [][]string{{"NAME", "STATUS", "BY", "AT", "SUMMARY"}}
+	for _, ch := range set.Checks {
+		rows = append(rows, []string{ch.Name, ch.Status, ch.KeyName, ch.CreatedAt.Format("15:04:05"), firstLine(ch.Summary)})
+	}
+	table(e, rows)
+	return nil
+}
+
+func cmdPromote(ctx context.Context, e *env, args []string) error {
+	var commit, message, mode string
+	cf, c, rest, err := setup("promote", e, args, func(f *flagger) {
+		f.fs.StringVar(&commit, "commit", "", "the exact commit to promote (default: the workspace tip)")
+		f.fs.StringVar(&message, "message", "", "merge commit message")
+		f.fs.StringVar(&mode, "mode", "", "merge, squash or fast_forward (default: the gate's promote_mode)")
+	})
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep promote WORKSPACE [--commit OID] [--mode M]")
+	}
+	raw, err := c.Do(ctx, http.MethodPost, apiPath(rest[0], "promote"), map[string]string{"commit": commit, "message": message, "mode": mode})
+	if err != nil {
+		if !cf.json {
+			if d := lockstep.ErrorDetails(err); d != nil {
+				if reasons, ok := d["reasons"].([]any); ok {
+					fmt.Fprintln(e.stderr, "gate refused the promote:")
+					for _, r := range reasons {
+						if m, ok := r.(map[string]any); ok {
+							fmt.Fprintf(e.stderr, "  - [%v] %v\n", m["rule"], m["message"])
+						}
+					}
+				}
+			}
+		}
+		return err
+	}
+	if cf.json {
+		return printRaw(e, raw)
+	}
+	var res struct {
+		Commit      string `json:"commit"`
+		Into        string `json:"into"`
+		FastForward bool   `json:"fast_forward"`
+	}
+	json.Unmarshal(raw, &res)
+	how := "merge commit"
+	if res.FastForward {
+		how = "fast-forward"
+	}
+	fmt.Fprintf(e.stdout, "promoted %s into %s (%s) → %s\n", rest[0], res.Into, how, res.Commit)
+	return nil
+}
+
+func cmdHooks(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep hooks list REPO | create REPO --url U --secret S [--event E]... | deliveries REPO HOOK_ID | delete REPO HOOK_ID")
+	}
+	sub := args[0]
+	var hookURL, secret string
+	var events multiFlag
+	_, c, rest, err := setup("hooks "+sub, e, args[1:], func(f *flagger) {
+		if sub == "create" {
+			f.fs.StringVar(&hookURL, "url", "", "receiver URL (http or https)")
+			f.fs.StringVar(&secret, "secret", "", "HMAC-SHA256 signing secret (>= 16 characters)")
+			f.fs.Var(&events, "event", "push, promote, rollback, checkpoint or * (repeatable; default all)")
+		}
+	})
+	if err != nil {
+		return err
+	}
+	var raw json.RawMessage
+	switch {
+	case sub == "list" && len(rest) == 1:
+		raw, err = c.Do(ctx, http.MethodGet, apiPath(rest[0], "hooks"), nil)
+	case sub == "create" && len(rest) == 1:
+		raw, err = c.Do(ctx, http.MethodPost, apiPath(rest[0], "hooks"), map[string]any{"url": hookURL, "secret": secret, "events": []string(events)})
+	case sub == "deliveries" && len(rest) == 2:
+		raw, err = c.Do(ctx, http.MethodGet, apiPath(rest[0], "hooks", rest[1], "deliveries"), nil)
+	case sub == "delete" && len(rest) == 2:
+		_, err = c.Do(ctx, http.MethodDelete, apiPath(rest[0], "hooks", rest[1]), nil)
+		if err == nil {
+			fmt.Fprintf(e.stdout, "hook %s deleted\n", rest[1])
+		}
+		return err
+	default:
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep hooks list REPO | create REPO --url U --secret S | deliveries REPO HOOK_ID | delete REPO HOOK_ID")
+	}
+	if err != nil {
+		return err
+	}
+	return printRaw(e, raw)
+}
+
+var _ = client.New

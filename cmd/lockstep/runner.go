@@ -1,0 +1,250 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/client"
+	"github.com/lockstep-hq/lockstep/gate"
+)
+
+// cmdRunner is a small CI: it registers a gate hook on a repository,
+// verifies each delivery's signature, checks the exact commit out into a
+// fresh temporary directory, runs the command with a timeout in its own
+// process group, and posts success or failure with the tail of the output.
+func cmdRunner(ctx context.Context, e *env, args []string) error {
+	var repoName, check, listen, publicURL string
+	var timeout time.Duration
+	var parallel int
+	var events multiFlag
+	cf, c, rest, err := setup("runner", e, args, func(f *flagger) {
+		f.fs.StringVar(&repoName, "repo", "", "base repository whose workspaces to test (required)")
+		f.fs.StringVar(&check, "check", "", "check name to post (required)")
+		f.fs.StringVar(&listen, "listen", "127.0.0.1:0", "address the hook receiver listens on")
+		f.fs.StringVar(&publicURL, "public-url", "", "URL the server reaches the receiver at (default: http://<listen>/hook)")
+		f.fs.DurationVar(&timeout, "timeout", 10*time.Minute, "kill the command after this long (the check fails)")
+		f.fs.IntVar(&parallel, "parallel", 1, "commits tested at once")
+		f.fs.Var(&events, "event", "events to test on (default push)")
+	})
+	if err != nil {
+		return err
+	}
+	if repoName == "" || check == "" || len(rest) == 0 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep runner --repo R --check NAME -- COMMAND [ARGS...]")
+	}
+	if len(events) == 0 {
+		events = multiFlag{"push"}
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	if publicURL == "" {
+		publicURL = "http://" + ln.Addr().String() + "/hook"
+	}
+	var sb [24]byte
+	rand.Read(sb[:])
+	secret := hex.EncodeToString(sb[:])
+	raw, err := c.Do(ctx, http.MethodPost, apiPath(repoName, "hooks"), map[string]any{"url": publicURL, "secret": secret, "events": []string(events)})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("register hook: %w", err)
+	}
+	var hook struct {
+		ID string `json:"id"`
+	}
+	json.Unmarshal(raw, &hook)
+	r := &runner{c: c, e: e, check: check, cmd: rest, timeout: timeout, seen: map[string]bool{}, jobs: make(chan hookPayload, 1024)}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.receive(w, req, secret) }), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	if !cf.json {
+		fmt.Fprintf(e.stdout, "runner: hook %s on %s → %s; check %q runs: %v\n", hook.ID, repoName, publicURL, check, rest)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < max(parallel, 1); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case p := <-r.jobs:
+					r.run(ctx, p)
+				}
+			}
+		}()
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	wg.Wait()
+	if _, err := c.Do(sctx, http.MethodDelete, apiPath(repoName, "hooks", hook.ID), nil); err != nil {
+		fmt.Fprintf(e.stderr, "runner: could not delete hook %s: %v\n", hook.ID, err)
+	}
+	return nil
+}
+
+type hookPayload struct {
+	Event      string `json:"event"`
+	Repository string `json:"repository"`
+	Workspace  string `json:"workspace"`
+	Commit     string `json:"commit"`
+	DeliveryID string `json:"delivery_id"`
+}
+
+type runner struct {
+	c       *client.Client
+	e       *env
+	check   string
+	cmd     []string
+	timeout time.Duration
+
+	mu   sync.Mutex
+	seen map[string]bool // delivery ids and commits already taken
+	jobs chan hookPayload
+}
+
+// receive verifies the signature, acknowledges at once and queues the job.
+// A redelivery of the same delivery or commit is acknowledged, not re-run.
+func (r *runner) receive(w http.ResponseWriter, req *http.Request, secret string) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	if err != nil || req.Method != http.MethodPost {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	if !gate.Verify(secret, body, req.Header.Get("X-Lockstep-Signature")) {
+		http.Error(w, "bad signature", http.StatusUnauthorized)
+		return
+	}
+	var p hookPayload
+	if err := json.Unmarshal(body, &p); err != nil || !lockstep.IsOID(p.Commit) {
+		http.Error(w, "bad payload", http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	dup := r.seen[p.DeliveryID] || r.seen[p.Commit]
+	r.seen[p.DeliveryID], r.seen[p.Commit] = true, true
+	r.mu.Unlock()
+	if !dup {
+		select {
+		case r.jobs <- p:
+		default:
+			http.Error(w, "queue full", http.StatusServiceUnavailable)
+			r.mu.Lock()
+			delete(r.seen, p.DeliveryID)
+			delete(r.seen, p.Commit)
+			r.mu.Unlock()
+			return
+		}
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+func (r *runner) post(ctx context.Context, repo, commit, status, summary string) {
+	_, err := r.c.Do(ctx, http.MethodPost, apiPath(repo, "commits", commit, "checks"), map[string]string{"name": r.check, "status": status, "summary": summary})
+	if err != nil {
+		fmt.Fprintf(r.e.stderr, "runner: post %s %s for %s: %v\n", r.check, status, commit[:12], err)
+	}
+}
+
+func (r *runner) run(ctx context.Context, p hookPayload) {
+	repo := p.Repository
+	if p.Workspace != "" {
+		repo = p.Workspace
+	}
+	start := time.Now()
+	r.post(ctx, repo, p.Commit, lockstep.CheckPending, "running: "+fmt.Sprint(r.cmd))
+	dir, err := os.MkdirTemp("", "lockstep-runner-")
+	if err != nil {
+		r.post(ctx, repo, p.Commit, lockstep.CheckError, "runner: "+err.Error())
+		return
+	}
+	defer os.RemoveAll(dir)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := extractTar(pr, dir)
+		pr.CloseWithError(err)
+		done <- err
+	}()
+	_, err = r.c.Archive(ctx, repo, p.Commit, pw)
+	pw.CloseWithError(err)
+	if xerr := <-done; err == nil {
+		err = xerr
+	}
+	if err != nil {
+		r.post(ctx, repo, p.Commit, lockstep.CheckError, "runner: checkout failed: "+err.Error())
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, r.cmd[0], r.cmd[1:]...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "LOCKSTEP_COMMIT="+p.Commit, "LOCKSTEP_WORKSPACE="+p.Workspace, "LOCKSTEP_REPOSITORY="+p.Repository)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var out tailBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // nothing the command started outlives it
+	}
+	d := time.Since(start).Round(time.Millisecond)
+	status := lockstep.CheckSuccess
+	head := fmt.Sprintf("%v passed in %s", r.cmd, d)
+	var ee *exec.ExitError
+	switch {
+	case cctx.Err() == context.DeadlineExceeded:
+		status, head = lockstep.CheckFailure, fmt.Sprintf("%v timed out after %s", r.cmd, r.timeout)
+	case errors.As(err, &ee):
+		status, head = lockstep.CheckFailure, fmt.Sprintf("%v failed (%s) in %s", r.cmd, ee.ProcessState, d)
+	case err != nil:
+		status, head = lockstep.CheckError, fmt.Sprintf("%v could not run: %v", r.cmd, err)
+	}
+	r.post(context.WithoutCancel(ctx), repo, p.Commit, status, head+"\n"+out.String())
+	fmt.Fprintf(r.e.stdout, "runner: %s %s %s (%s)\n", repo, p.Commit[:12], status, d)
+}
+
+// tailBuffer keeps the last 4 KiB of output.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf.Write(p)
+	if t.buf.Len() > 8<<10 {
+		b := t.buf.Bytes()[t.buf.Len()-4<<10:]
+		t.buf = *bytes.NewBuffer(append([]byte(nil), b...))
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buf.Bytes()
+	if len(b) > 4<<10 {
+		b = b[len(b)-4<<10:]
+	}
+	return string(b)
+}
