@@ -553,3 +553,31 @@ func (x *readThrough) NewEncodedObject() plumbing.EncodedObject { return x.r.New
 func (x *readThrough) SetEncodedObject(o plumbing.EncodedObject) (plumbing.Hash, error) {
 	return x.w.SetEncodedObject(o)
 }
+
+func TestMergeTreesFlagsAndCancel(t *testing.T) {
+	s := memory.NewStorage()
+	b := mustTree(t, s, map[string]f{"a": txt("1\n")})
+	o := mustTree(t, s, map[string]f{"a": txt("2\n")})
+	ctx := context.Background()
+	res, err := MergeTrees(ctx, s, b, b, o, Options{})
+	if err != nil || !res.FastForward || res.Tree != o || res.MergeBase != b {
+		t.Errorf("fast-forward: %+v %v", res, err)
+	}
+	res, err = MergeTrees(ctx, s, b, o, b, Options{})
+	if err != nil || !res.UpToDate || res.Tree != o {
+		t.Errorf("up to date: %+v %v", res, err)
+	}
+	res, err = MergeTrees(ctx, s, plumbing.ZeroHash, o, o, Options{})
+	if err != nil || !res.Clean || res.Tree != o {
+		t.Errorf("zero base: %+v %v", res, err)
+	}
+	th := mustTree(t, s, map[string]f{"a": txt("1\n"), "b": txt("b\n")})
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := MergeTrees(cctx, s, b, o, th, Options{}); err != context.Canceled {
+		t.Errorf("cancelled: %v", err)
+	}
+	if _, err := MergeTrees(ctx, s, b, o, plumbing.NewHash("1234567890123456789012345678901234567890"), Options{}); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		t.Errorf("missing tree: %v", err)
+	}
+}
