@@ -440,18 +440,6 @@ func (b base) dropMeta(abs, id string) error {
 	return nil
 }
 
-// latestManifest returns the manifest of the newest snapshot of abs that has
-// one, to speed up the next BuildManifest.
-func (b base) latestManifest(abs, driver string) *Manifest {
-	snaps, _ := b.list(abs, driver)
-	for i := len(snaps) - 1; i >= 0; i-- {
-		if m, err := b.loadManifest(abs, snaps[i].ID); err == nil {
-			return m
-		}
-	}
-	return nil
-}
-
 func writeJSON(p string, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {

@@ -15,9 +15,11 @@
 //     processes are found by walking /proc: same process group, an
 //     environment marker (LOCKSTEP_RUN_ID) inherited through fork and exec,
 //     or descent from one of those. Processes are killed until none is left.
-//     A process that clears its environment and changes its process group
-//     and whose parent died before the scan escapes; use cgroups for a hard
-//     guarantee.
+//     The scan repeats until several consecutive scans find nothing (a
+//     child forked by a process exiting during a scan is seen by the next
+//     one). A process that clears its environment, leaves the process group
+//     and is re-parented outside the run escapes; a fork loop faster than
+//     the scans could too. Use cgroups for a hard guarantee.
 //
 // In both modes the command has its own process group (Setpgid), the main
 // process's exit status, the signal that ended it and whether the timeout
@@ -164,11 +166,19 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 		r.mode = ModeSubreaper
 	}
 	r.start = time.Now()
-	p, err := os.StartProcess(path, spec.Args, &os.ProcAttr{Dir: spec.Dir, Env: env, Files: files, Sys: sys})
-	if err != nil {
-		if r.cg != "" {
-			os.Remove(r.cg)
+	attr := &os.ProcAttr{Dir: spec.Dir, Env: env, Files: files, Sys: sys}
+	p, err := os.StartProcess(path, spec.Args, attr)
+	if err != nil && r.cg != "" {
+		// clone3 into the cgroup refused (e.g. a threaded or domain-invalid
+		// cgroup): fall back to the subreaper mode rather than fail the run.
+		os.Remove(r.cg)
+		r.cg, r.mode = "", ModeSubreaper
+		sys.UseCgroupFD = false
+		if serr := enableSubreaper(); serr == nil {
+			p, err = os.StartProcess(path, spec.Args, attr)
 		}
+	}
+	if err != nil {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "start %s: %v", spec.Args[0], err)
 	}
 	r.proc, r.pgid = p, p.Pid
@@ -334,6 +344,10 @@ func (r *Run) makeCgroup() (string, error) {
 	if err := os.Mkdir(cg, 0o755); err != nil {
 		return "", err
 	}
+	if _, err := os.Stat(filepath.Join(cg, "cgroup.kill")); err != nil {
+		os.Remove(cg) // kernel older than 5.14: no cgroup.kill
+		return "", err
+	}
 	return cg, nil
 }
 
@@ -361,11 +375,18 @@ func detectCgroup2() string {
 		if sep+1 >= len(f) || f[sep+1] != "cgroup2" {
 			continue
 		}
-		dir := filepath.Join(f[4], own)
-		if unix.Access(dir, unix.W_OK) == nil {
-			if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err == nil {
-				return dir
-			}
+		rel, ok := strings.CutPrefix(own, f[3]) // f[3]: the mount's root in the hierarchy
+		if !ok {
+			continue
+		}
+		dir := filepath.Join(f[4], rel)
+		if unix.Access(dir, unix.W_OK) != nil {
+			continue
+		}
+		// cgroup.kill (Linux 5.14) exists in non-root cgroups only: probe
+		// with the root's cgroup.procs and rely on mkdir to prove we may.
+		if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err == nil {
+			return dir
 		}
 	}
 	return ""
@@ -426,8 +447,15 @@ func enableSubreaper() error {
 	return subreaperOnce.err
 }
 
+// quietScans is how many consecutive scans must find nothing alive before
+// the subreaper mode believes the run is gone: a scan lists /proc and then
+// reads each process, so a child forked by a process that exits in between
+// is only seen by the next scan (it is then our child, as subreaper).
+const quietScans = 3
+
 func (r *Run) killScan() (int, error) {
 	first := -1
+	quiet := 0
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		live := 0
@@ -444,9 +472,13 @@ func (r *Run) killScan() (int, error) {
 		}
 		r.reap()
 		if live == 0 {
-			return first, nil
+			if quiet++; quiet >= quietScans {
+				return first, nil
+			}
+		} else {
+			quiet = 0
 		}
-		time.Sleep(200 * time.Microsecond)
+		time.Sleep(500 * time.Microsecond)
 	}
 	return first, lockstep.Errorf(lockstep.EINTERNAL, "run %s: processes still alive 5s after SIGKILL", r.ID)
 }

@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -97,11 +99,54 @@ func umount(tb testing.TB, dir string) {
 		}
 	}
 	for i := len(below) - 1; i >= 0; i-- {
-		if err := unix.Unmount(below[i], 0); err != nil {
+		err := unix.Unmount(below[i], 0)
+		if err == unix.EBUSY {
+			// A failed test left processes inside: they are the test's
+			// own; kill them so that no mount or loop device outlives it.
+			if n := killHolders(below[i]); n > 0 {
+				tb.Errorf("killed %d processes still using %s", n, below[i])
+			}
+			for try := 0; try < 100 && err == unix.EBUSY; try++ {
+				time.Sleep(10 * time.Millisecond)
+				err = unix.Unmount(below[i], 0)
+			}
+		}
+		if err != nil {
 			tb.Errorf("umount %s: %v", below[i], err)
 			unix.Unmount(below[i], unix.MNT_DETACH)
 		}
 	}
+}
+
+// killHolders SIGKILLs processes whose cwd, root or open files are under dir.
+func killHolders(dir string) int {
+	under := func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+	procs, _ := os.ReadDir("/proc")
+	n := 0
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		base := "/proc/" + p.Name()
+		hit := false
+		for _, l := range []string{"cwd", "root"} {
+			if t, err := os.Readlink(base + "/" + l); err == nil && under(t) {
+				hit = true
+			}
+		}
+		fds, _ := os.ReadDir(base + "/fd")
+		for _, fd := range fds {
+			if t, err := os.Readlink(base + "/fd/" + fd.Name()); err == nil && under(t) {
+				hit = true
+			}
+		}
+		if hit {
+			unix.Kill(pid, unix.SIGKILL)
+			n++
+		}
+	}
+	return n
 }
 
 // Tree describes a generated tree.
