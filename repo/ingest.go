@@ -195,7 +195,10 @@ func IngestTar(ctx context.Context, r io.Reader, lim Limits) (*Ingest, error) {
 				return nil, entryError(hdr.Name, err)
 			}
 			if err := checkSymlinkTarget(name, hdr.Linkname); err != nil {
-				return nil, err
+				return nil, entryError(hdr.Name, err)
+			}
+			if err := checkSymlinkName(name); err != nil {
+				return nil, entryError(hdr.Name, err)
 			}
 			obj := &plumbing.MemoryObject{}
 			obj.SetType(plumbing.BlobObject)

@@ -51,6 +51,7 @@ func TestIngestTarBadInput(t *testing.T) {
 			{Name: "a", Type: tar.TypeSymlink, Linkname: "b/x"},
 			{Name: "b", Type: tar.TypeSymlink, Linkname: "a/y"},
 		}), lockstep.EINVALID, "too many levels"},
+		{"gitmodules-symlink", makeTar(t, []tarEntry{ok, {Name: "sub/.GitModules", Type: tar.TypeSymlink, Linkname: "../ok.txt"}}), lockstep.EINVALID, `"sub/.GitModules": symlink "sub/.GitModules": .gitmodules must be a regular file`},
 		{"file-then-dir", makeTar(t, []tarEntry{{Name: "a", Body: "x"}, {Name: "a/b", Body: "y"}}), lockstep.EINVALID, `"a" is a file, not a directory`},
 		{"dir-then-file", makeTar(t, []tarEntry{{Name: "a/b", Body: "y"}, {Name: "a", Body: "x"}}), lockstep.EINVALID, `"a": file where a directory`},
 		{"file-then-direntry", makeTar(t, []tarEntry{{Name: "a", Body: "x"}, {Name: "a/", Type: tar.TypeDir}}), lockstep.EINVALID, `"a": directory where a file`},

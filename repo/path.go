@@ -100,3 +100,17 @@ func checkSymlinkTarget(path, target string) error {
 	}
 	return nil
 }
+
+// checkSymlinkName refuses symlinks that git itself refuses to check out
+// or that git fsck flags (gitmodulesSymlink, gitattributesSymlink,
+// gitignoreSymlink, mailmapSymlink): these files must be regular files.
+func checkSymlinkName(path string) error {
+	name := path[strings.LastIndexByte(path, '/')+1:]
+	t := strings.TrimRight(name, ". ")
+	for _, reserved := range []string{".gitmodules", ".gitattributes", ".gitignore", ".mailmap"} {
+		if strings.EqualFold(t, reserved) {
+			return lockstep.Errorf(lockstep.EINVALID, "symlink %q: %s must be a regular file", path, reserved)
+		}
+	}
+	return nil
+}

@@ -240,6 +240,9 @@ func (n *Network) validateObjects(ov *overlay) error {
 					return invalidObject(h, "entry %q (mode %s) names a %s", e.Name, e.Mode, got)
 				}
 				if e.Mode == filemode.Symlink {
+					if err := checkSymlinkName(e.Name); err != nil {
+						return invalidObject(h, "%s", lockstep.ErrorMessage(err))
+					}
 					target, _ := ov.EncodedObject(plumbing.BlobObject, e.Hash)
 					if err := checkSymlinkTarget(e.Name, symlinkTarget(target)); err != nil {
 						return invalidObject(h, "%s", lockstep.ErrorMessage(err))

@@ -143,6 +143,10 @@ func TestReceivePackRefusesBadTrees(t *testing.T) {
 			sub := hashObject(t, gd, "tree", rawTree([3]string{"120000", "l", l}), true)
 			return hashObject(t, gd, "tree", rawTree([3]string{"40000", "d", sub}), true)
 		}, `symlink "d/l" escapes`},
+		{"gitattributes-symlink", func(gd string) string {
+			l := hashObject(t, gd, "blob", "x", false)
+			return hashObject(t, gd, "tree", rawTree([3]string{"120000", ".gitattributes", l}), true)
+		}, ".gitattributes must be a regular file"},
 		{"absolute-symlink", func(gd string) string {
 			l := hashObject(t, gd, "blob", "/etc/passwd", false)
 			return hashObject(t, gd, "tree", rawTree([3]string{"120000", "l", l}), true)
