@@ -57,12 +57,15 @@
 // so Scan consults a StatCache: path → (size, mtime, ctime, inode, device,
 // mode) → blob oid, the same idea as git's index. A file whose lstat matches
 // its entry is neither read nor hashed. As in git, an entry is trusted only
-// if the file's mtime is strictly older than the time the cache was last
-// written (the "racy git" rule): a file rewritten with the same size within
-// the same timestamp tick as the cache write would otherwise keep a stale
-// oid. The write time is the cache file's own mtime, so it comes from the
-// same (coarse) filesystem clock as the files' mtimes. The cache is a small
-// binary file written with write-then-rename; a missing or corrupt cache is
+// if the file's mtime is strictly older than the cache's reference time
+// (the "racy git" rule): a file rewritten with the same size within the
+// same timestamp tick would otherwise keep a stale oid. The reference time
+// is the filesystem clock sampled (by touching the cache file) when the
+// Scan that produced the entries started, so that it comes from the same
+// coarse clock as the files' mtimes and also covers a file rewritten
+// during the Scan, after it was read; keep the cache on the same
+// filesystem as the tree. The cache is a small binary file written with
+// write-then-rename; a missing or corrupt cache is
 // treated as empty, which only costs a full re-hash.
 //
 // The cache must live outside the pushed tree: the CLI keeps it under

@@ -30,7 +30,8 @@ type PackOptions struct {
 }
 
 // WritePack writes a version 2 packfile holding exactly the objects oids
-// (which must belong to snap, typically Plan's result) to w, undeltified.
+// (which must belong to snap, typically Plan's result; duplicates are
+// written once) to w, undeltified.
 // Blob content is read from disk now; a file whose stat differs from what
 // Scan saw, or whose content no longer hashes to its oid, aborts the pack
 // with invalid_argument "file changed during push: path" (scan and push
@@ -44,11 +45,18 @@ func WritePack(snap *Snapshot, oids []plumbing.Hash, w io.Writer, opts *PackOpti
 	if o.ProgressEvery <= 0 {
 		o.ProgressEvery = 1 << 20
 	}
+	seen := make(map[plumbing.Hash]bool, len(oids))
+	uniq := oids[:0:0]
 	for _, h := range oids {
 		if !snap.Has(h) {
 			return 0, 0, lockstep.Errorf(lockstep.EINVALID, "object %s is not in the snapshot", h)
 		}
+		if !seen[h] { // a pack must not hold an object twice
+			seen[h] = true
+			uniq = append(uniq, h)
+		}
 	}
+	oids = uniq
 	cw := &countingWriter{w: w, opts: o}
 	enc := packfile.NewEncoder(cw, &snapStorer{snap: snap, cw: cw}, false)
 	if _, err := enc.Encode(oids, 0); err != nil {

@@ -18,7 +18,7 @@ type MissingFunc func(ctx context.Context, oids []plumbing.Hash) ([]plumbing.Has
 // PlanOptions configures Plan. The zero value (or nil) is usable.
 type PlanOptions struct {
 	// BatchSize caps the oids per MissingFunc call; a level with more
-	// objects takes several calls. 0 means 4096 (80 KiB of hex).
+	// objects takes several calls. 0 means 4096 (160 KiB as hex).
 	BatchSize int
 	// OnRoundTrip, if set, is called after each MissingFunc call with the
 	// number of oids asked and found missing (for tracing and tests).
@@ -37,7 +37,7 @@ type PlanOptions struct {
 // round trip, and relies on the server holding the closure of every tree
 // it has.
 type Known struct {
-	Root  plumbing.Hash
+	Root  plumbing.Hash // the root tree of the last accepted push
 	trees map[plumbing.Hash]struct{}
 }
 
@@ -219,6 +219,7 @@ func (snap *Snapshot) All() []plumbing.Hash {
 	return out
 }
 
+// String describes the snapshot for logs.
 func (snap *Snapshot) String() string {
 	return fmt.Sprintf("snapshot %s of %s (%d files)", snap.Tree, snap.dir, snap.Files)
 }
