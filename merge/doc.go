@@ -57,7 +57,9 @@
 //   - both added different contents: add-add (with Deep a line merge
 //     against an empty base, as git does, which refines it to the differing
 //     lines);
-//   - regular file vs symlink vs submodule: type (ours kept);
+//   - regular file vs symlink vs submodule: type; as in git the regular
+//     file moves aside to "name~<label>" (both sides move if neither is a
+//     regular file);
 //   - a file and a directory at one path: type; the directory stays and
 //     the file is stored beside it as "name~<label>", like git;
 //   - modes (644/755) merge on their own: a mode change on one side and a
@@ -93,9 +95,8 @@
 //   - No rename detection: a rename is a delete plus an add. A merge that
 //     git resolves by following a rename gives a modify-delete conflict
 //     here (the oracle test excludes such cases and counts them).
-//   - A file displaced by a directory is reported at its own path (git
-//     reports "name~<branch>"); a regular file vs symlink conflict keeps
-//     ours at the path (git moves both sides aside).
+//   - A file moved aside by a file/directory or type conflict is reported
+//     at its own path (git reports "name~<branch>").
 //   - Submodules are never merged (git tries a fast-forward of the
 //     submodule commit).
 //   - When several minimal edit scripts exist, sergi/go-diff's Myers may

@@ -32,10 +32,13 @@ type Options struct {
 	// Without it any path changed differently on both sides conflicts.
 	Deep bool
 	// Markers makes Result.Tree the merged tree even when there are
-	// conflicts: files with content conflicts hold conflict markers,
-	// modify/delete keeps the modified file, other conflicts keep ours
-	// (a file that collides with a directory is stored beside it as
-	// "name~<label>"), like git merge-tree --write-tree.
+	// conflicts, like git merge-tree --write-tree: files with content
+	// conflicts hold conflict markers (binary, symlink and too large files
+	// keep ours), modify/delete keeps the modified file, mode conflicts
+	// keep ours' mode, and a file that collides with a directory or with a
+	// file of another type is stored beside it as "name~<label>". In the
+	// oracle runs these trees equal git's except where a conflict's
+	// layout differs (see the package comment).
 	Markers bool
 	// OursLabel, TheirsLabel and BaseLabel name the sides in markers
 	// (defaults "ours", "theirs", "base").
@@ -333,9 +336,13 @@ func (m *merger) tree(path string, b, o, t plumbing.Hash) (plumbing.Hash, error)
 			}
 		}
 		n := len(m.conflicts)
-		file, err := m.file(p, filePart(x.b), filePart(x.o), filePart(x.t))
+		file, aside, err := m.file(p, filePart(x.b), filePart(x.o), filePart(x.t))
 		if err != nil {
 			return plumbing.ZeroHash, err
+		}
+		for _, a := range aside {
+			a.Name = name + a.Name
+			out = append(out, a)
 		}
 		switch {
 		case sub != emptyTree && file != nil:
@@ -380,32 +387,43 @@ func fileKind(mode filemode.FileMode) kindOf {
 }
 
 // file merges three non-tree entries (nil: absent). It returns the entry to
-// keep (nil: none) and records conflicts.
-func (m *merger) file(path string, b, o, t *entry) (*entry, error) {
+// keep (nil: none), entries to store beside it (their Name is the suffix
+// to add: "~<label>") and records conflicts.
+func (m *merger) file(path string, b, o, t *entry) (*entry, []entry, error) {
 	switch {
 	case sameEntry(o, t), sameEntry(b, t):
-		return o, nil
+		return o, nil, nil
 	case sameEntry(b, o):
-		return t, nil
+		return t, nil, nil
 	case o == nil:
 		m.conflict(path, KindModifyDelete, nil)
 		if m.opts.virtual {
-			return b, nil
+			return b, nil, nil
 		}
-		return t, nil
+		return t, nil, nil
 	case t == nil:
 		m.conflict(path, KindModifyDelete, nil)
 		if m.opts.virtual {
-			return b, nil
+			return b, nil, nil
 		}
-		return o, nil
+		return o, nil, nil
 	}
 	if fileKind(o.Mode) != fileKind(t.Mode) {
 		m.conflict(path, KindType, nil)
 		if m.opts.virtual {
-			return b, nil // git's inner merge: the merge base's version
+			return b, nil, nil // git's inner merge: the merge base's version
 		}
-		return o, nil
+		// Like git: a regular file moves aside to "name~<label>" and the
+		// other kind keeps the path; two non-regular kinds both move.
+		oa, ta := *o, *t
+		oa.Name, ta.Name = "~"+m.labels.Ours, "~"+m.labels.Theirs
+		switch {
+		case fileKind(o.Mode) == kindRegular:
+			return t, []entry{oa}, nil
+		case fileKind(t.Mode) == kindRegular:
+			return o, []entry{ta}, nil
+		}
+		return nil, []entry{oa, ta}, nil
 	}
 	res := *o
 	modeOK := true
@@ -428,7 +446,7 @@ func (m *merger) file(path string, b, o, t *entry) (*entry, error) {
 	case b != nil && b.Hash == t.Hash:
 	case !m.opts.Deep || fileKind(o.Mode) != kindRegular:
 		m.conflict(path, kind, nil)
-		return &res, nil
+		return &res, nil, nil
 	default:
 		var bh plumbing.Hash
 		if b != nil && fileKind(b.Mode) == kindRegular {
@@ -436,18 +454,18 @@ func (m *merger) file(path string, b, o, t *entry) (*entry, error) {
 		}
 		h, hunks, clean, err := m.content(bh, o.Hash, t.Hash)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		res.Hash = h
 		if !clean {
 			m.conflict(path, kind, hunks)
-			return &res, nil
+			return &res, nil, nil
 		}
 	}
 	if !modeOK {
 		m.conflict(path, KindMode, nil)
 	}
-	return &res, nil
+	return &res, nil, nil
 }
 
 // content line-merges three blobs (zero base: empty). A binary or too large
