@@ -403,7 +403,7 @@ func (s *scanner) hashAll() error {
 					return
 				}
 				b := s.todo[i]
-				if err := hashFile(s.root, b, h, buf); err != nil {
+				if err := hashRetry(s.root, b, h, buf); err != nil {
 					errOnce.Do(func() { first = err })
 					next.Store(int64(len(s.todo))) // stop the others
 					return
@@ -413,6 +413,21 @@ func (s *scanner) hashAll() error {
 	}
 	wg.Wait()
 	return first
+}
+
+// errChanged is hashFile's report that the file changed while read.
+var errChanged = errors.New("changed while read")
+
+// hashRetry hashes b, reading it again (up to 3 times in all) if it changes
+// while being read: a log file being appended to should not fail the push
+// if it pauses for a moment.
+func hashRetry(root string, b *blobRef, h hashWriter, buf []byte) error {
+	for range 3 {
+		if err := hashFile(root, b, h, buf); err != errChanged {
+			return err
+		}
+	}
+	return lockstep.Errorf(lockstep.EINVALID, "file changed during scan: %q", b.rel)
 }
 
 // hashFile computes b's blob oid from disk and records the stat of the file
@@ -430,6 +445,8 @@ func hashFile(root string, b *blobRef, h hashWriter, buf []byte) error {
 		return fmt.Errorf("scan: fstat %s: %w", b.rel, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || uint32(st.Mode)&0o100 != b.st.mode&0o100 {
+		// Replaced by something else, or its exec bit flipped: the tree
+		// entry's mode came from the walk, so do not guess.
 		return lockstep.Errorf(lockstep.EINVALID, "file changed during scan: %q", b.rel)
 	}
 	h.Reset()
@@ -439,7 +456,7 @@ func hashFile(root string, b *blobRef, h hashWriter, buf []byte) error {
 		return fmt.Errorf("scan: read %s: %w", b.rel, err)
 	}
 	if n != st.Size {
-		return lockstep.Errorf(lockstep.EINVALID, "file changed during scan: %q", b.rel)
+		return errChanged
 	}
 	h.Sum(b.oid[:0])
 	b.st = statOf(&st)
