@@ -15,6 +15,7 @@ type Store interface {
 	OpStore
 	RepoStore
 	GateStore
+	CheckpointStore
 	// Ping checks that the store answers (used by /readyz).
 	Ping(ctx context.Context) error
 	Close() error

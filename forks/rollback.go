@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/repo"
 )
@@ -51,4 +53,58 @@ func firstLine(s string) string {
 		}
 	}
 	return s
+}
+
+// BranchTip returns a branch's commit and tree.
+func (s *Service) BranchTip(ctx context.Context, r *lockstep.Repo, branch string) (commit, tree string, err error) {
+	h, err := s.branchTip(ctx, r, branch)
+	if err != nil {
+		return "", "", err
+	}
+	n, err := s.Network(r.Network)
+	if err != nil {
+		return "", "", err
+	}
+	ci, err := n.Commit(h)
+	if err != nil {
+		return "", "", err
+	}
+	return h.String(), ci.Tree.String(), nil
+}
+
+// RestoreTree is the code part of a checkpoint restore: a rollback commit
+// to commit's tree on branch, linked in the operations log to the entry it
+// follows. When the branch already has that tree nothing is written
+// (Changed false). Without expect the restore applies to the current tip.
+func (s *Service) RestoreTree(ctx context.Context, actor *lockstep.Key, wsName, branch, commit, expect, follows string, details map[string]any) (*PushResult, error) {
+	r, err := s.Repo(ctx, wsName)
+	if err != nil {
+		return nil, err
+	}
+	tipCommit, tipTree, err := s.BranchTip(ctx, r, branch)
+	if err != nil {
+		return nil, err
+	}
+	if expect != "" && expect != tipCommit {
+		return nil, refConflict(r.Name, branchRef(branch), expect, tipCommit)
+	}
+	n, err := s.Network(r.Network)
+	if err != nil {
+		return nil, err
+	}
+	target, err := n.Commit(plumbing.NewHash(commit))
+	if err != nil {
+		return nil, err
+	}
+	if target.Tree.String() == tipTree {
+		return &PushResult{Commit: tipCommit, Tree: tipTree, Parent: tipCommit, Branch: branch, Changed: false}, nil
+	}
+	d := copyDetails(details)
+	if d == nil {
+		d = map[string]any{}
+	}
+	d["follows"] = follows
+	opts := WriteOptions{Branch: branch, ExpectOID: tipCommit,
+		Message: fmt.Sprintf("Restore checkpoint %v\n\nRestores the tree of %s.", details["checkpoint"], commit)}
+	return s.rollback(ctx, actor, wsName, commit, opts, "checkpoint.restore", d)
 }

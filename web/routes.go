@@ -52,6 +52,12 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	api.DELETE("/repos/:repo/hooks/:id", s.handleHookDelete())
 	api.GET("/repos/:repo/hooks/:id/deliveries", s.handleDeliveries())
 	api.POST("/repos/:repo/promote", s.handlePromote())
+	api.PUT("/repos/:repo/database", s.handleDatabaseBind())
+	api.GET("/repos/:repo/database", s.handleDatabaseGet())
+	api.POST("/repos/:repo/database/refresh", s.handleDatabaseRefresh())
+	api.POST("/repos/:repo/checkpoints", s.handleCheckpointCreate())
+	api.GET("/repos/:repo/checkpoints", s.handleCheckpointList())
+	api.POST("/repos/:repo/checkpoints/:id/restore", s.handleCheckpointRestore())
 
 	git := e.Group("/git", s.authenticate)
 	git.GET("/:repo/info/refs", s.handleGitInfoRefs())

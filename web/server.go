@@ -26,6 +26,7 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -41,14 +42,15 @@ type Config struct {
 
 // Server holds the services the handlers call.
 type Server struct {
-	Config  Config
-	Store   lockstep.Store
-	Keys    *auth.Service
-	Redis   *redis.Client // nil when not configured
-	Logger  *slog.Logger
-	Metrics *telemetry.Metrics
-	Repos   *forks.Service
-	Gate    *gate.Service
+	Config      Config
+	Store       lockstep.Store
+	Keys        *auth.Service
+	Redis       *redis.Client // nil when not configured
+	Logger      *slog.Logger
+	Metrics     *telemetry.Metrics
+	Repos       *forks.Service
+	Gate        *gate.Service
+	Checkpoints *checkpoints.Service
 	// AfterFork and AfterAbandon let other capabilities (database
 	// branches) follow a workspace's life; nil when unused.
 	AfterFork    func(ctx context.Context, f *forks.ForkResult)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,12 +11,16 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/checkpoints"
+	"github.com/lockstep-hq/lockstep/dbbranch"
 	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/repo"
@@ -43,6 +49,10 @@ type serveConfig struct {
 	HookMaxAttempts   int
 	HookBackoff       time.Duration
 	HookMaxBackoff    time.Duration
+	BranchSecret      string
+	BranchPrefix      string
+	BranchWarm        bool
+	BranchMaxSnaps    int
 }
 
 // flagger declares flags whose defaults come from the environment.
@@ -138,6 +148,10 @@ func (c *serveConfig) declare(f *flagger) {
 	f.dur(&c.HookTimeout, "hook-timeout", "LOCKSTEP_HOOK_TIMEOUT", 10*time.Second, "timeout of one gate-hook delivery")
 	f.int(&c.HookMaxAttempts, "hook-max-attempts", "LOCKSTEP_HOOK_MAX_ATTEMPTS", 8, "attempts before a delivery is marked failed")
 	f.dur(&c.HookBackoff, "hook-backoff", "LOCKSTEP_HOOK_BACKOFF", 2*time.Second, "first retry delay of a failed delivery (doubles, ±20% jitter)")
+	f.str(&c.BranchSecret, "branch-secret", "LOCKSTEP_BRANCH_SECRET", "", "secret deriving branch roles' passwords (default: generated once into <data>/branch.secret; replicas must share it)")
+	f.str(&c.BranchPrefix, "branch-prefix", "LOCKSTEP_BRANCH_PREFIX", "ls", "prefix of every database and role Lockstep creates on the branch server")
+	f.bool(&c.BranchWarm, "branch-warm", "LOCKSTEP_BRANCH_WARM", true, "keep pre-made database copies so fork and restore-latest are a rename")
+	f.int(&c.BranchMaxSnaps, "branch-max-snapshots", "LOCKSTEP_BRANCH_MAX_SNAPSHOTS", 20, "database snapshots kept per workspace (oldest dropped)")
 	f.dur(&c.HookMaxBackoff, "hook-max-backoff", "LOCKSTEP_HOOK_MAX_BACKOFF", 10*time.Minute, "longest retry delay")
 }
 
@@ -289,11 +303,47 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	workerDone := make(chan struct{})
 	go func() { g.Run(wctx); close(workerDone) }()
 	a.closers = append(a.closers, func() { stopWorker(); <-workerDone })
+	var dbs *dbbranch.Manager
+	if c.BranchDatabaseURL != "" {
+		secret, err := branchSecret(c)
+		if err != nil {
+			return nil, err
+		}
+		dbs, err = dbbranch.New(ctx, dbbranch.Config{AdminURL: c.BranchDatabaseURL, Prefix: c.BranchPrefix, Secret: secret,
+			Warm: c.BranchWarm, MaxSnapshots: c.BranchMaxSnaps})
+		if err != nil {
+			return nil, fmt.Errorf("database branching (LOCKSTEP_BRANCH_DATABASE_URL): %w", err)
+		}
+		a.closers = append(a.closers, dbs.Close)
+	}
+	cps := checkpoints.New(db, a.repos, dbs, logger, metrics, nil)
+	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) { cps.AfterPromote(ctx, base.Name) }
 	srv := &web.Server{
 		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxUploadBytes: c.MaxUploadBytes},
-		Store:  db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos, Gate: g,
+		Store:  db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos, Gate: g, Checkpoints: cps,
+		AfterFork:    func(ctx context.Context, f *forks.ForkResult) { cps.AfterFork(ctx, f.ForkOf, f.Name) },
+		AfterAbandon: func(ctx context.Context, ws *lockstep.Repo) { cps.AfterAbandon(ctx, ws.Name) },
 	}
 	a.handler = srv.Handler()
 	ok = true
 	return a, nil
+}
+
+// branchSecret returns the secret that derives branch roles' passwords:
+// the setting, or a random one generated once into <data>/branch.secret.
+func branchSecret(c *serveConfig) ([]byte, error) {
+	if c.BranchSecret != "" {
+		return []byte(c.BranchSecret), nil
+	}
+	path := filepath.Join(c.Data, "branch.secret")
+	if b, err := os.ReadFile(path); err == nil && len(b) >= 32 {
+		return b, nil
+	}
+	b := make([]byte, 32)
+	rand.Read(b)
+	enc := []byte(hex.EncodeToString(b))
+	if err := os.WriteFile(path, enc, 0o600); err != nil {
+		return nil, fmt.Errorf("write branch secret: %w", err)
+	}
+	return enc, nil
 }

@@ -1,0 +1,37 @@
+package lockstep
+
+import (
+	"context"
+	"time"
+)
+
+// Checkpoint ties together, for one workspace, a commit, a database
+// snapshot (when the workspace has a database branch) and the id of a
+// filesystem snapshot taken by the client, so that all three roll back
+// together.
+type Checkpoint struct {
+	ID         string    `json:"id"`
+	Repo       string    `json:"repo"`
+	RepoID     int64     `json:"-"`
+	Branch     string    `json:"branch"`
+	Commit     string    `json:"commit"`
+	Tree       string    `json:"tree"`
+	DBSnapshot string    `json:"db_snapshot"`
+	FSSnapshot string    `json:"fs_snapshot"`
+	Label      string    `json:"label"`
+	KeyName    string    `json:"key"`
+	OpID       string    `json:"op_id"`
+	DurationMS float64   `json:"duration_ms"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// CheckpointStore keeps checkpoints.
+type CheckpointStore interface {
+	// CreateCheckpoint stores c, enqueues events and appends entry (whose
+	// id becomes c.OpID) in one transaction.
+	CreateCheckpoint(ctx context.Context, c *Checkpoint, events []HookEvent, entry *OpEntry) error
+	// Checkpoint returns not_found for an unknown id of that repository.
+	Checkpoint(ctx context.Context, repoID int64, id string) (*Checkpoint, error)
+	// Checkpoints lists a repository's checkpoints, newest first.
+	Checkpoints(ctx context.Context, repoID int64, limit int) ([]Checkpoint, error)
+}

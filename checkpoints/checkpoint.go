@@ -1,0 +1,292 @@
+// Package checkpoints ties code, data and machine state together. A
+// checkpoint records, in one step, a workspace branch's commit, a snapshot
+// of the workspace's database branch (package dbbranch; when it has one)
+// and the id of a filesystem snapshot the client took on its machine
+// (package fssnap). Restoring it makes a rollback commit to the
+// checkpoint's tree (compare-and-swap, history kept), restores the
+// database under the same name (the agent's DSN stays valid), and hands
+// the filesystem snapshot id back for the client to restore. Every part's
+// outcome is reported: never a silent half-rollback. The operations log
+// links checkpoint → run failure → restore through Follows.
+package checkpoints
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/dbbranch"
+	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/telemetry"
+)
+
+// Service implements checkpoints and the database routes.
+type Service struct {
+	store   lockstep.Store
+	repos   *forks.Service
+	dbs     *dbbranch.Manager // nil: database branching is off
+	log     *slog.Logger
+	metrics *telemetry.Metrics
+	now     func() time.Time
+	tracer  trace.Tracer
+}
+
+// New returns the service; dbs may be nil.
+func New(store lockstep.Store, repos *forks.Service, dbs *dbbranch.Manager, log *slog.Logger, metrics *telemetry.Metrics, now func() time.Time) *Service {
+	if now == nil {
+		now = time.Now
+	}
+	return &Service{store: store, repos: repos, dbs: dbs, log: log, metrics: metrics, now: now, tracer: otel.Tracer("lockstep/checkpoints")}
+}
+
+// ErrBranchingOff is the answer of every database route without a branch
+// server.
+func ErrBranchingOff() error {
+	return lockstep.Errorf(lockstep.EUNAVAILABLE, "database branching is off: start lockstep serve with LOCKSTEP_BRANCH_DATABASE_URL (or --branch-database-url) set to a Postgres server where Lockstep may create databases and roles")
+}
+
+var fsIDRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// CreateRequest is the body of a checkpoint.
+type CreateRequest struct {
+	Branch     string `json:"branch"`
+	FSSnapshot string `json:"fs_snapshot"`
+	Label      string `json:"label"`
+}
+
+func newID() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "cp-" + hex.EncodeToString(b[:])
+}
+
+// Create records a checkpoint of a workspace. Errors: not_found (unknown
+// workspace or branch), permission_denied, invalid_argument.
+func (s *Service) Create(ctx context.Context, actor *lockstep.Key, wsName string, req CreateRequest) (*lockstep.Checkpoint, error) {
+	start := s.now()
+	ctx, span := s.tracer.Start(ctx, "checkpoint.create", trace.WithAttributes(attribute.String("workspace", wsName)))
+	defer span.End()
+	ws, err := s.repos.Repo(ctx, wsName)
+	if err != nil {
+		return nil, err
+	}
+	if err := forks.CanWrite(actor, ws); err != nil {
+		return nil, err
+	}
+	if req.Branch == "" {
+		req.Branch = ws.DefaultBranch
+	}
+	if err := lockstep.ValidateBranch(req.Branch); err != nil {
+		return nil, err
+	}
+	if req.FSSnapshot != "" && !fsIDRE.MatchString(req.FSSnapshot) {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "fs_snapshot %q: want 1-128 of [A-Za-z0-9._:-]", req.FSSnapshot)
+	}
+	if len(req.Label) > 200 {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "label over 200 characters")
+	}
+	commit, tree, err := s.repos.BranchTip(ctx, ws, req.Branch)
+	if err != nil {
+		return nil, err
+	}
+	c := &lockstep.Checkpoint{ID: newID(), Repo: ws.Name, RepoID: ws.ID, Branch: req.Branch, Commit: commit, Tree: tree,
+		FSSnapshot: req.FSSnapshot, Label: req.Label, KeyName: actor.Name}
+	var dbMS float64
+	if s.dbs != nil && ws.ForkOf != "" {
+		if _, err := s.dbs.Branch(ctx, ws.Name); err == nil {
+			t := s.now()
+			_, sspan := s.tracer.Start(ctx, "dbbranch.snapshot")
+			_, err := s.dbs.Snapshot(ctx, ws.Name, c.ID)
+			sspan.End()
+			if err != nil {
+				return nil, fmt.Errorf("database snapshot: %w", err)
+			}
+			c.DBSnapshot = c.ID
+			dbMS = msSince(s.now(), t)
+		} else if lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+			return nil, err
+		}
+	}
+	c.DurationMS = msSince(s.now(), start)
+	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "checkpoint", Repo: ws.Name, TraceID: traceID(ctx),
+		DurationUS: s.now().Sub(start).Microseconds(),
+		Details: map[string]any{"checkpoint": c.ID, "branch": c.Branch, "commit": commit, "tree": tree, "db_snapshot": c.DBSnapshot,
+			"fs_snapshot": c.FSSnapshot, "label": c.Label, "db_ms": dbMS}}
+	ev := s.repos.HookEvent(ws, "checkpoint", c.Branch, commit, tree, map[string]any{"checkpoint": c.ID})
+	if err := s.store.CreateCheckpoint(ctx, c, []lockstep.HookEvent{ev}, entry); err != nil {
+		if c.DBSnapshot != "" {
+			// Compensate: the snapshot would be an orphan.
+			if derr := s.dbs.DropSnapshot(context.WithoutCancel(ctx), ws.Name, c.DBSnapshot); derr != nil {
+				s.log.ErrorContext(ctx, "drop orphan snapshot", "workspace", ws.Name, "snapshot", c.DBSnapshot, "error", derr)
+			}
+		}
+		return nil, err
+	}
+	s.metrics.ObserveOp("checkpoint", "ok", s.now().Sub(start))
+	return c, nil
+}
+
+// List returns a workspace's checkpoints, newest first.
+func (s *Service) List(ctx context.Context, wsName string, limit int) ([]lockstep.Checkpoint, error) {
+	ws, err := s.repos.Repo(ctx, wsName)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := s.store.Checkpoints(ctx, ws.ID, limit)
+	if cs == nil && err == nil {
+		cs = []lockstep.Checkpoint{}
+	}
+	return cs, err
+}
+
+// Failure describes why a run failed, reported with the restore.
+type Failure struct {
+	Command  []string `json:"command,omitempty"`
+	ExitCode int      `json:"exit_code"`
+	Signal   string   `json:"signal,omitempty"`
+	TimedOut bool     `json:"timed_out,omitempty"`
+	Reason   string   `json:"reason,omitempty"`
+}
+
+// RestoreRequest is the body of a restore.
+type RestoreRequest struct {
+	ExpectOID string   `json:"expect_oid"`
+	Failure   *Failure `json:"failure,omitempty"`
+}
+
+// PartResult is the outcome of one part of a restore.
+type PartResult struct {
+	Restored bool   `json:"restored"`
+	Skipped  string `json:"skipped,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// RestoreResult says what was restored.
+type RestoreResult struct {
+	Checkpoint string     `json:"checkpoint"`
+	Commit     string     `json:"commit"`
+	Tree       string     `json:"tree"`
+	Code       PartResult `json:"code"`
+	Database   PartResult `json:"database"`
+	DBRestored bool       `json:"db_restored"`
+	FSSnapshot string     `json:"fs_snapshot"`
+	OpID       string     `json:"op_id"`
+	DurationMS float64    `json:"duration_ms"`
+	CodeMS     float64    `json:"code_ms"`
+	DatabaseMS float64    `json:"database_ms"`
+}
+
+// Restore rolls a workspace back to a checkpoint: code first (a
+// compare-and-swap rollback commit to the checkpoint's tree; a stale
+// expect_oid fails here with nothing restored), then the database. If the
+// database part fails, the error says the code part was restored
+// (details.parts). The log entry follows the checkpoint (or the failure
+// it reports).
+func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id string, req RestoreRequest) (*RestoreResult, error) {
+	start := s.now()
+	ctx, span := s.tracer.Start(ctx, "checkpoint.restore", trace.WithAttributes(attribute.String("workspace", wsName), attribute.String("checkpoint", id)))
+	defer span.End()
+	ws, err := s.repos.Repo(ctx, wsName)
+	if err != nil {
+		return nil, err
+	}
+	if err := forks.CanWrite(actor, ws); err != nil {
+		return nil, err
+	}
+	if req.ExpectOID != "" {
+		if err := lockstep.ValidateOID("expect_oid", req.ExpectOID); err != nil {
+			return nil, err
+		}
+	}
+	c, err := s.store.Checkpoint(ctx, ws.ID, id)
+	if err != nil {
+		return nil, err
+	}
+	follows := c.OpID
+	if req.Failure != nil {
+		e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "run.failed", Result: "failed", Repo: ws.Name, TraceID: traceID(ctx),
+			Follows: c.OpID, Details: map[string]any{"checkpoint": c.ID, "command": req.Failure.Command, "exit_code": req.Failure.ExitCode,
+				"signal": req.Failure.Signal, "timed_out": req.Failure.TimedOut, "reason": req.Failure.Reason}}
+		if err := s.store.AppendOp(ctx, e); err != nil {
+			return nil, err
+		}
+		follows = e.ID
+	}
+	res := &RestoreResult{Checkpoint: c.ID, FSSnapshot: c.FSSnapshot, Tree: c.Tree}
+	t := s.now()
+	_, cspan := s.tracer.Start(ctx, "restore.code")
+	pr, err := s.repos.RestoreTree(ctx, actor, ws.Name, c.Branch, c.Commit, req.ExpectOID, follows,
+		map[string]any{"checkpoint": c.ID, "db_snapshot": c.DBSnapshot, "fs_snapshot": c.FSSnapshot})
+	cspan.End()
+	res.CodeMS = msSince(s.now(), t)
+	if err != nil {
+		s.metrics.ObserveOp("checkpoint.restore", lockstep.ErrorCode(err), s.now().Sub(start))
+		return nil, err
+	}
+	res.Commit = pr.Commit
+	res.Code = PartResult{Restored: true}
+	if !pr.Changed {
+		res.Code.Skipped = "the branch already had the checkpoint's tree"
+	}
+	var dbErr error
+	switch {
+	case c.DBSnapshot == "":
+		res.Database.Skipped = "the checkpoint has no database snapshot"
+	case s.dbs == nil:
+		dbErr = ErrBranchingOff()
+	default:
+		t := s.now()
+		_, dspan := s.tracer.Start(ctx, "restore.database")
+		_, dbErr = s.dbs.Restore(ctx, ws.Name, c.DBSnapshot)
+		dspan.End()
+		res.DatabaseMS = msSince(s.now(), t)
+	}
+	if dbErr != nil {
+		res.Database.Error = lockstep.ErrorMessage(dbErr)
+		if lockstep.ErrorCode(dbErr) == lockstep.EINTERNAL {
+			res.Database.Error = dbErr.Error()
+		}
+	} else if c.DBSnapshot != "" {
+		res.Database.Restored, res.DBRestored = true, true
+	}
+	res.DurationMS = msSince(s.now(), start)
+	result := "ok"
+	if dbErr != nil {
+		result = "partial"
+	}
+	e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "checkpoint.restored", Result: result, Repo: ws.Name, TraceID: traceID(ctx),
+		Follows: follows, DurationUS: s.now().Sub(start).Microseconds(),
+		Details: map[string]any{"checkpoint": c.ID, "commit": res.Commit, "tree": c.Tree, "code": res.Code, "database": res.Database,
+			"fs_snapshot": c.FSSnapshot, "code_ms": res.CodeMS, "database_ms": res.DatabaseMS}}
+	if err := s.store.AppendOp(ctx, e); err != nil {
+		s.log.ErrorContext(ctx, "log restore", "error", err)
+	}
+	res.OpID = e.ID
+	s.metrics.ObserveOp("checkpoint.restore", result, s.now().Sub(start))
+	if dbErr != nil {
+		return nil, lockstep.Errorf(lockstep.EUNAVAILABLE, "checkpoint %s: code restored (commit %s), database NOT restored: %s", c.ID, res.Commit, res.Database.Error).
+			WithDetails(map[string]any{"parts": res})
+	}
+	return res, nil
+}
+
+func msSince(now, t time.Time) float64 { return float64(now.Sub(t).Microseconds()) / 1000 }
+
+func traceID(ctx context.Context) string {
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
+
+var _ = auth.Require

@@ -1,0 +1,170 @@
+package checkpoints
+
+import (
+	"context"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/dbbranch"
+)
+
+// Database is the answer of the database routes.
+type Database struct {
+	Repo     string `json:"repo"`
+	Template string `json:"template,omitempty"`
+	Database string `json:"database,omitempty"`
+	Role     string `json:"role,omitempty"`
+	DSN      string `json:"dsn,omitempty"`
+}
+
+// Enabled reports whether database branching is configured.
+func (s *Service) Enabled() bool { return s.dbs != nil }
+
+// BindTemplate binds a base repository to a template database (admin).
+func (s *Service) BindTemplate(ctx context.Context, actor *lockstep.Key, repoName, template string) (*Database, error) {
+	if s.dbs == nil {
+		return nil, ErrBranchingOff()
+	}
+	if err := auth.Require(actor, lockstep.RoleAdmin); err != nil {
+		return nil, err
+	}
+	r, err := s.repos.Repo(ctx, repoName)
+	if err != nil {
+		return nil, err
+	}
+	if r.ForkOf != "" {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "%s is a workspace: bind the template on its base repository %s", r.Name, r.ForkOf)
+	}
+	if template == "" {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "missing \"template\": the name of a database on the branch server")
+	}
+	start := s.now()
+	if err := s.dbs.BindTemplate(ctx, r.Name, template); err != nil {
+		return nil, err
+	}
+	e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "database.bind", Repo: r.Name, TraceID: traceID(ctx),
+		DurationUS: s.now().Sub(start).Microseconds(), Details: map[string]any{"template": template}}
+	if err := s.store.AppendOp(ctx, e); err != nil {
+		return nil, err
+	}
+	return &Database{Repo: r.Name, Template: template}, nil
+}
+
+// RefreshTemplate re-copies a base repository's template (admin).
+func (s *Service) RefreshTemplate(ctx context.Context, actor *lockstep.Key, repoName string) (*Database, error) {
+	if s.dbs == nil {
+		return nil, ErrBranchingOff()
+	}
+	if err := auth.Require(actor, lockstep.RoleAdmin); err != nil {
+		return nil, err
+	}
+	r, err := s.repos.Repo(ctx, repoName)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.dbs.RefreshTemplate(ctx, r.Name); err != nil {
+		return nil, err
+	}
+	t, err := s.dbs.Template(ctx, r.Name)
+	if err != nil {
+		return nil, err
+	}
+	s.store.AppendOp(ctx, &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "database.refresh", Repo: r.Name})
+	return &Database{Repo: r.Name, Template: t.Source}, nil
+}
+
+// Get returns a repository's database: for a base, its template binding;
+// for a workspace, its branch (created on first use) with the DSN. Only
+// the workspace's owner, an admin or CI may read a DSN.
+func (s *Service) Get(ctx context.Context, actor *lockstep.Key, repoName string) (*Database, error) {
+	if s.dbs == nil {
+		return nil, ErrBranchingOff()
+	}
+	r, err := s.repos.Repo(ctx, repoName)
+	if err != nil {
+		return nil, err
+	}
+	if r.ForkOf == "" {
+		t, err := s.dbs.Template(ctx, r.Name)
+		if err != nil {
+			return nil, err
+		}
+		return &Database{Repo: r.Name, Template: t.Source}, nil
+	}
+	if actor.Role != lockstep.RoleAdmin && actor.Role != lockstep.RoleCI && actor.ID != r.OwnerKeyID {
+		return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner, CI or an admin may read its database credentials")
+	}
+	b, err := s.ensureBranch(ctx, r.ForkOf, r.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &Database{Repo: r.Name, Database: b.Database, Role: b.Role, DSN: b.DSN}, nil
+}
+
+func (s *Service) ensureBranch(ctx context.Context, base, ws string) (*dbbranch.Branch, error) {
+	b, err := s.dbs.Branch(ctx, ws)
+	if lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		return b, err
+	}
+	b, err = s.dbs.CreateBranch(ctx, rootOf(ctx, s, base), ws)
+	if lockstep.ErrorCode(err) == lockstep.ECONFLICT {
+		return s.dbs.Branch(ctx, ws) // created concurrently
+	}
+	return b, err
+}
+
+// rootOf follows fork_of up to the base repository that holds the
+// template (a fork of a fork branches from the same template).
+func rootOf(ctx context.Context, s *Service, name string) string {
+	for i := 0; i < 16; i++ {
+		r, err := s.repos.Repo(ctx, name)
+		if err != nil || r.ForkOf == "" {
+			return name
+		}
+		name = r.ForkOf
+	}
+	return name
+}
+
+// AfterFork creates the new workspace's database branch in the background
+// when its base has a template (errors are logged; GET retries).
+func (s *Service) AfterFork(ctx context.Context, base, ws string) {
+	if s.dbs == nil {
+		return
+	}
+	go func() {
+		ctx := context.WithoutCancel(ctx)
+		if _, err := s.dbs.Template(ctx, rootOf(ctx, s, base)); err != nil {
+			return
+		}
+		if _, err := s.ensureBranch(ctx, base, ws); err != nil {
+			s.log.WarnContext(ctx, "create database branch", "workspace", ws, "error", err)
+		}
+	}()
+}
+
+// AfterAbandon drops an abandoned workspace's database branch.
+func (s *Service) AfterAbandon(ctx context.Context, ws string) {
+	if s.dbs == nil {
+		return
+	}
+	if err := s.dbs.DropBranch(context.WithoutCancel(ctx), ws); err != nil && lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		s.log.WarnContext(ctx, "drop database branch", "workspace", ws, "error", err)
+	}
+}
+
+// AfterPromote refreshes the base's template copy in the background.
+func (s *Service) AfterPromote(ctx context.Context, base string) {
+	if s.dbs == nil {
+		return
+	}
+	go func() {
+		ctx := context.WithoutCancel(ctx)
+		if _, err := s.dbs.Template(ctx, base); err != nil {
+			return
+		}
+		if err := s.dbs.RefreshTemplate(ctx, base); err != nil {
+			s.log.WarnContext(ctx, "refresh template on promote", "repo", base, "error", err)
+		}
+	}()
+}

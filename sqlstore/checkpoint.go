@@ -1,0 +1,86 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// CreateCheckpoint stores a checkpoint with its log entry and events.
+func (s *DB) CreateCheckpoint(ctx context.Context, c *lockstep.Checkpoint, events []lockstep.HookEvent, entry *lockstep.OpEntry) (err error) {
+	ctx, span := s.start(ctx, "CreateCheckpoint")
+	defer func() { err = end(span, err) }()
+	if c.CreatedAt.IsZero() {
+		c.CreatedAt = lockstep.TruncateTime(s.now())
+	}
+	if entry != nil && entry.ID == "" {
+		entry.ID = NewOpID()
+	}
+	if entry != nil {
+		c.OpID = entry.ID
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (id, repo_id, branch, commit_oid, tree_oid, db_snapshot, fs_snapshot, label, key_name, op_id, duration_us, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+			c.ID, c.RepoID, c.Branch, c.Commit, c.Tree, c.DBSnapshot, c.FSSnapshot, c.Label, c.KeyName, c.OpID, int64(c.DurationMS*1000), micros(c.CreatedAt))
+		if isUnique(err) {
+			return lockstep.Errorf(lockstep.ECONFLICT, "checkpoint %s already exists", c.ID)
+		}
+		if err != nil {
+			return fmt.Errorf("insert checkpoint: %w", err)
+		}
+		if err := s.enqueue(ctx, tx, events); err != nil {
+			return err
+		}
+		return s.appendOp(ctx, tx, entry)
+	})
+}
+
+const checkpointCols = `c.id, r.name, c.repo_id, c.branch, c.commit_oid, c.tree_oid, c.db_snapshot, c.fs_snapshot, c.label, c.key_name, c.op_id, c.duration_us, c.created_at`
+
+func scanCheckpoint(row interface{ Scan(...any) error }) (*lockstep.Checkpoint, error) {
+	var c lockstep.Checkpoint
+	var d, t int64
+	if err := row.Scan(&c.ID, &c.Repo, &c.RepoID, &c.Branch, &c.Commit, &c.Tree, &c.DBSnapshot, &c.FSSnapshot, &c.Label, &c.KeyName, &c.OpID, &d, &t); err != nil {
+		return nil, err
+	}
+	c.DurationMS = float64(d) / 1000
+	c.CreatedAt = fromMicros(t)
+	return &c, nil
+}
+
+// Checkpoint returns one checkpoint of a repository.
+func (s *DB) Checkpoint(ctx context.Context, repoID int64, id string) (c *lockstep.Checkpoint, err error) {
+	ctx, span := s.start(ctx, "Checkpoint")
+	defer func() { err = end(span, err) }()
+	c, err = scanCheckpoint(s.db.QueryRowContext(ctx, `SELECT `+checkpointCols+` FROM checkpoints c JOIN repos r ON r.id = c.repo_id WHERE c.repo_id = $1 AND c.id = $2`, repoID, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "checkpoint %s not found", id)
+	}
+	return c, err
+}
+
+// Checkpoints lists a repository's checkpoints, newest first.
+func (s *DB) Checkpoints(ctx context.Context, repoID int64, limit int) (out []lockstep.Checkpoint, err error) {
+	ctx, span := s.start(ctx, "Checkpoints")
+	defer func() { err = end(span, err) }()
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+checkpointCols+` FROM checkpoints c JOIN repos r ON r.id = c.repo_id WHERE c.repo_id = $1 ORDER BY c.created_at DESC, c.id LIMIT $2`, repoID, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		c, err := scanCheckpoint(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *c)
+	}
+	return out, rows.Err()
+}

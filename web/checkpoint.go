@@ -1,0 +1,103 @@
+package web
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockstep-hq/lockstep/checkpoints"
+)
+
+type databaseRequest struct {
+	Template string `json:"template"`
+}
+
+func (s *Server) handleDatabaseBind() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		var req databaseRequest
+		if err := s.decodeJSON(c, &req); err != nil {
+			writeError(c, err)
+			return
+		}
+		out, err := s.Checkpoints.BindTemplate(c.Request.Context(), caller(c), c.Param("repo"), req.Template)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, out)
+	}
+}
+
+func (s *Server) handleDatabaseGet() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		out, err := s.Checkpoints.Get(c.Request.Context(), caller(c), c.Param("repo"))
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, out)
+	}
+}
+
+func (s *Server) handleDatabaseRefresh() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		out, err := s.Checkpoints.RefreshTemplate(c.Request.Context(), caller(c), c.Param("repo"))
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, out)
+	}
+}
+
+func (s *Server) handleCheckpointCreate() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		var req checkpoints.CreateRequest
+		if c.Request.ContentLength != 0 {
+			if err := s.decodeJSON(c, &req); err != nil {
+				writeError(c, err)
+				return
+			}
+		}
+		cp, err := s.Checkpoints.Create(c.Request.Context(), caller(c), c.Param("repo"), req)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusCreated, cp)
+	}
+}
+
+func (s *Server) handleCheckpointList() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		limit, err := queryInt(c, "limit", 100)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		cs, err := s.Checkpoints.List(c.Request.Context(), c.Param("repo"), limit)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"checkpoints": cs})
+	}
+}
+
+func (s *Server) handleCheckpointRestore() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		var req checkpoints.RestoreRequest
+		if c.Request.ContentLength != 0 {
+			if err := s.decodeJSON(c, &req); err != nil {
+				writeError(c, err)
+				return
+			}
+		}
+		res, err := s.Checkpoints.Restore(c.Request.Context(), caller(c), c.Param("repo"), c.Param("id"), req)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, res)
+	}
+}
