@@ -3,6 +3,7 @@ package dbbranch
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -73,7 +74,7 @@ func (m *Manager) CreateBranch(ctx context.Context, repo, workspace string) (*Br
 		if sp := find(rdbs, kindTplSpare); m.cfg.Warm && sp.complete() && sp.Meta.Kind == "template-spare" && sp.Meta.Gen == t.Meta.Gen {
 			// One transaction: role, rename, grants, comment. Another
 			// CreateBranch may have taken the spare (3D000): go cold.
-			stmts := append(roleSQL, renameSQL(sp.Name, name))
+			stmts := append(slices.Clone(roleSQL), renameSQL(sp.Name, name))
 			stmts = append(stmts, m.finishBranchSQL(name, md)...)
 			if err := m.run(ctx, conn, stmts...); err == nil {
 				warm = true
