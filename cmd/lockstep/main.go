@@ -86,6 +86,8 @@ func commands() map[string]command {
 		"checks":     {"list or post check results of a commit", cmdChecks},
 		"promote":    {"land a workspace in its base when the gate passes", cmdPromote},
 		"hooks":      {"list | create | delete gate hooks, show deliveries", cmdHooks},
+		"snapshot":   {"take | restore | list | drop filesystem snapshots of a directory", cmdSnapshot},
+		"run":        {"run a command as a transaction: checkpoint, run, roll back everything on failure", cmdRun},
 		"runner":     {"a CI runner: receives gate hooks, runs a command, posts a check", cmdRunner},
 	}
 }

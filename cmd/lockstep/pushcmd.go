@@ -30,6 +30,8 @@ type pushReport struct {
 	TotalMS     float64 `json:"total_ms"`
 	ScanMS      float64 `json:"scan_ms"`
 	ServerMS    float64 `json:"server_ms"`
+
+	uploaded client.UploadStats
 }
 
 func cmdPush(ctx context.Context, e *env, args []string) error {
@@ -89,6 +91,14 @@ func progressTo(e *env, quiet bool) func(objects int, bytes int64) {
 // that changed), upload one pack of those, then move the branch by
 // compare-and-swap to the new tree.
 func pushDir(ctx context.Context, c *client.Client, dir, repoName string, o client.WriteOptions, expectCurrent bool, progress func(int, int64)) (*pushReport, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	return pushDirCache(ctx, c, abs, repoName, o, expectCurrent, progress, statCachePath(abs))
+}
+
+func pushDirCache(ctx context.Context, c *client.Client, dir, repoName string, o client.WriteOptions, expectCurrent bool, progress func(int, int64), cachePath string) (*pushReport, error) {
 	rep := &pushReport{}
 	st, err := os.Stat(dir)
 	if err != nil {
@@ -116,7 +126,10 @@ func pushDir(ctx context.Context, c *client.Client, dir, repoName string, o clie
 		}
 	}
 	t0 := time.Now()
-	cache, err := worktree.OpenStatCache(filepath.Join(dir, ".lockstep", "statcache"))
+	if err := os.MkdirAll(filepath.Dir(cachePath), 0o700); err != nil {
+		return nil, err
+	}
+	cache, err := worktree.OpenStatCache(cachePath)
 	if err != nil {
 		return nil, err
 	}
@@ -153,8 +166,11 @@ func pushDir(ctx context.Context, c *client.Client, dir, repoName string, o clie
 			rep.ObjectsSent, rep.BytesSent = n, b
 			pw.CloseWithError(err)
 		}()
-		_, err := c.UploadPack(ctx, repoName, pr)
+		up, err := c.UploadPack(ctx, repoName, pr)
 		pr.CloseWithError(err)
+		if up != nil {
+			rep.uploaded = *up
+		}
 		rep.RoundTrips++
 		if err != nil {
 			return nil, err
@@ -167,6 +183,8 @@ func pushDir(ctx context.Context, c *client.Client, dir, repoName string, o clie
 	}
 	rep.ServerMS = msSince(t1)
 	rep.PushResult = *res
+	rep.ObjectsWritten += rep.uploaded.ObjectsWritten
+	rep.BytesWritten += rep.uploaded.BytesWritten
 	cache.SetKnown(snap.Known())
 	if err := cache.Save(); err != nil {
 		return nil, fmt.Errorf("save stat cache: %w", err)

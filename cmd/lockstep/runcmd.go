@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/client"
+	"github.com/lockstep-hq/lockstep/fssnap"
+	"github.com/lockstep-hq/lockstep/fssnap/txrun"
+)
+
+// snapOptions reads the filesystem-snapshot flags.
+type snapFlags struct {
+	driver, stateRoot, dataRoot string
+}
+
+func (s *snapFlags) declare(f *flagger) {
+	f.str(&s.driver, "driver", "LOCKSTEP_SNAPSHOT_DRIVER", "", "overlay, btrfs, reflink or copy (default: detected for the directory)")
+	f.str(&s.stateRoot, "state-root", "LOCKSTEP_SNAPSHOT_STATE", "", "where snapshot records live (default /var/lib/lockstep/snapshots as root, else $XDG_STATE_HOME/lockstep/snapshots)")
+	f.str(&s.dataRoot, "data-root", "LOCKSTEP_SNAPSHOT_DATA", "", "where snapshot data lives (default: on the directory's filesystem)")
+}
+
+func (s *snapFlags) driverFor(dir string) (fssnap.Driver, fssnap.Options, error) {
+	opts := fssnap.Options{StateRoot: s.stateRoot, DataRoot: s.dataRoot}
+	if s.driver != "" {
+		d, err := fssnap.New(s.driver, opts)
+		return d, opts, err
+	}
+	d, err := fssnap.Detect(dir, opts)
+	return d, opts, err
+}
+
+func cmdSnapshot(ctx context.Context, e *env, args []string) error {
+	usage := lockstep.Errorf(lockstep.EINVALID, "usage: lockstep snapshot take|restore ID|list|drop ID|prepare|unprepare DIR [--driver D]")
+	if len(args) == 0 {
+		return usage
+	}
+	sub := args[0]
+	var sf snapFlags
+	var asJSON bool
+	f := newFlagger("snapshot "+sub, e)
+	sf.declare(f)
+	f.fs.BoolVar(&asJSON, "json", false, "print JSON")
+	if err := f.parse(args[1:]); err != nil {
+		return err
+	}
+	pos := f.pos
+	if len(pos) < 1 {
+		return usage
+	}
+	dir, err := filepath.Abs(pos[0])
+	if err != nil {
+		return err
+	}
+	drv, _, err := sf.driverFor(dir)
+	if err != nil {
+		return err
+	}
+	out := func(v any, human string) error {
+		if asJSON {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(v)
+		}
+		fmt.Fprintln(e.stdout, human)
+		return nil
+	}
+	start := time.Now()
+	switch sub {
+	case "take":
+		s, err := drv.Take(ctx, dir)
+		if err != nil {
+			return err
+		}
+		m := s.Manifest
+		if m == nil {
+			if m, err = fssnap.BuildManifest(dir, nil); err != nil {
+				return err
+			}
+		}
+		if err := fssnap.SaveManifest(fssnap.Options{StateRoot: sf.stateRoot, DataRoot: sf.dataRoot}, dir, s.ID, m); err != nil {
+			return err
+		}
+		return out(map[string]any{"snapshot": s, "duration_ms": msSince(start)}, fmt.Sprintf("%s snapshot %s of %s (%.1f ms)", s.Driver, s.ID, dir, msSince(start)))
+	case "restore", "drop":
+		if len(pos) != 2 {
+			return usage
+		}
+		if sub == "restore" {
+			err = drv.Restore(ctx, dir, pos[1])
+		} else {
+			err = drv.Drop(dir, pos[1])
+		}
+		if err != nil {
+			return err
+		}
+		res := map[string]any{"dir": dir, "snapshot": pos[1], "driver": drv.Name(), "duration_ms": msSince(start)}
+		if sub == "restore" {
+			if m, err := fssnap.LoadManifest(fssnap.Options{StateRoot: sf.stateRoot, DataRoot: sf.dataRoot}, dir, pos[1]); err == nil {
+				r, err := fssnap.Verify(dir, m)
+				if err != nil {
+					return err
+				}
+				res["pure"] = r.Clean()
+				if !r.Clean() {
+					out(res, "")
+					return lockstep.Errorf(lockstep.EINTERNAL, "restore left residue: %s", r)
+				}
+			}
+		}
+		return out(res, fmt.Sprintf("%s %s: %s (%.1f ms)", sub, pos[1], dir, msSince(start)))
+	case "list":
+		snaps, err := drv.List(dir)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return out(snaps, "")
+		}
+		rows := [][]string{{"ID", "DRIVER", "CREATED", "FILES"}}
+		for _, s := range snaps {
+			rows = append(rows, []string{s.ID, s.Driver, s.CreatedAt.Format("2006-01-02 15:04:05"), fmt.Sprint(s.Files)})
+		}
+		table(e, rows)
+		return nil
+	case "prepare", "unprepare":
+		p, ok := drv.(fssnap.Preparer)
+		if !ok {
+			d, err := fssnap.New(fssnap.NameOverlay, fssnap.Options{StateRoot: sf.stateRoot, DataRoot: sf.dataRoot})
+			if err != nil {
+				return err
+			}
+			p = d.(fssnap.Preparer)
+		}
+		if sub == "prepare" {
+			err = p.Prepare(ctx, dir)
+		} else {
+			err = p.Unprepare(ctx, dir)
+		}
+		if err != nil {
+			return err
+		}
+		return out(map[string]any{"dir": dir, sub + "d": true}, fmt.Sprintf("%sd %s", sub, dir))
+	}
+	return usage
+}
+
+// serverCheckpointer is the server side of `lockstep run`: it pushes the
+// worktree and records checkpoints over the HTTP API.
+type serverCheckpointer struct {
+	c       *client.Client
+	ws      string
+	dir     string
+	command []string
+	cache   string
+}
+
+func (s *serverCheckpointer) push(ctx context.Context, msg string) (*pushReport, error) {
+	return pushDirCache(ctx, s.c, s.dir, s.ws, client.WriteOptions{Message: msg}, true, nil, s.cache)
+}
+
+// Checkpoint pushes the worktree as it is before the run, then records the
+// checkpoint with the filesystem snapshot id.
+func (s *serverCheckpointer) Checkpoint(ctx context.Context, fsID string) (string, error) {
+	if _, err := s.push(ctx, "checkpoint before: "+strings.Join(s.command, " ")); err != nil {
+		return "", fmt.Errorf("push worktree: %w", err)
+	}
+	raw, err := s.c.Do(ctx, http.MethodPost, apiPath(s.ws, "checkpoints"), map[string]string{"fs_snapshot": fsID, "label": "run: " + strings.Join(s.command, " ")})
+	if err != nil {
+		return "", err
+	}
+	var cp lockstep.Checkpoint
+	json.Unmarshal(raw, &cp)
+	return cp.ID, nil
+}
+
+// Evidence pushes the failed run's worktree as an attempt before anything
+// is restored: the damage is undone, the evidence kept.
+func (s *serverCheckpointer) Evidence(ctx context.Context) error {
+	_, err := s.push(ctx, "failed run: "+strings.Join(s.command, " "))
+	return err
+}
+
+// Restore rolls code and database back on the server.
+func (s *serverCheckpointer) Restore(ctx context.Context, id string) (txrun.RestoreReport, error) {
+	raw, err := s.c.Do(ctx, http.MethodPost, apiPath(s.ws, "checkpoints", id, "restore"),
+		map[string]any{"failure": map[string]any{"command": s.command, "reason": "the command failed (see the run report)"}})
+	if err != nil {
+		return txrun.RestoreReport{}, err
+	}
+	var r struct {
+		Commit     string  `json:"commit"`
+		Tree       string  `json:"tree"`
+		DBRestored bool    `json:"db_restored"`
+		FSSnapshot string  `json:"fs_snapshot"`
+		DurationMS float64 `json:"duration_ms"`
+	}
+	json.Unmarshal(raw, &r)
+	return txrun.RestoreReport{Commit: r.Commit, Tree: r.Tree, DBRestored: r.DBRestored, FSSnapshot: r.FSSnapshot, DurationMs: r.DurationMS}, nil
+}
+
+// Commit pushes the successful run's result.
+func (s *serverCheckpointer) Commit(ctx context.Context) error {
+	_, err := s.push(ctx, "run: "+strings.Join(s.command, " "))
+	return err
+}
+
+func cmdRun(ctx context.Context, e *env, args []string) error {
+	var ws, dir string
+	var timeout time.Duration
+	var commit, noServer bool
+	var sf snapFlags
+	cf, c, rest, err := setup("run", e, args, func(f *flagger) {
+		f.fs.StringVar(&ws, "workspace", "", "workspace the run belongs to (required unless --no-server)")
+		f.fs.StringVar(&dir, "dir", ".", "the agent's working directory to protect")
+		f.fs.DurationVar(&timeout, "timeout", 0, "kill the command after this long (a failure)")
+		f.fs.BoolVar(&commit, "commit-on-success", false, "push the result when the command succeeds")
+		f.fs.BoolVar(&noServer, "no-server", false, "filesystem-only transaction (no push, no checkpoint)")
+		sf.declare(f)
+	})
+	if err != nil && !(noServer && lockstep.ErrorCode(err) == lockstep.EUNAUTH) {
+		return err
+	}
+	if len(rest) == 0 || (ws == "" && !noServer) {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep run --workspace WS --dir DIR [--timeout D] [--commit-on-success] -- COMMAND [ARGS...]")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	drv, sopts, err := sf.driverFor(abs)
+	if err != nil {
+		return err
+	}
+	opts := txrun.Options{Workspace: ws, Dir: abs, Args: rest, Timeout: timeout, CommitOnSuccess: commit, Driver: drv, Snap: sopts,
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+	if cf.json {
+		opts.Stdout = os.Stderr // keep stdout for the report
+	}
+	if !noServer {
+		opts.Checkpointer = &serverCheckpointer{c: c, ws: ws, dir: abs, command: rest, cache: statCachePath(abs)}
+	}
+	rep, err := txrun.Run(ctx, opts)
+	if rep != nil {
+		cf.out(e, rep, func() { printRunReport(e, rep) })
+	}
+	if err != nil {
+		if errors.Is(err, txrun.ErrResidue) {
+			fmt.Fprintln(e.stderr, "lockstep run: ROLLBACK IMPURE: residue left behind (see report)")
+		}
+		return err
+	}
+	if !rep.Succeeded {
+		code := rep.Status.ExitCode
+		if code <= 0 {
+			code = 1
+		}
+		return exitError(code)
+	}
+	return nil
+}
+
+func printRunReport(e *env, rep *txrun.Report) {
+	state := "succeeded"
+	if !rep.Succeeded {
+		state = "FAILED → rolled back"
+	}
+	fmt.Fprintf(e.stderr, "\nlockstep run %s (%s driver, snapshot %s, checkpoint %s)\n", state, rep.Driver, rep.FSSnapshot, rep.Checkpoint)
+	for _, s := range rep.Steps {
+		line := fmt.Sprintf("  %-20s %8.1f ms", s.Name, s.DurationMs)
+		if s.Error != "" {
+			line += "  error: " + s.Error
+		}
+		fmt.Fprintln(e.stderr, line)
+	}
+	if rep.Restored != nil {
+		fmt.Fprintf(e.stderr, "  code restored to %s, database restored: %v\n", short(rep.Restored.Commit), rep.Restored.DBRestored)
+	}
+	if rep.Purity.Checked {
+		fmt.Fprintf(e.stderr, "  purity: clean=%v\n", rep.Purity.Clean)
+	}
+	fmt.Fprintf(e.stderr, "  total %.1f ms\n", rep.TotalMs)
+}
+
+// statCachePath keeps the push stat cache outside the pushed directory, in
+// the user's cache dir, keyed by the directory's absolute path: lockstep
+// never writes into the tree it snapshots.
+func statCachePath(absDir string) string {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	sum := sha256.Sum256([]byte(absDir))
+	return filepath.Join(base, "lockstep", "statcache", hex.EncodeToString(sum[:8]))
+}
