@@ -305,3 +305,29 @@ func BenchmarkGitPushOneFile(b *testing.B) {
 		g.run("push", "-q", bare, "HEAD:refs/heads/main")
 	}
 }
+
+// BenchmarkStatCache20k loads and saves a cache of 20,000 entries, as the
+// CLI does once per push on the 20k tree.
+func BenchmarkStatCache20k(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "statcache")
+	c := openCache(b, path)
+	worktree.FillCache(c, 20000)
+	if err := c.Save(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := worktree.OpenStatCache(path)
+		if err != nil || c.Len() != 20000 {
+			b.Fatalf("load: %v, %d entries", err, c.Len())
+		}
+		if err := c.Save(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(fi.Size()), "file-bytes")
+}

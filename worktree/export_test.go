@@ -1,6 +1,10 @@
 package worktree
 
-import "github.com/go-git/go-git/v5/plumbing"
+import (
+	"fmt"
+
+	"github.com/go-git/go-git/v5/plumbing"
+)
 
 // FilesRead returns how many files have been opened for their content
 // (hashing in Scan, packing in WritePack) since the process started.
@@ -23,4 +27,16 @@ func SetCacheOID(c *StatCache, rel string, oid plumbing.Hash) bool {
 	e.oid = oid
 	c.entries[rel] = e
 	return true
+}
+
+// FillCache adds n synthetic entries shaped like a source tree's
+// (dir%d/sub%d/file%d.go), for cache load/save benchmarks.
+func FillCache(c *StatCache, n int) {
+	for i := range n {
+		p := fmt.Sprintf("dir%03d/sub%02d/file%05d.go", i/200, i/20%10, i)
+		c.entries[p] = cacheEntry{
+			st:  fileStat{size: int64(i * 37 % 20000), mtime: 1_790_000_000_000_000_000 + int64(i)*1_000_003, ctime: 1_790_000_000_000_000_000 + int64(i)*1_000_003, ino: uint64(1_000_000 + i), dev: 2049, mode: 0o100644},
+			oid: plumbing.ComputeHash(plumbing.BlobObject, []byte(p)),
+		}
+	}
 }

@@ -350,9 +350,11 @@ func readlinkat(fd int, name string) (string, error) {
 
 // checkLink refuses a symlink the server could not materialize safely: an
 // absolute target, or one that leaves the tree. The check is lexical (the
-// target is joined to the link's directory and cleaned), plus, when the
-// target exists, a check of where it really resolves, which catches ".."
-// applied after another symlink.
+// target is joined to the link's directory and cleaned), plus, for a target
+// with a ".." component that exists, a check of where it really resolves,
+// which catches ".." applied after another symlink ("up/.." with up -> ..).
+// A target without ".." cannot climb: it descends from the link's
+// directory, through symlinks that are themselves checked.
 func checkLink(root, rel, target string) error {
 	if target == "" {
 		return lockstep.Errorf(lockstep.EINVALID, "symlink %q has an empty target", rel)
@@ -366,6 +368,9 @@ func checkLink(root, rel, target string) error {
 	joined := path.Join(path.Dir(rel), target)
 	if joined == ".." || strings.HasPrefix(joined, "../") {
 		return lockstep.Errorf(lockstep.EINVALID, "symlink %q target %q points outside the directory", rel, target)
+	}
+	if !slices.Contains(strings.Split(target, "/"), "..") {
+		return nil
 	}
 	real, err := filepath.EvalSymlinks(filepath.Join(root, filepath.FromSlash(rel)))
 	if err != nil {

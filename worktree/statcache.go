@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,12 +23,12 @@ import (
 // at a time may use it.
 //
 // File format (varints as encoding/binary): magic "LKSC\x02", varint
-// racy-git reference time (ns), uvarint count, then per entry, sorted by path: uvarint length of the prefix
-// shared with the previous path, uvarint suffix length, suffix, varint
-// size, mtime, ctime (ns), uvarint inode, device, mode, 20-byte oid; then
-// the known root tree (20 bytes, zero if none), uvarint count and the
-// known trees (20 bytes each); then a little-endian CRC-32C of everything
-// before it.
+// racy-git reference time (ns), uvarint count, then per entry, in walk
+// order: uvarint length of the prefix shared with the previous path,
+// uvarint suffix length, suffix, varint size, mtime, ctime (ns), uvarint
+// inode, device, mode, 20-byte oid; then the known root tree (20 bytes,
+// zero if none), uvarint count and the known trees (20 bytes each); then a
+// little-endian CRC-32C of everything before it.
 type StatCache struct {
 	path string
 	// written is the racy-git reference time (ns, filesystem clock) of the
@@ -37,7 +38,11 @@ type StatCache struct {
 	// 0 if it could not be sampled; Save stores it as the entries' time.
 	scanned int64
 	entries map[string]cacheEntry
-	known   *Known
+	// order lists the paths of entries in the order Save writes them:
+	// walk order, which keeps a directory's files together for the prefix
+	// compression, without sorting.
+	order []string
+	known *Known
 }
 
 type cacheEntry struct {
@@ -71,11 +76,11 @@ func OpenStatCache(path string) (*StatCache, error) {
 	if _, err := f.ReadAt(data, 0); err != nil {
 		return nil, fmt.Errorf("open stat cache: %w", err)
 	}
-	entries, known, written, ok := decodeCache(data)
+	entries, order, known, written, ok := decodeCache(data)
 	if !ok {
 		return c, nil
 	}
-	c.entries, c.known, c.written = entries, known, written
+	c.entries, c.order, c.known, c.written = entries, order, known, written
 	c.scanned = written // what Save keeps if no Scan runs in between
 	return c, nil
 }
@@ -102,43 +107,52 @@ func (c *StatCache) clock() int64 {
 	return st.Mtim.Nano()
 }
 
-func decodeCache(data []byte) (entries map[string]cacheEntry, known *Known, written int64, ok bool) {
+func decodeCache(data []byte) (entries map[string]cacheEntry, order []string, known *Known, written int64, ok bool) {
 	if len(data) < len(cacheMagic)+4 || !bytes.HasPrefix(data, cacheMagic) {
-		return nil, nil, 0, false
+		return
 	}
 	body, sum := data[:len(data)-4], data[len(data)-4:]
 	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(sum) {
-		return nil, nil, 0, false
+		return
 	}
 	r := &reader{b: body[len(cacheMagic):]}
 	written = r.varint()
 	n := r.uvarint()
-	if n > uint64(len(r.b)) {
-		return nil, nil, 0, false
+	if r.bad || n > uint64(len(r.b)) {
+		return
 	}
-	entries = make(map[string]cacheEntry, n)
-	var prev []byte
-	for range n {
+	// The paths are rebuilt into one arena, converted to a string once and
+	// sliced: one allocation instead of one per path.
+	arena := make([]byte, 0, len(r.b))
+	ends := make([]int, n)
+	vals := make([]cacheEntry, n)
+	prevStart := 0
+	for i := range n {
 		shared, suffix := r.uvarint(), r.uvarint()
-		if r.bad || shared > uint64(len(prev)) || suffix > uint64(len(r.b)) {
-			return nil, nil, 0, false
+		prevLen := 0
+		if i > 0 {
+			prevLen = ends[i-1] - prevStart
 		}
-		name := append(prev[:shared:shared], r.b[:suffix]...)
+		if r.bad || shared > uint64(prevLen) || suffix > uint64(len(r.b)) {
+			return
+		}
+		start := len(arena)
+		arena = append(arena, arena[prevStart:prevStart+int(shared)]...)
+		arena = append(arena, r.b[:suffix]...)
 		r.b = r.b[suffix:]
-		var e cacheEntry
+		ends[i], prevStart = len(arena), start
+		e := &vals[i]
 		e.st.size, e.st.mtime, e.st.ctime = r.varint(), r.varint(), r.varint()
 		e.st.ino, e.st.dev, e.st.mode = r.uvarint(), r.uvarint(), uint32(r.uvarint())
 		e.oid = r.hash()
 		if r.bad {
-			return nil, nil, 0, false
+			return
 		}
-		entries[string(name)] = e
-		prev = name
 	}
 	root := r.hash()
 	nt := r.uvarint()
 	if r.bad || nt > uint64(len(r.b))/20 {
-		return nil, nil, 0, false
+		return
 	}
 	if !root.IsZero() {
 		known = &Known{Root: root, trees: make(map[plumbing.Hash]struct{}, nt)}
@@ -150,9 +164,19 @@ func decodeCache(data []byte) (entries map[string]cacheEntry, known *Known, writ
 		}
 	}
 	if r.bad || len(r.b) != 0 {
-		return nil, nil, 0, false
+		return nil, nil, nil, 0, false
 	}
-	return entries, known, written, true
+	names := string(arena)
+	entries = make(map[string]cacheEntry, n)
+	order = make([]string, n)
+	begin := 0
+	for i := range n {
+		p := names[begin:ends[i]]
+		begin = ends[i]
+		order[i] = p
+		entries[p] = vals[i]
+	}
+	return entries, order, known, written, true
 }
 
 type reader struct {
@@ -220,10 +244,12 @@ func (c *StatCache) lookup(rel string, st fileStat) (cacheEntry, bool) {
 // of the scan (scanned), not that of the cache they were loaded with.
 func (c *StatCache) replace(files []*blobRef) {
 	m := make(map[string]cacheEntry, len(files))
-	for _, b := range files {
+	order := make([]string, len(files))
+	for i, b := range files {
 		m[b.rel] = cacheEntry{st: b.st, oid: b.oid}
+		order[i] = b.rel
 	}
-	c.entries = m
+	c.entries, c.order = m, order
 }
 
 // Save writes the cache to its path (temporary file, then rename),
@@ -236,11 +262,10 @@ func (c *StatCache) Save() error {
 	if err := os.MkdirAll(filepath.Dir(c.path), 0o755); err != nil {
 		return fmt.Errorf("save stat cache: %w", err)
 	}
-	paths := make([]string, 0, len(c.entries))
-	for p := range c.entries {
-		paths = append(paths, p)
+	paths := c.order
+	if len(paths) != len(c.entries) { // entries changed another way (tests)
+		paths = slices.Sorted(maps.Keys(c.entries))
 	}
-	slices.Sort(paths)
 	buf := make([]byte, 0, 64+len(paths)*48)
 	buf = append(buf, cacheMagic...)
 	buf = binary.AppendVarint(buf, c.scanned)
