@@ -51,10 +51,19 @@ func (r *response) decode(t testing.TB, v any) {
 	}
 }
 
-// call sends one request. body is nil, []byte, io.Reader, or any value
-// sent as JSON.
+// call sends one request and fails the test on a transport error. body
+// is nil, []byte, io.Reader, or any value sent as JSON.
 func (s *server) call(t testing.TB, method, path, key string, body any, contentType string) *response {
 	t.Helper()
+	r, err := s.try(method, path, key, body, contentType)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// try sends one request; safe from any goroutine.
+func (s *server) try(method, path, key string, body any, contentType string) (*response, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -65,16 +74,16 @@ func (s *server) call(t testing.TB, method, path, key string, body any, contentT
 	default:
 		j, err := json.Marshal(b)
 		if err != nil {
-			t.Fatalf("marshal: %v", err)
+			return nil, err
 		}
 		rd = bytes.NewReader(j)
 		if contentType == "" {
 			contentType = "application/json"
 		}
 	}
-	req, err := http.NewRequestWithContext(reqCtx(t), method, s.URL+path, rd)
+	req, err := http.NewRequest(method, s.URL+path, rd)
 	if err != nil {
-		t.Fatalf("request: %v", err)
+		return nil, err
 	}
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -84,14 +93,14 @@ func (s *server) call(t testing.TB, method, path, key string, body any, contentT
 	}
 	resp, err := httpClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		return nil, err
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("%s %s: read body: %v", method, path, err)
+		return nil, fmt.Errorf("read body: %w", err)
 	}
-	return &response{Status: resp.StatusCode, Header: resp.Header, Body: out}
+	return &response{Status: resp.StatusCode, Header: resp.Header, Body: out}, nil
 }
 
 // mustJSON sends a request, requires status want and decodes into out

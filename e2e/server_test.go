@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -226,11 +225,4 @@ func (s *server) restart(t testing.TB) *server {
 	o := s.opts
 	o.Postgres = false
 	return startServer(t, o)
-}
-
-// ctx returns a context bounded for one request.
-func reqCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
