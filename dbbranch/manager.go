@@ -63,6 +63,7 @@ type Manager struct {
 	bgCancel context.CancelFunc
 	bgMu     sync.Mutex
 	bgJobs   map[string]bool // key → rerun requested
+	bgSem    chan struct{}   // at most two copies made in the background at a time
 	bgClosed bool
 	wg       sync.WaitGroup
 
@@ -104,7 +105,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "parse branch database URL: %v", err)
 	}
-	m := &Manager{cfg: cfg, connCfg: cc, names: namer{cfg.Prefix}, bgJobs: map[string]bool{}}
+	m := &Manager{cfg: cfg, connCfg: cc, names: namer{cfg.Prefix}, bgJobs: map[string]bool{}, bgSem: make(chan struct{}, 2)}
 	m.pool = newConnPool(cc, cfg.MaxConns)
 	m.dsnHost = net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
 	if u, err := url.Parse(cfg.AdminURL); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
@@ -237,7 +238,17 @@ func (m *Manager) schedule(key string, fn func(ctx context.Context) error) {
 	go func() {
 		defer m.wg.Done()
 		for {
-			if err := fn(m.bgCtx); err != nil && m.bgCtx.Err() == nil {
+			select {
+			case m.bgSem <- struct{}{}:
+			case <-m.bgCtx.Done():
+				m.bgMu.Lock()
+				delete(m.bgJobs, key)
+				m.bgMu.Unlock()
+				return
+			}
+			err := fn(m.bgCtx)
+			<-m.bgSem
+			if err != nil && m.bgCtx.Err() == nil {
 				m.refillErrors.Add(1)
 				m.lastErrMu.Lock()
 				m.lastErr = fmt.Sprintf("%s: %v", key, err)
