@@ -105,7 +105,8 @@ func (n *Network) MirrorRef(repo, ref string, oid plumbing.Hash) error {
 // git fsck reports a namespaced HEAD that points at a missing branch as an
 // error, so the symref exists only while the branch does: the choice is
 // remembered in <dir>/lockstep/heads/<repo> and MirrorRef / SyncMirror
-// create or remove the symref as the branch appears or goes.
+// create or remove the symref as the branch appears or goes. Returns
+// invalid_argument for a bad repository or branch name.
 func (n *Network) MirrorHEAD(repo, branch string) error {
 	ns, err := n.namespaceDir(repo)
 	if err != nil {
@@ -179,7 +180,8 @@ func (n *Network) refExists(ns, full, ref string) bool {
 // are full ref names such as "refs/heads/main"; HEAD is left alone, see
 // MirrorHEAD): missing or different refs are written, the others deleted,
 // including packed-refs entries. Use it at start-up to repair the mirror
-// from the database.
+// from the database. Returns invalid_argument for a bad repository or ref
+// name or a zero oid.
 func (n *Network) SyncMirror(repo string, refs map[string]plumbing.Hash) error {
 	ns, err := n.namespaceDir(repo)
 	if err != nil {
