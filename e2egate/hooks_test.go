@@ -1,0 +1,335 @@
+package e2egate
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockstep-hq/lockstep/gate"
+)
+
+const hookSecret = "0123456789abcdef-test-secret"
+
+// receiver is a gate-hook receiver that records every call.
+type receiver struct {
+	mu       sync.Mutex
+	failing  bool // answer 500 while true
+	failN    int  // ...and also the first failN calls
+	calls    []call
+	badSigs  int
+	srv      *httptest.Server
+	received chan struct{}
+}
+
+type call struct {
+	Delivery string
+	Event    string
+	Status   int
+	Body     map[string]any
+}
+
+func newReceiver(t *testing.T, failing bool, failN int) *receiver {
+	r := &receiver{failing: failing, failN: failN, received: make(chan struct{}, 1000)}
+	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	var m map[string]any
+	json.Unmarshal(body, &m)
+	r.mu.Lock()
+	status := http.StatusOK
+	if r.failing || len(r.calls) < r.failN {
+		status = http.StatusInternalServerError
+	}
+	if !gate.Verify(hookSecret, body, req.Header.Get("X-Lockstep-Signature")) {
+		r.badSigs++
+		status = http.StatusUnauthorized
+	}
+	id := req.Header.Get("X-Lockstep-Delivery")
+	if m["delivery_id"] != id {
+		r.badSigs++ // the body names another delivery than the header
+	}
+	r.calls = append(r.calls, call{Delivery: id, Event: req.Header.Get("X-Lockstep-Event"), Status: status, Body: m})
+	r.mu.Unlock()
+	w.WriteHeader(status)
+	select {
+	case r.received <- struct{}{}:
+	default:
+	}
+}
+
+func (r *receiver) setFailing(f bool) {
+	r.mu.Lock()
+	r.failing = f
+	r.mu.Unlock()
+}
+
+func (r *receiver) snapshot() ([]call, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]call(nil), r.calls...), r.badSigs
+}
+
+type delivery struct {
+	ID       string `json:"id"`
+	Event    string `json:"event"`
+	Status   string `json:"status"`
+	Attempts int    `json:"attempts"`
+	Payload  string `json:"payload"`
+	History  []struct {
+		Attempt     int        `json:"attempt"`
+		StatusCode  int        `json:"status_code"`
+		Error       string     `json:"error"`
+		NextRetryAt *time.Time `json:"next_retry_at"`
+		At          time.Time  `json:"at"`
+	} `json:"history"`
+}
+
+func (s *server) createHook(t testing.TB, repo, url string, events []string) string {
+	t.Helper()
+	var h struct {
+		ID     string `json:"id"`
+		Secret string `json:"secret"`
+	}
+	r := s.mustJSON(t, "POST", "/api/v1/repos/"+repo+"/hooks", s.AdminKey,
+		map[string]any{"url": url, "secret": hookSecret, "events": events}, http.StatusCreated, &h)
+	if h.ID == "" {
+		t.Fatalf("hook without id: %s", r)
+	}
+	var raw map[string]any
+	r.decode(t, &raw)
+	if _, ok := raw["secret"]; ok {
+		t.Errorf("the hook's secret is echoed back: %s", r)
+	}
+	return h.ID
+}
+
+func (s *server) deliveries(t testing.TB, repo, hookID string) []delivery {
+	t.Helper()
+	var out struct {
+		Deliveries []delivery `json:"deliveries"`
+	}
+	s.mustJSON(t, "GET", "/api/v1/repos/"+repo+"/hooks/"+hookID+"/deliveries", s.AdminKey, nil, http.StatusOK, &out)
+	return out.Deliveries
+}
+
+// TestHookDeliveriesSurviveRestart: SIGKILL the server while deliveries
+// wait for a retry; the restarted server finishes them, each exactly once.
+func TestHookDeliveriesSurviveRestart(t *testing.T) {
+	for _, pg := range []bool{false, true} {
+		name := "sqlite"
+		if pg {
+			name = "postgres"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testHookRestart(t, pg)
+		})
+	}
+}
+
+func testHookRestart(t *testing.T, postgres bool) {
+	rcv := newReceiver(t, true, 0)
+	// A 1s first backoff leaves a wide window between attempts, so the
+	// kill lands while the deliveries wait for a retry, not mid-request.
+	s := startServer(t, serverOpts{Postgres: postgres, Args: []string{"--hook-backoff", "1s", "--hook-max-backoff", "2s", "--hook-max-attempts", "50"}})
+	s.createRepo(t, "base")
+	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
+	hookID := s.createHook(t, "base", rcv.srv.URL+"/hook", []string{"push"})
+	agent := s.createKey(t, "agent", "agent")
+	s.fork(t, agent.Secret, "base", "ws-1")
+	s.fork(t, agent.Secret, "base", "ws-2")
+	c1 := s.push(t, agent.Secret, "ws-1", base0, map[string]string{"README": "hi\n", "one": "1\n"}).Commit
+	c2 := s.push(t, agent.Secret, "ws-2", base0, map[string]string{"README": "hi\n", "two": "2\n"}).Commit
+
+	// Both deliveries failed at least once and wait for their retry.
+	eventually(t, 30*time.Second, "a failed attempt of each delivery", func() bool {
+		ds := s.deliveries(t, "base", hookID)
+		if len(ds) != 2 {
+			return false
+		}
+		for _, d := range ds {
+			if d.Status != "pending" || len(d.History) == 0 || d.History[len(d.History)-1].NextRetryAt == nil {
+				return false
+			}
+		}
+		return true
+	})
+	s.kill() // SIGKILL: no graceful shutdown
+	before, _ := rcv.snapshot()
+	if len(before) < 2 {
+		t.Fatalf("receiver saw %d calls before the kill", len(before))
+	}
+
+	rcv.setFailing(false)
+	s2 := s.restart(t)
+	eventually(t, 60*time.Second, "both deliveries succeeded after the restart", func() bool {
+		ds := s2.deliveries(t, "base", hookID)
+		n := 0
+		for _, d := range ds {
+			if d.Status == "succeeded" {
+				n++
+			}
+		}
+		return n == 2
+	})
+	// A further push after the restart is delivered too, once.
+	c3 := s2.push(t, agent.Secret, "ws-1", c1, map[string]string{"README": "hi\n", "one": "1\n", "three": "3\n"}).Commit
+	eventually(t, 30*time.Second, "the third delivery", func() bool {
+		n := 0
+		for _, d := range s2.deliveries(t, "base", hookID) {
+			if d.Status == "succeeded" {
+				n++
+			}
+		}
+		return n == 3
+	})
+
+	calls, bad := rcv.snapshot()
+	if bad != 0 {
+		t.Fatalf("%d calls with a bad signature or delivery id: %+v", bad, calls)
+	}
+	ok := map[string]int{}
+	seen := map[string]int{}
+	commits := map[string]string{}
+	for _, c := range calls {
+		seen[c.Delivery]++
+		if c.Status/100 == 2 {
+			ok[c.Delivery]++
+		}
+		if c.Event != "push" || c.Body["event"] != "push" {
+			t.Errorf("delivery %s: event %q / %v, want push", c.Delivery, c.Event, c.Body["event"])
+		}
+		commits[c.Delivery], _ = c.Body["commit"].(string)
+	}
+	if len(seen) != 3 {
+		t.Fatalf("receiver saw %d delivery ids, want 3: %+v", len(seen), calls)
+	}
+	got := map[string]bool{}
+	for id, n := range ok {
+		if n != 1 {
+			t.Errorf("delivery %s succeeded %d times, want exactly once", id, n)
+		}
+		got[commits[id]] = true
+	}
+	for _, c := range []string{c1, c2, c3} {
+		if !got[c] {
+			t.Errorf("no successful delivery for commit %s (got %v)", c, got)
+		}
+	}
+	// The recorded history matches what the receiver saw: every failure
+	// before the kill is recorded, the last attempt is the 200.
+	for _, d := range s2.deliveries(t, "base", hookID) {
+		last := d.History[len(d.History)-1]
+		if last.StatusCode != 200 || last.Error != "" || d.Attempts != len(d.History) {
+			t.Errorf("delivery %s history: %+v", d.ID, d)
+		}
+		if seen[d.ID] < len(d.History) {
+			t.Errorf("delivery %s: %d attempts recorded but the receiver saw %d calls", d.ID, len(d.History), seen[d.ID])
+		}
+		for i, a := range d.History {
+			if a.Attempt != i+1 {
+				t.Errorf("delivery %s attempt %d numbered %d", d.ID, i+1, a.Attempt)
+			}
+		}
+	}
+}
+
+// TestHookDeliveryGivesUp: a receiver that always fails; the attempts are
+// recorded with status codes, errors and a growing backoff, and the
+// delivery ends failed after --hook-max-attempts.
+func TestHookDeliveryGivesUp(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t, true, 0)
+	s := startServer(t, serverOpts{Args: []string{"--hook-max-attempts", "4"}})
+	s.createRepo(t, "base")
+	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
+	hookID := s.createHook(t, "base", rcv.srv.URL, []string{"push"})
+	// A second hook whose receiver is down: errors without a status code.
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close()
+	deadID := s.createHook(t, "base", deadURL, []string{"*"})
+	agent := s.createKey(t, "agent", "agent")
+	s.fork(t, agent.Secret, "base", "ws")
+	s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"})
+
+	var d delivery
+	eventually(t, 60*time.Second, "the delivery to fail for good", func() bool {
+		ds := s.deliveries(t, "base", hookID)
+		if len(ds) == 1 && ds[0].Status == "failed" {
+			d = ds[0]
+			return true
+		}
+		return false
+	})
+	if d.Attempts != 4 || len(d.History) != 4 {
+		t.Fatalf("want 4 attempts, got %d (history %d): %+v", d.Attempts, len(d.History), d)
+	}
+	var prevGap time.Duration
+	var prevNext time.Time
+	for i, a := range d.History {
+		if a.Attempt != i+1 || a.StatusCode != 500 || a.Error == "" {
+			t.Errorf("attempt %d: want status 500 with an error, got %+v", i+1, a)
+		}
+		if i == len(d.History)-1 {
+			if a.NextRetryAt != nil {
+				t.Errorf("the last attempt schedules a retry at %v", a.NextRetryAt)
+			}
+			continue
+		}
+		if a.NextRetryAt == nil {
+			t.Fatalf("attempt %d has no next_retry_at: %+v", i+1, d.History)
+		}
+		gap := a.NextRetryAt.Sub(a.At)
+		// backoff 100ms·2^(n-1) with ±20% jitter, capped at 1s
+		nominal := min(100*time.Millisecond<<i, time.Second)
+		if gap < nominal*8/10 {
+			t.Errorf("attempt %d: retry %s after it, want at least %s (nominal %s)", i+1, gap, nominal*8/10, nominal)
+		}
+		if i > 0 && gap <= prevGap {
+			t.Errorf("attempt %d: backoff %s does not grow (previous %s)", i+1, gap, prevGap)
+		}
+		if !a.NextRetryAt.After(prevNext) {
+			t.Errorf("attempt %d: next_retry_at %v not after %v", i+1, a.NextRetryAt, prevNext)
+		}
+		if next := d.History[i+1].At; next.Before(a.NextRetryAt.Add(-time.Millisecond)) {
+			t.Errorf("attempt %d ran at %v, before its scheduled retry %v", i+2, next, a.NextRetryAt)
+		}
+		prevGap, prevNext = gap, *a.NextRetryAt
+	}
+	calls, bad := rcv.snapshot()
+	if len(calls) != 4 || bad != 0 {
+		t.Fatalf("receiver saw %d calls (%d bad), want 4 good ones", len(calls), bad)
+	}
+
+	var dd delivery
+	eventually(t, 60*time.Second, "the dead receiver's delivery to fail", func() bool {
+		ds := s.deliveries(t, "base", deadID)
+		if len(ds) == 1 && ds[0].Status == "failed" {
+			dd = ds[0]
+			return true
+		}
+		return false
+	})
+	for _, a := range dd.History {
+		if a.StatusCode != 0 || a.Error == "" {
+			t.Errorf("dead receiver attempt: want no status and an error, got %+v", a)
+		}
+	}
+	if len(dd.History) != 4 {
+		t.Errorf("dead receiver: %d attempts, want 4", len(dd.History))
+	}
+	// Hooks of another repository are not reachable through this one.
+	s.createRepo(t, "other")
+	wantError(t, "deliveries through another repo", s.call(t, "GET", "/api/v1/repos/other/hooks/"+hookID+"/deliveries", s.AdminKey, nil, ""), 404, "not_found")
+	_ = fmt.Sprint
+}
