@@ -43,7 +43,12 @@ type Service struct {
 	// AfterPromote is called after a promote landed (database template
 	// refresh); nil when unused.
 	AfterPromote func(ctx context.Context, base *lockstep.Repo, ws *lockstep.Repo)
-	wake         chan struct{}
+	// Locker, when set (Redis configured), also serializes a branch's
+	// landings across replicas.
+	Locker interface {
+		Lock(ctx context.Context, name string) (unlock func(), err error)
+	}
+	wake chan struct{}
 }
 
 // Config tunes hook deliveries.
@@ -403,6 +408,13 @@ func (s *Service) Promote(ctx context.Context, actor *lockstep.Key, wsName strin
 		return nil, err
 	}
 	defer l.release()
+	if s.Locker != nil {
+		unlock, err := s.Locker.Lock(ctx, "lane:"+base.Name+":"+base.DefaultBranch)
+		if err != nil {
+			return nil, lockstep.Errorf(lockstep.EUNAVAILABLE, "landing queue lock: %v", err)
+		}
+		defer unlock()
+	}
 	queued := s.now().Sub(start)
 
 	t, err := s.repos.PromoteTarget(ctx, wsName, req.Commit)

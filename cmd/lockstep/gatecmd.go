@@ -169,14 +169,14 @@ func cmdPromote(ctx context.Context, e *env, args []string) error {
 
 func cmdHooks(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep hooks list REPO | create REPO --url U --secret S [--event E]... | deliveries REPO HOOK_ID | delete REPO HOOK_ID")
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep hooks list REPO | create REPO --hook-url U --secret S [--event E]... | deliveries REPO HOOK_ID | delete REPO HOOK_ID")
 	}
 	sub := args[0]
 	var hookURL, secret string
 	var events multiFlag
 	_, c, rest, err := setup("hooks "+sub, e, args[1:], func(f *flagger) {
 		if sub == "create" {
-			f.fs.StringVar(&hookURL, "url", "", "receiver URL (http or https)")
+			f.fs.StringVar(&hookURL, "hook-url", "", "receiver URL (http or https); not --url, which is the server's")
 			f.fs.StringVar(&secret, "secret", "", "HMAC-SHA256 signing secret (>= 16 characters)")
 			f.fs.Var(&events, "event", "push, promote, rollback, checkpoint or * (repeatable; default all)")
 		}
@@ -199,7 +199,7 @@ func cmdHooks(ctx context.Context, e *env, args []string) error {
 		}
 		return err
 	default:
-		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep hooks list REPO | create REPO --url U --secret S | deliveries REPO HOOK_ID | delete REPO HOOK_ID")
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep hooks list REPO | create REPO --hook-url U --secret S | deliveries REPO HOOK_ID | delete REPO HOOK_ID")
 	}
 	if err != nil {
 		return err

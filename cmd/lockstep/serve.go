@@ -23,6 +23,7 @@ import (
 	"github.com/lockstep-hq/lockstep/dbbranch"
 	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/redislock"
 	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -299,6 +300,9 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	}
 	g := gate.New(gate.Config{HookTimeout: c.HookTimeout, HookMaxAttempts: c.HookMaxAttempts, HookBackoff: c.HookBackoff, HookMaxBackoff: c.HookMaxBackoff},
 		db, a.repos, logger, metrics, nil)
+	if rdb != nil {
+		g.Locker = redislock.New(rdb, "lockstep:", 30*time.Second)
+	}
 	wctx, stopWorker := context.WithCancel(context.Background())
 	workerDone := make(chan struct{})
 	go func() { g.Run(wctx); close(workerDone) }()
