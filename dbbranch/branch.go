@@ -66,6 +66,9 @@ func (m *Manager) CreateBranch(ctx context.Context, repo, workspace string) (*Br
 		}
 		t := find(rdbs, kindTemplate)
 		if !t.complete() {
+			if find(rdbs, kindStaging) != nil {
+				return errRepoNeedsRepair
+			}
 			return lockstep.Errorf(lockstep.ENOTFOUND, "repository %q has no template database (bind one first)", repo)
 		}
 		name := m.names.name(kindBranch, wh, workspace)
@@ -96,6 +99,12 @@ func (m *Manager) CreateBranch(ctx context.Context, repo, workspace string) (*Br
 		out = m.branchOf(workspace, &md, name)
 		return nil
 	})
+	if err == errRepoNeedsRepair {
+		if err := m.repairRepoLocked(ctx, rh); err != nil {
+			return nil, err
+		}
+		return m.CreateBranch(ctx, repo, workspace)
+	}
 	if err != nil {
 		return nil, err
 	}

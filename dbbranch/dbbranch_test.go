@@ -609,7 +609,19 @@ func TestCrashRepair(t *testing.T) {
 		}
 	}
 
-	// 4. A snapshot left the branch refusing connections.
+	// 4. RefreshTemplate interrupted after dropping the old copy, before
+	// renaming the new one into place: the next CreateBranch finishes it.
+	staging := m.names.name(kindStaging, rh, "app")
+	mustExec(t, admin, "ALTER DATABASE "+ident(tpl.Database)+" RENAME TO "+ident(staging))
+	b2 := must[*Branch](t)(m2.CreateBranch(ctx, "app", "ws-2"))
+	if n := countRows(t, b2.DSN, "t5"); n != 10 {
+		t.Fatal(n)
+	}
+	if got := must[*Template](t)(m2.Template(ctx, "app")); got.Database != tpl.Database {
+		t.Fatalf("template copy %s, want %s", got.Database, tpl.Database)
+	}
+
+	// 5. A snapshot left the branch refusing connections.
 	mustExec(t, admin, "ALTER DATABASE "+ident(b.Database)+" ALLOW_CONNECTIONS false")
 	must[*Branch](t)(m2.Branch(ctx, "ws"))
 	if n := countRows(t, b.DSN, "t0"); n != 10 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -97,6 +98,9 @@ func (m *Manager) Template(ctx context.Context, repo string) (*Template, error) 
 		}
 		t := find(dbs, kindTemplate)
 		if !t.complete() {
+			if find(dbs, kindStaging) != nil {
+				return errRepoNeedsRepair
+			}
 			return lockstep.Errorf(lockstep.ENOTFOUND, "repository %q has no template database", repo)
 		}
 		size, err := m.dbSize(ctx, conn, t.Name)
@@ -108,7 +112,25 @@ func (m *Manager) Template(ctx context.Context, repo string) (*Template, error) 
 			SizeBytes: size, CreatedAt: t.Meta.Created, SpareReady: s.complete() && s.Meta.Gen == t.Meta.Gen}
 		return nil
 	})
+	if err == errRepoNeedsRepair {
+		if err := m.repairRepoLocked(ctx, h); err != nil {
+			return nil, err
+		}
+		return m.Template(ctx, repo)
+	}
 	return out, err
+}
+
+// errRepoNeedsRepair: an operation holding the repository lock shared found
+// a refresh interrupted between dropping the old template copy and renaming
+// the new one into place; it repairs under the exclusive lock and retries.
+var errRepoNeedsRepair = errors.New("template copy being replaced")
+
+func (m *Manager) repairRepoLocked(ctx context.Context, h string) error {
+	return m.withLocks(ctx, []lockSpec{repoLock(h, false)}, func(conn *pgx.Conn) error {
+		_, err := m.repairRepo(ctx, conn, h)
+		return err
+	})
 }
 
 // buildTemplate copies src into a staging database, hands every object in it
