@@ -177,6 +177,7 @@ func TestRandomizedResidue(t *testing.T) {
 			rnd := rand.New(rand.NewPCG(42, uint64(di)))
 			rec := &recorder{}
 			pure, hashed := 0, 0
+			modes := map[string]int{}
 			var restoreMs, verifyMs float64
 			for i := 0; i < runs; i++ {
 				script, timeout := genScript(rnd, initial, i)
@@ -208,6 +209,7 @@ func TestRandomizedResidue(t *testing.T) {
 					t.Fatalf("run %d: purity %+v", i, rep.Purity)
 				}
 				pure++
+				modes[rep.Status.Isolation]++
 				hashed += rep.Purity.Files.Hashed
 				for _, s := range rep.Steps {
 					switch s.Name {
@@ -221,8 +223,8 @@ func TestRandomizedResidue(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			t.Logf("%s: %d/%d runs pure; mean restore %.2f ms, verify %.2f ms, %.1f files hashed per verify",
-				name, pure, runs, restoreMs/float64(runs), verifyMs/float64(runs), float64(hashed)/float64(runs))
+			t.Logf("%s: %d/%d runs pure (isolation %v); mean restore %.2f ms, verify %.2f ms, %.1f files hashed per verify",
+				name, pure, runs, modes, restoreMs/float64(runs), verifyMs/float64(runs), float64(hashed)/float64(runs))
 		})
 	}
 }
