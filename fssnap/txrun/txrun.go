@@ -12,8 +12,10 @@
 //  4. run: the command runs under fssnap/proc; whatever happens, every
 //     process it started is killed when the main process ends;
 //  5. on success: Commit when asked; on failure (non-zero exit, signal,
-//     timeout, cancellation): restore_fs, restore_checkpoint, then verify:
-//     the manifest must match and no process of the run may be alive.
+//     timeout, cancellation): restore_fs then verify (the manifest must
+//     match and no process of the run may be alive), while
+//     restore_checkpoint runs concurrently on the server (it touches
+//     nothing on this machine). The report lists restore_checkpoint last.
 //
 // A residue after a rollback is an error (ErrResidue), never a warning: the
 // retry would not start from the initial state. Steps after a failed restore
@@ -25,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
@@ -216,30 +219,46 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return rep, errors.Join(errs...)
 	}
 
-	var errs []error
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	addErr := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
 	if runErr != nil {
-		errs = append(errs, runErr)
+		addErr(runErr)
 	}
 	rep.RolledBack = true
-	if err := rep.step("restore_fs", func() error { return drv.Restore(ctx, opts.Dir, snap.ID) }); err != nil {
-		errs = append(errs, err)
-	}
+	// The server's restore (code, database) touches nothing on this
+	// machine: it runs while the filesystem is restored and verified.
+	var serverStep Step
 	if opts.Checkpointer != nil && rep.Checkpoint != "" {
-		if err := rep.step("restore_checkpoint", func() error {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.Now()
 			rr, err := opts.Checkpointer.Restore(ctx, rep.Checkpoint)
-			if err == nil {
-				rep.Restored = &rr
+			serverStep = Step{Name: "restore_checkpoint", DurationMs: ms(time.Since(t))}
+			if err != nil {
+				serverStep.Error = err.Error()
+				addErr(err)
+				return
 			}
-			return err
-		}); err != nil {
-			errs = append(errs, err)
-		}
+			rep.Restored = &rr
+		}()
+	}
+	if err := rep.step("restore_fs", func() error { return drv.Restore(ctx, opts.Dir, snap.ID) }); err != nil {
+		addErr(err)
 	}
 	rep.step("verify", func() error {
 		rep.Purity.Checked = true
 		res, err := fssnap.Verify(opts.Dir, m)
 		if err != nil {
-			errs = append(errs, err)
+			addErr(err)
 			return err
 		}
 		rep.Purity.Files = res
@@ -250,11 +269,15 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		if !rep.Purity.Clean {
 			err := lockstep.Errorf(lockstep.EINTERNAL, "rollback of %s left %s and %d processes", opts.Dir, res, len(rep.Purity.Processes)).
 				WithDetails(map[string]any{"files": res, "processes": rep.Purity.Processes})
-			errs = append(errs, fmt.Errorf("%w: %w", ErrResidue, err))
+			addErr(fmt.Errorf("%w: %w", ErrResidue, err))
 			return err
 		}
 		return nil
 	})
+	wg.Wait()
+	if serverStep.Name != "" {
+		rep.Steps = append(rep.Steps, serverStep)
+	}
 	return rep, errors.Join(errs...)
 }
 

@@ -139,7 +139,7 @@ func TestRunSuccessAndFailure(t *testing.T) {
 	for _, s := range rep.Steps {
 		names = append(names, s.Name)
 	}
-	if got := strings.Join(names, ","); got != "snapshot,manifest,checkpoint,run,restore_fs,restore_checkpoint,verify" {
+	if got := strings.Join(names, ","); got != "snapshot,manifest,checkpoint,run,restore_fs,verify,restore_checkpoint" {
 		t.Fatalf("steps %s", got)
 	}
 }
