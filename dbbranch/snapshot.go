@@ -196,29 +196,46 @@ func (m *Manager) Restore(ctx context.Context, workspace, id string) (*Branch, e
 		trash := m.names.prefix + "_" + string(kindTrash) + "_" + wh + fmt.Sprintf("_%016x", time.Now().UnixNano())
 		md := meta{Kind: "branch", Repo: snap.Meta.Repo, Workspace: workspace, Created: time.Now().UTC(), Restored: id}
 		b := find(dbs, kindBranch)
+		sp := find(dbs, kindRestSpare)
+		useSpare := m.cfg.Warm && sp.complete() && sp.Meta.Snapshot == id
+		// swap: one transaction puts the old branch aside (closed) and the
+		// spare in its place with grants and comment.
+		swap := func() error {
+			var stmts []string
+			if b != nil {
+				stmts = append(stmts, renameSQL(b.Name, trash), allowSQL(trash, false))
+			}
+			stmts = append(stmts, renameSQL(sp.Name, name))
+			stmts = append(stmts, m.finishBranchSQL(name, md)...)
+			return m.run(ctx, conn, stmts...)
+		}
 		if b != nil {
 			md.Created = b.Meta.Created
-			if err := m.setAllowConn(ctx, conn, b.Name, false); err != nil {
-				return err
+			// No session on the branch: swap right away. A session that
+			// arrives meanwhile makes RENAME fail (55006) and the swap roll
+			// back; then close, terminate, and go on as usual.
+			idle := false
+			if useSpare {
+				if err := conn.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = $1)", b.Name).Scan(&idle); err != nil {
+					return err
+				}
 			}
-			if err := m.terminate(ctx, conn, b.Name); err != nil {
-				m.setAllowConn(context.WithoutCancel(ctx), conn, b.Name, true)
-				return err
+			if idle && swap() == nil {
+				warm = true
+			} else {
+				if err := m.setAllowConn(ctx, conn, b.Name, false); err != nil {
+					return err
+				}
+				if err := m.terminate(ctx, conn, b.Name); err != nil {
+					m.setAllowConn(context.WithoutCancel(ctx), conn, b.Name, true)
+					return err
+				}
 			}
 		} else if err := m.run(ctx, conn, m.workspaceRoleSQL(snap.Meta.Repo, workspace)...); err != nil {
 			return fmt.Errorf("role for %s: %w", workspace, err)
 		}
-		if sp := find(dbs, kindRestSpare); m.cfg.Warm && sp.complete() && sp.Meta.Snapshot == id {
-			// One transaction: old branch aside, spare in, grants, comment.
-			var stmts []string
-			if b != nil {
-				stmts = append(stmts, renameSQL(b.Name, trash))
-			}
-			stmts = append(stmts, renameSQL(sp.Name, name))
-			stmts = append(stmts, m.finishBranchSQL(name, md)...)
-			if err := m.run(ctx, conn, stmts...); err == nil {
-				warm = true
-			}
+		if useSpare && !warm && swap() == nil {
+			warm = true
 		}
 		if !warm {
 			if b != nil {
