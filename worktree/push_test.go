@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"slices"
@@ -200,7 +201,11 @@ func (s *server) checkComplete(tb testing.TB, snap *worktree.Snapshot) {
 
 func TestPlanOneChangedFile(t *testing.T) {
 	dir := t.TempDir()
-	files := genTree(t, dir, genSpec{Files: 2000, Dirs: 400, AvgSize: 10000, Seed: 42})
+	avg := 10000 // the 2k tree of NOTES-machine.md: ~20 MB
+	if raceEnabled {
+		avg = 1000
+	}
+	files := genTree(t, dir, genSpec{Files: 2000, Dirs: 400, AvgSize: avg, Seed: 42})
 	ageFiles(t, dir, files)
 	cache := openCache(t, filepath.Join(dir, ".lockstep", "statcache"))
 	srv := &server{st: memory.NewStorage()}
@@ -234,7 +239,10 @@ func TestPlanOneChangedFile(t *testing.T) {
 		}
 	}
 	depth := strings.Count(deepest, "/")
-	mustWrite(t, filepath.Join(dir, deepest), []byte("changed\n"), 0o644)
+	// 10 KB of incompressible bytes: a typical file, changed entirely.
+	changed := make([]byte, 10000)
+	rand.New(rand.NewSource(1)).Read(changed)
+	mustWrite(t, filepath.Join(dir, deepest), changed, 0o644)
 	before := worktree.FilesRead()
 	second := mustScan(t, dir, worktree.ScanOptions{Cache: cache})
 	if n := worktree.FilesRead() - before; n != 1 {
@@ -269,7 +277,7 @@ func TestPlanOneChangedFile(t *testing.T) {
 	t.Logf("hinted plan: 1 round trip asking %d oids", hintAsked)
 
 	// Exactly the trees on the path, and the new blob.
-	want := []plumbing.Hash{second.Tree, plumbing.ComputeHash(plumbing.BlobObject, []byte("changed\n"))}
+	want := []plumbing.Hash{second.Tree, plumbing.ComputeHash(plumbing.BlobObject, changed)}
 	tree, err := object.GetTree(srv.st, second.Tree)
 	if err != nil {
 		t.Fatal(err)
@@ -307,6 +315,11 @@ func TestPlanRejectsUnaskedOID(t *testing.T) {
 	}
 	if _, err := worktree.Plan(context.Background(), snap, liar, nil); lockstep.ErrorCode(err) != lockstep.EINTERNAL {
 		t.Fatalf("Plan with a server naming unasked oids: %v, want internal", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := worktree.Plan(ctx, snap, liar, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Plan with a canceled context: %v", err)
 	}
 	boom := errors.New("connection reset")
 	failing := func(context.Context, []plumbing.Hash) ([]plumbing.Hash, error) { return nil, boom }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package worktree_test
+
+const raceEnabled = false
