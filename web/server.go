@@ -75,6 +75,12 @@ func (s *Server) Handler() http.Handler {
 	e := gin.New()
 	e.ContextWithFallback = true
 	e.HandleMethodNotAllowed = true
+	// Match on the escaped path so that a revision with a slash (the
+	// side branch conflicts/main) can be named as conflicts%2Fmain in
+	// /tree/:rev, /blob/:rev/*path, /archive/:rev and /commits/:rev;
+	// parameters are unescaped before handlers see them.
+	e.UseRawPath = true
+	e.UnescapePathValues = true
 	e.Use(s.recovery, s.requestID, s.tracing, s.logging)
 	e.NoRoute(func(c *gin.Context) {
 		writeError(c, lockstep.Errorf(lockstep.ENOTFOUND, "no route %s %s", c.Request.Method, c.Request.URL.Path))
