@@ -39,8 +39,8 @@ type ScanOptions struct {
 	// Ignore, if set, is asked about every entry (slash-separated path
 	// relative to the scanned directory, and whether it is a directory)
 	// and leaves it out when it returns true. It is the hook for a future
-	// ignore file. ".git" and ".lockstep" directories are left out before
-	// Ignore is asked.
+	// ignore file. ".git" entries (git cannot store one) and ".lockstep"
+	// directories are left out before Ignore is asked.
 	Ignore func(rel string, isDir bool) bool
 }
 
@@ -51,7 +51,7 @@ type ScanOptions struct {
 type Snapshot struct {
 	// Tree is the root tree oid, equal to `git add -A && git write-tree`.
 	Tree plumbing.Hash
-	// Files is the number of blobs entries (files and symlinks) scanned.
+	// Files is the number of blob entries (files and symlinks) scanned.
 	Files int
 	// Hashed is the number of files Scan read and hashed because the cache
 	// had no valid entry for them.
@@ -143,9 +143,9 @@ func Scan(dir string, opts ScanOptions) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", dir, err)
 	}
+	var started int64 // filesystem clock before any file is read: see StatCache.Save
 	if c := opts.Cache; c != nil {
-		// Sampled before any file is read: see StatCache.Save.
-		c.scanned = c.clock()
+		started = c.clock()
 	}
 	s := &scanner{root: root, opts: opts, sem: make(chan struct{}, runtime.GOMAXPROCS(0)-1)}
 	top := &dirNode{}
@@ -171,7 +171,9 @@ func Scan(dir string, opts ScanOptions) (*Snapshot, error) {
 		return nil, err
 	}
 	if c := opts.Cache; c != nil {
-		c.replace(s.reg)
+		// Only a complete scan replaces the entries and their reference
+		// time: old entries must keep the (earlier) time they were made at.
+		c.replace(s.reg, started)
 	}
 	return snap, nil
 }

@@ -32,11 +32,9 @@ import (
 type StatCache struct {
 	path string
 	// written is the racy-git reference time (ns, filesystem clock) of the
-	// loaded entries: 0 if none, so every entry is racy.
+	// entries: when the Scan that made them started. 0 (none, or the clock
+	// could not be sampled) makes every entry racy.
 	written int64
-	// scanned is the filesystem clock sampled when the last Scan started,
-	// 0 if it could not be sampled; Save stores it as the entries' time.
-	scanned int64
 	entries map[string]cacheEntry
 	// order lists the paths of entries in the order Save writes them:
 	// walk order, which keeps a directory's files together for the prefix
@@ -81,7 +79,6 @@ func OpenStatCache(path string) (*StatCache, error) {
 		return c, nil
 	}
 	c.entries, c.order, c.known, c.written = entries, order, known, written
-	c.scanned = written // what Save keeps if no Scan runs in between
 	return c, nil
 }
 
@@ -241,8 +238,9 @@ func (c *StatCache) lookup(rel string, st fileStat) (cacheEntry, bool) {
 
 // replace makes the regular files of the last scan the cache's content;
 // paths that disappeared are dropped. The entries keep the racy-git time
-// of the scan (scanned), not that of the cache they were loaded with.
-func (c *StatCache) replace(files []*blobRef) {
+// of the scan (started), not that of the cache they were loaded with.
+func (c *StatCache) replace(files []*blobRef, started int64) {
+	c.written = started
 	m := make(map[string]cacheEntry, len(files))
 	order := make([]string, len(files))
 	for i, b := range files {
@@ -268,7 +266,7 @@ func (c *StatCache) Save() error {
 	}
 	buf := make([]byte, 0, 64+len(paths)*48)
 	buf = append(buf, cacheMagic...)
-	buf = binary.AppendVarint(buf, c.scanned)
+	buf = binary.AppendVarint(buf, c.written)
 	buf = binary.AppendUvarint(buf, uint64(len(paths)))
 	prev := ""
 	for _, p := range paths {
@@ -312,7 +310,6 @@ func (c *StatCache) Save() error {
 		os.Remove(tmp)
 		return fmt.Errorf("save stat cache: %w", err)
 	}
-	c.written = c.scanned
 	return nil
 }
 

@@ -237,3 +237,22 @@ func TestStatCacheWriteTimeIsScanStart(t *testing.T) {
 		t.Fatalf("cache time %d not within [%d, %d]", written, fb.ModTime().UnixNano(), fa.ModTime().UnixNano())
 	}
 }
+
+// A failed Scan leaves the cache as it was: its old entries must keep the
+// reference time they were made at, or a later Save would vouch for them
+// with a newer one.
+func TestStatCacheUntouchedByFailedScan(t *testing.T) {
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "a"), []byte("a"), 0o644)
+	c := openCache(t, filepath.Join(dir, ".lockstep", "statcache"))
+	mustScan(t, dir, worktree.ScanOptions{Cache: c})
+	written, n := worktree.CacheWritten(c), c.Len()
+	mustSymlink(t, "/etc/passwd", filepath.Join(dir, "bad"))
+	time.Sleep(20 * time.Millisecond) // let the filesystem clock move on
+	if _, err := worktree.Scan(dir, worktree.ScanOptions{Cache: c}); err == nil {
+		t.Fatal("Scan with an absolute symlink succeeded")
+	}
+	if worktree.CacheWritten(c) != written || c.Len() != n {
+		t.Fatalf("failed scan changed the cache: time %d -> %d, %d -> %d entries", written, worktree.CacheWritten(c), n, c.Len())
+	}
+}
