@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,15 +71,55 @@ func genTree(seed int64, files int, totalBytes int) []tarEntry {
 	return out
 }
 
+// cpuTime returns the CPU time (user + system) used so far by this
+// process and its waited-for children. Benchmarks report it per op beside
+// wall time because the shared 2-core machine is often loaded by other
+// work: CPU time barely moves with load, wall time does.
+func cpuTime() time.Duration {
+	var self, kids syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
+	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return tv(self.Utime) + tv(self.Stime) + tv(kids.Utime) + tv(kids.Stime)
+}
+
+// cpuMeter accumulates CPU time between start and stop calls.
+type cpuMeter struct {
+	t0    time.Duration
+	total time.Duration
+}
+
+func (m *cpuMeter) start() { m.t0 = cpuTime() }
+func (m *cpuMeter) stop()  { m.total += cpuTime() - m.t0 }
+func (m *cpuMeter) report(b *testing.B) {
+	b.ReportMetric(float64(m.total.Microseconds())/1000/float64(b.N), "cpu-ms/op")
+}
+
+// loop runs body b.N times after ResetTimer and reports CPU time per op.
+func loop(b *testing.B, body func(i int)) {
+	var cpu cpuMeter
+	b.ResetTimer()
+	cpu.start()
+	for i := 0; i < b.N; i++ {
+		body(i)
+	}
+	cpu.stop()
+	b.StopTimer()
+	cpu.report(b)
+}
+
 func BenchmarkIngestAndWrite2k(b *testing.B) {
 	entries := genTree(1, 2000, 20<<20)
 	data := makeTar(b, entries)
 	b.SetBytes(int64(len(data)))
+	var cpu cpuMeter
+	defer cpu.report(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		n := benchOpen(b)
 		b.StartTimer()
+		cpu.start()
 		in, err := IngestTar(context.Background(), bytes.NewReader(data), Limits{})
 		if err != nil {
 			b.Fatal(err)
@@ -86,17 +127,17 @@ func BenchmarkIngestAndWrite2k(b *testing.B) {
 		if _, err := n.WriteObjects(in.Objects); err != nil {
 			b.Fatal(err)
 		}
+		cpu.stop()
 	}
 }
 
 func BenchmarkIngestOnly2k(b *testing.B) {
 	data := makeTar(b, genTree(1, 2000, 20<<20))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	loop(b, func(i int) {
 		if _, err := IngestTar(context.Background(), bytes.NewReader(data), Limits{}); err != nil {
 			b.Fatal(err)
 		}
-	}
+	})
 }
 
 // BenchmarkGitAddWriteTree2k is the git CLI doing the same work:
@@ -109,18 +150,22 @@ func BenchmarkGitAddWriteTree2k(b *testing.B) {
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		os.WriteFile(p, []byte(e.Body), os.FileMode(e.Mode))
 	}
+	var cpu cpuMeter
+	defer cpu.report(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		gd := filepath.Join(work, fmt.Sprintf("g%d.git", i))
 		exec.Command("git", "init", "-q", "--bare", gd).Run()
 		b.StartTimer()
+		cpu.start()
 		cmd := exec.Command("sh", "-c", "git add -A && git write-tree >/dev/null")
 		cmd.Dir = filepath.Join(work, "src")
 		cmd.Env = append(os.Environ(), "GIT_DIR="+gd, "GIT_WORK_TREE=.", "GIT_INDEX_FILE="+gd+"/index")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("%v %s", err, out)
 		}
+		cpu.stop()
 		b.StopTimer()
 		os.RemoveAll(gd)
 		b.StartTimer()
@@ -147,23 +192,21 @@ func benchCommitSetup(b *testing.B) (*Network, plumbing.Hash, plumbing.Hash) {
 // object with an existing tree, written loose and fsynced.
 func BenchmarkWriteCommit(b *testing.B) {
 	n, c, tree := benchCommitSetup(b)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	loop(b, func(i int) {
 		sig := sigAt(1700000000 + int64(i))
 		h, _, err := n.WriteCommit(CommitSpec{Tree: tree, Parents: []plumbing.Hash{c}, Author: sig, Committer: sig, Message: "rollback\n"})
 		if err != nil {
 			b.Fatal(err)
 		}
 		c = h
-	}
+	})
 }
 
 // BenchmarkRollback is WriteCommit plus MirrorRef (both fsynced), the
 // same work as `git commit-tree` + `git update-ref`.
 func BenchmarkRollback(b *testing.B) {
 	n, c, tree := benchCommitSetup(b)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	loop(b, func(i int) {
 		sig := sigAt(1700000000 + int64(i))
 		h, _, err := n.WriteCommit(CommitSpec{Tree: tree, Parents: []plumbing.Hash{c}, Author: sig, Committer: sig, Message: "rollback\n"})
 		if err != nil {
@@ -173,22 +216,21 @@ func BenchmarkRollback(b *testing.B) {
 			b.Fatal(err)
 		}
 		c = h
-	}
+	})
 }
 
 // BenchmarkWriteCommitAsPack writes the same commit as a one-object pack,
 // the alternative WriteCommit does not take.
 func BenchmarkWriteCommitAsPack(b *testing.B) {
 	n, c, tree := benchCommitSetup(b)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	loop(b, func(i int) {
 		sig := sigAt(1700000000 + int64(i))
 		obj := EncodeCommit(CommitSpec{Tree: tree, Parents: []plumbing.Hash{c}, Author: sig, Committer: sig, Message: "rollback\n"})
 		if _, err := n.WriteObjects([]plumbing.EncodedObject{obj}); err != nil {
 			b.Fatal(err)
 		}
 		c = obj.Hash()
-	}
+	})
 }
 
 // BenchmarkGitCommitTreeUpdateRef is the git CLI rollback:
@@ -196,15 +238,14 @@ func BenchmarkWriteCommitAsPack(b *testing.B) {
 func BenchmarkGitCommitTreeUpdateRef(b *testing.B) {
 	n, c, tree := benchCommitSetup(b)
 	must(b, n.MirrorRef("ws", "refs/heads/main", c))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	loop(b, func(i int) {
 		cmd := exec.Command("sh", "-c", `c=$(git commit-tree -m rollback -p refs/namespaces/ws/refs/heads/main `+tree.String()+`) && git update-ref refs/namespaces/ws/refs/heads/main $c`)
 		cmd.Env = append(os.Environ(), "GIT_DIR="+n.Dir(), "GIT_AUTHOR_NAME=a", "GIT_AUTHOR_EMAIL=a@b", "GIT_COMMITTER_NAME=a", "GIT_COMMITTER_EMAIL=a@b",
 			fmt.Sprintf("GIT_COMMITTER_DATE=%d +0000", 1700000000+i))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("%v %s", err, out)
 		}
-	}
+	})
 }
 
 func BenchmarkCommitRead(b *testing.B) {
@@ -234,7 +275,6 @@ func must2[T any](v T, err error) T {
 }
 
 var _ = tar.TypeReg
-var _ = time.Second
 
 // BenchmarkIngestAndWriteIncremental2k is the common push: the whole
 // worktree is uploaded again with one file changed; only that blob and
@@ -253,8 +293,7 @@ func BenchmarkIngestAndWriteIncremental2k(b *testing.B) {
 		e[i*100].Body += fmt.Sprintf("change %d\n", i)
 		tars = append(tars, makeTar(b, e))
 	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	loop(b, func(i int) {
 		in, err := IngestTar(context.Background(), bytes.NewReader(tars[i%len(tars)]), Limits{})
 		if err != nil {
 			b.Fatal(err)
@@ -262,7 +301,7 @@ func BenchmarkIngestAndWriteIncremental2k(b *testing.B) {
 		if _, err := n.WriteObjects(in.Objects); err != nil {
 			b.Fatal(err)
 		}
-	}
+	})
 }
 
 // receiveSetup builds a 2,000-file git repository, its full pack and thin
@@ -331,13 +370,12 @@ func BenchmarkReceivePackIncremental(b *testing.B) {
 	if b.N > len(thin)-1 {
 		b.Fatalf("run with -benchtime=%dx or less: each pack is new only once", len(thin)-1)
 	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	loop(b, func(i int) {
 		st, err := n.ReceivePack(bytes.NewReader(thin[i+1]), Limits{})
 		if err != nil || st.Objects == 0 {
 			b.Fatal(err, st)
 		}
-	}
+	})
 }
 
 // BenchmarkGitIndexPackIncremental is git's receive path for the same
@@ -358,10 +396,9 @@ func BenchmarkGitIndexPackIncremental(b *testing.B) {
 	if b.N > len(thin)-1 {
 		b.Fatalf("run with -benchtime=%dx or less", len(thin)-1)
 	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	loop(b, func(i int) {
 		indexPack(thin[i+1])
-	}
+	})
 }
 
 func compareSetup(b *testing.B) (*Network, plumbing.Hash, plumbing.Hash) {
@@ -382,47 +419,43 @@ func compareSetup(b *testing.B) (*Network, plumbing.Hash, plumbing.Hash) {
 // files (10 KB each), patches included.
 func BenchmarkCompare10(b *testing.B) {
 	n, base, head := compareSetup(b)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	loop(b, func(i int) {
 		ch, err := n.Compare(base, head, CompareOptions{})
 		if err != nil || len(ch) != 10 {
 			b.Fatal(err, len(ch))
 		}
-	}
+	})
 }
 
 // BenchmarkGitDiff10 is `git diff base head` for the same commits.
 func BenchmarkGitDiff10(b *testing.B) {
 	n, base, head := compareSetup(b)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	loop(b, func(i int) {
 		cmd := exec.Command("git", "--git-dir="+n.Dir(), "diff", base.String(), head.String())
 		if err := cmd.Run(); err != nil {
 			b.Fatal(err)
 		}
-	}
+	})
 }
 
 // BenchmarkArchive2k streams a 2,000-file commit as tar to io.Discard.
 func BenchmarkArchive2k(b *testing.B) {
 	n, _, head := compareSetup(b)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	loop(b, func(i int) {
 		if err := n.Archive(context.Background(), io.Discard, head); err != nil {
 			b.Fatal(err)
 		}
-	}
+	})
 }
 
 // BenchmarkGitArchive2k is `git archive` of the same commit.
 func BenchmarkGitArchive2k(b *testing.B) {
 	n, _, head := compareSetup(b)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	loop(b, func(i int) {
 		cmd := exec.Command("git", "--git-dir="+n.Dir(), "archive", head.String())
 		cmd.Stdout = io.Discard
 		if err := cmd.Run(); err != nil {
 			b.Fatal(err)
 		}
-	}
+	})
 }
