@@ -70,4 +70,8 @@
 //
 // The cache must live outside the pushed tree: the CLI keeps it under
 // <dir>/.lockstep/, which Scan never enters, or in a user cache directory.
+//
+// The package needs Unix stat fields (inode, device, ctime) and *at system
+// calls from golang.org/x/sys/unix: it builds on Linux and macOS, not on
+// Windows.
 package worktree
