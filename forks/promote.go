@@ -22,7 +22,8 @@ type PromoteTarget struct {
 
 // PromoteTarget resolves what a promote of commit (default: the
 // workspace tip) would do. Errors: not_found, invalid_argument when the
-// repository is not a workspace or is not active.
+// repository is not a workspace or is not active, or when commit is not in
+// the history of the workspace's branch.
 func (s *Service) PromoteTarget(ctx context.Context, wsName, commit string) (*PromoteTarget, error) {
 	ws, err := s.Repo(ctx, wsName)
 	if err != nil {
@@ -49,6 +50,24 @@ func (s *Service) PromoteTarget(ctx context.Context, wsName, commit string) (*Pr
 	n, err := s.Network(ws.Network)
 	if err != nil {
 		return nil, err
+	}
+	if commit != "" {
+		// The fork network shares one object store, so an oid resolves in
+		// every repository of it: require the workspace's own history, or
+		// an agent could land another agent's commit through its workspace.
+		tip, err := s.branchTip(ctx, ws, ws.DefaultBranch)
+		if err != nil {
+			return nil, err
+		}
+		if tip != h {
+			bases, err := merge.MergeBases(ctx, n.Objects(), tip, h)
+			if err != nil {
+				return nil, err
+			}
+			if len(bases) != 1 || bases[0] != h {
+				return nil, lockstep.Errorf(lockstep.EINVALID, "commit %s is not in the history of %s's branch %s", commit, ws.Name, ws.DefaultBranch)
+			}
+		}
 	}
 	ci, err := n.Commit(h)
 	if err != nil {
