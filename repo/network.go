@@ -39,7 +39,7 @@ type Network struct {
 	packs []*pack                 // newest first
 	where map[plumbing.Hash]*pack // every packed object -> a pack holding it
 
-	writeMu sync.Mutex // serialises pack writers
+	writeMu sync.Mutex // serialises pack writers and Reload (a Reload must not miss a pack being published)
 
 	packDirMod atomic.Int64 // objects/pack mtime (ns) seen by the last Reload
 	refMu      sync.Mutex   // serialises ref mirror writes
@@ -117,6 +117,8 @@ func (n *Network) initBare() error {
 // Network (for example by `git index-pack` on the smart-HTTP push path or
 // by a repack). Packs already loaded are kept.
 func (n *Network) Reload() error {
+	n.writeMu.Lock()
+	defer n.writeMu.Unlock()
 	packDir := filepath.Join(n.dir, "objects", "pack")
 	if fi, err := os.Stat(packDir); err == nil {
 		n.packDirMod.Store(fi.ModTime().UnixNano())
