@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
@@ -259,6 +260,10 @@ func (n *Network) looseRefs(ns string) (map[string]string, error) {
 	return out, err
 }
 
+// staleLock is the age after which a ref lock file is taken as left by a
+// crash.
+const staleLock = 10 * time.Second
+
 // writeRefFile writes content to path through path.lock (exclusive
 // create, as git does), fsync, rename.
 func (n *Network) writeRefFile(path, content string) error {
@@ -268,6 +273,14 @@ func (n *Network) writeRefFile(path, content string) error {
 	}
 	lock := path + ".lock"
 	f, err := os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		// Refs are written only under refMu, so a lock file older than a
+		// few seconds was left by a crash (ours or a git command's).
+		if fi, serr := os.Stat(lock); serr == nil && time.Since(fi.ModTime()) > staleLock {
+			os.Remove(lock)
+			f, err = os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("lock ref: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
@@ -235,5 +236,22 @@ func TestExternalRepack(t *testing.T) {
 	}
 	if st, err := n.ReceivePack(strings.NewReader("PACK\x00\x00\x00\x02\x00\x00\x00\x00"+strings.Repeat("\x00", 20)), Limits{}); err != nil || st.Objects != 0 {
 		t.Fatalf("empty pack: %+v %v", st, err)
+	}
+}
+
+func TestMirrorRefStaleLock(t *testing.T) {
+	n := MustOpen(t)
+	c, _ := mustPush(t, n, []tarEntry{{Name: "a", Body: "1"}}, nil, 1700000000)
+	lock := filepath.Join(n.Dir(), "refs/namespaces/r/refs/heads/main.lock")
+	os.MkdirAll(filepath.Dir(lock), 0o755)
+	os.WriteFile(lock, nil, 0o644)
+	if err := n.MirrorRef("r", "refs/heads/main", c); err == nil {
+		t.Fatal("fresh lock ignored")
+	}
+	old := time.Now().Add(-time.Minute)
+	os.Chtimes(lock, old, old)
+	must(t, n.MirrorRef("r", "refs/heads/main", c))
+	if b, _ := os.ReadFile(strings.TrimSuffix(lock, ".lock")); string(b) != c.String()+"\n" {
+		t.Fatalf("ref %q", b)
 	}
 }
