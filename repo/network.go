@@ -76,6 +76,7 @@ func Open(dir string, opts Options) (*Network, error) {
 	if err := n.initBare(); err != nil {
 		return nil, fmt.Errorf("open network %s: %w", dir, err)
 	}
+	n.removeStaleTemps()
 	if err := n.Reload(); err != nil {
 		return nil, err
 	}

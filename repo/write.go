@@ -12,7 +12,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
@@ -152,7 +154,7 @@ func (n *Network) writePack(objs []plumbing.EncodedObject) (WriteStats, *pack, e
 	tmp = nil
 	os.Chmod(packPath, 0o444)
 	// Index last: git and Reload consider a pack present once its .idx is.
-	if err := n.writeFileAtomicMode(n.packPath(checksum, "idx"), ib.Bytes(), 0o444, false); err != nil {
+	if err := n.writeFileAtomicMode(n.packPath(checksum, "idx"), "", ib.Bytes(), 0o444, false); err != nil {
 		return WriteStats{}, nil, err
 	}
 	if n.opts.Fsync {
@@ -272,7 +274,9 @@ func (n *Network) writeLoose(o plumbing.EncodedObject) (WriteStats, error) {
 			}
 		}
 	}
-	if err := n.writeFileAtomicMode(path, buf.Bytes(), 0o444, n.opts.Fsync); err != nil {
+	// The temp file lives in objects/ (same filesystem), where Open can
+	// find and remove what a crash leaves behind.
+	if err := n.writeFileAtomicMode(path, filepath.Join(n.dir, "objects"), buf.Bytes(), 0o444, n.opts.Fsync); err != nil {
 		return WriteStats{}, fmt.Errorf("write object %s: %w", h, err)
 	}
 	return WriteStats{Objects: 1, Bytes: int64(buf.Len())}, nil
@@ -281,12 +285,18 @@ func (n *Network) writeLoose(o plumbing.EncodedObject) (WriteStats, error) {
 // writeFileAtomic writes data to path via a temp file in the same
 // directory and a rename, fsyncing file and directory when Options.Fsync.
 func (n *Network) writeFileAtomic(path string, data []byte) error {
-	return n.writeFileAtomicMode(path, data, 0o644, n.opts.Fsync)
+	return n.writeFileAtomicMode(path, "", data, 0o644, n.opts.Fsync)
 }
 
-func (n *Network) writeFileAtomicMode(path string, data []byte, mode os.FileMode, syncDirToo bool) error {
+// writeFileAtomicMode writes data to a temp file in tmpDir (default: the
+// directory of path), fsyncs it when Options.Fsync, renames it to path and,
+// when syncDirToo, fsyncs path's directory.
+func (n *Network) writeFileAtomicMode(path, tmpDir string, data []byte, mode os.FileMode, syncDirToo bool) error {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp_"+filepath.Base(path)+"_")
+	if tmpDir == "" {
+		tmpDir = dir
+	}
+	f, err := os.CreateTemp(tmpDir, tmpPrefix+filepath.Base(path)+"_")
 	if err != nil {
 		return err
 	}
@@ -320,6 +330,29 @@ func (n *Network) writeFileAtomicMode(path string, data []byte, mode os.FileMode
 		return syncDir(dir)
 	}
 	return nil
+}
+
+// tmpPrefix starts the names of our temp files (packs use git's tmp_pack_).
+const tmpPrefix = ".tmp_"
+
+// removeStaleTemps deletes temp files older than an hour that a crash
+// left in objects/ and objects/pack/ (never a file being written now).
+func (n *Network) removeStaleTemps() {
+	for _, d := range []string{filepath.Join(n.dir, "objects"), filepath.Join(n.dir, "objects", "pack")} {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			name := e.Name()
+			if !strings.HasPrefix(name, tmpPrefix) && !strings.HasPrefix(name, "tmp_pack_") && !strings.HasPrefix(name, ".tmp_pack-") {
+				continue
+			}
+			if fi, err := e.Info(); err == nil && !fi.IsDir() && time.Since(fi.ModTime()) > time.Hour {
+				os.Remove(filepath.Join(d, name))
+			}
+		}
+	}
 }
 
 func syncDir(dir string) error {
