@@ -24,6 +24,11 @@ func gitEnv(home string) []string {
 // gitCmd runs git in dir and returns its combined output and error.
 func gitCmd(t testing.TB, dir string, args ...string) (string, error) {
 	t.Helper()
+	return gitRun(dir, "", args...)
+}
+
+// gitRun runs git with stdin; safe from any goroutine.
+func gitRun(dir, stdin string, args ...string) (string, error) {
 	home := filepath.Join(tmpRoot, "home")
 	_ = os.MkdirAll(home, 0o755)
 	full := append([]string{"-c", "user.name=E2E Agent", "-c", "user.email=agent@e2e.test",
@@ -31,6 +36,9 @@ func gitCmd(t testing.TB, dir string, args ...string) (string, error) {
 	cmd := exec.Command("git", full...)
 	cmd.Dir = dir
 	cmd.Env = gitEnv(home)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

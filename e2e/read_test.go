@@ -19,110 +19,115 @@ import (
 // commit in the object store and that the on-disk mirror matches the store.
 func TestCrashSafety(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverOpts{})
-	const writers = 4
-	for w := range writers {
-		s.createRepo(t, fmt.Sprintf("crash%d", w))
-	}
-	s.createKey(t, "agent", "agent")
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t, serverOpts{Postgres: b.postgres})
+			const writers = 4
+			for w := range writers {
+				s.createRepo(t, fmt.Sprintf("crash%d", w))
+			}
+			s.createKey(t, "agent", "agent")
 
-	var ok atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			repo := fmt.Sprintf("crash%d", w)
-			expect := zeroOID
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				files := map[string]string{}
-				for f := range 30 {
-					files[fmt.Sprintf("d%d/f%02d.txt", f%5, f)] = randomText(w*1000+f+i*(f%3), 1500)
-				}
-				r, err := s.try("PUT", "/api/v1/repos/"+repo+"/worktree"+pushQuery("", expect), s.AdminKey, tarOf(t, files), "application/x-tar")
-				if err != nil || r.Status != http.StatusCreated {
-					return // the server died under us
-				}
-				var p pushResult
-				if r.decode(t, &p); p.Commit == "" {
-					return
-				}
-				expect = p.Commit
-				ok.Add(1)
+			var ok atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					repo := fmt.Sprintf("crash%d", w)
+					expect := zeroOID
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						files := map[string]string{}
+						for f := range 30 {
+							files[fmt.Sprintf("d%d/f%02d.txt", f%5, f)] = randomText(w*1000+f+i*(f%3), 1500)
+						}
+						r, err := s.try("PUT", "/api/v1/repos/"+repo+"/worktree"+pushQuery("", expect), s.AdminKey, tarOf(t, files), "application/x-tar")
+						if err != nil || r.Status != http.StatusCreated {
+							return // the server died under us
+						}
+						var p pushResult
+						if r.decode(t, &p); p.Commit == "" {
+							return
+						}
+						expect = p.Commit
+						ok.Add(1)
+					}
+				}()
 			}
-		}()
-	}
-	// Kill once writes are flowing; no sleeps, just progress.
-	for ok.Load() < 24 {
-		if !s.running() {
-			t.Fatalf("server died on its own:\n%s", s.stderr)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	close(stop)
-	wg.Wait()
-	<-s.done
-	t.Logf("killed after %d successful pushes", ok.Load())
+			// Kill once writes are flowing; no sleeps, just progress.
+			for ok.Load() < 24 {
+				if !s.running() {
+					t.Fatalf("server died on its own:\n%s", s.stderr)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			close(stop)
+			wg.Wait()
+			<-s.done
+			t.Logf("killed after %d successful pushes", ok.Load())
 
-	s2 := s.restart(t)
-	var repos struct {
-		Repos []struct {
-			Name    string `json:"name"`
-			Network string `json:"network"`
-		} `json:"repos"`
-	}
-	s2.mustJSON(t, "GET", "/api/v1/repos", s2.AdminKey, nil, http.StatusOK, &repos)
-	if len(repos.Repos) != writers {
-		t.Fatalf("%d repositories after restart, want %d", len(repos.Repos), writers)
-	}
-	total := 0
-	for _, r := range repos.Repos {
-		gitDir := s2.networkDir(r.Network)
-		refs := s2.refs(t, s2.AdminKey, r.Name)
-		main := refs["refs/heads/main"]
-		if main == "" {
-			t.Errorf("%s has no main after the crash", r.Name)
-			continue
-		}
-		for name, oid := range refs {
-			if out, err := gitCmd(t, "", "--git-dir="+gitDir, "cat-file", "-e", oid+"^{commit}"); err != nil {
-				t.Errorf("%s %s → %s: not a commit in %s: %v %s", r.Name, name, oid, gitDir, err, out)
-				continue
+			s2 := s.restart(t)
+			var repos struct {
+				Repos []struct {
+					Name    string `json:"name"`
+					Network string `json:"network"`
+				} `json:"repos"`
 			}
-			// Every object reachable from the ref is present and parses.
-			if out, err := gitCmd(t, "", "--git-dir="+gitDir, "rev-list", "--objects", "--missing=print", oid); err != nil || strings.Contains(out, "\n?") || strings.HasPrefix(out, "?") {
-				t.Errorf("%s %s → %s is incomplete: %v\n%.2000s", r.Name, name, oid, err, out)
+			s2.mustJSON(t, "GET", "/api/v1/repos", s2.AdminKey, nil, http.StatusOK, &repos)
+			if len(repos.Repos) != writers {
+				t.Fatalf("%d repositories after restart, want %d", len(repos.Repos), writers)
 			}
-			mirror := git(t, "", "--git-dir="+gitDir, "rev-parse", "refs/namespaces/"+r.Name+"/"+name)
-			if mirror != oid {
-				t.Errorf("%s %s: on-disk mirror %s, store %s", r.Name, name, mirror, oid)
+			total := 0
+			for _, r := range repos.Repos {
+				gitDir := s2.networkDir(r.Network)
+				refs := s2.refs(t, s2.AdminKey, r.Name)
+				main := refs["refs/heads/main"]
+				if main == "" {
+					t.Errorf("%s has no main after the crash", r.Name)
+					continue
+				}
+				for name, oid := range refs {
+					if out, err := gitCmd(t, "", "--git-dir="+gitDir, "cat-file", "-e", oid+"^{commit}"); err != nil {
+						t.Errorf("%s %s → %s: not a commit in %s: %v %s", r.Name, name, oid, gitDir, err, out)
+						continue
+					}
+					// Every object reachable from the ref is present and parses.
+					if out, err := gitCmd(t, "", "--git-dir="+gitDir, "rev-list", "--objects", "--missing=print", oid); err != nil || strings.Contains(out, "\n?") || strings.HasPrefix(out, "?") {
+						t.Errorf("%s %s → %s is incomplete: %v\n%.2000s", r.Name, name, oid, err, out)
+					}
+					mirror := git(t, "", "--git-dir="+gitDir, "rev-parse", "refs/namespaces/"+r.Name+"/"+name)
+					if mirror != oid {
+						t.Errorf("%s %s: on-disk mirror %s, store %s", r.Name, name, mirror, oid)
+					}
+				}
+				total += len(s2.commits(t, r.Name, "main", 1000))
+				if out, err := gitCmd(t, "", "--git-dir="+gitDir, "fsck", "--strict", "--no-dangling", "--no-progress"); err != nil {
+					t.Errorf("git fsck --strict %s: %v\n%.3000s", gitDir, err, out)
+				}
+				// The repository still takes writes on top of what survived.
+				p := s2.push(t, s2.AdminKey, r.Name, main, map[string]string{"after.txt": "after the crash\n"})
+				if c := s2.commit(t, r.Name, p.Commit); len(c.Parents) != 1 || c.Parents[0] != main {
+					t.Errorf("%s: post-crash commit parents %v, want [%s]", r.Name, c.Parents, main)
+				}
 			}
-		}
-		total += len(s2.commits(t, r.Name, "main", 1000))
-		if out, err := gitCmd(t, "", "--git-dir="+gitDir, "fsck", "--strict", "--no-dangling", "--no-progress"); err != nil {
-			t.Errorf("git fsck --strict %s: %v\n%.3000s", gitDir, err, out)
-		}
-		// The repository still takes writes on top of what survived.
-		p := s2.push(t, s2.AdminKey, r.Name, main, map[string]string{"after.txt": "after the crash\n"})
-		if c := s2.commit(t, r.Name, p.Commit); len(c.Parents) != 1 || c.Parents[0] != main {
-			t.Errorf("%s: post-crash commit parents %v, want [%s]", r.Name, c.Parents, main)
-		}
-	}
-	// Every push that got its 201 before the kill survived it.
-	if int64(total) < ok.Load() {
-		t.Errorf("%d commits on the branches after restart, but %d pushes were acknowledged", total, ok.Load())
-	}
-	if v := s2.verify(t); !v.OK {
-		t.Errorf("oplog verify after the crash: %+v", v)
+			// Every push that got its 201 before the kill survived it.
+			if int64(total) < ok.Load() {
+				t.Errorf("%d commits on the branches after restart, but %d pushes were acknowledged", total, ok.Load())
+			}
+			if v := s2.verify(t); !v.OK {
+				t.Errorf("oplog verify after the crash: %+v", v)
+			}
+		})
 	}
 }
 

@@ -235,114 +235,119 @@ func TestCompareAndSwapRules(t *testing.T) {
 // one wins, over the API and over git.
 func TestConcurrentPushes(t *testing.T) {
 	t.Parallel()
-	const n = 16
-	s := startServer(t, serverOpts{})
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			const n = 16
+			s := startServer(t, serverOpts{Postgres: b.postgres})
 
-	t.Run("api", func(t *testing.T) {
-		s.createRepo(t, "race")
-		base := s.push(t, s.AdminKey, "race", zeroOID, map[string]string{"base.txt": "base\n"})
-		type out struct {
-			r   *response
-			err error
-		}
-		results := make([]out, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				body := tarOf(t, map[string]string{"base.txt": "base\n", fmt.Sprintf("w%02d.txt", i): "writer\n"})
-				r, err := s.try("PUT", "/api/v1/repos/race/worktree"+pushQuery("", base.Commit), s.AdminKey, body, "application/x-tar")
-				results[i] = out{r, err}
-			}()
-		}
-		wg.Wait()
-		winner := ""
-		conflicts := 0
-		for i, o := range results {
-			if o.err != nil {
-				t.Fatalf("writer %d: %v", i, o.err)
-			}
-			switch o.r.Status {
-			case http.StatusCreated:
-				var p pushResult
-				o.r.decode(t, &p)
-				if winner != "" {
-					t.Errorf("two writers won: %s and %s", winner, p.Commit)
+			t.Run("api", func(t *testing.T) {
+				s.createRepo(t, "race")
+				base := s.push(t, s.AdminKey, "race", zeroOID, map[string]string{"base.txt": "base\n"})
+				type out struct {
+					r   *response
+					err error
 				}
-				winner = p.Commit
-			case http.StatusConflict:
-				wantError(t, o.r, 409, "ref_conflict")
-				conflicts++
-			default:
-				t.Errorf("writer %d: %s", i, o.r)
-			}
-		}
-		if winner == "" || conflicts != n-1 {
-			t.Fatalf("winner %q, %d conflicts; want one winner and %d conflicts", winner, conflicts, n-1)
-		}
-		if got := s.head(t, "race"); got != winner {
-			t.Errorf("main = %s, want the winner %s", got, winner)
-		}
-		if log := s.commits(t, "race", "main", 10); len(log) != 2 {
-			t.Errorf("main has %d commits, want 2", len(log))
-		}
-	})
+				results := make([]out, n)
+				var wg sync.WaitGroup
+				for i := range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						body := tarOf(t, map[string]string{"base.txt": "base\n", fmt.Sprintf("w%02d.txt", i): "writer\n"})
+						r, err := s.try("PUT", "/api/v1/repos/race/worktree"+pushQuery("", base.Commit), s.AdminKey, body, "application/x-tar")
+						results[i] = out{r, err}
+					}()
+				}
+				wg.Wait()
+				winner := ""
+				conflicts := 0
+				for i, o := range results {
+					if o.err != nil {
+						t.Fatalf("writer %d: %v", i, o.err)
+					}
+					switch o.r.Status {
+					case http.StatusCreated:
+						var p pushResult
+						o.r.decode(t, &p)
+						if winner != "" {
+							t.Errorf("two writers won: %s and %s", winner, p.Commit)
+						}
+						winner = p.Commit
+					case http.StatusConflict:
+						wantError(t, o.r, 409, "ref_conflict")
+						conflicts++
+					default:
+						t.Errorf("writer %d: %s", i, o.r)
+					}
+				}
+				if winner == "" || conflicts != n-1 {
+					t.Fatalf("winner %q, %d conflicts; want one winner and %d conflicts", winner, conflicts, n-1)
+				}
+				if got := s.head(t, "race"); got != winner {
+					t.Errorf("main = %s, want the winner %s", got, winner)
+				}
+				if log := s.commits(t, "race", "main", 10); len(log) != 2 {
+					t.Errorf("main has %d commits, want 2", len(log))
+				}
+			})
 
-	t.Run("git", func(t *testing.T) {
-		s.createRepo(t, "gitrace")
-		base := s.push(t, s.AdminKey, "gitrace", zeroOID, map[string]string{"base.txt": "base\n"})
-		dirs := make([]string, n)
-		heads := make([]string, n)
-		for i := range n {
-			dirs[i] = s.clone(t, "gitrace", s.AdminKey)
-			writeFile(t, filepath.Join(dirs[i], fmt.Sprintf("c%02d.txt", i)), fmt.Sprintf("client %d\n", i))
-			git(t, dirs[i], "add", ".")
-			git(t, dirs[i], "commit", "-q", "-m", fmt.Sprintf("client %d", i))
-			heads[i] = git(t, dirs[i], "rev-parse", "HEAD")
-		}
-		outs := make([]string, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				outs[i], errs[i] = gitCmd(t, dirs[i], "push", "origin", "main")
-			}()
-		}
-		wg.Wait()
-		var accepted []int
-		for i := range n {
-			if errs[i] == nil {
-				accepted = append(accepted, i)
-			}
-		}
-		if len(accepted) != 1 {
-			for i := range n {
-				t.Logf("client %d: err=%v\n%s", i, errs[i], outs[i])
-			}
-			t.Fatalf("%d pushes accepted, want exactly 1: %v", len(accepted), accepted)
-		}
-		w := accepted[0]
-		if got := s.head(t, "gitrace"); got != heads[w] {
-			t.Fatalf("main = %s, want the accepted client's commit %s", got, heads[w])
-		}
-		log := s.commits(t, "gitrace", "main", 100)
-		if got := oids(log); !reflect.DeepEqual(got, []string{heads[w], base.Commit}) {
-			t.Errorf("main history %v, want [%s %s]: a rejected push leaked in", got, heads[w], base.Commit)
-		}
-		ops := s.oplog(t, url.Values{"repo": {"gitrace"}, "op": {"git.push"}})
-		ok := 0
-		for _, e := range ops {
-			if e.Result == "ok" {
-				ok++
-			}
-		}
-		if ok != 1 {
-			t.Errorf("oplog has %d successful git.push entries, want 1", ok)
-		}
-	})
+			t.Run("git", func(t *testing.T) {
+				s.createRepo(t, "gitrace")
+				base := s.push(t, s.AdminKey, "gitrace", zeroOID, map[string]string{"base.txt": "base\n"})
+				dirs := make([]string, n)
+				heads := make([]string, n)
+				for i := range n {
+					dirs[i] = s.clone(t, "gitrace", s.AdminKey)
+					writeFile(t, filepath.Join(dirs[i], fmt.Sprintf("c%02d.txt", i)), fmt.Sprintf("client %d\n", i))
+					git(t, dirs[i], "add", ".")
+					git(t, dirs[i], "commit", "-q", "-m", fmt.Sprintf("client %d", i))
+					heads[i] = git(t, dirs[i], "rev-parse", "HEAD")
+				}
+				outs := make([]string, n)
+				errs := make([]error, n)
+				var wg sync.WaitGroup
+				for i := range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						outs[i], errs[i] = gitCmd(t, dirs[i], "push", "origin", "main")
+					}()
+				}
+				wg.Wait()
+				var accepted []int
+				for i := range n {
+					if errs[i] == nil {
+						accepted = append(accepted, i)
+					}
+				}
+				if len(accepted) != 1 {
+					for i := range n {
+						t.Logf("client %d: err=%v\n%s", i, errs[i], outs[i])
+					}
+					t.Fatalf("%d pushes accepted, want exactly 1: %v", len(accepted), accepted)
+				}
+				w := accepted[0]
+				if got := s.head(t, "gitrace"); got != heads[w] {
+					t.Fatalf("main = %s, want the accepted client's commit %s", got, heads[w])
+				}
+				log := s.commits(t, "gitrace", "main", 100)
+				if got := oids(log); !reflect.DeepEqual(got, []string{heads[w], base.Commit}) {
+					t.Errorf("main history %v, want [%s %s]: a rejected push leaked in", got, heads[w], base.Commit)
+				}
+				ops := s.oplog(t, url.Values{"repo": {"gitrace"}, "op": {"git.push"}})
+				ok := 0
+				for _, e := range ops {
+					if e.Result == "ok" {
+						ok++
+					}
+				}
+				if ok != 1 {
+					t.Errorf("oplog has %d successful git.push entries, want 1", ok)
+				}
+			})
+		})
+	}
 }
 
 // TestBadUploads: every malformed or oversized upload is refused with the

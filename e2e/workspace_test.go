@@ -457,67 +457,72 @@ func (c *Cart) Count() int { return len(c.Items) }
 // none loses another's change.
 func TestConcurrentMaterialize(t *testing.T) {
 	t.Parallel()
-	const n = 8
-	s := startServer(t, serverOpts{})
-	s.createRepo(t, "base")
-	files := map[string]string{}
-	for i := range n {
-		files[fmt.Sprintf("f%d.txt", i)] = fmt.Sprintf("file %d\noriginal\n", i)
-	}
-	v0 := s.push(t, s.AdminKey, "base", zeroOID, files)
-	tips := make([]string, n)
-	for i := range n {
-		ws := fmt.Sprintf("ws-%d", i)
-		s.fork(t, s.AdminKey, "base", ws)
-		p := s.push(t, s.AdminKey, ws, v0.Commit, withFiles(files, fmt.Sprintf("f%d.txt", i), fmt.Sprintf("file %d\nchanged by ws-%d\n", i, i)))
-		tips[i] = p.Commit
-	}
-	results := make([]*response, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i], errs[i] = s.try("POST", "/api/v1/repos/base/merges", s.AdminKey,
-				map[string]any{"ours": "main", "theirs": fmt.Sprintf("ws-%d:main", i), "materialize": true, "deep": true}, "")
-		}()
-	}
-	wg.Wait()
-	for i := range n {
-		if errs[i] != nil {
-			t.Fatalf("merge ws-%d: %v", i, errs[i])
-		}
-		if results[i].Status != http.StatusOK {
-			t.Errorf("merge ws-%d: %s", i, results[i])
-		}
-	}
-	for i := range n {
-		if got := s.blob(t, "base", "main", fmt.Sprintf("f%d.txt", i)); got != fmt.Sprintf("file %d\nchanged by ws-%d\n", i, i) {
-			t.Errorf("f%d.txt on main = %q: ws-%d's change was lost", i, got, i)
-		}
-	}
-	log := s.commits(t, "base", "main", 100)
-	have := map[string]bool{}
-	for _, c := range log {
-		have[c.Commit] = true
-	}
-	for i, tip := range tips {
-		if !have[tip] {
-			t.Errorf("ws-%d's commit %s is not in main's history", i, tip)
-		}
-	}
-	var okMerges int
-	for _, e := range s.oplog(t, url.Values{"repo": {"base"}, "op": {"merge"}}) {
-		if e.Result == "ok" {
-			okMerges++
-		}
-	}
-	if okMerges != n {
-		t.Errorf("oplog shows %d successful merges, want %d", okMerges, n)
-	}
-	if v := s.verify(t); !v.OK {
-		t.Errorf("oplog verify: %+v", v)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			const n = 8
+			s := startServer(t, serverOpts{Postgres: b.postgres})
+			s.createRepo(t, "base")
+			files := map[string]string{}
+			for i := range n {
+				files[fmt.Sprintf("f%d.txt", i)] = fmt.Sprintf("file %d\noriginal\n", i)
+			}
+			v0 := s.push(t, s.AdminKey, "base", zeroOID, files)
+			tips := make([]string, n)
+			for i := range n {
+				ws := fmt.Sprintf("ws-%d", i)
+				s.fork(t, s.AdminKey, "base", ws)
+				p := s.push(t, s.AdminKey, ws, v0.Commit, withFiles(files, fmt.Sprintf("f%d.txt", i), fmt.Sprintf("file %d\nchanged by ws-%d\n", i, i)))
+				tips[i] = p.Commit
+			}
+			results := make([]*response, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					results[i], errs[i] = s.try("POST", "/api/v1/repos/base/merges", s.AdminKey,
+						map[string]any{"ours": "main", "theirs": fmt.Sprintf("ws-%d:main", i), "materialize": true, "deep": true}, "")
+				}()
+			}
+			wg.Wait()
+			for i := range n {
+				if errs[i] != nil {
+					t.Fatalf("merge ws-%d: %v", i, errs[i])
+				}
+				if results[i].Status != http.StatusOK {
+					t.Errorf("merge ws-%d: %s", i, results[i])
+				}
+			}
+			for i := range n {
+				if got := s.blob(t, "base", "main", fmt.Sprintf("f%d.txt", i)); got != fmt.Sprintf("file %d\nchanged by ws-%d\n", i, i) {
+					t.Errorf("f%d.txt on main = %q: ws-%d's change was lost", i, got, i)
+				}
+			}
+			log := s.commits(t, "base", "main", 100)
+			have := map[string]bool{}
+			for _, c := range log {
+				have[c.Commit] = true
+			}
+			for i, tip := range tips {
+				if !have[tip] {
+					t.Errorf("ws-%d's commit %s is not in main's history", i, tip)
+				}
+			}
+			var okMerges int
+			for _, e := range s.oplog(t, url.Values{"repo": {"base"}, "op": {"merge"}}) {
+				if e.Result == "ok" {
+					okMerges++
+				}
+			}
+			if okMerges != n {
+				t.Errorf("oplog shows %d successful merges, want %d", okMerges, n)
+			}
+			if v := s.verify(t); !v.OK {
+				t.Errorf("oplog verify: %+v", v)
+			}
+		})
 	}
 }
 

@@ -1,0 +1,157 @@
+package e2e
+
+import (
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestGitEdgeCases: what plain git clients can send, beyond the happy
+// path: empty repositories, new and deleted branches, tags, trees git
+// itself would never check out safely, oversized packs, no credentials.
+func TestGitEdgeCases(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOpts{Args: []string{"--max-upload-bytes", "262144"}})
+	s.createRepo(t, "edge")
+
+	// An empty repository clones, and the first git push creates main.
+	dir := filepath.Join(t.TempDir(), "edge")
+	if out, err := gitCmd(t, "", "clone", s.gitURL("edge", s.AdminKey), dir); err != nil {
+		t.Fatalf("clone of an empty repository: %v\n%s", err, out)
+	}
+	writeFile(t, filepath.Join(dir, "a.txt"), "a\n")
+	git(t, dir, "add", ".")
+	git(t, dir, "commit", "-q", "-m", "first")
+	first := git(t, dir, "rev-parse", "HEAD")
+	git(t, dir, "push", "-q", "origin", "main")
+	if got := s.head(t, "edge"); got != first {
+		t.Fatalf("main after the first git push %s, want %s", got, first)
+	}
+
+	// An API push is visible to git fetch (the on-disk mirror follows).
+	api := s.push(t, s.AdminKey, "edge", first, map[string]string{"a.txt": "a\n", "b.txt": "from the API\n"})
+	git(t, dir, "fetch", "-q", "origin")
+	if got := git(t, dir, "rev-parse", "origin/main"); got != api.Commit {
+		t.Errorf("git fetch after an API push: origin/main %s, want %s", got, api.Commit)
+	}
+	git(t, dir, "reset", "-q", "--hard", "origin/main")
+
+	// New branch, then delete it; main cannot be deleted.
+	git(t, dir, "push", "-q", "origin", "HEAD:feature/x")
+	if got := s.refs(t, s.AdminKey, "edge")["refs/heads/feature/x"]; got != api.Commit {
+		t.Errorf("refs/heads/feature/x = %q, want %s", got, api.Commit)
+	}
+	git(t, dir, "push", "-q", "origin", ":feature/x")
+	if _, ok := s.refs(t, s.AdminKey, "edge")["refs/heads/feature/x"]; ok {
+		t.Errorf("feature/x still exists after a delete push")
+	}
+	if out, err := gitCmd(t, dir, "push", "origin", ":main"); err == nil {
+		t.Errorf("deleting main over git succeeded:\n%s", out)
+	}
+	// Tags are not branches: refused.
+	git(t, dir, "tag", "v1")
+	if out, err := gitCmd(t, dir, "push", "origin", "refs/tags/v1"); err == nil {
+		t.Errorf("pushing a tag succeeded:\n%s", out)
+	}
+	for name := range s.refs(t, s.AdminKey, "edge") {
+		if strings.HasPrefix(name, "refs/tags/") {
+			t.Errorf("tag %s was stored", name)
+		}
+	}
+	ops := s.oplog(t, url.Values{"repo": {"edge"}, "op": {"git.push"}})
+	var moves []string
+	for _, e := range ops {
+		for _, m := range e.Refs {
+			moves = append(moves, fmt.Sprintf("%s %s→%s", m.Ref, short(m.Old), short(m.New)))
+		}
+	}
+	want := []string{"refs/heads/main 000000000000→" + short(first), "refs/heads/feature/x 000000000000→" + short(api.Commit),
+		"refs/heads/feature/x " + short(api.Commit) + "→000000000000"}
+	if fmt.Sprint(moves) != fmt.Sprint(want) {
+		t.Errorf("git.push ref moves in the oplog:\n got %v\nwant %v", moves, want)
+	}
+
+	// Trees that would be dangerous to check out are refused by the same
+	// rules as tar uploads, whatever the client built.
+	main := s.head(t, "edge")
+	blob := git(t, dir, "hash-object", "-w", "a.txt")
+	bad := []struct {
+		name string
+		tree func() string
+	}{
+		{".git entry", func() string {
+			return mktree(t, dir, fmt.Sprintf("100644 blob %s\t.git\n", blob))
+		}},
+		{"nested .git directory", func() string {
+			inner := mktree(t, dir, fmt.Sprintf("100644 blob %s\tconfig\n", blob))
+			return mktree(t, dir, fmt.Sprintf("040000 tree %s\t.git\n", inner))
+		}},
+		{"symlink leaving the tree", func() string {
+			target := gitStdin(t, dir, "../../../etc/passwd", "hash-object", "-w", "--stdin")
+			return mktree(t, dir, fmt.Sprintf("120000 blob %s\tevil\n", target))
+		}},
+		{"absolute symlink", func() string {
+			target := gitStdin(t, dir, "/etc/shadow", "hash-object", "-w", "--stdin")
+			return mktree(t, dir, fmt.Sprintf("120000 blob %s\tevil\n", target))
+		}},
+	}
+	for _, b := range bad {
+		t.Run(b.name, func(t *testing.T) {
+			tree := b.tree()
+			c := git(t, dir, "commit-tree", tree, "-p", main, "-m", b.name)
+			out, err := gitCmd(t, dir, "push", "origin", c+":refs/heads/main")
+			if err == nil {
+				t.Errorf("push of a commit with a %s succeeded:\n%s", b.name, out)
+			}
+			if got := s.head(t, "edge"); got != main {
+				t.Errorf("main moved to %s", got)
+			}
+			if out, err := gitCmd(t, "", "--git-dir="+s.networkDir("edge"), "cat-file", "-e", c); err == nil {
+				t.Errorf("the refused commit %s was stored %s", c, out)
+			}
+		})
+	}
+
+	// A push over --max-upload-bytes is refused, nothing moves.
+	writeFile(t, filepath.Join(dir, "big.bin"), randomText(99, 400_000))
+	git(t, dir, "add", "big.bin")
+	git(t, dir, "commit", "-q", "-m", "big")
+	if out, err := gitCmd(t, dir, "push", "origin", "main"); err == nil {
+		t.Errorf("a 400 KB push past --max-upload-bytes 256 KiB succeeded:\n%s", out)
+	}
+	if got := s.head(t, "edge"); got != main {
+		t.Errorf("main moved to %s after an oversized push", got)
+	}
+
+	// No credentials: git fails at once (no prompt), nothing is served.
+	noauth := fmt.Sprintf("http://%s/git/edge.git", s.HostPort)
+	if out, err := gitCmd(t, "", "clone", noauth, filepath.Join(t.TempDir(), "x")); err == nil {
+		t.Errorf("clone without a key succeeded:\n%s", out)
+	}
+	if out, err := gitCmd(t, "", "clone", s.gitURL("ghost", s.AdminKey), filepath.Join(t.TempDir(), "y")); err == nil {
+		t.Errorf("clone of an unknown repository succeeded:\n%s", out)
+	}
+	if v := s.verify(t); !v.OK {
+		t.Errorf("oplog verify: %+v", v)
+	}
+}
+
+func short(oid string) string { return oid[:min(12, len(oid))] }
+
+// mktree writes a tree from `git ls-tree` formatted lines.
+func mktree(t testing.TB, dir, lines string) string {
+	t.Helper()
+	return gitStdin(t, dir, lines, "mktree")
+}
+
+// gitStdin runs git with stdin and returns trimmed output.
+func gitStdin(t testing.TB, dir, stdin string, args ...string) string {
+	t.Helper()
+	out, err := gitRun(dir, stdin, args...)
+	if err != nil {
+		t.Fatalf("git %v < stdin: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(out)
+}
