@@ -89,6 +89,7 @@ func commands() map[string]command {
 		"snapshot":   {"take | restore | list | drop filesystem snapshots of a directory", cmdSnapshot},
 		"run":        {"run a command as a transaction: checkpoint, run, roll back everything on failure", cmdRun},
 		"runner":     {"a CI runner: receives gate hooks, runs a command, posts a check", cmdRunner},
+		"bench":      {"measure Lockstep side by side with the git CLI", cmdBench},
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/client"
@@ -175,7 +176,7 @@ func (s *serverCheckpointer) Checkpoint(ctx context.Context, fsID string) (strin
 	if _, err := s.push(ctx, "checkpoint before: "+strings.Join(s.command, " ")); err != nil {
 		return "", fmt.Errorf("push worktree: %w", err)
 	}
-	raw, err := s.c.Do(ctx, http.MethodPost, apiPath(s.ws, "checkpoints"), map[string]string{"fs_snapshot": fsID, "label": "run: " + strings.Join(s.command, " ")})
+	raw, err := s.c.Do(ctx, http.MethodPost, apiPath(s.ws, "checkpoints"), map[string]string{"fs_snapshot": fsID, "label": clip("run: "+strings.Join(s.command, " "), 200)})
 	if err != nil {
 		return "", err
 	}
@@ -302,4 +303,16 @@ func statCachePath(absDir string) string {
 	}
 	sum := sha256.Sum256([]byte(absDir))
 	return filepath.Join(base, "lockstep", "statcache", hex.EncodeToString(sum[:8]))
+}
+
+// clip shortens s to at most n bytes on a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	n -= len("…")
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

@@ -47,6 +47,14 @@ type Checkpointer interface {
 	Commit(ctx context.Context) error
 }
 
+// Evidencer is implemented by a Checkpointer that keeps a failed run's
+// worktree (as a commit on the server) before anything is restored: the
+// damage is undone, the evidence kept. A failure to keep it does not stop
+// the rollback.
+type Evidencer interface {
+	Evidence(ctx context.Context) error
+}
+
 // RestoreReport is what the server restored.
 type RestoreReport struct {
 	Commit     string  `json:"commit,omitempty"`
@@ -233,6 +241,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		addErr(runErr)
 	}
 	rep.RolledBack = true
+	// Keep the failed worktree as evidence before anything is restored.
+	if ev, ok := opts.Checkpointer.(Evidencer); ok && rep.Checkpoint != "" {
+		if err := rep.step("evidence", func() error { return ev.Evidence(ctx) }); err != nil {
+			addErr(err)
+		}
+	}
 	// The server's restore (code, database) touches nothing on this
 	// machine: it runs while the filesystem is restored and verified.
 	var serverStep Step
