@@ -136,8 +136,8 @@ exit 3`
 		Succeeded  bool   `json:"succeeded"`
 		RolledBack bool   `json:"rolled_back"`
 		Checkpoint string `json:"checkpoint"`
-		Purity                struct{ Checked, Clean bool }
-		Restored              *struct {
+		Purity     struct{ Checked, Clean bool }
+		Restored   *struct {
 			Commit     string `json:"commit"`
 			Tree       string `json:"tree"`
 			DBRestored bool   `json:"db_restored"`
