@@ -280,13 +280,8 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 	return res, nil
 }
 
-func msSince(now, t time.Time) float64 { return float64(now.Sub(t).Microseconds()) / 1000 }
+func msSince(now, t time.Time) float64 { return telemetry.Millis(now.Sub(t)) }
 
-func traceID(ctx context.Context) string {
-	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
-		return sc.TraceID().String()
-	}
-	return ""
-}
+var traceID = telemetry.TraceID
 
 var _ = auth.Require

@@ -190,11 +190,6 @@ func (s *Service) mirror(ctx context.Context, r *lockstep.Repo, ref string) {
 	}
 }
 
-func traceID(ctx context.Context) string {
-	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
-		return sc.TraceID().String()
-	}
-	return ""
-}
+var traceID = telemetry.TraceID
 
 func branchRef(b string) string { return "refs/heads/" + b }

@@ -1,8 +1,8 @@
 package forks
 
-import "time"
+import "github.com/lockstep-hq/lockstep/telemetry"
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+var ms = telemetry.Millis
 
 func copyDetails(d map[string]any) map[string]any {
 	if d == nil {

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Setup installs the global tracer provider and propagator (the OTel API
@@ -77,3 +78,15 @@ func (m *Metrics) ObserveOp(op, result string, d time.Duration) {
 
 // Hostname is used as the service instance in logs.
 func Hostname() string { h, _ := os.Hostname(); return h }
+
+// TraceID returns the trace id of ctx's span ("" without one); it is
+// recorded in logs and operations-log entries.
+func TraceID(ctx context.Context) string {
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
+
+// Millis converts a duration to fractional milliseconds for reports.
+func Millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -159,8 +159,8 @@ func (s *Server) logging(c *gin.Context) {
 	if k := auth.FromContext(c.Request.Context()); k != nil {
 		attrs = append(attrs, "key", k.Name, "key_id", k.ID)
 	}
-	if sc := trace.SpanContextFromContext(c.Request.Context()); sc.HasTraceID() {
-		attrs = append(attrs, "trace_id", sc.TraceID().String())
+	if id := telemetry.TraceID(c.Request.Context()); id != "" {
+		attrs = append(attrs, "trace_id", id)
 	}
 	if v, ok := c.Get("error"); ok {
 		attrs = append(attrs, "error", fmt.Sprint(v))
@@ -210,11 +210,3 @@ func (s *Server) authenticate(c *gin.Context) {
 
 // caller returns the authenticated key of the request.
 func caller(c *gin.Context) *lockstep.Key { return auth.FromContext(c.Request.Context()) }
-
-// TraceID returns the request's trace id, recorded in the operations log.
-func TraceID(ctx context.Context) string {
-	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
-		return sc.TraceID().String()
-	}
-	return ""
-}
