@@ -181,6 +181,9 @@ func (s *Service) deliver(ctx context.Context, client *http.Client, d lockstep.D
 		s.log.ErrorContext(ctx, "delivery hook", "delivery", d.ID, "error", err)
 		return
 	}
+	if !h.Active {
+		return // deleted after the claim: DeactivateHook already marked it failed
+	}
 	body := Body(d)
 	start := s.now()
 	attempt := lockstep.DeliveryAttempt{Attempt: d.Attempts + 1, At: lockstep.TruncateTime(start)}

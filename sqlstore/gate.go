@@ -259,7 +259,9 @@ func (s *DB) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Dura
 	return out, nil
 }
 
-// RecordAttempt stores an attempt and moves the delivery on.
+// RecordAttempt stores an attempt and moves the delivery on; a delivery
+// that stopped being pending meanwhile (its hook was deleted) is not
+// revived by a failed attempt.
 func (s *DB) RecordAttempt(ctx context.Context, deliveryID string, a lockstep.DeliveryAttempt, status string, next time.Time) (err error) {
 	ctx, span := s.start(ctx, "RecordAttempt")
 	defer func() { err = end(span, err) }()
@@ -268,6 +270,20 @@ func (s *DB) RecordAttempt(ctx context.Context, deliveryID string, a lockstep.De
 		nextRetry = micros(*a.NextRetryAt)
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
+		// A hook deleted while this attempt was in flight has had its
+		// pending deliveries marked failed: a failed attempt must not
+		// bring the delivery back to pending (and retry a deleted hook).
+		lock := ""
+		if s.dialect == "postgres" {
+			lock = " FOR UPDATE" // DeactivateHook waits, or we see its update
+		}
+		var cur string
+		if err := tx.QueryRowContext(ctx, `SELECT status FROM deliveries WHERE id = $1`+lock, deliveryID).Scan(&cur); err != nil {
+			return fmt.Errorf("read delivery: %w", err)
+		}
+		if cur != lockstep.DeliveryPending && status != lockstep.DeliverySucceeded {
+			status, a.NextRetryAt, nextRetry = cur, nil, 0
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO delivery_attempts (delivery_id, attempt, status_code, duration_us, error, next_retry_at, at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7)`, deliveryID, a.Attempt, a.StatusCode, int64(a.DurationMS*1000), a.Error, nextRetry, micros(a.At)); err != nil {
 			return fmt.Errorf("insert attempt: %w", err)
