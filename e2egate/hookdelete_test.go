@@ -13,7 +13,19 @@ import (
 // receiver answers 500: deletion drops what is pending, and the attempt
 // that was in flight must not bring the delivery back.
 func TestDeletedHookStopsRetrying(t *testing.T) {
-	t.Parallel()
+	for _, pg := range []bool{false, true} {
+		name := "sqlite"
+		if pg {
+			name = "postgres"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testDeletedHook(t, pg)
+		})
+	}
+}
+
+func testDeletedHook(t *testing.T, postgres bool) {
 	var mu sync.Mutex
 	calls := 0
 	entered := make(chan struct{}, 10)
@@ -38,7 +50,7 @@ func TestDeletedHookStopsRetrying(t *testing.T) {
 		}
 	}()
 
-	s := startServer(t, serverOpts{Args: []string{"--hook-timeout", "30s"}})
+	s := startServer(t, serverOpts{Postgres: postgres, Args: []string{"--hook-timeout", "30s"}})
 	s.createRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	hookID := s.createHook(t, "base", rcv.URL, []string{"push"})
