@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"archive/tar"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -27,11 +28,39 @@ func TestCrashSafety(t *testing.T) {
 			for w := range writers {
 				s.createRepo(t, fmt.Sprintf("crash%d", w))
 			}
-			s.createKey(t, "agent", "agent")
+			// One more repository takes git pushes from a clone.
+			s.createRepo(t, "crashgit")
+			s.push(t, s.AdminKey, "crashgit", zeroOID, map[string]string{"seed.txt": "seed\n"})
+			gitDir := s.clone(t, "crashgit", s.AdminKey)
 
 			var ok atomic.Int64
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					name := filepath.Join(gitDir, fmt.Sprintf("g%03d.txt", i))
+					if os.WriteFile(name, []byte(randomText(i, 3000)), 0o644) != nil {
+						return
+					}
+					if _, err := gitRun(gitDir, "", "add", "."); err != nil {
+						return
+					}
+					if _, err := gitRun(gitDir, "", "commit", "-q", "-m", fmt.Sprint("git ", i)); err != nil {
+						return
+					}
+					if _, err := gitRun(gitDir, "", "push", "-q", "origin", "main"); err != nil {
+						return
+					}
+					ok.Add(1)
+				}
+			}()
 			for w := range writers {
 				wg.Add(1)
 				go func() {
@@ -53,7 +82,7 @@ func TestCrashSafety(t *testing.T) {
 							return // the server died under us
 						}
 						var p pushResult
-						if r.decode(t, &p); p.Commit == "" {
+						if json.Unmarshal(r.Body, &p) != nil || p.Commit == "" {
 							return
 						}
 						expect = p.Commit
@@ -84,8 +113,8 @@ func TestCrashSafety(t *testing.T) {
 				} `json:"repos"`
 			}
 			s2.mustJSON(t, "GET", "/api/v1/repos", s2.AdminKey, nil, http.StatusOK, &repos)
-			if len(repos.Repos) != writers {
-				t.Fatalf("%d repositories after restart, want %d", len(repos.Repos), writers)
+			if len(repos.Repos) != writers+1 {
+				t.Fatalf("%d repositories after restart, want %d", len(repos.Repos), writers+1)
 			}
 			total := 0
 			for _, r := range repos.Repos {
@@ -321,6 +350,19 @@ func TestReadAPI(t *testing.T) {
 		}
 		if cmp.Added != 2+3 || cmp.Removed != 1+1 {
 			t.Errorf("totals +%d -%d, want +5 -2", cmp.Added, cmp.Removed)
+		}
+		// The log pages with limit and next_after.
+		var page struct {
+			Commits   []commit `json:"commits"`
+			NextAfter string   `json:"next_after"`
+		}
+		s.mustJSON(t, "GET", "/api/v1/repos/read/commits?limit=1", s.AdminKey, nil, http.StatusOK, &page)
+		if len(page.Commits) != 1 || page.Commits[0].Commit != v2.Commit || page.NextAfter != v2.Commit {
+			t.Errorf("log page 1: %+v", page)
+		}
+		s.mustJSON(t, "GET", "/api/v1/repos/read/commits?limit=1&after="+page.NextAfter, s.AdminKey, nil, http.StatusOK, &page)
+		if len(page.Commits) != 1 || page.Commits[0].Commit != v1.Commit {
+			t.Errorf("log page 2: %+v", page)
 		}
 		wantError(t, s.call(t, "GET", "/api/v1/repos/read/compare?head=main", s.AdminKey, nil, ""), 400, "invalid_argument")
 		wantError(t, s.call(t, "GET", "/api/v1/repos/read/compare?base="+strings.Repeat("1", 40)+"&head=main", s.AdminKey, nil, ""), 404, "not_found")

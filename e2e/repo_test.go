@@ -290,6 +290,10 @@ func TestConcurrentPushes(t *testing.T) {
 				if log := s.commits(t, "race", "main", 10); len(log) != 2 {
 					t.Errorf("main has %d commits, want 2", len(log))
 				}
+				// git clients see the winner too (the on-disk mirror).
+				if out := git(t, "", "ls-remote", s.gitURL("race", s.AdminKey), "refs/heads/main"); !strings.HasPrefix(out, winner) {
+					t.Errorf("git ls-remote main = %q, want %s", out, winner)
+				}
 			})
 
 			t.Run("git", func(t *testing.T) {

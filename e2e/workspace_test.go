@@ -159,6 +159,22 @@ func TestForksAndPermissions(t *testing.T) {
 		t.Errorf("ws-a attempts (want newest first: %s git.push, %s push): %+v", p2, p1.Commit, att.Attempts)
 	}
 
+	// An agent reads only its own operations, and cannot verify the chain.
+	var page struct {
+		Entries []opEntry `json:"entries"`
+	}
+	s.mustJSON(t, "GET", "/api/v1/oplog?limit=1000", a.Secret, nil, http.StatusOK, &page)
+	if len(page.Entries) == 0 {
+		t.Errorf("agent-a sees no operations of its own")
+	}
+	for _, e := range page.Entries {
+		if e.KeyName != "agent-a" {
+			t.Errorf("agent-a sees %s's operation %s", e.KeyName, e.Op)
+		}
+	}
+	wantError(t, s.call(t, "GET", "/api/v1/oplog?key="+b.ID, a.Secret, nil, ""), 403, "permission_denied")
+	wantError(t, s.call(t, "GET", "/api/v1/oplog/verify", a.Secret, nil, ""), 403, "permission_denied")
+
 	// Abandon: only the owner (or an admin); refs stay readable; no more writes.
 	wantError(t, s.call(t, "DELETE", "/api/v1/repos/ws-a", b.Secret, nil, ""), 403, "permission_denied")
 	var ab struct {
@@ -440,6 +456,12 @@ func (c *Cart) Count() int { return len(c.Items) }
 	if out, err := gitCmd(t, "", "--git-dir="+s.networkDir("base"), "fsck", "--strict", "--no-dangling", "--no-progress"); err != nil {
 		t.Errorf("git fsck --strict after the merges: %v\n%s", err, out)
 	}
+	// theirs must be in the fork network: another base repository is not.
+	s.createRepo(t, "other")
+	s.push(t, s.AdminKey, "other", zeroOID, map[string]string{"x": "x"})
+	wantError(t, s.call(t, "POST", "/api/v1/repos/base/merges", s.AdminKey, map[string]any{"theirs": "other:main", "preflight": true}, ""), 400, "invalid_argument")
+	wantError(t, s.call(t, "POST", "/api/v1/repos/base/merges", s.AdminKey, map[string]any{"theirs": "ws-a:nope", "preflight": true}, ""), 404, "not_found")
+	wantError(t, s.call(t, "POST", "/api/v1/repos/base/merges", s.AdminKey, map[string]any{"theirs": "ws-a:main", "preflight": true, "materialize": true}, ""), 400, "invalid_argument")
 	ops := s.oplog(t, url.Values{"repo": {"base"}})
 	var seen []string
 	for _, o := range ops {
@@ -515,6 +537,9 @@ func TestConcurrentMaterialize(t *testing.T) {
 				if e.Result == "ok" {
 					okMerges++
 				}
+			}
+			if out := git(t, "", "ls-remote", s.gitURL("base", s.AdminKey), "refs/heads/main"); !strings.HasPrefix(out, s.head(t, "base")) {
+				t.Errorf("git ls-remote main = %q, want the store's %s", out, s.head(t, "base"))
 			}
 			if okMerges != n {
 				t.Errorf("oplog shows %d successful merges, want %d", okMerges, n)
