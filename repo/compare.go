@@ -44,8 +44,12 @@ type FileChange struct {
 	Binary bool `json:"binary"`
 	// Patch is the unified diff with git-style headers (diff --git,
 	// mode lines, index, ---/+++).
-	Patch          string `json:"patch,omitempty"`
-	PatchTruncated bool   `json:"patch_truncated,omitempty"`
+	Patch string `json:"patch,omitempty"`
+	// PatchTruncated is set when the patch was left out: the total
+	// CompareOptions.MaxPatchBytes was reached, or a side is over 16 MiB
+	// (then no line diff runs and Added/Removed count every line of the
+	// new/old file, an upper bound).
+	PatchTruncated bool `json:"patch_truncated,omitempty"`
 }
 
 // Compare lists the files that differ from base to head (commits or
@@ -171,6 +175,20 @@ func (n *Network) fileChange(c *object.Change, context int, budget *int64) (File
 	if fc.Binary {
 		return fc, nil
 	}
+	if big, err := n.tooBigToDiff(fc.OldHash, fc.NewHash); err != nil {
+		return FileChange{}, err
+	} else if big {
+		// Counting every line as changed keeps line-count gates safe
+		// without running a line diff on huge files.
+		if fc.Removed, err = n.countLines(fc.OldHash); err != nil {
+			return FileChange{}, err
+		}
+		if fc.Added, err = n.countLines(fc.NewHash); err != nil {
+			return FileChange{}, err
+		}
+		fc.PatchTruncated = true
+		return fc, nil
+	}
 	// git writes a type change as a deletion and an addition (git apply
 	// refuses a mode line that turns a file into a symlink).
 	parts := []*object.Change{c}
@@ -214,6 +232,51 @@ func (n *Network) patch(c *object.Change, context int, sb *strings.Builder, fc *
 		}
 	}
 	return fdiff.NewUnifiedEncoder(sb, context).Encode(p)
+}
+
+// maxDiffBytes is the blob size above which Compare does not run a line
+// diff (see FileChange.PatchTruncated).
+const maxDiffBytes = 16 << 20
+
+func (n *Network) tooBigToDiff(hs ...plumbing.Hash) (bool, error) {
+	for _, h := range hs {
+		if h.IsZero() {
+			continue
+		}
+		sz, err := n.objectSize(h)
+		if err != nil {
+			return false, err
+		}
+		if sz > maxDiffBytes {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// countLines counts the lines of blob h (0 for the zero hash).
+func (n *Network) countLines(h plumbing.Hash) (int, error) {
+	if h.IsZero() {
+		return 0, nil
+	}
+	obj, err := n.typed(plumbing.BlobObject, h)
+	if err != nil {
+		return 0, err
+	}
+	r, err := obj.Reader()
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return 0, err
+	}
+	lines := bytes.Count(b, []byte{'\n'})
+	if len(b) > 0 && b[len(b)-1] != '\n' {
+		lines++
+	}
+	return lines, nil
 }
 
 // isBinary applies git's rule: a NUL byte in the first 8000 bytes.
