@@ -323,3 +323,18 @@ func TestCompareAppliesWithGit(t *testing.T) {
 		t.Fatalf("self compare %v", same)
 	}
 }
+
+func TestCompareHugeFile(t *testing.T) {
+	n := MustOpen(t)
+	big := strings.Repeat("0123456789abcde\n", (maxDiffBytes/16)+1)
+	cb, _ := mustPush(t, n, []tarEntry{{Name: "big", Body: big}}, nil, 1700000000)
+	ch, _ := mustPush(t, n, []tarEntry{{Name: "big", Body: big + "one more\n"}}, []plumbing.Hash{cb}, 1700000100)
+	changes, err := n.Compare(cb, ch, CompareOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := maxDiffBytes/16 + 1
+	if len(changes) != 1 || !changes[0].PatchTruncated || changes[0].Patch != "" || changes[0].Added != lines+1 || changes[0].Removed != lines {
+		t.Fatalf("%+v", changes)
+	}
+}
