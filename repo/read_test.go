@@ -325,6 +325,9 @@ func TestCompareAppliesWithGit(t *testing.T) {
 }
 
 func TestCompareHugeFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes a 16 MiB file")
+	}
 	n := MustOpen(t)
 	big := strings.Repeat("0123456789abcde\n", (maxDiffBytes/16)+1)
 	cb, _ := mustPush(t, n, []tarEntry{{Name: "big", Body: big}}, nil, 1700000000)
