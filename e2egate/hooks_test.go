@@ -333,3 +333,57 @@ func TestHookDeliveryGivesUp(t *testing.T) {
 	wantError(t, "deliveries through another repo", s.call(t, "GET", "/api/v1/repos/other/hooks/"+hookID+"/deliveries", s.AdminKey, nil, ""), 404, "not_found")
 	_ = fmt.Sprint
 }
+
+// TestHookEvents: a hook gets the events it subscribed to and no others;
+// a workspace push names the workspace and the exact commit; a promote
+// names the landed commit.
+func TestHookEvents(t *testing.T) {
+	t.Parallel()
+	pushes := newReceiver(t, false, 0)
+	promotes := newReceiver(t, false, 0)
+	s := startServer(t, serverOpts{})
+	s.createRepo(t, "base")
+	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
+	s.setGate(t, "base", map[string]any{})
+	pushID := s.createHook(t, "base", pushes.srv.URL, []string{"push"})
+	promoteID := s.createHook(t, "base", promotes.srv.URL, []string{"promote"})
+	agent := s.createKey(t, "agent", "agent")
+	s.fork(t, agent.Secret, "base", "ws")
+	tip := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "f": "f\n"}).Commit
+	landed := s.promote(t, agent.Secret, "ws").Commit
+
+	done := func(id string, n int) func() bool {
+		return func() bool {
+			ds := s.deliveries(t, "base", id)
+			k := 0
+			for _, d := range ds {
+				if d.Status == "succeeded" {
+					k++
+				}
+			}
+			return len(ds) == n && k == n
+		}
+	}
+	eventually(t, 30*time.Second, "the push delivery", done(pushID, 1))
+	eventually(t, 30*time.Second, "the promote delivery", done(promoteID, 1))
+
+	calls, bad := pushes.snapshot()
+	if bad != 0 || len(calls) != 1 {
+		t.Fatalf("push receiver: %d calls, %d bad: %+v", len(calls), bad, calls)
+	}
+	b := calls[0].Body
+	if calls[0].Event != "push" || b["workspace"] != "ws" || b["repository"] != "base" || b["commit"] != tip || b["base_commit"] != base0 {
+		t.Errorf("push payload: %v", b)
+	}
+	calls, bad = promotes.snapshot()
+	if bad != 0 || len(calls) != 1 {
+		t.Fatalf("promote receiver: %d calls, %d bad: %+v", len(calls), bad, calls)
+	}
+	b = calls[0].Body
+	if calls[0].Event != "promote" || b["repository"] != "base" || b["commit"] != landed || b["branch"] != "main" {
+		t.Errorf("promote payload: %v", b)
+	}
+	if b["workspace"] != "ws" {
+		t.Logf("NOTE: the promote event does not name the workspace that landed: %v", b)
+	}
+}

@@ -57,9 +57,12 @@ type runner struct {
 
 // startRunner runs `lockstep runner --repo repo --check name -- go test ./...`
 // with a ci key and waits until its hook is registered.
-func (s *server) startRunner(t *testing.T, ciKey, repo, name string) *runner {
+func (s *server) startRunner(t *testing.T, ciKey, repo, name string, command ...string) *runner {
 	t.Helper()
-	cmd := exec.Command(binary, "runner", "--repo", repo, "--check", name, "--timeout", "3m", "--", "go", "test", "./...")
+	if len(command) == 0 {
+		command = []string{"go", "test", "./..."}
+	}
+	cmd := exec.Command(binary, append([]string{"runner", "--repo", repo, "--check", name, "--timeout", "3m", "--"}, command...)...)
 	home := t.TempDir()
 	cmd.Env = append(cleanEnv(), "LOCKSTEP_URL="+s.URL, "LOCKSTEP_KEY="+ciKey,
 		"GOFLAGS=-mod=mod", "GOCACHE="+goCache, "GOTOOLCHAIN=local", "GOPATH="+filepath.Join(home, "gopath"),

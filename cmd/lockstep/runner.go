@@ -211,6 +211,10 @@ func (r *runner) run(ctx context.Context, p hookPayload) {
 	head := fmt.Sprintf("%v passed in %s", r.cmd, d)
 	var ee *exec.ExitError
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// The runner is shutting down and killed the command: that says
+		// nothing about the commit, so it is not a failure.
+		status, head = lockstep.CheckError, fmt.Sprintf("%v interrupted: the runner stopped after %s", r.cmd, d)
 	case cctx.Err() == context.DeadlineExceeded:
 		status, head = lockstep.CheckFailure, fmt.Sprintf("%v timed out after %s", r.cmd, r.timeout)
 	case errors.As(err, &ee):
