@@ -6,12 +6,16 @@ import (
 	"database/sql"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockstep-hq/lockstep/internal/testenv"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" driver: tamper with Postgres rows
 	_ "modernc.org/sqlite"             // "sqlite" driver: tamper with the SQLite file
@@ -396,5 +400,63 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	if got := s2.blob(t, "slow", "main", "big.bin"); got != string(content) {
 		t.Errorf("big.bin after restart: %d bytes, want %d", len(got), len(content))
+	}
+}
+
+// TestReadinessProductionShape runs on Postgres and Redis: /readyz checks
+// both; when the metadata database disappears the server is alive but not
+// ready; an unreachable Redis at start-up is a clear start-up error.
+func TestReadinessProductionShape(t *testing.T) {
+	t.Parallel()
+	redisURL := testenv.RedisURL(t)
+	testenv.MustRedis(t) // fails with instructions when Redis is not running
+	s := startServer(t, serverOpts{Postgres: true, Env: []string{"LOCKSTEP_REDIS_URL=" + redisURL}})
+	var ready struct {
+		Ready  bool              `json:"ready"`
+		Checks map[string]string `json:"checks"`
+	}
+	s.mustJSON(t, "GET", "/readyz", "", nil, http.StatusOK, &ready)
+	if !ready.Ready || ready.Checks["store"] != "ok" || ready.Checks["redis"] != "ok" {
+		t.Errorf("readyz on Postgres and Redis: %+v", ready)
+	}
+
+	u, err := url.Parse(s.DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := sql.Open("pgx", testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(`DROP DATABASE "` + strings.TrimPrefix(u.Path, "/") + `" WITH (FORCE)`); err != nil {
+		t.Fatalf("drop the metadata database: %v", err)
+	}
+	r := s.call(t, "GET", "/readyz", "", nil, "")
+	if r.Status != http.StatusServiceUnavailable {
+		t.Errorf("readyz without its database: %s", r)
+	}
+	r.decode(t, &ready)
+	if ready.Ready || ready.Checks["store"] == "ok" || ready.Checks["redis"] != "ok" {
+		t.Errorf("readyz without its database: %+v", ready)
+	}
+	if r := s.call(t, "GET", "/healthz", "", nil, ""); r.Status != http.StatusOK {
+		t.Errorf("healthz (liveness) without the database: %s", r)
+	}
+	// API calls fail as internal errors, without leaking driver details.
+	r = s.call(t, "GET", "/api/v1/repos", s.AdminKey, nil, "")
+	if r.Status < 500 {
+		t.Errorf("API call without a database: %s", r)
+	}
+	if strings.Contains(string(r.Body), "postgres") || strings.Contains(string(r.Body), "SQLSTATE") {
+		t.Errorf("internal error leaks driver details: %s", r.Body)
+	}
+
+	// Redis configured but unreachable: the server refuses to start.
+	cmd := exec.Command(binary, "serve", "--data", t.TempDir(), "--addr", "127.0.0.1:0")
+	cmd.Env = append(cleanEnv(), "LOCKSTEP_REDIS_URL=redis://127.0.0.1:1/0")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "redis") {
+		t.Errorf("start with an unreachable Redis: err=%v\n%s", err, out)
 	}
 }

@@ -27,6 +27,8 @@ type serverOpts struct {
 	Data string
 	// Args are extra `lockstep serve` flags (limits).
 	Args []string
+	// Env are extra environment variables (LOCKSTEP_REDIS_URL=…).
+	Env []string
 }
 
 // server is one `lockstep serve` process.
@@ -99,7 +101,7 @@ func launch(t testing.TB, opts serverOpts) (*server, string) {
 	if opts.DatabaseURL != "" {
 		env = append(env, "LOCKSTEP_DATABASE_URL="+opts.DatabaseURL)
 	}
-	cmd.Env = env
+	cmd.Env = append(env, opts.Env...)
 	s := &server{t: t, opts: opts, URL: "http://" + hostport, HostPort: hostport, Data: opts.Data, DBURL: opts.DatabaseURL,
 		cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = s.stdout, s.stderr
