@@ -10,8 +10,20 @@ import (
 // TestPolicyRules: every built-in rule refuses on its own, and a promote
 // that breaks several lists every unmet rule in one 412.
 func TestPolicyRules(t *testing.T) {
-	t.Parallel()
-	s := startServer(t, serverOpts{})
+	for _, pg := range []bool{false, true} {
+		name := "sqlite"
+		if pg {
+			name = "postgres"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testPolicyRules(t, pg)
+		})
+	}
+}
+
+func testPolicyRules(t *testing.T, postgres bool) {
+	s := startServer(t, serverOpts{Postgres: postgres})
 	s.createRepo(t, "base")
 	files := map[string]string{"README": "hello\n", "shared.txt": "one\ntwo\nthree\n", "secrets/.keep": "\n"}
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, files).Commit
@@ -190,4 +202,48 @@ func TestBadInput(t *testing.T) {
 	s.setGate(t, "base", map[string]any{})
 	s.promote(t, agent.Secret, "ws")
 	wantError(t, "promote a promoted workspace", s.call(t, "POST", "/api/v1/repos/ws/promote", agent.Secret, map[string]any{}, ""), 400, "invalid_argument")
+}
+
+// TestPromoteModes: squash lands one single-parent commit with the merged
+// tree; fast_forward refuses diverged histories and leaves the workspace
+// active; the gate's promote_mode is the default.
+func TestPromoteModes(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOpts{})
+	s.createRepo(t, "base")
+	files := map[string]string{"README": "hi\n"}
+	base0 := s.push(t, s.AdminKey, "base", zeroOID, files).Commit
+	s.setGate(t, "base", map[string]any{"promote_mode": "squash"})
+	agent := s.createKey(t, "agent", "agent")
+	s.fork(t, agent.Secret, "base", "sq")
+	s.fork(t, agent.Secret, "base", "ff")
+	c1 := s.push(t, agent.Secret, "sq", base0, with(files, map[string]string{"a": "1\n"})).Commit
+	c2 := s.push(t, agent.Secret, "sq", c1, with(files, map[string]string{"a": "2\n", "b": "b\n"})).Commit
+	ffTip := s.push(t, agent.Secret, "ff", base0, with(files, map[string]string{"c": "c\n"})).Commit
+
+	res := s.promote(t, agent.Secret, "sq") // the gate's mode: squash
+	c := s.commit(t, "base", res.Commit)
+	if res.Commit == c2 || len(c.Parents) != 1 || c.Parents[0] != base0 || c.Tree != s.commit(t, "sq", c2).Tree {
+		t.Fatalf("squash landed %+v; want one commit on %s with the tree of %s", c, base0, c2)
+	}
+
+	r := s.call(t, "POST", "/api/v1/repos/ff/promote", agent.Secret, map[string]any{"mode": "fast_forward"}, "")
+	wantError(t, "fast_forward of a diverged workspace", r, http.StatusBadRequest, "invalid_argument")
+	if h := s.head(t, "base"); h != res.Commit {
+		t.Fatalf("main moved: %s", h)
+	}
+	var info struct {
+		Status string `json:"status"`
+	}
+	s.mustJSON(t, "GET", "/api/v1/repos/ff", s.AdminKey, nil, http.StatusOK, &info)
+	if info.Status != "active" {
+		t.Fatalf("ff after a refused fast-forward: %s", info.Status)
+	}
+	merged := s.promote(t, agent.Secret, "ff") // squash again, on top
+	if m := s.commit(t, "base", merged.Commit); len(m.Parents) != 1 || m.Parents[0] != res.Commit || merged.Commit == ffTip {
+		t.Fatalf("second squash: %+v", m)
+	}
+	if got := s.blob(t, "base", "main", "c"); got != "c\n" {
+		t.Fatalf("main's c: %q", got)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +26,23 @@ func TestRunnerStopMidRun(t *testing.T) {
 	s.fork(t, agent.Secret, "base", "ws")
 	tip := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"}).Commit
 
+	// The receiver refuses a forged delivery (the secret is the runner's).
+	var hooks struct {
+		Hooks []struct {
+			URL string `json:"url"`
+		} `json:"hooks"`
+	}
+	s.mustJSON(t, "GET", "/api/v1/repos/base/hooks", s.AdminKey, nil, http.StatusOK, &hooks)
+	forged := `{"event":"push","repository":"base","workspace":"ws","commit":"` + base0 + `","delivery_id":"dlv_forged"}`
+	resp, err := http.Post(hooks.Hooks[0].URL, "application/json", strings.NewReader(forged))
+	if err != nil {
+		t.Fatalf("post a forged delivery: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("forged delivery: runner answered %d, want 401", resp.StatusCode)
+	}
+
 	eventually(t, 60*time.Second, "the command to start", func() bool {
 		_, err := os.Stat(marker)
 		return err == nil
@@ -38,6 +56,9 @@ func TestRunnerStopMidRun(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the runner did not exit on SIGTERM")
 	}
+	if cs := s.checks(t, "ws", base0); len(cs.History) != 0 {
+		t.Errorf("the forged delivery ran: %+v", cs)
+	}
 	cs := s.checks(t, "ws", tip)
 	if len(cs.Checks) != 1 {
 		t.Fatalf("checks after the runner stopped: %+v", cs)
@@ -45,15 +66,15 @@ func TestRunnerStopMidRun(t *testing.T) {
 	if st := cs.Checks[0].Status; st == "failure" || st == "success" {
 		t.Errorf("BUG: a runner stopped mid-run posted %q for %s: %q", st, tip[:12], cs.Checks[0].Summary)
 	}
-	var hooks struct {
+	var after struct {
 		Hooks []struct {
 			Active bool `json:"active"`
 		} `json:"hooks"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/repos/base/hooks", s.AdminKey, nil, http.StatusOK, &hooks)
-	for _, h := range hooks.Hooks {
+	s.mustJSON(t, "GET", "/api/v1/repos/base/hooks", s.AdminKey, nil, http.StatusOK, &after)
+	for _, h := range after.Hooks {
 		if h.Active {
-			t.Errorf("the stopped runner's hook is still active: %+v", hooks)
+			t.Errorf("the stopped runner's hook is still active: %+v", after)
 		}
 	}
 }
