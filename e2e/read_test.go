@@ -518,6 +518,56 @@ func TestCLI(t *testing.T) {
 	if n != len(want)+1 {
 		t.Errorf("checkout has %d files, want %d", n, len(want)+1)
 	}
+	// A workspace shares its base's objects: pushing the same directory with
+	// one more change to a fresh fork sends only that change.
+	var fr struct {
+		BaseCommit string `json:"base_commit"`
+	}
+	cr = s.cli(t, key, "", "fork", "clirepo", "clirepo-ws", "--json")
+	if cr.Code != 0 {
+		t.Fatalf("fork: %s", cr)
+	}
+	(&response{Body: []byte(cr.Stdout)}).decode(t, &fr)
+	if fr.BaseCommit != rb.Commit {
+		t.Errorf("fork base_commit %s, want %s", fr.BaseCommit, rb.Commit)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pkg39", "new.txt"), []byte("new in the workspace\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var p3 pushOut
+	cr = s.cli(t, key, "", "push", dir, "--repo", "clirepo-ws", "--expect-current", "--json")
+	if cr.Code != 0 {
+		t.Fatalf("push to the workspace: %s", cr)
+	}
+	(&response{Body: []byte(cr.Stdout)}).decode(t, &p3)
+	if p3.BytesSent >= 64<<10 {
+		t.Errorf("pushing to a fork sent %d bytes: the fork network's objects were not reused", p3.BytesSent)
+	}
+	if got := s.blob(t, "clirepo-ws", "main", "pkg39/new.txt"); got != "new in the workspace\n" {
+		t.Errorf("workspace new.txt = %q", got)
+	}
+	// The same directory pushed to an unrelated repository (another object
+	// store) must send everything the client's cache believes known.
+	if cr := s.cli(t, key, "", "repo", "create", "clirepo-other"); cr.Code != 0 {
+		t.Fatalf("repo create: %s", cr)
+	}
+	cr = s.cli(t, key, "", "push", dir, "--repo", "clirepo-other", "--expect-current", "--json")
+	if cr.Code != 0 {
+		t.Fatalf("push to another network: %s", cr)
+	}
+	var p4 pushOut
+	(&response{Body: []byte(cr.Stdout)}).decode(t, &p4)
+	if p4.Tree != p3.Tree {
+		t.Errorf("same directory, different trees: %s vs %s", p4.Tree, p3.Tree)
+	}
+	other := s.call(t, "GET", "/api/v1/repos/clirepo-other/archive/main", key, nil, "")
+	if other.Status != 200 || len(untar(t, other.Body)) != len(want)+2 {
+		t.Errorf("archive of clirepo-other: status %d, %d files, want %d", other.Status, len(untar(t, other.Body)), len(want)+2)
+	}
+	if out, err := gitCmd(t, "", "--git-dir="+s.networkDir("clirepo-other"), "fsck", "--strict", "--no-dangling", "--no-progress"); err != nil {
+		t.Errorf("git fsck of clirepo-other: %v\n%s", err, out)
+	}
+
 	// Checking out into a non-empty directory is refused.
 	if cr := s.cli(t, key, "", "checkout", "clirepo", out); cr.Code == 0 {
 		t.Errorf("checkout into a non-empty directory succeeded")
