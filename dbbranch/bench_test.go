@@ -3,7 +3,9 @@ package dbbranch
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 )
 
 // go test -run=^$ -bench=. -benchtime=20x ./dbbranch
@@ -93,5 +95,54 @@ func BenchmarkRestore(b *testing.B) {
 				b.Fatalf("wrong path taken: %+v", st)
 			}
 		})
+	}
+}
+
+// BenchmarkSideBySide runs every operation once per iteration, interleaved,
+// so that they are compared under the same server load (the shared test
+// machine's load swings by 5x between runs). Metrics are medians in ms.
+func BenchmarkSideBySide(b *testing.B) {
+	ctx := context.Background()
+	cold := mustFixture(b, Config{})
+	warm := mustFixture(b, Config{Warm: true})
+	mustOK(b, cold.m.BindTemplate(ctx, "app", cold.template))
+	mustOK(b, warm.m.BindTemplate(ctx, "app", warm.template))
+	must[*Branch](b)(cold.m.CreateBranch(ctx, "app", "ws"))
+	must[*Branch](b)(warm.m.CreateBranch(ctx, "app", "ws"))
+	must[*Snapshot](b)(cold.m.Snapshot(ctx, "ws", "s0"))
+	must[*Snapshot](b)(warm.m.Snapshot(ctx, "ws", "s0"))
+	samples := map[string][]time.Duration{}
+	timed := func(name string, fn func()) {
+		t0 := time.Now()
+		fn()
+		samples[name] = append(samples[name], time.Since(t0))
+	}
+	for i := 0; b.Loop(); i++ {
+		raw := fmt.Sprintf("%s_raw%d", cold.prefix, i)
+		timed("raw_create_ms", func() {
+			mustExec(b, cold.admin, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s STRATEGY WAL_LOG", ident(raw), ident(cold.template)))
+		})
+		mustExec(b, cold.admin, "DROP DATABASE "+ident(raw))
+		ws := fmt.Sprintf("w%d", i)
+		timed("branch_cold_ms", func() { must[*Branch](b)(cold.m.CreateBranch(ctx, "app", ws)) })
+		waitIdle(b, warm.m)
+		timed("branch_warm_ms", func() { must[*Branch](b)(warm.m.CreateBranch(ctx, "app", ws)) })
+		timed("snapshot_ms", func() { must[*Snapshot](b)(cold.m.Snapshot(ctx, "ws", fmt.Sprintf("s%d", i+1))) })
+		timed("restore_cold_ms", func() { must[*Branch](b)(cold.m.Restore(ctx, "ws", "s0")) })
+		waitIdle(b, warm.m)
+		timed("restore_warm_ms", func() { must[*Branch](b)(warm.m.Restore(ctx, "ws", "s0")) })
+		mustOK(b, cold.m.DropBranch(ctx, ws))
+		mustOK(b, cold.m.DropSnapshot(ctx, "ws", fmt.Sprintf("s%d", i+1)))
+		mustOK(b, warm.m.DropBranch(ctx, ws))
+	}
+	b.StopTimer()
+	waitIdle(b, warm.m)
+	for name, d := range samples {
+		slices.Sort(d)
+		b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, name)
+	}
+	b.ReportMetric(0, "ns/op")
+	if st := warm.m.Stats(); st.ColdBranches > 0 || st.ColdRestores > 0 {
+		b.Fatalf("warm manager took a cold path: %+v", st)
 	}
 }

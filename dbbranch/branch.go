@@ -53,7 +53,7 @@ func (m *Manager) CreateBranch(ctx context.Context, repo, workspace string) (*Br
 	var out *Branch
 	warm := false
 	err := m.withLocks(ctx, []lockSpec{repoLock(rh, true), wsLock(wh)}, func(conn *pgx.Conn) error {
-		dbs, err := m.repairWorkspace(ctx, conn, wh, !m.cfg.Warm)
+		dbs, err := m.repairWorkspace(ctx, conn, wh, false)
 		if err != nil {
 			return err
 		}
@@ -152,7 +152,7 @@ func (m *Manager) Branch(ctx context.Context, workspace string) (*Branch, error)
 	wh := m.names.wsHash(workspace)
 	var out *Branch
 	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
-		dbs, err := m.repairWorkspace(ctx, conn, wh, !m.cfg.Warm)
+		dbs, err := m.repairWorkspace(ctx, conn, wh, false)
 		if err != nil {
 			return err
 		}

@@ -57,14 +57,18 @@ type dbInfo struct {
 	Meta       *meta // nil: incomplete (no comment)
 	AllowConn  bool
 	IsTemplate bool
+	// Invalid: an interrupted DROP DATABASE left it (datconnlimit -2,
+	// PostgreSQL 15.4+). It can only be dropped; any ALTER DATABASE on it
+	// is FATAL for the session.
+	Invalid bool
 }
 
-func (d *dbInfo) complete() bool { return d != nil && d.Meta != nil }
+func (d *dbInfo) complete() bool { return d != nil && d.Meta != nil && !d.Invalid }
 
 // listDBs returns the Lockstep databases of this prefix; with hash set, only
 // those of one repository or workspace.
 func (m *Manager) listDBs(ctx context.Context, conn *pgx.Conn, hash string) ([]*dbInfo, error) {
-	rows, err := conn.Query(ctx, `SELECT datname, coalesce(shobj_description(oid, 'pg_database'), ''), datallowconn, datistemplate
+	rows, err := conn.Query(ctx, `SELECT datname, coalesce(shobj_description(oid, 'pg_database'), ''), datallowconn, datistemplate, datconnlimit = -2
 		FROM pg_database WHERE starts_with(datname, $1)`, m.names.prefix+"_")
 	if err != nil {
 		return nil, fmt.Errorf("list databases: %w", err)
@@ -74,7 +78,7 @@ func (m *Manager) listDBs(ctx context.Context, conn *pgx.Conn, hash string) ([]*
 	for rows.Next() {
 		var d dbInfo
 		var comment string
-		if err := rows.Scan(&d.Name, &comment, &d.AllowConn, &d.IsTemplate); err != nil {
+		if err := rows.Scan(&d.Name, &comment, &d.AllowConn, &d.IsTemplate, &d.Invalid); err != nil {
 			return nil, err
 		}
 		kind, h, rest, ok := m.names.parse(d.Name)
@@ -169,6 +173,15 @@ func (m *Manager) run(ctx context.Context, conn *pgx.Conn, stmts ...string) erro
 	return nil
 }
 
+// live drops the snapshots beyond MaxSnapshots that the background has not
+// dropped yet: they are no longer listed or restorable.
+func (m *Manager) live(snaps []*dbInfo) []*dbInfo {
+	if len(snaps) > m.cfg.MaxSnapshots {
+		return snaps[len(snaps)-m.cfg.MaxSnapshots:]
+	}
+	return snaps
+}
+
 func (m *Manager) setComment(ctx context.Context, conn *pgx.Conn, db string, md meta) error {
 	if err := m.run(ctx, conn, commentSQL(db, md)); err != nil {
 		return fmt.Errorf("comment on %s: %w", db, err)
@@ -207,12 +220,15 @@ func (m *Manager) createDB(ctx context.Context, conn *pgx.Conn, name, src string
 }
 
 // dropDB drops a database (terminating any session) and tolerates its
-// absence.
+// absence. The DROP is not cancelled with ctx: a DROP DATABASE interrupted
+// half-way leaves an invalid database behind (and it forces a checkpoint,
+// so it can take seconds on a busy cluster).
 func (m *Manager) dropDB(ctx context.Context, conn *pgx.Conn, d *dbInfo) error {
 	if d == nil {
 		return nil
 	}
-	if d.IsTemplate {
+	ctx = context.WithoutCancel(ctx)
+	if d.IsTemplate && !d.Invalid {
 		if _, err := conn.Exec(ctx, "ALTER DATABASE "+ident(d.Name)+" IS_TEMPLATE false"); err != nil && !isUndefinedDB(err) {
 			return fmt.Errorf("unmark template %s: %w", d.Name, err)
 		}

@@ -255,6 +255,16 @@ func TestSnapshotCap(t *testing.T) {
 		must[*Snapshot](t)(m.Snapshot(ctx, "ws", fmt.Sprintf("s%d", i)))
 	}
 	snaps := must[[]Snapshot](t)(m.Snapshots(ctx, "ws"))
+	waitIdle(t, m)
+	n := 0
+	for _, d := range must[[]*dbInfo](t)(listAll(m)) {
+		if d.Kind == kindSnapshot {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d snapshot databases, want 3", n)
+	}
 	var ids []string
 	for _, s := range snaps {
 		ids = append(ids, s.ID)
@@ -373,6 +383,7 @@ func TestColdWhenNotWarm(t *testing.T) {
 	if st.ColdBranches != 1 || st.ColdRestores != 1 || st.WarmBranches+st.WarmRestores+st.Refills != 0 {
 		t.Fatalf("stats %+v", st)
 	}
+	waitIdle(t, m)
 	if u := must[SpareUsage](t)(m.Spares(ctx)); u.Count != 0 {
 		t.Fatalf("spares without Warm: %+v", u)
 	}
@@ -589,6 +600,13 @@ func TestCrashRepair(t *testing.T) {
 	rh := m.names.repoHash("app")
 	mustExec(t, admin, "CREATE DATABASE "+ident(m.names.name(kindTplSpare, rh, "app"))+" TEMPLATE "+ident(tpl.Database))
 
+	// 4. A snapshot whose DROP was interrupted: PostgreSQL marks it
+	// invalid (datconnlimit -2); any ALTER DATABASE on it is FATAL.
+	broken := m.names.snapshot(wh, "broken")
+	mustExec(t, admin, "CREATE DATABASE "+ident(broken)+" TEMPLATE "+ident(tpl.Database))
+	mustExec(t, admin, "COMMENT ON DATABASE "+ident(broken)+" IS "+quoteLiteral(`{"v":1,"kind":"snapshot","ws":"ws","snap":"broken","at":"2030-01-01T00:00:00Z"}`))
+	mustExec(t, admin, "UPDATE pg_database SET datconnlimit = -2 WHERE datname = $1", broken)
+
 	m2, err := New(ctx, Config{AdminURL: testURL(), Prefix: f.prefix, Secret: []byte("test secret")})
 	mustOK(t, err)
 	defer m2.Close()
@@ -609,7 +627,7 @@ func TestCrashRepair(t *testing.T) {
 		}
 	}
 
-	// 4. RefreshTemplate interrupted after dropping the old copy, before
+	// 5. RefreshTemplate interrupted after dropping the old copy, before
 	// renaming the new one into place: the next CreateBranch finishes it.
 	staging := m.names.name(kindStaging, rh, "app")
 	mustExec(t, admin, "ALTER DATABASE "+ident(tpl.Database)+" RENAME TO "+ident(staging))
@@ -621,7 +639,7 @@ func TestCrashRepair(t *testing.T) {
 		t.Fatalf("template copy %s, want %s", got.Database, tpl.Database)
 	}
 
-	// 5. A snapshot left the branch refusing connections.
+	// 6. A snapshot left the branch refusing connections.
 	mustExec(t, admin, "ALTER DATABASE "+ident(b.Database)+" ALLOW_CONNECTIONS false")
 	must[*Branch](t)(m2.Branch(ctx, "ws"))
 	if n := countRows(t, b.DSN, "t0"); n != 10 {

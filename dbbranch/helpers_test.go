@@ -79,7 +79,16 @@ func cleanupPrefix(tb testing.TB, admin *pgx.Conn, prefix string) {
 	tb.Helper()
 	ctx := context.Background()
 	like := strings.ReplaceAll(prefix, "_", `\_`) + "%"
-	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE $1", like)
+	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE $1 AND datistemplate AND datconnlimit <> -2", like)
+	if err != nil {
+		tb.Errorf("cleanup: %v", err)
+		return
+	}
+	tpls, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+	for _, d := range tpls {
+		admin.Exec(ctx, "ALTER DATABASE "+ident(d)+" IS_TEMPLATE false")
+	}
+	rows, err = admin.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE $1", like)
 	if err != nil {
 		tb.Errorf("cleanup: %v", err)
 		return
@@ -90,7 +99,6 @@ func cleanupPrefix(tb testing.TB, admin *pgx.Conn, prefix string) {
 		return
 	}
 	for _, d := range dbs {
-		admin.Exec(ctx, "ALTER DATABASE "+ident(d)+" IS_TEMPLATE false")
 		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(d)+" WITH (FORCE)"); err != nil {
 			tb.Errorf("cleanup: drop %s: %v", d, err)
 		}

@@ -25,8 +25,8 @@ type Config struct {
 	Prefix string
 	// Secret derives the workspace roles' passwords (HMAC-SHA256); required.
 	Secret []byte
-	// MaxSnapshots is kept per workspace (default 20); Snapshot drops the
-	// oldest beyond it.
+	// MaxSnapshots is kept per workspace (default 20); the oldest beyond it
+	// are dropped in the background right after Snapshot.
 	MaxSnapshots int
 	// Warm keeps spare copies (one per template copy, one of each
 	// workspace's latest snapshot) so CreateBranch and Restore of the
@@ -221,9 +221,6 @@ func (m *Manager) WaitIdle(ctx context.Context) error {
 // while it runs makes it run once more afterwards. fn re-derives what to do
 // from the catalog, so extra runs are harmless.
 func (m *Manager) schedule(key string, fn func(ctx context.Context) error) {
-	if !m.cfg.Warm {
-		return
-	}
 	m.bgMu.Lock()
 	defer m.bgMu.Unlock()
 	if m.bgClosed {
@@ -320,7 +317,7 @@ func (m *Manager) sweep(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		m.scheduleRestoreSpare(h)
+		m.scheduleWorkspace(h)
 	}
 	return nil
 }

@@ -23,7 +23,8 @@ type Snapshot struct {
 // the branch are refused for the duration of the copy and the agent's open
 // sessions are terminated (a template must have no other session); they
 // reconnect with the same DSN afterwards. Beyond MaxSnapshots the oldest
-// snapshots are dropped.
+// snapshots are dropped, in the background (DROP DATABASE forces a
+// checkpoint, which can take seconds on a busy cluster).
 //
 // Errors: invalid_argument for a bad name or id; not_found if the
 // workspace has no branch; already_exists if the id is taken.
@@ -37,7 +38,7 @@ func (m *Manager) Snapshot(ctx context.Context, workspace, id string) (*Snapshot
 	wh := m.names.wsHash(workspace)
 	var out *Snapshot
 	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
-		dbs, err := m.repairWorkspace(ctx, conn, wh, !m.cfg.Warm)
+		dbs, err := m.repairWorkspace(ctx, conn, wh, false)
 		if err != nil {
 			return err
 		}
@@ -78,22 +79,12 @@ func (m *Manager) Snapshot(ctx context.Context, workspace, id string) (*Snapshot
 			return err
 		}
 		out = &Snapshot{ID: id, Database: name, SizeBytes: size, CreatedAt: md.Created}
-		dbs, err = m.listDBs(ctx, conn, wh)
-		if err != nil {
-			return err
-		}
-		snaps := snapshotsOf(dbs)
-		for i := 0; i < len(snaps)-m.cfg.MaxSnapshots; i++ {
-			if err := m.dropDB(ctx, conn, snaps[i]); err != nil {
-				return err
-			}
-		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	m.scheduleRestoreSpare(wh)
+	m.scheduleWorkspace(wh)
 	return out, nil
 }
 
@@ -106,14 +97,14 @@ func (m *Manager) Snapshots(ctx context.Context, workspace string) ([]Snapshot, 
 	wh := m.names.wsHash(workspace)
 	var out []Snapshot
 	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
-		dbs, err := m.repairWorkspace(ctx, conn, wh, !m.cfg.Warm)
+		dbs, err := m.repairWorkspace(ctx, conn, wh, false)
 		if err != nil {
 			return err
 		}
 		if find(dbs, kindBranch) == nil {
 			return lockstep.Errorf(lockstep.ENOTFOUND, "workspace %q has no database branch", workspace)
 		}
-		for _, d := range snapshotsOf(dbs) {
+		for _, d := range m.live(snapshotsOf(dbs)) {
 			size, err := m.dbSize(ctx, conn, d.Name)
 			if err != nil {
 				return err
@@ -135,7 +126,7 @@ func (m *Manager) DropSnapshot(ctx context.Context, workspace, id string) error 
 	}
 	wh := m.names.wsHash(workspace)
 	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
-		dbs, err := m.repairWorkspace(ctx, conn, wh, !m.cfg.Warm)
+		dbs, err := m.repairWorkspace(ctx, conn, wh, false)
 		if err != nil {
 			return err
 		}
@@ -154,7 +145,7 @@ func (m *Manager) DropSnapshot(ctx context.Context, workspace, id string) error 
 		return lockstep.Errorf(lockstep.ENOTFOUND, "workspace %q has no snapshot %q", workspace, id)
 	})
 	if err == nil {
-		m.scheduleRestoreSpare(wh)
+		m.scheduleWorkspace(wh)
 	}
 	return err
 }
@@ -179,12 +170,12 @@ func (m *Manager) Restore(ctx context.Context, workspace, id string) (*Branch, e
 	var out *Branch
 	warm := false
 	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
-		dbs, err := m.repairWorkspace(ctx, conn, wh, !m.cfg.Warm)
+		dbs, err := m.repairWorkspace(ctx, conn, wh, false)
 		if err != nil {
 			return err
 		}
 		var snap *dbInfo
-		for _, d := range snapshotsOf(dbs) {
+		for _, d := range m.live(snapshotsOf(dbs)) {
 			if d.Meta.Snapshot == id {
 				snap = d
 			}
@@ -259,11 +250,6 @@ func (m *Manager) Restore(ctx context.Context, workspace, id string) (*Branch, e
 				return err
 			}
 		}
-		if b != nil && !m.cfg.Warm {
-			if err := m.dropDB(ctx, conn, &dbInfo{Name: trash}); err != nil {
-				return err
-			}
-		}
 		out = m.branchOf(workspace, &md, name)
 		return nil
 	})
@@ -275,24 +261,34 @@ func (m *Manager) Restore(ctx context.Context, workspace, id string) (*Branch, e
 	} else {
 		m.coldRestores.Add(1)
 	}
-	m.scheduleRestoreSpare(wh) // also drops the old branch
+	m.scheduleWorkspace(wh) // also drops the old branch
 	return out, nil
 }
 
-func (m *Manager) scheduleRestoreSpare(wh string) {
-	m.schedule("restore-spare:"+wh, func(ctx context.Context) error { return m.refillRestoreSpare(ctx, wh) })
+func (m *Manager) scheduleWorkspace(wh string) {
+	m.schedule("workspace:"+wh, func(ctx context.Context) error { return m.maintainWorkspace(ctx, wh) })
 }
 
-// refillRestoreSpare repairs the workspace (which drops the old branch a
-// Restore left aside) and keeps one spare copy of its latest snapshot,
-// with the branch's grants already applied.
-func (m *Manager) refillRestoreSpare(ctx context.Context, wh string) error {
+// maintainWorkspace is the workspace's background work: it repairs the
+// workspace (which drops the old branches Restore left aside), drops the
+// snapshots beyond MaxSnapshots and, with Warm, keeps one spare copy of the
+// latest snapshot, with the branch's grants already applied.
+func (m *Manager) maintainWorkspace(ctx context.Context, wh string) error {
 	return m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
 		dbs, err := m.repairWorkspace(ctx, conn, wh, true)
 		if err != nil {
 			return err
 		}
 		snaps := snapshotsOf(dbs)
+		for len(snaps) > m.cfg.MaxSnapshots {
+			if err := m.dropDB(ctx, conn, snaps[0]); err != nil {
+				return err
+			}
+			snaps = snaps[1:]
+		}
+		if !m.cfg.Warm {
+			return nil
+		}
 		sp := find(dbs, kindRestSpare)
 		var latest *dbInfo
 		if len(snaps) > 0 {

@@ -334,6 +334,9 @@ func (m *Manager) repairRepo(ctx context.Context, conn *pgx.Conn, h string) ([]*
 }
 
 func (m *Manager) scheduleTemplateSpare(h string) {
+	if !m.cfg.Warm {
+		return
+	}
 	m.schedule("template-spare:"+h, func(ctx context.Context) error { return m.refillTemplateSpare(ctx, h) })
 }
 
