@@ -387,3 +387,75 @@ func TestHookEvents(t *testing.T) {
 		t.Logf("NOTE: the promote event does not name the workspace that landed: %v", b)
 	}
 }
+
+// TestHookLeaseTakeover: SIGKILL while a delivery is in flight. The dead
+// worker's lease (--hook-timeout + 30s) expires and the restarted server
+// takes the delivery over: it succeeds exactly once, and the attempt that
+// died with the process is not in the history.
+func TestHookLeaseTakeover(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var calls []int
+	entered := make(chan struct{}, 10)
+	release := make(chan struct{})
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		first := len(calls) == 0
+		status := http.StatusOK
+		if first {
+			status = http.StatusInternalServerError
+		}
+		if !gate.Verify(hookSecret, body, r.Header.Get("X-Lockstep-Signature")) {
+			status = http.StatusUnauthorized
+		}
+		calls = append(calls, status)
+		mu.Unlock()
+		entered <- struct{}{}
+		if first {
+			<-release
+		}
+		w.WriteHeader(status)
+	}))
+	defer rcv.Close()
+	defer close(release)
+
+	s := startServer(t, serverOpts{Args: []string{"--hook-timeout", "1s"}})
+	s.createRepo(t, "base")
+	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
+	hookID := s.createHook(t, "base", rcv.URL, []string{"push"})
+	agent := s.createKey(t, "agent", "agent")
+	s.fork(t, agent.Secret, "base", "ws")
+	s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"})
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the delivery never reached the receiver")
+	}
+	s.kill() // mid-request: the attempt is never recorded, the lease stays
+	s2 := s.restart(t)
+	var d delivery
+	eventually(t, 90*time.Second, "the delivery after the lease expired", func() bool {
+		ds := s2.deliveries(t, "base", hookID)
+		if len(ds) == 1 && ds[0].Status == "succeeded" {
+			d = ds[0]
+			return true
+		}
+		return false
+	})
+	mu.Lock()
+	got := append([]int(nil), calls...)
+	mu.Unlock()
+	oks := 0
+	for _, c := range got {
+		if c == http.StatusOK {
+			oks++
+		}
+	}
+	if oks != 1 || len(got) != 2 {
+		t.Errorf("receiver answered %v; want the killed call and exactly one 200", got)
+	}
+	if len(d.History) != 1 || d.History[0].StatusCode != 200 || d.Attempts != 1 {
+		t.Errorf("history after the takeover: %+v", d)
+	}
+}
