@@ -62,8 +62,9 @@ func (s *server) call(t testing.TB, method, path, key string, body any, contentT
 	return r
 }
 
-// try sends one request; safe from any goroutine.
-func (s *server) try(method, path, key string, body any, contentType string) (*response, error) {
+// try sends one request; safe from any goroutine. headers are extra
+// name, value pairs.
+func (s *server) try(method, path, key string, body any, contentType string, headers ...string) (*response, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -90,6 +91,9 @@ func (s *server) try(method, path, key string, body any, contentType string) (*r
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
 	}
 	resp, err := httpClient.Do(req)
 	if err != nil {
@@ -283,6 +287,7 @@ type opEntry struct {
 	Result  string         `json:"result"`
 	Repo    string         `json:"repo"`
 	KeyName string         `json:"key_name"`
+	TraceID string         `json:"trace_id"`
 	Refs    []refMove      `json:"refs"`
 	Details map[string]any `json:"details"`
 }

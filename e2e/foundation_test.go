@@ -114,6 +114,16 @@ func TestRestartKeepsKeysAndOplog(t *testing.T) {
 				t.Fatalf("SIGTERM exit status %d\n%s", code, s.stderr)
 			}
 
+			// `lockstep migrate` on the stopped data finds the schema current.
+			mig := exec.Command(binary, "migrate", "--data", s.Data)
+			mig.Env = cleanEnv()
+			if s.DBURL != "" {
+				mig.Env = append(mig.Env, "LOCKSTEP_DATABASE_URL="+s.DBURL)
+			}
+			if out, err := mig.CombinedOutput(); err != nil || !strings.Contains(string(out), "metadata schema ("+b.name+") at version") {
+				t.Errorf("lockstep migrate: %v\n%s", err, out)
+			}
+
 			s2 := s.restart(t)
 			if s2.AdminKey != s.AdminKey {
 				t.Errorf("admin.key was rewritten on restart")

@@ -229,6 +229,25 @@ func TestCompareAndSwapRules(t *testing.T) {
 	if after := len(s.commits(t, "cas", "main", 100)); after != before+1 {
 		t.Errorf("allow_empty: %d commits, want %d", after, before+1)
 	}
+
+	// Provenance: a W3C traceparent sent by the agent ends up in the
+	// operations-log entry of its write, and the request id is echoed.
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	r, err := s.try("PUT", "/api/v1/repos/cas/worktree"+pushQuery("", empty.Commit), s.AdminKey, tarOf(t, map[string]string{"a.txt": "traced\n"}),
+		"application/x-tar", "traceparent", "00-"+traceID+"-00f067aa0ba902b7-01", "X-Request-Id", "agent-req-42")
+	if err != nil || r.Status != http.StatusCreated {
+		t.Fatalf("traced push: %v %v", err, r)
+	}
+	if got := r.Header.Get("X-Request-Id"); got != "agent-req-42" {
+		t.Errorf("X-Request-Id echoed as %q", got)
+	}
+	var traced pushResult
+	r.decode(t, &traced)
+	ops := s.oplog(t, url.Values{"repo": {"cas"}, "op": {"push"}})
+	last := ops[len(ops)-1]
+	if len(last.Refs) != 1 || last.Refs[0].New != traced.Commit || last.TraceID != traceID || last.KeyName != "admin" {
+		t.Errorf("oplog entry of the traced push: %+v, want trace_id %s", last, traceID)
+	}
 }
 
 // TestConcurrentPushes: many writers with the same expectation, exactly
