@@ -80,3 +80,13 @@ func writeFile(t testing.TB, path, content string) {
 func (s *server) networkDir(network string) string {
 	return filepath.Join(s.Data, "networks", network+".git")
 }
+
+// gitRunBytes runs git with stdin and returns its raw stdout.
+func gitRunBytes(dir, stdin string, args ...string) ([]byte, error) {
+	home := filepath.Join(tmpRoot, "home")
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = gitEnv(home)
+	cmd.Stdin = strings.NewReader(stdin)
+	return cmd.Output()
+}

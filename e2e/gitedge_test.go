@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -73,10 +76,73 @@ func TestGitEdgeCases(t *testing.T) {
 		t.Errorf("git.push ref moves in the oplog:\n got %v\nwant %v", moves, want)
 	}
 
+	// --atomic: one refused ref (a tag) refuses the whole push; without it
+	// the branch lands and only the tag is refused.
+	writeFile(t, filepath.Join(dir, "c.txt"), "c\n")
+	git(t, dir, "add", "c.txt")
+	git(t, dir, "commit", "-q", "-m", "c")
+	git(t, dir, "tag", "v2")
+	cur := s.head(t, "edge")
+	if out, err := gitCmd(t, dir, "push", "--atomic", "origin", "main", "refs/tags/v2"); err == nil {
+		t.Errorf("atomic push of a branch and a tag succeeded:\n%s", out)
+	}
+	if got := s.head(t, "edge"); got != cur {
+		t.Errorf("a refused atomic push moved main to %s", got)
+	}
+	if out, err := gitCmd(t, dir, "push", "origin", "main", "refs/tags/v2"); err == nil {
+		t.Errorf("non-atomic push with a tag reported success:\n%s", out)
+	}
+	if got, want := s.head(t, "edge"), git(t, dir, "rev-parse", "HEAD"); got != want {
+		t.Errorf("non-atomic push: main = %s, want %s (the branch part applies)", got, want)
+	}
+
+	// The server itself compares the client's old oid (git's own
+	// fast-forward check happens in the client, which a racing or buggy
+	// client skips): a hand-made receive-pack request naming a stale old
+	// value is refused and logged.
+	stale := s.head(t, "edge")
+	writeFile(t, filepath.Join(dir, "d.txt"), "d\n")
+	git(t, dir, "add", "d.txt")
+	git(t, dir, "commit", "-q", "-m", "d")
+	mine := git(t, dir, "rev-parse", "HEAD")
+	moved := s.push(t, s.AdminKey, "edge", stale, map[string]string{"moved.txt": "moved by someone else\n"})
+	pack, err := gitRunBytes(dir, mine+"\n^"+stale+"\n", "pack-objects", "--stdout", "--revs", "-q")
+	if err != nil {
+		t.Fatalf("pack-objects: %v", err)
+	}
+	var body bytes.Buffer
+	line := stale + " " + mine + " refs/heads/main\x00report-status\n"
+	fmt.Fprintf(&body, "%04x%s0000", len(line)+4, line)
+	body.Write(pack)
+	req, _ := http.NewRequest("POST", s.URL+"/git/edge.git/git-receive-pack", &body)
+	req.SetBasicAuth("x", s.AdminKey)
+	req.Header.Set("Content-Type", "application/x-git-receive-pack-request")
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(report), "unpack ok") || !strings.Contains(string(report), "ng refs/heads/main") {
+		t.Errorf("receive-pack with a stale old oid answered %d %q", resp.StatusCode, report)
+	}
+	if got := s.head(t, "edge"); got != moved.Commit {
+		t.Errorf("a stale receive-pack command moved main to %s", got)
+	}
+	var refused bool
+	for _, e := range s.oplog(t, url.Values{"repo": {"edge"}, "op": {"git.push"}}) {
+		refused = refused || e.Result == "ref_conflict"
+	}
+	if !refused {
+		t.Errorf("the refused git push is not in the oplog")
+	}
+	git(t, dir, "fetch", "-q", "origin")
+	git(t, dir, "reset", "-q", "--hard", "origin/main")
+
 	// Trees that would be dangerous to check out are refused by the same
 	// rules as tar uploads, whatever the client built.
 	main := s.head(t, "edge")
-	blob := git(t, dir, "hash-object", "-w", "a.txt")
+	blob := gitStdin(t, dir, "a\n", "hash-object", "-w", "--stdin")
 	bad := []struct {
 		name string
 		tree func() string

@@ -609,3 +609,83 @@ func TestSync(t *testing.T) {
 		t.Errorf("a conflicting sync moved ws main to %s", got)
 	}
 }
+
+// TestDefaultBranchAndForkRaces: a repository's default branch is what
+// pushes, clones and forks use; racing forks of one name make one
+// workspace.
+func TestDefaultBranchAndForkRaces(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOpts{})
+	s.mustJSON(t, "POST", "/api/v1/repos", s.AdminKey, map[string]string{"name": "trunky", "default_branch": "trunk"}, http.StatusCreated, nil)
+	r := s.pushRaw(t, s.AdminKey, "trunky", pushQuery("", zeroOID), tarOf(t, map[string]string{"t.txt": "trunk\n"}))
+	var p pushResult
+	r.decode(t, &p)
+	if r.Status != http.StatusCreated || p.Branch != "trunk" {
+		t.Fatalf("push without a branch: %s", r)
+	}
+	if refs := s.refs(t, s.AdminKey, "trunky"); refs["refs/heads/trunk"] != p.Commit || len(refs) != 1 {
+		t.Errorf("refs %v, want only trunk", refs)
+	}
+	dir := s.clone(t, "trunky", s.AdminKey)
+	if b := git(t, dir, "rev-parse", "--abbrev-ref", "HEAD"); b != "trunk" {
+		t.Errorf("clone checked out %q, want trunk (the mirrored HEAD)", b)
+	}
+
+	const n = 8
+	keys := make([]key, n)
+	for i := range n {
+		keys[i] = s.createKey(t, fmt.Sprintf("agent-%d", i), "agent")
+	}
+	status := make([]*response, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status[i], _ = s.try("POST", "/api/v1/repos/trunky/forks", keys[i].Secret, map[string]string{"name": "contested"}, "")
+		}()
+	}
+	wg.Wait()
+	winner := -1
+	for i, r := range status {
+		switch {
+		case r == nil:
+			t.Errorf("fork %d: no response", i)
+		case r.Status == http.StatusCreated:
+			if winner >= 0 {
+				t.Errorf("two forks named contested were created (%d and %d)", winner, i)
+			}
+			winner = i
+		case r.Status != http.StatusConflict:
+			t.Errorf("fork %d: %s", i, r)
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no fork won")
+	}
+	ws := s.workspaces(t, "trunky")
+	if len(ws) != 1 || ws["contested"].Owner != keys[winner].Name {
+		t.Errorf("workspaces %+v, want one owned by %s", ws, keys[winner].Name)
+	}
+	var info struct {
+		DefaultBranch string `json:"default_branch"`
+		Head          string `json:"head"`
+	}
+	s.mustJSON(t, "GET", "/api/v1/repos/contested", s.AdminKey, nil, http.StatusOK, &info)
+	if info.DefaultBranch != "trunk" || info.Head != p.Commit {
+		t.Errorf("workspace %+v, want default branch trunk at %s", info, p.Commit)
+	}
+	wdir := s.clone(t, "contested", keys[winner].Secret)
+	if b := git(t, wdir, "rev-parse", "--abbrev-ref", "HEAD"); b != "trunk" {
+		t.Errorf("workspace clone checked out %q", b)
+	}
+	var forks int
+	for _, e := range s.oplog(t, url.Values{"op": {"fork"}}) {
+		if e.Result == "ok" {
+			forks++
+		}
+	}
+	if forks != 1 {
+		t.Errorf("%d fork entries in the oplog, want 1", forks)
+	}
+}
