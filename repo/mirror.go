@@ -294,7 +294,7 @@ func (n *Network) writeRefFile(path, content string) error {
 	if _, err := f.WriteString(content); err != nil {
 		return err
 	}
-	if n.opts.Fsync {
+	if n.opts.MirrorFsync {
 		if err := f.Sync(); err != nil {
 			return err
 		}
@@ -306,7 +306,7 @@ func (n *Network) writeRefFile(path, content string) error {
 		return err
 	}
 	ok = true
-	if n.opts.Fsync {
+	if n.opts.MirrorFsync {
 		return syncDir(dir)
 	}
 	return nil
@@ -324,7 +324,7 @@ func (n *Network) deleteLooseRef(ns, ref string) error {
 			break // not empty
 		}
 	}
-	if n.opts.Fsync {
+	if n.opts.MirrorFsync {
 		if err := syncDir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}

@@ -142,7 +142,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.i64(&c.MaxFileBytes, "max-file-bytes", "LOCKSTEP_MAX_FILE_BYTES", 100<<20, "largest single file in an upload")
 	f.int(&c.MaxFiles, "max-files", "LOCKSTEP_MAX_FILES", 100_000, "most entries in one upload")
 	f.i64(&c.MaxJSONBytes, "max-json-bytes", "LOCKSTEP_MAX_JSON_BYTES", 1<<20, "largest JSON request body")
-	f.bool(&c.Fsync, "fsync", "LOCKSTEP_FSYNC", true, "fsync objects and mirrored refs before a ref moves")
+	f.bool(&c.Fsync, "fsync", "LOCKSTEP_FSYNC", true, "fsync objects before a ref moves (the ref mirror is rebuilt from the store at start-up)")
 	f.str(&c.LogLevel, "log-level", "LOCKSTEP_LOG_LEVEL", "info", "debug, info, warn or error")
 	f.dur(&c.ShutdownTimeout, "shutdown-timeout", "LOCKSTEP_SHUTDOWN_TIMEOUT", 30*time.Second, "time in-flight requests get to finish on SIGINT/SIGTERM")
 	f.int(&c.MergeRetries, "merge-retries", "LOCKSTEP_MERGE_RETRIES", 8, "how often a materialize recomputes when the target branch moved meanwhile")
