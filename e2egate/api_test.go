@@ -458,6 +458,15 @@ func git(t testing.TB, dir string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// gitTry runs git and returns its output and error (for expected failures).
+func gitTry(dir string, args ...string) (string, error) {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(cleanEnv(), "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
 // gitURL is the smart-HTTP URL of repo with key as the basic-auth password.
 func (s *server) gitURL(repo, key string) string {
 	u, _ := url.Parse(s.URL + "/git/" + repo + ".git")

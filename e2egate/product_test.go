@@ -133,7 +133,7 @@ func TestProductScenario(t *testing.T) {
 	// Agent B renames Add in the file that defines it, misses its call in
 	// double.go: the build breaks, so the tests fail.
 	bFiles := with(goModule, map[string]string{
-		"calc/counter.go": strings.ReplaceAll(goModule["calc/counter.go"], "Add", "Increment"),
+		"calc/counter.go":   strings.ReplaceAll(goModule["calc/counter.go"], "Add", "Increment"),
 		"calc/calc_test.go": strings.ReplaceAll(goModule["calc/calc_test.go"], "c.Add(21)", "c.Increment(21)"),
 	})
 	bCommit := s.push(t, agentB.Secret, "ws-b", base0, bFiles).Commit
