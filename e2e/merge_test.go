@@ -144,7 +144,9 @@ func TestMergeModes(t *testing.T) {
 	if s.blob(t, "modes", "main", "a.txt") != "a from ws\n" || s.blob(t, "modes", "main", "b.txt") != "b from base\n" {
 		t.Errorf("squash tree lacks a side")
 	}
-	_ = w
+	if got := s.refs(t, s.AdminKey, "ws")["refs/heads/main"]; got != w.Commit {
+		t.Errorf("merging moved the workspace to %s", got)
+	}
 	// The workspace's commit is not an ancestor after a squash: merging
 	// again recomputes from the old base and changes nothing.
 	s.mustJSON(t, "POST", "/api/v1/repos/modes/merges", s.AdminKey,

@@ -403,6 +403,13 @@ func TestBadUploads(t *testing.T) {
 	for i := range 60 {
 		many[fmt.Sprintf("m%02d", i)] = "m"
 	}
+	// 4 MB in 1,000 files of 4,000 bytes: the server answers long before
+	// the client is done sending.
+	huge := map[string]string{}
+	for i := range 1000 {
+		huge[fmt.Sprintf("h%04d", i)] = randomText(i, 4000)
+	}
+	hugeTar := tarOf(t, huge)
 	var bombGz bytes.Buffer
 	zw = gzip.NewWriter(&bombGz)
 	zw.Write(tarOf(t, bomb))
@@ -442,6 +449,7 @@ func TestBadUploads(t *testing.T) {
 		{"truncated gzip", "bad", q, gz.Bytes()[:len(gz.Bytes())/2], "application/gzip", 400, "invalid_argument"},
 		{"not a tar", "bad", q, []byte("hello, this is not a tar file at all\n"), "", 400, "invalid_argument"},
 		{"body over --max-upload-bytes", "bad", q, tarOf(t, big), "", 413, "too_large"},
+		{"body far over --max-upload-bytes", "bad", q, hugeTar, "", 413, "too_large"},
 		{"gzip over --max-upload-bytes decompressed", "bad", q, bombGz.Bytes(), "application/gzip", 413, "too_large"},
 		{"file over --max-file-bytes", "bad", q, tarOf(t, map[string]string{"big.bin": strings.Repeat("b", 5000)}), "", 413, "too_large"},
 		{"more than --max-files entries", "bad", q, tarOf(t, many), "", 413, "too_large"},
