@@ -281,14 +281,26 @@ func (m *Manager) DropRepo(ctx context.Context, repo string) error {
 //   - a branch left refusing connections (interrupted Snapshot or Restore)
 //     is finished again;
 //   - incomplete snapshots and spares are dropped;
-//   - with dropTrash, trash is dropped (the background does this when Warm,
-//     so a foreground call does not pay a DROP DATABASE).
+//   - with dropTrash, trash and debris are dropped (otherwise the
+//     background does it, so a foreground call does not pay a DROP
+//     DATABASE, which forces a checkpoint).
 func (m *Manager) repairWorkspace(ctx context.Context, conn *pgx.Conn, wh string, dropTrash bool) ([]*dbInfo, error) {
-	dbs, err := m.listDBs(ctx, conn, wh)
+	all, err := m.listDBs(ctx, conn, wh)
 	if err != nil {
 		return nil, err
 	}
 	changed := false
+	if dropTrash {
+		for _, d := range all {
+			if d.debris() {
+				if err := m.dropDB(ctx, conn, d); err != nil {
+					return nil, err
+				}
+				changed = true
+			}
+		}
+	}
+	dbs := withoutDebris(all)
 	b := find(dbs, kindBranch)
 	if b != nil && (!b.complete() || b.Meta.Workspace == "" || m.names.wsHash(b.Meta.Workspace) != wh) {
 		if err := m.dropDB(ctx, conn, b); err != nil {
@@ -340,7 +352,8 @@ func (m *Manager) repairWorkspace(ctx context.Context, conn *pgx.Conn, wh string
 		}
 	}
 	if changed {
-		return m.listDBs(ctx, conn, wh)
+		all, err := m.listDBs(ctx, conn, wh)
+		return withoutDebris(all), err
 	}
 	return dbs, nil
 }

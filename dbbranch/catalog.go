@@ -63,7 +63,24 @@ type dbInfo struct {
 	Invalid bool
 }
 
-func (d *dbInfo) complete() bool { return d != nil && d.Meta != nil && !d.Invalid }
+func (d *dbInfo) complete() bool {
+	return d != nil && d.Meta != nil && !d.Invalid && d.Meta.Kind != "debris"
+}
+
+// debris: marked (in its comment) as no longer needed, to be dropped
+// outside the workspace lock: an old branch a Restore put aside, a snapshot
+// beyond MaxSnapshots, a stale spare.
+func (d *dbInfo) debris() bool { return d.Meta != nil && d.Meta.Kind == "debris" && !d.Invalid }
+
+func withoutDebris(dbs []*dbInfo) []*dbInfo {
+	out := dbs[:0:0]
+	for _, d := range dbs {
+		if !d.debris() {
+			out = append(out, d)
+		}
+	}
+	return out
+}
 
 // listDBs returns the Lockstep databases of this prefix; with hash set, only
 // those of one repository or workspace.

@@ -184,7 +184,7 @@ func (m *Manager) Restore(ctx context.Context, workspace, id string) (*Branch, e
 			return lockstep.Errorf(lockstep.ENOTFOUND, "workspace %q has no snapshot %q", workspace, id)
 		}
 		name := m.names.name(kindBranch, wh, workspace)
-		trash := m.names.prefix + "_" + string(kindTrash) + "_" + wh + fmt.Sprintf("_%016x", time.Now().UnixNano())
+		trash := m.trashName(wh, 0)
 		md := meta{Kind: "branch", Repo: snap.Meta.Repo, Workspace: workspace, Created: time.Now().UTC(), Restored: id}
 		b := find(dbs, kindBranch)
 		sp := find(dbs, kindRestSpare)
@@ -269,38 +269,55 @@ func (m *Manager) scheduleWorkspace(wh string) {
 	m.schedule("workspace:"+wh, func(ctx context.Context) error { return m.maintainWorkspace(ctx, wh) })
 }
 
-// maintainWorkspace is the workspace's background work: it repairs the
-// workspace (which drops the old branches Restore left aside), drops the
-// snapshots beyond MaxSnapshots and, with Warm, keeps one spare copy of the
-// latest snapshot, with the branch's grants already applied.
+// maintainWorkspace is the workspace's background work. Under the
+// workspace lock it repairs the workspace, marks as debris the old branches
+// Restore put aside and the snapshots beyond MaxSnapshots, and, with Warm,
+// keeps one spare copy of the latest snapshot with the branch's grants
+// already applied. Then, without the lock (a DROP DATABASE forces a
+// checkpoint and can take seconds), it drops the debris.
 func (m *Manager) maintainWorkspace(ctx context.Context, wh string) error {
-	return m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
-		dbs, err := m.repairWorkspace(ctx, conn, wh, true)
+	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
+		dbs, err := m.repairWorkspace(ctx, conn, wh, false)
 		if err != nil {
 			return err
 		}
+		b := find(dbs, kindBranch)
+		var junk []*dbInfo
+		for _, d := range dbs {
+			if d.Kind == kindTrash && b != nil && d.Meta != nil && !d.Invalid {
+				junk = append(junk, d)
+			}
+		}
 		snaps := snapshotsOf(dbs)
 		for len(snaps) > m.cfg.MaxSnapshots {
-			if err := m.dropDB(ctx, conn, snaps[0]); err != nil {
-				return err
-			}
+			junk = append(junk, snaps[0])
 			snaps = snaps[1:]
 		}
-		if !m.cfg.Warm {
-			return nil
-		}
-		sp := find(dbs, kindRestSpare)
 		var latest *dbInfo
 		if len(snaps) > 0 {
 			latest = snaps[len(snaps)-1]
 		}
-		if sp != nil && (latest == nil || sp.Meta.Snapshot != latest.Meta.Snapshot || find(dbs, kindBranch) == nil) {
-			if err := m.dropDB(ctx, conn, sp); err != nil {
-				return err
-			}
+		sp := find(dbs, kindRestSpare)
+		if sp != nil && (!m.cfg.Warm || latest == nil || sp.Meta.Snapshot != latest.Meta.Snapshot || b == nil) {
+			junk = append(junk, sp)
 			sp = nil
 		}
-		if sp != nil || latest == nil || find(dbs, kindBranch) == nil {
+		if len(junk) > 0 {
+			// Renamed out of the way too, so the names can be reused at once.
+			var stmts []string
+			for i, d := range junk {
+				name := d.Name
+				if d.Kind != kindTrash {
+					name = m.trashName(wh, i)
+					stmts = append(stmts, renameSQL(d.Name, name))
+				}
+				stmts = append(stmts, commentSQL(name, meta{Kind: "debris", Workspace: d.Meta.Workspace, Created: time.Now().UTC()}))
+			}
+			if err := m.run(ctx, conn, stmts...); err != nil {
+				return fmt.Errorf("mark debris: %w", err)
+			}
+		}
+		if !m.cfg.Warm || sp != nil || latest == nil || b == nil {
 			return nil
 		}
 		ws := latest.Meta.Workspace
@@ -316,4 +333,27 @@ func (m *Manager) maintainWorkspace(ctx context.Context, wh string) error {
 		m.refills.Add(1)
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return m.withLocks(ctx, nil, func(conn *pgx.Conn) error {
+		dbs, err := m.listDBs(ctx, conn, wh)
+		if err != nil {
+			return err
+		}
+		for _, d := range dbs {
+			if d.debris() {
+				if err := m.dropDB(ctx, conn, d); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// trashName is a fresh name for a database on its way out; names sort by
+// time, so repair can find the newest old branch.
+func (m *Manager) trashName(wh string, i int) string {
+	return m.names.prefix + "_" + string(kindTrash) + "_" + wh + fmt.Sprintf("_%016x", time.Now().UnixNano()+int64(i))
 }
