@@ -2,9 +2,14 @@ package e2egate
 
 import (
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/lockstep-hq/lockstep/gate"
 
 	"github.com/lockstep-hq/lockstep/internal/testenv"
 )
@@ -63,6 +68,69 @@ func TestReplicasPromote(t *testing.T) {
 		}
 		if k != n {
 			t.Errorf("replica %s: first-parent chain of %d commits, want %d", srv.URL, k, n)
+		}
+	}
+}
+
+// TestReplicasDeliverOnce: two replicas' delivery workers share one
+// outbox (Postgres); every delivery is sent by one of them at a time:
+// the receiver sees each delivery's attempts exactly as recorded, and
+// exactly one success per delivery.
+func TestReplicasDeliverOnce(t *testing.T) {
+	t.Parallel()
+	const n = 10
+	var mu sync.Mutex
+	perID := map[string][]int{}
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		id := r.Header.Get("X-Lockstep-Delivery")
+		mu.Lock()
+		status := http.StatusOK
+		if len(perID[id]) == 0 {
+			status = http.StatusServiceUnavailable // every delivery fails once
+		}
+		if !gate.Verify(hookSecret, body, r.Header.Get("X-Lockstep-Signature")) {
+			status = http.StatusUnauthorized
+		}
+		perID[id] = append(perID[id], status)
+		mu.Unlock()
+		w.WriteHeader(status)
+	}))
+	defer rcv.Close()
+	a := startServer(t, serverOpts{Postgres: true})
+	b := startServer(t, serverOpts{Data: a.Data, DatabaseURL: a.opts.DatabaseURL})
+	a.createRepo(t, "base")
+	base0 := a.push(t, a.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
+	hookID := a.createHook(t, "base", rcv.URL, []string{"push"})
+	agent := a.createKey(t, "agent", "agent")
+	for i := 0; i < n; i++ {
+		srv := []*server{a, b}[i%2]
+		ws := fmt.Sprintf("ws-%d", i)
+		srv.fork(t, agent.Secret, "base", ws)
+		srv.push(t, agent.Secret, ws, base0, map[string]string{"README": "hi\n", "f": ws})
+	}
+	var ds []delivery
+	eventually(t, 60*time.Second, "every delivery to succeed", func() bool {
+		ds = b.deliveries(t, "base", hookID)
+		for _, d := range ds {
+			if d.Status != "succeeded" {
+				return false
+			}
+		}
+		return len(ds) == n
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(perID) != n {
+		t.Fatalf("receiver saw %d delivery ids, want %d", len(perID), n)
+	}
+	for _, d := range ds {
+		got := perID[d.ID]
+		if len(got) != 2 || got[0] != http.StatusServiceUnavailable || got[1] != http.StatusOK {
+			t.Errorf("delivery %s: receiver answered %v, want [503 200]", d.ID, got)
+		}
+		if len(d.History) != len(got) || d.Attempts != len(got) {
+			t.Errorf("delivery %s: %d attempts recorded, receiver saw %d", d.ID, len(d.History), len(got))
 		}
 	}
 }

@@ -247,8 +247,13 @@ func (s *DB) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Dura
 	}
 	rows.Close()
 	for _, cd := range cands {
-		res, err := s.db.ExecContext(ctx, `UPDATE deliveries SET locked_until = $1 WHERE id = $2 AND locked_until = $3 AND status = $4`,
-			micros(now.Add(lease)), cd.d.ID, cd.locked, lockstep.DeliveryPending)
+		// attempts is part of the condition: locked_until returns to 0 after
+		// every attempt, so without it a worker holding a stale snapshot
+		// (another worker claimed, sent and recorded meanwhile) would claim
+		// the row again and send before its backoff, with a stale attempt
+		// number.
+		res, err := s.db.ExecContext(ctx, `UPDATE deliveries SET locked_until = $1 WHERE id = $2 AND locked_until = $3 AND status = $4 AND attempts = $5`,
+			micros(now.Add(lease)), cd.d.ID, cd.locked, lockstep.DeliveryPending, cd.d.Attempts)
 		if err != nil {
 			return nil, err
 		}
