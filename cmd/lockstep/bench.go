@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -76,7 +77,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	f.fs.StringVar(&o.cpuDir, "cpuprofile-dir", "", "write a CPU profile of each scenario's measured loop (server in-process) into this directory")
 	f.fs.StringVar(&o.bin, "bin", "", "lockstep binary for the end-to-end scenarios (default: this executable, or go build)")
 	f.fs.Uint64Var(&o.seed, "seed", 1, "seed of the generated trees")
-	f.fs.BoolVar(&o.fsyncOff, "fsync-off", true, "also measure push-incremental and rollback on a server with --fsync=false")
+	f.fs.BoolVar(&o.fsyncOff, "compare-fsync", true, "also measure push-incremental and rollback on a server with --fsync=false")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -170,6 +171,18 @@ type reqTimer struct {
 	put   time.Duration // last PUT .../worktree
 	total time.Duration // sum since reset
 	count int
+	last  map[string]time.Duration // by route, since reset
+}
+
+// routeKey names a request by method and the route after /repos/{repo}.
+func routeKey(r *http.Request) string {
+	p := strings.TrimPrefix(r.URL.Path, "/api/v1/repos/")
+	if _, rest, ok := strings.Cut(p, "/"); ok {
+		p = rest
+	} else {
+		p = "{repo}"
+	}
+	return r.Method + " " + p
 }
 
 func (t *reqTimer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -182,12 +195,17 @@ func (t *reqTimer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	t.total += d
 	t.count++
+	if t.last == nil {
+		t.last = map[string]time.Duration{}
+	}
+	t.last[routeKey(r)] += d
 	t.mu.Unlock()
 }
 
 func (t *reqTimer) reset() {
 	t.mu.Lock()
 	t.put, t.total, t.count = 0, 0, 0
+	t.last = map[string]time.Duration{}
 	t.mu.Unlock()
 }
 
@@ -195,6 +213,12 @@ func (t *reqTimer) read() (put, total time.Duration, n int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.put, t.total, t.count
+}
+
+func (t *reqTimer) routes() map[string]time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.last)
 }
 
 type benchServer struct {
@@ -237,7 +261,6 @@ type bencher struct {
 	g2k      *git2k
 	bigNet   *bigState
 	smallNet *bigState
-	gitPush  *dist
 }
 
 func newBencher(ctx context.Context, e *env, o benchOpts) (*bencher, error) {
@@ -450,6 +473,44 @@ func (b *bencher) measure(name string, warm, n int, f func(i int) (time.Duration
 	return newDist(ms), nil
 }
 
+// measurePair measures Lockstep and git in alternation (ABBA order), so
+// both see the same machine load; ls's loop is the one profiled.
+func (b *bencher) measurePair(name string, warm, n int, ls, git func(i int) (time.Duration, error)) (*dist, *dist, error) {
+	var lms, gms []float64
+	var stop func()
+	for i := 0; i < warm+n; i++ {
+		if i == warm {
+			stop = b.profile(name)
+		}
+		fs := []func(int) (time.Duration, error){ls, git}
+		if i%2 == 1 {
+			fs[0], fs[1] = git, ls
+		}
+		var ds [2]time.Duration
+		for k, f := range fs {
+			d, err := f(i)
+			if err != nil {
+				if stop != nil {
+					stop()
+				}
+				return nil, nil, err
+			}
+			ds[k] = d
+		}
+		if i%2 == 1 {
+			ds[0], ds[1] = ds[1], ds[0]
+		}
+		if i >= warm {
+			lms = append(lms, float64(ds[0].Microseconds())/1000)
+			gms = append(gms, float64(ds[1].Microseconds())/1000)
+		}
+	}
+	if stop != nil {
+		stop()
+	}
+	return newDist(lms), newDist(gms), nil
+}
+
 func (b *bencher) profile(name string) func() {
 	if b.o.cpuDir == "" || strings.HasPrefix(name, "git-") {
 		return func() {}
@@ -467,6 +528,27 @@ func (b *bencher) profile(name string) func() {
 		return func() {}
 	}
 	return func() { pprof.StopCPUProfile(); fh.Close() }
+}
+
+// timed runs one API call and returns its wall time; the time the
+// server's handlers spent on it is appended to h.
+func timed(s *benchServer, h *[]float64, f func() error) (time.Duration, error) {
+	s.timer.reset()
+	t := time.Now()
+	err := f()
+	d := time.Since(t)
+	_, total, _ := s.timer.read()
+	*h = append(*h, float64(total.Microseconds())/1000)
+	return d, err
+}
+
+// handlerNote describes the server's share of the recorded iterations.
+func handlerNote(h []float64, warm int) string {
+	if len(h) <= warm {
+		return "server handler time unknown"
+	}
+	d := newDist(h[warm:])
+	return fmt.Sprintf("server handler (in-process) median %.2f ms, p90 %.2f ms; the rest is HTTP and client", d.Median, d.P90)
 }
 
 func (b *bencher) slow() int { return max(3, b.o.iters/2) }
@@ -679,9 +761,11 @@ func (b *bencher) git2k() (*git2k, error) {
 // ---- scenarios ----
 
 type pushStats struct {
-	wall, put, handlers, serverMS *dist
-	maxBytes                      int64
-	hashed, files, roundTrips     int
+	wall, git, put, handlers, serverMS *dist
+	scan, total                        *dist // as the push reports them
+	maxBytes                           int64
+	hashed, files, roundTrips          int
+	routes                             map[string][]float64
 }
 
 // pushIncremental changes one file and runs the real `lockstep push`
@@ -695,9 +779,13 @@ func (b *bencher) pushIncremental(fsync bool, name string) (*pushStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	var puts, handlers, servers []float64
-	ps := &pushStats{}
-	wall, err := b.measure(name, 2, b.o.iters, func(i int) (time.Duration, error) {
+	g, err := b.git2k()
+	if err != nil {
+		return nil, err
+	}
+	var puts, handlers, servers, scans, totals []float64
+	ps := &pushStats{routes: map[string][]float64{}}
+	wall, gd, err := b.measurePair(name, 2, b.o.iters, func(i int) (time.Duration, error) {
 		if _, err := editLine(st.dir, b.small, 7, 3, fmt.Sprintf("push %d", i)); err != nil {
 			return 0, err
 		}
@@ -724,34 +812,27 @@ func (b *bencher) pushIncremental(fsync bool, name string) (*pushStats, error) {
 			puts = append(puts, float64(put.Microseconds())/1000)
 			handlers = append(handlers, float64(total.Microseconds())/1000)
 			servers = append(servers, rep.ServerMS)
+			scans = append(scans, rep.ScanMS)
+			totals = append(totals, rep.TotalMS)
 			ps.maxBytes = max(ps.maxBytes, rep.BytesSent)
 			ps.hashed, ps.files, ps.roundTrips = rep.Hashed, rep.Files, rep.RoundTrips
+			for k, v := range s.timer.routes() {
+				ps.routes[k] = append(ps.routes[k], float64(v.Microseconds())/1000)
+			}
 		}
 		return d, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	ps.wall, ps.put, ps.handlers, ps.serverMS = wall, newDist(puts), newDist(handlers), newDist(servers)
-	return ps, nil
-}
-
-func (b *bencher) gitPushIncremental() (*dist, error) {
-	if b.gitPush != nil {
-		return b.gitPush, nil
-	}
-	g, err := b.git2k()
-	if err != nil {
-		return nil, err
-	}
-	d, err := b.measure("git-push-incremental", 2, b.o.iters, func(i int) (time.Duration, error) {
-		if _, err := editLine(g.dir, b.small, 7, 3, fmt.Sprintf("push %d", i)); err != nil {
+	}, func(i int) (time.Duration, error) {
+		if _, err := editLine(g.dir, b.small, 7, 3, fmt.Sprintf("push %s %d", name, i)); err != nil {
 			return 0, err
 		}
 		return b.timeGit(g.dir, []string{"add", "-A"}, []string{"commit", "-q", "-m", "x"}, []string{"push", "-q"})
 	})
-	b.gitPush = d
-	return d, err
+	if err != nil {
+		return nil, err
+	}
+	ps.wall, ps.git, ps.put, ps.handlers, ps.serverMS = wall, gd, newDist(puts), newDist(handlers), newDist(servers)
+	ps.scan, ps.total = newDist(scans), newDist(totals)
+	return ps, nil
 }
 
 var gitPushCmd = "git add -A && git commit -q -m x && git push -q (file:// bare)"
@@ -761,11 +842,7 @@ func (b *bencher) benchPushIncremental() error {
 	if err != nil {
 		return err
 	}
-	gd, err := b.gitPushIncremental()
-	if err != nil {
-		return err
-	}
-	b.addPushRows("push-incremental", ps, gd, true)
+	b.addPushRows("push-incremental", ps, ps.git, true)
 	return nil
 }
 
@@ -778,7 +855,15 @@ func (b *bencher) addPushRows(name string, ps *pushStats, gd *dist, serverRow bo
 	r.check("slower than git", ps.wall.Median <= gd.Median)
 	r.check(fmt.Sprintf("sent %d B", ps.maxBytes), ps.maxBytes < 64<<10)
 	r.note("whole `lockstep push --expect-current` process; %d files scanned, %d hashed, %d round trips, max %d B sent", ps.files, ps.hashed, ps.roundTrips, ps.maxBytes)
-	r.note("server_ms (client view, missing+objects+PUT) median %.2f ms; all server handlers of one push median %.2f ms", ps.serverMS.Median, ps.handlers.Median)
+	r.note("inside the process (total_ms) median %.2f ms: scan %.2f ms, server_ms (client view: missing+objects+PUT) %.2f ms; so process start (package inits), flag parsing and exit take about %.1f ms",
+		ps.total.Median, ps.scan.Median, ps.serverMS.Median, ps.wall.Median-ps.total.Median)
+	r.note("all server handlers of one push median %.2f ms (POST /objects includes receiving the pack the client streams while it builds it)", ps.handlers.Median)
+	keys := slices.Sorted(maps.Keys(ps.routes))
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, newDist(ps.routes[k]).Median))
+	}
+	r.note("server handler medians per request (ms): %s", strings.Join(parts, ", "))
 	if serverRow {
 		sr := b.add(&benchRow{Name: name + ":server", Size: r.Size, LS: ps.put, Target: "< 5 ms"})
 		sr.check("PUT /worktree?tree= handler ≥ 5 ms", ps.put.Median < 5)
@@ -843,24 +928,23 @@ func (b *bencher) benchRollback(fsync bool, name string) error {
 	if err != nil {
 		return err
 	}
-	ls, err := b.measure(name, 3, b.o.iters, func(i int) (time.Duration, error) {
-		t := time.Now()
-		res, err := s.c.Rollback(b.ctx, st.repo, st.first, client.WriteOptions{Branch: "main", ExpectOID: cur, Message: "rollback"})
-		d := time.Since(t)
+	g, err := b.git2k()
+	if err != nil {
+		return err
+	}
+	var hrb []float64
+	ls, gd, err := b.measurePair(name, 3, b.o.iters, func(i int) (time.Duration, error) {
+		var res *client.PushResult
+		d, err := timed(s, &hrb, func() (err error) {
+			res, err = s.c.Rollback(b.ctx, st.repo, st.first, client.WriteOptions{Branch: "main", ExpectOID: cur, Message: "rollback"})
+			return err
+		})
 		if err != nil {
 			return 0, err
 		}
 		cur = res.Commit
 		return d, nil
-	})
-	if err != nil {
-		return err
-	}
-	g, err := b.git2k()
-	if err != nil {
-		return err
-	}
-	gd, err := b.measure("git-"+name, 3, b.o.iters, func(i int) (time.Duration, error) {
+	}, func(i int) (time.Duration, error) {
 		t := time.Now()
 		oid, err := b.git(g.rb, "commit-tree", g.firstTree, "-p", "main", "-m", "rollback")
 		if err != nil {
@@ -876,7 +960,7 @@ func (b *bencher) benchRollback(fsync bool, name string) error {
 	}
 	r := b.add(&benchRow{Name: name, Size: b.small.describe(st.bytes), LS: ls, Git: gd, GitCmd: "git commit-tree $OLDTREE -p main + git update-ref (bare)", Target: "≤ git"})
 	r.check("slower than git", ls.Median <= gd.Median)
-	r.note("POST /rollback with expect_oid over a keep-alive connection")
+	r.note("POST /rollback with expect_oid over a keep-alive connection; %s", handlerNote(hrb, 3))
 	return nil
 }
 
@@ -996,6 +1080,7 @@ func (b *bencher) benchFork() error {
 	type res struct {
 		st             *bigState
 		ls, upd, clone *dist
+		handler        string
 	}
 	var out [2]res
 	for k, big := range []bool{true, false} {
@@ -1004,11 +1089,10 @@ func (b *bencher) benchFork() error {
 			return err
 		}
 		name := map[bool]string{true: "fork-20k", false: "fork-200"}[big]
+		var hf []float64
 		ls, err := b.measure(name, 3, b.o.iters, func(i int) (time.Duration, error) {
 			ws := b.name("fk-" + st.repo)
-			t := time.Now()
-			_, err := s.c.Fork(b.ctx, st.repo, ws)
-			return time.Since(t), err
+			return timed(s, &hf, func() error { _, err := s.c.Fork(b.ctx, st.repo, ws); return err })
 		})
 		if err != nil {
 			return err
@@ -1025,13 +1109,13 @@ func (b *bencher) benchFork() error {
 		if err != nil {
 			return err
 		}
-		out[k] = res{st, ls, upd, clone}
+		out[k] = res{st, ls, upd, clone, handlerNote(hf, 3)}
 	}
 	for k, name := range []string{"fork-20k", "fork-200"} {
 		x := out[k]
 		r := b.add(&benchRow{Name: name, Size: x.st.t.describe(x.st.bytes), LS: x.ls, Git: x.upd, GitCmd: "git update-ref refs/heads/ws main", Target: "< 2 ms; sizes within ±20%"})
 		r.check("≥ 2 ms", x.ls.Median < 2)
-		r.note("git clone -q --bare --shared: median %.2f ms (p90 %.2f)", x.clone.Median, x.clone.P90)
+		r.note("git clone -q --bare --shared: median %.2f ms (p90 %.2f); %s", x.clone.Median, x.clone.P90, x.handler)
 		if k == 1 {
 			rel := x.ls.Median/out[0].ls.Median - 1
 			r.check(fmt.Sprintf("%+.0f%% vs fork-20k", rel*100), rel >= -0.2 && rel <= 0.2)
@@ -1118,10 +1202,14 @@ func (b *bencher) benchPreflight() error {
 	}
 	var inner []float64
 	var tree string
-	ls, err := b.measure("preflight-deep-20k", 3, b.o.iters, func(i int) (time.Duration, error) {
-		t := time.Now()
-		raw, err := s.c.Merge(b.ctx, st.repo, client.MergeRequest{Ours: "main", Theirs: st.ws + ":main", Preflight: true, Deep: true})
-		d := time.Since(t)
+	var hp []float64
+	var gtree string
+	ls, gd, err := b.measurePair("preflight-deep-20k", 3, b.o.iters, func(i int) (time.Duration, error) {
+		var raw json.RawMessage
+		d, err := timed(s, &hp, func() (err error) {
+			raw, err = s.c.Merge(b.ctx, st.repo, client.MergeRequest{Ours: "main", Theirs: st.ws + ":main", Preflight: true, Deep: true})
+			return err
+		})
 		if err != nil {
 			return 0, err
 		}
@@ -1133,12 +1221,7 @@ func (b *bencher) benchPreflight() error {
 		tree = m.Tree
 		inner = append(inner, m.DurationMS)
 		return d, nil
-	})
-	if err != nil {
-		return err
-	}
-	var gtree string
-	gd, err := b.measure("git-merge-tree", 3, b.o.iters, func(i int) (time.Duration, error) {
+	}, func(i int) (time.Duration, error) {
 		t := time.Now()
 		out, err := b.git(b.root, "--git-dir="+st.gitDir, "merge-tree", "--write-tree", "main", "feature")
 		gtree = out
@@ -1149,7 +1232,7 @@ func (b *bencher) benchPreflight() error {
 	}
 	r := b.add(&benchRow{Name: "preflight-deep-20k", Size: st.t.describe(st.bytes), LS: ls, Git: gd, GitCmd: "git merge-tree --write-tree main feature", Target: "≤ git"})
 	r.check("slower than git", ls.Median <= gd.Median)
-	r.note("10 files changed on each side, 5 of them on both (other hunks); server-reported duration_ms median %.2f", newDist(inner).Median)
+	r.note("10 files changed on each side, 5 of them on both (other hunks); server-reported duration_ms median %.2f; %s", newDist(inner[3:]).Median, handlerNote(hp, 3))
 	if tree != gtree {
 		r.note("merged tree differs from git's (%s vs %s)", short(tree), short(gtree))
 	} else {
@@ -1165,6 +1248,7 @@ func (b *bencher) benchMaterialize() error {
 		return err
 	}
 	var inner []float64
+	var hm []float64
 	ls, err := b.measure("materialize-20k", 2, b.o.iters, func(i int) (time.Duration, error) {
 		// A new pair: a workspace with 10 changed files, main with 10 others.
 		ws := b.name("mat-ws")
@@ -1199,9 +1283,11 @@ func (b *bencher) benchMaterialize() error {
 		for j, c := range edited { // the worktree becomes the merge result
 			os.WriteFile(filepath.Join(st.dir, st.t.path(j)), c, 0o644)
 		}
-		t := time.Now()
-		raw, err := s.c.Merge(b.ctx, st.repo, client.MergeRequest{Ours: "main", Theirs: ws + ":main", Materialize: true, Message: "merge " + ws})
-		d := time.Since(t)
+		var raw json.RawMessage
+		d, err := timed(s, &hm, func() (err error) {
+			raw, err = s.c.Merge(b.ctx, st.repo, client.MergeRequest{Ours: "main", Theirs: ws + ":main", Materialize: true, Message: "merge " + ws})
+			return err
+		})
 		if err != nil {
 			return 0, err
 		}
@@ -1237,7 +1323,7 @@ func (b *bencher) benchMaterialize() error {
 	}
 	r := b.add(&benchRow{Name: "materialize-20k", Size: st.t.describe(st.bytes), LS: ls, Git: gd, GitCmd: "git merge-tree --write-tree + commit-tree -p -p + update-ref", Target: "< 10 ms"})
 	r.check("≥ 10 ms", ls.Median < 10)
-	r.note("POST /merges {materialize}: a two-parent merge commit, 10 files changed on each side; server-reported duration_ms median %.2f", newDist(inner).Median)
+	r.note("POST /merges {materialize}: a two-parent merge commit, 10 files changed on each side; server-reported duration_ms median %.2f; %s", newDist(inner).Median, handlerNote(hm, 2))
 	return nil
 }
 
@@ -1426,19 +1512,15 @@ func (b *bencher) benchRun() error {
 
 func (b *bencher) benchFsyncOff() error {
 	if !b.o.fsyncOff {
-		b.skip("push-incremental (fsync=false)", "--fsync-off=false")
-		b.skip("rollback (fsync=false)", "--fsync-off=false")
+		b.skip("push-incremental (fsync=false)", "--compare-fsync=false")
+		b.skip("rollback (fsync=false)", "--compare-fsync=false")
 		return nil
 	}
 	ps, err := b.pushIncremental(false, "push-incremental-nofsync")
 	if err != nil {
 		return err
 	}
-	gd, err := b.gitPushIncremental()
-	if err != nil {
-		return err
-	}
-	b.addPushRows("push-incremental (fsync=false)", ps, gd, false)
+	b.addPushRows("push-incremental (fsync=false)", ps, ps.git, false)
 	b.rows[len(b.rows)-1].note("server PUT /worktree?tree= handler median %.2f ms (p90 %.2f)", ps.put.Median, ps.put.P90)
 	return b.benchRollback(false, "rollback (fsync=false)")
 }
