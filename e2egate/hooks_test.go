@@ -87,6 +87,7 @@ type delivery struct {
 	History  []struct {
 		Attempt     int        `json:"attempt"`
 		StatusCode  int        `json:"status_code"`
+		DurationMS  float64    `json:"duration_ms"`
 		Error       string     `json:"error"`
 		NextRetryAt *time.Time `json:"next_retry_at"`
 		At          time.Time  `json:"at"`
@@ -140,7 +141,7 @@ func testHookRestart(t *testing.T, postgres bool) {
 	rcv := newReceiver(t, true, 0)
 	// A 1s first backoff leaves a wide window between attempts, so the
 	// kill lands while the deliveries wait for a retry, not mid-request.
-	s := startServer(t, serverOpts{Postgres: postgres, Args: []string{"--hook-backoff", "1s", "--hook-max-backoff", "2s", "--hook-max-attempts", "50"}})
+	s := startServer(t, serverOpts{Postgres: postgres, Args: []string{"--hook-backoff", "1s", "--hook-max-backoff", "2s", "--hook-max-attempts", "50", "--hook-timeout", "2s"}})
 	s.createRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	hookID := s.createHook(t, "base", rcv.srv.URL+"/hook", []string{"push"})
@@ -289,11 +290,12 @@ func TestHookDeliveryGivesUp(t *testing.T) {
 		if a.NextRetryAt == nil {
 			t.Fatalf("attempt %d has no next_retry_at: %+v", i+1, d.History)
 		}
-		gap := a.NextRetryAt.Sub(a.At)
-		// backoff 100ms·2^(n-1) with ±20% jitter, capped at 1s
+		// The retry is scheduled when the attempt ended: at + duration +
+		// backoff, the backoff 100ms·2^(n-1) with ±20% jitter, capped at 1s.
+		gap := a.NextRetryAt.Sub(a.At) - time.Duration(a.DurationMS*float64(time.Millisecond))
 		nominal := min(100*time.Millisecond<<i, time.Second)
-		if gap < nominal*8/10 {
-			t.Errorf("attempt %d: retry %s after it, want at least %s (nominal %s)", i+1, gap, nominal*8/10, nominal)
+		if gap < nominal*8/10-time.Millisecond || gap > nominal*12/10+100*time.Millisecond {
+			t.Errorf("attempt %d: backoff %s, want %s ±20%%", i+1, gap, nominal)
 		}
 		if i > 0 && gap <= prevGap {
 			t.Errorf("attempt %d: backoff %s does not grow (previous %s)", i+1, gap, prevGap)
