@@ -3,10 +3,10 @@ package repo
 import (
 	"bufio"
 	"bytes"
-	"compress/zlib"
 	"crypto/sha1"
 	"encoding/binary"
 	"fmt"
+	"github.com/klauspost/compress/zlib"
 	"hash/crc32"
 	"io"
 	"os"
