@@ -44,7 +44,7 @@ func testPolicyRules(t *testing.T, postgres bool) {
 		t.Fatalf("gate read back: %+v", p)
 	}
 	agent := s.createKey(t, "agent", "agent")
-	for _, ws := range []string{"ws-files", "ws-lines", "ws-secret", "ws-conflict", "ws-all", "ws-ok"} {
+	for _, ws := range []string{"ws-files", "ws-lines", "ws-secret", "ws-conflict", "ws-all", "ws-ok", "ws-unprotect"} {
 		s.fork(t, agent.Secret, "base", ws)
 	}
 	s.push(t, agent.Secret, "ws-files", base0, with(files, map[string]string{"a": "a\n", "b": "b\n", "c": "c\n"}))
@@ -53,17 +53,19 @@ func testPolicyRules(t *testing.T, postgres bool) {
 	s.push(t, agent.Secret, "ws-conflict", base0, with(files, map[string]string{"shared.txt": "one\nTWO by the agent\nthree\n"}))
 	s.push(t, agent.Secret, "ws-all", base0, with(files, map[string]string{
 		"shared.txt": "one\nTWO by another agent\nthree\n", "secrets/key.pem": strings.Repeat("k\n", 8), "x": "x\n"}))
+	s.push(t, agent.Secret, "ws-unprotect", base0, with(files, map[string]string{"secrets/.keep": ""})) // deleting is touching
 	ok := s.push(t, agent.Secret, "ws-ok", base0, with(files, map[string]string{"notes.txt": "fine\n"})).Commit
 
 	// main moves under ws-conflict and ws-all (admin edits the same line).
 	main1 := s.push(t, s.AdminKey, "base", base0, with(files, map[string]string{"shared.txt": "one\n2 on main\nthree\n"})).Commit
 
 	for ws, want := range map[string][]string{
-		"ws-files":    {"max_changed_files"},
-		"ws-lines":    {"max_changed_lines"},
-		"ws-secret":   {"protected_path"},
-		"ws-conflict": {"clean_merge"},
-		"ws-all":      {"clean_merge", "max_changed_files", "max_changed_lines", "protected_path"},
+		"ws-files":     {"max_changed_files"},
+		"ws-lines":     {"max_changed_lines"},
+		"ws-secret":    {"protected_path"},
+		"ws-unprotect": {"protected_path"},
+		"ws-conflict":  {"clean_merge"},
+		"ws-all":       {"clean_merge", "max_changed_files", "max_changed_lines", "protected_path"},
 	} {
 		reasons := s.promoteRefused(t, agent.Secret, ws, nil)
 		if got := rules(reasons); !reflect.DeepEqual(got, want) {
