@@ -181,6 +181,10 @@ func TestRestartKeepsKeysAndOplog(t *testing.T) {
 			if ops[3].Details["key_id"] != gone.ID {
 				t.Errorf("key.revoke entry names %v, want %s", ops[3].Details["key_id"], gone.ID)
 			}
+			// Ctrl-C stops it as cleanly as SIGTERM.
+			if code := s2.stop(syscall.SIGINT); code != 0 {
+				t.Errorf("SIGINT exit status %d\n%s", code, s2.stderr)
+			}
 		})
 	}
 }
