@@ -597,3 +597,67 @@ func TestCLI(t *testing.T) {
 		t.Errorf("checkout into a non-empty directory succeeded")
 	}
 }
+
+// TestCLIErrors: the CLI's exit statuses tell scripts what went wrong, and
+// what a worktree holds besides its files (.git, .lockstep) stays local.
+func TestCLIErrors(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOpts{})
+	key := s.AdminKey
+	if cr := s.cli(t, key, "", "repo", "create", "errs"); cr.Code != 0 {
+		t.Fatalf("repo create: %s", cr)
+	}
+	dir := filepath.Join(t.TempDir(), "w")
+	writeFile(t, filepath.Join(dir, "main.go"), "package main\n")
+	writeFile(t, filepath.Join(dir, ".git", "config"), "[core]\n")
+	writeFile(t, filepath.Join(dir, "sub", ".git"), "gitdir: elsewhere\n")
+	cr := s.cli(t, key, "", "push", dir, "--repo", "errs", "--expect-current", "--json")
+	if cr.Code != 0 {
+		t.Fatalf("push: %s", cr)
+	}
+	a := s.call(t, "GET", "/api/v1/repos/errs/archive/main", key, nil, "")
+	files := untar(t, a.Body)
+	if _, ok := files["main.go"]; !ok || len(files) != 1 {
+		names := []string{}
+		for n := range files {
+			names = append(names, n)
+		}
+		t.Errorf("pushed tree holds %v, want only main.go (.git and .lockstep stay local)", names)
+	}
+	head := s.head(t, "errs")
+
+	cases := []struct {
+		name  string
+		setup func(d string)
+		args  []string
+		key   string
+		code  int
+		want  string
+	}{
+		{"no expectation on an existing branch", nil, []string{"--repo", "errs"}, key, 3, "expect"},
+		{"stale expectation", nil, []string{"--repo", "errs", "--expect", strings.Repeat("1", 40), "--allow-empty"}, key, 3, ""},
+		{"symlink leaving the tree", func(d string) { os.Symlink("/etc/passwd", filepath.Join(d, "evil")) }, []string{"--repo", "errs", "--expect-current"}, key, 2, "evil"},
+		{"unknown repository", nil, []string{"--repo", "ghost", "--expect-current"}, key, 1, "ghost"},
+		{"revoked or unknown key", nil, []string{"--repo", "errs", "--expect-current"}, "lsk_deadbeef_nope", 1, "unknown or revoked"},
+		{"no key", nil, []string{"--repo", "errs", "--expect-current"}, "", 1, "LOCKSTEP_KEY"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := filepath.Join(t.TempDir(), "w")
+			writeFile(t, filepath.Join(d, "main.go"), "package main\n// "+c.name+"\n")
+			if c.setup != nil {
+				c.setup(d)
+			}
+			cr := s.cli(t, c.key, "", append([]string{"push", d}, c.args...)...)
+			if cr.Code != c.code || !strings.Contains(cr.Stderr, c.want) {
+				t.Errorf("want exit %d mentioning %q, got %s", c.code, c.want, cr)
+			}
+			if strings.Contains(cr.Stderr, "panic") || strings.Contains(cr.Stderr, "goroutine ") {
+				t.Errorf("the CLI crashed: %s", cr.Stderr)
+			}
+			if got := s.head(t, "errs"); got != head {
+				t.Errorf("main moved to %s", got)
+			}
+		})
+	}
+}
