@@ -20,12 +20,16 @@ func hookEvent(op string) string {
 // hookEvents builds the outbox records of an operation on r: hooks of r
 // and of the repository r was forked from receive it, in the same
 // transaction as the ref move.
-func (s *Service) hookEvents(r *lockstep.Repo, op, branch, commit, tree string) []lockstep.HookEvent {
+func (s *Service) hookEvents(r *lockstep.Repo, op, branch, commit, tree string, details map[string]any) []lockstep.HookEvent {
 	ev := hookEvent(op)
 	if ev == "" {
 		return nil
 	}
-	return []lockstep.HookEvent{s.HookEvent(r, ev, branch, commit, tree, nil)}
+	var extra map[string]any
+	if ws, ok := details["workspace"].(string); ok && ev == "promote" {
+		extra = map[string]any{"workspace": ws} // the workspace that landed
+	}
+	return []lockstep.HookEvent{s.HookEvent(r, ev, branch, commit, tree, extra)}
 }
 
 // HookEvent builds one outbox record for event on r.

@@ -103,7 +103,7 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 				if ci, err := n.Commit(plumbing.NewHash(u.New)); err == nil {
 					tree = ci.Tree.String()
 				}
-				evs = append(evs, s.hookEvents(r, "push", strings.TrimPrefix(u.Name, "refs/heads/"), u.New, tree)...)
+				evs = append(evs, s.hookEvents(r, "push", strings.TrimPrefix(u.Name, "refs/heads/"), u.New, tree, nil)...)
 			}
 		}
 		err := s.store.UpdateRefs(ctx, ups, at, evs, entry)

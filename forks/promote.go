@@ -143,6 +143,9 @@ func (s *Service) Land(ctx context.Context, actor *lockstep.Key, t *PromoteTarge
 	if err != nil {
 		return nil, err
 	}
+	if res.UpToDate {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "nothing to promote: %s:%s already contains %s", t.Base.Name, t.Branch, t.Commit.String()[:12])
+	}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace.promoted", Repo: t.Workspace.Name, TraceID: traceID(ctx),
 		Details: map[string]any{"into": t.Base.Name + ":" + t.Branch, "commit": t.Commit.String(), "landed": res.Commit}}
 	if err := s.store.SetRepoStatus(ctx, t.Workspace.ID, lockstep.StatusPromoted, entry); err != nil {

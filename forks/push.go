@@ -283,7 +283,7 @@ func (s *Service) moveRef(ctx context.Context, actor *lockstep.Key, r *lockstep.
 	if r.ForkOf != "" && new != lockstep.ZeroOID {
 		attempts = []lockstep.AttemptRecord{{RepoID: r.ID, Attempt: lockstep.Attempt{Commit: new, Tree: tree, Branch: branch, Op: op, KeyName: actor.Name}}}
 	}
-	err := s.store.UpdateRefs(ctx, []lockstep.RefUpdate{{RepoID: r.ID, Repo: r.Name, Name: ref, Old: old, New: new}}, attempts, s.hookEvents(r, op, branch, new, tree), entry)
+	err := s.store.UpdateRefs(ctx, []lockstep.RefUpdate{{RepoID: r.ID, Repo: r.Name, Name: ref, Old: old, New: new}}, attempts, s.hookEvents(r, op, branch, new, tree, details), entry)
 	s.metrics.ObserveOp(op, resultOf(err), s.now().Sub(t0))
 	if err != nil {
 		return s.logFailure(ctx, actor, r, op, branch, t0, err)
