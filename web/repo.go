@@ -372,6 +372,7 @@ func (s *Server) handleBlob() gin.HandlerFunc {
 			}
 		}
 		c.Header("X-Content-Type-Options", "nosniff")
+		c.Header("Content-Security-Policy", "sandbox; default-src 'none'") // repository content is untrusted
 		c.Header("X-Lockstep-Blob", info.Hash.String())
 		c.Header("X-Lockstep-Mode", info.Mode)
 		c.DataFromReader(http.StatusOK, info.Size, ct, rc, nil)
