@@ -178,6 +178,18 @@ func (s *server) stop(sig syscall.Signal) int {
 	return s.exitCode()
 }
 
+// wait waits for the process to exit on its own and returns the exit code.
+func (s *server) wait() int {
+	s.t.Helper()
+	select {
+	case <-s.done:
+	case <-time.After(90 * time.Second):
+		s.kill()
+		s.t.Fatalf("lockstep serve did not exit within 90s\nstderr:\n%s", s.stderr)
+	}
+	return s.exitCode()
+}
+
 func (s *server) kill() {
 	if s.running() {
 		_ = s.cmd.Process.Kill()
