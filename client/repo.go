@@ -63,6 +63,7 @@ type WriteOptions struct {
 	Message    string
 	Author     string
 	AllowEmpty bool
+	From       string // start a new branch from this revision
 }
 
 func (o WriteOptions) query() url.Values {
@@ -76,6 +77,7 @@ func (o WriteOptions) query() url.Values {
 	set("expect_oid", o.ExpectOID)
 	set("message", o.Message)
 	set("author", o.Author)
+	set("from", o.From)
 	if o.Force {
 		q.Set("force", "true")
 	}

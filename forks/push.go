@@ -31,6 +31,12 @@ type WriteOptions struct {
 	Author string
 	// AllowEmpty creates a commit even when the tree did not change.
 	AllowEmpty bool
+	// From starts a branch that does not exist yet from this revision (its
+	// first commit gets it as parent, so later merges have a base);
+	// ignored when the branch exists. Empty: the default branch's tip (a
+	// root commit when the default branch does not exist yet, or is the
+	// branch being created).
+	From string
 }
 
 // PushResult is the answer to a push or rollback.
@@ -211,14 +217,30 @@ func (s *Service) commitTreeWith(ctx context.Context, actor *lockstep.Key, r *lo
 			return nil, s.logFailure(ctx, actor, r, op, opts.Branch, t0, err)
 		}
 		var parents []plumbing.Hash
-		if cur != lockstep.ZeroOID {
-			p := plumbing.NewHash(cur)
+		parent := cur
+		if cur == lockstep.ZeroOID {
+			from := opts.From
+			if from == "" && opts.Branch != r.DefaultBranch {
+				if tip, err := s.branchTip(ctx, r, r.DefaultBranch); err == nil {
+					from = tip.String()
+				}
+			}
+			if from != "" {
+				h, err := s.Resolve(ctx, r, from)
+				if err != nil {
+					return nil, err
+				}
+				parent = h.String()
+			}
+		}
+		if parent != lockstep.ZeroOID {
+			p := plumbing.NewHash(parent)
 			parents = []plumbing.Hash{p}
 			pc, err := n.Commit(p)
 			if err != nil {
 				return nil, err
 			}
-			if pc.Tree == tree && !opts.AllowEmpty {
+			if pc.Tree == tree && !opts.AllowEmpty && parent == cur {
 				return &PushResult{Commit: cur, Tree: tree.String(), Parent: cur, Branch: opts.Branch, Changed: false,
 					ObjectsWritten: stats.Objects, BytesWritten: stats.Bytes, DurationMS: ms(s.now().Sub(t0))}, nil
 			}
@@ -233,7 +255,7 @@ func (s *Service) commitTreeWith(ctx context.Context, actor *lockstep.Key, r *lo
 		}
 		total := stats
 		total.Add(cstats)
-		res := &PushResult{Commit: commit.String(), Tree: tree.String(), Parent: strings.TrimPrefix(cur, lockstep.ZeroOID),
+		res := &PushResult{Commit: commit.String(), Tree: tree.String(), Parent: strings.TrimPrefix(parent, lockstep.ZeroOID),
 			Branch: opts.Branch, Changed: true, ObjectsWritten: total.Objects, BytesWritten: total.Bytes}
 		err = s.moveRef(ctx, actor, r, op, opts.Branch, cur, commit.String(), tree.String(), total, t0, copyDetails(details))
 		if err != nil && lockstep.ErrorCode(err) == lockstep.EREFCONFLICT && opts.Force && opts.ExpectOID == "" && attempt < 5 {

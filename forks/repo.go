@@ -133,6 +133,9 @@ func (s *Service) Resolve(ctx context.Context, r *lockstep.Repo, rev string) (pl
 		}
 		return h, nil
 	}
+	if rev == "HEAD" {
+		rev = r.DefaultBranch
+	}
 	target, branch := r, rev
 	if i := strings.IndexByte(rev, ':'); i >= 0 {
 		other, err := s.Repo(ctx, rev[:i])

@@ -161,7 +161,7 @@ func (s *Server) handleRefs() gin.HandlerFunc {
 
 // writeOptions reads the compare-and-swap query parameters.
 func writeOptions(c *gin.Context) (forks.WriteOptions, error) {
-	o := forks.WriteOptions{Branch: c.Query("branch"), ExpectOID: c.Query("expect_oid"), Message: c.Query("message"), Author: c.Query("author")}
+	o := forks.WriteOptions{Branch: c.Query("branch"), ExpectOID: c.Query("expect_oid"), Message: c.Query("message"), Author: c.Query("author"), From: c.Query("from")}
 	var err error
 	if o.Force, err = queryBool(c, "force"); err != nil {
 		return o, err

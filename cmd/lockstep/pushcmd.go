@@ -35,7 +35,7 @@ type pushReport struct {
 }
 
 func cmdPush(ctx context.Context, e *env, args []string) error {
-	var repoName, branch, expect, message, author string
+	var repoName, branch, expect, message, author, from string
 	var expectCurrent, force, allowEmpty, quiet bool
 	cf, c, rest, err := setup("push", e, args, func(f *flagger) {
 		f.fs.StringVar(&repoName, "repo", "", "repository or workspace (required)")
@@ -46,6 +46,7 @@ func cmdPush(ctx context.Context, e *env, args []string) error {
 		f.fs.StringVar(&message, "message", "", "commit message")
 		f.fs.StringVar(&author, "author", "", `commit author "Name <email>" (default: the key's name)`)
 		f.fs.BoolVar(&allowEmpty, "allow-empty", false, "commit even if the tree did not change")
+		f.fs.StringVar(&from, "from", "", "start a new branch from this revision (default: the default branch's tip)")
 		f.fs.BoolVar(&quiet, "quiet", false, "no progress output")
 	})
 	if err != nil {
@@ -59,7 +60,7 @@ func cmdPush(ctx context.Context, e *env, args []string) error {
 	}
 	start := time.Now()
 	rep, err := pushDir(ctx, c, rest[0], repoName, client.WriteOptions{Branch: branch, ExpectOID: expect, Force: force,
-		Message: message, Author: author, AllowEmpty: allowEmpty}, expectCurrent, progressTo(e, cf.json || quiet))
+		Message: message, Author: author, AllowEmpty: allowEmpty, From: from}, expectCurrent, progressTo(e, cf.json || quiet))
 	if err != nil {
 		return err
 	}
