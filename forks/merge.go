@@ -99,7 +99,7 @@ func (s *Service) Merge(ctx context.Context, actor *lockstep.Key, repoName strin
 }
 
 func (s *Service) mergeOptions(req MergeRequest, markers bool) merge.Options {
-	return merge.Options{Deep: req.Deep, Markers: markers, ShowBase: markers, OursLabel: req.Ours, TheirsLabel: req.Theirs}
+	return merge.Options{Deep: req.Deep, Markers: markers, ShowBase: markers, OursLabel: req.Ours, TheirsLabel: req.Theirs, MaxFileBytes: s.cfg.MergeMaxFileBytes}
 }
 
 func (s *Service) preflight(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs plumbing.Hash, start time.Time) (*MergeResponse, error) {

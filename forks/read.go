@@ -109,7 +109,7 @@ func (s *Service) Compare(ctx context.Context, repoName, base, head string) (*Co
 	if err != nil {
 		return nil, err
 	}
-	files, err := n.Compare(bh, hh, repo.CompareOptions{})
+	files, err := n.Compare(bh, hh, repo.CompareOptions{MaxPatchBytes: s.cfg.ComparePatchBytes})
 	if err != nil {
 		return nil, err
 	}

@@ -44,6 +44,12 @@ type Config struct {
 	// MergeRetries bounds how often materialize recomputes when the target
 	// branch moved meanwhile (default 8).
 	MergeRetries int
+	// MergeMaxFileBytes: larger files are not line-merged (a path-level
+	// conflict instead); 0 = the merge package's default (8 MiB).
+	MergeMaxFileBytes int64
+	// ComparePatchBytes bounds the unified diffs of one compare answer
+	// (files past it are listed with counts, patch_truncated); 0 = 1 MiB.
+	ComparePatchBytes int64
 }
 
 // Service implements repositories, forks and workspaces.
