@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+func cmdCheckpoint(ctx context.Context, e *env, args []string) error {
+	var branch, fsID, label string
+	cf, c, rest, err := setup("checkpoint", e, args, func(f *flagger) {
+		f.fs.StringVar(&branch, "branch", "", "branch (default: the default branch)")
+		f.fs.StringVar(&fsID, "fs-snapshot", "", "id of a filesystem snapshot taken with `lockstep snapshot take`")
+		f.fs.StringVar(&label, "label", "", "a note for reviewers")
+	})
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep checkpoint WORKSPACE [--fs-snapshot ID] [--label L]")
+	}
+	raw, err := c.Do(ctx, http.MethodPost, apiPath(rest[0], "checkpoints"), map[string]string{"branch": branch, "fs_snapshot": fsID, "label": label})
+	if err != nil {
+		return err
+	}
+	var cp lockstep.Checkpoint
+	json.Unmarshal(raw, &cp)
+	return cf.out(e, cp, func() {
+		fmt.Fprintf(e.stdout, "checkpoint %s of %s@%s: commit %s, database snapshot %q, filesystem snapshot %q (%.1f ms)\n",
+			cp.ID, rest[0], cp.Branch, short(cp.Commit), cp.DBSnapshot, cp.FSSnapshot, cp.DurationMS)
+	})
+}
+
+func cmdCheckpoints(ctx context.Context, e *env, args []string) error {
+	cf, c, rest, err := setup("checkpoints", e, args, nil)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep checkpoints WORKSPACE")
+	}
+	raw, err := c.Do(ctx, http.MethodGet, apiPath(rest[0], "checkpoints"), nil)
+	if err != nil {
+		return err
+	}
+	var out struct {
+		Checkpoints []lockstep.Checkpoint `json:"checkpoints"`
+	}
+	json.Unmarshal(raw, &out)
+	return cf.out(e, out.Checkpoints, func() {
+		rows := [][]string{{"ID", "BRANCH", "COMMIT", "DB SNAPSHOT", "FS SNAPSHOT", "CREATED", "LABEL"}}
+		for _, cp := range out.Checkpoints {
+			rows = append(rows, []string{cp.ID, cp.Branch, short(cp.Commit), cp.DBSnapshot, cp.FSSnapshot, cp.CreatedAt.Format("2006-01-02 15:04:05"), cp.Label})
+		}
+		table(e, rows)
+	})
+}
+
+func cmdRestore(ctx context.Context, e *env, args []string) error {
+	var expect string
+	cf, c, rest, err := setup("restore", e, args, func(f *flagger) {
+		f.fs.StringVar(&expect, "expect", "", "the oid the branch must still have")
+	})
+	if err != nil {
+		return err
+	}
+	if len(rest) != 2 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep restore WORKSPACE CHECKPOINT [--expect OID]")
+	}
+	raw, err := c.Do(ctx, http.MethodPost, apiPath(rest[0], "checkpoints", rest[1], "restore"), map[string]string{"expect_oid": expect})
+	if err != nil {
+		if d := lockstep.ErrorDetails(err); d != nil && !cf.json {
+			if parts, ok := d["parts"]; ok {
+				b, _ := json.MarshalIndent(parts, "", "  ")
+				fmt.Fprintf(e.stderr, "partial restore:\n%s\n", b)
+			}
+		}
+		return err
+	}
+	if cf.json {
+		return printRaw(e, raw)
+	}
+	var r struct {
+		Commit     string `json:"commit"`
+		DBRestored bool   `json:"db_restored"`
+		FSSnapshot string `json:"fs_snapshot"`
+		Code       struct {
+			Skipped string `json:"skipped"`
+		} `json:"code"`
+		Database struct {
+			Skipped string `json:"skipped"`
+		} `json:"database"`
+		DurationMS float64 `json:"duration_ms"`
+	}
+	json.Unmarshal(raw, &r)
+	fmt.Fprintf(e.stdout, "restored %s to %s: code at %s%s, database restored: %v%s (%.1f ms)\n", rest[0], rest[1], short(r.Commit),
+		paren(r.Code.Skipped), r.DBRestored, paren(r.Database.Skipped), r.DurationMS)
+	if r.FSSnapshot != "" {
+		fmt.Fprintf(e.stdout, "restore the files with: lockstep snapshot restore DIR %s\n", r.FSSnapshot)
+	}
+	return nil
+}
+
+func paren(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
+}
+
+func cmdDatabase(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep database bind REPO --template DB | show REPO | refresh REPO")
+	}
+	sub := args[0]
+	var template string
+	_, c, rest, err := setup("database "+sub, e, args[1:], func(f *flagger) {
+		if sub == "bind" {
+			f.fs.StringVar(&template, "template", "", "the template database on the branch server")
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep database %s REPO", sub)
+	}
+	var raw json.RawMessage
+	switch sub {
+	case "bind":
+		raw, err = c.Do(ctx, http.MethodPut, apiPath(rest[0], "database"), map[string]string{"template": template})
+	case "show":
+		raw, err = c.Do(ctx, http.MethodGet, apiPath(rest[0], "database"), nil)
+	case "refresh":
+		raw, err = c.Do(ctx, http.MethodPost, apiPath(rest[0], "database", "refresh"), nil)
+	default:
+		return lockstep.Errorf(lockstep.EINVALID, "unknown database subcommand %q: want bind, show or refresh", sub)
+	}
+	if err != nil {
+		return err
+	}
+	return printRaw(e, raw)
+}
