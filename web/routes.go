@@ -63,4 +63,6 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	git.GET("/:repo/info/refs", s.handleGitInfoRefs())
 	git.POST("/:repo/git-upload-pack", s.handleGitUploadPack())
 	git.POST("/:repo/git-receive-pack", s.handleGitReceivePack())
+
+	s.registerUI(e) // the reviewers' UI under /ui/ (ui.go)
 }
