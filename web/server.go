@@ -56,7 +56,8 @@ type Server struct {
 	AfterFork    func(ctx context.Context, f *forks.ForkResult)
 	AfterAbandon func(ctx context.Context, ws *lockstep.Repo)
 
-	tracer trace.Tracer
+	tracer     trace.Tracer
+	uiNotFound gin.HandlerFunc // the UI's HTML 404 for unknown /ui/ paths
 }
 
 // Handler builds the gin engine with every route.
@@ -83,6 +84,10 @@ func (s *Server) Handler() http.Handler {
 	e.UnescapePathValues = true
 	e.Use(s.recovery, s.requestID, s.tracing, s.logging)
 	e.NoRoute(func(c *gin.Context) {
+		if s.uiNotFound != nil && strings.HasPrefix(c.Request.URL.Path, "/ui/") {
+			s.uiNotFound(c)
+			return
+		}
 		writeError(c, lockstep.Errorf(lockstep.ENOTFOUND, "no route %s %s", c.Request.Method, c.Request.URL.Path))
 	})
 	e.NoMethod(func(c *gin.Context) {

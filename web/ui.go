@@ -67,6 +67,10 @@ type uiServer struct {
 // public; everything else needs a session.
 func (s *Server) registerUI(e *gin.Engine) {
 	u := &uiServer{s: s, pages: mustParseUI()}
+	s.uiNotFound = func(c *gin.Context) {
+		u.headers(c)
+		u.fail(c, lockstep.Errorf(lockstep.ENOTFOUND, "no page %s", c.Request.URL.Path))
+	}
 	g := e.Group("/ui", u.headers)
 	g.GET("/style.css", u.handleStyle)
 	g.GET("/login", u.handleLoginForm)

@@ -141,3 +141,22 @@ func TestHealthAndRequestID(t *testing.T) {
 		t.Fatal("metrics lack lockstep_http_requests_total")
 	}
 }
+
+// TestUnknownUIPathIsAnHTMLPage: browsers get a page, API clients the
+// JSON envelope.
+func TestUnknownUIPathIsAnHTMLPage(t *testing.T) {
+	f := mustServer(t)
+	resp, err := http.Get(f.srv.URL + "/ui/no/such/page")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 404 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") || !strings.Contains(string(b), "no page /ui/no/such/page") {
+		t.Fatalf("got %d %s: %.300s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	status, m, _ := f.do(t, "GET", "/api/v1/no/such", f.admin, "")
+	if status != 404 || errCode(m) != lockstep.ENOTFOUND {
+		t.Fatalf("API 404: %d %v", status, m)
+	}
+}
