@@ -3,6 +3,8 @@ package e2e
 import (
 	"net/http"
 	"testing"
+
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
 // TestNewBranchStartsFromARevision: a branch created by a worktree push
@@ -11,27 +13,27 @@ import (
 func TestNewBranchStartsFromARevision(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
-	s.createRepo(t, "r")
-	v1 := s.push(t, s.AdminKey, "r", "", map[string]string{"a.txt": "a\n"})
-	v2 := s.push(t, s.AdminKey, "r", v1.Commit, map[string]string{"a.txt": "a\nb\n"})
+	s.CreateRepo(t, "r")
+	v1 := s.Push(t, s.AdminKey, "r", "", map[string]string{"a.txt": "a\n"})
+	v2 := s.Push(t, s.AdminKey, "r", v1.Commit, map[string]string{"a.txt": "a\nb\n"})
 
 	// Default: the new branch's first commit has main's tip as parent.
-	r := s.pushRaw(t, s.AdminKey, "r", pushQuery("feature", "", "expect_oid", zeroOID), tarOf(t, map[string]string{"a.txt": "a\nb\n", "f.txt": "f\n"}))
-	var p pushResult
-	r.decode(t, &p)
+	r := s.PushRaw(t, s.AdminKey, "r", e2ekit.PushQuery("feature", "", "expect_oid", zeroOID), e2ekit.TarOf(t, map[string]string{"a.txt": "a\nb\n", "f.txt": "f\n"}))
+	var p e2ekit.PushResult
+	r.Decode(t, &p)
 	if r.Status != http.StatusCreated || p.Parent != v2.Commit {
 		t.Fatalf("new branch: %s (want parent %s)", r, v2.Commit)
 	}
 	// from= picks another starting point.
-	r = s.pushRaw(t, s.AdminKey, "r", pushQuery("old", "", "expect_oid", zeroOID, "from", v1.Commit), tarOf(t, map[string]string{"a.txt": "a\n", "o.txt": "o\n"}))
-	r.decode(t, &p)
+	r = s.PushRaw(t, s.AdminKey, "r", e2ekit.PushQuery("old", "", "expect_oid", zeroOID, "from", v1.Commit), e2ekit.TarOf(t, map[string]string{"a.txt": "a\n", "o.txt": "o\n"}))
+	r.Decode(t, &p)
 	if r.Status != http.StatusCreated || p.Parent != v1.Commit {
 		t.Fatalf("from=v1: %s", r)
 	}
 	// An unknown from= is a 404 and creates nothing.
-	r = s.pushRaw(t, s.AdminKey, "r", pushQuery("x", "", "from", "nope"), tarOf(t, map[string]string{"a.txt": "x\n"}))
-	wantError(t, r, http.StatusNotFound, "not_found")
-	if _, ok := s.refs(t, s.AdminKey, "r")["refs/heads/x"]; ok {
+	r = s.PushRaw(t, s.AdminKey, "r", e2ekit.PushQuery("x", "", "from", "nope"), e2ekit.TarOf(t, map[string]string{"a.txt": "x\n"}))
+	e2ekit.WantError(t, r, http.StatusNotFound, "not_found")
+	if _, ok := s.Refs(t, s.AdminKey, "r")["refs/heads/x"]; ok {
 		t.Fatal("a failed push created the branch")
 	}
 	// The merge of feature into main has a real base: a fast-forward.
@@ -40,12 +42,12 @@ func TestNewBranchStartsFromARevision(t *testing.T) {
 		FastForward bool   `json:"fast_forward"`
 		MergeBase   string `json:"merge_base"`
 	}
-	s.mustJSON(t, "POST", "/api/v1/repos/r/merges", s.AdminKey, map[string]any{"ours": "main", "theirs": "feature", "preflight": true}, http.StatusOK, &m)
+	s.MustJSON(t, "POST", "/api/v1/repos/r/merges", s.AdminKey, map[string]any{"ours": "main", "theirs": "feature", "preflight": true}, http.StatusOK, &m)
 	if !m.Clean || !m.FastForward || m.MergeBase != v2.Commit {
 		t.Fatalf("preflight: %+v", m)
 	}
 	// HEAD is the default branch.
-	if c := s.commit(t, "r", "HEAD"); c.Commit != v2.Commit {
+	if c := s.Commit(t, "r", "HEAD"); c.Commit != v2.Commit {
 		t.Fatalf("HEAD = %s, want %s", c.Commit, v2.Commit)
 	}
 }

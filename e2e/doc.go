@@ -2,7 +2,9 @@
 // binary once, runs `lockstep serve` as a real process per test (SQLite or
 // Postgres metadata), and drives it the way agents, reviewers and CI do:
 // over the HTTP API, the lockstep CLI and the real git CLI (smart HTTP).
-// The package has no non-test code; run it with
+// The harness (build, server processes, API, CLI and git helpers) is
+// internal/e2ekit, shared with e2egate and e2erun. The package has no
+// non-test code; run it with
 //
 //	go test -race -count=1 ./e2e/
 //

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" driver: tamper with Postgres rows
@@ -45,10 +46,10 @@ func TestZeroConfigStart(t *testing.T) {
 	if !strings.HasPrefix(s.AdminKey, "lsk_") {
 		t.Errorf("admin.key holds %q…, want an lsk_ key", s.AdminKey[:min(6, len(s.AdminKey))])
 	}
-	if out := s.stdout.String(); !strings.Contains(out, path) {
+	if out := s.Stdout.String(); !strings.Contains(out, path) {
 		t.Errorf("stdout does not name the key file %s:\n%s", path, out)
 	}
-	if strings.Contains(s.stdout.String(), s.AdminKey) || strings.Contains(s.stderr.String(), s.AdminKey) {
+	if strings.Contains(s.Stdout.String(), s.AdminKey) || strings.Contains(s.Stderr.String(), s.AdminKey) {
 		t.Errorf("the admin secret was printed")
 	}
 	if _, err := os.Stat(filepath.Join(s.Data, "lockstep.db")); err != nil {
@@ -56,7 +57,7 @@ func TestZeroConfigStart(t *testing.T) {
 	}
 
 	for _, p := range []string{"/healthz", "/readyz"} {
-		r := s.call(t, "GET", p, "", nil, "")
+		r := s.Call(t, "GET", p, "", nil, "")
 		if r.Status != http.StatusOK {
 			t.Errorf("GET %s: %s", p, r)
 		}
@@ -65,7 +66,7 @@ func TestZeroConfigStart(t *testing.T) {
 		Ready  bool              `json:"ready"`
 		Checks map[string]string `json:"checks"`
 	}
-	s.mustJSON(t, "GET", "/readyz", "", nil, http.StatusOK, &ready)
+	s.MustJSON(t, "GET", "/readyz", "", nil, http.StatusOK, &ready)
 	if !ready.Ready || ready.Checks["store"] != "ok" {
 		t.Errorf("readyz: %+v", ready)
 	}
@@ -73,11 +74,11 @@ func TestZeroConfigStart(t *testing.T) {
 	var who struct {
 		Role string `json:"role"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/whoami", s.AdminKey, nil, http.StatusOK, &who)
+	s.MustJSON(t, "GET", "/api/v1/whoami", s.AdminKey, nil, http.StatusOK, &who)
 	if who.Role != "admin" {
 		t.Errorf("whoami role %q, want admin", who.Role)
 	}
-	m := s.call(t, "GET", "/metrics", "", nil, "")
+	m := s.Call(t, "GET", "/metrics", "", nil, "")
 	if m.Status != http.StatusOK || !strings.Contains(string(m.Body), "lockstep_http_requests_total") {
 		t.Errorf("/metrics lacks lockstep_http_requests_total: %d\n%.2000s", m.Status, m.Body)
 	}
@@ -102,21 +103,21 @@ func TestRestartKeepsKeysAndOplog(t *testing.T) {
 					t.Errorf("with LOCKSTEP_DATABASE_URL the server still created an SQLite file")
 				}
 			}
-			keep := s.createKey(t, "agent-keep", "agent")
-			gone := s.createKey(t, "agent-gone", "agent")
-			r := s.call(t, "DELETE", "/api/v1/keys/"+gone.ID, s.AdminKey, nil, "")
+			keep := s.CreateKey(t, "agent-keep", "agent")
+			gone := s.CreateKey(t, "agent-gone", "agent")
+			r := s.Call(t, "DELETE", "/api/v1/keys/"+gone.ID, s.AdminKey, nil, "")
 			if r.Status != http.StatusNoContent {
 				t.Fatalf("revoke: %s", r)
 			}
-			s.createRepo(t, "persist")
-			p := s.push(t, s.AdminKey, "persist", "", map[string]string{"a.txt": "a\n"})
-			if code := s.stop(syscall.SIGTERM); code != 0 {
-				t.Fatalf("SIGTERM exit status %d\n%s", code, s.stderr)
+			s.CreateRepo(t, "persist")
+			p := s.Push(t, s.AdminKey, "persist", "", map[string]string{"a.txt": "a\n"})
+			if code := s.Stop(syscall.SIGTERM); code != 0 {
+				t.Fatalf("SIGTERM exit status %d\n%s", code, s.Stderr)
 			}
 
 			// `lockstep migrate` on the stopped data finds the schema current.
-			mig := exec.Command(binary, "migrate", "--data", s.Data)
-			mig.Env = cleanEnv()
+			mig := exec.Command(e2ekit.Binary, "migrate", "--data", s.Data)
+			mig.Env = e2ekit.CleanEnv()
 			if s.DBURL != "" {
 				mig.Env = append(mig.Env, "LOCKSTEP_DATABASE_URL="+s.DBURL)
 			}
@@ -128,11 +129,11 @@ func TestRestartKeepsKeysAndOplog(t *testing.T) {
 			if s2.AdminKey != s.AdminKey {
 				t.Errorf("admin.key was rewritten on restart")
 			}
-			if strings.Contains(s2.stdout.String(), "created the first admin key") {
-				t.Errorf("restart bootstrapped a second admin key:\n%s", s2.stdout)
+			if strings.Contains(s2.Stdout.String(), "created the first admin key") {
+				t.Errorf("restart bootstrapped a second admin key:\n%s", s2.Stdout)
 			}
-			s2.mustJSON(t, "GET", "/api/v1/whoami", keep.Secret, nil, http.StatusOK, nil)
-			wantError(t, s2.call(t, "GET", "/api/v1/whoami", gone.Secret, nil, ""), http.StatusUnauthorized, "unauthenticated")
+			s2.MustJSON(t, "GET", "/api/v1/whoami", keep.Secret, nil, http.StatusOK, nil)
+			e2ekit.WantError(t, s2.Call(t, "GET", "/api/v1/whoami", gone.Secret, nil, ""), http.StatusUnauthorized, "unauthenticated")
 
 			var keys struct {
 				Keys []struct {
@@ -141,7 +142,7 @@ func TestRestartKeepsKeysAndOplog(t *testing.T) {
 					RevokedAt *string `json:"revoked_at"`
 				} `json:"keys"`
 			}
-			s2.mustJSON(t, "GET", "/api/v1/keys", s2.AdminKey, nil, http.StatusOK, &keys)
+			s2.MustJSON(t, "GET", "/api/v1/keys", s2.AdminKey, nil, http.StatusOK, &keys)
 			seen := map[string]bool{}
 			for _, k := range keys.Keys {
 				seen[k.Name] = true
@@ -157,15 +158,15 @@ func TestRestartKeepsKeysAndOplog(t *testing.T) {
 					t.Errorf("key %s missing after restart (have %v)", n, seen)
 				}
 			}
-			if got := s2.head(t, "persist"); got != p.Commit {
+			if got := s2.Head(t, "persist"); got != p.Commit {
 				t.Errorf("persist main after restart = %s, want %s", got, p.Commit)
 			}
 
-			v := s2.verify(t)
+			v := s2.Verify(t)
 			if !v.OK || v.FirstBad != nil {
 				t.Errorf("oplog verify after restart: %+v", v)
 			}
-			ops := s2.oplog(t, nil)
+			ops := s2.Oplog(t, nil)
 			if int64(len(ops)) != v.Entries {
 				t.Errorf("oplog lists %d entries, verify counted %d", len(ops), v.Entries)
 			}
@@ -182,8 +183,8 @@ func TestRestartKeepsKeysAndOplog(t *testing.T) {
 				t.Errorf("key.revoke entry names %v, want %s", ops[3].Details["key_id"], gone.ID)
 			}
 			// Ctrl-C stops it as cleanly as SIGTERM.
-			if code := s2.stop(syscall.SIGINT); code != 0 {
-				t.Errorf("SIGINT exit status %d\n%s", code, s2.stderr)
+			if code := s2.Stop(syscall.SIGINT); code != 0 {
+				t.Errorf("SIGINT exit status %d\n%s", code, s2.Stderr)
 			}
 		})
 	}
@@ -194,9 +195,9 @@ func TestRestartKeepsKeysAndOplog(t *testing.T) {
 func TestAuthAndErrorEnvelopes(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{Args: []string{"--max-json-bytes", "256"}})
-	agent := s.createKey(t, "agent-1", "agent")
-	revoked := s.createKey(t, "agent-2", "agent")
-	if r := s.call(t, "DELETE", "/api/v1/keys/"+revoked.ID, s.AdminKey, nil, ""); r.Status != http.StatusNoContent {
+	agent := s.CreateKey(t, "agent-1", "agent")
+	revoked := s.CreateKey(t, "agent-2", "agent")
+	if r := s.Call(t, "DELETE", "/api/v1/keys/"+revoked.ID, s.AdminKey, nil, ""); r.Status != http.StatusNoContent {
 		t.Fatalf("revoke: %s", r)
 	}
 	// A forged secret has a real key's prefix and a wrong last character.
@@ -248,8 +249,8 @@ func TestAuthAndErrorEnvelopes(t *testing.T) {
 			if c.body != "" {
 				body = []byte(c.body)
 			}
-			r := s.call(t, c.method, c.path, c.key, body, c.contentType)
-			wantError(t, r, c.status, c.code)
+			r := s.Call(t, c.method, c.path, c.key, body, c.contentType)
+			e2ekit.WantError(t, r, c.status, c.code)
 			if c.status == 401 && strings.HasPrefix(c.path, "/git/") && r.Header.Get("WWW-Authenticate") == "" {
 				t.Errorf("401 on /git without WWW-Authenticate: git would not send credentials")
 			}
@@ -257,9 +258,9 @@ func TestAuthAndErrorEnvelopes(t *testing.T) {
 	}
 	// None of the refused key creations created a key.
 	var keys struct {
-		Keys []key `json:"keys"`
+		Keys []e2ekit.Key `json:"keys"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/keys", s.AdminKey, nil, http.StatusOK, &keys)
+	s.MustJSON(t, "GET", "/api/v1/keys", s.AdminKey, nil, http.StatusOK, &keys)
 	if len(keys.Keys) != 3 {
 		t.Errorf("%d keys after refused creations, want 3 (admin, agent-1, agent-2): %+v", len(keys.Keys), keys.Keys)
 	}
@@ -273,15 +274,15 @@ func TestOplogTamperDetected(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			s := startServer(t, serverOpts{Postgres: b.postgres})
-			s.createKey(t, "agent-1", "agent")
-			s.createRepo(t, "tamper")
-			p1 := s.push(t, s.AdminKey, "tamper", "", map[string]string{"a": "1"})
-			s.push(t, s.AdminKey, "tamper", p1.Commit, map[string]string{"a": "2"})
-			v := s.verify(t)
+			s.CreateKey(t, "agent-1", "agent")
+			s.CreateRepo(t, "tamper")
+			p1 := s.Push(t, s.AdminKey, "tamper", "", map[string]string{"a": "1"})
+			s.Push(t, s.AdminKey, "tamper", p1.Commit, map[string]string{"a": "2"})
+			v := s.Verify(t)
 			if !v.OK || v.Entries < 5 {
 				t.Fatalf("verify before tampering: %+v", v)
 			}
-			ops := s.oplog(t, nil)
+			ops := s.Oplog(t, nil)
 			var target int64
 			for _, e := range ops {
 				if e.Op == "push" {
@@ -312,7 +313,7 @@ func TestOplogTamperDetected(t *testing.T) {
 				t.Fatalf("tamper touched %d rows", n)
 			}
 
-			v = s.verify(t)
+			v = s.Verify(t)
 			if v.OK {
 				t.Fatalf("verify after editing entry %d says ok: %+v", target, v)
 			}
@@ -320,7 +321,7 @@ func TestOplogTamperDetected(t *testing.T) {
 				t.Errorf("verify first_bad = %v, want %d (%s)", v.FirstBad, target, v.Reason)
 			}
 			// The CLI agrees and exits non-zero.
-			cr := s.cli(t, s.AdminKey, "", "oplog", "verify")
+			cr := s.CLI(t, s.AdminKey, "", "oplog", "verify")
 			if cr.Code == 0 || !strings.Contains(cr.Stdout, "BROKEN") {
 				t.Errorf("lockstep oplog verify: %s", cr)
 			}
@@ -333,7 +334,7 @@ func TestOplogTamperDetected(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{Args: []string{"--log-level", "info"}})
-	s.createRepo(t, "slow")
+	s.CreateRepo(t, "slow")
 
 	// A tar with one 1 MiB file, sent in two halves.
 	content := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
@@ -377,18 +378,18 @@ func TestGracefulShutdown(t *testing.T) {
 	if _, err := pw.Write(whole[:half]); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := s.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(s.stderr.String(), "shutting down") {
-		if !s.running() || time.Now().After(deadline) {
-			t.Fatalf("server did not start its graceful shutdown (running=%v):\n%s", s.running(), s.stderr)
+	for !strings.Contains(s.Stderr.String(), "shutting down") {
+		if !s.Running() || time.Now().After(deadline) {
+			t.Fatalf("server did not start its graceful shutdown (running=%v):\n%s", s.Running(), s.Stderr)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if !s.running() {
-		t.Fatalf("server exited with an upload in flight:\n%s", s.stderr)
+	if !s.Running() {
+		t.Fatalf("server exited with an upload in flight:\n%s", s.Stderr)
 	}
 	// New connections are refused while the upload finishes.
 	if resp, err := http.Get(s.URL + "/healthz"); err == nil {
@@ -406,17 +407,17 @@ func TestGracefulShutdown(t *testing.T) {
 	if res.status != http.StatusCreated {
 		t.Fatalf("in-flight upload: %d %s", res.status, res.body)
 	}
-	var p pushResult
-	(&response{Status: res.status, Body: res.body}).decode(t, &p)
+	var p e2ekit.PushResult
+	(&e2ekit.Response{Status: res.status, Body: res.body}).Decode(t, &p)
 	// The first SIGTERM is still in effect: the process exits by itself.
-	if code := s.wait(); code != 0 {
-		t.Fatalf("exit status %d after graceful shutdown\n%s", code, s.stderr)
+	if code := s.Wait(); code != 0 {
+		t.Fatalf("exit status %d after graceful shutdown\n%s", code, s.Stderr)
 	}
 	s2 := s.restart(t)
-	if got := s2.head(t, "slow"); got != p.Commit {
+	if got := s2.Head(t, "slow"); got != p.Commit {
 		t.Errorf("after restart main = %s, want the upload's commit %s", got, p.Commit)
 	}
-	if got := s2.blob(t, "slow", "main", "big.bin"); got != string(content) {
+	if got := s2.Blob(t, "slow", "main", "big.bin"); got != string(content) {
 		t.Errorf("big.bin after restart: %d bytes, want %d", len(got), len(content))
 	}
 }
@@ -433,7 +434,7 @@ func TestReadinessProductionShape(t *testing.T) {
 		Ready  bool              `json:"ready"`
 		Checks map[string]string `json:"checks"`
 	}
-	s.mustJSON(t, "GET", "/readyz", "", nil, http.StatusOK, &ready)
+	s.MustJSON(t, "GET", "/readyz", "", nil, http.StatusOK, &ready)
 	if !ready.Ready || ready.Checks["store"] != "ok" || ready.Checks["redis"] != "ok" {
 		t.Errorf("readyz on Postgres and Redis: %+v", ready)
 	}
@@ -450,19 +451,19 @@ func TestReadinessProductionShape(t *testing.T) {
 	if _, err := admin.Exec(`DROP DATABASE "` + strings.TrimPrefix(u.Path, "/") + `" WITH (FORCE)`); err != nil {
 		t.Fatalf("drop the metadata database: %v", err)
 	}
-	r := s.call(t, "GET", "/readyz", "", nil, "")
+	r := s.Call(t, "GET", "/readyz", "", nil, "")
 	if r.Status != http.StatusServiceUnavailable {
 		t.Errorf("readyz without its database: %s", r)
 	}
-	r.decode(t, &ready)
+	r.Decode(t, &ready)
 	if ready.Ready || ready.Checks["store"] == "ok" || ready.Checks["redis"] != "ok" {
 		t.Errorf("readyz without its database: %+v", ready)
 	}
-	if r := s.call(t, "GET", "/healthz", "", nil, ""); r.Status != http.StatusOK {
+	if r := s.Call(t, "GET", "/healthz", "", nil, ""); r.Status != http.StatusOK {
 		t.Errorf("healthz (liveness) without the database: %s", r)
 	}
 	// API calls fail as internal errors, without leaking driver details.
-	r = s.call(t, "GET", "/api/v1/repos", s.AdminKey, nil, "")
+	r = s.Call(t, "GET", "/api/v1/repos", s.AdminKey, nil, "")
 	if r.Status < 500 {
 		t.Errorf("API call without a database: %s", r)
 	}
@@ -471,8 +472,8 @@ func TestReadinessProductionShape(t *testing.T) {
 	}
 
 	// Redis configured but unreachable: the server refuses to start.
-	cmd := exec.Command(binary, "serve", "--data", t.TempDir(), "--addr", "127.0.0.1:0")
-	cmd.Env = append(cleanEnv(), "LOCKSTEP_REDIS_URL=redis://127.0.0.1:1/0")
+	cmd := exec.Command(e2ekit.Binary, "serve", "--data", t.TempDir(), "--addr", "127.0.0.1:0")
+	cmd.Env = append(e2ekit.CleanEnv(), "LOCKSTEP_REDIS_URL=redis://127.0.0.1:1/0")
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "redis") {
 		t.Errorf("start with an unreachable Redis: err=%v\n%s", err, out)

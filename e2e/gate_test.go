@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
 // TestPromoteThroughGate: nothing reaches the base's main until the gate
@@ -12,51 +14,51 @@ import (
 func TestPromoteThroughGate(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
-	agent := s.createKey(t, "agent-a", "agent")
-	other := s.createKey(t, "agent-b", "agent")
-	ci := s.createKey(t, "ci", "ci")
-	s.createRepo(t, "gated")
-	v0 := s.push(t, s.AdminKey, "gated", zeroOID, map[string]string{"app.txt": "v0\n", "deploy/prod.yaml": "replicas: 3\n"})
-	s.mustJSON(t, "PUT", "/api/v1/repos/gated/gate", s.AdminKey,
+	agent := s.CreateKey(t, "agent-a", "agent")
+	other := s.CreateKey(t, "agent-b", "agent")
+	ci := s.CreateKey(t, "ci", "ci")
+	s.CreateRepo(t, "gated")
+	v0 := s.Push(t, s.AdminKey, "gated", zeroOID, map[string]string{"app.txt": "v0\n", "deploy/prod.yaml": "replicas: 3\n"})
+	s.MustJSON(t, "PUT", "/api/v1/repos/gated/gate", s.AdminKey,
 		map[string]any{"branch": "main", "required_checks": []string{"ci/test"}, "protected_paths": []string{"deploy/**"}}, http.StatusOK, nil)
-	wantError(t, s.call(t, "PUT", "/api/v1/repos/gated/gate", agent.Secret, map[string]any{"required_checks": []string{}}, ""), 403, "permission_denied")
+	e2ekit.WantError(t, s.Call(t, "PUT", "/api/v1/repos/gated/gate", agent.Secret, map[string]any{"required_checks": []string{}}, ""), 403, "permission_denied")
 
 	s.fork(t, agent.Secret, "gated", "ws")
-	c1 := s.push(t, agent.Secret, "ws", v0.Commit, map[string]string{"app.txt": "v1 by the agent\n", "deploy/prod.yaml": "replicas: 3\n"})
+	c1 := s.Push(t, agent.Secret, "ws", v0.Commit, map[string]string{"app.txt": "v1 by the agent\n", "deploy/prod.yaml": "replicas: 3\n"})
 
-	promote := func(key string) *response {
+	promote := func(key string) *e2ekit.Response {
 		t.Helper()
-		return s.call(t, "POST", "/api/v1/repos/ws/promote", key, map[string]string{}, "")
+		return s.Call(t, "POST", "/api/v1/repos/ws/promote", key, map[string]string{}, "")
 	}
-	e := wantError(t, promote(agent.Secret), 412, "gate_failed")
+	e := e2ekit.WantError(t, promote(agent.Secret), 412, "gate_failed")
 	if reasons, _ := e.Error.Details["reasons"].([]any); len(reasons) == 0 {
 		t.Errorf("gate_failed without reasons: %v", e.Error.Details)
 	}
 	// A check counts only for the commit it names.
-	s.mustJSON(t, "POST", "/api/v1/repos/gated/commits/"+v0.Commit+"/checks", ci.Secret, map[string]string{"name": "ci/test", "status": "success"}, http.StatusCreated, nil)
-	wantError(t, promote(agent.Secret), 412, "gate_failed")
-	wantError(t, s.call(t, "POST", "/api/v1/repos/ws/commits/"+c1.Commit+"/checks", agent.Secret, map[string]string{"name": "ci/test", "status": "success"}, ""), 403, "permission_denied")
-	s.mustJSON(t, "POST", "/api/v1/repos/ws/commits/"+c1.Commit+"/checks", ci.Secret, map[string]string{"name": "ci/test", "status": "failure"}, http.StatusCreated, nil)
-	wantError(t, promote(agent.Secret), 412, "gate_failed")
-	if got := s.head(t, "gated"); got != v0.Commit {
+	s.MustJSON(t, "POST", "/api/v1/repos/gated/commits/"+v0.Commit+"/checks", ci.Secret, map[string]string{"name": "ci/test", "status": "success"}, http.StatusCreated, nil)
+	e2ekit.WantError(t, promote(agent.Secret), 412, "gate_failed")
+	e2ekit.WantError(t, s.Call(t, "POST", "/api/v1/repos/ws/commits/"+c1.Commit+"/checks", agent.Secret, map[string]string{"name": "ci/test", "status": "success"}, ""), 403, "permission_denied")
+	s.MustJSON(t, "POST", "/api/v1/repos/ws/commits/"+c1.Commit+"/checks", ci.Secret, map[string]string{"name": "ci/test", "status": "failure"}, http.StatusCreated, nil)
+	e2ekit.WantError(t, promote(agent.Secret), 412, "gate_failed")
+	if got := s.Head(t, "gated"); got != v0.Commit {
 		t.Fatalf("refused promotes moved main to %s", got)
 	}
 
-	s.mustJSON(t, "POST", "/api/v1/repos/ws/commits/"+c1.Commit+"/checks", ci.Secret, map[string]string{"name": "ci/test", "status": "success"}, http.StatusCreated, nil)
-	wantError(t, promote(other.Secret), 403, "permission_denied")
+	s.MustJSON(t, "POST", "/api/v1/repos/ws/commits/"+c1.Commit+"/checks", ci.Secret, map[string]string{"name": "ci/test", "status": "success"}, http.StatusCreated, nil)
+	e2ekit.WantError(t, promote(other.Secret), 403, "permission_denied")
 	var res struct {
 		Commit string `json:"commit"`
 		Into   string `json:"into"`
 	}
-	s.mustJSON(t, "POST", "/api/v1/repos/ws/promote", agent.Secret, map[string]string{}, http.StatusOK, &res)
-	if got := s.head(t, "gated"); got != res.Commit || got == v0.Commit {
+	s.MustJSON(t, "POST", "/api/v1/repos/ws/promote", agent.Secret, map[string]string{}, http.StatusOK, &res)
+	if got := s.Head(t, "gated"); got != res.Commit || got == v0.Commit {
 		t.Fatalf("after promote main = %s, answer %+v", got, res)
 	}
-	if got := s.blob(t, "gated", "main", "app.txt"); got != "v1 by the agent\n" {
+	if got := s.Blob(t, "gated", "main", "app.txt"); got != "v1 by the agent\n" {
 		t.Errorf("promoted app.txt = %q", got)
 	}
 	var ok int
-	for _, e := range s.oplog(t, url.Values{"op": {"promote"}}) {
+	for _, e := range s.Oplog(t, url.Values{"op": {"promote"}}) {
 		if e.Result == "ok" {
 			ok++
 		}
@@ -67,10 +69,10 @@ func TestPromoteThroughGate(t *testing.T) {
 
 	// A change to a protected path is refused even with green checks.
 	s.fork(t, agent.Secret, "gated", "ws2")
-	c2 := s.push(t, agent.Secret, "ws2", res.Commit, map[string]string{"app.txt": "v1 by the agent\n", "deploy/prod.yaml": "replicas: 300\n"})
-	s.mustJSON(t, "POST", "/api/v1/repos/ws2/commits/"+c2.Commit+"/checks", ci.Secret, map[string]string{"name": "ci/test", "status": "success"}, http.StatusCreated, nil)
-	wantError(t, s.call(t, "POST", "/api/v1/repos/ws2/promote", agent.Secret, map[string]string{}, ""), 412, "gate_failed")
-	if got := s.head(t, "gated"); got != res.Commit {
+	c2 := s.Push(t, agent.Secret, "ws2", res.Commit, map[string]string{"app.txt": "v1 by the agent\n", "deploy/prod.yaml": "replicas: 300\n"})
+	s.MustJSON(t, "POST", "/api/v1/repos/ws2/commits/"+c2.Commit+"/checks", ci.Secret, map[string]string{"name": "ci/test", "status": "success"}, http.StatusCreated, nil)
+	e2ekit.WantError(t, s.Call(t, "POST", "/api/v1/repos/ws2/promote", agent.Secret, map[string]string{}, ""), 412, "gate_failed")
+	if got := s.Head(t, "gated"); got != res.Commit {
 		t.Errorf("a protected-path change reached main: %s", got)
 	}
 }

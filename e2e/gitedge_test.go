@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
 // TestGitEdgeCases: what plain git clients can send, beyond the happy
@@ -17,53 +19,53 @@ import (
 func TestGitEdgeCases(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{Args: []string{"--max-upload-bytes", "262144"}})
-	s.createRepo(t, "edge")
+	s.CreateRepo(t, "edge")
 
 	// An empty repository clones, and the first git push creates main.
 	dir := filepath.Join(t.TempDir(), "edge")
-	if out, err := gitCmd(t, "", "clone", s.gitURL("edge", s.AdminKey), dir); err != nil {
+	if out, err := e2ekit.GitCmd(t, "", "clone", s.GitURL("edge", s.AdminKey), dir); err != nil {
 		t.Fatalf("clone of an empty repository: %v\n%s", err, out)
 	}
 	writeFile(t, filepath.Join(dir, "a.txt"), "a\n")
-	git(t, dir, "add", ".")
-	git(t, dir, "commit", "-q", "-m", "first")
-	first := git(t, dir, "rev-parse", "HEAD")
-	git(t, dir, "push", "-q", "origin", "main")
-	if got := s.head(t, "edge"); got != first {
+	e2ekit.Git(t, dir, "add", ".")
+	e2ekit.Git(t, dir, "commit", "-q", "-m", "first")
+	first := e2ekit.Git(t, dir, "rev-parse", "HEAD")
+	e2ekit.Git(t, dir, "push", "-q", "origin", "main")
+	if got := s.Head(t, "edge"); got != first {
 		t.Fatalf("main after the first git push %s, want %s", got, first)
 	}
 
 	// An API push is visible to git fetch (the on-disk mirror follows).
-	api := s.push(t, s.AdminKey, "edge", first, map[string]string{"a.txt": "a\n", "b.txt": "from the API\n"})
-	git(t, dir, "fetch", "-q", "origin")
-	if got := git(t, dir, "rev-parse", "origin/main"); got != api.Commit {
+	api := s.Push(t, s.AdminKey, "edge", first, map[string]string{"a.txt": "a\n", "b.txt": "from the API\n"})
+	e2ekit.Git(t, dir, "fetch", "-q", "origin")
+	if got := e2ekit.Git(t, dir, "rev-parse", "origin/main"); got != api.Commit {
 		t.Errorf("git fetch after an API push: origin/main %s, want %s", got, api.Commit)
 	}
-	git(t, dir, "reset", "-q", "--hard", "origin/main")
+	e2ekit.Git(t, dir, "reset", "-q", "--hard", "origin/main")
 
 	// New branch, then delete it; main cannot be deleted.
-	git(t, dir, "push", "-q", "origin", "HEAD:feature/x")
-	if got := s.refs(t, s.AdminKey, "edge")["refs/heads/feature/x"]; got != api.Commit {
+	e2ekit.Git(t, dir, "push", "-q", "origin", "HEAD:feature/x")
+	if got := s.Refs(t, s.AdminKey, "edge")["refs/heads/feature/x"]; got != api.Commit {
 		t.Errorf("refs/heads/feature/x = %q, want %s", got, api.Commit)
 	}
-	git(t, dir, "push", "-q", "origin", ":feature/x")
-	if _, ok := s.refs(t, s.AdminKey, "edge")["refs/heads/feature/x"]; ok {
+	e2ekit.Git(t, dir, "push", "-q", "origin", ":feature/x")
+	if _, ok := s.Refs(t, s.AdminKey, "edge")["refs/heads/feature/x"]; ok {
 		t.Errorf("feature/x still exists after a delete push")
 	}
-	if out, err := gitCmd(t, dir, "push", "origin", ":main"); err == nil {
+	if out, err := e2ekit.GitCmd(t, dir, "push", "origin", ":main"); err == nil {
 		t.Errorf("deleting main over git succeeded:\n%s", out)
 	}
 	// Tags are not branches: refused.
-	git(t, dir, "tag", "v1")
-	if out, err := gitCmd(t, dir, "push", "origin", "refs/tags/v1"); err == nil {
+	e2ekit.Git(t, dir, "tag", "v1")
+	if out, err := e2ekit.GitCmd(t, dir, "push", "origin", "refs/tags/v1"); err == nil {
 		t.Errorf("pushing a tag succeeded:\n%s", out)
 	}
-	for name := range s.refs(t, s.AdminKey, "edge") {
+	for name := range s.Refs(t, s.AdminKey, "edge") {
 		if strings.HasPrefix(name, "refs/tags/") {
 			t.Errorf("tag %s was stored", name)
 		}
 	}
-	ops := s.oplog(t, url.Values{"repo": {"edge"}, "op": {"git.push"}})
+	ops := s.Oplog(t, url.Values{"repo": {"edge"}, "op": {"git.push"}})
 	var moves []string
 	for _, e := range ops {
 		for _, m := range e.Refs {
@@ -79,20 +81,20 @@ func TestGitEdgeCases(t *testing.T) {
 	// --atomic: one refused ref (a tag) refuses the whole push; without it
 	// the branch lands and only the tag is refused.
 	writeFile(t, filepath.Join(dir, "c.txt"), "c\n")
-	git(t, dir, "add", "c.txt")
-	git(t, dir, "commit", "-q", "-m", "c")
-	git(t, dir, "tag", "v2")
-	cur := s.head(t, "edge")
-	if out, err := gitCmd(t, dir, "push", "--atomic", "origin", "main", "refs/tags/v2"); err == nil {
+	e2ekit.Git(t, dir, "add", "c.txt")
+	e2ekit.Git(t, dir, "commit", "-q", "-m", "c")
+	e2ekit.Git(t, dir, "tag", "v2")
+	cur := s.Head(t, "edge")
+	if out, err := e2ekit.GitCmd(t, dir, "push", "--atomic", "origin", "main", "refs/tags/v2"); err == nil {
 		t.Errorf("atomic push of a branch and a tag succeeded:\n%s", out)
 	}
-	if got := s.head(t, "edge"); got != cur {
+	if got := s.Head(t, "edge"); got != cur {
 		t.Errorf("a refused atomic push moved main to %s", got)
 	}
-	if out, err := gitCmd(t, dir, "push", "origin", "main", "refs/tags/v2"); err == nil {
+	if out, err := e2ekit.GitCmd(t, dir, "push", "origin", "main", "refs/tags/v2"); err == nil {
 		t.Errorf("non-atomic push with a tag reported success:\n%s", out)
 	}
-	if got, want := s.head(t, "edge"), git(t, dir, "rev-parse", "HEAD"); got != want {
+	if got, want := s.Head(t, "edge"), e2ekit.Git(t, dir, "rev-parse", "HEAD"); got != want {
 		t.Errorf("non-atomic push: main = %s, want %s (the branch part applies)", got, want)
 	}
 
@@ -100,13 +102,13 @@ func TestGitEdgeCases(t *testing.T) {
 	// fast-forward check happens in the client, which a racing or buggy
 	// client skips): a hand-made receive-pack request naming a stale old
 	// value is refused and logged.
-	stale := s.head(t, "edge")
+	stale := s.Head(t, "edge")
 	writeFile(t, filepath.Join(dir, "d.txt"), "d\n")
-	git(t, dir, "add", "d.txt")
-	git(t, dir, "commit", "-q", "-m", "d")
-	mine := git(t, dir, "rev-parse", "HEAD")
-	moved := s.push(t, s.AdminKey, "edge", stale, map[string]string{"moved.txt": "moved by someone else\n"})
-	pack, err := gitRunBytes(dir, mine+"\n^"+stale+"\n", "pack-objects", "--stdout", "--revs", "-q")
+	e2ekit.Git(t, dir, "add", "d.txt")
+	e2ekit.Git(t, dir, "commit", "-q", "-m", "d")
+	mine := e2ekit.Git(t, dir, "rev-parse", "HEAD")
+	moved := s.Push(t, s.AdminKey, "edge", stale, map[string]string{"moved.txt": "moved by someone else\n"})
+	pack, err := e2ekit.GitRunBytes(dir, mine+"\n^"+stale+"\n", "pack-objects", "--stdout", "--revs", "-q")
 	if err != nil {
 		t.Fatalf("pack-objects: %v", err)
 	}
@@ -117,7 +119,7 @@ func TestGitEdgeCases(t *testing.T) {
 	req, _ := http.NewRequest("POST", s.URL+"/git/edge.git/git-receive-pack", &body)
 	req.SetBasicAuth("x", s.AdminKey)
 	req.Header.Set("Content-Type", "application/x-git-receive-pack-request")
-	resp, err := httpClient.Do(req)
+	resp, err := e2ekit.HTTPClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,22 +128,22 @@ func TestGitEdgeCases(t *testing.T) {
 	if !strings.Contains(string(report), "unpack ok") || !strings.Contains(string(report), "ng refs/heads/main") {
 		t.Errorf("receive-pack with a stale old oid answered %d %q", resp.StatusCode, report)
 	}
-	if got := s.head(t, "edge"); got != moved.Commit {
+	if got := s.Head(t, "edge"); got != moved.Commit {
 		t.Errorf("a stale receive-pack command moved main to %s", got)
 	}
 	var refused bool
-	for _, e := range s.oplog(t, url.Values{"repo": {"edge"}, "op": {"git.push"}}) {
+	for _, e := range s.Oplog(t, url.Values{"repo": {"edge"}, "op": {"git.push"}}) {
 		refused = refused || e.Result == "ref_conflict"
 	}
 	if !refused {
 		t.Errorf("the refused git push is not in the oplog")
 	}
-	git(t, dir, "fetch", "-q", "origin")
-	git(t, dir, "reset", "-q", "--hard", "origin/main")
+	e2ekit.Git(t, dir, "fetch", "-q", "origin")
+	e2ekit.Git(t, dir, "reset", "-q", "--hard", "origin/main")
 
 	// Trees that would be dangerous to check out are refused by the same
 	// rules as tar uploads, whatever the client built.
-	main := s.head(t, "edge")
+	main := s.Head(t, "edge")
 	blob := gitStdin(t, dir, "a\n", "hash-object", "-w", "--stdin")
 	bad := []struct {
 		name string
@@ -166,15 +168,15 @@ func TestGitEdgeCases(t *testing.T) {
 	for _, b := range bad {
 		t.Run(b.name, func(t *testing.T) {
 			tree := b.tree()
-			c := git(t, dir, "commit-tree", tree, "-p", main, "-m", b.name)
-			out, err := gitCmd(t, dir, "push", "origin", c+":refs/heads/main")
+			c := e2ekit.Git(t, dir, "commit-tree", tree, "-p", main, "-m", b.name)
+			out, err := e2ekit.GitCmd(t, dir, "push", "origin", c+":refs/heads/main")
 			if err == nil {
 				t.Errorf("push of a commit with a %s succeeded:\n%s", b.name, out)
 			}
-			if got := s.head(t, "edge"); got != main {
+			if got := s.Head(t, "edge"); got != main {
 				t.Errorf("main moved to %s", got)
 			}
-			if out, err := gitCmd(t, "", "--git-dir="+s.networkDir("edge"), "cat-file", "-e", c); err == nil {
+			if out, err := e2ekit.GitCmd(t, "", "--git-dir="+s.networkDir("edge"), "cat-file", "-e", c); err == nil {
 				t.Errorf("the refused commit %s was stored %s", c, out)
 			}
 		})
@@ -182,24 +184,24 @@ func TestGitEdgeCases(t *testing.T) {
 
 	// A push over --max-upload-bytes is refused, nothing moves.
 	writeFile(t, filepath.Join(dir, "big.bin"), randomText(99, 400_000))
-	git(t, dir, "add", "big.bin")
-	git(t, dir, "commit", "-q", "-m", "big")
-	if out, err := gitCmd(t, dir, "push", "origin", "main"); err == nil {
+	e2ekit.Git(t, dir, "add", "big.bin")
+	e2ekit.Git(t, dir, "commit", "-q", "-m", "big")
+	if out, err := e2ekit.GitCmd(t, dir, "push", "origin", "main"); err == nil {
 		t.Errorf("a 400 KB push past --max-upload-bytes 256 KiB succeeded:\n%s", out)
 	}
-	if got := s.head(t, "edge"); got != main {
+	if got := s.Head(t, "edge"); got != main {
 		t.Errorf("main moved to %s after an oversized push", got)
 	}
 
 	// No credentials: git fails at once (no prompt), nothing is served.
 	noauth := fmt.Sprintf("http://%s/git/edge.git", s.HostPort)
-	if out, err := gitCmd(t, "", "clone", noauth, filepath.Join(t.TempDir(), "x")); err == nil {
+	if out, err := e2ekit.GitCmd(t, "", "clone", noauth, filepath.Join(t.TempDir(), "x")); err == nil {
 		t.Errorf("clone without a key succeeded:\n%s", out)
 	}
-	if out, err := gitCmd(t, "", "clone", s.gitURL("ghost", s.AdminKey), filepath.Join(t.TempDir(), "y")); err == nil {
+	if out, err := e2ekit.GitCmd(t, "", "clone", s.GitURL("ghost", s.AdminKey), filepath.Join(t.TempDir(), "y")); err == nil {
 		t.Errorf("clone of an unknown repository succeeded:\n%s", out)
 	}
-	if v := s.verify(t); !v.OK {
+	if v := s.Verify(t); !v.OK {
 		t.Errorf("oplog verify: %+v", v)
 	}
 }
@@ -215,7 +217,7 @@ func mktree(t testing.TB, dir, lines string) string {
 // gitStdin runs git with stdin and returns trimmed output.
 func gitStdin(t testing.TB, dir, stdin string, args ...string) string {
 	t.Helper()
-	out, err := gitRun(dir, stdin, args...)
+	out, err := e2ekit.GitRun(dir, stdin, args...)
 	if err != nil {
 		t.Fatalf("git %v < stdin: %v\n%s", args, err, out)
 	}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
 // TestCrashSafety kills the server (SIGKILL) while several writers push,
@@ -27,12 +29,12 @@ func TestCrashSafety(t *testing.T) {
 			const writers = 4
 			seeds := make([]string, writers)
 			for w := range writers {
-				s.createRepo(t, fmt.Sprintf("crash%d", w))
-				seeds[w] = s.push(t, s.AdminKey, fmt.Sprintf("crash%d", w), zeroOID, map[string]string{"seed.txt": "seed\n"}).Commit
+				s.CreateRepo(t, fmt.Sprintf("crash%d", w))
+				seeds[w] = s.Push(t, s.AdminKey, fmt.Sprintf("crash%d", w), zeroOID, map[string]string{"seed.txt": "seed\n"}).Commit
 			}
 			// One more repository takes git pushes from a clone.
-			s.createRepo(t, "crashgit")
-			s.push(t, s.AdminKey, "crashgit", zeroOID, map[string]string{"seed.txt": "seed\n"})
+			s.CreateRepo(t, "crashgit")
+			s.Push(t, s.AdminKey, "crashgit", zeroOID, map[string]string{"seed.txt": "seed\n"})
 			gitDir := s.clone(t, "crashgit", s.AdminKey)
 
 			var ok atomic.Int64
@@ -49,7 +51,7 @@ func TestCrashSafety(t *testing.T) {
 						return
 					default:
 					}
-					r, err := s.try("POST", "/api/v1/repos/crash0/forks", s.AdminKey, map[string]string{"name": fmt.Sprintf("cws-%d", i)}, "")
+					r, err := s.Try("POST", "/api/v1/repos/crash0/forks", s.AdminKey, map[string]string{"name": fmt.Sprintf("cws-%d", i)}, "")
 					if err != nil || r.Status != http.StatusCreated {
 						return
 					}
@@ -69,13 +71,13 @@ func TestCrashSafety(t *testing.T) {
 					if os.WriteFile(name, []byte(randomText(i, 3000)), 0o644) != nil {
 						return
 					}
-					if _, err := gitRun(gitDir, "", "add", "."); err != nil {
+					if _, err := e2ekit.GitRun(gitDir, "", "add", "."); err != nil {
 						return
 					}
-					if _, err := gitRun(gitDir, "", "commit", "-q", "-m", fmt.Sprint("git ", i)); err != nil {
+					if _, err := e2ekit.GitRun(gitDir, "", "commit", "-q", "-m", fmt.Sprint("git ", i)); err != nil {
 						return
 					}
-					if _, err := gitRun(gitDir, "", "push", "-q", "origin", "main"); err != nil {
+					if _, err := e2ekit.GitRun(gitDir, "", "push", "-q", "origin", "main"); err != nil {
 						return
 					}
 					ok.Add(1)
@@ -97,11 +99,11 @@ func TestCrashSafety(t *testing.T) {
 						for f := range 30 {
 							files[fmt.Sprintf("d%d/f%02d.txt", f%5, f)] = randomText(w*1000+f+i*(f%3), 1500)
 						}
-						r, err := s.try("PUT", "/api/v1/repos/"+repo+"/worktree"+pushQuery("", expect), s.AdminKey, tarOf(t, files), "application/x-tar")
+						r, err := s.Try("PUT", "/api/v1/repos/"+repo+"/worktree"+e2ekit.PushQuery("", expect), s.AdminKey, e2ekit.TarOf(t, files), "application/x-tar")
 						if err != nil || r.Status != http.StatusCreated {
 							return // the server died under us
 						}
-						var p pushResult
+						var p e2ekit.PushResult
 						if json.Unmarshal(r.Body, &p) != nil || p.Commit == "" {
 							return
 						}
@@ -112,17 +114,17 @@ func TestCrashSafety(t *testing.T) {
 			}
 			// Kill once writes are flowing; no sleeps, just progress.
 			for ok.Load() < 24 {
-				if !s.running() {
-					t.Fatalf("server died on its own:\n%s", s.stderr)
+				if !s.Running() {
+					t.Fatalf("server died on its own:\n%s", s.Stderr)
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			if err := s.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			close(stop)
 			wg.Wait()
-			<-s.done
+			<-s.Done()
 			t.Logf("killed after %d successful pushes and %d forks", ok.Load(), forked.Load())
 
 			s2 := s.restart(t)
@@ -132,7 +134,7 @@ func TestCrashSafety(t *testing.T) {
 					Network string `json:"network"`
 				} `json:"repos"`
 			}
-			s2.mustJSON(t, "GET", "/api/v1/repos", s2.AdminKey, nil, http.StatusOK, &repos)
+			s2.MustJSON(t, "GET", "/api/v1/repos", s2.AdminKey, nil, http.StatusOK, &repos)
 			// Every acknowledged fork survived (one more may have committed
 			// without its answer reaching us).
 			if n := int64(len(repos.Repos)); n < writers+1+forked.Load() || n > writers+2+forked.Load() {
@@ -141,35 +143,35 @@ func TestCrashSafety(t *testing.T) {
 			total := 0
 			for _, r := range repos.Repos {
 				gitDir := s2.networkDir(r.Network)
-				refs := s2.refs(t, s2.AdminKey, r.Name)
+				refs := s2.Refs(t, s2.AdminKey, r.Name)
 				main := refs["refs/heads/main"]
 				if main == "" {
 					t.Errorf("%s has no main after the crash", r.Name)
 					continue
 				}
 				for name, oid := range refs {
-					if out, err := gitCmd(t, "", "--git-dir="+gitDir, "cat-file", "-e", oid+"^{commit}"); err != nil {
+					if out, err := e2ekit.GitCmd(t, "", "--git-dir="+gitDir, "cat-file", "-e", oid+"^{commit}"); err != nil {
 						t.Errorf("%s %s → %s: not a commit in %s: %v %s", r.Name, name, oid, gitDir, err, out)
 						continue
 					}
 					// Every object reachable from the ref is present and parses.
-					if out, err := gitCmd(t, "", "--git-dir="+gitDir, "rev-list", "--objects", "--missing=print", oid); err != nil || strings.Contains(out, "\n?") || strings.HasPrefix(out, "?") {
+					if out, err := e2ekit.GitCmd(t, "", "--git-dir="+gitDir, "rev-list", "--objects", "--missing=print", oid); err != nil || strings.Contains(out, "\n?") || strings.HasPrefix(out, "?") {
 						t.Errorf("%s %s → %s is incomplete: %v\n%.2000s", r.Name, name, oid, err, out)
 					}
-					mirror := git(t, "", "--git-dir="+gitDir, "rev-parse", "refs/namespaces/"+r.Name+"/"+name)
+					mirror := e2ekit.Git(t, "", "--git-dir="+gitDir, "rev-parse", "refs/namespaces/"+r.Name+"/"+name)
 					if mirror != oid {
 						t.Errorf("%s %s: on-disk mirror %s, store %s", r.Name, name, mirror, oid)
 					}
 				}
 				if !strings.HasPrefix(r.Name, "cws-") {
-					total += len(s2.commits(t, r.Name, "main", 1000)) - 1 // minus the seed
+					total += len(s2.Commits(t, r.Name, "main", 1000)) - 1 // minus the seed
 				}
-				if out, err := gitCmd(t, "", "--git-dir="+gitDir, "fsck", "--strict", "--no-dangling", "--no-progress"); err != nil {
+				if out, err := e2ekit.GitCmd(t, "", "--git-dir="+gitDir, "fsck", "--strict", "--no-dangling", "--no-progress"); err != nil {
 					t.Errorf("git fsck --strict %s: %v\n%.3000s", gitDir, err, out)
 				}
 				// The repository still takes writes on top of what survived.
-				p := s2.push(t, s2.AdminKey, r.Name, main, map[string]string{"after.txt": "after the crash\n"})
-				if c := s2.commit(t, r.Name, p.Commit); len(c.Parents) != 1 || c.Parents[0] != main {
+				p := s2.Push(t, s2.AdminKey, r.Name, main, map[string]string{"after.txt": "after the crash\n"})
+				if c := s2.Commit(t, r.Name, p.Commit); len(c.Parents) != 1 || c.Parents[0] != main {
 					t.Errorf("%s: post-crash commit parents %v, want [%s]", r.Name, c.Parents, main)
 				}
 			}
@@ -177,7 +179,7 @@ func TestCrashSafety(t *testing.T) {
 			if int64(total) < ok.Load() {
 				t.Errorf("%d commits on the branches after restart, but %d pushes were acknowledged", total, ok.Load())
 			}
-			if v := s2.verify(t); !v.OK {
+			if v := s2.Verify(t); !v.OK {
 				t.Errorf("oplog verify after the crash: %+v", v)
 			}
 		})
@@ -188,9 +190,9 @@ func TestCrashSafety(t *testing.T) {
 func TestReadAPI(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
-	s.createRepo(t, "read")
+	s.CreateRepo(t, "read")
 	binary1 := "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + strings.Repeat("\x00\x01", 40)
-	v1files := []entry{
+	v1files := []e2ekit.TarEntry{
 		{Name: "README.md", Body: "# Read\nline 2\nline 3\n"},
 		{Name: "notes.txt", Body: "plain text\n"},
 		{Name: "page.html", Body: "<script>alert(1)</script>\n"},
@@ -200,12 +202,12 @@ func TestReadAPI(t *testing.T) {
 		{Name: "img.png", Body: binary1},
 		{Name: "link", Type: tar.TypeSymlink, Linkname: "src/a.go"},
 	}
-	r := s.pushRaw(t, s.AdminKey, "read", pushQuery("", zeroOID), tarEntries(t, v1files...))
+	r := s.PushRaw(t, s.AdminKey, "read", e2ekit.PushQuery("", zeroOID), e2ekit.TarEntries(t, v1files...))
 	if r.Status != http.StatusCreated {
 		t.Fatalf("push: %s", r)
 	}
-	var v1 pushResult
-	r.decode(t, &v1)
+	var v1 e2ekit.PushResult
+	r.Decode(t, &v1)
 
 	t.Run("tree", func(t *testing.T) {
 		type te struct {
@@ -218,7 +220,7 @@ func TestReadAPI(t *testing.T) {
 		var root struct {
 			Entries []te `json:"entries"`
 		}
-		s.mustJSON(t, "GET", "/api/v1/repos/read/tree/main", s.AdminKey, nil, http.StatusOK, &root)
+		s.MustJSON(t, "GET", "/api/v1/repos/read/tree/main", s.AdminKey, nil, http.StatusOK, &root)
 		want := map[string]string{"README.md": "100644 blob", "notes.txt": "100644 blob", "page.html": "100644 blob", "bin": "040000 tree",
 			"src": "040000 tree", "img.png": "100644 blob", "link": "120000 symlink"}
 		got := map[string]string{}
@@ -236,16 +238,16 @@ func TestReadAPI(t *testing.T) {
 		var sub struct {
 			Entries []te `json:"entries"`
 		}
-		s.mustJSON(t, "GET", "/api/v1/repos/read/tree/"+v1.Commit+"?path=bin", s.AdminKey, nil, http.StatusOK, &sub)
+		s.MustJSON(t, "GET", "/api/v1/repos/read/tree/"+v1.Commit+"?path=bin", s.AdminKey, nil, http.StatusOK, &sub)
 		if len(sub.Entries) != 1 || sub.Entries[0].Path != "bin/run.sh" || sub.Entries[0].Mode != "100755" || sub.Entries[0].Size != 18 {
 			t.Errorf("tree bin: %+v", sub.Entries)
 		}
-		wantError(t, s.call(t, "GET", "/api/v1/repos/read/tree/main?path=nope", s.AdminKey, nil, ""), 404, "not_found")
-		wantError(t, s.call(t, "GET", "/api/v1/repos/read/tree/nobranch", s.AdminKey, nil, ""), 404, "not_found")
+		e2ekit.WantError(t, s.Call(t, "GET", "/api/v1/repos/read/tree/main?path=nope", s.AdminKey, nil, ""), 404, "not_found")
+		e2ekit.WantError(t, s.Call(t, "GET", "/api/v1/repos/read/tree/nobranch", s.AdminKey, nil, ""), 404, "not_found")
 	})
 
 	t.Run("blob", func(t *testing.T) {
-		r := s.call(t, "GET", "/api/v1/repos/read/blob/main/notes.txt", s.AdminKey, nil, "")
+		r := s.Call(t, "GET", "/api/v1/repos/read/blob/main/notes.txt", s.AdminKey, nil, "")
 		if r.Status != 200 || string(r.Body) != "plain text\n" {
 			t.Errorf("notes.txt: %s", r)
 		}
@@ -255,34 +257,34 @@ func TestReadAPI(t *testing.T) {
 		if cl := r.Header.Get("Content-Length"); cl != "11" {
 			t.Errorf("notes.txt Content-Length %q, want 11", cl)
 		}
-		r = s.call(t, "GET", "/api/v1/repos/read/blob/main/img.png", s.AdminKey, nil, "")
+		r = s.Call(t, "GET", "/api/v1/repos/read/blob/main/img.png", s.AdminKey, nil, "")
 		if r.Status != 200 || string(r.Body) != binary1 || r.Header.Get("Content-Type") != "image/png" {
 			t.Errorf("img.png: status %d, %d bytes, type %q", r.Status, len(r.Body), r.Header.Get("Content-Type"))
 		}
 		// HTML is never served as HTML from the API's origin.
-		r = s.call(t, "GET", "/api/v1/repos/read/blob/main/page.html", s.AdminKey, nil, "")
+		r = s.Call(t, "GET", "/api/v1/repos/read/blob/main/page.html", s.AdminKey, nil, "")
 		if ct := r.Header.Get("Content-Type"); strings.HasPrefix(ct, "text/html") || r.Header.Get("X-Content-Type-Options") != "nosniff" {
 			t.Errorf("page.html served as %q (nosniff %q)", ct, r.Header.Get("X-Content-Type-Options"))
 		}
-		r = s.call(t, "GET", "/api/v1/repos/read/blob/main/bin/run.sh", s.AdminKey, nil, "")
+		r = s.Call(t, "GET", "/api/v1/repos/read/blob/main/bin/run.sh", s.AdminKey, nil, "")
 		if r.Status != 200 || r.Header.Get("X-Lockstep-Mode") != "100755" {
 			t.Errorf("bin/run.sh: %d mode %q", r.Status, r.Header.Get("X-Lockstep-Mode"))
 		}
-		r = s.call(t, "GET", "/api/v1/repos/read/blob/main/link", s.AdminKey, nil, "")
+		r = s.Call(t, "GET", "/api/v1/repos/read/blob/main/link", s.AdminKey, nil, "")
 		if r.Status != 200 || string(r.Body) != "src/a.go" || r.Header.Get("X-Lockstep-Mode") != "120000" {
 			t.Errorf("symlink blob: %s mode %q", r, r.Header.Get("X-Lockstep-Mode"))
 		}
-		wantError(t, s.call(t, "GET", "/api/v1/repos/read/blob/main/missing.txt", s.AdminKey, nil, ""), 404, "not_found")
+		e2ekit.WantError(t, s.Call(t, "GET", "/api/v1/repos/read/blob/main/missing.txt", s.AdminKey, nil, ""), 404, "not_found")
 		// A directory is not a blob: no file at that path.
-		wantError(t, s.call(t, "GET", "/api/v1/repos/read/blob/main/src", s.AdminKey, nil, ""), 404, "not_found")
+		e2ekit.WantError(t, s.Call(t, "GET", "/api/v1/repos/read/blob/main/src", s.AdminKey, nil, ""), 404, "not_found")
 	})
 
 	t.Run("archive", func(t *testing.T) {
-		r := s.call(t, "GET", "/api/v1/repos/read/archive/main", s.AdminKey, nil, "")
+		r := s.Call(t, "GET", "/api/v1/repos/read/archive/main", s.AdminKey, nil, "")
 		if r.Status != 200 || r.Header.Get("Content-Type") != "application/x-tar" || r.Header.Get("X-Lockstep-Commit") != v1.Commit {
 			t.Fatalf("archive: %d %q commit %q", r.Status, r.Header.Get("Content-Type"), r.Header.Get("X-Lockstep-Commit"))
 		}
-		got := untar(t, r.Body)
+		got := e2ekit.Untar(t, r.Body)
 		if len(got) != len(v1files) {
 			t.Errorf("archive has %d members, pushed %d", len(got), len(v1files))
 		}
@@ -303,16 +305,16 @@ func TestReadAPI(t *testing.T) {
 			}
 		}
 		// The archive pushed back is the same tree.
-		r2 := s.pushRaw(t, s.AdminKey, "read", pushQuery("", v1.Commit), r.Body)
-		var again pushResult
-		r2.decode(t, &again)
+		r2 := s.PushRaw(t, s.AdminKey, "read", e2ekit.PushQuery("", v1.Commit), r.Body)
+		var again e2ekit.PushResult
+		r2.Decode(t, &again)
 		if r2.Status != http.StatusOK || again.Changed || again.Tree != v1.Tree {
 			t.Errorf("re-pushing the archive: %s", r2)
 		}
 	})
 
 	t.Run("compare", func(t *testing.T) {
-		v2files := []entry{
+		v2files := []e2ekit.TarEntry{
 			{Name: "README.md", Body: "# Read\nline 2 changed\nline 3\nline 4\n"},
 			{Name: "notes.txt", Body: "plain text\n"},
 			{Name: "page.html", Body: "<script>alert(1)</script>\n"},
@@ -322,12 +324,12 @@ func TestReadAPI(t *testing.T) {
 			{Name: "img.png", Body: binary1 + "\x00more"},
 			{Name: "link", Type: tar.TypeSymlink, Linkname: "src/a.go"},
 		}
-		r := s.pushRaw(t, s.AdminKey, "read", pushQuery("", v1.Commit), tarEntries(t, v2files...))
+		r := s.PushRaw(t, s.AdminKey, "read", e2ekit.PushQuery("", v1.Commit), e2ekit.TarEntries(t, v2files...))
 		if r.Status != http.StatusCreated {
 			t.Fatalf("push v2: %s", r)
 		}
-		var v2 pushResult
-		r.decode(t, &v2)
+		var v2 e2ekit.PushResult
+		r.Decode(t, &v2)
 		var cmp struct {
 			Base, Head string
 			Added      int `json:"added"`
@@ -341,7 +343,7 @@ func TestReadAPI(t *testing.T) {
 				Patch   string `json:"patch"`
 			} `json:"files"`
 		}
-		s.mustJSON(t, "GET", "/api/v1/repos/read/compare?base="+v1.Commit+"&head=main", s.AdminKey, nil, http.StatusOK, &cmp)
+		s.MustJSON(t, "GET", "/api/v1/repos/read/compare?base="+v1.Commit+"&head=main", s.AdminKey, nil, http.StatusOK, &cmp)
 		if cmp.Base != v1.Commit || cmp.Head != v2.Commit {
 			t.Errorf("compare base/head %s..%s", cmp.Base, cmp.Head)
 		}
@@ -377,19 +379,19 @@ func TestReadAPI(t *testing.T) {
 		}
 		// The log pages with limit and next_after.
 		var page struct {
-			Commits   []commit `json:"commits"`
-			NextAfter string   `json:"next_after"`
+			Commits   []e2ekit.Commit `json:"commits"`
+			NextAfter string          `json:"next_after"`
 		}
-		s.mustJSON(t, "GET", "/api/v1/repos/read/commits?limit=1", s.AdminKey, nil, http.StatusOK, &page)
+		s.MustJSON(t, "GET", "/api/v1/repos/read/commits?limit=1", s.AdminKey, nil, http.StatusOK, &page)
 		if len(page.Commits) != 1 || page.Commits[0].Commit != v2.Commit || page.NextAfter != v2.Commit {
 			t.Errorf("log page 1: %+v", page)
 		}
-		s.mustJSON(t, "GET", "/api/v1/repos/read/commits?limit=1&after="+page.NextAfter, s.AdminKey, nil, http.StatusOK, &page)
+		s.MustJSON(t, "GET", "/api/v1/repos/read/commits?limit=1&after="+page.NextAfter, s.AdminKey, nil, http.StatusOK, &page)
 		if len(page.Commits) != 1 || page.Commits[0].Commit != v1.Commit {
 			t.Errorf("log page 2: %+v", page)
 		}
-		wantError(t, s.call(t, "GET", "/api/v1/repos/read/compare?head=main", s.AdminKey, nil, ""), 400, "invalid_argument")
-		wantError(t, s.call(t, "GET", "/api/v1/repos/read/compare?base="+strings.Repeat("1", 40)+"&head=main", s.AdminKey, nil, ""), 404, "not_found")
+		e2ekit.WantError(t, s.Call(t, "GET", "/api/v1/repos/read/compare?head=main", s.AdminKey, nil, ""), 400, "invalid_argument")
+		e2ekit.WantError(t, s.Call(t, "GET", "/api/v1/repos/read/compare?base="+strings.Repeat("1", 40)+"&head=main", s.AdminKey, nil, ""), 404, "not_found")
 	})
 }
 
@@ -400,10 +402,10 @@ func TestCLI(t *testing.T) {
 	s := startServer(t, serverOpts{})
 	key := s.AdminKey
 
-	if cr := s.cli(t, key, "", "repo", "create", "clirepo"); cr.Code != 0 || !strings.Contains(cr.Stdout, "clirepo") {
+	if cr := s.CLI(t, key, "", "repo", "create", "clirepo"); cr.Code != 0 || !strings.Contains(cr.Stdout, "clirepo") {
 		t.Fatalf("repo create: %s", cr)
 	}
-	if cr := s.cli(t, key, "", "repo", "create", "clirepo"); cr.Code == 0 {
+	if cr := s.CLI(t, key, "", "repo", "create", "clirepo"); cr.Code == 0 {
 		t.Errorf("creating the same repository twice succeeded: %s", cr)
 	}
 
@@ -436,12 +438,12 @@ func TestCLI(t *testing.T) {
 		BytesSent int64  `json:"bytes_sent"`
 	}
 	var p1, p2 pushOut
-	cr := s.cli(t, key, "", "push", dir, "--repo", "clirepo", "--json", "--message", "initial")
+	cr := s.CLI(t, key, "", "push", dir, "--repo", "clirepo", "--json", "--message", "initial")
 	if cr.Code != 0 {
 		t.Fatalf("first push: %s", cr)
 	}
-	(&response{Body: []byte(cr.Stdout)}).decode(t, &p1)
-	if !p1.Changed || p1.Files < 2000 || s.head(t, "clirepo") != p1.Commit {
+	(&e2ekit.Response{Body: []byte(cr.Stdout)}).Decode(t, &p1)
+	if !p1.Changed || p1.Files < 2000 || s.Head(t, "clirepo") != p1.Commit {
 		t.Fatalf("first push: %+v", p1)
 	}
 
@@ -449,22 +451,22 @@ func TestCLI(t *testing.T) {
 	if err := os.WriteFile(changed, []byte("changed by the agent\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cr = s.cli(t, key, "", "push", dir, "--repo", "clirepo", "--expect-current", "--json")
+	cr = s.CLI(t, key, "", "push", dir, "--repo", "clirepo", "--expect-current", "--json")
 	if cr.Code != 0 {
 		t.Fatalf("second push: %s", cr)
 	}
-	(&response{Body: []byte(cr.Stdout)}).decode(t, &p2)
+	(&e2ekit.Response{Body: []byte(cr.Stdout)}).Decode(t, &p2)
 	if !p2.Changed || p2.Commit == p1.Commit {
 		t.Errorf("second push: %+v", p2)
 	}
 	if p2.BytesSent >= 64<<10 {
 		t.Errorf("changing one file sent %d bytes, want < 64 KiB (incremental push)", p2.BytesSent)
 	}
-	if got := s.blob(t, "clirepo", "main", "pkg07/sub1/file0007.txt"); got != "changed by the agent\n" {
+	if got := s.Blob(t, "clirepo", "main", "pkg07/sub1/file0007.txt"); got != "changed by the agent\n" {
 		t.Errorf("changed file on the server: %q", got)
 	}
 	// A stale explicit expectation exits 3 (ref conflict).
-	if cr := s.cli(t, key, "", "push", dir, "--repo", "clirepo", "--expect", p1.Commit, "--allow-empty"); cr.Code != 3 {
+	if cr := s.CLI(t, key, "", "push", dir, "--repo", "clirepo", "--expect", p1.Commit, "--allow-empty"); cr.Code != 3 {
 		t.Errorf("push with a stale --expect: %s", cr)
 	}
 
@@ -474,11 +476,11 @@ func TestCLI(t *testing.T) {
 			Message string `json:"message"`
 		} `json:"commits"`
 	}
-	cr = s.cli(t, key, "", "log", "clirepo", "--json")
+	cr = s.CLI(t, key, "", "log", "clirepo", "--json")
 	if cr.Code != 0 {
 		t.Fatalf("log: %s", cr)
 	}
-	(&response{Body: []byte(cr.Stdout)}).decode(t, &log)
+	(&e2ekit.Response{Body: []byte(cr.Stdout)}).Decode(t, &log)
 	if len(log.Commits) != 2 || log.Commits[0].Commit != p2.Commit || log.Commits[1].Commit != p1.Commit || log.Commits[1].Message != "initial\n" {
 		t.Errorf("log: %+v", log.Commits)
 	}
@@ -488,17 +490,17 @@ func TestCLI(t *testing.T) {
 		Tree   string `json:"tree"`
 		Parent string `json:"parent"`
 	}
-	cr = s.cli(t, key, "", "rollback", "--repo", "clirepo", "--to", p1.Commit, "--expect-current", "--json")
+	cr = s.CLI(t, key, "", "rollback", "--repo", "clirepo", "--to", p1.Commit, "--expect-current", "--json")
 	if cr.Code != 0 {
 		t.Fatalf("rollback: %s", cr)
 	}
-	(&response{Body: []byte(cr.Stdout)}).decode(t, &rb)
+	(&e2ekit.Response{Body: []byte(cr.Stdout)}).Decode(t, &rb)
 	if rb.Tree != p1.Tree || rb.Parent != p2.Commit {
 		t.Errorf("rollback: %+v, want tree %s parent %s", rb, p1.Tree, p2.Commit)
 	}
 
 	out := filepath.Join(t.TempDir(), "out")
-	cr = s.cli(t, key, "", "checkout", "clirepo@"+rb.Commit, out)
+	cr = s.CLI(t, key, "", "checkout", "clirepo@"+rb.Commit, out)
 	if cr.Code != 0 {
 		t.Fatalf("checkout: %s", cr)
 	}
@@ -547,11 +549,11 @@ func TestCLI(t *testing.T) {
 	var fr struct {
 		BaseCommit string `json:"base_commit"`
 	}
-	cr = s.cli(t, key, "", "fork", "clirepo", "clirepo-ws", "--json")
+	cr = s.CLI(t, key, "", "fork", "clirepo", "clirepo-ws", "--json")
 	if cr.Code != 0 {
 		t.Fatalf("fork: %s", cr)
 	}
-	(&response{Body: []byte(cr.Stdout)}).decode(t, &fr)
+	(&e2ekit.Response{Body: []byte(cr.Stdout)}).Decode(t, &fr)
 	if fr.BaseCommit != rb.Commit {
 		t.Errorf("fork base_commit %s, want %s", fr.BaseCommit, rb.Commit)
 	}
@@ -559,41 +561,41 @@ func TestCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	var p3 pushOut
-	cr = s.cli(t, key, "", "push", dir, "--repo", "clirepo-ws", "--expect-current", "--json")
+	cr = s.CLI(t, key, "", "push", dir, "--repo", "clirepo-ws", "--expect-current", "--json")
 	if cr.Code != 0 {
 		t.Fatalf("push to the workspace: %s", cr)
 	}
-	(&response{Body: []byte(cr.Stdout)}).decode(t, &p3)
+	(&e2ekit.Response{Body: []byte(cr.Stdout)}).Decode(t, &p3)
 	if p3.BytesSent >= 64<<10 {
 		t.Errorf("pushing to a fork sent %d bytes: the fork network's objects were not reused", p3.BytesSent)
 	}
-	if got := s.blob(t, "clirepo-ws", "main", "pkg39/new.txt"); got != "new in the workspace\n" {
+	if got := s.Blob(t, "clirepo-ws", "main", "pkg39/new.txt"); got != "new in the workspace\n" {
 		t.Errorf("workspace new.txt = %q", got)
 	}
 	// The same directory pushed to an unrelated repository (another object
 	// store) must send everything the client's cache believes known.
-	if cr := s.cli(t, key, "", "repo", "create", "clirepo-other"); cr.Code != 0 {
+	if cr := s.CLI(t, key, "", "repo", "create", "clirepo-other"); cr.Code != 0 {
 		t.Fatalf("repo create: %s", cr)
 	}
-	cr = s.cli(t, key, "", "push", dir, "--repo", "clirepo-other", "--expect-current", "--json")
+	cr = s.CLI(t, key, "", "push", dir, "--repo", "clirepo-other", "--expect-current", "--json")
 	if cr.Code != 0 {
 		t.Fatalf("push to another network: %s", cr)
 	}
 	var p4 pushOut
-	(&response{Body: []byte(cr.Stdout)}).decode(t, &p4)
+	(&e2ekit.Response{Body: []byte(cr.Stdout)}).Decode(t, &p4)
 	if p4.Tree != p3.Tree {
 		t.Errorf("same directory, different trees: %s vs %s", p4.Tree, p3.Tree)
 	}
-	other := s.call(t, "GET", "/api/v1/repos/clirepo-other/archive/main", key, nil, "")
-	if other.Status != 200 || len(untar(t, other.Body)) != len(want)+2 {
-		t.Errorf("archive of clirepo-other: status %d, %d files, want %d", other.Status, len(untar(t, other.Body)), len(want)+2)
+	other := s.Call(t, "GET", "/api/v1/repos/clirepo-other/archive/main", key, nil, "")
+	if other.Status != 200 || len(e2ekit.Untar(t, other.Body)) != len(want)+2 {
+		t.Errorf("archive of clirepo-other: status %d, %d files, want %d", other.Status, len(e2ekit.Untar(t, other.Body)), len(want)+2)
 	}
-	if out, err := gitCmd(t, "", "--git-dir="+s.networkDir("clirepo-other"), "fsck", "--strict", "--no-dangling", "--no-progress"); err != nil {
+	if out, err := e2ekit.GitCmd(t, "", "--git-dir="+s.networkDir("clirepo-other"), "fsck", "--strict", "--no-dangling", "--no-progress"); err != nil {
 		t.Errorf("git fsck of clirepo-other: %v\n%s", err, out)
 	}
 
 	// Checking out into a non-empty directory is refused.
-	if cr := s.cli(t, key, "", "checkout", "clirepo", out); cr.Code == 0 {
+	if cr := s.CLI(t, key, "", "checkout", "clirepo", out); cr.Code == 0 {
 		t.Errorf("checkout into a non-empty directory succeeded")
 	}
 }
@@ -604,19 +606,19 @@ func TestCLIErrors(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
 	key := s.AdminKey
-	if cr := s.cli(t, key, "", "repo", "create", "errs"); cr.Code != 0 {
+	if cr := s.CLI(t, key, "", "repo", "create", "errs"); cr.Code != 0 {
 		t.Fatalf("repo create: %s", cr)
 	}
 	dir := filepath.Join(t.TempDir(), "w")
 	writeFile(t, filepath.Join(dir, "main.go"), "package main\n")
 	writeFile(t, filepath.Join(dir, ".git", "config"), "[core]\n")
 	writeFile(t, filepath.Join(dir, "sub", ".git"), "gitdir: elsewhere\n")
-	cr := s.cli(t, key, "", "push", dir, "--repo", "errs", "--expect-current", "--json")
+	cr := s.CLI(t, key, "", "push", dir, "--repo", "errs", "--expect-current", "--json")
 	if cr.Code != 0 {
 		t.Fatalf("push: %s", cr)
 	}
-	a := s.call(t, "GET", "/api/v1/repos/errs/archive/main", key, nil, "")
-	files := untar(t, a.Body)
+	a := s.Call(t, "GET", "/api/v1/repos/errs/archive/main", key, nil, "")
+	files := e2ekit.Untar(t, a.Body)
 	if _, ok := files["main.go"]; !ok || len(files) != 1 {
 		names := []string{}
 		for n := range files {
@@ -624,7 +626,7 @@ func TestCLIErrors(t *testing.T) {
 		}
 		t.Errorf("pushed tree holds %v, want only main.go (.git and .lockstep stay local)", names)
 	}
-	head := s.head(t, "errs")
+	head := s.Head(t, "errs")
 
 	cases := []struct {
 		name  string
@@ -648,14 +650,14 @@ func TestCLIErrors(t *testing.T) {
 			if c.setup != nil {
 				c.setup(d)
 			}
-			cr := s.cli(t, c.key, "", append([]string{"push", d}, c.args...)...)
+			cr := s.CLI(t, c.key, "", append([]string{"push", d}, c.args...)...)
 			if cr.Code != c.code || !strings.Contains(cr.Stderr, c.want) {
 				t.Errorf("want exit %d mentioning %q, got %s", c.code, c.want, cr)
 			}
 			if strings.Contains(cr.Stderr, "panic") || strings.Contains(cr.Stderr, "goroutine ") {
 				t.Errorf("the CLI crashed: %s", cr.Stderr)
 			}
-			if got := s.head(t, "errs"); got != head {
+			if got := s.Head(t, "errs"); got != head {
 				t.Errorf("main moved to %s", got)
 			}
 		})

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
 type forkResult struct {
@@ -26,7 +28,7 @@ type forkResult struct {
 func (s *server) fork(t testing.TB, key, base, name string) forkResult {
 	t.Helper()
 	var f forkResult
-	s.mustJSON(t, "POST", "/api/v1/repos/"+base+"/forks", key, map[string]string{"name": name}, http.StatusCreated, &f)
+	s.MustJSON(t, "POST", "/api/v1/repos/"+base+"/forks", key, map[string]string{"name": name}, http.StatusCreated, &f)
 	return f
 }
 
@@ -45,7 +47,7 @@ func (s *server) workspaces(t testing.TB, base string) map[string]workspaceInfo 
 	var out struct {
 		Workspaces []workspaceInfo `json:"workspaces"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/repos/"+base+"/workspaces", s.AdminKey, nil, http.StatusOK, &out)
+	s.MustJSON(t, "GET", "/api/v1/repos/"+base+"/workspaces", s.AdminKey, nil, http.StatusOK, &out)
 	m := map[string]workspaceInfo{}
 	for _, w := range out.Workspaces {
 		m[w.Name] = w
@@ -75,11 +77,11 @@ type mergeResult struct {
 func TestForksAndPermissions(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
-	a := s.createKey(t, "agent-a", "agent")
-	b := s.createKey(t, "agent-b", "agent")
-	rev := s.createKey(t, "reviewer", "reviewer")
-	s.createRepo(t, "base")
-	base := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"app.txt": "v1\n"})
+	a := s.CreateKey(t, "agent-a", "agent")
+	b := s.CreateKey(t, "agent-b", "agent")
+	rev := s.CreateKey(t, "reviewer", "reviewer")
+	s.CreateRepo(t, "base")
+	base := s.Push(t, s.AdminKey, "base", zeroOID, map[string]string{"app.txt": "v1\n"})
 
 	fa := s.fork(t, a.Secret, "base", "ws-a")
 	if fa.BaseCommit != base.Commit || fa.ForkOf != "base" || fa.Owner != "agent-a" || fa.Name != "ws-a" {
@@ -89,51 +91,51 @@ func TestForksAndPermissions(t *testing.T) {
 	if fb.BaseCommit != base.Commit {
 		t.Errorf("fork ws-b base_commit %s", fb.BaseCommit)
 	}
-	wantError(t, s.call(t, "POST", "/api/v1/repos/base/forks", a.Secret, map[string]string{"name": "ws-b"}, ""), 409, "already_exists")
-	wantError(t, s.call(t, "POST", "/api/v1/repos/base/forks", rev.Secret, map[string]string{"name": "ws-r"}, ""), 403, "permission_denied")
-	if got := s.refs(t, a.Secret, "ws-a")["refs/heads/main"]; got != base.Commit {
+	e2ekit.WantError(t, s.Call(t, "POST", "/api/v1/repos/base/forks", a.Secret, map[string]string{"name": "ws-b"}, ""), 409, "already_exists")
+	e2ekit.WantError(t, s.Call(t, "POST", "/api/v1/repos/base/forks", rev.Secret, map[string]string{"name": "ws-r"}, ""), 403, "permission_denied")
+	if got := s.Refs(t, a.Secret, "ws-a")["refs/heads/main"]; got != base.Commit {
 		t.Errorf("ws-a main after fork %s, want %s", got, base.Commit)
 	}
 
-	p1 := s.push(t, a.Secret, "ws-a", fa.BaseCommit, map[string]string{"app.txt": "v1\n", "a.txt": "by a\n"})
-	before := s.refs(t, s.AdminKey, "ws-b")
-	wantError(t, s.pushRaw(t, a.Secret, "ws-b", pushQuery("", fb.BaseCommit), tarOf(t, map[string]string{"x": "x"})), 403, "permission_denied")
-	wantError(t, s.pushRaw(t, a.Secret, "base", pushQuery("", base.Commit), tarOf(t, map[string]string{"x": "x"})), 403, "permission_denied")
-	wantError(t, s.pushRaw(t, rev.Secret, "ws-a", pushQuery("", p1.Commit), tarOf(t, map[string]string{"x": "x"})), 403, "permission_denied")
-	wantError(t, s.call(t, "POST", "/api/v1/repos/base/merges", a.Secret, map[string]any{"theirs": "ws-a:main", "materialize": true}, ""), 403, "permission_denied")
-	wantError(t, s.call(t, "POST", "/api/v1/repos/ws-b/rollback", a.Secret, map[string]string{"to": base.Commit, "expect_oid": base.Commit}, ""), 403, "permission_denied")
-	if after := s.refs(t, s.AdminKey, "ws-b"); !reflect.DeepEqual(after, before) {
+	p1 := s.Push(t, a.Secret, "ws-a", fa.BaseCommit, map[string]string{"app.txt": "v1\n", "a.txt": "by a\n"})
+	before := s.Refs(t, s.AdminKey, "ws-b")
+	e2ekit.WantError(t, s.PushRaw(t, a.Secret, "ws-b", e2ekit.PushQuery("", fb.BaseCommit), e2ekit.TarOf(t, map[string]string{"x": "x"})), 403, "permission_denied")
+	e2ekit.WantError(t, s.PushRaw(t, a.Secret, "base", e2ekit.PushQuery("", base.Commit), e2ekit.TarOf(t, map[string]string{"x": "x"})), 403, "permission_denied")
+	e2ekit.WantError(t, s.PushRaw(t, rev.Secret, "ws-a", e2ekit.PushQuery("", p1.Commit), e2ekit.TarOf(t, map[string]string{"x": "x"})), 403, "permission_denied")
+	e2ekit.WantError(t, s.Call(t, "POST", "/api/v1/repos/base/merges", a.Secret, map[string]any{"theirs": "ws-a:main", "materialize": true}, ""), 403, "permission_denied")
+	e2ekit.WantError(t, s.Call(t, "POST", "/api/v1/repos/ws-b/rollback", a.Secret, map[string]string{"to": base.Commit, "expect_oid": base.Commit}, ""), 403, "permission_denied")
+	if after := s.Refs(t, s.AdminKey, "ws-b"); !reflect.DeepEqual(after, before) {
 		t.Errorf("ws-b refs moved: %v → %v", before, after)
 	}
-	if got := s.head(t, "base"); got != base.Commit {
+	if got := s.Head(t, "base"); got != base.Commit {
 		t.Errorf("base main moved to %s", got)
 	}
 
 	// The same rules over git.
 	dirA := s.clone(t, "ws-a", a.Secret)
 	writeFile(t, filepath.Join(dirA, "git.txt"), "via git\n")
-	git(t, dirA, "add", ".")
-	git(t, dirA, "commit", "-q", "-m", "a via git")
-	p2 := git(t, dirA, "rev-parse", "HEAD")
-	git(t, dirA, "push", "-q", "origin", "main")
-	if got := s.refs(t, a.Secret, "ws-a")["refs/heads/main"]; got != p2 {
+	e2ekit.Git(t, dirA, "add", ".")
+	e2ekit.Git(t, dirA, "commit", "-q", "-m", "a via git")
+	p2 := e2ekit.Git(t, dirA, "rev-parse", "HEAD")
+	e2ekit.Git(t, dirA, "push", "-q", "origin", "main")
+	if got := s.Refs(t, a.Secret, "ws-a")["refs/heads/main"]; got != p2 {
 		t.Errorf("ws-a main after git push %s, want %s", got, p2)
 	}
-	if out, err := gitCmd(t, dirA, "push", s.gitURL("base", a.Secret), "HEAD:main"); err == nil {
+	if out, err := e2ekit.GitCmd(t, dirA, "push", s.GitURL("base", a.Secret), "HEAD:main"); err == nil {
 		t.Errorf("agent git push to the base succeeded:\n%s", out)
 	}
-	if out, err := gitCmd(t, dirA, "push", s.gitURL("ws-b", a.Secret), "HEAD:main"); err == nil {
+	if out, err := e2ekit.GitCmd(t, dirA, "push", s.GitURL("ws-b", a.Secret), "HEAD:main"); err == nil {
 		t.Errorf("agent git push to another agent's workspace succeeded:\n%s", out)
 	}
-	if got := s.head(t, "base"); got != base.Commit {
+	if got := s.Head(t, "base"); got != base.Commit {
 		t.Errorf("base main moved to %s by a git push", got)
 	}
-	if got := s.refs(t, s.AdminKey, "ws-b")["refs/heads/main"]; got != fb.BaseCommit {
+	if got := s.Refs(t, s.AdminKey, "ws-b")["refs/heads/main"]; got != fb.BaseCommit {
 		t.Errorf("ws-b main moved to %s by a git push", got)
 	}
 
 	// The base moves on; listings show ahead/behind against it.
-	base2 := s.push(t, s.AdminKey, "base", base.Commit, map[string]string{"app.txt": "v2\n"})
+	base2 := s.Push(t, s.AdminKey, "base", base.Commit, map[string]string{"app.txt": "v2\n"})
 	ws := s.workspaces(t, "base")
 	if len(ws) != 2 {
 		t.Fatalf("workspaces: %+v", ws)
@@ -153,7 +155,7 @@ func TestForksAndPermissions(t *testing.T) {
 			Key    string `json:"key"`
 		} `json:"attempts"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/repos/ws-a/attempts", rev.Secret, nil, http.StatusOK, &att)
+	s.MustJSON(t, "GET", "/api/v1/repos/ws-a/attempts", rev.Secret, nil, http.StatusOK, &att)
 	if len(att.Attempts) != 2 || att.Attempts[0].Commit != p2 || att.Attempts[1].Commit != p1.Commit ||
 		att.Attempts[0].Op != "git.push" || att.Attempts[1].Op != "push" || att.Attempts[0].Key != "agent-a" {
 		t.Errorf("ws-a attempts (want newest first: %s git.push, %s push): %+v", p2, p1.Commit, att.Attempts)
@@ -161,9 +163,9 @@ func TestForksAndPermissions(t *testing.T) {
 
 	// An agent reads only its own operations, and cannot verify the chain.
 	var page struct {
-		Entries []opEntry `json:"entries"`
+		Entries []e2ekit.OpEntry `json:"entries"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/oplog?limit=1000", a.Secret, nil, http.StatusOK, &page)
+	s.MustJSON(t, "GET", "/api/v1/oplog?limit=1000", a.Secret, nil, http.StatusOK, &page)
 	if len(page.Entries) == 0 {
 		t.Errorf("agent-a sees no operations of its own")
 	}
@@ -172,15 +174,15 @@ func TestForksAndPermissions(t *testing.T) {
 			t.Errorf("agent-a sees %s's operation %s", e.KeyName, e.Op)
 		}
 	}
-	wantError(t, s.call(t, "GET", "/api/v1/oplog?key="+b.ID, a.Secret, nil, ""), 403, "permission_denied")
-	wantError(t, s.call(t, "GET", "/api/v1/oplog/verify", a.Secret, nil, ""), 403, "permission_denied")
+	e2ekit.WantError(t, s.Call(t, "GET", "/api/v1/oplog?key="+b.ID, a.Secret, nil, ""), 403, "permission_denied")
+	e2ekit.WantError(t, s.Call(t, "GET", "/api/v1/oplog/verify", a.Secret, nil, ""), 403, "permission_denied")
 
 	// Abandon: only the owner (or an admin); refs stay readable; no more writes.
-	wantError(t, s.call(t, "DELETE", "/api/v1/repos/ws-a", b.Secret, nil, ""), 403, "permission_denied")
+	e2ekit.WantError(t, s.Call(t, "DELETE", "/api/v1/repos/ws-a", b.Secret, nil, ""), 403, "permission_denied")
 	var ab struct {
 		Status string `json:"status"`
 	}
-	s.mustJSON(t, "DELETE", "/api/v1/repos/ws-a", a.Secret, nil, http.StatusOK, &ab)
+	s.MustJSON(t, "DELETE", "/api/v1/repos/ws-a", a.Secret, nil, http.StatusOK, &ab)
 	if ab.Status != "abandoned" {
 		t.Errorf("DELETE ws-a answered status %q", ab.Status)
 	}
@@ -188,27 +190,27 @@ func TestForksAndPermissions(t *testing.T) {
 		Status string `json:"status"`
 		Head   string `json:"head"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/repos/ws-a", rev.Secret, nil, http.StatusOK, &info)
+	s.MustJSON(t, "GET", "/api/v1/repos/ws-a", rev.Secret, nil, http.StatusOK, &info)
 	if info.Status != "abandoned" || info.Head != p2 {
 		t.Errorf("ws-a after abandon: %+v", info)
 	}
-	if got := s.blob(t, "ws-a", "main", "git.txt"); got != "via git\n" {
+	if got := s.Blob(t, "ws-a", "main", "git.txt"); got != "via git\n" {
 		t.Errorf("abandoned workspace no longer readable: %q", got)
 	}
-	if d := s.clone(t, "ws-a", rev.Secret); git(t, d, "rev-parse", "HEAD") != p2 {
+	if d := s.clone(t, "ws-a", rev.Secret); e2ekit.Git(t, d, "rev-parse", "HEAD") != p2 {
 		t.Errorf("clone of the abandoned workspace is not at its tip")
 	}
-	r := s.pushRaw(t, a.Secret, "ws-a", pushQuery("", p2), tarOf(t, map[string]string{"late": "x"}))
+	r := s.PushRaw(t, a.Secret, "ws-a", e2ekit.PushQuery("", p2), e2ekit.TarOf(t, map[string]string{"late": "x"}))
 	if r.Status < 400 || r.Status >= 500 {
 		t.Errorf("push to an abandoned workspace: %s", r)
 	}
 	writeFile(t, filepath.Join(dirA, "late.txt"), "late\n")
-	git(t, dirA, "add", ".")
-	git(t, dirA, "commit", "-q", "-m", "late")
-	if out, err := gitCmd(t, dirA, "push", "origin", "main"); err == nil {
+	e2ekit.Git(t, dirA, "add", ".")
+	e2ekit.Git(t, dirA, "commit", "-q", "-m", "late")
+	if out, err := e2ekit.GitCmd(t, dirA, "push", "origin", "main"); err == nil {
 		t.Errorf("git push to an abandoned workspace succeeded:\n%s", out)
 	}
-	if got := s.refs(t, s.AdminKey, "ws-a")["refs/heads/main"]; got != p2 {
+	if got := s.Refs(t, s.AdminKey, "ws-a")["refs/heads/main"]; got != p2 {
 		t.Errorf("abandoned ws-a moved to %s", got)
 	}
 	if w := s.workspaces(t, "base")["ws-a"]; w.Status != "abandoned" {
@@ -319,11 +321,11 @@ func hashTree(t testing.TB, dir string) map[string]string {
 func TestMergeScenario(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
-	a := s.createKey(t, "agent-a", "agent")
-	b := s.createKey(t, "agent-b", "agent")
-	c := s.createKey(t, "agent-c", "agent")
-	s.createRepo(t, "base")
-	v0 := s.push(t, s.AdminKey, "base", zeroOID, shop)
+	a := s.CreateKey(t, "agent-a", "agent")
+	b := s.CreateKey(t, "agent-b", "agent")
+	c := s.CreateKey(t, "agent-c", "agent")
+	s.CreateRepo(t, "base")
+	v0 := s.Push(t, s.AdminKey, "base", zeroOID, shop)
 
 	s.fork(t, a.Secret, "base", "ws-a")
 	s.fork(t, b.Secret, "base", "ws-b")
@@ -334,28 +336,28 @@ func TestMergeScenario(t *testing.T) {
 // Count returns the number of items.
 func (c *Cart) Count() int { return len(c.Items) }
 `
-	pa := s.push(t, a.Secret, "ws-a", v0.Commit, withFiles(shop, "shop/cart.go", cartA,
+	pa := s.Push(t, a.Secret, "ws-a", v0.Commit, withFiles(shop, "shop/cart.go", cartA,
 		"shop/count_test.go", "package shop\n\nimport \"testing\"\n\nfunc TestCount(t *testing.T) {\n\tif (&Cart{Items: []int{1}}).Count() != 1 {\n\t\tt.Fatal()\n\t}\n}\n"))
 	// ws-b renames Foo to Total in cart.go and order.go and misses report.go.
 	cartB := strings.Replace(strings.Replace(shop["shop/cart.go"], "Foo returns", "Total returns", 1), "Foo() int", "Total() int", 1)
-	pb := s.push(t, b.Secret, "ws-b", v0.Commit, withFiles(shop, "shop/cart.go", cartB,
+	pb := s.Push(t, b.Secret, "ws-b", v0.Commit, withFiles(shop, "shop/cart.go", cartB,
 		"shop/order.go", strings.Replace(shop["shop/order.go"], "Foo()", "Total()", 1)))
 	// ws-c renames the same method differently: a conflict with ws-b.
 	cartC := strings.Replace(shop["shop/cart.go"], "Foo() int", "Sum() int", 1)
-	pc := s.push(t, c.Secret, "ws-c", v0.Commit, withFiles(shop, "shop/cart.go", cartC))
+	pc := s.Push(t, c.Secret, "ws-c", v0.Commit, withFiles(shop, "shop/cart.go", cartC))
 
 	objects := filepath.Join(s.networkDir("base"), "objects")
 	preflight := func(theirs string) mergeResult {
 		t.Helper()
 		beforeObjs := hashTree(t, objects)
-		beforeRefs := s.refs(t, s.AdminKey, "base")
+		beforeRefs := s.Refs(t, s.AdminKey, "base")
 		var m mergeResult
-		s.mustJSON(t, "POST", "/api/v1/repos/base/merges", a.Secret,
+		s.MustJSON(t, "POST", "/api/v1/repos/base/merges", a.Secret,
 			map[string]any{"ours": "main", "theirs": theirs, "preflight": true, "deep": true}, http.StatusOK, &m)
 		if after := hashTree(t, objects); !reflect.DeepEqual(after, beforeObjs) {
 			t.Errorf("preflight of %s changed the object store: %d files → %d", theirs, len(beforeObjs), len(after))
 		}
-		if after := s.refs(t, s.AdminKey, "base"); !reflect.DeepEqual(after, beforeRefs) {
+		if after := s.Refs(t, s.AdminKey, "base"); !reflect.DeepEqual(after, beforeRefs) {
 			t.Errorf("preflight of %s moved refs", theirs)
 		}
 		if m.Commit != "" {
@@ -369,10 +371,10 @@ func (c *Cart) Count() int { return len(c.Items) }
 		t.Errorf("preflight ws-a: %+v", m)
 	}
 	var mat mergeResult
-	s.mustJSON(t, "POST", "/api/v1/repos/base/merges", s.AdminKey,
+	s.MustJSON(t, "POST", "/api/v1/repos/base/merges", s.AdminKey,
 		map[string]any{"ours": "main", "theirs": "ws-a:main", "materialize": true, "deep": true}, http.StatusOK, &mat)
-	if !mat.FastForward || mat.Commit != pa.Commit || s.head(t, "base") != pa.Commit {
-		t.Fatalf("materialize ws-a: %+v; main %s, want fast-forward to %s", mat, s.head(t, "base"), pa.Commit)
+	if !mat.FastForward || mat.Commit != pa.Commit || s.Head(t, "base") != pa.Commit {
+		t.Fatalf("materialize ws-a: %+v; main %s, want fast-forward to %s", mat, s.Head(t, "base"), pa.Commit)
 	}
 
 	// ws-b was forked from the old base; its rename merges line by line
@@ -383,30 +385,30 @@ func (c *Cart) Count() int { return len(c.Items) }
 		t.Errorf("preflight ws-b: %+v", m)
 	}
 	if m.Tree != "" {
-		if out, err := gitCmd(t, "", "--git-dir="+s.networkDir("base"), "cat-file", "-e", m.Tree); err == nil {
+		if out, err := e2ekit.GitCmd(t, "", "--git-dir="+s.networkDir("base"), "cat-file", "-e", m.Tree); err == nil {
 			t.Errorf("preflight tree %s exists in the object store: preflight wrote objects %s", m.Tree, out)
 		}
 	}
-	s.mustJSON(t, "POST", "/api/v1/repos/base/merges", s.AdminKey,
+	s.MustJSON(t, "POST", "/api/v1/repos/base/merges", s.AdminKey,
 		map[string]any{"ours": "main", "theirs": "ws-b:main", "materialize": true, "deep": true, "message": "land ws-b"}, http.StatusOK, &mat)
 	if mat.FastForward || !mat.Clean || mat.Tree != m.Tree {
 		t.Errorf("materialize ws-b: %+v (preflight tree %s)", mat, m.Tree)
 	}
-	mc := s.commit(t, "base", "main")
+	mc := s.Commit(t, "base", "main")
 	if mc.Commit != mat.Commit || !reflect.DeepEqual(mc.Parents, []string{pa.Commit, pb.Commit}) || mc.Message != "land ws-b\n" {
 		t.Errorf("merge commit %+v: want parents [%s %s]", mc, pa.Commit, pb.Commit)
 	}
-	merged := s.blob(t, "base", "main", "shop/cart.go")
+	merged := s.Blob(t, "base", "main", "shop/cart.go")
 	if !strings.Contains(merged, "func (c *Cart) Total() int") || !strings.Contains(merged, "func (c *Cart) Count() int") || strings.Contains(merged, "Foo() int") {
 		t.Errorf("merged cart.go lacks one side:\n%s", merged)
 	}
-	if got := s.blob(t, "base", "main", "shop/report.go"); !strings.Contains(got, "c.Foo()") {
+	if got := s.Blob(t, "base", "main", "shop/report.go"); !strings.Contains(got, "c.Foo()") {
 		t.Errorf("report.go changed: %s", got)
 	}
-	if got := s.blob(t, "base", "main", "shop/count_test.go"); !strings.Contains(got, "TestCount") {
+	if got := s.Blob(t, "base", "main", "shop/count_test.go"); !strings.Contains(got, "TestCount") {
 		t.Errorf("count_test.go missing after the merge")
 	}
-	main := s.head(t, "base")
+	main := s.Head(t, "base")
 
 	// ws-c renamed the same line: refused with the conflict named, main
 	// untouched.
@@ -414,55 +416,55 @@ func (c *Cart) Count() int { return len(c.Items) }
 	if m.Clean || len(m.Conflicts) == 0 {
 		t.Errorf("preflight ws-c: %+v", m)
 	}
-	r := s.call(t, "POST", "/api/v1/repos/base/merges", s.AdminKey,
+	r := s.Call(t, "POST", "/api/v1/repos/base/merges", s.AdminKey,
 		map[string]any{"ours": "main", "theirs": "ws-c:main", "materialize": true, "deep": true}, "")
-	e := wantError(t, r, 409, "merge_conflict")
+	e := e2ekit.WantError(t, r, 409, "merge_conflict")
 	confs, _ := e.Error.Details["conflicts"].([]any)
 	if len(confs) != 1 {
 		t.Errorf("details.conflicts: %v", e.Error.Details["conflicts"])
 	} else if c0, _ := confs[0].(map[string]any); c0["path"] != "shop/cart.go" || c0["kind"] != "content" {
 		t.Errorf("conflict %v, want a content conflict on shop/cart.go", c0)
 	}
-	if got := s.head(t, "base"); got != main {
+	if got := s.Head(t, "base"); got != main {
 		t.Errorf("a conflicting materialize moved main to %s", got)
 	}
 
-	s.mustJSON(t, "POST", "/api/v1/repos/base/merges", s.AdminKey,
+	s.MustJSON(t, "POST", "/api/v1/repos/base/merges", s.AdminKey,
 		map[string]any{"ours": "main", "theirs": "ws-c:main", "materialize": true, "deep": true, "on_conflict": "markers"}, http.StatusOK, &mat)
 	if mat.SideRef != "refs/heads/conflicts/main" || mat.Commit == "" {
 		t.Fatalf("markers merge: %+v", mat)
 	}
-	if got := s.refs(t, s.AdminKey, "base")["refs/heads/conflicts/main"]; got != mat.Commit {
+	if got := s.Refs(t, s.AdminKey, "base")["refs/heads/conflicts/main"]; got != mat.Commit {
 		t.Errorf("conflicts/main = %s, want %s", got, mat.Commit)
 	}
-	if got := s.head(t, "base"); got != main {
+	if got := s.Head(t, "base"); got != main {
 		t.Errorf("a markers merge moved main to %s", got)
 	}
-	side := s.blob(t, "base", mat.Commit, "shop/cart.go")
+	side := s.Blob(t, "base", mat.Commit, "shop/cart.go")
 	// The side branch is readable by name too (its name has a slash:
 	// escaped in the path, or through ?ref=).
-	if log := s.commits(t, "base", "conflicts/main", 1); len(log) != 1 || log[0].Commit != mat.Commit {
+	if log := s.Commits(t, "base", "conflicts/main", 1); len(log) != 1 || log[0].Commit != mat.Commit {
 		t.Errorf("GET commits?ref=conflicts/main: %+v", log)
 	}
-	if r := s.call(t, "GET", "/api/v1/repos/base/blob/conflicts%2Fmain/shop/cart.go", s.AdminKey, nil, ""); r.Status != 200 || string(r.Body) != side {
+	if r := s.Call(t, "GET", "/api/v1/repos/base/blob/conflicts%2Fmain/shop/cart.go", s.AdminKey, nil, ""); r.Status != 200 || string(r.Body) != side {
 		t.Errorf("a branch whose name has a slash cannot be named in /blob/{rev}/{path}, even escaped: %s", r)
 	}
 	if !strings.Contains(side, "<<<<<<<") || !strings.Contains(side, ">>>>>>>") || !strings.Contains(side, "Sum() int") || !strings.Contains(side, "Total() int") {
 		t.Errorf("conflicts/main cart.go lacks markers or a side:\n%s", side)
 	}
-	if sc := s.commit(t, "base", mat.Commit); !reflect.DeepEqual(sc.Parents, []string{main, pc.Commit}) {
+	if sc := s.Commit(t, "base", mat.Commit); !reflect.DeepEqual(sc.Parents, []string{main, pc.Commit}) {
 		t.Errorf("markers commit parents %v, want [%s %s]", sc.Parents, main, pc.Commit)
 	}
-	if out, err := gitCmd(t, "", "--git-dir="+s.networkDir("base"), "fsck", "--strict", "--no-dangling", "--no-progress"); err != nil {
+	if out, err := e2ekit.GitCmd(t, "", "--git-dir="+s.networkDir("base"), "fsck", "--strict", "--no-dangling", "--no-progress"); err != nil {
 		t.Errorf("git fsck --strict after the merges: %v\n%s", err, out)
 	}
 	// theirs must be in the fork network: another base repository is not.
-	s.createRepo(t, "other")
-	s.push(t, s.AdminKey, "other", zeroOID, map[string]string{"x": "x"})
-	wantError(t, s.call(t, "POST", "/api/v1/repos/base/merges", s.AdminKey, map[string]any{"theirs": "other:main", "preflight": true}, ""), 400, "invalid_argument")
-	wantError(t, s.call(t, "POST", "/api/v1/repos/base/merges", s.AdminKey, map[string]any{"theirs": "ws-a:nope", "preflight": true}, ""), 404, "not_found")
-	wantError(t, s.call(t, "POST", "/api/v1/repos/base/merges", s.AdminKey, map[string]any{"theirs": "ws-a:main", "preflight": true, "materialize": true}, ""), 400, "invalid_argument")
-	ops := s.oplog(t, url.Values{"repo": {"base"}})
+	s.CreateRepo(t, "other")
+	s.Push(t, s.AdminKey, "other", zeroOID, map[string]string{"x": "x"})
+	e2ekit.WantError(t, s.Call(t, "POST", "/api/v1/repos/base/merges", s.AdminKey, map[string]any{"theirs": "other:main", "preflight": true}, ""), 400, "invalid_argument")
+	e2ekit.WantError(t, s.Call(t, "POST", "/api/v1/repos/base/merges", s.AdminKey, map[string]any{"theirs": "ws-a:nope", "preflight": true}, ""), 404, "not_found")
+	e2ekit.WantError(t, s.Call(t, "POST", "/api/v1/repos/base/merges", s.AdminKey, map[string]any{"theirs": "ws-a:main", "preflight": true, "materialize": true}, ""), 400, "invalid_argument")
+	ops := s.Oplog(t, url.Values{"repo": {"base"}})
 	var seen []string
 	for _, o := range ops {
 		if strings.HasPrefix(o.Op, "merge") {
@@ -484,27 +486,27 @@ func TestConcurrentMaterialize(t *testing.T) {
 			t.Parallel()
 			const n = 8
 			s := startServer(t, serverOpts{Postgres: b.postgres})
-			s.createRepo(t, "base")
+			s.CreateRepo(t, "base")
 			files := map[string]string{}
 			for i := range n {
 				files[fmt.Sprintf("f%d.txt", i)] = fmt.Sprintf("file %d\noriginal\n", i)
 			}
-			v0 := s.push(t, s.AdminKey, "base", zeroOID, files)
+			v0 := s.Push(t, s.AdminKey, "base", zeroOID, files)
 			tips := make([]string, n)
 			for i := range n {
 				ws := fmt.Sprintf("ws-%d", i)
 				s.fork(t, s.AdminKey, "base", ws)
-				p := s.push(t, s.AdminKey, ws, v0.Commit, withFiles(files, fmt.Sprintf("f%d.txt", i), fmt.Sprintf("file %d\nchanged by ws-%d\n", i, i)))
+				p := s.Push(t, s.AdminKey, ws, v0.Commit, withFiles(files, fmt.Sprintf("f%d.txt", i), fmt.Sprintf("file %d\nchanged by ws-%d\n", i, i)))
 				tips[i] = p.Commit
 			}
-			results := make([]*response, n)
+			results := make([]*e2ekit.Response, n)
 			errs := make([]error, n)
 			var wg sync.WaitGroup
 			for i := range n {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					results[i], errs[i] = s.try("POST", "/api/v1/repos/base/merges", s.AdminKey,
+					results[i], errs[i] = s.Try("POST", "/api/v1/repos/base/merges", s.AdminKey,
 						map[string]any{"ours": "main", "theirs": fmt.Sprintf("ws-%d:main", i), "materialize": true, "deep": true}, "")
 				}()
 			}
@@ -518,11 +520,11 @@ func TestConcurrentMaterialize(t *testing.T) {
 				}
 			}
 			for i := range n {
-				if got := s.blob(t, "base", "main", fmt.Sprintf("f%d.txt", i)); got != fmt.Sprintf("file %d\nchanged by ws-%d\n", i, i) {
+				if got := s.Blob(t, "base", "main", fmt.Sprintf("f%d.txt", i)); got != fmt.Sprintf("file %d\nchanged by ws-%d\n", i, i) {
 					t.Errorf("f%d.txt on main = %q: ws-%d's change was lost", i, got, i)
 				}
 			}
-			log := s.commits(t, "base", "main", 100)
+			log := s.Commits(t, "base", "main", 100)
 			have := map[string]bool{}
 			for _, c := range log {
 				have[c.Commit] = true
@@ -533,18 +535,18 @@ func TestConcurrentMaterialize(t *testing.T) {
 				}
 			}
 			var okMerges int
-			for _, e := range s.oplog(t, url.Values{"repo": {"base"}, "op": {"merge"}}) {
+			for _, e := range s.Oplog(t, url.Values{"repo": {"base"}, "op": {"merge"}}) {
 				if e.Result == "ok" {
 					okMerges++
 				}
 			}
-			if out := git(t, "", "ls-remote", s.gitURL("base", s.AdminKey), "refs/heads/main"); !strings.HasPrefix(out, s.head(t, "base")) {
-				t.Errorf("git ls-remote main = %q, want the store's %s", out, s.head(t, "base"))
+			if out := e2ekit.Git(t, "", "ls-remote", s.GitURL("base", s.AdminKey), "refs/heads/main"); !strings.HasPrefix(out, s.Head(t, "base")) {
+				t.Errorf("git ls-remote main = %q, want the store's %s", out, s.Head(t, "base"))
 			}
 			if okMerges != n {
 				t.Errorf("oplog shows %d successful merges, want %d", okMerges, n)
 			}
-			if v := s.verify(t); !v.OK {
+			if v := s.Verify(t); !v.OK {
 				t.Errorf("oplog verify: %+v", v)
 			}
 		})
@@ -556,56 +558,56 @@ func TestConcurrentMaterialize(t *testing.T) {
 func TestSync(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
-	a := s.createKey(t, "agent-a", "agent")
-	b := s.createKey(t, "agent-b", "agent")
-	s.createRepo(t, "base")
+	a := s.CreateKey(t, "agent-a", "agent")
+	b := s.CreateKey(t, "agent-b", "agent")
+	s.CreateRepo(t, "base")
 	files := map[string]string{"lib.txt": "lib v1\n", "app.txt": "app v1\n"}
-	v0 := s.push(t, s.AdminKey, "base", zeroOID, files)
+	v0 := s.Push(t, s.AdminKey, "base", zeroOID, files)
 	s.fork(t, a.Secret, "base", "ws")
 
-	v1 := s.push(t, s.AdminKey, "base", v0.Commit, withFiles(files, "lib.txt", "lib v2 from base\n"))
-	w1 := s.push(t, a.Secret, "ws", v0.Commit, withFiles(files, "app.txt", "app v2 from the agent\n"))
+	v1 := s.Push(t, s.AdminKey, "base", v0.Commit, withFiles(files, "lib.txt", "lib v2 from base\n"))
+	w1 := s.Push(t, a.Secret, "ws", v0.Commit, withFiles(files, "app.txt", "app v2 from the agent\n"))
 	if w := s.workspaces(t, "base")["ws"]; w.Behind != 1 || w.Ahead != 1 {
 		t.Errorf("before sync ws is ahead %d behind %d, want 1/1", w.Ahead, w.Behind)
 	}
 
-	wantError(t, s.call(t, "POST", "/api/v1/repos/ws/sync", b.Secret, map[string]string{}, ""), 403, "permission_denied")
-	wantError(t, s.call(t, "POST", "/api/v1/repos/ws/sync", a.Secret, map[string]string{"expect_oid": v0.Commit}, ""), 409, "ref_conflict")
-	wantError(t, s.call(t, "POST", "/api/v1/repos/base/sync", s.AdminKey, nil, ""), 400, "invalid_argument")
+	e2ekit.WantError(t, s.Call(t, "POST", "/api/v1/repos/ws/sync", b.Secret, map[string]string{}, ""), 403, "permission_denied")
+	e2ekit.WantError(t, s.Call(t, "POST", "/api/v1/repos/ws/sync", a.Secret, map[string]string{"expect_oid": v0.Commit}, ""), 409, "ref_conflict")
+	e2ekit.WantError(t, s.Call(t, "POST", "/api/v1/repos/base/sync", s.AdminKey, nil, ""), 400, "invalid_argument")
 
 	var m mergeResult
-	s.mustJSON(t, "POST", "/api/v1/repos/ws/sync", a.Secret, map[string]string{"expect_oid": w1.Commit}, http.StatusOK, &m)
+	s.MustJSON(t, "POST", "/api/v1/repos/ws/sync", a.Secret, map[string]string{"expect_oid": w1.Commit}, http.StatusOK, &m)
 	if !m.Clean || m.Commit == "" {
 		t.Fatalf("sync: %+v", m)
 	}
-	if got := s.refs(t, a.Secret, "ws")["refs/heads/main"]; got != m.Commit {
+	if got := s.Refs(t, a.Secret, "ws")["refs/heads/main"]; got != m.Commit {
 		t.Errorf("ws main %s, want the sync commit %s", got, m.Commit)
 	}
-	if c := s.commit(t, "ws", m.Commit); !reflect.DeepEqual(c.Parents, []string{w1.Commit, v1.Commit}) {
+	if c := s.Commit(t, "ws", m.Commit); !reflect.DeepEqual(c.Parents, []string{w1.Commit, v1.Commit}) {
 		t.Errorf("sync commit parents %v, want [%s %s]", c.Parents, w1.Commit, v1.Commit)
 	}
-	if s.blob(t, "ws", "main", "lib.txt") != "lib v2 from base\n" || s.blob(t, "ws", "main", "app.txt") != "app v2 from the agent\n" {
+	if s.Blob(t, "ws", "main", "lib.txt") != "lib v2 from base\n" || s.Blob(t, "ws", "main", "app.txt") != "app v2 from the agent\n" {
 		t.Errorf("after sync ws lacks one side")
 	}
 	if w := s.workspaces(t, "base")["ws"]; w.Behind != 0 || w.Ahead != 2 {
 		t.Errorf("after sync ws is ahead %d behind %d, want 2/0", w.Ahead, w.Behind)
 	}
 	// Syncing again is a no-op.
-	s.mustJSON(t, "POST", "/api/v1/repos/ws/sync", a.Secret, nil, http.StatusOK, &m)
-	if !m.UpToDate || s.refs(t, a.Secret, "ws")["refs/heads/main"] != m.Commit {
+	s.MustJSON(t, "POST", "/api/v1/repos/ws/sync", a.Secret, nil, http.StatusOK, &m)
+	if !m.UpToDate || s.Refs(t, a.Secret, "ws")["refs/heads/main"] != m.Commit {
 		t.Errorf("second sync: %+v", m)
 	}
 	synced := m.Commit
 
 	// Both sides change the same line: 409, nothing moves.
-	s.push(t, s.AdminKey, "base", v1.Commit, withFiles(files, "lib.txt", "lib v2 from base\n", "app.txt", "app v3 from base\n"))
-	w2 := s.push(t, a.Secret, "ws", synced, withFiles(files, "lib.txt", "lib v2 from base\n", "app.txt", "app v3 from the agent\n"))
-	r := s.call(t, "POST", "/api/v1/repos/ws/sync", a.Secret, map[string]string{}, "")
-	e := wantError(t, r, 409, "merge_conflict")
+	s.Push(t, s.AdminKey, "base", v1.Commit, withFiles(files, "lib.txt", "lib v2 from base\n", "app.txt", "app v3 from base\n"))
+	w2 := s.Push(t, a.Secret, "ws", synced, withFiles(files, "lib.txt", "lib v2 from base\n", "app.txt", "app v3 from the agent\n"))
+	r := s.Call(t, "POST", "/api/v1/repos/ws/sync", a.Secret, map[string]string{}, "")
+	e := e2ekit.WantError(t, r, 409, "merge_conflict")
 	if confs, _ := e.Error.Details["conflicts"].([]any); len(confs) != 1 || confs[0].(map[string]any)["path"] != "app.txt" {
 		t.Errorf("conflicts %v, want app.txt", e.Error.Details["conflicts"])
 	}
-	if got := s.refs(t, a.Secret, "ws")["refs/heads/main"]; got != w2.Commit {
+	if got := s.Refs(t, a.Secret, "ws")["refs/heads/main"]; got != w2.Commit {
 		t.Errorf("a conflicting sync moved ws main to %s", got)
 	}
 }
@@ -616,33 +618,33 @@ func TestSync(t *testing.T) {
 func TestDefaultBranchAndForkRaces(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
-	s.mustJSON(t, "POST", "/api/v1/repos", s.AdminKey, map[string]string{"name": "trunky", "default_branch": "trunk"}, http.StatusCreated, nil)
-	r := s.pushRaw(t, s.AdminKey, "trunky", pushQuery("", zeroOID), tarOf(t, map[string]string{"t.txt": "trunk\n"}))
-	var p pushResult
-	r.decode(t, &p)
+	s.MustJSON(t, "POST", "/api/v1/repos", s.AdminKey, map[string]string{"name": "trunky", "default_branch": "trunk"}, http.StatusCreated, nil)
+	r := s.PushRaw(t, s.AdminKey, "trunky", e2ekit.PushQuery("", zeroOID), e2ekit.TarOf(t, map[string]string{"t.txt": "trunk\n"}))
+	var p e2ekit.PushResult
+	r.Decode(t, &p)
 	if r.Status != http.StatusCreated || p.Branch != "trunk" {
 		t.Fatalf("push without a branch: %s", r)
 	}
-	if refs := s.refs(t, s.AdminKey, "trunky"); refs["refs/heads/trunk"] != p.Commit || len(refs) != 1 {
+	if refs := s.Refs(t, s.AdminKey, "trunky"); refs["refs/heads/trunk"] != p.Commit || len(refs) != 1 {
 		t.Errorf("refs %v, want only trunk", refs)
 	}
 	dir := s.clone(t, "trunky", s.AdminKey)
-	if b := git(t, dir, "rev-parse", "--abbrev-ref", "HEAD"); b != "trunk" {
+	if b := e2ekit.Git(t, dir, "rev-parse", "--abbrev-ref", "HEAD"); b != "trunk" {
 		t.Errorf("clone checked out %q, want trunk (the mirrored HEAD)", b)
 	}
 
 	const n = 8
-	keys := make([]key, n)
+	keys := make([]e2ekit.Key, n)
 	for i := range n {
-		keys[i] = s.createKey(t, fmt.Sprintf("agent-%d", i), "agent")
+		keys[i] = s.CreateKey(t, fmt.Sprintf("agent-%d", i), "agent")
 	}
-	status := make([]*response, n)
+	status := make([]*e2ekit.Response, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			status[i], _ = s.try("POST", "/api/v1/repos/trunky/forks", keys[i].Secret, map[string]string{"name": "contested"}, "")
+			status[i], _ = s.Try("POST", "/api/v1/repos/trunky/forks", keys[i].Secret, map[string]string{"name": "contested"}, "")
 		}()
 	}
 	wg.Wait()
@@ -671,16 +673,16 @@ func TestDefaultBranchAndForkRaces(t *testing.T) {
 		DefaultBranch string `json:"default_branch"`
 		Head          string `json:"head"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/repos/contested", s.AdminKey, nil, http.StatusOK, &info)
+	s.MustJSON(t, "GET", "/api/v1/repos/contested", s.AdminKey, nil, http.StatusOK, &info)
 	if info.DefaultBranch != "trunk" || info.Head != p.Commit {
 		t.Errorf("workspace %+v, want default branch trunk at %s", info, p.Commit)
 	}
 	wdir := s.clone(t, "contested", keys[winner].Secret)
-	if b := git(t, wdir, "rev-parse", "--abbrev-ref", "HEAD"); b != "trunk" {
+	if b := e2ekit.Git(t, wdir, "rev-parse", "--abbrev-ref", "HEAD"); b != "trunk" {
 		t.Errorf("workspace clone checked out %q", b)
 	}
 	var forks int
-	for _, e := range s.oplog(t, url.Values{"op": {"fork"}}) {
+	for _, e := range s.Oplog(t, url.Values{"op": {"fork"}}) {
 		if e.Result == "ok" {
 			forks++
 		}

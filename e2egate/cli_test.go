@@ -12,10 +12,10 @@ import (
 func TestCLI(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
-	ci := s.createKey(t, "ci", "ci")
-	agent := s.createKey(t, "agent", "agent")
+	ci := s.CreateKey(t, "ci", "ci")
+	agent := s.CreateKey(t, "agent", "agent")
 
 	type policy struct {
 		Branch          string   `json:"branch"`
@@ -41,10 +41,10 @@ func TestCLI(t *testing.T) {
 			t.Errorf("gate: got %+v, want %+v", p, want)
 		}
 	}
-	if r := s.cli(t, agent.Secret, "gate", "set", "base", "--require-check", "tests"); r.Code != 1 || !strings.Contains(r.Stderr, "permission") {
+	if r := s.CLI(t, agent.Secret, "", "gate", "set", "base", "--require-check", "tests"); r.Code != 1 || !strings.Contains(r.Stderr, "permission") {
 		t.Errorf("gate set by an agent: want exit 1 and a permission error, got %s", r)
 	}
-	if r := s.cli(t, s.AdminKey, "gate", "set", "base", "--protect", "["); r.Code != 2 {
+	if r := s.CLI(t, s.AdminKey, "", "gate", "set", "base", "--protect", "["); r.Code != 2 {
 		t.Errorf("gate set with a bad glob: want exit 2, got %s", r)
 	}
 
@@ -90,10 +90,10 @@ func TestCLI(t *testing.T) {
 	if posted.Name != "tests" || posted.Status != "failure" || posted.Commit != tip || posted.Key != "ci" {
 		t.Errorf("checks --post: %+v", posted)
 	}
-	if r := s.cli(t, ci.Secret, "checks", "ws", tip, "--post", "tests", "--status", "done"); r.Code != 2 {
+	if r := s.CLI(t, ci.Secret, "", "checks", "ws", tip, "--post", "tests", "--status", "done"); r.Code != 2 {
 		t.Errorf("checks --status done: want exit 2, got %s", r)
 	}
-	if r := s.cli(t, agent.Secret, "checks", "ws", tip, "--post", "tests", "--status", "success"); r.Code != 1 || !strings.Contains(r.Stderr, "permission") {
+	if r := s.CLI(t, agent.Secret, "", "checks", "ws", tip, "--post", "tests", "--status", "success"); r.Code != 1 || !strings.Contains(r.Stderr, "permission") {
 		t.Errorf("checks --post by an agent: want exit 1 and a permission error, got %s", r)
 	}
 	var cs checkSet
@@ -101,19 +101,19 @@ func TestCLI(t *testing.T) {
 	if cs.Commit != tip || len(cs.Checks) != 1 || cs.Checks[0].Status != "failure" {
 		t.Errorf("checks --json: %+v", cs)
 	}
-	if r := s.cli(t, agent.Secret, "checks", "ws", tip); r.Code != 0 || !strings.Contains(r.Stdout, "tests") || !strings.Contains(r.Stdout, "failure") {
+	if r := s.CLI(t, agent.Secret, "", "checks", "ws", tip); r.Code != 0 || !strings.Contains(r.Stdout, "tests") || !strings.Contains(r.Stdout, "failure") {
 		t.Errorf("checks (table): %s", r)
 	}
 
 	// Promote refused: exit status 5, every reason on stderr.
-	r := s.cli(t, agent.Secret, "promote", "ws")
+	r := s.CLI(t, agent.Secret, "", "promote", "ws")
 	if r.Code != 5 || !strings.Contains(r.Stderr, "gate refused") || !strings.Contains(r.Stderr, `"tests"`) || !strings.Contains(r.Stderr, `"lint"`) {
 		t.Fatalf("promote with a failed and a missing check: want exit 5 naming tests and lint, got %s", r)
 	}
-	if r := s.cli(t, agent.Secret, "promote", "ws", "--json"); r.Code != 5 {
+	if r := s.CLI(t, agent.Secret, "", "promote", "ws", "--json"); r.Code != 5 {
 		t.Fatalf("promote --json refused: want exit 5, got %s", r)
 	}
-	if h := s.head(t, "base"); h != base0 {
+	if h := s.Head(t, "base"); h != base0 {
 		t.Fatalf("main moved: %s", h)
 	}
 
@@ -129,7 +129,7 @@ func TestCLI(t *testing.T) {
 	if res.Commit != tip || res.Workspace != "ws" || res.Into != "base:main" {
 		t.Fatalf("promote --json: %+v", res)
 	}
-	if h := s.head(t, "base"); h != tip {
+	if h := s.Head(t, "base"); h != tip {
 		t.Fatalf("main %s after promote, want %s", h, tip)
 	}
 	// Human output of a successful promote (another workspace).
@@ -137,7 +137,7 @@ func TestCLI(t *testing.T) {
 	tip2 := s.push(t, agent.Secret, "ws2", tip, map[string]string{"README": "hi\n", "feature.txt": "new\n", "more.txt": "more\n"}).Commit
 	s.postCheck(t, ci.Secret, "ws2", tip2, "tests", "success")
 	s.postCheck(t, ci.Secret, "ws2", tip2, "lint", "success")
-	if r := s.cli(t, agent.Secret, "promote", "ws2"); r.Code != 0 || !strings.Contains(r.Stdout, "promoted ws2 into base:main") || !strings.Contains(r.Stdout, tip2) {
+	if r := s.CLI(t, agent.Secret, "", "promote", "ws2"); r.Code != 0 || !strings.Contains(r.Stdout, "promoted ws2 into base:main") || !strings.Contains(r.Stdout, tip2) {
 		t.Fatalf("promote ws2: %s", r)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
 // TestGitPushGated: an agent works with plain git (clone the workspace,
@@ -15,32 +17,32 @@ func TestGitPushGated(t *testing.T) {
 	t.Parallel()
 	rcv := newReceiver(t, false, 0)
 	s := startServer(t, serverOpts{})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	s.setGate(t, "base", map[string]any{"required_checks": []string{"tests"}})
 	hookID := s.createHook(t, "base", rcv.srv.URL, []string{"push"})
-	ci := s.createKey(t, "ci", "ci")
-	agent := s.createKey(t, "agent", "agent")
+	ci := s.CreateKey(t, "ci", "ci")
+	agent := s.CreateKey(t, "agent", "agent")
 	s.fork(t, agent.Secret, "base", "ws")
 
 	dir := filepath.Join(t.TempDir(), "ws")
-	git(t, "", "clone", "-q", s.gitURL("ws", agent.Secret), dir)
+	e2ekit.Git(t, "", "clone", "-q", s.GitURL("ws", agent.Secret), dir)
 	if err := os.WriteFile(filepath.Join(dir, "feature.txt"), []byte("from git\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	git(t, dir, "add", "feature.txt")
-	git(t, dir, "commit", "-q", "-m", "feature from git")
-	pushed := git(t, dir, "rev-parse", "HEAD")
-	git(t, dir, "push", "-q", "origin", "HEAD:main")
-	if h := s.head(t, "ws"); h != pushed {
+	e2ekit.Git(t, dir, "add", "feature.txt")
+	e2ekit.Git(t, dir, "commit", "-q", "-m", "feature from git")
+	pushed := e2ekit.Git(t, dir, "rev-parse", "HEAD")
+	e2ekit.Git(t, dir, "push", "-q", "origin", "HEAD:main")
+	if h := s.Head(t, "ws"); h != pushed {
 		t.Fatalf("ws main %s after git push, want %s", h, pushed)
 	}
 	// An agent cannot push to the base branch with git either.
-	git(t, dir, "remote", "add", "base", s.gitURL("base", agent.Secret))
-	if out, err := gitTry(dir, "push", "-q", "base", "HEAD:main"); err == nil {
+	e2ekit.Git(t, dir, "remote", "add", "base", s.GitURL("base", agent.Secret))
+	if out, err := e2ekit.GitRun(dir, "", "push", "-q", "base", "HEAD:main"); err == nil {
 		t.Fatalf("an agent pushed to base's main with git:\n%s", out)
 	}
-	if h := s.head(t, "base"); h != base0 {
+	if h := s.Head(t, "base"); h != base0 {
 		t.Fatalf("base main moved: %s", h)
 	}
 
@@ -57,8 +59,8 @@ func TestGitPushGated(t *testing.T) {
 	if res := s.promote(t, agent.Secret, "ws"); res.Commit != pushed {
 		t.Fatalf("promote landed %s, want the fast-forward to %s", res.Commit, pushed)
 	}
-	git(t, dir, "fetch", "-q", "base")
-	if got := git(t, dir, "rev-parse", "base/main"); got != pushed {
+	e2ekit.Git(t, dir, "fetch", "-q", "base")
+	if got := e2ekit.Git(t, dir, "rev-parse", "base/main"); got != pushed {
 		t.Fatalf("git fetch base: main %s, want %s", got, pushed)
 	}
 }

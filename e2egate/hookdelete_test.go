@@ -51,10 +51,10 @@ func testDeletedHook(t *testing.T, postgres bool) {
 	}()
 
 	s := startServer(t, serverOpts{Postgres: postgres, Args: []string{"--hook-timeout", "30s"}})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	hookID := s.createHook(t, "base", rcv.URL, []string{"push"})
-	agent := s.createKey(t, "agent", "agent")
+	agent := s.CreateKey(t, "agent", "agent")
 	s.fork(t, agent.Secret, "base", "ws")
 	s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"})
 
@@ -63,7 +63,7 @@ func testDeletedHook(t *testing.T, postgres bool) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the delivery never reached the receiver")
 	}
-	if r := s.call(t, "DELETE", "/api/v1/repos/base/hooks/"+hookID, s.AdminKey, nil, ""); r.Status != http.StatusNoContent {
+	if r := s.Call(t, "DELETE", "/api/v1/repos/base/hooks/"+hookID, s.AdminKey, nil, ""); r.Status != http.StatusNoContent {
 		t.Fatalf("delete hook: %s", r)
 	}
 	close(release) // the in-flight attempt now fails with 500

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
 const hookSecret = "0123456789abcdef-test-secret"
@@ -100,13 +101,13 @@ func (s *server) createHook(t testing.TB, repo, url string, events []string) str
 		ID     string `json:"id"`
 		Secret string `json:"secret"`
 	}
-	r := s.mustJSON(t, "POST", "/api/v1/repos/"+repo+"/hooks", s.AdminKey,
+	r := s.MustJSON(t, "POST", "/api/v1/repos/"+repo+"/hooks", s.AdminKey,
 		map[string]any{"url": url, "secret": hookSecret, "events": events}, http.StatusCreated, &h)
 	if h.ID == "" {
 		t.Fatalf("hook without id: %s", r)
 	}
 	var raw map[string]any
-	r.decode(t, &raw)
+	r.Decode(t, &raw)
 	if _, ok := raw["secret"]; ok {
 		t.Errorf("the hook's secret is echoed back: %s", r)
 	}
@@ -118,7 +119,7 @@ func (s *server) deliveries(t testing.TB, repo, hookID string) []delivery {
 	var out struct {
 		Deliveries []delivery `json:"deliveries"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/repos/"+repo+"/hooks/"+hookID+"/deliveries", s.AdminKey, nil, http.StatusOK, &out)
+	s.MustJSON(t, "GET", "/api/v1/repos/"+repo+"/hooks/"+hookID+"/deliveries", s.AdminKey, nil, http.StatusOK, &out)
 	return out.Deliveries
 }
 
@@ -142,10 +143,10 @@ func testHookRestart(t *testing.T, postgres bool) {
 	// A 1s first backoff leaves a wide window between attempts, so the
 	// kill lands while the deliveries wait for a retry, not mid-request.
 	s := startServer(t, serverOpts{Postgres: postgres, Args: []string{"--hook-backoff", "1s", "--hook-max-backoff", "2s", "--hook-max-attempts", "50", "--hook-timeout", "2s"}})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	hookID := s.createHook(t, "base", rcv.srv.URL+"/hook", []string{"push"})
-	agent := s.createKey(t, "agent", "agent")
+	agent := s.CreateKey(t, "agent", "agent")
 	s.fork(t, agent.Secret, "base", "ws-1")
 	s.fork(t, agent.Secret, "base", "ws-2")
 	c1 := s.push(t, agent.Secret, "ws-1", base0, map[string]string{"README": "hi\n", "one": "1\n"}).Commit
@@ -164,7 +165,7 @@ func testHookRestart(t *testing.T, postgres bool) {
 		}
 		return true
 	})
-	s.kill() // SIGKILL: no graceful shutdown
+	s.Kill() // SIGKILL: no graceful shutdown
 	before, _ := rcv.snapshot()
 	if len(before) < 2 {
 		t.Fatalf("receiver saw %d calls before the kill", len(before))
@@ -251,7 +252,7 @@ func TestHookDeliveryGivesUp(t *testing.T) {
 	t.Parallel()
 	rcv := newReceiver(t, true, 0)
 	s := startServer(t, serverOpts{Args: []string{"--hook-max-attempts", "4"}})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	hookID := s.createHook(t, "base", rcv.srv.URL, []string{"push"})
 	// A second hook whose receiver is down: errors without a status code.
@@ -259,7 +260,7 @@ func TestHookDeliveryGivesUp(t *testing.T) {
 	deadURL := dead.URL
 	dead.Close()
 	deadID := s.createHook(t, "base", deadURL, []string{"*"})
-	agent := s.createKey(t, "agent", "agent")
+	agent := s.CreateKey(t, "agent", "agent")
 	s.fork(t, agent.Secret, "base", "ws")
 	s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"})
 
@@ -331,8 +332,8 @@ func TestHookDeliveryGivesUp(t *testing.T) {
 		t.Errorf("dead receiver: %d attempts, want 4", len(dd.History))
 	}
 	// Hooks of another repository are not reachable through this one.
-	s.createRepo(t, "other")
-	wantError(t, "deliveries through another repo", s.call(t, "GET", "/api/v1/repos/other/hooks/"+hookID+"/deliveries", s.AdminKey, nil, ""), 404, "not_found")
+	s.CreateRepo(t, "other")
+	e2ekit.RequireError(t, "deliveries through another repo", s.Call(t, "GET", "/api/v1/repos/other/hooks/"+hookID+"/deliveries", s.AdminKey, nil, ""), 404, "not_found")
 	_ = fmt.Sprint
 }
 
@@ -344,12 +345,12 @@ func TestHookEvents(t *testing.T) {
 	pushes := newReceiver(t, false, 0)
 	promotes := newReceiver(t, false, 0)
 	s := startServer(t, serverOpts{})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	s.setGate(t, "base", map[string]any{})
 	pushID := s.createHook(t, "base", pushes.srv.URL, []string{"push"})
 	promoteID := s.createHook(t, "base", promotes.srv.URL, []string{"promote"})
-	agent := s.createKey(t, "agent", "agent")
+	agent := s.CreateKey(t, "agent", "agent")
 	s.fork(t, agent.Secret, "base", "ws")
 	tip := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "f": "f\n"}).Commit
 	landed := s.promote(t, agent.Secret, "ws").Commit
@@ -423,10 +424,10 @@ func TestHookLeaseTakeover(t *testing.T) {
 	defer close(release)
 
 	s := startServer(t, serverOpts{Args: []string{"--hook-timeout", "1s"}})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	hookID := s.createHook(t, "base", rcv.URL, []string{"push"})
-	agent := s.createKey(t, "agent", "agent")
+	agent := s.CreateKey(t, "agent", "agent")
 	s.fork(t, agent.Secret, "base", "ws")
 	s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"})
 	select {
@@ -434,7 +435,7 @@ func TestHookLeaseTakeover(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the delivery never reached the receiver")
 	}
-	s.kill() // mid-request: the attempt is never recorded, the lease stays
+	s.Kill() // mid-request: the attempt is never recorded, the lease stays
 	s2 := s.restart(t)
 	var d delivery
 	eventually(t, 90*time.Second, "the delivery after the lease expired", func() bool {

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
 // TestPolicyRules: every built-in rule refuses on its own, and a promote
@@ -24,7 +26,7 @@ func TestPolicyRules(t *testing.T) {
 
 func testPolicyRules(t *testing.T, postgres bool) {
 	s := startServer(t, serverOpts{Postgres: postgres})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	files := map[string]string{"README": "hello\n", "shared.txt": "one\ntwo\nthree\n", "secrets/.keep": "\n"}
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, files).Commit
 	var p struct {
@@ -35,15 +37,15 @@ func testPolicyRules(t *testing.T, postgres bool) {
 		ProtectedPaths    []string `json:"protected_paths"`
 		RequireCleanMerge *bool    `json:"require_clean_merge"`
 	}
-	s.mustJSON(t, "PUT", "/api/v1/repos/base/gate", s.AdminKey, map[string]any{
+	s.MustJSON(t, "PUT", "/api/v1/repos/base/gate", s.AdminKey, map[string]any{
 		"max_changed_files": 2, "max_changed_lines": 6, "protected_paths": []string{"secrets/**"}, "require_clean_merge": true,
 	}, http.StatusOK, &p)
-	s.mustJSON(t, "GET", "/api/v1/repos/base/gate", s.AdminKey, nil, http.StatusOK, &p)
+	s.MustJSON(t, "GET", "/api/v1/repos/base/gate", s.AdminKey, nil, http.StatusOK, &p)
 	if p.Branch != "main" || p.MaxChangedFiles != 2 || p.MaxChangedLines != 6 || !reflect.DeepEqual(p.ProtectedPaths, []string{"secrets/**"}) ||
 		p.RequireCleanMerge == nil || !*p.RequireCleanMerge || p.RequiredChecks == nil {
 		t.Fatalf("gate read back: %+v", p)
 	}
-	agent := s.createKey(t, "agent", "agent")
+	agent := s.CreateKey(t, "agent", "agent")
 	for _, ws := range []string{"ws-files", "ws-lines", "ws-secret", "ws-conflict", "ws-all", "ws-ok", "ws-unprotect"} {
 		s.fork(t, agent.Secret, "base", ws)
 	}
@@ -87,7 +89,7 @@ func testPolicyRules(t *testing.T, postgres bool) {
 			}
 		}
 	}
-	if h := s.head(t, "base"); h != main1 {
+	if h := s.Head(t, "base"); h != main1 {
 		t.Fatalf("main moved after refused promotes: %s", h)
 	}
 	// The evaluation is readable without promoting.
@@ -96,14 +98,14 @@ func testPolicyRules(t *testing.T, postgres bool) {
 		ChangedFiles int      `json:"changed_files"`
 		Reasons      []reason `json:"reasons"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/repos/ws-all/gate/evaluate", s.AdminKey, nil, http.StatusOK, &ev)
+	s.MustJSON(t, "GET", "/api/v1/repos/ws-all/gate/evaluate", s.AdminKey, nil, http.StatusOK, &ev)
 	if ev.Passed || ev.ChangedFiles != 3 || len(ev.Reasons) != 4 {
 		t.Errorf("evaluate ws-all: %+v", ev)
 	}
 
 	// Within every limit: lands as a merge on top of main1.
 	res := s.promote(t, agent.Secret, "ws-ok")
-	c := s.commit(t, "base", res.Commit)
+	c := s.Commit(t, "base", res.Commit)
 	if len(c.Parents) != 2 || c.Parents[0] != main1 || c.Parents[1] != ok {
 		t.Fatalf("ws-ok landed as %+v", c)
 	}
@@ -111,12 +113,12 @@ func testPolicyRules(t *testing.T, postgres bool) {
 	// Without require_clean_merge the gate passes a conflicting workspace,
 	// but the merge itself still refuses to write conflicts into main.
 	s.setGate(t, "base", map[string]any{"require_clean_merge": false})
-	r := s.call(t, "POST", "/api/v1/repos/ws-conflict/promote", agent.Secret, nil, "")
-	e := wantError(t, "promote ws-conflict without clean-merge rule", r, http.StatusConflict, "merge_conflict")
+	r := s.Call(t, "POST", "/api/v1/repos/ws-conflict/promote", agent.Secret, nil, "")
+	e := e2ekit.RequireError(t, "promote ws-conflict without clean-merge rule", r, http.StatusConflict, "merge_conflict")
 	if _, ok := e.Error.Details["conflicts"]; !ok {
 		t.Errorf("merge_conflict without details.conflicts: %s", r)
 	}
-	if h := s.head(t, "base"); h != res.Commit {
+	if h := s.Head(t, "base"); h != res.Commit {
 		t.Fatalf("main moved after a conflicting promote: %s", h)
 	}
 }
@@ -125,11 +127,11 @@ func testPolicyRules(t *testing.T, postgres bool) {
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
-	ci := s.createKey(t, "ci", "ci")
-	agent := s.createKey(t, "agent", "agent")
-	other := s.createKey(t, "other-agent", "agent")
+	ci := s.CreateKey(t, "ci", "ci")
+	agent := s.CreateKey(t, "agent", "agent")
+	other := s.CreateKey(t, "other-agent", "agent")
 	s.fork(t, agent.Secret, "base", "ws")
 	tip := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"}).Commit
 	unknown := strings.Repeat("ab", 20)
@@ -175,13 +177,13 @@ func TestBadInput(t *testing.T) {
 		{"policy of an unknown repo", "PUT", "/api/v1/repos/nope/gate", s.AdminKey, map[string]any{}, 404, "not_found"},
 	}
 	for _, c := range cases {
-		r := s.call(t, c.method, c.path, c.key, c.body, "")
+		r := s.Call(t, c.method, c.path, c.key, c.body, "")
 		if r.Status != c.status {
 			t.Errorf("%s: want %d %s, got %s", c.name, c.status, c.code, r)
 			continue
 		}
-		var e envelope
-		r.decode(t, &e)
+		var e e2ekit.Envelope
+		r.Decode(t, &e)
 		if e.Error.Code != c.code || e.Error.Message == "" {
 			t.Errorf("%s: want code %s with a message, got %s", c.name, c.code, r)
 		}
@@ -190,20 +192,20 @@ func TestBadInput(t *testing.T) {
 	if cs := s.checks(t, "ws", tip); len(cs.History) != 0 {
 		t.Errorf("refused checks were stored: %+v", cs)
 	}
-	if h := s.head(t, "base"); h != base0 {
+	if h := s.Head(t, "base"); h != base0 {
 		t.Errorf("main moved: %s", h)
 	}
 	var hooks struct {
 		Hooks []any `json:"hooks"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/repos/base/hooks", s.AdminKey, nil, http.StatusOK, &hooks)
+	s.MustJSON(t, "GET", "/api/v1/repos/base/hooks", s.AdminKey, nil, http.StatusOK, &hooks)
 	if len(hooks.Hooks) != 0 {
 		t.Errorf("refused hooks were stored: %+v", hooks)
 	}
 	// A promoted workspace cannot be promoted again.
 	s.setGate(t, "base", map[string]any{})
 	s.promote(t, agent.Secret, "ws")
-	wantError(t, "promote a promoted workspace", s.call(t, "POST", "/api/v1/repos/ws/promote", agent.Secret, map[string]any{}, ""), 400, "invalid_argument")
+	e2ekit.RequireError(t, "promote a promoted workspace", s.Call(t, "POST", "/api/v1/repos/ws/promote", agent.Secret, map[string]any{}, ""), 400, "invalid_argument")
 }
 
 // TestPromoteModes: squash lands one single-parent commit with the merged
@@ -212,11 +214,11 @@ func TestBadInput(t *testing.T) {
 func TestPromoteModes(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	files := map[string]string{"README": "hi\n"}
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, files).Commit
 	s.setGate(t, "base", map[string]any{"promote_mode": "squash"})
-	agent := s.createKey(t, "agent", "agent")
+	agent := s.CreateKey(t, "agent", "agent")
 	s.fork(t, agent.Secret, "base", "sq")
 	s.fork(t, agent.Secret, "base", "ff")
 	c1 := s.push(t, agent.Secret, "sq", base0, with(files, map[string]string{"a": "1\n"})).Commit
@@ -224,28 +226,28 @@ func TestPromoteModes(t *testing.T) {
 	ffTip := s.push(t, agent.Secret, "ff", base0, with(files, map[string]string{"c": "c\n"})).Commit
 
 	res := s.promote(t, agent.Secret, "sq") // the gate's mode: squash
-	c := s.commit(t, "base", res.Commit)
-	if res.Commit == c2 || len(c.Parents) != 1 || c.Parents[0] != base0 || c.Tree != s.commit(t, "sq", c2).Tree {
+	c := s.Commit(t, "base", res.Commit)
+	if res.Commit == c2 || len(c.Parents) != 1 || c.Parents[0] != base0 || c.Tree != s.Commit(t, "sq", c2).Tree {
 		t.Fatalf("squash landed %+v; want one commit on %s with the tree of %s", c, base0, c2)
 	}
 
-	r := s.call(t, "POST", "/api/v1/repos/ff/promote", agent.Secret, map[string]any{"mode": "fast_forward"}, "")
-	wantError(t, "fast_forward of a diverged workspace", r, http.StatusBadRequest, "invalid_argument")
-	if h := s.head(t, "base"); h != res.Commit {
+	r := s.Call(t, "POST", "/api/v1/repos/ff/promote", agent.Secret, map[string]any{"mode": "fast_forward"}, "")
+	e2ekit.RequireError(t, "fast_forward of a diverged workspace", r, http.StatusBadRequest, "invalid_argument")
+	if h := s.Head(t, "base"); h != res.Commit {
 		t.Fatalf("main moved: %s", h)
 	}
 	var info struct {
 		Status string `json:"status"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/repos/ff", s.AdminKey, nil, http.StatusOK, &info)
+	s.MustJSON(t, "GET", "/api/v1/repos/ff", s.AdminKey, nil, http.StatusOK, &info)
 	if info.Status != "active" {
 		t.Fatalf("ff after a refused fast-forward: %s", info.Status)
 	}
 	merged := s.promote(t, agent.Secret, "ff") // squash again, on top
-	if m := s.commit(t, "base", merged.Commit); len(m.Parents) != 1 || m.Parents[0] != res.Commit || merged.Commit == ffTip {
+	if m := s.Commit(t, "base", merged.Commit); len(m.Parents) != 1 || m.Parents[0] != res.Commit || merged.Commit == ffTip {
 		t.Fatalf("second squash: %+v", m)
 	}
-	if got := s.blob(t, "base", "main", "c"); got != "c\n" {
+	if got := s.Blob(t, "base", "main", "c"); got != "c\n" {
 		t.Fatalf("main's c: %q", got)
 	}
 }

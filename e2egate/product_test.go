@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
 // The base repository of the product scenario: a tiny Go module whose
@@ -50,8 +52,8 @@ func TestDouble(t *testing.T) {
 // runner is a `lockstep runner` process.
 type runner struct {
 	cmd    *exec.Cmd
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *e2ekit.SyncBuffer
+	stderr *e2ekit.SyncBuffer
 	done   chan struct{}
 }
 
@@ -62,12 +64,12 @@ func (s *server) startRunner(t *testing.T, ciKey, repo, name string, command ...
 	if len(command) == 0 {
 		command = []string{"go", "test", "./..."}
 	}
-	cmd := exec.Command(binary, append([]string{"runner", "--repo", repo, "--check", name, "--timeout", "3m", "--"}, command...)...)
+	cmd := exec.Command(e2ekit.Binary, append([]string{"runner", "--repo", repo, "--check", name, "--timeout", "3m", "--"}, command...)...)
 	home := t.TempDir()
-	cmd.Env = append(cleanEnv(), "LOCKSTEP_URL="+s.URL, "LOCKSTEP_KEY="+ciKey,
+	cmd.Env = append(e2ekit.CleanEnv(), "LOCKSTEP_URL="+s.URL, "LOCKSTEP_KEY="+ciKey,
 		"GOFLAGS=-mod=mod", "GOCACHE="+goCache, "GOTOOLCHAIN=local", "GOPATH="+filepath.Join(home, "gopath"),
 		"GOPROXY=off", "GOWORK=off", "CGO_ENABLED=0")
-	r := &runner{cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	r := &runner{cmd: cmd, stdout: &e2ekit.SyncBuffer{}, stderr: &e2ekit.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = r.stdout, r.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start runner: %v", err)
@@ -104,7 +106,7 @@ func (s *server) startRunner(t *testing.T, ciKey, repo, name string, command ...
 				Active bool   `json:"active"`
 			} `json:"hooks"`
 		}
-		s.mustJSON(t, "GET", "/api/v1/repos/"+repo+"/hooks", s.AdminKey, nil, http.StatusOK, &out)
+		s.MustJSON(t, "GET", "/api/v1/repos/"+repo+"/hooks", s.AdminKey, nil, http.StatusOK, &out)
 		return len(out.Hooks) > 0
 	})
 	return r
@@ -115,13 +117,13 @@ func (s *server) startRunner(t *testing.T, ciKey, repo, name string, command ...
 func TestProductScenario(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, goModule).Commit
 	s.setGate(t, "base", map[string]any{"required_checks": []string{"tests"}})
-	ci := s.createKey(t, "ci-runner", "ci")
-	agentA := s.createKey(t, "agent-a", "agent")
-	agentB := s.createKey(t, "agent-b", "agent")
-	agentC := s.createKey(t, "agent-c", "agent")
+	ci := s.CreateKey(t, "ci-runner", "ci")
+	agentA := s.CreateKey(t, "agent-a", "agent")
+	agentB := s.CreateKey(t, "agent-b", "agent")
+	agentC := s.CreateKey(t, "agent-c", "agent")
 	s.startRunner(t, ci.Secret, "base", "tests")
 
 	if got := s.fork(t, agentA.Secret, "base", "ws-a"); got != base0 {
@@ -190,11 +192,11 @@ func TestTriple(t *testing.T) {
 		!strings.Contains(reasons[0].Message, "failure") {
 		t.Fatalf("ws-b promote reasons: want the failed check \"tests\", got %+v", reasons)
 	}
-	if h := s.head(t, "base"); h != base0 {
+	if h := s.Head(t, "base"); h != base0 {
 		t.Fatalf("main moved after a refused promote: %s, want %s", h, base0)
 	}
 	// The failed attempt stays readable.
-	if c := s.commit(t, "ws-b", bCommit); c.Commit != bCommit {
+	if c := s.Commit(t, "ws-b", bCommit); c.Commit != bCommit {
 		t.Fatalf("ws-b attempt: %+v", c)
 	}
 	var att struct {
@@ -202,7 +204,7 @@ func TestTriple(t *testing.T) {
 			Commit string `json:"commit"`
 		} `json:"attempts"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/repos/ws-b/attempts", s.AdminKey, nil, http.StatusOK, &att)
+	s.MustJSON(t, "GET", "/api/v1/repos/ws-b/attempts", s.AdminKey, nil, http.StatusOK, &att)
 	found := false
 	for _, a := range att.Attempts {
 		found = found || a.Commit == bCommit
@@ -210,7 +212,7 @@ func TestTriple(t *testing.T) {
 	if !found {
 		t.Fatalf("ws-b attempts do not list %s: %+v", bCommit, att)
 	}
-	if got := s.blob(t, "ws-b", bCommit, "calc/counter.go"); !strings.Contains(got, "Increment") {
+	if got := s.Blob(t, "ws-b", bCommit, "calc/counter.go"); !strings.Contains(got, "Increment") {
 		t.Fatalf("ws-b attempt content: %s", got)
 	}
 
@@ -219,11 +221,11 @@ func TestTriple(t *testing.T) {
 		t.Fatalf("ws-a tests: want success, got %+v", c)
 	}
 	resA := s.promote(t, agentA.Secret, "ws-a")
-	mainA := s.head(t, "base")
+	mainA := s.Head(t, "base")
 	if mainA == base0 || mainA != resA.Commit {
 		t.Fatalf("after promoting ws-a main is %s (promote answered %s, old %s)", mainA, resA.Commit, base0)
 	}
-	if !strings.Contains(s.blob(t, "base", "main", "calc/counter.go"), "Reset") {
+	if !strings.Contains(s.Blob(t, "base", "main", "calc/counter.go"), "Reset") {
 		t.Fatalf("main lacks A's Reset")
 	}
 
@@ -236,22 +238,22 @@ func TestTriple(t *testing.T) {
 	if !resC.Clean || resC.FastForward {
 		t.Fatalf("ws-c promote: want a clean merge commit, got %+v", resC)
 	}
-	mainC := s.head(t, "base")
-	mc := s.commit(t, "base", mainC)
+	mainC := s.Head(t, "base")
+	mc := s.Commit(t, "base", mainC)
 	if mainC != resC.Commit || len(mc.Parents) != 2 || mc.Parents[0] != mainA || mc.Parents[1] != cCommit {
 		t.Fatalf("new main %s: want parents [%s %s], got %+v", mainC, mainA, cCommit, mc)
 	}
 
 	// The real git CLI agrees, and the merged main builds and passes.
 	dir := filepath.Join(t.TempDir(), "clone")
-	git(t, "", "clone", "-q", s.gitURL("base", s.AdminKey), dir)
-	if got := git(t, dir, "rev-parse", "HEAD"); got != mainC {
+	e2ekit.Git(t, "", "clone", "-q", s.GitURL("base", s.AdminKey), dir)
+	if got := e2ekit.Git(t, dir, "rev-parse", "HEAD"); got != mainC {
 		t.Fatalf("git clone HEAD %s, want %s", got, mainC)
 	}
-	if got := strings.Fields(git(t, dir, "log", "-1", "--format=%P")); len(got) != 2 || got[0] != mainA || got[1] != cCommit {
+	if got := strings.Fields(e2ekit.Git(t, dir, "log", "-1", "--format=%P")); len(got) != 2 || got[0] != mainA || got[1] != cCommit {
 		t.Fatalf("git log parents of main: %v", got)
 	}
-	if got := git(t, dir, "status", "--porcelain"); got != "" {
+	if got := e2ekit.Git(t, dir, "status", "--porcelain"); got != "" {
 		t.Fatalf("merged checkout not clean: %s", got)
 	}
 	for _, f := range []string{"calc/triple.go", "calc/triple_test.go"} {
@@ -261,7 +263,7 @@ func TestTriple(t *testing.T) {
 	}
 	gt := exec.Command("go", "test", "./...")
 	gt.Dir = dir
-	gt.Env = append(cleanEnv(), "GOFLAGS=-mod=mod", "GOCACHE="+goCache, "GOTOOLCHAIN=local", "GOPROXY=off", "GOWORK=off", "CGO_ENABLED=0")
+	gt.Env = append(e2ekit.CleanEnv(), "GOFLAGS=-mod=mod", "GOCACHE="+goCache, "GOTOOLCHAIN=local", "GOPROXY=off", "GOWORK=off", "CGO_ENABLED=0")
 	if out, err := gt.CombinedOutput(); err != nil {
 		t.Fatalf("go test on merged main: %v\n%s", err, out)
 	}
@@ -271,13 +273,13 @@ func TestTriple(t *testing.T) {
 		var info struct {
 			Status string `json:"status"`
 		}
-		s.mustJSON(t, "GET", "/api/v1/repos/"+ws, s.AdminKey, nil, http.StatusOK, &info)
+		s.MustJSON(t, "GET", "/api/v1/repos/"+ws, s.AdminKey, nil, http.StatusOK, &info)
 		if info.Status != want {
 			t.Errorf("%s status %q, want %q", ws, info.Status, want)
 		}
 	}
 	var refused, landed int
-	for _, e := range s.oplog(t, url.Values{"op": {"promote"}}) {
+	for _, e := range s.Oplog(t, url.Values{"op": {"promote"}}) {
 		switch e.Result {
 		case "gate_failed":
 			refused++
@@ -295,11 +297,11 @@ func TestTriple(t *testing.T) {
 func TestCheckCountsOnlyForItsCommit(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hello\n"}).Commit
 	s.setGate(t, "base", map[string]any{"required_checks": []string{"tests"}})
-	ci := s.createKey(t, "ci", "ci")
-	agent := s.createKey(t, "agent", "agent")
+	ci := s.CreateKey(t, "ci", "ci")
+	agent := s.CreateKey(t, "agent", "agent")
 	s.fork(t, agent.Secret, "base", "ws")
 
 	first := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hello\n", "a.txt": "a\n"}).Commit
@@ -311,7 +313,7 @@ func TestCheckCountsOnlyForItsCommit(t *testing.T) {
 		!strings.Contains(reasons[0].Message, second[:12]) {
 		t.Fatalf("want a missing check for %s, got %+v", second[:12], reasons)
 	}
-	if h := s.head(t, "base"); h != base0 {
+	if h := s.Head(t, "base"); h != base0 {
 		t.Fatalf("main moved: %s", h)
 	}
 	// pending does not count either
@@ -323,7 +325,7 @@ func TestCheckCountsOnlyForItsCommit(t *testing.T) {
 	// the newest result for the exact commit decides
 	s.postCheck(t, ci.Secret, "ws", second, "tests", "success")
 	res := s.promote(t, agent.Secret, "ws")
-	if h := s.head(t, "base"); h != res.Commit || h != second {
+	if h := s.Head(t, "base"); h != res.Commit || h != second {
 		t.Fatalf("main %s after promote, want the fast-forward to %s", h, second)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
 // TestPromoteRaces: the gate is evaluated inside the landing queue on the
@@ -13,11 +15,11 @@ import (
 func TestPromoteRaces(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	files := map[string]string{"shared.txt": "a\nb\nc\n"}
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, files).Commit
 	s.setGate(t, "base", map[string]any{})
-	agent := s.createKey(t, "agent", "agent")
+	agent := s.CreateKey(t, "agent", "agent")
 	s.fork(t, agent.Secret, "base", "twice")
 	s.fork(t, agent.Secret, "base", "left")
 	s.fork(t, agent.Secret, "base", "right")
@@ -25,14 +27,14 @@ func TestPromoteRaces(t *testing.T) {
 	s.push(t, agent.Secret, "left", base0, with(files, map[string]string{"shared.txt": "a\nLEFT\nc\n"}))
 	s.push(t, agent.Secret, "right", base0, with(files, map[string]string{"shared.txt": "a\nRIGHT\nc\n"}))
 
-	promoteAll := func(names ...string) []*response {
-		out := make([]*response, len(names))
+	promoteAll := func(names ...string) []*e2ekit.Response {
+		out := make([]*e2ekit.Response, len(names))
 		var wg sync.WaitGroup
 		for i, n := range names {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				out[i] = s.call(t, "POST", "/api/v1/repos/"+n+"/promote", agent.Secret, nil, "")
+				out[i] = s.Call(t, "POST", "/api/v1/repos/"+n+"/promote", agent.Secret, nil, "")
 			}()
 		}
 		wg.Wait()
@@ -46,7 +48,7 @@ func TestPromoteRaces(t *testing.T) {
 		case http.StatusOK:
 			ok++
 		case http.StatusBadRequest:
-			wantError(t, "second promote of the same workspace", r, 400, "invalid_argument")
+			e2ekit.RequireError(t, "second promote of the same workspace", r, 400, "invalid_argument")
 		default:
 			t.Errorf("promote twice: %s", r)
 		}
@@ -54,7 +56,7 @@ func TestPromoteRaces(t *testing.T) {
 	if ok != 1 {
 		t.Fatalf("the same workspace promoted at once three times: %d landed, want 1", ok)
 	}
-	afterTwice := s.head(t, "base")
+	afterTwice := s.Head(t, "base")
 
 	rs = promoteAll("left", "right")
 	var won, lost int
@@ -71,7 +73,7 @@ func TestPromoteRaces(t *testing.T) {
 					} `json:"details"`
 				} `json:"error"`
 			}
-			r.decode(t, &e)
+			r.Decode(t, &e)
 			if got := rules(e.Error.Details.Reasons); len(got) != 1 || got[0] != "clean_merge" {
 				t.Errorf("the loser's reasons: %+v", e.Error.Details.Reasons)
 			}
@@ -82,8 +84,8 @@ func TestPromoteRaces(t *testing.T) {
 	if won != 1 || lost != 1 {
 		t.Fatalf("left/right: %d landed, %d refused; want 1 and 1", won, lost)
 	}
-	main := s.head(t, "base")
-	if c := s.commit(t, "base", main); len(c.Parents) != 2 || c.Parents[0] != afterTwice {
+	main := s.Head(t, "base")
+	if c := s.Commit(t, "base", main); len(c.Parents) != 2 || c.Parents[0] != afterTwice {
 		t.Fatalf("main after left/right: %+v", c)
 	}
 }
@@ -94,12 +96,12 @@ func TestPromoteRaces(t *testing.T) {
 func TestPromoteCommitOfAnotherWorkspace(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	files := map[string]string{"README": "hi\n"}
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, files).Commit
 	s.setGate(t, "base", map[string]any{})
-	alice := s.createKey(t, "alice", "agent")
-	bob := s.createKey(t, "bob", "agent")
+	alice := s.CreateKey(t, "alice", "agent")
+	bob := s.CreateKey(t, "bob", "agent")
 	s.fork(t, alice.Secret, "base", "ws-alice")
 	s.fork(t, bob.Secret, "base", "ws-bob")
 	a1 := s.push(t, alice.Secret, "ws-alice", base0, with(files, map[string]string{"alice.txt": "a\n"})).Commit
@@ -109,17 +111,17 @@ func TestPromoteCommitOfAnotherWorkspace(t *testing.T) {
 	// Found by this suite: PromoteTarget resolved the oid anywhere in the
 	// network, and alice landed bob's commit through ws-alice (fixed in
 	// forks/promote.go: the commit must be in the workspace's history).
-	r := s.call(t, "POST", "/api/v1/repos/ws-alice/promote", alice.Secret, map[string]any{"commit": bobs}, "")
-	wantError(t, "promote ws-alice with bob's commit", r, http.StatusBadRequest, "invalid_argument")
-	r = s.call(t, "GET", "/api/v1/repos/ws-alice/gate/evaluate?commit="+bobs, alice.Secret, nil, "")
-	wantError(t, "evaluate ws-alice with bob's commit", r, http.StatusBadRequest, "invalid_argument")
-	if h := s.head(t, "base"); h != base0 {
+	r := s.Call(t, "POST", "/api/v1/repos/ws-alice/promote", alice.Secret, map[string]any{"commit": bobs}, "")
+	e2ekit.RequireError(t, "promote ws-alice with bob's commit", r, http.StatusBadRequest, "invalid_argument")
+	r = s.Call(t, "GET", "/api/v1/repos/ws-alice/gate/evaluate?commit="+bobs, alice.Secret, nil, "")
+	e2ekit.RequireError(t, "evaluate ws-alice with bob's commit", r, http.StatusBadRequest, "invalid_argument")
+	if h := s.Head(t, "base"); h != base0 {
 		t.Fatalf("main moved: %s", h)
 	}
 	// An earlier attempt of the workspace itself is its own work: it lands.
 	var res promoteResult
-	s.mustJSON(t, "POST", "/api/v1/repos/ws-alice/promote", alice.Secret, map[string]any{"commit": a1}, http.StatusOK, &res)
-	if h := s.head(t, "base"); h != a1 || res.Commit != a1 {
+	s.MustJSON(t, "POST", "/api/v1/repos/ws-alice/promote", alice.Secret, map[string]any{"commit": a1}, http.StatusOK, &res)
+	if h := s.Head(t, "base"); h != a1 || res.Commit != a1 {
 		t.Fatalf("promote of alice's first attempt: main %s, answer %+v, want %s", h, res, a1)
 	}
 	// bob's workspace is untouched and still promotes its own tip.

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"sync"
 	"testing"
+
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
 // TestConcurrentPromotes: 8 workspaces promoted at once into one branch
@@ -27,11 +29,11 @@ func TestConcurrentPromotes(t *testing.T) {
 func testConcurrentPromotes(t *testing.T, postgres bool) {
 	const n = 8
 	s := startServer(t, serverOpts{Postgres: postgres})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	files := map[string]string{"README": "shared\n"}
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, files).Commit
 	s.setGate(t, "base", map[string]any{})
-	agent := s.createKey(t, "agent", "agent")
+	agent := s.CreateKey(t, "agent", "agent")
 	tips := map[string]string{}
 	for i := 0; i < n; i++ {
 		ws := fmt.Sprintf("ws-%d", i)
@@ -41,13 +43,13 @@ func testConcurrentPromotes(t *testing.T, postgres bool) {
 
 	start := make(chan struct{})
 	var wg sync.WaitGroup
-	results := make([]*response, n)
+	results := make([]*e2ekit.Response, n)
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
 			<-start
-			results[i] = s.call(t, "POST", fmt.Sprintf("/api/v1/repos/ws-%d/promote", i), agent.Secret, map[string]any{}, "")
+			results[i] = s.Call(t, "POST", fmt.Sprintf("/api/v1/repos/ws-%d/promote", i), agent.Secret, map[string]any{}, "")
 		}(i)
 	}
 	close(start)
@@ -61,18 +63,18 @@ func testConcurrentPromotes(t *testing.T, postgres bool) {
 		t.FailNow()
 	}
 
-	main := s.head(t, "base")
+	main := s.Head(t, "base")
 	for i := 0; i < n; i++ {
-		if got := s.blob(t, "base", main, fmt.Sprintf("file-%d.txt", i)); got != fmt.Sprintf("work of ws-%d\n", i) {
+		if got := s.Blob(t, "base", main, fmt.Sprintf("file-%d.txt", i)); got != fmt.Sprintf("work of ws-%d\n", i) {
 			t.Errorf("main's file-%d.txt = %q", i, got)
 		}
 	}
 
 	// First-parent chain: exactly n new commits down to the old base,
 	// each one bringing in one workspace.
-	var chain []commit
+	var chain []e2ekit.Commit
 	for c := main; c != base0; {
-		ci := s.commit(t, "base", c)
+		ci := s.Commit(t, "base", c)
 		chain = append(chain, ci)
 		if len(ci.Parents) == 0 || len(chain) > n {
 			t.Fatalf("first-parent chain from %s does not reach the old base %s within %d commits: %+v", main, base0, n, chain)
@@ -85,9 +87,9 @@ func testConcurrentPromotes(t *testing.T, postgres bool) {
 
 	// The oplog's successful promotes form one chain of ref moves of
 	// base's main: each starts where the previous one ended.
-	var moves []refMove
+	var moves []e2ekit.RefMove
 	var order []string
-	for _, e := range s.oplog(t, url.Values{"op": {"promote"}}) {
+	for _, e := range s.Oplog(t, url.Values{"op": {"promote"}}) {
 		if e.Result != "ok" && e.Result != "" {
 			t.Errorf("promote entry %d: result %q", e.Seq, e.Result)
 			continue
@@ -136,7 +138,7 @@ func testConcurrentPromotes(t *testing.T, postgres bool) {
 		OK      bool  `json:"ok"`
 		Entries int64 `json:"entries"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/oplog/verify", s.AdminKey, nil, http.StatusOK, &v)
+	s.MustJSON(t, "GET", "/api/v1/oplog/verify", s.AdminKey, nil, http.StatusOK, &v)
 	if !v.OK || v.Entries == 0 {
 		t.Errorf("oplog verify: %+v", v)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockstep-hq/lockstep/gate"
 
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
 )
 
@@ -24,19 +25,19 @@ func TestReplicasPromote(t *testing.T) {
 	testenv.MustRedis(t) // reachable, or fail with instructions
 	redisArgs := []string{"--redis-url", testenv.RedisURL(t)}
 	a := startServer(t, serverOpts{Postgres: true, Args: redisArgs})
-	b := startServer(t, serverOpts{Data: a.Data, DatabaseURL: a.opts.DatabaseURL, Args: redisArgs})
-	a.createRepo(t, "base")
+	b := startServer(t, serverOpts{Data: a.Data, DatabaseURL: a.Opts.DatabaseURL, Args: redisArgs})
+	a.CreateRepo(t, "base")
 	files := map[string]string{"README": "shared\n"}
 	base0 := a.push(t, a.AdminKey, "base", zeroOID, files).Commit
 	a.setGate(t, "base", map[string]any{})
-	agent := a.createKey(t, "agent", "agent")
+	agent := a.CreateKey(t, "agent", "agent")
 	for i := 0; i < n; i++ {
 		ws := fmt.Sprintf("ws-%d", i)
 		srv := []*server{a, b}[i%2]
 		srv.fork(t, agent.Secret, "base", ws)
 		srv.push(t, agent.Secret, ws, base0, with(files, map[string]string{fmt.Sprintf("file-%d.txt", i): ws + "\n"}))
 	}
-	results := make([]*response, n)
+	results := make([]*e2ekit.Response, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := 0; i < n; i++ {
@@ -45,7 +46,7 @@ func TestReplicasPromote(t *testing.T) {
 			defer wg.Done()
 			<-start
 			srv := []*server{a, b}[i%2]
-			results[i] = srv.call(t, "POST", fmt.Sprintf("/api/v1/repos/ws-%d/promote", i), agent.Secret, nil, "")
+			results[i] = srv.Call(t, "POST", fmt.Sprintf("/api/v1/repos/ws-%d/promote", i), agent.Secret, nil, "")
 		}(i)
 	}
 	close(start)
@@ -56,15 +57,15 @@ func TestReplicasPromote(t *testing.T) {
 		}
 	}
 	for _, srv := range []*server{a, b} {
-		main := srv.head(t, "base")
+		main := srv.Head(t, "base")
 		for i := 0; i < n; i++ {
-			if got := srv.blob(t, "base", main, fmt.Sprintf("file-%d.txt", i)); got != fmt.Sprintf("ws-%d\n", i) {
+			if got := srv.Blob(t, "base", main, fmt.Sprintf("file-%d.txt", i)); got != fmt.Sprintf("ws-%d\n", i) {
 				t.Errorf("replica %s: main's file-%d.txt = %q", srv.URL, i, got)
 			}
 		}
 		k := 0
 		for c := main; c != base0 && k <= n; k++ {
-			c = srv.commit(t, "base", c).Parents[0]
+			c = srv.Commit(t, "base", c).Parents[0]
 		}
 		if k != n {
 			t.Errorf("replica %s: first-parent chain of %d commits, want %d", srv.URL, k, n)
@@ -98,11 +99,11 @@ func TestReplicasDeliverOnce(t *testing.T) {
 	}))
 	defer rcv.Close()
 	a := startServer(t, serverOpts{Postgres: true})
-	b := startServer(t, serverOpts{Data: a.Data, DatabaseURL: a.opts.DatabaseURL})
-	a.createRepo(t, "base")
+	b := startServer(t, serverOpts{Data: a.Data, DatabaseURL: a.Opts.DatabaseURL})
+	a.CreateRepo(t, "base")
 	base0 := a.push(t, a.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	hookID := a.createHook(t, "base", rcv.URL, []string{"push"})
-	agent := a.createKey(t, "agent", "agent")
+	agent := a.CreateKey(t, "agent", "agent")
 	for i := 0; i < n; i++ {
 		srv := []*server{a, b}[i%2]
 		ws := fmt.Sprintf("ws-%d", i)

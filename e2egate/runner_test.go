@@ -17,10 +17,10 @@ import (
 func TestRunnerStopMidRun(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
-	s.createRepo(t, "base")
+	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
-	ci := s.createKey(t, "ci", "ci")
-	agent := s.createKey(t, "agent", "agent")
+	ci := s.CreateKey(t, "ci", "ci")
+	agent := s.CreateKey(t, "agent", "agent")
 	marker := filepath.Join(t.TempDir(), "started")
 	r := s.startRunner(t, ci.Secret, "base", "slow", "sh", "-c", "touch "+marker+" && exec sleep 120")
 	s.fork(t, agent.Secret, "base", "ws")
@@ -32,7 +32,7 @@ func TestRunnerStopMidRun(t *testing.T) {
 			URL string `json:"url"`
 		} `json:"hooks"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/repos/base/hooks", s.AdminKey, nil, http.StatusOK, &hooks)
+	s.MustJSON(t, "GET", "/api/v1/repos/base/hooks", s.AdminKey, nil, http.StatusOK, &hooks)
 	forged := `{"event":"push","repository":"base","workspace":"ws","commit":"` + base0 + `","delivery_id":"dlv_forged"}`
 	resp, err := http.Post(hooks.Hooks[0].URL, "application/json", strings.NewReader(forged))
 	if err != nil {
@@ -71,7 +71,7 @@ func TestRunnerStopMidRun(t *testing.T) {
 			Active bool `json:"active"`
 		} `json:"hooks"`
 	}
-	s.mustJSON(t, "GET", "/api/v1/repos/base/hooks", s.AdminKey, nil, http.StatusOK, &after)
+	s.MustJSON(t, "GET", "/api/v1/repos/base/hooks", s.AdminKey, nil, http.StatusOK, &after)
 	for _, h := range after.Hooks {
 		if h.Active {
 			t.Errorf("the stopped runner's hook is still active: %+v", after)

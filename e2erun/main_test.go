@@ -4,126 +4,54 @@
 package e2erun
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lockstep-hq/lockstep/internal/testenv"
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
-var binary string
-
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "lockstep-e2erun-")
-	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "lockstep")
-	out, err := exec.Command("go", "build", "-o", binary, "../cmd/lockstep").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build lockstep: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(e2ekit.Main(m, e2ekit.Suite{Name: "e2erun"}))
 }
 
-type server struct {
-	url, admin, data string
-}
+// server is one `lockstep serve` process (internal/e2ekit).
+type server struct{ *e2ekit.Server }
 
+// startServer runs `lockstep serve` with extra environment variables.
 func startServer(t *testing.T, env ...string) *server {
 	t.Helper()
-	data := t.TempDir()
-	port := testenv.FreePort(t)
-	cmd := exec.Command(binary, "serve", "--data", data, "--addr", fmt.Sprintf("127.0.0.1:%d", port))
-	cmd.Env = append(os.Environ(), env...)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("server log:\n%s", logs.String())
-		}
-	})
-	s := &server{url: fmt.Sprintf("http://127.0.0.1:%d", port), data: data}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get(s.url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not start:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	b, err := os.ReadFile(filepath.Join(data, "admin.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.admin = strings.TrimSpace(string(b))
-	return s
+	return &server{e2ekit.StartServer(t, e2ekit.ServerOpts{Env: env})}
 }
 
+// api calls /api/v1+path, requires status want and returns the body as a
+// JSON object (nil when it is not one).
 func (s *server) api(t *testing.T, key, method, path string, body any, want int) map[string]any {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, s.url+"/api/v1"+path, rd)
-	req.Header.Set("Authorization", "Bearer "+key)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		t.Fatalf("%s %s: %d %s (want %d)", method, path, resp.StatusCode, b, want)
+	r := s.Call(t, method, "/api/v1"+path, key, body, "")
+	if r.Status != want {
+		t.Fatalf("%s %s: %s (want %d)", method, path, r, want)
 	}
 	var m map[string]any
-	json.Unmarshal(b, &m)
+	json.Unmarshal(r.Body, &m)
 	return m
 }
 
-// cli runs the lockstep binary as a client.
+// cli runs the lockstep binary as a client (with its own cache
+// directory); on failure the output includes stderr.
 func (s *server) cli(t *testing.T, key string, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "LOCKSTEP_URL="+s.url, "LOCKSTEP_KEY="+key, "XDG_CACHE_HOME="+t.TempDir())
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if err != nil {
-		return out.String() + errb.String(), err
+	r := s.CLIEnv(t, key, "", []string{"XDG_CACHE_HOME=" + t.TempDir()}, args...)
+	if r.Code != 0 {
+		return r.Stdout + r.Stderr, fmt.Errorf("lockstep %s: exit status %d", args[0], r.Code)
 	}
-	return out.String(), nil
+	return r.Stdout, nil
 }
 
 func randHex(n int) string {

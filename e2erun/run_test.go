@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
 )
 
@@ -96,13 +97,13 @@ func TestFailedRunRestoresCodeDataAndFiles(t *testing.T) {
 	tc.Close(ctx)
 
 	s := startServer(t, "LOCKSTEP_BRANCH_DATABASE_URL="+adminURL, "LOCKSTEP_BRANCH_PREFIX="+prefix)
-	s.api(t, s.admin, "POST", "/repos", map[string]string{"name": "app"}, 201)
-	s.api(t, s.admin, "PUT", "/repos/app/database", map[string]string{"template": tpl}, 200)
-	agent := s.api(t, s.admin, "POST", "/keys", map[string]string{"name": "agent-1", "role": "agent"}, 201)["secret"].(string)
+	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
+	s.api(t, s.AdminKey, "PUT", "/repos/app/database", map[string]string{"template": tpl}, 200)
+	agent := s.api(t, s.AdminKey, "POST", "/keys", map[string]string{"name": "agent-1", "role": "agent"}, 201)["secret"].(string)
 
 	base := t.TempDir()
 	writeTree(t, base, map[string]string{"main.go": "package main\n\nfunc main() {}\n", "README.md": "app\n"})
-	if out, err := s.cli(t, s.admin, "push", base, "--repo", "app", "--json"); err != nil {
+	if out, err := s.cli(t, s.AdminKey, "push", base, "--repo", "app", "--json"); err != nil {
 		t.Fatalf("push base: %v\n%s", err, out)
 	}
 	s.api(t, agent, "POST", "/repos/app/forks", map[string]string{"name": "task-1"}, 201)
@@ -126,8 +127,8 @@ rm README.md
 (sleep 600 &)
 exit 3`
 	state := t.TempDir()
-	cmd := exec.Command(binary, "run", "--workspace", "task-1", "--dir", work, "--driver", "copy", "--state-root", state, "--json", "--", "sh", "-c", script)
-	cmd.Env = append(os.Environ(), "LOCKSTEP_URL="+s.url, "LOCKSTEP_KEY="+agent, "DSN="+dsn, "XDG_CACHE_HOME="+t.TempDir())
+	cmd := exec.Command(e2ekit.Binary, "run", "--workspace", "task-1", "--dir", work, "--driver", "copy", "--state-root", state, "--json", "--", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "LOCKSTEP_URL="+s.URL, "LOCKSTEP_KEY="+agent, "DSN="+dsn, "XDG_CACHE_HOME="+t.TempDir())
 	out, err := cmd.Output()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
 		t.Fatalf("lockstep run: want exit status 3 (the command's), got %v\n%s\n%s", err, out, errOut(err))
@@ -197,7 +198,7 @@ exit 3`
 	}
 
 	// The operations log links checkpoint → failure → restore.
-	ops := s.api(t, s.admin, "GET", "/oplog?repo=task-1&limit=100", nil, 200)["entries"].([]any)
+	ops := s.api(t, s.AdminKey, "GET", "/oplog?repo=task-1&limit=100", nil, 200)["entries"].([]any)
 	byOp := map[string]map[string]any{}
 	for _, o := range ops {
 		e := o.(map[string]any)
@@ -210,7 +211,7 @@ exit 3`
 	if fail["follows"] != ck["id"] || rest["follows"] != fail["id"] {
 		t.Fatalf("oplog chain not linked: checkpoint %v, failure follows %v (id %v), restore follows %v", ck["id"], fail["follows"], fail["id"], rest["follows"])
 	}
-	if v := s.api(t, s.admin, "GET", "/oplog/verify", nil, 200); v["ok"] != true {
+	if v := s.api(t, s.AdminKey, "GET", "/oplog/verify", nil, 200); v["ok"] != true {
 		t.Fatalf("oplog verify: %v", v)
 	}
 	_ = time.Second
@@ -220,23 +221,23 @@ exit 3`
 // nothing is rolled back.
 func TestSuccessfulRunCommits(t *testing.T) {
 	s := startServer(t)
-	s.api(t, s.admin, "POST", "/repos", map[string]string{"name": "app"}, 201)
+	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
 	base := t.TempDir()
 	writeTree(t, base, map[string]string{"a.txt": "a\n"})
-	if out, err := s.cli(t, s.admin, "push", base, "--repo", "app"); err != nil {
+	if out, err := s.cli(t, s.AdminKey, "push", base, "--repo", "app"); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
-	s.api(t, s.admin, "POST", "/repos/app/forks", map[string]string{"name": "ws"}, 201)
+	s.api(t, s.AdminKey, "POST", "/repos/app/forks", map[string]string{"name": "ws"}, 201)
 	work := t.TempDir()
-	if out, err := s.cli(t, s.admin, "checkout", "ws", work); err != nil {
+	if out, err := s.cli(t, s.AdminKey, "checkout", "ws", work); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
-	out, err := s.cli(t, s.admin, "run", "--workspace", "ws", "--dir", work, "--driver", "copy", "--state-root", t.TempDir(),
+	out, err := s.cli(t, s.AdminKey, "run", "--workspace", "ws", "--dir", work, "--driver", "copy", "--state-root", t.TempDir(),
 		"--commit-on-success", "--json", "--", "sh", "-c", "echo b > b.txt")
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, out)
 	}
-	blob := s.api(t, s.admin, "GET", "/repos/ws/tree/main", nil, 200)["entries"].([]any)
+	blob := s.api(t, s.AdminKey, "GET", "/repos/ws/tree/main", nil, 200)["entries"].([]any)
 	found := false
 	for _, e := range blob {
 		if e.(map[string]any)["name"] == "b.txt" {
@@ -255,11 +256,11 @@ func TestSuccessfulRunCommits(t *testing.T) {
 // enable it.
 func TestDatabaseRoutesWithoutBranchServer(t *testing.T) {
 	s := startServer(t)
-	s.api(t, s.admin, "POST", "/repos", map[string]string{"name": "app"}, 201)
-	m := s.api(t, s.admin, "PUT", "/repos/app/database", map[string]string{"template": "x"}, 503)
+	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
+	m := s.api(t, s.AdminKey, "PUT", "/repos/app/database", map[string]string{"template": "x"}, 503)
 	msg := m["error"].(map[string]any)["message"].(string)
 	if !strings.Contains(msg, "LOCKSTEP_BRANCH_DATABASE_URL") {
 		t.Fatalf("message does not say how to enable it: %s", msg)
 	}
-	s.api(t, s.admin, "GET", "/repos/app/database", nil, 503)
+	s.api(t, s.AdminKey, "GET", "/repos/app/database", nil, 503)
 }
