@@ -404,7 +404,7 @@ func (r *Run) killCgroup() (int, error) {
 	if err := os.WriteFile(filepath.Join(r.cg, "cgroup.kill"), []byte("1"), 0); err != nil {
 		return len(pids), fmt.Errorf("cgroup.kill %s: %w", r.cg, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(killDeadline)
 	for time.Now().Before(deadline) {
 		left := readPids(procs)
 		if len(left) == 0 {
@@ -453,10 +453,17 @@ func enableSubreaper() error {
 // is only seen by the next scan (it is then our child, as subreaper).
 const quietScans = 3
 
+// killDeadline bounds how long the cleanup keeps killing and waiting for
+// the run's processes to be gone. SIGKILL is not instant on a loaded
+// machine (a process in uninterruptible sleep dies when its I/O ends; one
+// scan of /proc reads every process), so the bound is generous; it only
+// matters when something really cannot be killed.
+const killDeadline = 30 * time.Second
+
 func (r *Run) killScan() (int, error) {
 	first := -1
 	quiet := 0
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(killDeadline)
 	for time.Now().Before(deadline) {
 		live := 0
 		for _, p := range r.scan() {
@@ -480,7 +487,7 @@ func (r *Run) killScan() (int, error) {
 		}
 		time.Sleep(500 * time.Microsecond)
 	}
-	return first, lockstep.Errorf(lockstep.EINTERNAL, "run %s: processes still alive 5s after SIGKILL", r.ID)
+	return first, lockstep.Errorf(lockstep.EINTERNAL, "run %s: processes still alive %s after SIGKILL", r.ID, killDeadline)
 }
 
 type procInfo struct {
