@@ -416,7 +416,7 @@ func (r *Run) killCgroup() (int, error) {
 		r.reap()
 		time.Sleep(200 * time.Microsecond)
 	}
-	return len(pids), lockstep.Errorf(lockstep.EINTERNAL, "cgroup %s still populated 5s after cgroup.kill", r.cg)
+	return len(pids), lockstep.Errorf(lockstep.EINTERNAL, "cgroup %s still populated %s after cgroup.kill", r.cg, killDeadline)
 }
 
 func readPids(p string) []int {
