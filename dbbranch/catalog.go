@@ -274,10 +274,26 @@ func (m *Manager) setAllowConn(ctx context.Context, conn *pgx.Conn, db string, a
 // them to be gone. Call it after ALLOW_CONNECTIONS false, so no new session
 // can arrive.
 func (m *Manager) terminate(ctx context.Context, conn *pgx.Conn, db string) error {
-	_, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
-		WHERE datname = $1 AND pid <> pg_backend_pid()`, db)
+	// pg_terminate_backend(pid, timeout) polls every 100 ms; signalling
+	// and polling pg_stat_activity ourselves ends in a few ms.
+	var n int
+	err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = $1 AND pid <> pg_backend_pid()`, db).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("terminate sessions on %s: %w", db, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for n > 0 && time.Now().Before(deadline) {
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, db).Scan(&n); err != nil {
+			return fmt.Errorf("wait for sessions on %s: %w", db, err)
+		}
+		if n > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
 	}
 	return nil
 }

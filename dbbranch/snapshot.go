@@ -231,6 +231,11 @@ func (m *Manager) Restore(ctx context.Context, workspace, id string) (*Branch, e
 		if !warm {
 			if b != nil {
 				if err := m.run(ctx, conn, renameSQL(b.Name, trash)); err != nil {
+					if !isCode(err, "55006") {
+						// Cancelled, connection lost …: the branch is untouched.
+						m.setAllowConn(context.WithoutCancel(ctx), conn, b.Name, true)
+						return fmt.Errorf("restore %s: put the branch aside: %w", workspace, err)
+					}
 					// A session outlived pg_terminate_backend's wait: drop
 					// (FORCE) instead; the restore then cannot be undone.
 					if err := m.dropDB(ctx, conn, b); err != nil {
@@ -240,7 +245,13 @@ func (m *Manager) Restore(ctx context.Context, workspace, id string) (*Branch, e
 					b = nil
 				}
 			}
-			if err := m.createDB(ctx, conn, name, snap.Name, false); err != nil {
+			cctx := ctx
+			if b == nil {
+				// The old branch is gone: a cancelled caller must not leave
+				// the workspace without one, so the copy runs to the end.
+				cctx = context.WithoutCancel(ctx)
+			}
+			if err := m.createDB(cctx, conn, name, snap.Name, false); err != nil {
 				if b != nil { // put the old branch back
 					m.run(context.WithoutCancel(ctx), conn, renameSQL(trash, name), allowSQL(name, true))
 				}
