@@ -235,25 +235,36 @@ func (o *Overlay) Prepare(ctx context.Context, dir string) error {
 	return o.mount(abs, st, st.Stack)
 }
 
+// openPrepared locks a prepared overlay directory and reads its state;
+// the caller must call unlock.
+func (o *Overlay) openPrepared(dir string) (abs string, st overlayState, unlock func(), err error) {
+	abs, err = absDir(dir)
+	if err != nil {
+		return "", st, nil, err
+	}
+	unlock, err = o.lock(abs)
+	if err != nil {
+		return "", st, nil, err
+	}
+	if !o.prepared(abs) {
+		unlock()
+		return "", st, nil, lockstep.Errorf(lockstep.EINVALID, "overlay: %s is not prepared (call Prepare first)", abs)
+	}
+	if st, err = o.state(abs); err != nil {
+		unlock()
+		return "", st, nil, err
+	}
+	return abs, st, unlock, nil
+}
+
 // Unprepare copies the merged view back into dir as plain files, unmounts
 // the overlay and drops every snapshot and layer.
 func (o *Overlay) Unprepare(ctx context.Context, dir string) error {
-	abs, err := absDir(dir)
-	if err != nil {
-		return err
-	}
-	unlock, err := o.lock(abs)
+	abs, st, unlock, err := o.openPrepared(dir)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if !o.prepared(abs) {
-		return lockstep.Errorf(lockstep.EINVALID, "overlay: %s is not prepared", abs)
-	}
-	st, err := o.state(abs)
-	if err != nil {
-		return err
-	}
 	m, err := BuildManifest(abs, nil)
 	if err != nil {
 		return err
@@ -294,22 +305,11 @@ func readNames(dir string) ([]string, error) {
 // lower layer. Without changes since the last Take, the stack is reused and
 // nothing is remounted.
 func (o *Overlay) Take(ctx context.Context, dir string) (Snapshot, error) {
-	abs, err := absDir(dir)
-	if err != nil {
-		return Snapshot{}, err
-	}
-	unlock, err := o.lock(abs)
+	abs, st, unlock, err := o.openPrepared(dir)
 	if err != nil {
 		return Snapshot{}, err
 	}
 	defer unlock()
-	if !o.prepared(abs) {
-		return Snapshot{}, lockstep.Errorf(lockstep.EINVALID, "overlay: %s is not prepared (call Prepare first)", abs)
-	}
-	st, err := o.state(abs)
-	if err != nil {
-		return Snapshot{}, err
-	}
 	if !o.upperClean(st) {
 		if len(st.Stack)+1 > o.opts.MaxLayers {
 			err = o.flatten(ctx, abs, &st)
@@ -369,22 +369,11 @@ func (o *Overlay) flatten(ctx context.Context, abs string, st *overlayState) err
 
 // Restore discards the upper layer and mounts snapshot id's stack.
 func (o *Overlay) Restore(ctx context.Context, dir, id string) error {
-	abs, err := absDir(dir)
-	if err != nil {
-		return err
-	}
-	unlock, err := o.lock(abs)
+	abs, st, unlock, err := o.openPrepared(dir)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if !o.prepared(abs) {
-		return lockstep.Errorf(lockstep.EINVALID, "overlay: %s is not prepared", abs)
-	}
-	st, err := o.state(abs)
-	if err != nil {
-		return err
-	}
 	s, err := o.loadSnapshot(abs, id)
 	if err != nil {
 		return err
