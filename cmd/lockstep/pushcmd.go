@@ -64,6 +64,7 @@ func cmdPush(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	endProgress(e, cf.json || quiet, rep.BytesSent)
 	rep.TotalMS = msSince(start)
 	return cf.out(e, rep, func() {
 		verb := "pushed"
@@ -82,8 +83,15 @@ func progressTo(e *env, quiet bool) func(objects int, bytes int64) {
 	}
 	return func(objects int, bytes int64) {
 		if bytes >= 1<<20 {
-			fmt.Fprintf(e.stderr, "\ruploading: %d objects, %.1f MiB", objects, float64(bytes)/(1<<20))
+			fmt.Fprintf(e.stderr, "\ruploading: %d objects, %.1f MiB ", objects, float64(bytes)/(1<<20))
 		}
+	}
+}
+
+// endProgress ends the progress line, if one was printed.
+func endProgress(e *env, quiet bool, bytes int64) {
+	if !quiet && bytes >= 1<<20 {
+		fmt.Fprintln(e.stderr)
 	}
 }
 
