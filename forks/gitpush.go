@@ -56,6 +56,9 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 	var stats repo.WriteStats
 	if pack != nil {
 		stats, unpackErr = n.ReceivePack(pack, s.cfg.Limits)
+		if unpackErr == nil {
+			s.afterWrite(r.Network, n)
+		}
 		if unpackErr != nil {
 			for _, c := range cmds {
 				results = append(results, RefResult{Ref: c.Ref, Err: lockstep.Errorf(lockstep.EINVALID, "unpacker error")})

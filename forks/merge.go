@@ -223,6 +223,7 @@ func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *locks
 			if err != nil {
 				return nil, err
 			}
+			s.afterWrite(r.Network, n)
 			newTip = commit.Hash()
 		}
 		d := copyDetails(details)

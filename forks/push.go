@@ -73,6 +73,7 @@ func (s *Service) PushTar(ctx context.Context, actor *lockstep.Key, repoName str
 	if err != nil {
 		return nil, fmt.Errorf("write objects: %w", err)
 	}
+	s.afterWrite(r.Network, n)
 	return s.commitTreeWith(ctx, actor, r, "push", in.Tree, stats, opts, start, nil)
 }
 
@@ -136,7 +137,11 @@ func (s *Service) UploadPack(ctx context.Context, actor *lockstep.Key, repoName 
 	if err != nil {
 		return repo.WriteStats{}, err
 	}
-	return n.ReceivePack(body, s.cfg.Limits)
+	stats, err := n.ReceivePack(body, s.cfg.Limits)
+	if err == nil {
+		s.afterWrite(r.Network, n)
+	}
+	return stats, err
 }
 
 // writeTarget loads the repository and checks the caller may write it.

@@ -50,6 +50,10 @@ type Config struct {
 	// ComparePatchBytes bounds the unified diffs of one compare answer
 	// (files past it are listed with counts, patch_truncated); 0 = 1 MiB.
 	ComparePatchBytes int64
+	// CompactPacks: when a network holds more packs than this, they are
+	// folded into one in the background (every push adds a pack and an
+	// open file). 0 never compacts.
+	CompactPacks int
 }
 
 // Service implements repositories, forks and workspaces.
@@ -64,9 +68,11 @@ type Service struct {
 	mu       sync.Mutex
 	networks map[string]*repo.Network
 
-	refLocks sync.Map // "repo\x00ref" → *sync.Mutex, orders mirror writes
-	lanes    sync.Map // "repo\x00branch" → *lane, the landing queue
-	hooks    []EventHook
+	refLocks   sync.Map // "repo\x00ref" → *sync.Mutex, orders mirror writes
+	compacting sync.Map // network name → struct{} while a Compact runs
+	bg         sync.WaitGroup
+	lanes      sync.Map // "repo\x00branch" → *lane, the landing queue
+	hooks      []EventHook
 }
 
 // EventHook is called after an event committed (push, rollback, promote,
@@ -126,8 +132,9 @@ func (s *Service) Network(name string) (*repo.Network, error) {
 	return n, nil
 }
 
-// Close closes every open network.
+// Close waits for background compactions and closes every open network.
 func (s *Service) Close() error {
+	s.bg.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, n := range s.networks {
@@ -199,3 +206,28 @@ func (s *Service) mirror(ctx context.Context, r *lockstep.Repo, ref string) {
 var traceID = telemetry.TraceID
 
 func branchRef(b string) string { return "refs/heads/" + b }
+
+// afterWrite compacts a network in the background once it holds more than
+// CompactPacks packs (one at a time per network).
+func (s *Service) afterWrite(network string, n *repo.Network) {
+	if s.cfg.CompactPacks <= 0 || n.PackCount() <= s.cfg.CompactPacks {
+		return
+	}
+	if _, busy := s.compacting.LoadOrStore(network, struct{}{}); busy {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer s.compacting.Delete(network)
+		start := s.now()
+		before := n.PackCount()
+		err := n.Compact(context.Background())
+		s.metrics.ObserveOp("compact", resultOf(err), s.now().Sub(start))
+		if err != nil {
+			s.log.Error("compact network", "network", network, "error", err)
+			return
+		}
+		s.log.Info("compacted network", "network", network, "packs_before", before, "packs_after", n.PackCount(), "duration_ms", ms(s.now().Sub(start)))
+	}()
+}

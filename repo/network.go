@@ -47,6 +47,7 @@ type Network struct {
 	writeMu sync.Mutex // serialises pack writers and Reload (a Reload must not miss a pack being published)
 
 	packDirMod atomic.Int64 // objects/pack mtime (ns) seen by the last Reload
+	compacting atomic.Int32 // Compacts running: a lookup miss reloads
 	refMu      sync.Mutex   // serialises ref mirror writes
 
 	cache cache.Object // goroutine-safe LRU shared by all packs

@@ -28,7 +28,7 @@ func (n *Network) loosePath(h plumbing.Hash) string {
 // cache: callers must not modify it.
 func (n *Network) object(h plumbing.Hash) (plumbing.EncodedObject, error) {
 	obj, err := n.object1(h)
-	if errors.Is(err, plumbing.ErrObjectNotFound) && n.reloadIfChanged() {
+	if errors.Is(err, plumbing.ErrObjectNotFound) && n.reloadOnMiss() {
 		obj, err = n.object1(h)
 	}
 	return obj, err
@@ -112,6 +112,16 @@ func (n *Network) looseObject(h plumbing.Hash) (plumbing.EncodedObject, error) {
 
 // has reports whether h is stored (in a pack or loose).
 func (n *Network) has(h plumbing.Hash) bool {
+	if n.has1(h) {
+		return true
+	}
+	// A running Compact may have moved a loose object into a pack not
+	// loaded yet. (Outside one, a miss is the common case — new objects —
+	// and must stay a map lookup and a stat.)
+	return n.compacting.Load() > 0 && n.Reload() == nil && n.has1(h)
+}
+
+func (n *Network) has1(h plumbing.Hash) bool {
 	if n.packFor(h) != nil {
 		return true
 	}

@@ -53,7 +53,7 @@ func (n *Network) WriteObjects(objs []plumbing.EncodedObject) (WriteStats, error
 			return WriteStats{}, fmt.Errorf("write objects: cannot store a %s object", o.Type())
 		}
 		h := o.Hash()
-		if seen[h] || n.has(h) {
+		if seen[h] || n.has1(h) { // under writeMu: no reload
 			continue
 		}
 		seen[h] = true

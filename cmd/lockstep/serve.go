@@ -48,6 +48,7 @@ type serveConfig struct {
 	MergeRetries      int
 	MergeMaxFileBytes int64
 	ComparePatchBytes int64
+	CompactPacks      int
 	HookTimeout       time.Duration
 	HookMaxAttempts   int
 	HookBackoff       time.Duration
@@ -150,6 +151,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.int(&c.MergeRetries, "merge-retries", "LOCKSTEP_MERGE_RETRIES", 8, "how often a materialize recomputes when the target branch moved meanwhile")
 	f.i64(&c.MergeMaxFileBytes, "merge-max-file-bytes", "LOCKSTEP_MERGE_MAX_FILE_BYTES", 8<<20, "larger files are not merged line by line (a path-level conflict instead)")
 	f.i64(&c.ComparePatchBytes, "compare-patch-bytes", "LOCKSTEP_COMPARE_PATCH_BYTES", 1<<20, "unified diffs returned by one compare (later files: counts only)")
+	f.int(&c.CompactPacks, "compact-packs", "LOCKSTEP_COMPACT_PACKS", 64, "fold a network's packs into one (git repack) once it has more than this; 0 = never")
 	f.dur(&c.HookTimeout, "hook-timeout", "LOCKSTEP_HOOK_TIMEOUT", 10*time.Second, "timeout of one gate-hook delivery")
 	f.int(&c.HookMaxAttempts, "hook-max-attempts", "LOCKSTEP_HOOK_MAX_ATTEMPTS", 8, "attempts before a delivery is marked failed")
 	f.dur(&c.HookBackoff, "hook-backoff", "LOCKSTEP_HOOK_BACKOFF", 2*time.Second, "first retry delay of a failed delivery (doubles, ±20% jitter)")
@@ -296,7 +298,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		return nil, err
 	}
 	a.repos = forks.New(forks.Config{DataDir: c.Data, Fsync: c.Fsync, MergeRetries: c.MergeRetries,
-		MergeMaxFileBytes: c.MergeMaxFileBytes, ComparePatchBytes: c.ComparePatchBytes,
+		MergeMaxFileBytes: c.MergeMaxFileBytes, ComparePatchBytes: c.ComparePatchBytes, CompactPacks: c.CompactPacks,
 		Limits: repo.Limits{MaxUploadBytes: c.MaxUploadBytes, MaxFileBytes: c.MaxFileBytes, MaxFiles: c.MaxFiles}},
 		db, logger, metrics, nil)
 	a.closers = append(a.closers, func() { a.repos.Close() })
