@@ -18,7 +18,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 
 # --- runtime ----------------------------------------------------------------
 FROM debian:bookworm-slim
-# git: the service runs `git upload-pack` / `receive-pack` for smart HTTP.
+# git: the service runs `git upload-pack` (fetch, clone) and `git repack` (pack compaction).
 # ca-certificates: TLS to Postgres, Redis and gate webhooks.
 # curl: the HEALTHCHECK below.
 RUN apt-get update \
