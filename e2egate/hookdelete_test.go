@@ -13,16 +13,7 @@ import (
 // receiver answers 500: deletion drops what is pending, and the attempt
 // that was in flight must not bring the delivery back.
 func TestDeletedHookStopsRetrying(t *testing.T) {
-	for _, pg := range []bool{false, true} {
-		name := "sqlite"
-		if pg {
-			name = "postgres"
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			testDeletedHook(t, pg)
-		})
-	}
+	onBothBackends(t, testDeletedHook)
 }
 
 func testDeletedHook(t *testing.T, postgres bool) {

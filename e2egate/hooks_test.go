@@ -126,16 +126,7 @@ func (s *server) deliveries(t testing.TB, repo, hookID string) []delivery {
 // TestHookDeliveriesSurviveRestart: SIGKILL the server while deliveries
 // wait for a retry; the restarted server finishes them, each exactly once.
 func TestHookDeliveriesSurviveRestart(t *testing.T) {
-	for _, pg := range []bool{false, true} {
-		name := "sqlite"
-		if pg {
-			name = "postgres"
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			testHookRestart(t, pg)
-		})
-	}
+	onBothBackends(t, testHookRestart)
 }
 
 func testHookRestart(t *testing.T, postgres bool) {

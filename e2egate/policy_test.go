@@ -12,16 +12,7 @@ import (
 // TestPolicyRules: every built-in rule refuses on its own, and a promote
 // that breaks several lists every unmet rule in one 412.
 func TestPolicyRules(t *testing.T) {
-	for _, pg := range []bool{false, true} {
-		name := "sqlite"
-		if pg {
-			name = "postgres"
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			testPolicyRules(t, pg)
-		})
-	}
+	onBothBackends(t, testPolicyRules)
 }
 
 func testPolicyRules(t *testing.T, postgres bool) {

@@ -14,16 +14,7 @@ import (
 // all land, one on top of the other, in the order the landing queue
 // served them.
 func TestConcurrentPromotes(t *testing.T) {
-	for _, pg := range []bool{false, true} {
-		name := "sqlite"
-		if pg {
-			name = "postgres"
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			testConcurrentPromotes(t, pg)
-		})
-	}
+	onBothBackends(t, testConcurrentPromotes)
 }
 
 func testConcurrentPromotes(t *testing.T, postgres bool) {

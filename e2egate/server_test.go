@@ -27,3 +27,18 @@ func (s *server) restart(t testing.TB) *server {
 	t.Helper()
 	return &server{s.Restart(t)}
 }
+
+// onBothBackends runs fn in parallel subtests on SQLite and on Postgres
+// metadata.
+func onBothBackends(t *testing.T, fn func(t *testing.T, postgres bool)) {
+	for _, pg := range []bool{false, true} {
+		name := "sqlite"
+		if pg {
+			name = "postgres"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, pg)
+		})
+	}
+}
