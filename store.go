@@ -65,6 +65,7 @@ type RefUpdate struct {
 type RepoFilter struct {
 	ForkOf  string // only forks of this repository
 	Network string // only repositories of this fork network
+	Task    string // only workspaces with this task label
 }
 
 // RepoStore keeps repositories, their refs and their attempts.

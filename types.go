@@ -75,17 +75,20 @@ const (
 
 // Repo is a repository: a named set of refs in a fork network.
 type Repo struct {
-	ID            int64     `json:"-"`
-	Name          string    `json:"name"`
-	Network       string    `json:"network"`
-	ForkOf        string    `json:"fork_of,omitempty"`
-	DefaultBranch string    `json:"default_branch"`
-	Status        string    `json:"status"`
-	OwnerKeyID    string    `json:"owner_key_id,omitempty"`
-	OwnerName     string    `json:"owner,omitempty"`
-	BaseCommit    string    `json:"base_commit,omitempty"`
-	CreatedAt     time.Time `json:"created_at"`
-	UpdatedAt     time.Time `json:"updated_at"`
+	ID            int64  `json:"-"`
+	Name          string `json:"name"`
+	Network       string `json:"network"`
+	ForkOf        string `json:"fork_of,omitempty"`
+	DefaultBranch string `json:"default_branch"`
+	Status        string `json:"status"`
+	OwnerKeyID    string `json:"owner_key_id,omitempty"`
+	OwnerName     string `json:"owner,omitempty"`
+	BaseCommit    string `json:"base_commit,omitempty"`
+	// Task is an optional label grouping workspaces that are attempts at
+	// one task.
+	Task      string    `json:"task,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Ref is a named pointer to a commit in one repository.

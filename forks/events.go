@@ -5,7 +5,7 @@ import "github.com/lockstep-hq/lockstep"
 // hookEvent names the gate-hook event an operation raises ("" for none).
 func hookEvent(op string) string {
 	switch op {
-	case "push", "git.push", "sync", "merge":
+	case "push", "git.push", "edit", "sync", "merge":
 		return "push"
 	case "rollback", "checkpoint.restore":
 		return "rollback"

@@ -2,6 +2,9 @@ package forks
 
 import (
 	"context"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
@@ -16,20 +19,42 @@ type ForkResult struct {
 	Network    string  `json:"network"`
 	BaseCommit string  `json:"base_commit"`
 	Owner      string  `json:"owner"`
+	Task       string  `json:"task,omitempty"`
 	DurationMS float64 `json:"duration_ms"`
+}
+
+// MaxTaskBytes bounds a workspace's task label.
+const MaxTaskBytes = 200
+
+// ValidateTask checks a task label: at most MaxTaskBytes of printable
+// UTF-8 ("" means none).
+func ValidateTask(task string) error {
+	if len(task) > MaxTaskBytes || !utf8.ValidString(task) || strings.TrimSpace(task) != task {
+		return lockstep.Errorf(lockstep.EINVALID, "task label %.64q: want at most %d bytes of UTF-8 without leading or trailing spaces", task, MaxTaskBytes)
+	}
+	for _, r := range task {
+		if !unicode.IsPrint(r) {
+			return lockstep.Errorf(lockstep.EINVALID, "task label %.64q: unprintable character %U", task, r)
+		}
+	}
+	return nil
 }
 
 // Fork creates a workspace: a repository in base's fork network that
 // starts with copies of base's branch refs and shares its object store, so
 // it costs the same for 10 files or 100,000. The workspace is owned by the
 // key that created it. A fork of a fork joins the same network. Errors:
-// not_found, already_exists, invalid_argument, permission_denied.
-func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name string) (*ForkResult, error) {
+// not_found, already_exists, invalid_argument, permission_denied. task is
+// an optional label grouping attempts at one task.
+func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name, task string) (*ForkResult, error) {
 	start := s.now()
 	if err := auth.Require(actor, lockstep.RoleAdmin, lockstep.RoleAgent); err != nil {
 		return nil, err
 	}
 	if err := lockstep.ValidateName("workspace name", name); err != nil {
+		return nil, err
+	}
+	if err := ValidateTask(task); err != nil {
 		return nil, err
 	}
 	base, err := s.Repo(ctx, baseName)
@@ -54,9 +79,12 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name 
 		}
 	}
 	ws := &lockstep.Repo{Name: name, Network: base.Network, ForkOf: base.Name, DefaultBranch: base.DefaultBranch,
-		Status: lockstep.StatusActive, OwnerKeyID: actor.ID, OwnerName: actor.Name, BaseCommit: baseCommit}
+		Status: lockstep.StatusActive, OwnerKeyID: actor.ID, OwnerName: actor.Name, BaseCommit: baseCommit, Task: task}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "fork", Repo: name, TraceID: traceID(ctx), Refs: moves,
 		Details: map[string]any{"fork_of": base.Name, "base_commit": baseCommit}}
+	if task != "" {
+		entry.Details["task"] = task
+	}
 	entry.DurationUS = s.now().Sub(start).Microseconds()
 	if err := s.store.CreateRepo(ctx, ws, copied, entry); err != nil {
 		return nil, err
@@ -78,7 +106,7 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name 
 	d := s.now().Sub(start)
 	s.metrics.ObserveOp("fork", "ok", d)
 	s.emit(ctx, Event{Type: "fork", Repo: ws, Branch: ws.DefaultBranch, Commit: baseCommit, KeyName: actor.Name})
-	return &ForkResult{Name: name, ForkOf: base.Name, Network: ws.Network, BaseCommit: baseCommit, Owner: actor.Name, DurationMS: ms(d)}, nil
+	return &ForkResult{Name: name, ForkOf: base.Name, Network: ws.Network, BaseCommit: baseCommit, Owner: actor.Name, Task: task, DurationMS: ms(d)}, nil
 }
 
 // WorkspaceInfo is one workspace in a base's listing.
@@ -86,6 +114,7 @@ type WorkspaceInfo struct {
 	Name       string `json:"name"`
 	Owner      string `json:"owner"`
 	Status     string `json:"status"`
+	Task       string `json:"task,omitempty"`
 	Tip        string `json:"tip"`
 	BaseCommit string `json:"base_commit"`
 	Ahead      int    `json:"ahead"`
@@ -95,13 +124,14 @@ type WorkspaceInfo struct {
 }
 
 // Workspaces lists the forks of a base with owner, status, tip and
-// ahead/behind counts against the base's default branch.
-func (s *Service) Workspaces(ctx context.Context, baseName string) ([]WorkspaceInfo, error) {
+// ahead/behind counts against the base's default branch; a non-empty task
+// keeps only the workspaces with that task label.
+func (s *Service) Workspaces(ctx context.Context, baseName, task string) ([]WorkspaceInfo, error) {
 	base, err := s.Repo(ctx, baseName)
 	if err != nil {
 		return nil, err
 	}
-	forks, err := s.store.ListRepos(ctx, lockstep.RepoFilter{ForkOf: base.Name})
+	forks, err := s.store.ListRepos(ctx, lockstep.RepoFilter{ForkOf: base.Name, Task: task})
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +145,7 @@ func (s *Service) Workspaces(ctx context.Context, baseName string) ([]WorkspaceI
 	}
 	out := []WorkspaceInfo{}
 	for _, ws := range forks {
-		info := WorkspaceInfo{Name: ws.Name, Owner: ws.OwnerName, Status: ws.Status, BaseCommit: ws.BaseCommit,
+		info := WorkspaceInfo{Name: ws.Name, Owner: ws.OwnerName, Status: ws.Status, Task: ws.Task, BaseCommit: ws.BaseCommit,
 			CreatedAt: ws.CreatedAt.Format("2006-01-02T15:04:05Z"), UpdatedAt: ws.UpdatedAt.Format("2006-01-02T15:04:05Z")}
 		if ref, err := s.store.Ref(ctx, ws.ID, branchRef(ws.DefaultBranch)); err == nil {
 			info.Tip = ref.OID

@@ -10,12 +10,12 @@ import (
 	"github.com/lockstep-hq/lockstep"
 )
 
-const repoCols = `id, name, network, fork_of, default_branch, status, owner_key_id, owner_name, base_commit, created_at, updated_at`
+const repoCols = `id, name, network, fork_of, default_branch, status, owner_key_id, owner_name, base_commit, task, created_at, updated_at`
 
 func scanRepo(row interface{ Scan(...any) error }) (*lockstep.Repo, error) {
 	var r lockstep.Repo
 	var c, u int64
-	if err := row.Scan(&r.ID, &r.Name, &r.Network, &r.ForkOf, &r.DefaultBranch, &r.Status, &r.OwnerKeyID, &r.OwnerName, &r.BaseCommit, &c, &u); err != nil {
+	if err := row.Scan(&r.ID, &r.Name, &r.Network, &r.ForkOf, &r.DefaultBranch, &r.Status, &r.OwnerKeyID, &r.OwnerName, &r.BaseCommit, &r.Task, &c, &u); err != nil {
 		return nil, err
 	}
 	r.CreatedAt, r.UpdatedAt = fromMicros(c), fromMicros(u)
@@ -35,9 +35,9 @@ func (s *DB) CreateRepo(ctx context.Context, r *lockstep.Repo, refs []lockstep.R
 		r.Status = lockstep.StatusActive
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `INSERT INTO repos (name, network, fork_of, default_branch, status, owner_key_id, owner_name, base_commit, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`,
-			r.Name, r.Network, r.ForkOf, r.DefaultBranch, r.Status, r.OwnerKeyID, r.OwnerName, r.BaseCommit, micros(r.CreatedAt), micros(r.UpdatedAt)).Scan(&r.ID)
+		err := tx.QueryRowContext(ctx, `INSERT INTO repos (name, network, fork_of, default_branch, status, owner_key_id, owner_name, base_commit, task, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
+			r.Name, r.Network, r.ForkOf, r.DefaultBranch, r.Status, r.OwnerKeyID, r.OwnerName, r.BaseCommit, r.Task, micros(r.CreatedAt), micros(r.UpdatedAt)).Scan(&r.ID)
 		if isUnique(err) {
 			return lockstep.Errorf(lockstep.ECONFLICT, "repository %s already exists", r.Name)
 		}
@@ -78,6 +78,10 @@ func (s *DB) ListRepos(ctx context.Context, f lockstep.RepoFilter) (out []*locks
 	if f.Network != "" {
 		args = append(args, f.Network)
 		where = append(where, fmt.Sprintf("network = $%d", len(args)))
+	}
+	if f.Task != "" {
+		args = append(args, f.Task)
+		where = append(where, fmt.Sprintf("task = $%d", len(args)))
 	}
 	q := `SELECT ` + repoCols + ` FROM repos`
 	if len(where) > 0 {

@@ -65,10 +65,16 @@ func writeErrorStatus(c *gin.Context, status int, err error) {
 // decodeJSON reads a JSON body strictly: size-limited, unknown fields and
 // trailing data refused, every failure an invalid_argument envelope.
 func (s *Server) decodeJSON(c *gin.Context, v any) error {
+	return s.decodeJSONLimit(c, v, s.Config.MaxJSONBytes)
+}
+
+// decodeJSONLimit is decodeJSON with another body limit (routes that carry
+// file content).
+func (s *Server) decodeJSONLimit(c *gin.Context, v any, limit int64) error {
 	if ct := c.ContentType(); ct != "" && ct != "application/json" {
 		return lockstep.Errorf(lockstep.EINVALID, "content type %q: want application/json", ct)
 	}
-	body := http.MaxBytesReader(c.Writer, c.Request.Body, s.Config.MaxJSONBytes)
+	body := http.MaxBytesReader(c.Writer, c.Request.Body, limit)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -77,7 +83,7 @@ func (s *Server) decodeJSON(c *gin.Context, v any) error {
 		var te *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &mbe):
-			return lockstep.Errorf(lockstep.ETOOLARGE, "request body over %d bytes", s.Config.MaxJSONBytes)
+			return lockstep.Errorf(lockstep.ETOOLARGE, "request body over %d bytes", limit)
 		case errors.Is(err, io.EOF):
 			return lockstep.Errorf(lockstep.EINVALID, "empty request body: want a JSON object")
 		case errors.As(err, &se):

@@ -65,6 +65,7 @@ func (s *Server) handleRepoGet() gin.HandlerFunc {
 
 type forkRequest struct {
 	Name string `json:"name"`
+	Task string `json:"task"`
 }
 
 func (s *Server) handleFork() gin.HandlerFunc {
@@ -74,7 +75,7 @@ func (s *Server) handleFork() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		res, err := s.Repos.Fork(c.Request.Context(), caller(c), c.Param("repo"), req.Name)
+		res, err := s.Repos.Fork(c.Request.Context(), caller(c), c.Param("repo"), req.Name, req.Task)
 		if err != nil {
 			writeError(c, err)
 			return
@@ -88,7 +89,7 @@ func (s *Server) handleFork() gin.HandlerFunc {
 
 func (s *Server) handleWorkspaces() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		ws, err := s.Repos.Workspaces(c.Request.Context(), c.Param("repo"))
+		ws, err := s.Repos.Workspaces(c.Request.Context(), c.Param("repo"), c.Query("task"))
 		if err != nil {
 			writeError(c, err)
 			return

@@ -12,6 +12,11 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	e.GET("/readyz", s.handleReadyz())
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{})))
 
+	if s.MCP != nil {
+		// Model Context Protocol (streamable HTTP): the same keys and roles.
+		e.Any("/mcp", s.authenticate, gin.WrapH(s.MCP(e)))
+	}
+
 	api := e.Group("/api/v1", s.authenticate)
 	api.POST("/keys", s.handleKeyCreate())
 	api.GET("/keys", s.handleKeyList())
@@ -31,6 +36,7 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	api.GET("/repos/:repo/attempts", s.handleAttempts())
 	api.GET("/repos/:repo/refs", s.handleRefs())
 	api.PUT("/repos/:repo/worktree", s.handleWorktree())
+	api.POST("/repos/:repo/edits", s.handleEdits())
 	api.POST("/repos/:repo/objects/missing", s.handleObjectsMissing())
 	api.POST("/repos/:repo/objects", s.handleObjectsUpload())
 	api.POST("/repos/:repo/rollback", s.handleRollback())

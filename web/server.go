@@ -36,6 +36,8 @@ import (
 type Config struct {
 	// MaxJSONBytes caps a JSON request body (default 1 MiB).
 	MaxJSONBytes int64
+	// MaxEditBytes caps the JSON body of a file-edit batch (default 32 MiB).
+	MaxEditBytes int64
 	// MaxUploadBytes caps a worktree or pack upload body as sent.
 	MaxUploadBytes int64
 }
@@ -55,6 +57,9 @@ type Server struct {
 	// branches) follow a workspace's life; nil when unused.
 	AfterFork    func(ctx context.Context, f *forks.ForkResult)
 	AfterAbandon func(ctx context.Context, ws *lockstep.Repo)
+	// MCP, when set, builds the handler served at /mcp (behind the API's
+	// authentication) from the API handler its tools call in-process.
+	MCP func(api http.Handler) http.Handler
 
 	tracer     trace.Tracer
 	uiNotFound gin.HandlerFunc // the UI's HTML 404 for unknown /ui/ paths
@@ -63,6 +68,9 @@ type Server struct {
 // Handler builds the gin engine with every route.
 func (s *Server) Handler() http.Handler {
 	gin.SetMode(gin.ReleaseMode)
+	if s.Config.MaxEditBytes <= 0 {
+		s.Config.MaxEditBytes = 32 << 20
+	}
 	if s.Config.MaxJSONBytes <= 0 {
 		s.Config.MaxJSONBytes = 1 << 20
 	}

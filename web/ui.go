@@ -460,7 +460,7 @@ func (u *uiServer) handleRepo(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
-	if d.Workspaces, err = u.s.Repos.Workspaces(ctx, info.Name); err != nil {
+	if d.Workspaces, err = u.s.Repos.Workspaces(ctx, info.Name, ""); err != nil {
 		u.fail(c, err)
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/agentmcp"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/dbbranch"
@@ -42,6 +43,7 @@ type serveConfig struct {
 	MaxFileBytes      int64
 	MaxFiles          int
 	MaxJSONBytes      int64
+	MaxEditBytes      int64
 	Fsync             bool
 	LogLevel          string
 	ShutdownTimeout   time.Duration
@@ -145,6 +147,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.i64(&c.MaxFileBytes, "max-file-bytes", "LOCKSTEP_MAX_FILE_BYTES", 100<<20, "largest single file in an upload")
 	f.int(&c.MaxFiles, "max-files", "LOCKSTEP_MAX_FILES", 100_000, "most entries in one upload")
 	f.i64(&c.MaxJSONBytes, "max-json-bytes", "LOCKSTEP_MAX_JSON_BYTES", 1<<20, "largest JSON request body")
+	f.i64(&c.MaxEditBytes, "max-edit-bytes", "LOCKSTEP_MAX_EDIT_BYTES", 32<<20, "largest file-edit batch (POST /edits; JSON with file contents)")
 	f.bool(&c.Fsync, "fsync", "LOCKSTEP_FSYNC", true, "fsync objects before a ref moves (the ref mirror is rebuilt from the store at start-up)")
 	f.str(&c.LogLevel, "log-level", "LOCKSTEP_LOG_LEVEL", "info", "debug, info, warn or error")
 	f.dur(&c.ShutdownTimeout, "shutdown-timeout", "LOCKSTEP_SHUTDOWN_TIMEOUT", 30*time.Second, "time in-flight requests get to finish on SIGINT/SIGTERM")
@@ -330,10 +333,13 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	cps := checkpoints.New(db, a.repos, dbs, logger, metrics, nil)
 	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) { cps.AfterPromote(ctx, base.Name) }
 	srv := &web.Server{
-		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxUploadBytes: c.MaxUploadBytes},
+		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes},
 		Store:  db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos, Gate: g, Checkpoints: cps,
 		AfterFork:    func(ctx context.Context, f *forks.ForkResult) { cps.AfterFork(ctx, f.ForkOf, f.Name) },
 		AfterAbandon: func(ctx context.Context, ws *lockstep.Repo) { cps.AfterAbandon(ctx, ws.Name) },
+		MCP: func(api http.Handler) http.Handler {
+			return agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{Version: version()})
+		},
 	}
 	a.handler = srv.Handler()
 	ok = true

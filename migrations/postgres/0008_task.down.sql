@@ -1,0 +1,2 @@
+DROP INDEX repos_fork_task;
+ALTER TABLE repos DROP COLUMN task;
