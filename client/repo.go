@@ -222,13 +222,50 @@ type ForkResult struct {
 	ForkOf     string  `json:"fork_of"`
 	BaseCommit string  `json:"base_commit"`
 	Owner      string  `json:"owner"`
+	Task       string  `json:"task,omitempty"`
 	DurationMS float64 `json:"duration_ms"`
 }
 
 // Fork creates a workspace of base.
 func (c *Client) Fork(ctx context.Context, base, name string) (*ForkResult, error) {
+	return c.ForkTask(ctx, base, name, "")
+}
+
+// ForkTask creates a workspace with a task label grouping attempts at one
+// task ("" for none).
+func (c *Client) ForkTask(ctx context.Context, base, name, task string) (*ForkResult, error) {
 	var out ForkResult
-	return &out, c.post(ctx, repoPath(base, "forks"), map[string]string{"name": name}, &out)
+	body := map[string]string{"name": name}
+	if task != "" {
+		body["task"] = task
+	}
+	return &out, c.post(ctx, repoPath(base, "forks"), body, &out)
+}
+
+// Edit is one file change of an edit batch: Op "write" (Content, or
+// ContentBase64 for bytes) or "delete" (a file or a whole directory).
+type Edit struct {
+	Op            string  `json:"op"`
+	Path          string  `json:"path"`
+	Content       *string `json:"content,omitempty"`
+	ContentBase64 *string `json:"content_base64,omitempty"`
+	Executable    bool    `json:"executable,omitempty"`
+}
+
+// WriteFile is the Edit that writes content at path.
+func WriteFile(path, content string) Edit { return Edit{Op: "write", Path: path, Content: &content} }
+
+// DeleteFile is the Edit that deletes path.
+func DeleteFile(path string) Edit { return Edit{Op: "delete", Path: path} }
+
+// EditFiles commits a batch of edits to a branch as one commit under the
+// compare-and-swap rules of o (ExpectOID, or Force to apply onto the
+// current tip).
+func (c *Client) EditFiles(ctx context.Context, repo string, edits []Edit, o WriteOptions) (*PushResult, error) {
+	body := map[string]any{"edits": edits, "branch": o.Branch, "expect_oid": o.ExpectOID, "force": o.Force,
+		"message": o.Message, "author": o.Author, "from": o.From}
+	var out PushResult
+	return &out, c.post(ctx, repoPath(repo, "edits"), body, &out)
 }
 
 // Workspace is one workspace in a listing.
@@ -236,6 +273,7 @@ type Workspace struct {
 	Name       string `json:"name"`
 	Owner      string `json:"owner"`
 	Status     string `json:"status"`
+	Task       string `json:"task,omitempty"`
 	Tip        string `json:"tip"`
 	BaseCommit string `json:"base_commit"`
 	Ahead      int    `json:"ahead"`
@@ -244,10 +282,19 @@ type Workspace struct {
 
 // Workspaces lists a base's workspaces.
 func (c *Client) Workspaces(ctx context.Context, base string) ([]Workspace, error) {
+	return c.TaskWorkspaces(ctx, base, "")
+}
+
+// TaskWorkspaces lists a base's workspaces with one task label ("" for all).
+func (c *Client) TaskWorkspaces(ctx context.Context, base, task string) ([]Workspace, error) {
 	var out struct {
 		Workspaces []Workspace `json:"workspaces"`
 	}
-	return out.Workspaces, c.get(ctx, repoPath(base, "workspaces"), nil, &out)
+	var q url.Values
+	if task != "" {
+		q = url.Values{"task": {task}}
+	}
+	return out.Workspaces, c.get(ctx, repoPath(base, "workspaces"), q, &out)
 }
 
 // Do sends a JSON request to any API path and decodes the answer into a

@@ -342,3 +342,66 @@ func TestMCPStdio(t *testing.T) {
 	// An error of the CLI comes back as a tool error with a next step.
 	mustToolError(t, cs, "push_directory", map[string]any{"dir": dir, "workspace": "nope"}, "not_found")
 }
+
+// TestEditsConcurrent: forced edit batches racing on one branch are each
+// re-applied on the tip they lose to, so every file written survives; with
+// one expect_oid, exactly one of several racers wins.
+func TestEditsConcurrent(t *testing.T) {
+	s := e2ekit.StartServer(t, e2ekit.ServerOpts{})
+	s.CreateRepo(t, "shop")
+	s.PushWith(t, s.AdminKey, "shop", e2ekit.PushQuery("main", "", "force=true"), map[string]string{"a.txt": "a\n"})
+	const n = 6
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			r, err := s.Try("POST", "/api/v1/repos/shop/edits", s.AdminKey, map[string]any{"force": true,
+				"edits": []map[string]any{{"op": "write", "path": "f" + string(rune('0'+i)), "content": "x"}}}, "application/json")
+			if err == nil && r.Status != http.StatusCreated {
+				err = &httpStatusError{r.String()}
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var entries struct {
+		Entries []struct{ Name string } `json:"entries"`
+	}
+	s.MustJSON(t, "GET", "/api/v1/repos/shop/tree/main", s.AdminKey, nil, http.StatusOK, &entries)
+	if len(entries.Entries) != n+1 {
+		t.Fatalf("after %d forced edits the tree has %v: a write was lost", n, entries.Entries)
+	}
+
+	tip := s.Head(t, "shop")
+	wins := make(chan int, n)
+	for i := range n {
+		go func() {
+			r, err := s.Try("POST", "/api/v1/repos/shop/edits", s.AdminKey, map[string]any{"expect_oid": tip,
+				"edits": []map[string]any{{"op": "write", "path": "race", "content": string(rune('a' + i))}}}, "application/json")
+			if err != nil {
+				wins <- -1
+				return
+			}
+			wins <- r.Status
+		}()
+	}
+	created, conflicts := 0, 0
+	for range n {
+		switch <-wins {
+		case http.StatusCreated:
+			created++
+		case http.StatusConflict:
+			conflicts++
+		}
+	}
+	if created != 1 || conflicts != n-1 {
+		t.Fatalf("CAS race: %d created, %d conflicts, want 1 and %d", created, conflicts, n-1)
+	}
+}
+
+type httpStatusError struct{ s string }
+
+func (e *httpStatusError) Error() string { return e.s }

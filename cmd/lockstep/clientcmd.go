@@ -293,14 +293,17 @@ func cmdLog(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdFork(ctx context.Context, e *env, args []string) error {
-	cf, c, rest, err := setup("fork", e, args, nil)
+	var task string
+	cf, c, rest, err := setup("fork", e, args, func(f *flagger) {
+		f.fs.StringVar(&task, "task", "", "task label grouping attempts at one task (e.g. task-45)")
+	})
 	if err != nil {
 		return err
 	}
 	if len(rest) != 2 {
-		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep fork BASE NAME")
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep fork [--task T] BASE NAME")
 	}
-	res, err := c.Fork(ctx, rest[0], rest[1])
+	res, err := c.ForkTask(ctx, rest[0], rest[1], task)
 	if err != nil {
 		return err
 	}
@@ -310,21 +313,24 @@ func cmdFork(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdWorkspaces(ctx context.Context, e *env, args []string) error {
-	cf, c, rest, err := setup("workspaces", e, args, nil)
+	var task string
+	cf, c, rest, err := setup("workspaces", e, args, func(f *flagger) {
+		f.fs.StringVar(&task, "task", "", "only the workspaces with this task label")
+	})
 	if err != nil {
 		return err
 	}
 	if len(rest) != 1 {
-		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep workspaces BASE")
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep workspaces [--task T] BASE")
 	}
-	ws, err := c.Workspaces(ctx, rest[0])
+	ws, err := c.TaskWorkspaces(ctx, rest[0], task)
 	if err != nil {
 		return err
 	}
 	return cf.out(e, ws, func() {
-		rows := [][]string{{"NAME", "OWNER", "STATUS", "TIP", "AHEAD", "BEHIND"}}
+		rows := [][]string{{"NAME", "OWNER", "STATUS", "TASK", "TIP", "AHEAD", "BEHIND"}}
 		for _, w := range ws {
-			rows = append(rows, []string{w.Name, w.Owner, w.Status, short(w.Tip), fmt.Sprint(w.Ahead), fmt.Sprint(w.Behind)})
+			rows = append(rows, []string{w.Name, w.Owner, w.Status, w.Task, short(w.Tip), fmt.Sprint(w.Ahead), fmt.Sprint(w.Behind)})
 		}
 		table(e, rows)
 	})
