@@ -49,7 +49,7 @@ func HTTPHandler(api http.Handler, o HTTPOptions) http.Handler {
 		},
 	})
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
-		&mcp.StreamableHTTPOptions{SessionTimeout: o.SessionTimeout, MaxRequestBodyBytes: o.MaxRequestBytes,
+		&mcp.StreamableHTTPOptions{SessionTimeout: o.SessionTimeout, MaxRequestBodyBytes: o.MaxRequestBytes, JSONResponse: true,
 			// The API key, not the Host header, is what protects this
 			// endpoint; replicas sit behind load balancers with other names.
 			DisableLocalhostProtection: true})

@@ -55,7 +55,7 @@ type benchOpts struct {
 
 // benchGroups are the scenario groups --only selects (a row name such as
 // fork-20k or read-refs selects its group).
-var benchGroups = []string{"push-incremental", "push-tar-full", "rollback", "read", "fork", "preflight", "materialize", "checkpoint", "run", "fsync-off"}
+var benchGroups = []string{"push-incremental", "push-tar-full", "rollback", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "fsync-off"}
 
 // benchRowNames are every row a full run prints, in order.
 var benchRowNames = []string{"push-incremental", "push-incremental:server", "push-tar-full", "rollback", "read-commit", "read-refs",
@@ -361,6 +361,7 @@ func (b *bencher) runAll() error {
 		{"push-tar-full", b.benchPushTarFull},
 		{"rollback", func() error { return b.benchRollback(true, "rollback") }},
 		{"read", b.benchRead},
+		{"mcp", b.benchMCP},
 		{"fork", b.benchFork},
 		{"preflight", b.benchPreflight},
 		{"materialize", b.benchMaterialize},
