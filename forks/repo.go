@@ -2,12 +2,14 @@ package forks
 
 import (
 	"context"
+	"strconv"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/repo"
 )
 
 // CreateRepo creates an empty base repository with its own fork network.
@@ -118,14 +120,98 @@ func writable(actor *lockstep.Key, r *lockstep.Repo) error {
 	return nil
 }
 
-// Resolve turns a revision into a commit of r's network: a full oid, a
-// branch name of r, "refs/…", or "repo:branch" of a repository in the same
-// fork network.
+// Resolve turns a revision into a commit of r's network: a full or
+// abbreviated (at least 4 hex digits, unique) oid, a branch name of r,
+// "refs/…", "HEAD" (the default branch), or "repo:branch" of a repository
+// in the same fork network, each optionally followed by git's ancestry
+// suffixes: "~N" (N-th first-parent ancestor), "^N" (N-th parent), "^"
+// and "~" (the first parent). A name that is both a branch and a hex
+// prefix is the branch, as in git. Errors: not_found, invalid_argument
+// (malformed, or an ambiguous abbreviation).
 func (s *Service) Resolve(ctx context.Context, r *lockstep.Repo, rev string) (plumbing.Hash, error) {
 	n, err := s.Network(r.Network)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
+	base, steps, err := splitRevSuffix(rev)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	h, err := s.resolveBase(ctx, n, r, base, rev)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	for _, st := range steps {
+		for range st.count {
+			c, err := n.Commit(h)
+			if err != nil {
+				return plumbing.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", h, r.Name)
+			}
+			p := 1
+			if st.op == '^' {
+				p = st.parent
+			}
+			if p == 0 {
+				break // ^0 is the commit itself
+			}
+			if len(c.Parents) < p {
+				return plumbing.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "revision %s not found in %s: %s has %d parent(s)", rev, r.Name, h.String()[:12], len(c.Parents))
+			}
+			h = c.Parents[p-1]
+		}
+	}
+	return h, nil
+}
+
+// revStep is one ancestry suffix: '~' count times the first parent, or
+// '^' once the parent-th parent.
+type revStep struct {
+	op     byte
+	count  int
+	parent int
+}
+
+// splitRevSuffix splits "main~2^2" into "main" and its steps. '~' and '^'
+// cannot occur in a branch name, so the split is unambiguous.
+func splitRevSuffix(rev string) (string, []revStep, error) {
+	i := strings.IndexAny(rev, "~^")
+	if i < 0 {
+		return rev, nil, nil
+	}
+	base, rest := rev[:i], rev[i:]
+	if base == "" {
+		return "", nil, lockstep.Errorf(lockstep.EINVALID, "invalid revision %q: nothing before %q", rev, rest[:1])
+	}
+	var steps []revStep
+	for len(rest) > 0 {
+		op := rest[0]
+		if op != '~' && op != '^' {
+			return "", nil, lockstep.Errorf(lockstep.EINVALID, "invalid revision %q: want NAME followed by ~N or ^N", rev)
+		}
+		j := 1
+		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+			j++
+		}
+		num := 1
+		if j > 1 {
+			v, err := strconv.Atoi(rest[1:j])
+			if err != nil || v > 100_000 {
+				return "", nil, lockstep.Errorf(lockstep.EINVALID, "invalid revision %q: number out of range", rev)
+			}
+			num = v
+		}
+		if op == '~' {
+			steps = append(steps, revStep{op: '~', count: num})
+		} else {
+			steps = append(steps, revStep{op: '^', count: 1, parent: num})
+		}
+		rest = rest[j:]
+	}
+	return base, steps, nil
+}
+
+// resolveBase resolves a revision without ancestry suffixes.
+func (s *Service) resolveBase(ctx context.Context, n *repo.Network, r *lockstep.Repo, rev, full string) (plumbing.Hash, error) {
 	if lockstep.IsOID(rev) {
 		h := plumbing.NewHash(rev)
 		if _, err := n.Commit(h); err != nil {
@@ -150,16 +236,48 @@ func (s *Service) Resolve(ctx context.Context, r *lockstep.Repo, rev string) (pl
 	ref := branch
 	if !strings.HasPrefix(ref, "refs/") {
 		if err := lockstep.ValidateBranch(branch); err != nil {
-			return plumbing.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "invalid revision %q: want a 40-hex oid, a branch, or repo:branch", rev)
+			if h, ok, err := s.abbrev(n, r, branch, full); ok || err != nil {
+				return h, err
+			}
+			return plumbing.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "invalid revision %q: want an oid (4 to 40 hex digits), a branch, or repo:branch, optionally with ~N or ^N", full)
 		}
 		ref = branchRef(branch)
 	}
 	cur, err := s.store.Ref(ctx, target.ID, ref)
 	if err != nil {
-		if lockstep.ErrorCode(err) == lockstep.ENOTFOUND {
-			return plumbing.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "revision %s not found in %s", rev, target.Name)
+		if lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+			return plumbing.ZeroHash, err
 		}
-		return plumbing.ZeroHash, err
+		if h, ok, err := s.abbrev(n, r, branch, full); ok || err != nil {
+			return h, err
+		}
+		return plumbing.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "revision %s not found in %s", full, target.Name)
 	}
 	return plumbing.NewHash(cur.OID), nil
+}
+
+// abbrev resolves an abbreviated commit oid; ok is false when name is not
+// one (not hex, too short, or no such object).
+func (s *Service) abbrev(n *repo.Network, r *lockstep.Repo, name, full string) (plumbing.Hash, bool, error) {
+	if len(name) < repo.MinAbbrev || len(name) > 40 || strings.Trim(name, "0123456789abcdef") != "" {
+		return plumbing.ZeroHash, false, nil
+	}
+	var commits []plumbing.Hash
+	for _, h := range n.ExpandPrefix(name, 16) {
+		if _, err := n.Commit(h); err == nil {
+			commits = append(commits, h)
+		}
+	}
+	switch len(commits) {
+	case 0:
+		return plumbing.ZeroHash, false, nil
+	case 1:
+		return commits[0], true, nil
+	}
+	names := make([]string, len(commits))
+	for i, h := range commits {
+		names[i] = h.String()
+	}
+	return plumbing.ZeroHash, true, lockstep.Errorf(lockstep.EINVALID, "revision %q is ambiguous in %s: it abbreviates %d commits; give more digits", full, r.Name, len(commits)).
+		WithDetails(map[string]any{"candidates": names})
 }
