@@ -66,6 +66,9 @@ type RepoFilter struct {
 	ForkOf  string // only forks of this repository
 	Network string // only repositories of this fork network
 	Task    string // only workspaces with this task label
+	Status  string // only repositories with this status
+	After   string // only names after this one (paging)
+	Limit   int    // at most this many (0: all)
 }
 
 // RepoStore keeps repositories, their refs and their attempts.

@@ -285,16 +285,48 @@ func (c *Client) Workspaces(ctx context.Context, base string) ([]Workspace, erro
 	return c.TaskWorkspaces(ctx, base, "")
 }
 
-// TaskWorkspaces lists a base's workspaces with one task label ("" for all).
+// TaskWorkspaces lists a base's workspaces with one task label ("" for
+// all), every page.
 func (c *Client) TaskWorkspaces(ctx context.Context, base, task string) ([]Workspace, error) {
+	all := []Workspace{}
+	after := ""
+	for {
+		page, next, err := c.WorkspacePage(ctx, base, WorkspaceQuery{Task: task, After: after, Limit: 1000})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all, nil
+		}
+		after = next
+	}
+}
+
+// WorkspaceQuery selects a page of workspaces (see GET /workspaces).
+type WorkspaceQuery struct {
+	Task, Status, After string
+	Limit               int
+}
+
+// WorkspacePage lists one page of a base's workspaces and the cursor of
+// the next page ("" on the last).
+func (c *Client) WorkspacePage(ctx context.Context, base string, q WorkspaceQuery) ([]Workspace, string, error) {
 	var out struct {
 		Workspaces []Workspace `json:"workspaces"`
+		NextAfter  string      `json:"next_after"`
 	}
-	var q url.Values
-	if task != "" {
-		q = url.Values{"task": {task}}
+	v := url.Values{}
+	for k, s := range map[string]string{"task": q.Task, "status": q.Status, "after": q.After} {
+		if s != "" {
+			v.Set(k, s)
+		}
 	}
-	return out.Workspaces, c.get(ctx, repoPath(base, "workspaces"), q, &out)
+	if q.Limit > 0 {
+		v.Set("limit", fmt.Sprint(q.Limit))
+	}
+	err := c.get(ctx, repoPath(base, "workspaces"), v, &out)
+	return out.Workspaces, out.NextAfter, err
 }
 
 // Do sends a JSON request to any API path and decodes the answer into a

@@ -123,21 +123,50 @@ type WorkspaceInfo struct {
 	UpdatedAt  string `json:"updated_at"`
 }
 
-// Workspaces lists the forks of a base with owner, status, tip and
-// ahead/behind counts against the base's default branch; a non-empty task
-// keeps only the workspaces with that task label.
-func (s *Service) Workspaces(ctx context.Context, baseName, task string) ([]WorkspaceInfo, error) {
+// WorkspaceQuery selects a page of a base's workspaces, by name.
+type WorkspaceQuery struct {
+	Task   string // only this task label
+	Status string // only this status (active, promoted, failed, abandoned)
+	After  string // names after this one
+	Limit  int    // page size (default 100, at most MaxWorkspacePage)
+}
+
+// MaxWorkspacePage bounds one page of a workspace listing.
+const MaxWorkspacePage = 1000
+
+// Workspaces lists one page of the forks of a base with owner, status,
+// task, tip and ahead/behind counts against the base's default branch, and
+// the name to pass as After for the next page ("" on the last). Filtering
+// and paging happen in the store, so a page costs the same however many
+// workspaces the base has.
+func (s *Service) Workspaces(ctx context.Context, baseName string, q WorkspaceQuery) ([]WorkspaceInfo, string, error) {
+	if q.Limit == 0 {
+		q.Limit = 100
+	}
+	if q.Limit < 0 || q.Limit > MaxWorkspacePage {
+		return nil, "", lockstep.Errorf(lockstep.EINVALID, "limit %d: want 1 to %d", q.Limit, MaxWorkspacePage)
+	}
+	switch q.Status {
+	case "", lockstep.StatusActive, lockstep.StatusPromoted, lockstep.StatusFailed, lockstep.StatusAbandoned:
+	default:
+		return nil, "", lockstep.Errorf(lockstep.EINVALID, "status %q: want active, promoted, failed or abandoned", q.Status)
+	}
 	base, err := s.Repo(ctx, baseName)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	forks, err := s.store.ListRepos(ctx, lockstep.RepoFilter{ForkOf: base.Name, Task: task})
+	forks, err := s.store.ListRepos(ctx, lockstep.RepoFilter{ForkOf: base.Name, Task: q.Task, Status: q.Status, After: q.After, Limit: q.Limit + 1})
 	if err != nil {
-		return nil, err
+		return nil, "", err
+	}
+	next := ""
+	if len(forks) > q.Limit {
+		forks = forks[:q.Limit]
+		next = forks[len(forks)-1].Name
 	}
 	n, err := s.Network(base.Network)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	baseTip := plumbing.ZeroHash
 	if ref, err := s.store.Ref(ctx, base.ID, branchRef(base.DefaultBranch)); err == nil {
@@ -155,7 +184,7 @@ func (s *Service) Workspaces(ctx context.Context, baseName, task string) ([]Work
 		}
 		out = append(out, info)
 	}
-	return out, nil
+	return out, next, nil
 }
 
 // Attempts lists the commits pushed to a workspace, newest first.

@@ -83,11 +83,24 @@ func (s *DB) ListRepos(ctx context.Context, f lockstep.RepoFilter) (out []*locks
 		args = append(args, f.Task)
 		where = append(where, fmt.Sprintf("task = $%d", len(args)))
 	}
+	if f.Status != "" {
+		args = append(args, f.Status)
+		where = append(where, fmt.Sprintf("status = $%d", len(args)))
+	}
+	if f.After != "" {
+		args = append(args, f.After)
+		where = append(where, fmt.Sprintf("name > $%d", len(args)))
+	}
 	q := `SELECT ` + repoCols + ` FROM repos`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	rows, err := s.db.QueryContext(ctx, q+" ORDER BY name", args...)
+	q += " ORDER BY name"
+	if f.Limit > 0 {
+		args = append(args, f.Limit)
+		q += fmt.Sprintf(" LIMIT $%d", len(args))
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -89,12 +89,22 @@ func (s *Server) handleFork() gin.HandlerFunc {
 
 func (s *Server) handleWorkspaces() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		ws, err := s.Repos.Workspaces(c.Request.Context(), c.Param("repo"), c.Query("task"))
+		limit, err := queryInt(c, "limit", 100)
 		if err != nil {
 			writeError(c, err)
 			return
 		}
-		c.JSON(http.StatusOK, gin.H{"workspaces": ws})
+		if limit == 0 {
+			writeError(c, lockstep.Errorf(lockstep.EINVALID, "limit must be between 1 and %d", forks.MaxWorkspacePage))
+			return
+		}
+		ws, next, err := s.Repos.Workspaces(c.Request.Context(), c.Param("repo"),
+			forks.WorkspaceQuery{Task: c.Query("task"), Status: c.Query("status"), After: c.Query("after"), Limit: limit})
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"workspaces": ws, "next_after": next})
 	}
 }
 

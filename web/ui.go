@@ -111,6 +111,7 @@ func mustParseUI() map[string]*template.Template {
 		"join":     strings.Join,
 		"isZero":   func(oid string) bool { return oid == "" || oid == lockstep.ZeroOID },
 		"pathEsc":  url.PathEscape,
+		"queryEsc": url.QueryEscape,
 		"filePath": escapeFilePath,
 		"ms":       func(us int64) string { return strconv.FormatFloat(float64(us)/1000, 'f', 1, 64) },
 		"bytes":    humanBytes,
@@ -370,6 +371,9 @@ type repoRow struct {
 	Workspaces int
 }
 
+// uiWorkspacePage is how many workspaces a repository page shows at once.
+const uiWorkspacePage = 100
+
 var workspaceStatuses = []string{lockstep.StatusActive, lockstep.StatusPromoted, lockstep.StatusFailed, lockstep.StatusAbandoned}
 
 func (u *uiServer) handleIndex(c *gin.Context) {
@@ -422,9 +426,13 @@ type baseData struct {
 	*forks.RepoInfo
 	Policy     *lockstep.Policy
 	Workspaces []forks.WorkspaceInfo
-	Commits    []repo.CommitInfo
-	LogError   string
-	Hooks      []hookRow
+	// The workspace page shown: filters, and the next page's cursor.
+	WSQuery   forks.WorkspaceQuery
+	NextAfter string
+	Statuses  []string
+	Commits   []repo.CommitInfo
+	LogError  string
+	Hooks     []hookRow
 }
 
 type checkedAttempt struct {
@@ -460,7 +468,9 @@ func (u *uiServer) handleRepo(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
-	if d.Workspaces, err = u.s.Repos.Workspaces(ctx, info.Name, ""); err != nil {
+	d.WSQuery = forks.WorkspaceQuery{Task: c.Query("task"), Status: c.Query("status"), After: c.Query("after"), Limit: uiWorkspacePage}
+	d.Statuses = workspaceStatuses
+	if d.Workspaces, d.NextAfter, err = u.s.Repos.Workspaces(ctx, info.Name, d.WSQuery); err != nil {
 		u.fail(c, err)
 		return
 	}

@@ -1,0 +1,89 @@
+package web_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/sqlstore"
+	"github.com/lockstep-hq/lockstep/telemetry"
+	"github.com/lockstep-hq/lockstep/web"
+)
+
+// BenchmarkFleet measures the routes an agent fleet leans on with 0, 1,000
+// and 10,000 workspaces forked from one repository: a page of the
+// workspace listing, a fork, and a workspace's refs. A page must cost the
+// same however many workspaces exist.
+//
+//	go test -run XXX -bench Fleet ./web/
+func BenchmarkFleet(b *testing.B) {
+	for _, size := range []int{0, 1000, 10000} {
+		b.Run(fmt.Sprintf("workspaces=%d", size), func(b *testing.B) {
+			ctx := context.Background()
+			dir := b.TempDir()
+			db, err := sqlstore.Open(ctx, filepath.Join(dir, "m.db"), sqlstore.Options{Migrate: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			keys := auth.New(db, nil)
+			admin, secret, err := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m := telemetry.NewMetrics()
+			logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+			repos := forks.New(forks.Config{DataDir: dir}, db, logger, m, nil)
+			defer repos.Close()
+			s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Logger: logger, Gate: gate.New(gate.Config{}, db, repos, logger, m, nil)}
+			srv := httptest.NewServer(s.Handler())
+			defer srv.Close()
+			if _, err := repos.CreateRepo(ctx, admin, "app", "main"); err != nil {
+				b.Fatal(err)
+			}
+			for i := range size {
+				if _, err := repos.Fork(ctx, admin, "app", fmt.Sprintf("ws-%05d", i), ""); err != nil {
+					b.Fatal(err)
+				}
+			}
+			get := func(b *testing.B, path string) {
+				req, _ := http.NewRequest("GET", srv.URL+path, nil)
+				req.Header.Set("Authorization", "Bearer "+secret)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil || resp.StatusCode != 200 {
+					b.Fatalf("GET %s: %v %v", path, err, resp)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			b.Run("list-page-100", func(b *testing.B) {
+				for b.Loop() {
+					get(b, "/api/v1/repos/app/workspaces?limit=100")
+				}
+			})
+			b.Run("refs", func(b *testing.B) {
+				for b.Loop() {
+					get(b, "/api/v1/repos/app/refs")
+				}
+			})
+			b.Run("fork", func(b *testing.B) {
+				i := 0
+				for b.Loop() {
+					if _, err := repos.Fork(ctx, admin, "app", fmt.Sprintf("bench-%07d", i), ""); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+			})
+		})
+	}
+}
