@@ -56,4 +56,3 @@ func TestRevisionExpressions(t *testing.T) {
 	}
 	s.MustJSON(t, "GET", "/api/v1/repos/revs/compare?base="+c1[:8]+"&head=main~1", s.AdminKey, nil, http.StatusOK, nil)
 }
-
