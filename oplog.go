@@ -71,8 +71,10 @@ type OpFilter struct {
 	Repo  string
 	KeyID string
 	Op    string
-	After int64
+	After int64 // oldest first: entries after this seq; newest first: before it (0: from the end)
 	Limit int
+	// Newest lists newest first.
+	Newest bool
 }
 
 // VerifyResult is the outcome of checking the whole chain.

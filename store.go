@@ -44,7 +44,8 @@ type OpStore interface {
 	// AppendOp sets e.Seq, e.PrevHash and e.Hash and stores it. Concurrent
 	// appends form one linear chain.
 	AppendOp(ctx context.Context, e *OpEntry) error
-	// ListOps returns entries matching f, oldest first.
+	// ListOps returns entries matching f, oldest first (newest first with
+	// f.Newest).
 	ListOps(ctx context.Context, f OpFilter) ([]*OpEntry, error)
 	// VerifyOps recomputes every hash from the stored fields and checks the
 	// links; FirstBad names the first entry that does not match.

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"regexp"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -151,11 +152,36 @@ func (s *Service) List(ctx context.Context, wsName string, limit int) ([]lockste
 
 // Failure describes why a run failed, reported with the restore.
 type Failure struct {
-	Command  []string `json:"command,omitempty"`
-	ExitCode int      `json:"exit_code"`
-	Signal   string   `json:"signal,omitempty"`
-	TimedOut bool     `json:"timed_out,omitempty"`
-	Reason   string   `json:"reason,omitempty"`
+	Command    []string `json:"command,omitempty"`
+	ExitCode   int      `json:"exit_code"`
+	Signal     string   `json:"signal,omitempty"`
+	TimedOut   bool     `json:"timed_out,omitempty"`
+	Reason     string   `json:"reason,omitempty"`
+	DurationMS float64  `json:"duration_ms,omitempty"`
+	// The last bytes of the command's output (at most MaxOutputTail each;
+	// longer tails are cut at the front).
+	StdoutTail string `json:"stdout_tail,omitempty"`
+	StderrTail string `json:"stderr_tail,omitempty"`
+	// Evidence is the commit that keeps the failed worktree, if one was
+	// pushed before the restore.
+	Evidence string `json:"evidence,omitempty"`
+}
+
+// MaxOutputTail bounds each output tail a failure record keeps.
+const MaxOutputTail = 8 << 10
+
+// tail keeps the last n bytes of s, starting on a rune boundary.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	for i := 0; i < len(s) && i < 4; i++ {
+		if utf8.RuneStart(s[i]) {
+			return s[i:]
+		}
+	}
+	return s
 }
 
 // RestoreRequest is the body of a restore.
@@ -213,10 +239,22 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 		return nil, err
 	}
 	follows := c.OpID
-	if req.Failure != nil {
+	if f := req.Failure; f != nil {
+		if f.Evidence != "" {
+			if err := lockstep.ValidateOID("failure.evidence", f.Evidence); err != nil {
+				return nil, err
+			}
+		}
+		d := map[string]any{"checkpoint": c.ID, "command": f.Command, "exit_code": f.ExitCode,
+			"signal": f.Signal, "timed_out": f.TimedOut, "reason": f.Reason}
+		for k, v := range map[string]any{"duration_ms": f.DurationMS, "stdout_tail": tail(f.StdoutTail, MaxOutputTail),
+			"stderr_tail": tail(f.StderrTail, MaxOutputTail), "evidence": f.Evidence} {
+			if v != "" && v != 0.0 {
+				d[k] = v
+			}
+		}
 		e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "run.failed", Result: "failed", Repo: ws.Name, TraceID: traceID(ctx),
-			Follows: c.OpID, Details: map[string]any{"checkpoint": c.ID, "command": req.Failure.Command, "exit_code": req.Failure.ExitCode,
-				"signal": req.Failure.Signal, "timed_out": req.Failure.TimedOut, "reason": req.Failure.Reason}}
+			Follows: c.OpID, Details: d}
 		if err := s.store.AppendOp(ctx, e); err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package e2erun
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
@@ -125,6 +126,7 @@ mkdir -p gen && echo "generated" > gen/out.txt
 echo "// half-done edit" >> main.go
 rm README.md
 (sleep 600 &)
+echo "migration broke: users renamed" >&2
 exit 3`
 	state := t.TempDir()
 	cmd := exec.Command(e2ekit.Binary, "run", "--workspace", "task-1", "--dir", work, "--driver", "copy", "--state-root", state, "--json", "--", "sh", "-c", script)
@@ -207,6 +209,16 @@ exit 3`
 	ck, fail, rest := byOp["checkpoint"], byOp["run.failed"], byOp["checkpoint.restore"]
 	if ck == nil || fail == nil || rest == nil {
 		t.Fatalf("oplog lacks checkpoint/run.failed/checkpoint.restore: %v", ops)
+	}
+	// The failure record says why: the real exit code, how long it ran, the
+	// tail of its error output and the evidence commit.
+	fd := fail["details"].(map[string]any)
+	if fd["exit_code"] != 3.0 || fd["reason"] != "exit code 3" || fd["duration_ms"] == nil || fd["evidence"] != failed["commit"] ||
+		!strings.Contains(fmt.Sprint(fd["stderr_tail"]), "migration broke") {
+		t.Fatalf("run.failed details: %v (evidence commit %v)", fd, failed["commit"])
+	}
+	if msg := failed["message"].(string); !strings.Contains(msg, "exit code 3 after") || !strings.Contains(msg, "migration broke") {
+		t.Fatalf("evidence commit message does not say how the run failed:\n%s", msg)
 	}
 	if fail["follows"] != ck["id"] || rest["follows"] != fail["id"] {
 		t.Fatalf("oplog chain not linked: checkpoint %v, failure follows %v (id %v), restore follows %v", ck["id"], fail["follows"], fail["id"], rest["follows"])

@@ -101,7 +101,8 @@ func scanOp(row interface{ Scan(...any) error }) (*lockstep.OpEntry, json.RawMes
 	return &e, raw, nil
 }
 
-// ListOps returns entries matching f, oldest first.
+// ListOps returns entries matching f, oldest first (newest first with
+// f.Newest).
 func (s *DB) ListOps(ctx context.Context, f lockstep.OpFilter) (out []*lockstep.OpEntry, err error) {
 	ctx, span := s.start(ctx, "ListOps")
 	defer func() { err = end(span, err) }()
@@ -111,7 +112,17 @@ func (s *DB) ListOps(ctx context.Context, f lockstep.OpFilter) (out []*lockstep.
 		args = append(args, v)
 		where = append(where, fmt.Sprintf(cond, len(args)))
 	}
-	add("seq > $%d", f.After)
+	order := "seq"
+	switch {
+	case !f.Newest:
+		add("seq > $%d", f.After)
+	case f.After > 0:
+		add("seq < $%d", f.After)
+		order = "seq DESC"
+	default:
+		order = "seq DESC"
+		where = append(where, "1 = 1")
+	}
 	if f.Repo != "" {
 		add("repo = $%d", f.Repo)
 	}
@@ -126,7 +137,7 @@ func (s *DB) ListOps(ctx context.Context, f lockstep.OpFilter) (out []*lockstep.
 		limit = 100
 	}
 	args = append(args, limit)
-	q := fmt.Sprintf(`SELECT %s FROM oplog WHERE %s ORDER BY seq LIMIT $%d`, opCols, strings.Join(where, " AND "), len(args))
+	q := fmt.Sprintf(`SELECT %s FROM oplog WHERE %s ORDER BY %s LIMIT $%d`, opCols, strings.Join(where, " AND "), order, len(args))
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err

@@ -450,6 +450,50 @@ type workspaceData struct {
 	EvalError   string
 	CanFail     bool
 	CompareURL  string
+	// Why it failed: the failed runs (newest first) and, for a failed
+	// workspace, who marked it and why.
+	Runs   []failedRun
+	Marked *lockstep.OpEntry
+}
+
+// failedRun is one failed `lockstep run` as its run.failed entry records it.
+type failedRun struct {
+	*lockstep.OpEntry
+	Command    string
+	Ended      string
+	Duration   string
+	Evidence   string
+	StdoutTail string
+	StderrTail string
+}
+
+// uiFailedRuns is how many failed runs a workspace page shows.
+const uiFailedRuns = 5
+
+func newFailedRun(e *lockstep.OpEntry) failedRun {
+	d := e.Details
+	str := func(k string) string { s, _ := d[k].(string); return s }
+	r := failedRun{OpEntry: e, Evidence: str("evidence"), StdoutTail: str("stdout_tail"), StderrTail: str("stderr_tail")}
+	if cmd, ok := d["command"].([]any); ok {
+		parts := make([]string, len(cmd))
+		for i, c := range cmd {
+			parts[i] = fmt.Sprint(c)
+		}
+		r.Command = strings.Join(parts, " ")
+	}
+	switch {
+	case d["timed_out"] == true:
+		r.Ended = "timed out"
+	case str("signal") != "":
+		r.Ended = "killed by signal " + str("signal")
+	default:
+		code, _ := d["exit_code"].(float64)
+		r.Ended = fmt.Sprintf("exit code %d", int(code))
+	}
+	if ms, ok := d["duration_ms"].(float64); ok {
+		r.Duration = fmt.Sprintf("%.1f s", ms/1000)
+	}
+	return r
 }
 
 func (u *uiServer) handleRepo(c *gin.Context) {
@@ -534,6 +578,24 @@ func (u *uiServer) workspace(c *gin.Context, info *forks.RepoInfo) {
 		}
 		if err != nil {
 			d.EvalError = publicMessage(c, err)
+		}
+	}
+	runs, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: info.Name, Op: "run.failed", Newest: true, Limit: uiFailedRuns})
+	if err != nil {
+		u.fail(c, err)
+		return
+	}
+	for _, e := range runs {
+		d.Runs = append(d.Runs, newFailedRun(e))
+	}
+	if info.Status == lockstep.StatusFailed {
+		marks, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: info.Name, Op: "workspace." + lockstep.StatusFailed, Newest: true, Limit: 1})
+		if err != nil {
+			u.fail(c, err)
+			return
+		}
+		if len(marks) > 0 {
+			d.Marked = marks[0]
 		}
 	}
 	d.CanFail = info.Status == lockstep.StatusActive && auth.Require(me, lockstep.RoleAdmin, lockstep.RoleReviewer, lockstep.RoleCI) == nil

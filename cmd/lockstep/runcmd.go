@@ -17,6 +17,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/client"
 	"github.com/lockstep-hq/lockstep/fssnap"
+	"github.com/lockstep-hq/lockstep/fssnap/proc"
 	"github.com/lockstep-hq/lockstep/fssnap/txrun"
 )
 
@@ -187,15 +188,55 @@ func (s *serverCheckpointer) Checkpoint(ctx context.Context, fsID string) (strin
 
 // Evidence pushes the failed run's worktree as an attempt before anything
 // is restored: the damage is undone, the evidence kept.
-func (s *serverCheckpointer) Evidence(ctx context.Context) error {
-	_, err := s.push(ctx, "failed run: "+strings.Join(s.command, " "))
-	return err
+// Its commit message says how the run failed.
+func (s *serverCheckpointer) Evidence(ctx context.Context, f *txrun.Failure) (string, error) {
+	rep, err := s.push(ctx, evidenceMessage(f))
+	if err != nil {
+		return "", err
+	}
+	return rep.Commit, nil
 }
 
-// Restore rolls code and database back on the server.
-func (s *serverCheckpointer) Restore(ctx context.Context, id string) (txrun.RestoreReport, error) {
+// evidenceMessage is the commit message of a failed run's evidence: the
+// command, how it ended, and the tail of its error output.
+func evidenceMessage(f *txrun.Failure) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "failed run: %s\n\n%s after %.1f s\n", clip(strings.Join(f.Command, " "), 200), failureText(f.Status), f.Status.DurationMs/1000)
+	if t := strings.TrimSpace(f.StderrTail); t != "" {
+		fmt.Fprintf(&b, "\nstderr (last lines):\n%s\n", lastLines(t, 20))
+	} else if t := strings.TrimSpace(f.StdoutTail); t != "" {
+		fmt.Fprintf(&b, "\nstdout (last lines):\n%s\n", lastLines(t, 20))
+	}
+	return b.String()
+}
+
+// failureText says how a command ended: "exit code 3", "killed by
+// signal killed", "timed out".
+func failureText(st proc.Status) string {
+	switch {
+	case st.TimedOut:
+		return "timed out"
+	case st.Signal != "":
+		return "killed by signal " + st.Signal
+	}
+	return fmt.Sprintf("exit code %d", st.ExitCode)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Restore rolls code and database back on the server and records why the
+// run failed (exit code, duration, output tails, the evidence commit).
+func (s *serverCheckpointer) Restore(ctx context.Context, id string, f *txrun.Failure) (txrun.RestoreReport, error) {
 	raw, err := s.c.Do(ctx, http.MethodPost, apiPath(s.ws, "checkpoints", id, "restore"),
-		map[string]any{"failure": map[string]any{"command": s.command, "reason": "the command failed (see the run report)"}})
+		map[string]any{"failure": map[string]any{"command": s.command, "exit_code": f.Status.ExitCode, "signal": f.Status.Signal,
+			"timed_out": f.Status.TimedOut, "duration_ms": f.Status.DurationMs, "stdout_tail": f.StdoutTail, "stderr_tail": f.StderrTail,
+			"evidence": f.Evidence, "reason": failureText(f.Status)}})
 	if err != nil {
 		return txrun.RestoreReport{}, err
 	}
@@ -272,11 +313,19 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 }
 
 func printRunReport(e *env, rep *txrun.Report) {
-	state := "succeeded"
-	if !rep.Succeeded {
-		state = "FAILED → rolled back"
+	switch {
+	case rep.Succeeded:
+		fmt.Fprintf(e.stderr, "\nlockstep run succeeded (%s driver, snapshot %s, checkpoint %s)\n", rep.Driver, rep.FSSnapshot, rep.Checkpoint)
+	case !rep.RolledBack:
+		// Refused before the command started: nothing ran, nothing to undo.
+		fmt.Fprintf(e.stderr, "\nlockstep run: NOT RUN: refused before the command started (nothing changed)\n")
+	default:
+		fmt.Fprintf(e.stderr, "\nlockstep run FAILED → rolled back (%s driver, snapshot %s, checkpoint %s)\n", rep.Driver, rep.FSSnapshot, rep.Checkpoint)
+		fmt.Fprintf(e.stderr, "  command: %s after %.1f s\n", failureText(rep.Status), rep.Status.DurationMs/1000)
+		if rep.Evidence != "" {
+			fmt.Fprintf(e.stderr, "  failed worktree kept as evidence: %s\n", short(rep.Evidence))
+		}
 	}
-	fmt.Fprintf(e.stderr, "\nlockstep run %s (%s driver, snapshot %s, checkpoint %s)\n", state, rep.Driver, rep.FSSnapshot, rep.Checkpoint)
 	for _, s := range rep.Steps {
 		line := fmt.Sprintf("  %-20s %8.1f ms", s.Name, s.DurationMs)
 		if s.Error != "" {

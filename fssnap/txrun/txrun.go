@@ -41,8 +41,9 @@ type Checkpointer interface {
 	// Checkpoint pushes the worktree and records a checkpoint (commit,
 	// database snapshot, fsSnapshotID); it returns the checkpoint id.
 	Checkpoint(ctx context.Context, fsSnapshotID string) (checkpointID string, err error)
-	// Restore rolls code and database back to checkpointID.
-	Restore(ctx context.Context, checkpointID string) (RestoreReport, error)
+	// Restore rolls code and database back to checkpointID, recording why
+	// the run failed.
+	Restore(ctx context.Context, checkpointID string, f *Failure) (RestoreReport, error)
 	// Commit makes the run's result permanent (--commit-on-success).
 	Commit(ctx context.Context) error
 }
@@ -52,7 +53,18 @@ type Checkpointer interface {
 // damage is undone, the evidence kept. A failure to keep it does not stop
 // the rollback.
 type Evidencer interface {
-	Evidence(ctx context.Context) error
+	// Evidence keeps the failed worktree and returns the commit it made.
+	Evidence(ctx context.Context, f *Failure) (commit string, err error)
+}
+
+// Failure is why a run failed, as the server records it with the restore.
+type Failure struct {
+	Command    []string
+	Status     proc.Status
+	StdoutTail string
+	StderrTail string
+	// Evidence is the commit keeping the failed worktree ("" if none).
+	Evidence string
 }
 
 // RestoreReport is what the server restored.
@@ -83,7 +95,15 @@ type Options struct {
 	KillGrace    time.Duration
 	CgroupRoot   string // see proc.Spec
 	Now          func() time.Time
+	// OutputTail keeps the last bytes of the command's standard output
+	// and error (each) for the report and the server's failure record
+	// (default 4 KiB; negative: none). The command then writes to pipes
+	// that are copied to Stdout and Stderr as it runs.
+	OutputTail int
 }
+
+// DefaultOutputTail is what Options.OutputTail 0 keeps of each stream.
+const DefaultOutputTail = 4 << 10
 
 // Step is one timed step.
 type Step struct {
@@ -116,6 +136,9 @@ type Report struct {
 	Committed  bool           `json:"committed"`
 	Purity     Purity         `json:"purity"`
 	Steps      []Step         `json:"steps"`
+	StdoutTail string         `json:"stdout_tail,omitempty"`
+	StderrTail string         `json:"stderr_tail,omitempty"`
+	Evidence   string         `json:"evidence,omitempty"` // the commit keeping a failed run's worktree
 	StartedAt  time.Time      `json:"started_at"`
 	TotalMs    float64        `json:"total_ms"`
 }
@@ -191,12 +214,32 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 
 	var run *proc.Run
 	var runErr error
+	stdout, stderr := opts.Stdout, opts.Stderr
+	var outTail, errTail *tailWriter
+	if n := opts.OutputTail; n >= 0 {
+		if n == 0 {
+			n = DefaultOutputTail
+		}
+		var err error
+		if outTail, err = newTailWriter(opts.Stdout, n); err != nil {
+			return rep, err
+		}
+		if errTail, err = newTailWriter(opts.Stderr, n); err != nil {
+			outTail.close()
+			return rep, err
+		}
+		stdout, stderr = outTail.w, errTail.w
+	}
 	rep.step("run", func() error {
 		run, runErr = proc.Start(ctx, proc.Spec{
 			Args: opts.Args, Dir: opts.Dir, Env: opts.Env,
-			Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr,
+			Stdin: opts.Stdin, Stdout: stdout, Stderr: stderr,
 			Timeout: opts.Timeout, KillGrace: opts.KillGrace, CgroupRoot: opts.CgroupRoot,
 		})
+		if outTail != nil {
+			outTail.started()
+			errTail.started()
+		}
 		if runErr != nil {
 			return runErr
 		}
@@ -204,6 +247,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.Status, runErr = run.Wait(ctx)
 		return runErr
 	})
+	if outTail != nil {
+		rep.StdoutTail, rep.StderrTail = outTail.finish(), errTail.finish()
+	}
 	if run != nil {
 		defer run.Close()
 	}
@@ -241,11 +287,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		addErr(runErr)
 	}
 	rep.RolledBack = true
+	failure := &Failure{Command: opts.Args, Status: rep.Status, StdoutTail: rep.StdoutTail, StderrTail: rep.StderrTail}
 	// Keep the failed worktree as evidence before anything is restored.
 	if ev, ok := opts.Checkpointer.(Evidencer); ok && rep.Checkpoint != "" {
-		if err := rep.step("evidence", func() error { return ev.Evidence(ctx) }); err != nil {
+		if err := rep.step("evidence", func() (err error) {
+			failure.Evidence, err = ev.Evidence(ctx, failure)
+			return err
+		}); err != nil {
 			addErr(err)
 		}
+		rep.Evidence = failure.Evidence
 	}
 	// The server's restore (code, database) touches nothing on this
 	// machine: it runs while the filesystem is restored and verified.
@@ -255,7 +306,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		go func() {
 			defer wg.Done()
 			t := time.Now()
-			rr, err := opts.Checkpointer.Restore(ctx, rep.Checkpoint)
+			rr, err := opts.Checkpointer.Restore(ctx, rep.Checkpoint, failure)
 			serverStep = Step{Name: "restore_checkpoint", DurationMs: ms(time.Since(t))}
 			if err != nil {
 				serverStep.Error = err.Error()

@@ -21,9 +21,10 @@ import (
 
 // recorder is a Checkpointer that records calls.
 type recorder struct {
-	mu    sync.Mutex
-	calls []string
-	n     int
+	mu      sync.Mutex
+	calls   []string
+	n       int
+	failure *txrun.Failure // what the last restore reported
 }
 
 func (r *recorder) Checkpoint(ctx context.Context, fs string) (string, error) {
@@ -35,10 +36,11 @@ func (r *recorder) Checkpoint(ctx context.Context, fs string) (string, error) {
 	return id, nil
 }
 
-func (r *recorder) Restore(ctx context.Context, id string) (txrun.RestoreReport, error) {
+func (r *recorder) Restore(ctx context.Context, id string, f *txrun.Failure) (txrun.RestoreReport, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, "restore "+id)
+	r.failure = f
 	return txrun.RestoreReport{Commit: "c-" + id, DBRestored: true}, nil
 }
 
@@ -125,10 +127,20 @@ func TestRunSuccessAndFailure(t *testing.T) {
 		t.Fatal("success run lost its output")
 	}
 	before, _ := fssnap.BuildManifest(dir, nil)
-	rep, err = txrun.Run(ctx, txrun.Options{Workspace: "ws", Dir: dir, Args: []string{"sh", "-c", "rm -rf d*; echo x > new; setsid sleep 1000 & exit 2"},
-		Driver: drv, Snap: opts, Checkpointer: rec})
+	rep, err = txrun.Run(ctx, txrun.Options{Workspace: "ws", Dir: dir, Args: []string{"sh", "-c",
+		"rm -rf d*; echo x > new; seq 1 3000; echo 'disk full: giving up' >&2; setsid sleep 1000 & exit 2"},
+		Driver: drv, Snap: opts, Checkpointer: rec, OutputTail: 100})
 	if err != nil || rep.Succeeded || !rep.RolledBack || !rep.Purity.Clean || rep.Status.ExitCode != 2 {
 		t.Fatalf("failed run: %v %+v", err, rep)
+	}
+	// The server hears why: exit code, duration and the output's tail.
+	f := rec.failure
+	if f == nil || f.Status.ExitCode != 2 || f.Status.DurationMs <= 0 || f.StderrTail != "disk full: giving up\n" ||
+		!strings.HasSuffix(f.StdoutTail, "2999\n3000\n") || len(f.StdoutTail) > 100 || strings.Join(f.Command, " ") != "sh -c "+rep.Command[2] {
+		t.Fatalf("restore got failure %+v", f)
+	}
+	if rep.StdoutTail != f.StdoutTail || rep.StderrTail != f.StderrTail {
+		t.Fatalf("report tails %q / %q differ from the failure's", rep.StdoutTail, rep.StderrTail)
 	}
 	if rep.Restored == nil || !rep.Restored.DBRestored || rec.last() != "restore "+rep.Checkpoint {
 		t.Fatalf("server restore not called: %+v %v", rep.Restored, rec.calls)
