@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -64,6 +65,11 @@ type Config struct {
 	// PollInterval is how often the worker looks for due deliveries when
 	// nothing woke it (default 500ms).
 	PollInterval time.Duration
+	// HookAllowHosts are hook targets allowed although internal (loopback,
+	// private, link-local …): by host name, IP or CIDR.
+	HookAllowHosts AllowList
+	// Resolver checks a hook's host at registration (nil: the system's).
+	Resolver *net.Resolver
 }
 
 // New returns the gate service.
