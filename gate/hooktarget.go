@@ -140,7 +140,9 @@ func checkHookURL(ctx context.Context, raw string, allow AllowList, resolver *ne
 		return lockstep.Errorf(lockstep.EINVALID, "hook url %q: want an absolute http(s) URL", raw)
 	}
 	if u.User != nil {
-		return lockstep.Errorf(lockstep.EINVALID, "hook url %s: credentials in the URL (user:pass@) are refused; the hook secret signs every delivery", u.Redacted())
+		bare := *u
+		bare.User = nil
+		return lockstep.Errorf(lockstep.EINVALID, "hook url %s: credentials in the URL (userinfo) are refused; the hook secret signs every delivery", bare.String())
 	}
 	host := u.Hostname()
 	if host == "" {
