@@ -62,11 +62,25 @@ func (s *Service) CreateHook(ctx context.Context, actor *lockstep.Key, repoName 
 	}
 	h := &lockstep.Hook{ID: sqlstore.NewID("hook_"), Repo: r.Name, RepoID: r.ID, URL: req.URL, Secret: req.Secret, Events: req.Events, Active: true}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "hook.create", Repo: r.Name,
-		Details: map[string]any{"hook_id": h.ID, "url": h.URL, "events": h.Events}}
+		Details: map[string]any{"hook_id": h.ID, "url": logURL(h.URL), "events": h.Events}}
 	if err := s.store.CreateHook(ctx, h, entry); err != nil {
 		return nil, err
 	}
 	return h, nil
+}
+
+// logURL is a hook URL as the operations log (readable by agents) keeps
+// it: without a query, which may carry a receiver's token.
+func logURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "redacted"
+	}
+	u.User, u.Fragment = nil, ""
+	return u.String()
 }
 
 func validSecret(secret string) error {

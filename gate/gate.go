@@ -6,8 +6,11 @@
 // a per-branch landing queue, first come first served, so concurrent
 // promotes neither lose updates nor spin in retry loops. Gate hooks tell
 // CI about workspace events: deliveries are written to an outbox in the
-// same transaction as the event and sent, signed with HMAC-SHA256, by a
-// worker with exponential backoff and jitter (delivery.go).
+// same transaction as the event and sent, signed with HMAC-SHA256 (the
+// Standard Webhooks headers and the legacy X-Lockstep-Signature), by a
+// worker with exponential backoff and jitter (delivery.go), only to public
+// addresses or allowed hosts, checked on the address dialed
+// (hooktarget.go).
 package gate
 
 import (
