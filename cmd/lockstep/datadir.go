@@ -81,11 +81,28 @@ func loadSecretKey(c *serveConfig) ([]byte, error) {
 	if _, err := rand.Read(k); err != nil {
 		return nil, err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(hex.EncodeToString(k)+"\n"), 0o600); err != nil {
+	// Written to a private temp file, then linked into place: link fails
+	// when another process sharing the directory created the key first,
+	// and then that key is used (two keys would make the other's
+	// ciphertexts unreadable).
+	tmp, err := os.CreateTemp(c.Data, ".secret.key-*")
+	if err != nil {
 		return nil, fmt.Errorf("write secret key: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(hex.EncodeToString(k) + "\n"); err != nil {
+		tmp.Close()
+		return nil, fmt.Errorf("write secret key: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return nil, fmt.Errorf("write secret key: %w", err)
+	}
+	tmp.Close()
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if os.IsExist(err) {
+			return loadSecretKey(c)
+		}
 		return nil, fmt.Errorf("write secret key: %w", err)
 	}
 	return k, nil
