@@ -152,8 +152,12 @@ func checkHookURL(ctx context.Context, raw string, allow AllowList, resolver *ne
 		return nil
 	}
 	refuse := func(ip netip.Addr, why string) error {
-		return lockstep.Errorf(lockstep.EINVALID, "hook url %s: host %s is %s (%s); hooks may only target public addresses unless the host is listed in --hook-allow-hosts (LOCKSTEP_HOOK_ALLOW_HOSTS)",
-			u.Redacted(), host, why, ip)
+		what := "host " + host + " is"
+		if ip.String() != host {
+			what = "host " + host + " resolves to " + ip.String() + ", which is"
+		}
+		return lockstep.Errorf(lockstep.EINVALID, "hook url %s: %s %s; hooks may only target public addresses unless the host is listed in --hook-allow-hosts (LOCKSTEP_HOOK_ALLOW_HOSTS)",
+			u.Redacted(), what, why)
 	}
 	if ip, err := netip.ParseAddr(host); err == nil {
 		if why := internalAddr(ip); why != "" && !allow.ipAllowed(ip) {
