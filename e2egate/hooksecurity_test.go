@@ -64,6 +64,10 @@ func TestHookTargetRules(t *testing.T) {
 		ds := s.deliveries(t, "base", redirectHook)
 		return len(ds) == 1 && len(ds[0].History) >= 1
 	})
+	eventually(t, 60*time.Second, "the direct hook's delivery", func() bool {
+		ds := s.deliveries(t, "base", laterBlocked)
+		return len(ds) == 1 && ds[0].Status == "succeeded"
+	})
 	a := s.deliveries(t, "base", redirectHook)[0].History[0]
 	if a.StatusCode != http.StatusTemporaryRedirect || !strings.Contains(a.Error, "redirect") {
 		t.Errorf("redirect attempt: %+v, want status 307 and an error naming the redirect", a)
