@@ -51,6 +51,10 @@ type Hook struct {
 	Events    []string  `json:"events"`
 	Active    bool      `json:"active"`
 	CreatedAt time.Time `json:"created_at"`
+	// PrevSecret still signs deliveries (a second signature) until
+	// PrevSecretUntil, after a rotation with an overlap.
+	PrevSecret      string     `json:"-"`
+	PrevSecretUntil *time.Time `json:"previous_secret_until,omitempty"`
 }
 
 // Delivery statuses.
@@ -107,6 +111,9 @@ type GateStore interface {
 	// Hooks lists a repository's hooks; Hook returns not_found.
 	Hooks(ctx context.Context, repoID int64) ([]Hook, error)
 	Hook(ctx context.Context, id string) (*Hook, error)
+	// RotateHookSecret replaces a hook's secret; prev keeps signing until
+	// prevUntil (prev "" ends any overlap). Returns not_found.
+	RotateHookSecret(ctx context.Context, id, secret, prev string, prevUntil time.Time, entry *OpEntry) error
 	// DeactivateHook stops deliveries to a hook (kept for its history).
 	DeactivateHook(ctx context.Context, id string, entry *OpEntry) error
 	// EnqueueEvents writes deliveries for matching hooks in their own

@@ -65,7 +65,7 @@ func TestCLI(t *testing.T) {
 			Active bool   `json:"active"`
 		} `json:"hooks"`
 	}
-	s.cliJSON(t, agent.Secret, &hooks, "hooks", "list", "base", "--json")
+	s.cliJSON(t, ci.Secret, &hooks, "hooks", "list", "base", "--json")
 	if len(hooks.Hooks) != 1 || hooks.Hooks[0].ID != hook.ID || !hooks.Hooks[0].Active {
 		t.Fatalf("hooks list: %+v", hooks)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstep-hq/lockstep/client"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
@@ -51,6 +52,11 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		status = http.StatusInternalServerError
 	}
 	if !gate.Verify(hookSecret, body, req.Header.Get("X-Lockstep-Signature")) {
+		r.badSigs++
+		status = http.StatusUnauthorized
+	}
+	// The Standard Webhooks signature too (issue 15), on every delivery.
+	if w, err := client.VerifyWebhook([]string{hookSecret}, req.Header, body, time.Now(), 0); err != nil || w.ID != req.Header.Get("X-Lockstep-Delivery") {
 		r.badSigs++
 		status = http.StatusUnauthorized
 	}

@@ -61,10 +61,17 @@ type runner struct {
 // with a ci key and waits until its hook is registered.
 func (s *server) startRunner(t *testing.T, ciKey, repo, name string, command ...string) *runner {
 	t.Helper()
+	return s.startRunnerWith(t, ciKey, repo, name, nil, command...)
+}
+
+// startRunnerWith is startRunner with extra runner flags.
+func (s *server) startRunnerWith(t *testing.T, ciKey, repo, name string, flags []string, command ...string) *runner {
+	t.Helper()
 	if len(command) == 0 {
 		command = []string{"go", "test", "./..."}
 	}
-	cmd := exec.Command(e2ekit.Binary, append([]string{"runner", "--repo", repo, "--check", name, "--timeout", "3m", "--"}, command...)...)
+	args := append([]string{"runner", "--repo", repo, "--check", name, "--timeout", "3m"}, flags...)
+	cmd := exec.Command(e2ekit.Binary, append(append(args, "--"), command...)...)
 	home := t.TempDir()
 	cmd.Env = append(e2ekit.CleanEnv(), "LOCKSTEP_URL="+s.URL, "LOCKSTEP_KEY="+ciKey,
 		"GOFLAGS=-mod=mod", "GOCACHE="+goCache, "GOTOOLCHAIN=local", "GOPATH="+filepath.Join(home, "gopath"),

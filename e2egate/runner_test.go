@@ -1,13 +1,17 @@
 package e2egate
 
 import (
+	"bytes"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockstep-hq/lockstep/gate"
 )
 
 // TestRunnerStopMidRun: a runner stopped (SIGTERM) while its command runs
@@ -76,5 +80,72 @@ func TestRunnerStopMidRun(t *testing.T) {
 		if h.Active {
 			t.Errorf("the stopped runner's hook is still active: %+v", after)
 		}
+	}
+}
+
+// TestRunnerRefusesReplayAndStale (issue 15): the real runner verifies the
+// Standard Webhooks signature: a correctly signed delivery older than the
+// tolerance is refused (401) and not run; a fresh one runs; the same
+// delivery sent again (a captured request replayed) is refused (409) and
+// not run again.
+func TestRunnerRefusesReplayAndStale(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOpts{})
+	s.CreateRepo(t, "base")
+	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
+	ci := s.CreateKey(t, "ci", "ci")
+	agent := s.CreateKey(t, "agent", "agent")
+	s.fork(t, agent.Secret, "base", "ws")
+	// Pushed before the runner's hook exists: no real delivery for it.
+	tip := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"}).Commit
+
+	dir := t.TempDir()
+	const secret = "whsec_cnVubmVyLXRlc3Qtc2VjcmV0LWtleS1ieXRlcyE="
+	secretFile := filepath.Join(dir, "secret")
+	os.WriteFile(secretFile, []byte(secret+"\n"), 0o600)
+	runs := filepath.Join(dir, "runs")
+	s.startRunnerWith(t, ci.Secret, "base", "tests", []string{"--secret-file", secretFile}, "sh", "-c", "echo run >> "+runs)
+	var hooks struct {
+		Hooks []struct {
+			URL string `json:"url"`
+		} `json:"hooks"`
+	}
+	s.MustJSON(t, "GET", "/api/v1/repos/base/hooks", s.AdminKey, nil, http.StatusOK, &hooks)
+	hookURL := hooks.Hooks[0].URL
+
+	send := func(id string, ts time.Time) int {
+		t.Helper()
+		body := []byte(`{"event":"push","repository":"base","workspace":"ws","commit":"` + tip + `","delivery_id":"` + id + `"}`)
+		req, _ := http.NewRequest("POST", hookURL, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("webhook-id", id)
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(ts.Unix(), 10))
+		req.Header.Set("webhook-signature", gate.SignStandard(secret, id, ts, body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("send delivery: %v", err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := send("dlv_stale", time.Now().Add(-10*time.Minute)); code != http.StatusUnauthorized {
+		t.Errorf("stale delivery: runner answered %d, want 401", code)
+	}
+	fresh := time.Now()
+	if code := send("dlv_fresh", fresh); code != http.StatusAccepted {
+		t.Fatalf("fresh delivery: runner answered %d, want 202", code)
+	}
+	if c := s.waitCheck(t, "ws", tip, "tests", 60*time.Second); c.Status != "success" {
+		t.Fatalf("check: %+v", c)
+	}
+	if code := send("dlv_fresh", fresh); code != http.StatusConflict {
+		t.Errorf("BUG: replayed delivery: runner answered %d, want 409", code)
+	}
+	b, _ := os.ReadFile(runs)
+	if n := strings.Count(string(b), "run"); n != 1 {
+		t.Errorf("the command ran %d times, want 1 (the stale and the replayed deliveries must not run)", n)
+	}
+	if h := s.checks(t, "ws", tip).History; len(h) != 2 { // pending, success
+		t.Errorf("check history: %+v, want pending then success only", h)
 	}
 }

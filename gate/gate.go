@@ -6,14 +6,18 @@
 // a per-branch landing queue, first come first served, so concurrent
 // promotes neither lose updates nor spin in retry loops. Gate hooks tell
 // CI about workspace events: deliveries are written to an outbox in the
-// same transaction as the event and sent, signed with HMAC-SHA256, by a
-// worker with exponential backoff and jitter (delivery.go).
+// same transaction as the event and sent, signed with HMAC-SHA256 (the
+// Standard Webhooks headers and the legacy X-Lockstep-Signature), by a
+// worker with exponential backoff and jitter (delivery.go), only to public
+// addresses or allowed hosts, checked on the address dialed
+// (hooktarget.go).
 package gate
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -64,6 +68,11 @@ type Config struct {
 	// PollInterval is how often the worker looks for due deliveries when
 	// nothing woke it (default 500ms).
 	PollInterval time.Duration
+	// HookAllowHosts are hook targets allowed although internal (loopback,
+	// private, link-local …): by host name, IP or CIDR.
+	HookAllowHosts AllowList
+	// Resolver checks a hook's host at registration (nil: the system's).
+	Resolver *net.Resolver
 }
 
 // New returns the gate service.

@@ -13,6 +13,7 @@ package sqlstore
 
 import (
 	"context"
+	"crypto/cipher"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -45,6 +46,8 @@ type DB struct {
 	dialect string // "sqlite" or "postgres"
 	tracer  trace.Tracer
 	now     func() time.Time
+	aead    cipher.AEAD // seals hook secrets; nil: stored as given
+	sealed  int         // plaintext secrets encrypted by Open
 }
 
 var _ lockstep.Store = (*DB)(nil)
@@ -55,6 +58,10 @@ type Options struct {
 	Migrate bool
 	// Now is the clock (tests inject one); default time.Now.
 	Now func() time.Time
+	// SecretKey (32 bytes) encrypts hook secrets at rest with AES-256-GCM;
+	// Open encrypts secrets stored in plaintext before. Without it
+	// secrets are stored as given (tests of the store alone).
+	SecretKey []byte
 }
 
 // IsPostgres reports whether a database URL selects PostgreSQL.
@@ -88,6 +95,11 @@ func Open(ctx context.Context, dbURL string, opts Options) (*DB, error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("create metadata dir: %w", err)
 		}
+		// The database and its -wal and -shm files (SQLite gives them the
+		// database file's mode) are readable by the owner only.
+		if err := restrictFiles(path, path+"-wal", path+"-shm"); err != nil {
+			return nil, err
+		}
 		// WAL with synchronous=NORMAL survives a process crash with every
 		// committed transaction; a power loss may lose the last commits but
 		// never breaks consistency, and objects are always written before
@@ -98,6 +110,9 @@ func Open(ctx context.Context, dbURL string, opts Options) (*DB, error) {
 		q.Add("_pragma", "journal_mode(WAL)")
 		q.Add("_pragma", "synchronous(NORMAL)")
 		q.Add("_pragma", "foreign_keys(1)")
+		// Deleted and overwritten content is zeroed, so a secret replaced
+		// by its ciphertext leaves no plaintext in free space.
+		q.Add("_pragma", "secure_delete(1)")
 		q.Add("_txlock", "immediate")
 		s.db, err = sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 		if err != nil {
@@ -114,7 +129,36 @@ func Open(ctx context.Context, dbURL string, opts Options) (*DB, error) {
 		s.db.Close()
 		return nil, err
 	}
+	if opts.SecretKey != nil {
+		if s.aead, err = newAEAD(opts.SecretKey); err != nil {
+			s.db.Close()
+			return nil, err
+		}
+		if s.sealed, err = s.sealPlaintextSecrets(ctx); err != nil {
+			s.db.Close()
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// SealedAtOpen is how many plaintext hook secrets Open encrypted.
+func (s *DB) SealedAtOpen() int { return s.sealed }
+
+// restrictFiles creates path (mode 0600) when missing and sets every
+// existing file of paths to 0600.
+func restrictFiles(path string, paths ...string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("create metadata file: %w", err)
+	}
+	f.Close()
+	for _, p := range paths {
+		if err := os.Chmod(p, 0o600); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("restrict %s to its owner: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // Dialect returns "sqlite" or "postgres".

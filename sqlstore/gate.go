@@ -93,27 +93,73 @@ func (s *DB) CreateHook(ctx context.Context, h *lockstep.Hook, entry *lockstep.O
 		h.CreatedAt = lockstep.TruncateTime(s.now())
 	}
 	ev, _ := json.Marshal(h.Events)
+	sealed, err := s.seal(h.ID, h.Secret)
+	if err != nil {
+		return err
+	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO hooks (id, repo_id, url, secret, events, active, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			h.ID, h.RepoID, h.URL, h.Secret, string(ev), h.Active, micros(h.CreatedAt)); err != nil {
+			h.ID, h.RepoID, h.URL, sealed, string(ev), h.Active, micros(h.CreatedAt)); err != nil {
 			return fmt.Errorf("insert hook: %w", err)
 		}
 		return s.appendOp(ctx, tx, entry)
 	})
 }
 
-const hookCols = `h.id, r.name, h.repo_id, h.url, h.secret, h.events, h.active, h.created_at`
+const hookCols = `h.id, r.name, h.repo_id, h.url, h.secret, h.events, h.active, h.created_at, h.prev_secret, h.prev_secret_until`
 
-func scanHook(row interface{ Scan(...any) error }) (*lockstep.Hook, error) {
+// scanHook reads a hook row and decrypts its secrets.
+func (s *DB) scanHook(row interface{ Scan(...any) error }) (*lockstep.Hook, error) {
 	var h lockstep.Hook
 	var ev string
-	var t int64
-	if err := row.Scan(&h.ID, &h.Repo, &h.RepoID, &h.URL, &h.Secret, &ev, &h.Active, &t); err != nil {
+	var t, until int64
+	if err := row.Scan(&h.ID, &h.Repo, &h.RepoID, &h.URL, &h.Secret, &ev, &h.Active, &t, &h.PrevSecret, &until); err != nil {
 		return nil, err
 	}
 	h.CreatedAt = fromMicros(t)
 	json.Unmarshal([]byte(ev), &h.Events)
+	var err error
+	if h.Secret, err = s.open(h.ID, h.Secret); err != nil {
+		return nil, err
+	}
+	if h.PrevSecret != "" && until > 0 {
+		if h.PrevSecret, err = s.open(h.ID, h.PrevSecret); err != nil {
+			return nil, err
+		}
+		u := fromMicros(until)
+		h.PrevSecretUntil = &u
+	} else {
+		h.PrevSecret = ""
+	}
 	return &h, nil
+}
+
+// RotateHookSecret replaces a hook's secret, keeping prev until prevUntil.
+func (s *DB) RotateHookSecret(ctx context.Context, id, secret, prev string, prevUntil time.Time, entry *lockstep.OpEntry) (err error) {
+	ctx, span := s.start(ctx, "RotateHookSecret")
+	defer func() { err = end(span, err) }()
+	sealed, err := s.seal(id, secret)
+	if err != nil {
+		return err
+	}
+	var sealedPrev string
+	var until int64
+	if prev != "" {
+		if sealedPrev, err = s.seal(id, prev); err != nil {
+			return err
+		}
+		until = micros(prevUntil)
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE hooks SET secret = $1, prev_secret = $2, prev_secret_until = $3 WHERE id = $4`, sealed, sealedPrev, until, id)
+		if err != nil {
+			return fmt.Errorf("rotate hook secret: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return lockstep.Errorf(lockstep.ENOTFOUND, "hook %s not found", id)
+		}
+		return s.appendOp(ctx, tx, entry)
+	})
 }
 
 // Hooks lists a repository's hooks.
@@ -126,7 +172,7 @@ func (s *DB) Hooks(ctx context.Context, repoID int64) (out []lockstep.Hook, err 
 	}
 	defer rows.Close()
 	for rows.Next() {
-		h, err := scanHook(rows)
+		h, err := s.scanHook(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -139,7 +185,7 @@ func (s *DB) Hooks(ctx context.Context, repoID int64) (out []lockstep.Hook, err 
 func (s *DB) Hook(ctx context.Context, id string) (h *lockstep.Hook, err error) {
 	ctx, span := s.start(ctx, "Hook")
 	defer func() { err = end(span, err) }()
-	h, err = scanHook(s.db.QueryRowContext(ctx, `SELECT `+hookCols+` FROM hooks h JOIN repos r ON r.id = h.repo_id WHERE h.id = $1`, id))
+	h, err = s.scanHook(s.db.QueryRowContext(ctx, `SELECT `+hookCols+` FROM hooks h JOIN repos r ON r.id = h.repo_id WHERE h.id = $1`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "hook %s not found", id)
 	}

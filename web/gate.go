@@ -89,7 +89,7 @@ func (s *Server) handleHookCreate() gin.HandlerFunc {
 
 func (s *Server) handleHookList() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		hs, err := s.Gate.Hooks(c.Request.Context(), c.Param("repo"))
+		hs, err := s.Gate.Hooks(c.Request.Context(), caller(c), c.Param("repo"))
 		if err != nil {
 			writeError(c, err)
 			return
@@ -108,6 +108,24 @@ func (s *Server) handleHookDelete() gin.HandlerFunc {
 	}
 }
 
+func (s *Server) handleHookRotate() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		var req gate.RotateRequest
+		if c.Request.ContentLength != 0 {
+			if err := s.decodeJSON(c, &req); err != nil {
+				writeError(c, err)
+				return
+			}
+		}
+		res, err := s.Gate.RotateHook(c.Request.Context(), caller(c), c.Param("repo"), c.Param("id"), req)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, res)
+	}
+}
+
 func (s *Server) handleDeliveries() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		limit, err := queryInt(c, "limit", 100)
@@ -115,7 +133,7 @@ func (s *Server) handleDeliveries() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		ds, err := s.Gate.Deliveries(c.Request.Context(), c.Param("repo"), c.Param("id"), limit)
+		ds, err := s.Gate.Deliveries(c.Request.Context(), caller(c), c.Param("repo"), c.Param("id"), limit)
 		if err != nil {
 			writeError(c, err)
 			return

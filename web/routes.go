@@ -56,6 +56,7 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	api.POST("/repos/:repo/hooks", s.handleHookCreate())
 	api.GET("/repos/:repo/hooks", s.handleHookList())
 	api.DELETE("/repos/:repo/hooks/:id", s.handleHookDelete())
+	api.POST("/repos/:repo/hooks/:id/rotate", s.handleHookRotate())
 	api.GET("/repos/:repo/hooks/:id/deliveries", s.handleDeliveries())
 	api.POST("/repos/:repo/promote", s.handlePromote())
 	api.PUT("/repos/:repo/database", s.handleDatabaseBind())

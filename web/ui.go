@@ -523,14 +523,17 @@ func (u *uiServer) handleRepo(c *gin.Context) {
 			d.LogError = publicMessage(c, err)
 		}
 	}
-	hooks, err := u.s.Gate.Hooks(ctx, info.Name)
+	hooks, err := u.s.Gate.Hooks(ctx, auth.FromContext(ctx), info.Name)
+	if lockstep.ErrorCode(err) == lockstep.EFORBIDDEN {
+		hooks, err = nil, nil // agents do not see hooks
+	}
 	if err != nil {
 		u.fail(c, err)
 		return
 	}
 	for _, h := range hooks {
 		row := hookRow{ID: h.ID, URL: redactURL(h.URL), Events: h.Events, Active: h.Active}
-		if ds, err := u.s.Gate.Deliveries(ctx, info.Name, h.ID, 1); err == nil && len(ds) > 0 {
+		if ds, err := u.s.Gate.Deliveries(ctx, auth.FromContext(ctx), info.Name, h.ID, 1); err == nil && len(ds) > 0 {
 			row.Latest = &ds[0]
 		}
 		d.Hooks = append(d.Hooks, row)

@@ -91,7 +91,7 @@ func mustUIWorld(t *testing.T) *uiWorld {
 	w.baseHead = w.push(t, "app", w.admin, lockstep.ZeroOID, "initial import", map[string]string{
 		"README.md": "# app\n", "main.go": "package main\n\nfunc main() {\n\tprintln(\"hello\")\n}\n", "logo.png": "\x89PNG\x00\x01\x02"}, 201)
 	w.api(t, "PUT", "/api/v1/repos/app/gate", w.admin, `{"branch":"main","required_checks":["ci/test"],"protected_paths":["deploy/**"]}`, 200)
-	w.api(t, "POST", "/api/v1/repos/app/hooks", w.admin, `{"url":"https://ci:hunter2@ci.example.com/hook?token=s3cret","secret":"hooksecret-0123456789","events":["push"]}`, 201)
+	w.api(t, "POST", "/api/v1/repos/app/hooks", w.admin, `{"url":"https://ci.example.com/hook?token=s3cret","secret":"hooksecret-0123456789","events":["push"]}`, 201)
 	w.api(t, "POST", "/api/v1/repos/app/forks", w.agent, `{"name":"task-1"}`, 201)
 	w.good = w.push(t, "task-1", w.agent, w.baseHead, evilMessage, map[string]string{
 		"README.md": "# app\n", "main.go": "package main\n\nfunc main() {\n\tprintln(\"hello, world\")\n}\n", evilName: "<b>bold</b>\n", "logo.png": "\x89PNG\x00\x01\x02"}, 201)

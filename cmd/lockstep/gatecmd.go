@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/client"
@@ -167,18 +168,25 @@ func cmdPromote(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
+const hooksUsage = "usage: lockstep hooks list REPO | create REPO --hook-url U --secret S [--event E]... | rotate REPO HOOK_ID [--secret S] [--overlap 24h] | deliveries REPO HOOK_ID | delete REPO HOOK_ID"
+
 func cmdHooks(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep hooks list REPO | create REPO --hook-url U --secret S [--event E]... | deliveries REPO HOOK_ID | delete REPO HOOK_ID")
+		return lockstep.Errorf(lockstep.EINVALID, hooksUsage)
 	}
 	sub := args[0]
 	var hookURL, secret string
 	var events multiFlag
+	var overlap time.Duration
 	_, c, rest, err := setup("hooks "+sub, e, args[1:], func(f *flagger) {
 		if sub == "create" {
 			f.fs.StringVar(&hookURL, "hook-url", "", "receiver URL (http or https); not --url, which is the server's")
 			f.fs.StringVar(&secret, "secret", "", "HMAC-SHA256 signing secret (>= 16 characters)")
 			f.fs.Var(&events, "event", "push, promote, rollback, checkpoint or * (repeatable; default all)")
+		}
+		if sub == "rotate" {
+			f.fs.StringVar(&secret, "secret", "", "the new secret (default: the server makes a random whsec_ secret and prints it once)")
+			f.fs.DurationVar(&overlap, "overlap", 24*time.Hour, "how long the old secret keeps signing too (a second signature); 0 = none")
 		}
 	})
 	if err != nil {
@@ -192,6 +200,11 @@ func cmdHooks(ctx context.Context, e *env, args []string) error {
 		raw, err = c.Do(ctx, http.MethodPost, apiPath(rest[0], "hooks"), map[string]any{"url": hookURL, "secret": secret, "events": []string(events)})
 	case sub == "deliveries" && len(rest) == 2:
 		raw, err = c.Do(ctx, http.MethodGet, apiPath(rest[0], "hooks", rest[1], "deliveries"), nil)
+	case sub == "rotate" && len(rest) == 2:
+		if overlap < 0 {
+			return lockstep.Errorf(lockstep.EINVALID, "--overlap must be >= 0")
+		}
+		raw, err = c.Do(ctx, http.MethodPost, apiPath(rest[0], "hooks", rest[1], "rotate"), map[string]any{"secret": secret, "overlap_seconds": int64(overlap / time.Second)})
 	case sub == "delete" && len(rest) == 2:
 		_, err = c.Do(ctx, http.MethodDelete, apiPath(rest[0], "hooks", rest[1]), nil)
 		if err == nil {
@@ -199,7 +212,7 @@ func cmdHooks(ctx context.Context, e *env, args []string) error {
 		}
 		return err
 	default:
-		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep hooks list REPO | create REPO --hook-url U --secret S | deliveries REPO HOOK_ID | delete REPO HOOK_ID")
+		return lockstep.Errorf(lockstep.EINVALID, hooksUsage)
 	}
 	if err != nil {
 		return err

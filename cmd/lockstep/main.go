@@ -95,7 +95,7 @@ func commands() map[string]command {
 		"gate":        {"show | set a branch's gate policy", cmdGate},
 		"checks":      {"list or post check results of a commit", cmdChecks},
 		"promote":     {"land a workspace in its base when the gate passes", cmdPromote},
-		"hooks":       {"list | create | delete gate hooks, show deliveries", cmdHooks},
+		"hooks":       {"list | create | rotate | delete gate hooks, show deliveries", cmdHooks},
 		"checkpoint":  {"record a checkpoint of a workspace (code, database, filesystem snapshot id)", cmdCheckpoint},
 		"checkpoints": {"list a workspace's checkpoints", cmdCheckpoints},
 		"restore":     {"restore a workspace to a checkpoint (code and database)", cmdRestore},

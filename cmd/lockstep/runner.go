@@ -13,13 +13,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/client"
-	"github.com/lockstep-hq/lockstep/gate"
 )
 
 // cmdRunner is a small CI: it registers a gate hook on a repository,
@@ -27,8 +27,8 @@ import (
 // fresh temporary directory, runs the command with a timeout in its own
 // process group, and posts success or failure with the tail of the output.
 func cmdRunner(ctx context.Context, e *env, args []string) error {
-	var repoName, check, listen, publicURL string
-	var timeout time.Duration
+	var repoName, check, listen, publicURL, secretFile string
+	var timeout, tolerance time.Duration
 	var parallel int
 	var events multiFlag
 	cf, c, rest, err := setup("runner", e, args, func(f *flagger) {
@@ -39,6 +39,8 @@ func cmdRunner(ctx context.Context, e *env, args []string) error {
 		f.fs.DurationVar(&timeout, "timeout", 10*time.Minute, "kill the command after this long (the check fails)")
 		f.fs.IntVar(&parallel, "parallel", 1, "commits tested at once")
 		f.fs.Var(&events, "event", "events to test on (default push)")
+		f.fs.StringVar(&secretFile, "secret-file", "", "file with the hook secret (first line; more lines: further secrets accepted, for a rotation); default: a random one")
+		f.fs.DurationVar(&tolerance, "tolerance", client.DefaultWebhookTolerance, "refuse deliveries whose webhook-timestamp is further than this from now")
 	})
 	if err != nil {
 		return err
@@ -56,9 +58,28 @@ func cmdRunner(ctx context.Context, e *env, args []string) error {
 	if publicURL == "" {
 		publicURL = "http://" + ln.Addr().String() + "/hook"
 	}
-	var sb [24]byte
-	rand.Read(sb[:])
-	secret := hex.EncodeToString(sb[:])
+	var secrets []string
+	if secretFile != "" {
+		b, err := os.ReadFile(secretFile)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--secret-file: %w", err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				secrets = append(secrets, l)
+			}
+		}
+		if len(secrets) == 0 {
+			ln.Close()
+			return lockstep.Errorf(lockstep.EINVALID, "--secret-file %s is empty", secretFile)
+		}
+	} else {
+		var sb [24]byte
+		rand.Read(sb[:])
+		secrets = []string{hex.EncodeToString(sb[:])}
+	}
+	secret := secrets[0]
 	raw, err := c.Do(ctx, http.MethodPost, apiPath(repoName, "hooks"), map[string]any{"url": publicURL, "secret": secret, "events": []string(events)})
 	if err != nil {
 		ln.Close()
@@ -68,8 +89,9 @@ func cmdRunner(ctx context.Context, e *env, args []string) error {
 		ID string `json:"id"`
 	}
 	json.Unmarshal(raw, &hook)
-	r := &runner{c: c, e: e, check: check, cmd: rest, timeout: timeout, seen: map[string]bool{}, jobs: make(chan hookPayload, 1024)}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.receive(w, req, secret) }), ReadHeaderTimeout: 10 * time.Second}
+	r := &runner{c: c, e: e, check: check, cmd: rest, timeout: timeout, seen: map[string]bool{}, jobs: make(chan hookPayload, 1024),
+		secrets: secrets, tolerance: tolerance, replays: client.NewReplayCache(tolerance, 0)}
+	srv := &http.Server{Handler: http.HandlerFunc(r.receive), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	if !cf.json {
 		fmt.Fprintf(e.stdout, "runner: hook %s on %s → %s; check %q runs: %v\n", hook.ID, repoName, publicURL, check, rest)
@@ -115,25 +137,44 @@ type runner struct {
 	cmd     []string
 	timeout time.Duration
 
+	secrets   []string
+	tolerance time.Duration
+	replays   *client.ReplayCache
+
 	mu   sync.Mutex
 	seen map[string]bool // delivery ids and commits already taken
 	jobs chan hookPayload
 }
 
-// receive verifies the signature, acknowledges at once and queues the job.
-// A redelivery of the same delivery or commit is acknowledged, not re-run.
-func (r *runner) receive(w http.ResponseWriter, req *http.Request, secret string) {
+// receive verifies the Standard Webhooks signature and timestamp (a
+// delivery older than the tolerance is refused: 401), refuses a replay of
+// a delivery it accepted (409), acknowledges at once and queues the job.
+// The server's own retry of a delivery (same id, newly signed) or a
+// delivery of a commit already taken is acknowledged, not re-run.
+func (r *runner) receive(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
 	if err != nil || req.Method != http.MethodPost {
 		http.Error(w, "bad request", http.StatusBadRequest)
 		return
 	}
-	if !gate.Verify(secret, body, req.Header.Get("X-Lockstep-Signature")) {
-		http.Error(w, "bad signature", http.StatusUnauthorized)
+	now := time.Now()
+	wh, err := client.VerifyWebhook(r.secrets, req.Header, body, now, r.tolerance)
+	if err != nil {
+		fmt.Fprintf(r.e.stderr, "runner: refused a delivery: %v\n", err)
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	switch err := r.replays.Check(wh, now); {
+	case errors.Is(err, client.ErrWebhookDuplicate):
+		w.WriteHeader(http.StatusOK)
+		return
+	case err != nil:
+		fmt.Fprintf(r.e.stderr, "runner: refused delivery %s: %v\n", wh.ID, err)
+		http.Error(w, err.Error(), http.StatusConflict)
 		return
 	}
 	var p hookPayload
-	if err := json.Unmarshal(body, &p); err != nil || !lockstep.IsOID(p.Commit) {
+	if err := json.Unmarshal(body, &p); err != nil || !lockstep.IsOID(p.Commit) || p.DeliveryID != wh.ID {
 		http.Error(w, "bad payload", http.StatusBadRequest)
 		return
 	}

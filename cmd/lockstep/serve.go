@@ -59,6 +59,8 @@ type serveConfig struct {
 	BranchPrefix      string
 	BranchWarm        bool
 	BranchMaxSnaps    int
+	HookAllowHosts    string
+	SecretKeyFile     string
 }
 
 // flagger declares flags whose defaults come from the environment.
@@ -163,6 +165,8 @@ func (c *serveConfig) declare(f *flagger) {
 	f.bool(&c.BranchWarm, "branch-warm", "LOCKSTEP_BRANCH_WARM", true, "keep pre-made database copies so fork and restore-latest are a rename")
 	f.int(&c.BranchMaxSnaps, "branch-max-snapshots", "LOCKSTEP_BRANCH_MAX_SNAPSHOTS", 20, "database snapshots kept per workspace (oldest dropped)")
 	f.dur(&c.HookMaxBackoff, "hook-max-backoff", "LOCKSTEP_HOOK_MAX_BACKOFF", 10*time.Minute, "longest retry delay")
+	f.str(&c.HookAllowHosts, "hook-allow-hosts", "LOCKSTEP_HOOK_ALLOW_HOSTS", "", "hook targets allowed although internal (loopback, private, link-local): comma-separated host names, IPs, CIDRs")
+	f.str(&c.SecretKeyFile, "secret-key-file", "LOCKSTEP_SECRET_KEY_FILE", "", "file with the key (64 hex digits) that encrypts hook secrets at rest (default: generated once into <data>/secret.key; replicas must share it)")
 }
 
 func (c *serveConfig) metadataURL() string {
@@ -260,8 +264,16 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 			a.close()
 		}
 	}()
-	if err := os.MkdirAll(c.Data, 0o755); err != nil {
-		return nil, fmt.Errorf("create data directory: %w", err)
+	if err := secureDataDir(c.Data, logger); err != nil {
+		return nil, err
+	}
+	allow, err := gate.ParseAllowList(c.HookAllowHosts)
+	if err != nil {
+		return nil, fmt.Errorf("--hook-allow-hosts: %w", err)
+	}
+	secretKey, err := loadSecretKey(c)
+	if err != nil {
+		return nil, err
 	}
 	shutdownTraces, err := telemetry.Setup(ctx, os.Getenv)
 	if err != nil {
@@ -272,9 +284,12 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		defer cancel()
 		shutdownTraces(sctx)
 	})
-	db, err := sqlstore.Open(ctx, c.metadataURL(), sqlstore.Options{Migrate: true})
+	db, err := sqlstore.Open(ctx, c.metadataURL(), sqlstore.Options{Migrate: true, SecretKey: secretKey})
 	if err != nil {
 		return nil, err
+	}
+	if n := db.SealedAtOpen(); n > 0 {
+		logger.Info("encrypted hook secrets stored in plaintext by an older version", "hooks", n)
 	}
 	a.store = db
 	a.closers = append(a.closers, func() { db.Close() })
@@ -308,7 +323,8 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	if err := a.repos.ResyncMirrors(ctx); err != nil {
 		return nil, fmt.Errorf("re-sync ref mirrors: %w", err)
 	}
-	g := gate.New(gate.Config{HookTimeout: c.HookTimeout, HookMaxAttempts: c.HookMaxAttempts, HookBackoff: c.HookBackoff, HookMaxBackoff: c.HookMaxBackoff},
+	g := gate.New(gate.Config{HookTimeout: c.HookTimeout, HookMaxAttempts: c.HookMaxAttempts, HookBackoff: c.HookBackoff, HookMaxBackoff: c.HookMaxBackoff,
+		HookAllowHosts: allow},
 		db, a.repos, logger, metrics, nil)
 	if rdb != nil {
 		g.Locker = redislock.New(rdb, "lockstep:", 30*time.Second)

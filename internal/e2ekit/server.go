@@ -28,7 +28,11 @@ type ServerOpts struct {
 	// Args are extra `lockstep serve` flags; they come after the
 	// defaults (--data, --addr, --log-level warn), so they win.
 	Args []string
-	// Env are extra environment variables (LOCKSTEP_REDIS_URL=…).
+	// Env are extra environment variables (LOCKSTEP_REDIS_URL=…). They
+	// come after the defaults, so they win: the default
+	// LOCKSTEP_HOOK_ALLOW_HOSTS=127.0.0.1 lets hooks reach the tests'
+	// receivers (httptest servers, runners) on loopback;
+	// "LOCKSTEP_HOOK_ALLOW_HOSTS=" restores the production default.
 	Env []string
 }
 
@@ -99,7 +103,7 @@ func launch(t testing.TB, opts ServerOpts) (*Server, string) {
 	hostport := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	args := append([]string{"serve", "--data", opts.Data, "--addr", hostport, "--log-level", "warn"}, opts.Args...)
 	cmd := exec.Command(Binary, args...)
-	env := CleanEnv()
+	env := append(CleanEnv(), "LOCKSTEP_HOOK_ALLOW_HOSTS=127.0.0.1")
 	if opts.DatabaseURL != "" {
 		env = append(env, "LOCKSTEP_DATABASE_URL="+opts.DatabaseURL)
 	}

@@ -1,0 +1,128 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// TestHookURLRefusesInternalTargets: every internal, special or
+// credential-bearing target is refused at registration with
+// invalid_argument; public addresses and allowed hosts pass.
+func TestHookURLRefusesInternalTargets(t *testing.T) {
+	ctx := context.Background()
+	none, _ := ParseAllowList("")
+	refused := []string{
+		"http://127.0.0.1:8080/hook",
+		"http://127.1.2.3/",
+		"http://localhost/hook",
+		"http://api.localhost/hook",
+		"http://169.254.169.254/latest/meta-data/",
+		"http://10.0.0.1/",
+		"http://172.16.5.4/",
+		"http://172.31.255.255/",
+		"http://192.168.1.1/",
+		"http://100.64.0.1/",
+		"http://0.0.0.0/",
+		"http://224.0.0.1/",
+		"http://255.255.255.255/",
+		"http://[::1]/",
+		"http://[::]/",
+		"http://[fc00::1]/",
+		"http://[fd12:3456::1]/",
+		"http://[fe80::1]/",
+		"http://[ff02::1]/",
+		"http://[::ffff:127.0.0.1]/",
+		"http://[::ffff:169.254.169.254]/",
+		"http://[::ffff:a9fe:a9fe]/",
+		"http://[64:ff9b::a9fe:a9fe]/",
+		"http://2130706433/",
+		"http://0x7f.1/",
+		"http://127.1/",
+		"https://user:pass@ci.example.com/hook",
+		"https://token@ci.example.com/hook",
+		"ftp://ci.example.com/",
+		"/relative",
+	}
+	for _, u := range refused {
+		err := checkHookURL(ctx, u, none, nil)
+		if lockstep.ErrorCode(err) != lockstep.EINVALID {
+			t.Errorf("%s: %v, want invalid_argument", u, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "pass@") {
+			t.Errorf("%s: the error repeats the password: %v", u, err)
+		}
+	}
+	for _, u := range []string{"https://8.8.8.8/hook", "http://[2606:4700::1111]/", "https://203.0.114.1:8443/x"} {
+		if err := checkHookURL(ctx, u, none, nil); err != nil {
+			t.Errorf("%s: %v, want accepted", u, err)
+		}
+	}
+	allow, err := ParseAllowList("127.0.0.1, ci.internal,10.1.0.0/16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"http://127.0.0.1:9/h", "http://CI.internal./h", "http://10.1.2.3/h", "http://[::ffff:127.0.0.1]:9/h"} {
+		if err := checkHookURL(ctx, u, allow, nil); err != nil {
+			t.Errorf("%s with the allow list: %v", u, err)
+		}
+	}
+	if err := checkHookURL(ctx, "http://10.2.0.1/h", allow, nil); lockstep.ErrorCode(err) != lockstep.EINVALID {
+		t.Errorf("10.2.0.1 is outside the allowed prefix: %v", err)
+	}
+	if _, err := ParseAllowList("http://x/"); err == nil {
+		t.Error("an allow list entry with a scheme should not parse")
+	}
+}
+
+// TestHookDeliveryChecksDialedAddress: the delivery client checks the
+// address it actually connects to, after DNS, so a name that resolves to
+// an internal address at delivery time (DNS rebinding: it resolved to a
+// public one at registration) is refused, while a host allowed by name or
+// address connects. Redirects are never followed.
+func TestHookDeliveryChecksDialedAddress(t *testing.T) {
+	hits := 0
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits++ }))
+	defer target.Close()
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL+"/moved", http.StatusFound)
+	}))
+	defer redirect.Close()
+	port := target.URL[strings.LastIndexByte(target.URL, ':'):]
+
+	none, _ := ParseAllowList("")
+	guarded, _ := hookClients(5*time.Second, none)
+	// "localhost" resolves to loopback: what a rebinding name does.
+	for _, u := range []string{"http://localhost" + port + "/", target.URL + "/"} {
+		_, err := guarded.Get(u)
+		var be *blockedError
+		if !errors.As(err, &be) {
+			t.Errorf("GET %s through the guarded client: %v, want refused at dial", u, err)
+		}
+	}
+	if hits != 0 {
+		t.Fatalf("BUG: the internal receiver was reached %d times", hits)
+	}
+
+	allow, _ := ParseAllowList("127.0.0.1")
+	guarded, _ = hookClients(5*time.Second, allow)
+	resp, err := guarded.Get(redirect.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || hits != 0 {
+		t.Errorf("redirect: status %d, target hits %d; want 302 answered as is and no hit", resp.StatusCode, hits)
+	}
+	resp, err = guarded.Get(target.URL + "/")
+	if err != nil || resp.StatusCode != 200 || hits != 1 {
+		t.Fatalf("allowed address: %v %v hits=%d", resp, err, hits)
+	}
+	resp.Body.Close()
+}
