@@ -38,6 +38,10 @@ type Config struct {
 	MaxJSONBytes int64
 	// MaxUploadBytes caps a worktree or pack upload body as sent.
 	MaxUploadBytes int64
+	// BodyTimeout and BodyMinRate bound how slowly a request body may
+	// arrive (limits.go); 0 = the defaults, BodyTimeout < 0 = no bound.
+	BodyTimeout time.Duration
+	BodyMinRate int64
 }
 
 // Server holds the services the handlers call.
@@ -82,7 +86,7 @@ func (s *Server) Handler() http.Handler {
 	// parameters are unescaped before handlers see them.
 	e.UseRawPath = true
 	e.UnescapePathValues = true
-	e.Use(s.recovery, s.requestID, s.tracing, s.logging)
+	e.Use(s.recovery, s.requestID, s.tracing, s.logging, s.bodyLimits)
 	e.NoRoute(func(c *gin.Context) {
 		if s.uiNotFound != nil && strings.HasPrefix(c.Request.URL.Path, "/ui/") {
 			s.uiNotFound(c)

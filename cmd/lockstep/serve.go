@@ -57,6 +57,10 @@ type serveConfig struct {
 	BranchPrefix      string
 	BranchWarm        bool
 	BranchMaxSnaps    int
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+	BodyTimeout       time.Duration
+	BodyMinRate       int64
 }
 
 // flagger declares flags whose defaults come from the environment.
@@ -160,6 +164,10 @@ func (c *serveConfig) declare(f *flagger) {
 	f.bool(&c.BranchWarm, "branch-warm", "LOCKSTEP_BRANCH_WARM", true, "keep pre-made database copies so fork and restore-latest are a rename")
 	f.int(&c.BranchMaxSnaps, "branch-max-snapshots", "LOCKSTEP_BRANCH_MAX_SNAPSHOTS", 20, "database snapshots kept per workspace (oldest dropped)")
 	f.dur(&c.HookMaxBackoff, "hook-max-backoff", "LOCKSTEP_HOOK_MAX_BACKOFF", 10*time.Minute, "longest retry delay")
+	f.dur(&c.ReadHeaderTimeout, "read-header-timeout", "LOCKSTEP_READ_HEADER_TIMEOUT", 10*time.Second, "time a client gets to send a request's headers")
+	f.dur(&c.IdleTimeout, "idle-timeout", "LOCKSTEP_IDLE_TIMEOUT", 2*time.Minute, "an idle keep-alive connection is closed after this")
+	f.dur(&c.BodyTimeout, "body-timeout", "LOCKSTEP_BODY_TIMEOUT", web.DefaultBodyTimeout, "longest silence of a request body, and the grace before --body-min-rate applies")
+	f.i64(&c.BodyMinRate, "body-min-rate", "LOCKSTEP_BODY_MIN_RATE", web.DefaultBodyMinRate, "slowest average rate (bytes/s) a request body may arrive at after the grace")
 }
 
 func (c *serveConfig) metadataURL() string {
@@ -211,7 +219,8 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Addr, err)
 	}
-	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: c.ReadHeaderTimeout, IdleTimeout: c.IdleTimeout,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	logger.Info("lockstep serving", "addr", ln.Addr().String(), "data", c.Data, "metadata", a.store.Dialect(),
@@ -330,7 +339,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	cps := checkpoints.New(db, a.repos, dbs, logger, metrics, nil)
 	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) { cps.AfterPromote(ctx, base.Name) }
 	srv := &web.Server{
-		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxUploadBytes: c.MaxUploadBytes},
+		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate},
 		Store:  db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos, Gate: g, Checkpoints: cps,
 		AfterFork:    func(ctx context.Context, f *forks.ForkResult) { cps.AfterFork(ctx, f.ForkOf, f.Name) },
 		AfterAbandon: func(ctx context.Context, ws *lockstep.Repo) { cps.AfterAbandon(ctx, ws.Name) },
