@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,6 +74,25 @@ type flagger struct {
 
 func (f *flagger) str(p *string, name, env, def, help string) {
 	f.fs.StringVar(p, name, envOr(f.getenv, env, def), help+" (env "+env+")")
+}
+
+// secret declares a flag whose value must never be shown: `-h` prints
+// the environment variable's name as its default, not its value.
+func (f *flagger) secret(p *string, name, env, help string) {
+	f.str(p, name, env, "", help)
+	if *p != "" {
+		f.fs.Lookup(name).DefValue = "$" + env
+	}
+}
+
+// url declares a URL flag whose `-h` default hides a password in it.
+func (f *flagger) url(p *string, name, env, def, help string) {
+	f.str(p, name, env, def, help)
+	if u, err := url.Parse(*p); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			f.fs.Lookup(name).DefValue = u.Redacted()
+		}
+	}
 }
 
 func (f *flagger) i64(p *int64, name, env string, def int64, help string) {
@@ -142,9 +162,9 @@ func newFlagger(name string, e *env) *flagger {
 func (c *serveConfig) declare(f *flagger) {
 	f.str(&c.Data, "data", "LOCKSTEP_DATA", "./lockstep-data", "data directory: git object stores, SQLite metadata, admin.key")
 	f.str(&c.Addr, "addr", "LOCKSTEP_ADDR", "127.0.0.1:7070", "listen address")
-	f.str(&c.DatabaseURL, "database-url", "LOCKSTEP_DATABASE_URL", "", "postgres:// URL for metadata; empty = embedded SQLite in the data directory")
-	f.str(&c.RedisURL, "redis-url", "LOCKSTEP_REDIS_URL", "", "redis:// URL shared by replicas; empty = none")
-	f.str(&c.BranchDatabaseURL, "branch-database-url", "LOCKSTEP_BRANCH_DATABASE_URL", "", "postgres:// URL of a server where Lockstep may create branch databases; empty = database branching off")
+	f.url(&c.DatabaseURL, "database-url", "LOCKSTEP_DATABASE_URL", "", "postgres:// URL for metadata; empty = embedded SQLite in the data directory")
+	f.url(&c.RedisURL, "redis-url", "LOCKSTEP_REDIS_URL", "", "redis:// URL shared by replicas; empty = none")
+	f.url(&c.BranchDatabaseURL, "branch-database-url", "LOCKSTEP_BRANCH_DATABASE_URL", "", "postgres:// URL of a server where Lockstep may create branch databases; empty = database branching off")
 	f.i64(&c.MaxUploadBytes, "max-upload-bytes", "LOCKSTEP_MAX_UPLOAD_BYTES", 512<<20, "largest worktree or pack upload (body and decompressed)")
 	f.i64(&c.MaxFileBytes, "max-file-bytes", "LOCKSTEP_MAX_FILE_BYTES", 100<<20, "largest single file in an upload")
 	f.int(&c.MaxFiles, "max-files", "LOCKSTEP_MAX_FILES", 100_000, "most entries in one upload")
@@ -159,7 +179,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.dur(&c.HookTimeout, "hook-timeout", "LOCKSTEP_HOOK_TIMEOUT", 10*time.Second, "timeout of one gate-hook delivery")
 	f.int(&c.HookMaxAttempts, "hook-max-attempts", "LOCKSTEP_HOOK_MAX_ATTEMPTS", 8, "attempts before a delivery is marked failed")
 	f.dur(&c.HookBackoff, "hook-backoff", "LOCKSTEP_HOOK_BACKOFF", 2*time.Second, "first retry delay of a failed delivery (doubles, ±20% jitter)")
-	f.str(&c.BranchSecret, "branch-secret", "LOCKSTEP_BRANCH_SECRET", "", "secret deriving branch roles' passwords (default: generated once into <data>/branch.secret; replicas must share it)")
+	f.secret(&c.BranchSecret, "branch-secret", "LOCKSTEP_BRANCH_SECRET", "secret deriving branch roles' passwords (default: generated once into <data>/branch.secret; replicas must share it)")
 	f.str(&c.BranchPrefix, "branch-prefix", "LOCKSTEP_BRANCH_PREFIX", "ls", "prefix of every database and role Lockstep creates on the branch server")
 	f.bool(&c.BranchWarm, "branch-warm", "LOCKSTEP_BRANCH_WARM", true, "keep pre-made database copies so fork and restore-latest are a rename")
 	f.int(&c.BranchMaxSnaps, "branch-max-snapshots", "LOCKSTEP_BRANCH_MAX_SNAPSHOTS", 20, "database snapshots kept per workspace (oldest dropped)")
