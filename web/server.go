@@ -182,20 +182,27 @@ func (s *Server) logging(c *gin.Context) {
 }
 
 // authenticate resolves the caller's key from "Authorization: Bearer" (or,
-// for git clients, the basic-auth password) and puts it in the context.
+// for git clients under /git only, the basic-auth password) and puts it
+// in the context. Basic auth is refused on /api: browsers cache and
+// replay it, which would turn every API route into a CSRF target.
 func (s *Server) authenticate(c *gin.Context) {
 	secret := ""
 	h := c.GetHeader("Authorization")
+	git := strings.HasPrefix(c.Request.URL.Path, "/git/")
 	switch {
 	case strings.HasPrefix(h, "Bearer "):
 		secret = strings.TrimSpace(strings.TrimPrefix(h, "Bearer "))
-	case strings.HasPrefix(h, "Basic "):
+	case strings.HasPrefix(h, "Basic ") && git:
 		if _, p, ok := c.Request.BasicAuth(); ok {
 			secret = p
 		}
+	case strings.HasPrefix(h, "Basic "):
+		writeError(c, lockstep.Errorf(lockstep.EUNAUTH, "basic auth is for /git only: send Authorization: Bearer <key>"))
+		c.Abort()
+		return
 	}
 	if secret == "" {
-		if strings.HasPrefix(c.Request.URL.Path, "/git/") {
+		if git {
 			c.Header("WWW-Authenticate", `Basic realm="lockstep"`)
 		}
 		writeError(c, lockstep.Errorf(lockstep.EUNAUTH, "missing API key: send Authorization: Bearer <key>"))
@@ -204,7 +211,7 @@ func (s *Server) authenticate(c *gin.Context) {
 	}
 	k, err := s.Keys.Authenticate(c.Request.Context(), secret)
 	if err != nil {
-		if strings.HasPrefix(c.Request.URL.Path, "/git/") {
+		if git {
 			c.Header("WWW-Authenticate", `Basic realm="lockstep"`)
 		}
 		writeError(c, err)
