@@ -93,10 +93,29 @@ type RepoStore interface {
 	// UpdateRefs applies every update atomically, records attempts,
 	// enqueues hook deliveries for events and appends entry, in one
 	// transaction. If any Old does not match, nothing changes and the error
-	// is ref_conflict with details expected/actual.
+	// is ref_conflict with details expected/actual. A repository that is
+	// not active (a promoted, failed or abandoned workspace) never moves
+	// again: checked inside the transaction (so a status change that
+	// commits first wins), the error is invalid_argument.
 	UpdateRefs(ctx context.Context, updates []RefUpdate, attempts []AttemptRecord, events []HookEvent, entry *OpEntry) error
+	// UpdateRefsAndStatus is UpdateRefs plus, in the same transaction, a
+	// workspace's status change with its own entry (appended after entry):
+	// a promote moves the base branch and marks the workspace promoted
+	// together or not at all. The change is a compare-and-swap on the
+	// status: when the workspace is no longer in change.From nothing
+	// changes and the error is invalid_argument.
+	UpdateRefsAndStatus(ctx context.Context, updates []RefUpdate, attempts []AttemptRecord, events []HookEvent, entry *OpEntry, change StatusChange) error
 	// Attempts lists a workspace's attempts, newest first.
 	Attempts(ctx context.Context, repoID int64, limit int) ([]Attempt, error)
+}
+
+// StatusChange moves a repository from status From to status To.
+type StatusChange struct {
+	RepoID int64
+	Repo   string
+	From   string
+	To     string
+	Entry  *OpEntry
 }
 
 // AttemptRecord is an attempt to record with a ref update.

@@ -226,7 +226,7 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 	if err != nil {
 		return nil, err
 	}
-	if err := forks.CanWrite(actor, ws); err != nil {
+	if err := forks.CanMoveRefs(actor, ws); err != nil {
 		return nil, err
 	}
 	if req.ExpectOID != "" {

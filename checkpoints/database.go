@@ -22,11 +22,13 @@ func (s *Service) Enabled() bool { return s.dbs != nil }
 
 // BindTemplate binds a base repository to a template database (admin).
 func (s *Service) BindTemplate(ctx context.Context, actor *lockstep.Key, repoName, template string) (*Database, error) {
-	if s.dbs == nil {
-		return nil, ErrBranchingOff()
-	}
+	// Who may comes before whether it can: an agent learns 403, not
+	// whether database branching is configured.
 	if err := auth.Require(actor, lockstep.RoleAdmin); err != nil {
 		return nil, err
+	}
+	if s.dbs == nil {
+		return nil, ErrBranchingOff()
 	}
 	r, err := s.repos.Repo(ctx, repoName)
 	if err != nil {
@@ -52,11 +54,11 @@ func (s *Service) BindTemplate(ctx context.Context, actor *lockstep.Key, repoNam
 
 // RefreshTemplate re-copies a base repository's template (admin).
 func (s *Service) RefreshTemplate(ctx context.Context, actor *lockstep.Key, repoName string) (*Database, error) {
-	if s.dbs == nil {
-		return nil, ErrBranchingOff()
-	}
 	if err := auth.Require(actor, lockstep.RoleAdmin); err != nil {
 		return nil, err
+	}
+	if s.dbs == nil {
+		return nil, ErrBranchingOff()
 	}
 	r, err := s.repos.Repo(ctx, repoName)
 	if err != nil {
@@ -77,12 +79,15 @@ func (s *Service) RefreshTemplate(ctx context.Context, actor *lockstep.Key, repo
 // for a workspace, its branch (created on first use) with the DSN. Only
 // the workspace's owner, an admin or CI may read a DSN.
 func (s *Service) Get(ctx context.Context, actor *lockstep.Key, repoName string) (*Database, error) {
-	if s.dbs == nil {
-		return nil, ErrBranchingOff()
-	}
 	r, err := s.repos.Repo(ctx, repoName)
 	if err != nil {
 		return nil, err
+	}
+	if r.ForkOf != "" && actor.Role != lockstep.RoleAdmin && actor.Role != lockstep.RoleCI && actor.ID != r.OwnerKeyID {
+		return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner, CI or an admin may read its database credentials")
+	}
+	if s.dbs == nil {
+		return nil, ErrBranchingOff()
 	}
 	if r.ForkOf == "" {
 		t, err := s.dbs.Template(ctx, r.Name)
@@ -91,8 +96,17 @@ func (s *Service) Get(ctx context.Context, actor *lockstep.Key, repoName string)
 		}
 		return &Database{Repo: r.Name, Template: t.Source}, nil
 	}
-	if actor.Role != lockstep.RoleAdmin && actor.Role != lockstep.RoleCI && actor.ID != r.OwnerKeyID {
-		return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner, CI or an admin may read its database credentials")
+	if r.Status != lockstep.StatusActive {
+		// Never re-create the database of a finished workspace (an
+		// abandoned one's was dropped): show the branch if it still exists.
+		b, err := s.dbs.Branch(ctx, r.Name)
+		if lockstep.ErrorCode(err) == lockstep.ENOTFOUND {
+			return nil, lockstep.Errorf(lockstep.ENOTFOUND, "workspace %s is %s and has no database branch", r.Name, r.Status)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &Database{Repo: r.Name, Database: b.Database, Role: b.Role, DSN: b.DSN}, nil
 	}
 	b, err := s.ensureBranch(ctx, r.ForkOf, r.Name)
 	if err != nil {

@@ -227,6 +227,11 @@ func (s *Service) SetStatus(ctx context.Context, actor *lockstep.Key, wsName, st
 	default:
 		return nil, lockstep.Errorf(lockstep.EINVALID, "invalid status %q: want active, failed, abandoned or promoted", status)
 	}
+	// Promoted and abandoned are final: reopening one would let its refs
+	// move again (and a promoted workspace could land twice).
+	if ws.Status == lockstep.StatusPromoted || ws.Status == lockstep.StatusAbandoned {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s: that status is final (fork a new workspace to continue)", ws.Name, ws.Status)
+	}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace." + status, Repo: ws.Name, TraceID: traceID(ctx),
 		Details: map[string]any{"from": ws.Status, "to": status, "reason": reason}}
 	if err := s.store.SetRepoStatus(ctx, ws.ID, status, entry); err != nil {

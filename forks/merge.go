@@ -95,7 +95,7 @@ func (s *Service) Merge(ctx context.Context, actor *lockstep.Key, repoName strin
 	if err := writable(actor, r); err != nil {
 		return nil, err
 	}
-	return s.materialize(ctx, actor, r, req, theirs, "merge", start, nil)
+	return s.materialize(ctx, actor, r, req, theirs, "merge", start, nil, nil)
 }
 
 func (s *Service) mergeOptions(req MergeRequest, markers bool) merge.Options {
@@ -160,7 +160,7 @@ func hashStr(h plumbing.Hash) string {
 // by compare-and-swap; if the branch moved meanwhile it recomputes, at most
 // MergeRetries times.
 func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs plumbing.Hash,
-	op string, start time.Time, details map[string]any) (*MergeResponse, error) {
+	op string, start time.Time, details map[string]any, change *lockstep.StatusChange) (*MergeResponse, error) {
 	n, err := s.Network(r.Network)
 	if err != nil {
 		return nil, err
@@ -231,7 +231,7 @@ func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *locks
 			d = map[string]any{}
 		}
 		d["theirs"], d["theirs_oid"], d["mode"], d["fast_forward"], d["retries"] = req.Theirs, theirs.String(), mode, newTip == theirs, attempt
-		err = s.moveRef(ctx, actor, r, op, req.Ours, ours.String(), newTip.String(), res.Tree.String(), stats, start, d)
+		err = s.moveRefWith(ctx, actor, r, op, req.Ours, ours.String(), newTip.String(), res.Tree.String(), stats, start, d, change)
 		if lockstep.ErrorCode(err) == lockstep.EREFCONFLICT && req.ExpectOID == "" && attempt < s.cfg.MergeRetries {
 			continue // ours moved: recompute on top of it
 		}
@@ -324,5 +324,5 @@ func (s *Service) Sync(ctx context.Context, actor *lockstep.Key, wsName, expect,
 	if err != nil {
 		return nil, err
 	}
-	return s.materialize(ctx, actor, ws, req, theirs, "sync", start, nil)
+	return s.materialize(ctx, actor, ws, req, theirs, "sync", start, nil, nil)
 }

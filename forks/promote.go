@@ -131,25 +131,29 @@ func (s *Service) Land(ctx context.Context, actor *lockstep.Key, t *PromoteTarge
 		d = map[string]any{}
 	}
 	d["workspace"] = t.Workspace.Name
+	if err := CanPromote(actor, t.Workspace, t.Base); err != nil {
+		return nil, err
+	}
+	// The base branch moves and the workspace becomes promoted in one
+	// transaction: never a landed workspace that is still active (and
+	// could land again), never a promoted one whose commit did not land.
+	change := &lockstep.StatusChange{RepoID: t.Workspace.ID, Repo: t.Workspace.Name, From: lockstep.StatusActive, To: lockstep.StatusPromoted,
+		Entry: &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace.promoted", Repo: t.Workspace.Name, TraceID: traceID(ctx),
+			Details: map[string]any{"into": t.Base.Name + ":" + t.Branch, "commit": t.Commit.String()}}}
 	var res *MergeResponse
 	var err error
 	if _, terr := s.branchTip(ctx, t.Base, t.Branch); lockstep.ErrorCode(terr) == lockstep.ENOTFOUND {
 		// An empty base: the first promote creates the branch.
-		err = s.moveRef(ctx, actor, t.Base, "promote", t.Branch, lockstep.ZeroOID, t.Commit.String(), t.Tree.String(), repo.WriteStats{}, start, d)
+		err = s.moveRefWith(ctx, actor, t.Base, "promote", t.Branch, lockstep.ZeroOID, t.Commit.String(), t.Tree.String(), repo.WriteStats{}, start, d, change)
 		res = &MergeResponse{Clean: true, FastForward: true, Theirs: t.Commit.String(), Tree: t.Tree.String(), Commit: t.Commit.String(), Branch: t.Branch, Conflicts: []merge.Conflict{}}
 	} else {
-		res, err = s.materialize(ctx, actor, t.Base, req, t.Commit, "promote", start, d)
+		res, err = s.materialize(ctx, actor, t.Base, req, t.Commit, "promote", start, d, change)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if res.UpToDate {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "nothing to promote: %s:%s already contains %s", t.Base.Name, t.Branch, t.Commit.String()[:12])
-	}
-	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace.promoted", Repo: t.Workspace.Name, TraceID: traceID(ctx),
-		Details: map[string]any{"into": t.Base.Name + ":" + t.Branch, "commit": t.Commit.String(), "landed": res.Commit}}
-	if err := s.store.SetRepoStatus(ctx, t.Workspace.ID, lockstep.StatusPromoted, entry); err != nil {
-		return nil, err
 	}
 	t.Workspace.Status = lockstep.StatusPromoted
 	return res, nil

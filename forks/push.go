@@ -297,6 +297,13 @@ func (s *Service) writeCommit(n *repo.Network, actor *lockstep.Key, tree plumbin
 // attempt record and the log entry, then the on-disk mirror and events.
 func (s *Service) moveRef(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, op, branch, old, new, tree string,
 	stats repo.WriteStats, t0 time.Time, details map[string]any) error {
+	return s.moveRefWith(ctx, actor, r, op, branch, old, new, tree, stats, t0, details, nil)
+}
+
+// moveRefWith is moveRef; a non-nil change (a promote's workspace status)
+// commits in the same transaction as the ref.
+func (s *Service) moveRefWith(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, op, branch, old, new, tree string,
+	stats repo.WriteStats, t0 time.Time, details map[string]any, change *lockstep.StatusChange) error {
 	ref := branchRef(branch)
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: op, Repo: r.Name, TraceID: traceID(ctx),
 		Refs:    []lockstep.RefMove{{Repo: r.Name, Ref: ref, Old: old, New: new}},
@@ -310,7 +317,19 @@ func (s *Service) moveRef(ctx context.Context, actor *lockstep.Key, r *lockstep.
 	if r.ForkOf != "" && new != lockstep.ZeroOID {
 		attempts = []lockstep.AttemptRecord{{RepoID: r.ID, Attempt: lockstep.Attempt{Commit: new, Tree: tree, Branch: branch, Op: op, KeyName: actor.Name}}}
 	}
-	err := s.store.UpdateRefs(ctx, []lockstep.RefUpdate{{RepoID: r.ID, Repo: r.Name, Name: ref, Old: old, New: new}}, attempts, s.hookEvents(r, op, branch, new, tree, details), entry)
+	updates := []lockstep.RefUpdate{{RepoID: r.ID, Repo: r.Name, Name: ref, Old: old, New: new}}
+	var err error
+	if change != nil {
+		if change.Entry != nil {
+			if change.Entry.Details == nil {
+				change.Entry.Details = map[string]any{}
+			}
+			change.Entry.Details["landed"] = new
+		}
+		err = s.store.UpdateRefsAndStatus(ctx, updates, attempts, s.hookEvents(r, op, branch, new, tree, details), entry, *change)
+	} else {
+		err = s.store.UpdateRefs(ctx, updates, attempts, s.hookEvents(r, op, branch, new, tree, details), entry)
+	}
 	s.metrics.ObserveOp(op, resultOf(err), s.now().Sub(t0))
 	if err != nil {
 		return s.logFailure(ctx, actor, r, op, branch, t0, err)

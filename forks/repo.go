@@ -110,15 +110,51 @@ func CanWrite(actor *lockstep.Key, r *lockstep.Repo) error {
 	return lockstep.Errorf(lockstep.EFORBIDDEN, "role %s may not write repositories", actor.Role)
 }
 
-func writable(actor *lockstep.Key, r *lockstep.Repo) error {
+// CanMoveRefs is the rule of every route that moves a ref of r, directly
+// (push, git push, rollback, merge, sync) or indirectly (a promote into
+// it, a checkpoint restore, a database restore): CanWrite, and r must be
+// active — a promoted, failed or abandoned workspace's refs never move
+// again. The store re-checks the status inside the ref's transaction.
+func CanMoveRefs(actor *lockstep.Key, r *lockstep.Repo) error {
 	if err := CanWrite(actor, r); err != nil {
 		return err
 	}
-	if r.ForkOf != "" && r.Status != lockstep.StatusActive {
-		return lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s: its refs are kept for review, create a new workspace to continue", r.Name, r.Status)
+	if r.Status != lockstep.StatusActive {
+		return lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s: its refs are kept for review and never move again; create a new workspace to continue", r.Name, r.Status)
 	}
 	return nil
 }
+
+// CanPromote is the rule of a promote of workspace ws into base: the
+// caller must be able to move ws's refs (its owner or an admin, ws
+// active), and base must accept the landing. A base repository accepts
+// it (promote is how agents reach one; the gate decides); a workspace
+// base (ws is a fork of a fork) only from a caller who could push to it
+// directly — otherwise any agent could fork another agent's workspace
+// and land into it.
+func CanPromote(actor *lockstep.Key, ws, base *lockstep.Repo) error {
+	if ws.ForkOf == "" {
+		return lockstep.Errorf(lockstep.EINVALID, "%s is a base repository, not a workspace: only workspaces are promoted", ws.Name)
+	}
+	if err := CanWrite(actor, ws); err != nil {
+		return lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner or an admin may promote %s", ws.Name)
+	}
+	if ws.Status != lockstep.StatusActive {
+		return lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s, not active", ws.Name, ws.Status)
+	}
+	if base.ForkOf == "" {
+		if base.Status != lockstep.StatusActive {
+			return lockstep.Errorf(lockstep.EINVALID, "repository %s is %s", base.Name, base.Status)
+		}
+		return nil
+	}
+	if err := CanMoveRefs(actor, base); err != nil {
+		return lockstep.Errorf(lockstep.ErrorCode(err), "promote %s into workspace %s: %s", ws.Name, base.Name, lockstep.ErrorMessage(err))
+	}
+	return nil
+}
+
+func writable(actor *lockstep.Key, r *lockstep.Repo) error { return CanMoveRefs(actor, r) }
 
 // Resolve turns a revision into a commit of r's network: a full or
 // abbreviated (at least 4 hex digits, unique) oid, a branch name of r,

@@ -81,6 +81,12 @@ func (s *Service) RestoreTree(ctx context.Context, actor *lockstep.Key, wsName, 
 	if err != nil {
 		return nil, err
 	}
+	// Checked here too, not only by the rollback below: a restore to the
+	// tree the branch already has writes nothing, but the caller goes on
+	// to restore the database.
+	if err := CanMoveRefs(actor, r); err != nil {
+		return nil, err
+	}
 	tipCommit, tipTree, err := s.BranchTip(ctx, r, branch)
 	if err != nil {
 		return nil, err

@@ -402,14 +402,16 @@ func (s *Service) Promote(ctx context.Context, actor *lockstep.Key, wsName strin
 	if err != nil {
 		return nil, err
 	}
-	if actor.Role != lockstep.RoleAdmin && !(actor.Role == lockstep.RoleAgent && actor.ID == ws.OwnerKeyID) {
-		return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner or an admin may promote it")
-	}
 	if ws.ForkOf == "" {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "%s is a base repository, not a workspace: only workspaces are promoted", ws.Name)
 	}
 	base, err := s.repos.Repo(ctx, ws.ForkOf)
 	if err != nil {
+		return nil, err
+	}
+	// Refused before queueing; Land checks the same rule again on what it
+	// re-read inside the queue, and the store once more in the transaction.
+	if err := forks.CanPromote(actor, ws, base); err != nil {
 		return nil, err
 	}
 	l := s.lane(base.Name + "\x00" + base.DefaultBranch)

@@ -193,46 +193,112 @@ func (s *DB) Ref(ctx context.Context, repoID int64, name string) (r lockstep.Ref
 func (s *DB) UpdateRefs(ctx context.Context, updates []lockstep.RefUpdate, attempts []lockstep.AttemptRecord, events []lockstep.HookEvent, entry *lockstep.OpEntry) (err error) {
 	ctx, span := s.start(ctx, "UpdateRefs")
 	defer func() { err = end(span, err) }()
-	now := micros(s.now())
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		for _, u := range updates {
-			var res sql.Result
-			var err error
-			switch {
-			case u.Old == lockstep.ZeroOID && u.New == lockstep.ZeroOID:
-				continue
-			case u.Old == lockstep.ZeroOID:
-				res, err = tx.ExecContext(ctx, `INSERT INTO refs (repo_id, name, oid, updated_at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
-					u.RepoID, u.Name, u.New, now)
-			case u.New == lockstep.ZeroOID:
-				res, err = tx.ExecContext(ctx, `DELETE FROM refs WHERE repo_id = $1 AND name = $2 AND oid = $3`, u.RepoID, u.Name, u.Old)
-			default:
-				res, err = tx.ExecContext(ctx, `UPDATE refs SET oid = $1, updated_at = $2 WHERE repo_id = $3 AND name = $4 AND oid = $5`,
-					u.New, now, u.RepoID, u.Name, u.Old)
-			}
-			if err != nil {
-				return fmt.Errorf("update ref %s: %w", u.Name, err)
-			}
-			if n, _ := res.RowsAffected(); n != 1 {
-				actual := lockstep.ZeroOID
-				err := tx.QueryRowContext(ctx, `SELECT oid FROM refs WHERE repo_id = $1 AND name = $2`, u.RepoID, u.Name).Scan(&actual)
-				if err != nil && !errors.Is(err, sql.ErrNoRows) {
-					return fmt.Errorf("read ref %s: %w", u.Name, err)
+		return s.updateRefs(ctx, tx, updates, attempts, events, entry)
+	})
+}
+
+// UpdateRefsAndStatus applies the updates and a status change in one
+// transaction.
+func (s *DB) UpdateRefsAndStatus(ctx context.Context, updates []lockstep.RefUpdate, attempts []lockstep.AttemptRecord, events []lockstep.HookEvent, entry *lockstep.OpEntry, change lockstep.StatusChange) (err error) {
+	ctx, span := s.start(ctx, "UpdateRefsAndStatus")
+	defer func() { err = end(span, err) }()
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		// The workspace's row first, then the base's (updateRefs), then the
+		// log head: the order every other writer takes them in (a child
+		// before its base), so two transactions never wait on each other.
+		res, err := tx.ExecContext(ctx, `UPDATE repos SET status = $1, updated_at = $2 WHERE id = $3 AND status = $4`, change.To, micros(s.now()), change.RepoID, change.From)
+		if err != nil {
+			return fmt.Errorf("set status of %s: %w", change.Repo, err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			var cur string
+			if err := tx.QueryRowContext(ctx, `SELECT status FROM repos WHERE id = $1`, change.RepoID).Scan(&cur); err != nil {
+				if errors.Is(err, sql.ErrNoRows) {
+					return lockstep.Errorf(lockstep.ENOTFOUND, "repository %s not found", change.Repo)
 				}
-				return RefConflict(u.Repo, u.Name, u.Old, actual)
+				return fmt.Errorf("read status of %s: %w", change.Repo, err)
 			}
+			return lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s, not %s", change.Repo, cur, change.From)
 		}
-		for _, a := range attempts {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO attempts (repo_id, commit_oid, tree_oid, branch, op, key_name, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-				a.RepoID, a.Commit, a.Tree, a.Branch, a.Op, a.KeyName, now); err != nil {
-				return fmt.Errorf("insert attempt: %w", err)
-			}
-		}
-		if err := s.enqueue(ctx, tx, events); err != nil {
+		if err := s.updateRefs(ctx, tx, updates, attempts, events, entry); err != nil {
 			return err
 		}
-		return s.appendOp(ctx, tx, entry)
+		return s.appendOp(ctx, tx, change.Entry)
 	})
+}
+
+// lockActive takes the row lock of every repository named by updates and
+// refuses when one is not active: a status change committed before this
+// transaction wins, one after it waits for it.
+func (s *DB) lockActive(ctx context.Context, tx *sql.Tx, updates []lockstep.RefUpdate) error {
+	seen := map[int64]bool{}
+	for _, u := range updates {
+		if seen[u.RepoID] {
+			continue
+		}
+		seen[u.RepoID] = true
+		res, err := tx.ExecContext(ctx, `UPDATE repos SET status = status WHERE id = $1 AND status = $2`, u.RepoID, lockstep.StatusActive)
+		if err != nil {
+			return fmt.Errorf("lock repository %s: %w", u.Repo, err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			continue
+		}
+		var cur string
+		if err := tx.QueryRowContext(ctx, `SELECT status FROM repos WHERE id = $1`, u.RepoID).Scan(&cur); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return lockstep.Errorf(lockstep.ENOTFOUND, "repository %s not found", u.Repo)
+			}
+			return fmt.Errorf("read status of %s: %w", u.Repo, err)
+		}
+		return lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s: its refs are kept for review and never move again", u.Repo, cur)
+	}
+	return nil
+}
+
+func (s *DB) updateRefs(ctx context.Context, tx *sql.Tx, updates []lockstep.RefUpdate, attempts []lockstep.AttemptRecord, events []lockstep.HookEvent, entry *lockstep.OpEntry) error {
+	now := micros(s.now())
+	if err := s.lockActive(ctx, tx, updates); err != nil {
+		return err
+	}
+	for _, u := range updates {
+		var res sql.Result
+		var err error
+		switch {
+		case u.Old == lockstep.ZeroOID && u.New == lockstep.ZeroOID:
+			continue
+		case u.Old == lockstep.ZeroOID:
+			res, err = tx.ExecContext(ctx, `INSERT INTO refs (repo_id, name, oid, updated_at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
+				u.RepoID, u.Name, u.New, now)
+		case u.New == lockstep.ZeroOID:
+			res, err = tx.ExecContext(ctx, `DELETE FROM refs WHERE repo_id = $1 AND name = $2 AND oid = $3`, u.RepoID, u.Name, u.Old)
+		default:
+			res, err = tx.ExecContext(ctx, `UPDATE refs SET oid = $1, updated_at = $2 WHERE repo_id = $3 AND name = $4 AND oid = $5`,
+				u.New, now, u.RepoID, u.Name, u.Old)
+		}
+		if err != nil {
+			return fmt.Errorf("update ref %s: %w", u.Name, err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			actual := lockstep.ZeroOID
+			err := tx.QueryRowContext(ctx, `SELECT oid FROM refs WHERE repo_id = $1 AND name = $2`, u.RepoID, u.Name).Scan(&actual)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("read ref %s: %w", u.Name, err)
+			}
+			return RefConflict(u.Repo, u.Name, u.Old, actual)
+		}
+	}
+	for _, a := range attempts {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO attempts (repo_id, commit_oid, tree_oid, branch, op, key_name, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			a.RepoID, a.Commit, a.Tree, a.Branch, a.Op, a.KeyName, now); err != nil {
+			return fmt.Errorf("insert attempt: %w", err)
+		}
+	}
+	if err := s.enqueue(ctx, tx, events); err != nil {
+		return err
+	}
+	return s.appendOp(ctx, tx, entry)
 }
 
 // RefConflict is the error of a failed compare-and-swap.

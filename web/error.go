@@ -54,6 +54,9 @@ func writeError(c *gin.Context, err error) {
 }
 
 func writeErrorStatus(c *gin.Context, status int, err error) {
+	if slow := slowBodyError(c); slow != nil {
+		status, err = 0, slow
+	}
 	code := lockstep.ErrorCode(err)
 	if status == 0 {
 		status = StatusOf(code)

@@ -40,6 +40,10 @@ type Config struct {
 	MaxEditBytes int64
 	// MaxUploadBytes caps a worktree or pack upload body as sent.
 	MaxUploadBytes int64
+	// BodyTimeout and BodyMinRate bound how slowly a request body may
+	// arrive (limits.go); 0 = the defaults, BodyTimeout < 0 = no bound.
+	BodyTimeout time.Duration
+	BodyMinRate int64
 }
 
 // Server holds the services the handlers call.
@@ -90,7 +94,7 @@ func (s *Server) Handler() http.Handler {
 	// parameters are unescaped before handlers see them.
 	e.UseRawPath = true
 	e.UnescapePathValues = true
-	e.Use(s.recovery, s.requestID, s.tracing, s.logging)
+	e.Use(s.recovery, s.requestID, s.tracing, s.logging, s.bodyLimits)
 	e.NoRoute(func(c *gin.Context) {
 		if s.uiNotFound != nil && strings.HasPrefix(c.Request.URL.Path, "/ui/") {
 			s.uiNotFound(c)
@@ -186,20 +190,27 @@ func (s *Server) logging(c *gin.Context) {
 }
 
 // authenticate resolves the caller's key from "Authorization: Bearer" (or,
-// for git clients, the basic-auth password) and puts it in the context.
+// for git clients under /git only, the basic-auth password) and puts it
+// in the context. Basic auth is refused on /api: browsers cache and
+// replay it, which would turn every API route into a CSRF target.
 func (s *Server) authenticate(c *gin.Context) {
 	secret := ""
 	h := c.GetHeader("Authorization")
+	git := strings.HasPrefix(c.Request.URL.Path, "/git/")
 	switch {
 	case strings.HasPrefix(h, "Bearer "):
 		secret = strings.TrimSpace(strings.TrimPrefix(h, "Bearer "))
-	case strings.HasPrefix(h, "Basic "):
+	case strings.HasPrefix(h, "Basic ") && git:
 		if _, p, ok := c.Request.BasicAuth(); ok {
 			secret = p
 		}
+	case strings.HasPrefix(h, "Basic "):
+		writeError(c, lockstep.Errorf(lockstep.EUNAUTH, "basic auth is for /git only: send Authorization: Bearer <key>"))
+		c.Abort()
+		return
 	}
 	if secret == "" {
-		if strings.HasPrefix(c.Request.URL.Path, "/git/") {
+		if git {
 			c.Header("WWW-Authenticate", `Basic realm="lockstep"`)
 		}
 		writeError(c, lockstep.Errorf(lockstep.EUNAUTH, "missing API key: send Authorization: Bearer <key>"))
@@ -208,7 +219,7 @@ func (s *Server) authenticate(c *gin.Context) {
 	}
 	k, err := s.Keys.Authenticate(c.Request.Context(), secret)
 	if err != nil {
-		if strings.HasPrefix(c.Request.URL.Path, "/git/") {
+		if git {
 			c.Header("WWW-Authenticate", `Basic realm="lockstep"`)
 		}
 		writeError(c, err)

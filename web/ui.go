@@ -9,14 +9,18 @@ package web
 // Sessions: /ui/login takes an API key and keeps it in an HttpOnly,
 // SameSite=Strict cookie scoped to /ui; every page authenticates it through
 // auth.Service like the API does. The few POSTs (login, logout, mark a
-// workspace failed) also carry a per-session CSRF token (double-submit: a
-// random value in a second cookie and in a hidden form field).
+// workspace failed) also carry a CSRF token: on signed-in pages an HMAC
+// keyed by the session's secret (good for that session only); on the login
+// form, which has no session yet, a random value in a second cookie and in
+// a hidden form field (double-submit).
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
@@ -229,10 +233,18 @@ func cookie(c *gin.Context, name string) string {
 	return ck.Value
 }
 
-// csrfToken returns the session's CSRF token, creating it when missing.
+// csrfToken returns the CSRF token of the page's forms. On a signed-in
+// page it is bound to the session (sessionCSRF); the login page, which has
+// no session yet, uses a random value kept in a second cookie
+// (double-submit).
 func (u *uiServer) csrfToken(c *gin.Context) string {
 	if v, ok := c.Get(uiCSRFCookie); ok {
 		return v.(string)
+	}
+	if secret := cookie(c, uiSessionCookie); secret != "" && auth.FromContext(c.Request.Context()) != nil {
+		tok := sessionCSRF(secret)
+		c.Set(uiCSRFCookie, tok)
+		return tok
 	}
 	tok := cookie(c, uiCSRFCookie)
 	if len(tok) != 64 {
@@ -243,9 +255,21 @@ func (u *uiServer) csrfToken(c *gin.Context) string {
 	return tok
 }
 
-// checkCSRF refuses a POST whose hidden token does not match the cookie,
-// or that a browser says comes from another site.
-func (u *uiServer) checkCSRF(c *gin.Context) error {
+// sessionCSRF is a signed-in session's CSRF token: an HMAC keyed by the
+// session's secret, so it is good for that session only — a token taken
+// from another session, or a token planted together with a matching
+// cookie, is refused. Replicas compute the same value without sharing
+// any state, and it reveals nothing of the secret.
+func sessionCSRF(secret string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte("lockstep ui csrf v1"))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// checkCSRF refuses a POST whose hidden token is not the session's (bound)
+// or does not match the cookie (the login form), or that a browser says
+// comes from another site.
+func (u *uiServer) checkCSRF(c *gin.Context, bound bool) error {
 	bad := lockstep.Errorf(lockstep.EFORBIDDEN, "the form is stale or was not sent from this site: reload the page and try again")
 	if site := c.GetHeader("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
 		return bad
@@ -257,6 +281,12 @@ func (u *uiServer) checkCSRF(c *gin.Context) error {
 		}
 	}
 	want := cookie(c, uiCSRFCookie)
+	if bound {
+		want = ""
+		if secret := cookie(c, uiSessionCookie); secret != "" {
+			want = sessionCSRF(secret)
+		}
+	}
 	got := c.PostForm("csrf")
 	if len(want) != 64 || subtle.ConstantTimeCompare([]byte(want), []byte(got)) != 1 {
 		return bad
@@ -327,7 +357,7 @@ func (u *uiServer) handleLoginForm(c *gin.Context) {
 
 func (u *uiServer) handleLogin(c *gin.Context) {
 	next := safeNext(c.PostForm("next"))
-	if err := u.checkCSRF(c); err != nil {
+	if err := u.checkCSRF(c, false); err != nil {
 		u.render(c, http.StatusForbidden, "login", view{Title: "Sign in", D: loginData{Next: next, Error: lockstep.ErrorMessage(err)}})
 		return
 	}
@@ -349,7 +379,7 @@ func (u *uiServer) handleLogin(c *gin.Context) {
 }
 
 func (u *uiServer) handleLogout(c *gin.Context) {
-	if err := u.checkCSRF(c); err != nil {
+	if err := u.checkCSRF(c, cookie(c, uiSessionCookie) != ""); err != nil {
 		u.fail(c, err)
 		return
 	}
@@ -608,7 +638,7 @@ func (u *uiServer) workspace(c *gin.Context, info *forks.RepoInfo) {
 }
 
 func (u *uiServer) handleMarkFailed(c *gin.Context) {
-	if err := u.checkCSRF(c); err != nil {
+	if err := u.checkCSRF(c, true); err != nil {
 		u.fail(c, err)
 		return
 	}

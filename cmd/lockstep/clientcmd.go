@@ -20,7 +20,7 @@ type clientFlags struct {
 
 func (c *clientFlags) declare(f *flagger) {
 	f.str(&c.url, "url", "LOCKSTEP_URL", "http://127.0.0.1:7070", "server URL")
-	f.str(&c.key, "key", "LOCKSTEP_KEY", "", "API key")
+	f.secret(&c.key, "key", "LOCKSTEP_KEY", "API key")
 	f.str(&c.keyFile, "key-file", "LOCKSTEP_KEY_FILE", "", "file holding the API key (e.g. lockstep-data/admin.key)")
 	f.fs.BoolVar(&c.json, "json", false, "print JSON (for agents and scripts)")
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -61,6 +62,10 @@ type serveConfig struct {
 	BranchMaxSnaps    int
 	HookAllowHosts    string
 	SecretKeyFile     string
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+	BodyTimeout       time.Duration
+	BodyMinRate       int64
 }
 
 // flagger declares flags whose defaults come from the environment.
@@ -73,6 +78,25 @@ type flagger struct {
 
 func (f *flagger) str(p *string, name, env, def, help string) {
 	f.fs.StringVar(p, name, envOr(f.getenv, env, def), help+" (env "+env+")")
+}
+
+// secret declares a flag whose value must never be shown: `-h` prints
+// the environment variable's name as its default, not its value.
+func (f *flagger) secret(p *string, name, env, help string) {
+	f.str(p, name, env, "", help)
+	if *p != "" {
+		f.fs.Lookup(name).DefValue = "$" + env
+	}
+}
+
+// url declares a URL flag whose `-h` default hides a password in it.
+func (f *flagger) url(p *string, name, env, def, help string) {
+	f.str(p, name, env, def, help)
+	if u, err := url.Parse(*p); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			f.fs.Lookup(name).DefValue = u.Redacted()
+		}
+	}
 }
 
 func (f *flagger) i64(p *int64, name, env string, def int64, help string) {
@@ -142,9 +166,9 @@ func newFlagger(name string, e *env) *flagger {
 func (c *serveConfig) declare(f *flagger) {
 	f.str(&c.Data, "data", "LOCKSTEP_DATA", "./lockstep-data", "data directory: git object stores, SQLite metadata, admin.key")
 	f.str(&c.Addr, "addr", "LOCKSTEP_ADDR", "127.0.0.1:7070", "listen address")
-	f.str(&c.DatabaseURL, "database-url", "LOCKSTEP_DATABASE_URL", "", "postgres:// URL for metadata; empty = embedded SQLite in the data directory")
-	f.str(&c.RedisURL, "redis-url", "LOCKSTEP_REDIS_URL", "", "redis:// URL shared by replicas; empty = none")
-	f.str(&c.BranchDatabaseURL, "branch-database-url", "LOCKSTEP_BRANCH_DATABASE_URL", "", "postgres:// URL of a server where Lockstep may create branch databases; empty = database branching off")
+	f.url(&c.DatabaseURL, "database-url", "LOCKSTEP_DATABASE_URL", "", "postgres:// URL for metadata; empty = embedded SQLite in the data directory")
+	f.url(&c.RedisURL, "redis-url", "LOCKSTEP_REDIS_URL", "", "redis:// URL shared by replicas; empty = none")
+	f.url(&c.BranchDatabaseURL, "branch-database-url", "LOCKSTEP_BRANCH_DATABASE_URL", "", "postgres:// URL of a server where Lockstep may create branch databases; empty = database branching off")
 	f.i64(&c.MaxUploadBytes, "max-upload-bytes", "LOCKSTEP_MAX_UPLOAD_BYTES", 512<<20, "largest worktree or pack upload (body and decompressed)")
 	f.i64(&c.MaxFileBytes, "max-file-bytes", "LOCKSTEP_MAX_FILE_BYTES", 100<<20, "largest single file in an upload")
 	f.int(&c.MaxFiles, "max-files", "LOCKSTEP_MAX_FILES", 100_000, "most entries in one upload")
@@ -160,13 +184,17 @@ func (c *serveConfig) declare(f *flagger) {
 	f.dur(&c.HookTimeout, "hook-timeout", "LOCKSTEP_HOOK_TIMEOUT", 10*time.Second, "timeout of one gate-hook delivery")
 	f.int(&c.HookMaxAttempts, "hook-max-attempts", "LOCKSTEP_HOOK_MAX_ATTEMPTS", 8, "attempts before a delivery is marked failed")
 	f.dur(&c.HookBackoff, "hook-backoff", "LOCKSTEP_HOOK_BACKOFF", 2*time.Second, "first retry delay of a failed delivery (doubles, ±20% jitter)")
-	f.str(&c.BranchSecret, "branch-secret", "LOCKSTEP_BRANCH_SECRET", "", "secret deriving branch roles' passwords (default: generated once into <data>/branch.secret; replicas must share it)")
+	f.secret(&c.BranchSecret, "branch-secret", "LOCKSTEP_BRANCH_SECRET", "secret deriving branch roles' passwords (default: generated once into <data>/branch.secret; replicas must share it)")
 	f.str(&c.BranchPrefix, "branch-prefix", "LOCKSTEP_BRANCH_PREFIX", "ls", "prefix of every database and role Lockstep creates on the branch server")
 	f.bool(&c.BranchWarm, "branch-warm", "LOCKSTEP_BRANCH_WARM", true, "keep pre-made database copies so fork and restore-latest are a rename")
 	f.int(&c.BranchMaxSnaps, "branch-max-snapshots", "LOCKSTEP_BRANCH_MAX_SNAPSHOTS", 20, "database snapshots kept per workspace (oldest dropped)")
 	f.dur(&c.HookMaxBackoff, "hook-max-backoff", "LOCKSTEP_HOOK_MAX_BACKOFF", 10*time.Minute, "longest retry delay")
 	f.str(&c.HookAllowHosts, "hook-allow-hosts", "LOCKSTEP_HOOK_ALLOW_HOSTS", "", "hook targets allowed although internal (loopback, private, link-local): comma-separated host names, IPs, CIDRs")
 	f.str(&c.SecretKeyFile, "secret-key-file", "LOCKSTEP_SECRET_KEY_FILE", "", "file with the key (64 hex digits) that encrypts hook secrets at rest (default: generated once into <data>/secret.key; replicas must share it)")
+	f.dur(&c.ReadHeaderTimeout, "read-header-timeout", "LOCKSTEP_READ_HEADER_TIMEOUT", 10*time.Second, "time a client gets to send a request's headers")
+	f.dur(&c.IdleTimeout, "idle-timeout", "LOCKSTEP_IDLE_TIMEOUT", 2*time.Minute, "an idle keep-alive connection is closed after this")
+	f.dur(&c.BodyTimeout, "body-timeout", "LOCKSTEP_BODY_TIMEOUT", web.DefaultBodyTimeout, "longest silence of a request body, and the grace before --body-min-rate applies")
+	f.i64(&c.BodyMinRate, "body-min-rate", "LOCKSTEP_BODY_MIN_RATE", web.DefaultBodyMinRate, "slowest average rate (bytes/s) a request body may arrive at after the grace")
 }
 
 func (c *serveConfig) metadataURL() string {
@@ -218,7 +246,8 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Addr, err)
 	}
-	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: c.ReadHeaderTimeout, IdleTimeout: c.IdleTimeout,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	logger.Info("lockstep serving", "addr", ln.Addr().String(), "data", c.Data, "metadata", a.store.Dialect(),
@@ -349,12 +378,12 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	cps := checkpoints.New(db, a.repos, dbs, logger, metrics, nil)
 	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) { cps.AfterPromote(ctx, base.Name) }
 	srv := &web.Server{
-		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes},
+		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate},
 		Store:  db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos, Gate: g, Checkpoints: cps,
 		AfterFork:    func(ctx context.Context, f *forks.ForkResult) { cps.AfterFork(ctx, f.ForkOf, f.Name) },
 		AfterAbandon: func(ctx context.Context, ws *lockstep.Repo) { cps.AfterAbandon(ctx, ws.Name) },
 		MCP: func(api http.Handler) http.Handler {
-			return agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{Version: version()})
+			return agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{Version: version(), MaxRequestBytes: c.MaxEditBytes})
 		},
 	}
 	a.handler = srv.Handler()

@@ -1,0 +1,160 @@
+package web
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// Request bodies: a declared length over the route's limit is refused
+// before a byte of it is read, and a body must keep arriving.
+//
+// http.Server's ReadTimeout would bound the whole request, which either
+// cuts off a large git push on a normal link or lets a slow client hold a
+// connection (and its goroutines) for that long. Instead every Read of a
+// body gets a connection read deadline (http.ResponseController) from a
+// budget: BodyTimeout, plus the time BodyMinRate allows for the bytes
+// received so far, minus the time already spent waiting for the client.
+// A push at normal speed earns far more budget than it uses; a client
+// below the rate runs out of it a BodyTimeout after it started, and no
+// single wait is longer than BodyTimeout. Only time spent waiting in Read
+// counts: what the handler does between reads is not the client's.
+
+// Defaults of Config's body settings.
+const (
+	DefaultBodyTimeout = 30 * time.Second
+	DefaultBodyMinRate = 4096 // bytes per second
+)
+
+// uploadRoutes take bodies up to MaxUploadBytes; every other route's
+// limit is MaxJSONBytes.
+var uploadRoutes = map[string]bool{
+	"/api/v1/repos/:repo/worktree": true,
+	"/api/v1/repos/:repo/objects":  true,
+	"/git/:repo/git-upload-pack":   true,
+	"/git/:repo/git-receive-pack":  true,
+}
+
+func (s *Server) routeBodyLimit(c *gin.Context) int64 {
+	switch c.FullPath() {
+	case "/api/v1/repos/:repo/edits", "/mcp": // JSON carrying file contents
+		return s.Config.MaxEditBytes
+	}
+	if uploadRoutes[c.FullPath()] {
+		if s.Config.MaxUploadBytes > 0 {
+			return s.Config.MaxUploadBytes
+		}
+		return 512 << 20
+	}
+	return s.Config.MaxJSONBytes
+}
+
+// bodyLimits is the middleware of both rules.
+func (s *Server) bodyLimits(c *gin.Context) {
+	if c.Request.Body == nil || c.Request.Body == http.NoBody {
+		c.Next()
+		return
+	}
+	if max := s.routeBodyLimit(c); c.Request.ContentLength > max {
+		// The connection is closed after the answer (the body stays unread).
+		c.Header("Connection", "close")
+		writeError(c, lockstep.Errorf(lockstep.ETOOLARGE, "declared Content-Length %d is over this route's limit of %d bytes", c.Request.ContentLength, max).
+			WithDetails(map[string]any{"limit": max}))
+		return
+	}
+	timeout, rate := s.Config.BodyTimeout, s.Config.BodyMinRate
+	if timeout < 0 {
+		c.Next()
+		return
+	}
+	if timeout == 0 {
+		timeout = DefaultBodyTimeout
+	}
+	if rate <= 0 {
+		rate = DefaultBodyMinRate
+	}
+	rc := http.NewResponseController(c.Writer)
+	// A handler that never reads still bounds the wait for its body.
+	if err := rc.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		c.Next() // not a net.Conn underneath (tests' recorders)
+		return
+	}
+	rb := &rateBody{ReadCloser: c.Request.Body, rc: rc, timeout: timeout, rate: rate}
+	c.Request.Body = rb
+	c.Set(slowBodyKey, rb)
+	c.Next()
+	// The server drains up to 256 KiB of an unread body after the
+	// handler to reuse the connection: bound that too.
+	_ = rc.SetReadDeadline(time.Now().Add(timeout))
+}
+
+const slowBodyKey = "lockstep.body"
+
+// slowBodyError is the error to answer with when the request's body was
+// cut off as too slow (the handler then sees a read error or, since the
+// server cancels the request's context on a failed read, a canceled
+// context), nil otherwise.
+func slowBodyError(c *gin.Context) error {
+	if v, ok := c.Get(slowBodyKey); ok {
+		if rb := v.(*rateBody); rb.err != nil {
+			return rb.err
+		}
+	}
+	return nil
+}
+
+// rateBody enforces the budget on each Read.
+type rateBody struct {
+	io.ReadCloser
+	rc       *http.ResponseController
+	timeout  time.Duration
+	rate     int64
+	received int64
+	waited   time.Duration
+	err      error
+}
+
+func (b *rateBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	budget := b.timeout + time.Duration(float64(b.received)/float64(b.rate)*float64(time.Second)) - b.waited
+	if budget > b.timeout {
+		budget = b.timeout
+	}
+	if budget <= 0 {
+		b.err = b.slow()
+		return 0, b.err
+	}
+	start := time.Now()
+	_ = b.rc.SetReadDeadline(start.Add(budget))
+	n, err := b.ReadCloser.Read(p)
+	b.waited += time.Since(start)
+	b.received += int64(n)
+	// No deadline between reads: the handler's own work is not the
+	// client's, and the server's background read after EOF must not
+	// time out.
+	_ = b.rc.SetReadDeadline(time.Time{})
+	if err != nil && isTimeout(err) {
+		b.err = b.slow()
+		return n, b.err
+	}
+	return n, err
+}
+
+func (b *rateBody) slow() error {
+	return lockstep.Errorf(lockstep.EINVALID, "request body too slow: under %d bytes/s, or silent for %s (--body-min-rate, --body-timeout)", b.rate, b.timeout)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) || strings.Contains(err.Error(), "i/o timeout")
+}
