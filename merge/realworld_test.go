@@ -2,7 +2,10 @@ package merge
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"os/exec"
+	"strings"
 	"testing"
 )
 
@@ -168,4 +171,73 @@ func TestHistogramVersusMyers(t *testing.T) {
 	if differ == 0 {
 		t.Fatal("no table case separates histogram from myers")
 	}
+}
+
+// TestHistogramChainLimit: a region whose lines fill one of
+// xhistogram.c's hash chains with 65 distinct lines makes git's merge
+// fail ("Failed to execute internal merge"); Diff3 reports the whole file
+// as one conflict instead of guessing.
+func TestHistogramChainLimit(t *testing.T) {
+	const n = 9000
+	var d []string
+	for i := 0; i < n; i++ {
+		d = append(d, fmt.Sprintf("L%d\n", i))
+	}
+	// 65 earlier lines whose class numbers share bucket 0 of a 128-entry
+	// table ((v + v>>7) & 127 == 0).
+	var tail []string
+	for v := 0; len(tail) < 65; v++ {
+		if (v+v>>7)&127 == 0 {
+			tail = append(tail, d[v])
+		}
+	}
+	join := func(parts ...[]string) []byte {
+		var b bytes.Buffer
+		for _, p := range parts {
+			for _, l := range p {
+				b.WriteString(l)
+			}
+		}
+		return b.Bytes()
+	}
+	base := join(d, tail)
+	ours := join(d, []string{"X\n"}, tail)
+	theirs := join([]string{"Y\n"}, d[1:], tail)
+	merged, hunks, clean := Diff3(base, ours, theirs, DefaultLabels)
+	if clean || len(hunks) != 1 || hunks[0].Base != (LineRange{1, n + 65}) || hunks[0].Ours.Count != n+66 {
+		t.Fatalf("clean=%v hunks=%+v", clean, hunks)
+	}
+	checkHunks(t, merged, hunks, base, ours, theirs)
+	// Myers has no such limit.
+	if _, _, clean := Diff3(base, ours, theirs, Labels{Algorithm: Myers}); !clean {
+		t.Error("myers: conflict")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		return
+	}
+	out, err := runMergeTree(t, tempDir(t), base, ours, theirs)
+	if err == nil || !strings.Contains(string(out), "Failed to execute internal merge") {
+		t.Errorf("git merge-tree: err=%v\n%s", err, out)
+	}
+}
+
+// runMergeTree runs git merge-tree on a one-file repository and returns
+// its combined output.
+func runMergeTree(tb testing.TB, dir string, base, ours, theirs []byte) ([]byte, error) {
+	tb.Helper()
+	var st bytes.Buffer
+	fmt.Fprintf(&st, "blob\nmark :1\ndata %d\n%s\nblob\nmark :2\ndata %d\n%s\nblob\nmark :3\ndata %d\n%s\n", len(base), base, len(ours), ours, len(theirs), theirs)
+	for i, ref := range []string{"base", "ours", "theirs"} {
+		fmt.Fprintf(&st, "commit refs/heads/%s\nmark :%d\ncommitter T <t@example.com> 1700000000 +0000\ndata 0\n", ref, 10+i)
+		if i > 0 {
+			st.WriteString("from :10\n")
+		}
+		fmt.Fprintf(&st, "M 100644 :%d f\n\n", i+1)
+	}
+	gitRun(tb, dir, nil, "init", "-q", "--bare", ".")
+	gitRun(tb, dir, st.Bytes(), "fast-import", "--quiet")
+	cmd := exec.Command("git", "merge-tree", "--write-tree", "ours", "theirs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
+	return cmd.CombinedOutput()
 }
