@@ -369,11 +369,19 @@ func TestLineMergeOracleLarge(t *testing.T) {
 	for i, p := range []struct{ n, v, e int }{{3000, 1 << 30, 300}, {3000, 50, 300}, {4000, 8, 400}, {2000, 3, 200}, {6000, 1 << 30, 1500}, {3000, 400, 800}} {
 		ts = append(ts, largeEdited(int64(i)+oracleSeed(), p.n, p.v, p.e))
 	}
-	// 40,000 lines: xdiff's cost limit rises to 512, so the snake heuristic
-	// (edit cost above 256) runs before the cut-off.
-	ts = append(ts, shuffled(oracleSeed(), 8000, 1<<30), shuffled(oracleSeed()+1, 8000, 3000), shuffled(oracleSeed()+2, 4000, 40), shuffled(oracleSeed()+3, 40000, 1<<30), sparseSwaps(oracleSeed(), 40000, false), sparseSwaps(oracleSeed()+1, 40000, true))
-	if testing.Short() {
+	// 40,000 lines: xdiff's cost limit rises to 512, so the snake
+	// heuristics (edit cost above 256; forward, and backward with the
+	// first half scrambled) run before the cut-off. The long run (flag or
+	// MERGE_ORACLE_N) adds the backward case and block shuffles.
+	fwd := sparseSwaps(oracleSeed(), 40000, false)
+	switch long := *oracleN > 0 || os.Getenv("MERGE_ORACLE_N") != ""; {
+	case long:
+		ts = append(ts, fwd, sparseSwaps(oracleSeed()+1, 40000, true), shuffled(oracleSeed(), 8000, 1<<30),
+			shuffled(oracleSeed()+1, 8000, 3000), shuffled(oracleSeed()+2, 4000, 40), shuffled(oracleSeed()+3, 40000, 1<<30))
+	case testing.Short():
 		ts = ts[:3]
+	default:
+		ts = append(ts[:4], fwd)
 	}
 	dir := tempDir(t)
 	for _, diff3Style := range []bool{false, true} {
