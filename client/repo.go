@@ -347,6 +347,8 @@ type MergeRequest struct {
 	Message     string `json:"message,omitempty"`
 	OnConflict  string `json:"on_conflict,omitempty"`
 	ExpectOID   string `json:"expect_oid,omitempty"`
+	// Style of a markers merge: "diff3" (default) or "merge".
+	Style string `json:"style,omitempty"`
 }
 
 // Merge runs a preflight or a materialize; the answer is raw JSON (its

@@ -31,6 +31,10 @@ type MergeRequest struct {
 	// single-parent commit with the merged tree) or "fast_forward" (refuse
 	// anything else).
 	Mode string `json:"mode,omitempty"`
+	// Style is the conflict-marker style of a markers merge: "diff3" (the
+	// default: a "||||||| base" section in every conflict) or "merge"
+	// (git's default style: ours and theirs only, conflicts refined).
+	Style string `json:"style,omitempty"`
 }
 
 // MergeResponse is the answer of a merge.
@@ -77,6 +81,9 @@ func (s *Service) Merge(ctx context.Context, actor *lockstep.Key, repoName strin
 	default:
 		return nil, lockstep.Errorf(lockstep.EINVALID, "mode %q: want merge, squash or fast_forward", req.Mode)
 	}
+	if req.Style != "" && req.Style != "diff3" && req.Style != "merge" {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "style %q: want \"diff3\" (default) or \"merge\"", req.Style)
+	}
 	if req.Preflight && req.Materialize {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "preflight and materialize exclude each other")
 	}
@@ -99,7 +106,7 @@ func (s *Service) Merge(ctx context.Context, actor *lockstep.Key, repoName strin
 }
 
 func (s *Service) mergeOptions(req MergeRequest, markers bool) merge.Options {
-	return merge.Options{Deep: req.Deep, Markers: markers, ShowBase: markers, OursLabel: req.Ours, TheirsLabel: req.Theirs, MaxFileBytes: s.cfg.MergeMaxFileBytes}
+	return merge.Options{Deep: req.Deep, Markers: markers, ShowBase: markers && req.Style != "merge", OursLabel: req.Ours, TheirsLabel: req.Theirs, MaxFileBytes: s.cfg.MergeMaxFileBytes}
 }
 
 func (s *Service) preflight(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs plumbing.Hash, start time.Time) (*MergeResponse, error) {
