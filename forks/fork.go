@@ -58,6 +58,8 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name 
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "fork", Repo: name, TraceID: traceID(ctx), Refs: moves,
 		Details: map[string]any{"fork_of": base.Name, "base_commit": baseCommit}}
 	entry.DurationUS = s.now().Sub(start).Microseconds()
+	out := &ForkResult{Name: name, ForkOf: base.Name, Network: ws.Network, BaseCommit: baseCommit, Owner: actor.Name, DurationMS: ms(s.now().Sub(start))}
+	lockstep.StageResult(ctx, out)
 	if err := s.store.CreateRepo(ctx, ws, copied, entry); err != nil {
 		return nil, err
 	}
@@ -78,7 +80,8 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name 
 	d := s.now().Sub(start)
 	s.metrics.ObserveOp("fork", "ok", d)
 	s.emit(ctx, Event{Type: "fork", Repo: ws, Branch: ws.DefaultBranch, Commit: baseCommit, KeyName: actor.Name})
-	return &ForkResult{Name: name, ForkOf: base.Name, Network: ws.Network, BaseCommit: baseCommit, Owner: actor.Name, DurationMS: ms(d)}, nil
+	out.DurationMS = ms(d)
+	return out, nil
 }
 
 // WorkspaceInfo is one workspace in a base's listing.
@@ -170,6 +173,9 @@ func (s *Service) SetStatus(ctx context.Context, actor *lockstep.Key, wsName, st
 	}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace." + status, Repo: ws.Name, TraceID: traceID(ctx),
 		Details: map[string]any{"from": ws.Status, "to": status, "reason": reason}}
+	staged := *ws
+	staged.Status = status
+	lockstep.StageResult(ctx, &staged)
 	if err := s.store.SetRepoStatus(ctx, ws.ID, status, entry); err != nil {
 		return nil, err
 	}

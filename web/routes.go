@@ -12,7 +12,7 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	e.GET("/readyz", s.handleReadyz())
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{})))
 
-	api := e.Group("/api/v1", s.authenticate)
+	api := e.Group("/api/v1", s.authenticate, s.idempotency) // idempotency.go: Idempotency-Key on writes
 	api.POST("/keys", s.handleKeyCreate())
 	api.GET("/keys", s.handleKeyList())
 	api.DELETE("/keys/:id", s.handleKeyRevoke())

@@ -38,6 +38,8 @@ type Config struct {
 	MaxJSONBytes int64
 	// MaxUploadBytes caps a worktree or pack upload body as sent.
 	MaxUploadBytes int64
+	// Idempotency configures Idempotency-Key handling (idempotency.go).
+	Idempotency IdempotencyConfig
 }
 
 // Server holds the services the handlers call.

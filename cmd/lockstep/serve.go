@@ -57,6 +57,13 @@ type serveConfig struct {
 	BranchPrefix      string
 	BranchWarm        bool
 	BranchMaxSnaps    int
+	// Idempotent writes (web/idempotency.go, docs/idempotency.md).
+	IdemRetention time.Duration
+	IdemLease     time.Duration
+	IdemWait      time.Duration
+	// idemPausePrefix is test-only fault injection, read from
+	// LOCKSTEP_TEST_PAUSE_AFTER_COMMIT (not a setting).
+	idemPausePrefix string
 }
 
 // flagger declares flags whose defaults come from the environment.
@@ -160,6 +167,9 @@ func (c *serveConfig) declare(f *flagger) {
 	f.bool(&c.BranchWarm, "branch-warm", "LOCKSTEP_BRANCH_WARM", true, "keep pre-made database copies so fork and restore-latest are a rename")
 	f.int(&c.BranchMaxSnaps, "branch-max-snapshots", "LOCKSTEP_BRANCH_MAX_SNAPSHOTS", 20, "database snapshots kept per workspace (oldest dropped)")
 	f.dur(&c.HookMaxBackoff, "hook-max-backoff", "LOCKSTEP_HOOK_MAX_BACKOFF", 10*time.Minute, "longest retry delay")
+	f.dur(&c.IdemRetention, "idempotency-retention", "LOCKSTEP_IDEMPOTENCY_RETENTION", 24*time.Hour, "how long an Idempotency-Key's answer is kept (then cleaned up)")
+	f.dur(&c.IdemLease, "idempotency-lease", "LOCKSTEP_IDEMPOTENCY_LEASE", 30*time.Second, "a running keyed request's lease (renewed while it runs); after a crash its key is free again once this passed, if nothing committed")
+	f.dur(&c.IdemWait, "idempotency-wait", "LOCKSTEP_IDEMPOTENCY_WAIT", 10*time.Second, "how long a concurrent duplicate waits for the first request before 409 in_progress")
 }
 
 func (c *serveConfig) metadataURL() string {
@@ -196,6 +206,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
+	c.idemPausePrefix = e.getenv("LOCKSTEP_TEST_PAUSE_AFTER_COMMIT")
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -330,12 +341,17 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	cps := checkpoints.New(db, a.repos, dbs, logger, metrics, nil)
 	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) { cps.AfterPromote(ctx, base.Name) }
 	srv := &web.Server{
-		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxUploadBytes: c.MaxUploadBytes},
+		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxUploadBytes: c.MaxUploadBytes,
+			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix}},
 		Store:  db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos, Gate: g, Checkpoints: cps,
 		AfterFork:    func(ctx context.Context, f *forks.ForkResult) { cps.AfterFork(ctx, f.ForkOf, f.Name) },
 		AfterAbandon: func(ctx context.Context, ws *lockstep.Repo) { cps.AfterAbandon(ctx, ws.Name) },
 	}
 	a.handler = srv.Handler()
+	pctx, stopPurge := context.WithCancel(context.Background())
+	purgeDone := make(chan struct{})
+	go func() { srv.PurgeIdempotencyKeys(pctx, min(c.IdemRetention/4, 10*time.Minute)); close(purgeDone) }()
+	a.closers = append(a.closers, func() { stopPurge(); <-purgeDone })
 	ok = true
 	return a, nil
 }
