@@ -267,7 +267,10 @@ func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, cl
 	status, body := cw.status, cw.buf.Bytes()
 	header := keptHeaders(orig.Header())
 	bg := context.WithoutCancel(ctx)
-	if status >= 500 || status == http.StatusTooManyRequests {
+	if status >= 400 {
+		// A refusal is remembered only when something committed with it
+		// (a refused write's log entry); validation errors, 404s, 5xx
+		// before any commit leave the key free for a corrected retry.
 		cur, err := s.Store.IdemByKey(bg, claim.Owner, claim.Key)
 		switch {
 		case err != nil:
@@ -279,7 +282,7 @@ func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, cl
 			}
 			s.send(c, status, header, body)
 			return
-		case cur.State == lockstep.IdemCommitted && cur.Status != 0:
+		case status >= 500 && cur.State == lockstep.IdemCommitted && cur.Status != 0:
 			// The effect is durable: its staged answer is the result.
 			status, header, body = cur.Status, cur.Header, cur.Body
 		}
