@@ -36,6 +36,9 @@ type IdempotencyConfig struct {
 	// committed, before the answer is stored or sent (so a test can kill
 	// the server there). Empty in production.
 	PauseAfterCommitPrefix string
+	// PauseBeforeRunPrefix is the same, after the key is claimed and
+	// before the handler runs (nothing committed).
+	PauseBeforeRunPrefix string
 }
 
 func (c *IdempotencyConfig) defaults() {
@@ -240,6 +243,10 @@ func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, cl
 		}
 	}()
 
+	if p := cfg.PauseBeforeRunPrefix; p != "" && strings.HasPrefix(claim.Key, p) {
+		fmt.Fprintf(os.Stderr, "lockstep: paused before running (Idempotency-Key %s)\n", claim.Key)
+		select {} // test-only: the test kills the process here
+	}
 	orig := c.Writer
 	cw := &captureWriter{ResponseWriter: orig, status: http.StatusOK}
 	c.Writer = cw

@@ -64,6 +64,7 @@ type serveConfig struct {
 	// idemPausePrefix is test-only fault injection, read from
 	// LOCKSTEP_TEST_PAUSE_AFTER_COMMIT (not a setting).
 	idemPausePrefix string
+	idemPauseRun    string // LOCKSTEP_TEST_PAUSE_BEFORE_RUN
 }
 
 // flagger declares flags whose defaults come from the environment.
@@ -207,6 +208,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	c.idemPausePrefix = e.getenv("LOCKSTEP_TEST_PAUSE_AFTER_COMMIT")
+	c.idemPauseRun = e.getenv("LOCKSTEP_TEST_PAUSE_BEFORE_RUN")
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -342,8 +344,8 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) { cps.AfterPromote(ctx, base.Name) }
 	srv := &web.Server{
 		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxUploadBytes: c.MaxUploadBytes,
-			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix}},
-		Store:  db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos, Gate: g, Checkpoints: cps,
+			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
+		Store: db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos, Gate: g, Checkpoints: cps,
 		AfterFork:    func(ctx context.Context, f *forks.ForkResult) { cps.AfterFork(ctx, f.ForkOf, f.Name) },
 		AfterAbandon: func(ctx context.Context, ws *lockstep.Repo) { cps.AfterAbandon(ctx, ws.Name) },
 	}
