@@ -18,6 +18,7 @@ type clientFlags struct {
 	url, key, keyFile string
 	json              bool
 	retries           int
+	retryDelay        time.Duration
 	attemptTimeout    time.Duration
 	e                 *env
 }
@@ -28,6 +29,7 @@ func (c *clientFlags) declare(f *flagger) {
 	f.str(&c.keyFile, "key-file", "LOCKSTEP_KEY_FILE", "", "file holding the API key (e.g. lockstep-data/admin.key)")
 	f.fs.BoolVar(&c.json, "json", false, "print JSON (for agents and scripts)")
 	f.int(&c.retries, "retries", "LOCKSTEP_RETRIES", client.DefaultRetry.MaxAttempts, "attempts per request on connection errors, timeouts, 429, 502-504 (writes carry an Idempotency-Key, so a retry never runs twice); 1 = no retries")
+	f.dur(&c.retryDelay, "retry-delay", "LOCKSTEP_RETRY_DELAY", client.DefaultRetry.BaseDelay, "first retry's backoff (doubles up to 5s, jittered; a server's Retry-After is honoured)")
 	f.dur(&c.attemptTimeout, "attempt-timeout", "LOCKSTEP_ATTEMPT_TIMEOUT", 0, "bound on one attempt, answer included (0 = none); a timed-out attempt is retried")
 }
 
@@ -44,7 +46,7 @@ func (c *clientFlags) client() (*client.Client, error) {
 		return nil, lockstep.Errorf(lockstep.EUNAUTH, "no API key: set LOCKSTEP_KEY (or --key, --key-file)")
 	}
 	cl := client.New(c.url, key)
-	cl.Retry = client.RetryPolicy{MaxAttempts: c.retries, AttemptTimeout: c.attemptTimeout}
+	cl.Retry = client.RetryPolicy{MaxAttempts: c.retries, BaseDelay: c.retryDelay, AttemptTimeout: c.attemptTimeout}
 	if e := c.e; e != nil {
 		cl.OnRetry = func(method, path string, attempt int, delay time.Duration, reason error) {
 			fmt.Fprintf(e.stderr, "lockstep: %s %s: %v; retrying in %s (attempt %d of %d)\n", method, path, reason, delay.Round(time.Millisecond), attempt+1, max(c.retries, 1))
