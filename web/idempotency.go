@@ -295,10 +295,17 @@ func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, cl
 		}
 	}
 	stored := redact(body, idemRoutes[route].redact)
-	if err := s.Store.FinishIdem(bg, claim.Owner, claim.Key, claim.Token, status, header, stored); err != nil {
-		s.Logger.ErrorContext(ctx, "store idempotent answer", "key", claim.Key, "error", err)
-	}
 	s.send(c, status, header, body)
+	// Stored after the answer is on its way, off the request's path: a
+	// duplicate arriving meanwhile finds the claim alive and waits for
+	// it; if this process dies first, the answer staged in the commit's
+	// transaction (or, when nothing committed, a re-run once the lease
+	// ran out) answers the retry. Either way nothing runs twice.
+	go func() {
+		if err := s.Store.FinishIdem(bg, claim.Owner, claim.Key, claim.Token, status, header, stored); err != nil {
+			s.Logger.ErrorContext(ctx, "store idempotent answer", "key", claim.Key, "error", err)
+		}
+	}()
 }
 
 func (s *Server) send(c *gin.Context, status int, header map[string]string, body []byte) {
@@ -310,6 +317,7 @@ func (s *Server) send(c *gin.Context, status int, header map[string]string, body
 		c.Writer.Write(body)
 	}
 	c.Writer.WriteHeaderNow()
+	c.Writer.Flush()
 }
 
 // replay answers from a stored record and counts the replay.
