@@ -401,10 +401,18 @@ type CreatedKey struct {
 	Secret string `json:"secret"`
 }
 
-// CreateKey issues a key (admin only).
+// CreateKey issues a key (admin only). The secret is shown once: when the
+// answer carrying it was lost and a retry got the replay (which never
+// holds a secret), the error is already_exists naming the key to revoke.
 func (c *Client) CreateKey(ctx context.Context, name, role string) (*CreatedKey, error) {
 	var out CreatedKey
-	return &out, c.post(ctx, "/api/v1/keys", map[string]string{"name": name, "role": role}, &out)
+	if err := c.post(ctx, "/api/v1/keys", map[string]string{"name": name, "role": role}, &out); err != nil {
+		return &out, err
+	}
+	if out.Secret == "" {
+		return &out, lockstep.Errorf(lockstep.ECONFLICT, "key %s (%s) was created, but the answer carrying its secret was lost on the way and secrets are shown once: revoke it (lockstep keys revoke %s) and create another", out.ID, out.Name, out.ID)
+	}
+	return &out, nil
 }
 
 // Keys lists keys (admin only).
