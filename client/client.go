@@ -33,6 +33,9 @@ type Client struct {
 	HTTP    *http.Client
 	// Retry is the retry policy; the zero value means DefaultRetry.
 	Retry RetryPolicy
+	// NoIdempotencyKeys sends writes without an Idempotency-Key (for
+	// comparisons); such writes are then never retried.
+	NoIdempotencyKeys bool
 	// OnRetry, when set, is told about each retry (the CLI prints it).
 	OnRetry func(method, path string, attempt int, delay time.Duration, reason error)
 }
@@ -192,11 +195,14 @@ func (c *Client) Request(ctx context.Context, method, path string, query url.Val
 	switch method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 		key, _ = ctx.Value(idemKeyCtx{}).(string)
-		if key == "" {
+		if key == "" && !c.NoIdempotencyKeys {
 			key = NewIdempotencyKey()
 		}
 	}
 	pol := c.Retry.withDefaults()
+	if key == "" && method != http.MethodGet && method != http.MethodHead {
+		pol.MaxAttempts = 1 // a write without a key is not safe to repeat
+	}
 	for attempt := 1; ; attempt++ {
 		resp, err := c.attempt(ctx, pol, method, u, next, contentType, key, out)
 		var re *retryable
