@@ -22,6 +22,16 @@ const (
 	EINTERNAL      = "internal"              // 500: anything else (details never shown)
 )
 
+// Error codes of idempotent writes (docs/idempotency.md).
+const (
+	// EIDEMREUSED (422): an Idempotency-Key sent again with a different
+	// request (method, route, parameters or body).
+	EIDEMREUSED = "idempotency_key_reused"
+	// EINPROGRESS (409): the first request with this Idempotency-Key is
+	// still running; retry later (Retry-After).
+	EINPROGRESS = "in_progress"
+)
+
 // Error is the one application error type. Domain packages return it (or
 // wrap it); the web package maps Code to an HTTP status in one table.
 type Error struct {

@@ -27,7 +27,10 @@ type canonicalEntry struct {
 	TraceID    string          `json:"trace_id"`
 	Follows    string          `json:"follows"`
 	Details    json.RawMessage `json:"details"`
-	PrevHash   string          `json:"prev_hash"`
+	// IdemKey is omitted when empty, so entries written before it existed
+	// hash as they did.
+	IdemKey  string `json:"idempotency_key,omitempty"`
+	PrevHash string `json:"prev_hash"`
 }
 
 // CanonicalDetails encodes an entry's details the way they are stored and
@@ -58,7 +61,7 @@ func EntryHash(e *OpEntry, details json.RawMessage) string {
 		Seq: e.Seq, ID: e.ID, Time: e.Time.UnixMicro(), KeyID: e.KeyID, KeyName: e.KeyName,
 		Op: e.Op, Result: e.Result, ReadOnly: e.ReadOnly, Repo: e.Repo, Refs: refs,
 		Objects: e.Objects, Bytes: e.Bytes, DurationUS: e.DurationUS, TraceID: e.TraceID,
-		Follows: e.Follows, Details: details, PrevHash: e.PrevHash,
+		Follows: e.Follows, Details: details, IdemKey: e.IdempotencyKey, PrevHash: e.PrevHash,
 	}
 	b, _ := json.Marshal(c)
 	sum := sha256.Sum256(b)

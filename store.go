@@ -16,6 +16,7 @@ type Store interface {
 	RepoStore
 	GateStore
 	CheckpointStore
+	IdempotencyStore
 	// Ping checks that the store answers (used by /readyz).
 	Ping(ctx context.Context) error
 	Close() error

@@ -60,8 +60,15 @@ type OpEntry struct {
 	TraceID    string         `json:"trace_id,omitempty"`
 	Follows    string         `json:"follows,omitempty"`
 	Details    map[string]any `json:"details,omitempty"`
-	PrevHash   string         `json:"prev_hash"`
-	Hash       string         `json:"hash"`
+	// IdempotencyKey is the Idempotency-Key the operation ran under (part
+	// of the hash when set; absent from older entries' hashes).
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Replays counts retries answered from this operation's stored
+	// response. It is an annotation outside the hash chain (it changes
+	// after the entry is written).
+	Replays  int    `json:"replays,omitempty"`
+	PrevHash string `json:"prev_hash"`
+	Hash     string `json:"hash"`
 }
 
 // Repo statuses. A base repository is "active"; a workspace moves from

@@ -28,6 +28,7 @@ import (
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/dbbranch"
 	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
 )
 
@@ -124,6 +125,7 @@ func (s *Service) Create(ctx context.Context, actor *lockstep.Key, wsName string
 		Details: map[string]any{"checkpoint": c.ID, "branch": c.Branch, "commit": commit, "tree": tree, "db_snapshot": c.DBSnapshot,
 			"fs_snapshot": c.FSSnapshot, "label": c.Label, "db_ms": dbMS}}
 	ev := s.repos.HookEvent(ws, "checkpoint", c.Branch, commit, tree, map[string]any{"checkpoint": c.ID})
+	lockstep.StageResult(ctx, c)
 	if err := s.store.CreateCheckpoint(ctx, c, []lockstep.HookEvent{ev}, entry); err != nil {
 		if c.DBSnapshot != "" {
 			// Compensate: the snapshot would be an orphan.
@@ -261,6 +263,17 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 		follows = e.ID
 	}
 	res := &RestoreResult{Checkpoint: c.ID, FSSnapshot: c.FSSnapshot, Tree: c.Tree}
+	// Under an Idempotency-Key the code part's commit stores this answer
+	// (the database part not yet run); the final log entry stores it whole.
+	defer lockstep.StageWrap(ctx, func(inner any) any {
+		if pr, ok := inner.(*forks.PushResult); ok && res.Commit == "" {
+			out := *res
+			out.Commit, out.Code = pr.Commit, PartResult{Restored: true}
+			out.Database = PartResult{Error: "not run: the server stopped after the code part"}
+			return &out
+		}
+		return res
+	})()
 	t := s.now()
 	_, cspan := s.tracer.Start(ctx, "restore.code")
 	pr, err := s.repos.RestoreTree(ctx, actor, ws.Name, c.Branch, c.Commit, req.ExpectOID, follows,
@@ -302,18 +315,23 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 	if dbErr != nil {
 		result = "partial"
 	}
-	e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "checkpoint.restored", Result: result, Repo: ws.Name, TraceID: traceID(ctx),
+	e := &lockstep.OpEntry{ID: sqlstore.NewOpID(), KeyID: actor.ID, KeyName: actor.Name, Op: "checkpoint.restored", Result: result, Repo: ws.Name, TraceID: traceID(ctx),
 		Follows: follows, DurationUS: s.now().Sub(start).Microseconds(),
 		Details: map[string]any{"checkpoint": c.ID, "commit": res.Commit, "tree": c.Tree, "code": res.Code, "database": res.Database,
 			"fs_snapshot": c.FSSnapshot, "code_ms": res.CodeMS, "database_ms": res.DatabaseMS}}
+	res.OpID = e.ID
+	var rerr error
+	if dbErr != nil {
+		rerr = lockstep.Errorf(lockstep.EUNAVAILABLE, "checkpoint %s: code restored (commit %s), database NOT restored: %s", c.ID, res.Commit, res.Database.Error).
+			WithDetails(map[string]any{"parts": res})
+		lockstep.StageResult(ctx, rerr)
+	}
 	if err := s.store.AppendOp(ctx, e); err != nil {
 		s.log.ErrorContext(ctx, "log restore", "error", err)
 	}
-	res.OpID = e.ID
 	s.metrics.ObserveOp("checkpoint.restore", result, s.now().Sub(start))
-	if dbErr != nil {
-		return nil, lockstep.Errorf(lockstep.EUNAVAILABLE, "checkpoint %s: code restored (commit %s), database NOT restored: %s", c.ID, res.Commit, res.Database.Error).
-			WithDetails(map[string]any{"parts": res})
+	if rerr != nil {
+		return nil, rerr
 	}
 	return res, nil
 }

@@ -46,10 +46,12 @@ func (s *Service) BindTemplate(ctx context.Context, actor *lockstep.Key, repoNam
 	}
 	e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "database.bind", Repo: r.Name, TraceID: traceID(ctx),
 		DurationUS: s.now().Sub(start).Microseconds(), Details: map[string]any{"template": template}}
+	out := &Database{Repo: r.Name, Template: template}
+	lockstep.StageResult(ctx, out)
 	if err := s.store.AppendOp(ctx, e); err != nil {
 		return nil, err
 	}
-	return &Database{Repo: r.Name, Template: template}, nil
+	return out, nil
 }
 
 // RefreshTemplate re-copies a base repository's template (admin).
@@ -71,8 +73,10 @@ func (s *Service) RefreshTemplate(ctx context.Context, actor *lockstep.Key, repo
 	if err != nil {
 		return nil, err
 	}
+	out := &Database{Repo: r.Name, Template: t.Source}
+	lockstep.StageResult(ctx, out)
 	s.store.AppendOp(ctx, &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "database.refresh", Repo: r.Name})
-	return &Database{Repo: r.Name, Template: t.Source}, nil
+	return out, nil
 }
 
 // Get returns a repository's database: for a base, its template binding;

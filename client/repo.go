@@ -174,6 +174,15 @@ func (c *Client) UploadPack(ctx context.Context, repo string, pack io.Reader) (*
 	return &out, err
 }
 
+// UploadPackFunc is UploadPack with a pack that can be produced again, so
+// the upload is retried (objects are content-addressed: sending them twice
+// stores nothing twice).
+func (c *Client) UploadPackFunc(ctx context.Context, repo string, pack BodyFunc) (*UploadStats, error) {
+	var out UploadStats
+	_, err := c.Request(ctx, http.MethodPost, repoPath(repo, "objects"), nil, pack, "application/x-git-packfile", &out)
+	return &out, err
+}
+
 // Rollback makes a commit with rev to's tree on the branch.
 func (c *Client) Rollback(ctx context.Context, repo, to string, o WriteOptions) (*PushResult, error) {
 	var out PushResult

@@ -86,6 +86,8 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name,
 		entry.Details["task"] = task
 	}
 	entry.DurationUS = s.now().Sub(start).Microseconds()
+	out := &ForkResult{Name: name, ForkOf: base.Name, Network: ws.Network, BaseCommit: baseCommit, Owner: actor.Name, Task: task, DurationMS: ms(s.now().Sub(start))}
+	lockstep.StageResult(ctx, out)
 	if err := s.store.CreateRepo(ctx, ws, copied, entry); err != nil {
 		return nil, err
 	}
@@ -106,7 +108,8 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name,
 	d := s.now().Sub(start)
 	s.metrics.ObserveOp("fork", "ok", d)
 	s.emit(ctx, Event{Type: "fork", Repo: ws, Branch: ws.DefaultBranch, Commit: baseCommit, KeyName: actor.Name})
-	return &ForkResult{Name: name, ForkOf: base.Name, Network: ws.Network, BaseCommit: baseCommit, Owner: actor.Name, Task: task, DurationMS: ms(d)}, nil
+	out.DurationMS = ms(d)
+	return out, nil
 }
 
 // WorkspaceInfo is one workspace in a base's listing.
@@ -234,6 +237,9 @@ func (s *Service) SetStatus(ctx context.Context, actor *lockstep.Key, wsName, st
 	}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace." + status, Repo: ws.Name, TraceID: traceID(ctx),
 		Details: map[string]any{"from": ws.Status, "to": status, "reason": reason}}
+	staged := *ws
+	staged.Status = status
+	lockstep.StageResult(ctx, &staged)
 	if err := s.store.SetRepoStatus(ctx, ws.ID, status, entry); err != nil {
 		return nil, err
 	}

@@ -129,6 +129,7 @@ func (s *Service) preflight(ctx context.Context, actor *lockstep.Key, r *lockste
 		DurationUS: s.now().Sub(start).Microseconds(),
 		Details: map[string]any{"ours": req.Ours, "ours_oid": ours.String(), "theirs": req.Theirs, "theirs_oid": theirs.String(),
 			"deep": req.Deep, "clean": res.Clean, "conflicts": len(res.Conflicts)}}
+	lockstep.StageResult(ctx, out)
 	if err := s.store.AppendOp(ctx, e); err != nil {
 		return nil, err
 	}
@@ -197,9 +198,11 @@ func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *locks
 			if markers {
 				return s.writeMarkers(ctx, actor, r, n, ov, req, res, out, ours, theirs, start)
 			}
-			s.logMergeConflict(ctx, actor, r, op, req, res, start)
-			return nil, lockstep.Errorf(lockstep.EMERGECONFLICT, "merging %s into %s: %d conflicting paths", req.Theirs, req.Ours, len(res.Conflicts)).
+			cerr := lockstep.Errorf(lockstep.EMERGECONFLICT, "merging %s into %s: %d conflicting paths", req.Theirs, req.Ours, len(res.Conflicts)).
 				WithDetails(map[string]any{"conflicts": res.Conflicts, "merge_base": hashStr(res.MergeBase), "ours": ours.String(), "theirs": theirs.String()})
+			lockstep.StageResult(ctx, cerr)
+			s.logMergeConflict(ctx, actor, r, op, req, res, start)
+			return nil, cerr
 		}
 		mode := req.Mode
 		if mode == "" {
@@ -238,6 +241,10 @@ func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *locks
 			d = map[string]any{}
 		}
 		d["theirs"], d["theirs_oid"], d["mode"], d["fast_forward"], d["retries"] = req.Theirs, theirs.String(), mode, newTip == theirs, attempt
+		out.Commit = newTip.String()
+		out.FastForward = newTip == theirs
+		out.DurationMS = ms(s.now().Sub(start))
+		lockstep.StageResult(ctx, out)
 		err = s.moveRefWith(ctx, actor, r, op, req.Ours, ours.String(), newTip.String(), res.Tree.String(), stats, start, d, change)
 		if lockstep.ErrorCode(err) == lockstep.EREFCONFLICT && req.ExpectOID == "" && attempt < s.cfg.MergeRetries {
 			continue // ours moved: recompute on top of it
@@ -281,6 +288,10 @@ func (s *Service) writeMarkers(ctx context.Context, actor *lockstep.Key, r *lock
 		old = ref.OID
 	}
 	d := map[string]any{"theirs": req.Theirs, "theirs_oid": theirs.String(), "conflicts": len(res.Conflicts), "markers_for": req.Ours}
+	out.Commit = commit.Hash().String()
+	out.SideRef = branchRef(side)
+	out.DurationMS = ms(s.now().Sub(start))
+	lockstep.StageResult(ctx, out)
 	if err := s.moveRef(ctx, actor, r, "merge.markers", side, old, commit.Hash().String(), res.Tree.String(), stats, start, d); err != nil {
 		return nil, err
 	}

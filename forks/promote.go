@@ -144,8 +144,9 @@ func (s *Service) Land(ctx context.Context, actor *lockstep.Key, t *PromoteTarge
 	var err error
 	if _, terr := s.branchTip(ctx, t.Base, t.Branch); lockstep.ErrorCode(terr) == lockstep.ENOTFOUND {
 		// An empty base: the first promote creates the branch.
-		err = s.moveRefWith(ctx, actor, t.Base, "promote", t.Branch, lockstep.ZeroOID, t.Commit.String(), t.Tree.String(), repo.WriteStats{}, start, d, change)
 		res = &MergeResponse{Clean: true, FastForward: true, Theirs: t.Commit.String(), Tree: t.Tree.String(), Commit: t.Commit.String(), Branch: t.Branch, Conflicts: []merge.Conflict{}}
+		lockstep.StageResult(ctx, res)
+		err = s.moveRefWith(ctx, actor, t.Base, "promote", t.Branch, lockstep.ZeroOID, t.Commit.String(), t.Tree.String(), repo.WriteStats{}, start, d, change)
 	} else {
 		res, err = s.materialize(ctx, actor, t.Base, req, t.Commit, "promote", start, d, change)
 	}

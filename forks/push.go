@@ -262,6 +262,8 @@ func (s *Service) commitTreeWith(ctx context.Context, actor *lockstep.Key, r *lo
 		total.Add(cstats)
 		res := &PushResult{Commit: commit.String(), Tree: tree.String(), Parent: strings.TrimPrefix(parent, lockstep.ZeroOID),
 			Branch: opts.Branch, Changed: true, ObjectsWritten: total.Objects, BytesWritten: total.Bytes}
+		res.DurationMS = ms(s.now().Sub(t0))
+		lockstep.StageResult(ctx, res) // the answer, stored with the commit under an Idempotency-Key
 		err = s.moveRef(ctx, actor, r, op, opts.Branch, cur, commit.String(), tree.String(), total, t0, copyDetails(details))
 		if err != nil && lockstep.ErrorCode(err) == lockstep.EREFCONFLICT && opts.Force && opts.ExpectOID == "" && attempt < 5 {
 			continue
@@ -349,6 +351,7 @@ func (s *Service) logFailure(ctx context.Context, actor *lockstep.Key, r *lockst
 	e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: op, Result: code, Repo: r.Name, TraceID: traceID(ctx),
 		DurationUS: s.now().Sub(t0).Microseconds(),
 		Details:    map[string]any{"branch": branch, "error": lockstep.ErrorMessage(err)}}
+	lockstep.StageResult(ctx, err)
 	if aerr := s.store.AppendOp(ctx, e); aerr != nil {
 		s.log.ErrorContext(ctx, "log refused write", "error", aerr)
 	}

@@ -156,6 +156,7 @@ func (s *Service) SetPolicy(ctx context.Context, actor *lockstep.Key, repoName s
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "gate.set", Repo: r.Name,
 		Details: map[string]any{"branch": p.Branch, "required_checks": p.RequiredChecks, "max_changed_files": p.MaxChangedFiles,
 			"max_changed_lines": p.MaxChangedLines, "protected_paths": p.ProtectedPaths, "require_clean_merge": *p.RequireCleanMerge, "promote_mode": p.PromoteMode}}
+	lockstep.StageResult(ctx, &p)
 	if err := s.store.SetPolicy(ctx, r.ID, p, entry); err != nil {
 		return nil, err
 	}
@@ -224,6 +225,7 @@ func (s *Service) PostCheck(ctx context.Context, actor *lockstep.Key, repoName, 
 	c.Commit, c.KeyName = commit, actor.Name
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "check", Repo: r.Name,
 		Details: map[string]any{"commit": commit, "name": c.Name, "status": c.Status}}
+	lockstep.StageResult(ctx, &c)
 	if err := s.store.AddCheck(ctx, r.Network, &c, entry); err != nil {
 		return nil, err
 	}
@@ -437,23 +439,32 @@ func (s *Service) Promote(ctx context.Context, actor *lockstep.Key, wsName strin
 		return nil, err
 	}
 	if !ev.Passed {
-		e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "promote", Result: lockstep.EGATEFAILED, Repo: ws.Name,
-			DurationUS: s.now().Sub(start).Microseconds(), Details: map[string]any{"commit": ev.Commit, "into": ev.Into, "reasons": ev.Reasons}}
-		if err := s.store.AppendOp(ctx, e); err != nil {
-			s.log.ErrorContext(ctx, "log gate failure", "error", err)
-		}
-		s.metrics.ObserveOp("promote", lockstep.EGATEFAILED, s.now().Sub(start))
 		var msgs []string
 		for _, r := range ev.Reasons {
 			msgs = append(msgs, r.Message)
 		}
-		return nil, lockstep.Errorf(lockstep.EGATEFAILED, "gate of %s refused %s: %s", ev.Into, ev.Commit[:12], strings.Join(msgs, "; ")).
+		gerr := lockstep.Errorf(lockstep.EGATEFAILED, "gate of %s refused %s: %s", ev.Into, ev.Commit[:12], strings.Join(msgs, "; ")).
 			WithDetails(map[string]any{"reasons": ev.Reasons, "commit": ev.Commit, "into": ev.Into})
+		e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "promote", Result: lockstep.EGATEFAILED, Repo: ws.Name,
+			DurationUS: s.now().Sub(start).Microseconds(), Details: map[string]any{"commit": ev.Commit, "into": ev.Into, "reasons": ev.Reasons}}
+		lockstep.StageResult(ctx, gerr)
+		if err := s.store.AppendOp(ctx, e); err != nil {
+			s.log.ErrorContext(ctx, "log gate failure", "error", err)
+		}
+		s.metrics.ObserveOp("promote", lockstep.EGATEFAILED, s.now().Sub(start))
+		return nil, gerr
 	}
 	mode := req.Mode
 	if mode == "" {
 		mode = p.PromoteMode
 	}
+	// Under an Idempotency-Key the landing's commit stores this answer.
+	defer lockstep.StageWrap(ctx, func(inner any) any {
+		if mr, ok := inner.(*forks.MergeResponse); ok {
+			return &PromoteResult{MergeResponse: mr, Evaluation: ev, Workspace: ws.Name, Into: ev.Into, QueuedMS: float64(queued.Microseconds()) / 1000}
+		}
+		return inner
+	})()
 	res, err := s.repos.Land(ctx, actor, t, mode, req.Message, map[string]any{"checks": p.RequiredChecks, "queued_ms": float64(queued.Microseconds()) / 1000})
 	if err != nil {
 		return nil, err

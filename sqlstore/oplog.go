@@ -51,23 +51,26 @@ func (s *DB) appendOp(ctx context.Context, tx *sql.Tx, e *lockstep.OpEntry) erro
 		e.Result = "ok"
 	}
 	e.Time = lockstep.TruncateTime(e.Time)
+	if err := s.commitIdem(ctx, tx, e); err != nil {
+		return err
+	}
 	e.Seq = seq + 1
 	e.PrevHash = prev
 	details := lockstep.CanonicalDetails(e.Details)
 	e.Hash = lockstep.EntryHash(e, details)
 	refs, _ := json.Marshal(nonNilRefs(e.Refs))
 	_, err := tx.ExecContext(ctx, `INSERT INTO oplog (seq, id, time, key_id, key_name, op, result, read_only, repo, refs,
-		objects, bytes, duration_us, trace_id, follows, details, prev_hash, hash)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
+		objects, bytes, duration_us, trace_id, follows, details, prev_hash, hash, idem_key)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
 		e.Seq, e.ID, micros(e.Time), e.KeyID, e.KeyName, e.Op, e.Result, e.ReadOnly, e.Repo, string(refs),
-		e.Objects, e.Bytes, e.DurationUS, e.TraceID, e.Follows, string(details), e.PrevHash, e.Hash)
+		e.Objects, e.Bytes, e.DurationUS, e.TraceID, e.Follows, string(details), e.PrevHash, e.Hash, e.IdempotencyKey)
 	if err != nil {
 		return fmt.Errorf("insert oplog entry: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE oplog_head SET seq = $1, hash = $2 WHERE id = 1`, e.Seq, e.Hash); err != nil {
 		return fmt.Errorf("move oplog head: %w", err)
 	}
-	return nil
+	return s.commitIdemRecord(ctx, tx, e)
 }
 
 func nonNilRefs(r []lockstep.RefMove) []lockstep.RefMove {
@@ -77,14 +80,14 @@ func nonNilRefs(r []lockstep.RefMove) []lockstep.RefMove {
 	return r
 }
 
-const opCols = `seq, id, time, key_id, key_name, op, result, read_only, repo, refs, objects, bytes, duration_us, trace_id, follows, details, prev_hash, hash`
+const opCols = `seq, id, time, key_id, key_name, op, result, read_only, repo, refs, objects, bytes, duration_us, trace_id, follows, details, prev_hash, hash, idem_key, replays`
 
 func scanOp(row interface{ Scan(...any) error }) (*lockstep.OpEntry, json.RawMessage, error) {
 	var e lockstep.OpEntry
 	var t int64
 	var refs, details string
 	if err := row.Scan(&e.Seq, &e.ID, &t, &e.KeyID, &e.KeyName, &e.Op, &e.Result, &e.ReadOnly, &e.Repo, &refs,
-		&e.Objects, &e.Bytes, &e.DurationUS, &e.TraceID, &e.Follows, &details, &e.PrevHash, &e.Hash); err != nil {
+		&e.Objects, &e.Bytes, &e.DurationUS, &e.TraceID, &e.Follows, &details, &e.PrevHash, &e.Hash, &e.IdempotencyKey, &e.Replays); err != nil {
 		return nil, nil, err
 	}
 	e.Time = fromMicros(t)

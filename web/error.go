@@ -27,6 +27,9 @@ var statuses = map[string]int{
 	lockstep.EPRECONDITION:  http.StatusPreconditionRequired,
 	lockstep.EUNAVAILABLE:   http.StatusServiceUnavailable,
 	lockstep.EINTERNAL:      http.StatusInternalServerError,
+	// idempotent writes (idempotency.go)
+	lockstep.EIDEMREUSED: http.StatusUnprocessableEntity,
+	lockstep.EINPROGRESS: http.StatusConflict,
 }
 
 // StatusOf returns the HTTP status of an error code.

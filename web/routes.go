@@ -17,7 +17,7 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 		e.Any("/mcp", s.authenticate, gin.WrapH(s.MCP(e)))
 	}
 
-	api := e.Group("/api/v1", s.authenticate)
+	api := e.Group("/api/v1", s.authenticate, s.idempotency) // idempotency.go: Idempotency-Key on writes
 	api.POST("/keys", s.handleKeyCreate())
 	api.GET("/keys", s.handleKeyList())
 	api.DELETE("/keys/:id", s.handleKeyRevoke())

@@ -44,6 +44,8 @@ type Config struct {
 	// arrive (limits.go); 0 = the defaults, BodyTimeout < 0 = no bound.
 	BodyTimeout time.Duration
 	BodyMinRate int64
+	// Idempotency configures Idempotency-Key handling (idempotency.go).
+	Idempotency IdempotencyConfig
 }
 
 // Server holds the services the handlers call.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/client"
@@ -16,6 +17,10 @@ import (
 type clientFlags struct {
 	url, key, keyFile string
 	json              bool
+	retries           int
+	retryDelay        time.Duration
+	attemptTimeout    time.Duration
+	e                 *env
 }
 
 func (c *clientFlags) declare(f *flagger) {
@@ -23,6 +28,9 @@ func (c *clientFlags) declare(f *flagger) {
 	f.secret(&c.key, "key", "LOCKSTEP_KEY", "API key")
 	f.str(&c.keyFile, "key-file", "LOCKSTEP_KEY_FILE", "", "file holding the API key (e.g. lockstep-data/admin.key)")
 	f.fs.BoolVar(&c.json, "json", false, "print JSON (for agents and scripts)")
+	f.int(&c.retries, "retries", "LOCKSTEP_RETRIES", client.DefaultRetry.MaxAttempts, "attempts per request on connection errors, timeouts, 429, 502-504 (writes carry an Idempotency-Key, so a retry never runs twice); 1 = no retries")
+	f.dur(&c.retryDelay, "retry-delay", "LOCKSTEP_RETRY_DELAY", client.DefaultRetry.BaseDelay, "first retry's backoff (doubles up to 5s, jittered; a server's Retry-After is honoured)")
+	f.dur(&c.attemptTimeout, "attempt-timeout", "LOCKSTEP_ATTEMPT_TIMEOUT", 0, "bound on one attempt, answer included (0 = none); a timed-out attempt is retried")
 }
 
 func (c *clientFlags) client() (*client.Client, error) {
@@ -37,7 +45,14 @@ func (c *clientFlags) client() (*client.Client, error) {
 	if key == "" {
 		return nil, lockstep.Errorf(lockstep.EUNAUTH, "no API key: set LOCKSTEP_KEY (or --key, --key-file)")
 	}
-	return client.New(c.url, key), nil
+	cl := client.New(c.url, key)
+	cl.Retry = client.RetryPolicy{MaxAttempts: c.retries, BaseDelay: c.retryDelay, AttemptTimeout: c.attemptTimeout}
+	if e := c.e; e != nil {
+		cl.OnRetry = func(method, path string, attempt int, delay time.Duration, reason error) {
+			fmt.Fprintf(e.stderr, "lockstep: %s %s: %v; retrying in %s (attempt %d of %d)\n", method, path, reason, delay.Round(time.Millisecond), attempt+1, max(c.retries, 1))
+		}
+	}
+	return cl, nil
 }
 
 // out prints v as JSON with --json, else calls human.
@@ -77,6 +92,7 @@ func setup(name string, e *env, args []string, declare func(f *flagger)) (*clien
 	if err := f.parse(args); err != nil {
 		return nil, nil, nil, err
 	}
+	cf.e = e
 	c, err := cf.client()
 	return &cf, c, f.pos, err
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -169,14 +170,28 @@ func pushDirCache(ctx context.Context, c *client.Client, dir, repoName string, o
 		return nil, err
 	}
 	if len(missing) > 0 {
-		pr, pw := io.Pipe()
-		go func() {
-			n, b, err := worktree.WritePack(snap, missing, pw, &worktree.PackOptions{Progress: progress})
-			rep.ObjectsSent, rep.BytesSent = n, b
-			pw.CloseWithError(err)
-		}()
-		up, err := c.UploadPack(ctx, repoName, pr)
-		pr.CloseWithError(err)
+		// The pack is streamed, and built again if the upload is retried.
+		var mu sync.Mutex
+		attempt := 0
+		up, err := c.UploadPackFunc(ctx, repoName, func() (io.Reader, error) {
+			mu.Lock()
+			attempt++
+			me := attempt
+			mu.Unlock()
+			pr, pw := io.Pipe()
+			go func() {
+				n, b, err := worktree.WritePack(snap, missing, pw, &worktree.PackOptions{Progress: progress})
+				mu.Lock()
+				if me == attempt {
+					rep.ObjectsSent, rep.BytesSent = n, b
+				}
+				mu.Unlock()
+				pw.CloseWithError(err)
+			}()
+			return pr, nil
+		})
+		mu.Lock()
+		mu.Unlock()
 		if up != nil {
 			rep.uploaded = *up
 		}

@@ -66,6 +66,14 @@ type serveConfig struct {
 	IdleTimeout       time.Duration
 	BodyTimeout       time.Duration
 	BodyMinRate       int64
+	// Idempotent writes (web/idempotency.go, docs/idempotency.md).
+	IdemRetention time.Duration
+	IdemLease     time.Duration
+	IdemWait      time.Duration
+	// idemPausePrefix is test-only fault injection, read from
+	// LOCKSTEP_TEST_PAUSE_AFTER_COMMIT (not a setting).
+	idemPausePrefix string
+	idemPauseRun    string // LOCKSTEP_TEST_PAUSE_BEFORE_RUN
 }
 
 // flagger declares flags whose defaults come from the environment.
@@ -195,6 +203,9 @@ func (c *serveConfig) declare(f *flagger) {
 	f.dur(&c.IdleTimeout, "idle-timeout", "LOCKSTEP_IDLE_TIMEOUT", 2*time.Minute, "an idle keep-alive connection is closed after this")
 	f.dur(&c.BodyTimeout, "body-timeout", "LOCKSTEP_BODY_TIMEOUT", web.DefaultBodyTimeout, "longest silence of a request body, and the grace before --body-min-rate applies")
 	f.i64(&c.BodyMinRate, "body-min-rate", "LOCKSTEP_BODY_MIN_RATE", web.DefaultBodyMinRate, "slowest average rate (bytes/s) a request body may arrive at after the grace")
+	f.dur(&c.IdemRetention, "idempotency-retention", "LOCKSTEP_IDEMPOTENCY_RETENTION", 24*time.Hour, "how long an Idempotency-Key's answer is kept (then cleaned up)")
+	f.dur(&c.IdemLease, "idempotency-lease", "LOCKSTEP_IDEMPOTENCY_LEASE", 30*time.Second, "a running keyed request's lease (renewed while it runs); after a crash its key is free again once this passed, if nothing committed")
+	f.dur(&c.IdemWait, "idempotency-wait", "LOCKSTEP_IDEMPOTENCY_WAIT", 10*time.Second, "how long a concurrent duplicate waits for the first request before 409 in_progress")
 }
 
 func (c *serveConfig) metadataURL() string {
@@ -231,6 +242,8 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
+	c.idemPausePrefix = e.getenv("LOCKSTEP_TEST_PAUSE_AFTER_COMMIT")
+	c.idemPauseRun = e.getenv("LOCKSTEP_TEST_PAUSE_BEFORE_RUN")
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -378,8 +391,9 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	cps := checkpoints.New(db, a.repos, dbs, logger, metrics, nil)
 	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) { cps.AfterPromote(ctx, base.Name) }
 	srv := &web.Server{
-		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate},
-		Store:  db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos, Gate: g, Checkpoints: cps,
+		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate,
+			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
+		Store: db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos, Gate: g, Checkpoints: cps,
 		AfterFork:    func(ctx context.Context, f *forks.ForkResult) { cps.AfterFork(ctx, f.ForkOf, f.Name) },
 		AfterAbandon: func(ctx context.Context, ws *lockstep.Repo) { cps.AfterAbandon(ctx, ws.Name) },
 		MCP: func(api http.Handler) http.Handler {
@@ -387,6 +401,10 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		},
 	}
 	a.handler = srv.Handler()
+	pctx, stopPurge := context.WithCancel(context.Background())
+	purgeDone := make(chan struct{})
+	go func() { srv.PurgeIdempotencyKeys(pctx, min(c.IdemRetention/4, 10*time.Minute)); close(purgeDone) }()
+	a.closers = append(a.closers, func() { stopPurge(); <-purgeDone })
 	ok = true
 	return a, nil
 }

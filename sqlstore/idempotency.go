@@ -1,0 +1,230 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+var _ lockstep.IdempotencyStore = (*DB)(nil)
+
+const idemCols = `owner_key_id, idem_key, fingerprint, method, path, state, token, lease_until, op_id, status, header, body, replays, created_at, expires_at`
+
+func scanIdem(row interface{ Scan(...any) error }) (*lockstep.IdemRecord, error) {
+	var r lockstep.IdemRecord
+	var lease, created, expires int64
+	var header string
+	var body []byte
+	if err := row.Scan(&r.Owner, &r.Key, &r.Fingerprint, &r.Method, &r.Path, &r.State, &r.Token, &lease, &r.OpID,
+		&r.Status, &header, &body, &r.Replays, &created, &expires); err != nil {
+		return nil, err
+	}
+	r.LeaseUntil, r.CreatedAt, r.ExpiresAt = fromMicros(lease), fromMicros(created), fromMicros(expires)
+	r.Body = body
+	if header != "" && header != "{}" {
+		_ = json.Unmarshal([]byte(header), &r.Header)
+	}
+	return &r, nil
+}
+
+// ClaimIdem inserts rec as running, or returns the live record holding
+// (owner, key). An expired record is replaced.
+func (s *DB) ClaimIdem(ctx context.Context, rec *lockstep.IdemRecord) (existing *lockstep.IdemRecord, err error) {
+	ctx, span := s.start(ctx, "ClaimIdem")
+	defer func() { err = end(span, err) }()
+	now := micros(s.now())
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = lockstep.TruncateTime(s.now())
+	}
+	rec.State = lockstep.IdemRunning
+	for try := 0; try < 3; try++ {
+		res, err := s.db.ExecContext(ctx, `INSERT INTO idempotency_keys (owner_key_id, idem_key, fingerprint, method, path, state, token, lease_until, created_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING`,
+			rec.Owner, rec.Key, rec.Fingerprint, rec.Method, rec.Path, rec.State, rec.Token, micros(rec.LeaseUntil), micros(rec.CreatedAt), micros(rec.ExpiresAt))
+		if err != nil {
+			return nil, fmt.Errorf("insert idempotency key: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			return nil, nil
+		}
+		cur, err := scanIdem(s.db.QueryRowContext(ctx, `SELECT `+idemCols+` FROM idempotency_keys WHERE owner_key_id = $1 AND idem_key = $2`, rec.Owner, rec.Key))
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // purged meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		if micros(cur.ExpiresAt) >= now || (cur.State == lockstep.IdemRunning && micros(cur.LeaseUntil) >= now) {
+			return cur, nil
+		}
+		// Expired: drop it (only that version of it) and claim again.
+		if _, err := s.db.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE owner_key_id = $1 AND idem_key = $2 AND token = $3`, rec.Owner, rec.Key, cur.Token); err != nil {
+			return nil, err
+		}
+	}
+	return nil, lockstep.Errorf(lockstep.EINPROGRESS, "idempotency key %q is contended: retry", rec.Key)
+}
+
+// IdemByKey returns one record.
+func (s *DB) IdemByKey(ctx context.Context, owner, key string) (r *lockstep.IdemRecord, err error) {
+	ctx, span := s.start(ctx, "IdemByKey")
+	defer func() { err = end(span, err) }()
+	r, err = scanIdem(s.db.QueryRowContext(ctx, `SELECT `+idemCols+` FROM idempotency_keys WHERE owner_key_id = $1 AND idem_key = $2`, owner, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "idempotency key %q not found", key)
+	}
+	return r, err
+}
+
+// TakeOverIdem re-claims a running record whose holder died, only when no
+// operations-log entry carries the key.
+func (s *DB) TakeOverIdem(ctx context.Context, owner, key, oldToken, newToken string, leaseUntil time.Time) (ok bool, err error) {
+	ctx, span := s.start(ctx, "TakeOverIdem")
+	defer func() { err = end(span, err) }()
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM oplog WHERE key_id = $1 AND idem_key = $2`, owner, key).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE idempotency_keys SET token = $1, lease_until = $2 WHERE owner_key_id = $3 AND idem_key = $4 AND token = $5 AND state = $6 AND lease_until < $7`,
+			newToken, micros(leaseUntil), owner, key, oldToken, lockstep.IdemRunning, micros(s.now()))
+		if err != nil {
+			return err
+		}
+		rows, _ := res.RowsAffected()
+		ok = rows == 1
+		return nil
+	})
+	return ok, err
+}
+
+// ExtendIdem moves a held claim's lease.
+func (s *DB) ExtendIdem(ctx context.Context, owner, key, token string, leaseUntil time.Time) (err error) {
+	ctx, span := s.start(ctx, "ExtendIdem")
+	defer func() { err = end(span, err) }()
+	_, err = s.db.ExecContext(ctx, `UPDATE idempotency_keys SET lease_until = $1 WHERE owner_key_id = $2 AND idem_key = $3 AND token = $4`,
+		micros(leaseUntil), owner, key, token)
+	return err
+}
+
+// FinishIdem stores the final answer of a held claim.
+func (s *DB) FinishIdem(ctx context.Context, owner, key, token string, status int, header map[string]string, body []byte) (err error) {
+	ctx, span := s.start(ctx, "FinishIdem")
+	defer func() { err = end(span, err) }()
+	h, _ := json.Marshal(header)
+	if body == nil {
+		body = []byte{}
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE idempotency_keys SET state = $1, status = $2, header = $3, body = $4 WHERE owner_key_id = $5 AND idem_key = $6 AND token = $7`,
+		lockstep.IdemDone, status, string(h), body, owner, key, token)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return lockstep.Errorf(lockstep.EINPROGRESS, "idempotency key %q is no longer held by this request", key)
+	}
+	return nil
+}
+
+// ReleaseIdem deletes a held claim (nothing committed under it).
+func (s *DB) ReleaseIdem(ctx context.Context, owner, key, token string) (err error) {
+	ctx, span := s.start(ctx, "ReleaseIdem")
+	defer func() { err = end(span, err) }()
+	_, err = s.db.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE owner_key_id = $1 AND idem_key = $2 AND token = $3 AND state = $4`,
+		owner, key, token, lockstep.IdemRunning)
+	return err
+}
+
+// CountIdemReplay counts a replay on the record and its log entries.
+func (s *DB) CountIdemReplay(ctx context.Context, owner, key string) (err error) {
+	ctx, span := s.start(ctx, "CountIdemReplay")
+	defer func() { err = end(span, err) }()
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE idempotency_keys SET replays = replays + 1 WHERE owner_key_id = $1 AND idem_key = $2`, owner, key); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE oplog SET replays = replays + 1 WHERE key_id = $1 AND idem_key = $2`, owner, key)
+		return err
+	})
+}
+
+// PurgeIdem deletes expired records.
+func (s *DB) PurgeIdem(ctx context.Context, t time.Time) (n int64, err error) {
+	ctx, span := s.start(ctx, "PurgeIdem")
+	defer func() { err = end(span, err) }()
+	res, err := s.db.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE expires_at < $1 AND NOT (state = $2 AND lease_until >= $1)`, micros(t), lockstep.IdemRunning)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// OpsByIdemKey returns the entries committed under a key, oldest first.
+func (s *DB) OpsByIdemKey(ctx context.Context, owner, key string) (out []*lockstep.OpEntry, err error) {
+	ctx, span := s.start(ctx, "OpsByIdemKey")
+	defer func() { err = end(span, err) }()
+	rows, err := s.db.QueryContext(ctx, `SELECT `+opCols+` FROM oplog WHERE key_id = $1 AND idem_key = $2 ORDER BY seq`, owner, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		e, _, err := scanOp(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// commitIdem runs inside the transaction that appends e: it tags e with the
+// request's Idempotency-Key and marks the claimed record committed with the
+// answer staged so far. A claim taken over by another request fails the
+// transaction, so one key never commits two executions.
+func (s *DB) commitIdem(ctx context.Context, tx *sql.Tx, e *lockstep.OpEntry) error {
+	c := lockstep.IdemClaimFrom(ctx)
+	if c == nil || e.KeyID != c.Owner {
+		return nil
+	}
+	e.IdempotencyKey = c.Key
+	return nil
+}
+
+// commitIdemRecord is commitIdem's second half, after e has its id.
+func (s *DB) commitIdemRecord(ctx context.Context, tx *sql.Tx, e *lockstep.OpEntry) error {
+	c := lockstep.IdemClaimFrom(ctx)
+	if c == nil || e.IdempotencyKey == "" {
+		return nil
+	}
+	var res sql.Result
+	var err error
+	if status, header, body, ok := c.Provisional(); ok {
+		h, _ := json.Marshal(header)
+		if body == nil {
+			body = []byte{}
+		}
+		res, err = tx.ExecContext(ctx, `UPDATE idempotency_keys SET state = $1, op_id = CASE WHEN op_id = '' THEN $2 ELSE op_id END, status = $3, header = $4, body = $5
+			WHERE owner_key_id = $6 AND idem_key = $7 AND token = $8`,
+			lockstep.IdemCommitted, e.ID, status, string(h), body, c.Owner, c.Key, c.Token)
+	} else {
+		res, err = tx.ExecContext(ctx, `UPDATE idempotency_keys SET state = $1, op_id = CASE WHEN op_id = '' THEN $2 ELSE op_id END
+			WHERE owner_key_id = $3 AND idem_key = $4 AND token = $5`,
+			lockstep.IdemCommitted, e.ID, c.Owner, c.Key, c.Token)
+	}
+	if err != nil {
+		return fmt.Errorf("record idempotency key: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return lockstep.Errorf(lockstep.EINPROGRESS, "idempotency key %q was taken over by another request: this one did not commit", c.Key)
+	}
+	return nil
+}

@@ -1,0 +1,567 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// IdempotencyConfig configures idempotent writes (docs/idempotency.md).
+type IdempotencyConfig struct {
+	// Retention is how long a key's answer is kept (default 24 h).
+	Retention time.Duration
+	// Lease is how long a running claim counts as alive without a renewal
+	// (renewed every Lease/3 while the request runs; default 30 s). A claim
+	// whose server died is taken over after it, if nothing committed.
+	Lease time.Duration
+	// Wait bounds how long a concurrent duplicate waits for the first
+	// request before it is answered 409 in_progress (default 10 s).
+	Wait time.Duration
+	// PauseAfterCommitPrefix is a test-only fault-injection point: a
+	// request whose Idempotency-Key starts with it stops after its handler
+	// committed, before the answer is stored or sent (so a test can kill
+	// the server there). Empty in production.
+	PauseAfterCommitPrefix string
+	// PauseBeforeRunPrefix is the same, after the key is claimed and
+	// before the handler runs (nothing committed).
+	PauseBeforeRunPrefix string
+}
+
+func (c *IdempotencyConfig) defaults() {
+	if c.Retention <= 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.Lease <= 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.Wait <= 0 {
+		c.Wait = 10 * time.Second
+	}
+}
+
+// MaxIdempotencyKey is the longest Idempotency-Key accepted.
+const MaxIdempotencyKey = 255
+
+// IdempotentReplayedHeader marks an answer replayed from the first
+// execution.
+const IdempotentReplayedHeader = "Idempotent-Replayed"
+
+// idemRoute is how a route's staged result becomes its answer.
+type idemRoute struct {
+	status int      // success status (200 when not listed)
+	redact []string // top-level JSON fields never stored (secrets)
+}
+
+// idemRoutes lists the mutating routes whose success is not a plain 200.
+var idemRoutes = map[string]idemRoute{
+	"POST /api/v1/keys":                            {status: http.StatusCreated, redact: []string{"secret"}},
+	"DELETE /api/v1/keys/:id":                      {status: http.StatusNoContent},
+	"POST /api/v1/repos":                           {status: http.StatusCreated},
+	"POST /api/v1/repos/:repo/forks":               {status: http.StatusCreated},
+	"PUT /api/v1/repos/:repo/worktree":             {status: http.StatusCreated},
+	"POST /api/v1/repos/:repo/rollback":            {status: http.StatusCreated},
+	"POST /api/v1/repos/:repo/commits/:rev/checks": {status: http.StatusCreated},
+	"POST /api/v1/repos/:repo/hooks":               {status: http.StatusCreated},
+	"DELETE /api/v1/repos/:repo/hooks/:id":         {status: http.StatusNoContent},
+	"POST /api/v1/repos/:repo/checkpoints":         {status: http.StatusCreated},
+}
+
+// validIdemKey: 1-255 visible ASCII characters.
+func validIdemKey(k string) error {
+	if len(k) == 0 || len(k) > MaxIdempotencyKey {
+		return lockstep.Errorf(lockstep.EINVALID, "Idempotency-Key: want 1-%d characters, got %d", MaxIdempotencyKey, len(k))
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return lockstep.Errorf(lockstep.EINVALID, "Idempotency-Key: only visible ASCII characters (no spaces), got byte 0x%02x at %d", k[i], i)
+		}
+	}
+	return nil
+}
+
+// idempotency is the middleware of every /api/v1 write: a request with an
+// Idempotency-Key runs once per (caller key, Idempotency-Key); a repeat of
+// the same request gets the first answer, a different request with the
+// same key 422, a concurrent duplicate waits for the first (bounded) or
+// gets 409 in_progress.
+func (s *Server) idempotency(c *gin.Context) {
+	switch c.Request.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+	default:
+		c.Next()
+		return
+	}
+	vals := c.Request.Header.Values("Idempotency-Key")
+	if len(vals) == 0 {
+		c.Next()
+		return
+	}
+	if len(vals) > 1 {
+		writeError(c, lockstep.Errorf(lockstep.EINVALID, "Idempotency-Key sent %d times: send it once", len(vals)))
+		return
+	}
+	key := vals[0]
+	if err := validIdemKey(key); err != nil {
+		writeError(c, err)
+		return
+	}
+	k := caller(c)
+	cfg := s.Config.Idempotency
+	cfg.defaults()
+	route := c.Request.Method + " " + c.FullPath()
+
+	limit := s.routeBodyLimit(c) // the route's own body limit (limits.go)
+	sp, err := spoolBody(c.Request.Body, limit)
+	if err != nil {
+		writeError(c, lockstep.Errorf(lockstep.EINVALID, "reading the request body: %v", err))
+		return
+	}
+	defer sp.close()
+	c.Request.Body = sp.reader()
+	if sp.over {
+		// Over the route's limit: the handler answers too_large without
+		// doing anything; nothing to remember.
+		c.Next()
+		return
+	}
+	fp := s.fingerprint(c, sp.sum)
+
+	ctx := c.Request.Context()
+	now := time.Now()
+	token := randomToken()
+	rec := &lockstep.IdemRecord{Owner: k.ID, Key: key, Fingerprint: fp, Method: c.Request.Method, Path: c.Request.URL.Path,
+		Token: token, LeaseUntil: now.Add(cfg.Lease), ExpiresAt: now.Add(cfg.Retention)}
+	deadline := now.Add(cfg.Wait)
+	delay := 2 * time.Millisecond
+	for {
+		cur, err := s.Store.ClaimIdem(ctx, rec)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		if cur == nil {
+			break // ours
+		}
+		if cur.Fingerprint != fp {
+			writeError(c, lockstep.Errorf(lockstep.EIDEMREUSED, "Idempotency-Key %q was used for %s %s with different parameters or body: use a new key for a new operation", key, cur.Method, cur.Path).
+				WithDetails(map[string]any{"idempotency_key": key, "method": cur.Method, "path": cur.Path, "first_used_at": cur.CreatedAt.Format(time.RFC3339)}))
+			return
+		}
+		alive := time.Now().Before(cur.LeaseUntil)
+		switch {
+		case cur.State == lockstep.IdemDone:
+			s.replay(c, cur)
+			return
+		case cur.State == lockstep.IdemCommitted && !alive:
+			// The server that ran it died after its commit: the answer
+			// staged in that transaction is the first result.
+			s.replay(c, cur)
+			return
+		case cur.State == lockstep.IdemRunning && !alive:
+			// Its server died before committing anything (the oplog is
+			// checked in the same transaction): safe to run it again.
+			ok, err := s.Store.TakeOverIdem(ctx, k.ID, key, cur.Token, token, time.Now().Add(cfg.Lease))
+			if err != nil {
+				writeError(c, err)
+				return
+			}
+			if ok {
+				goto execute
+			}
+		}
+		if time.Now().Add(delay).After(deadline) {
+			c.Header("Retry-After", "1")
+			writeError(c, lockstep.Errorf(lockstep.EINPROGRESS, "the first request with Idempotency-Key %q is still running: retry later", key).
+				WithDetails(map[string]any{"idempotency_key": key}))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			writeError(c, lockstep.Errorf(lockstep.EINPROGRESS, "gave up waiting for the first request with Idempotency-Key %q", key))
+			return
+		case <-time.After(delay):
+		}
+		if delay < 100*time.Millisecond {
+			delay *= 2
+		}
+	}
+execute:
+	s.execute(c, cfg, route, &lockstep.IdemClaim{Owner: k.ID, Key: key, Token: token})
+}
+
+// execute runs the handler under a held claim and stores its answer.
+func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, claim *lockstep.IdemClaim) {
+	ir := idemRoutes[route]
+	if ir.status == 0 {
+		ir.status = http.StatusOK
+	}
+	claim.Render = func(v any, staged bool) (int, map[string]string, []byte, bool) { return renderStaged(ir, v, staged) }
+	ctx := c.Request.Context()
+	c.Request = c.Request.WithContext(lockstep.WithIdemClaim(ctx, claim))
+
+	hbCtx, stopHB := context.WithCancel(context.WithoutCancel(ctx))
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		t := time.NewTicker(cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-hbCtx.Done():
+				return
+			case <-t.C:
+				if err := s.Store.ExtendIdem(hbCtx, claim.Owner, claim.Key, claim.Token, time.Now().Add(cfg.Lease)); err != nil && hbCtx.Err() == nil {
+					s.Logger.WarnContext(hbCtx, "extend idempotency lease", "error", err)
+				}
+			}
+		}
+	}()
+
+	if p := cfg.PauseBeforeRunPrefix; p != "" && strings.HasPrefix(claim.Key, p) {
+		fmt.Fprintf(os.Stderr, "lockstep: paused before running (Idempotency-Key %s)\n", claim.Key)
+		select {} // test-only: the test kills the process here
+	}
+	orig := c.Writer
+	cw := &captureWriter{ResponseWriter: orig, status: http.StatusOK}
+	c.Writer = cw
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				c.Writer = orig
+				stopHB()
+				<-hbDone
+				s.Store.ReleaseIdem(context.WithoutCancel(ctx), claim.Owner, claim.Key, claim.Token)
+				panic(r)
+			}
+		}()
+		c.Next()
+	}()
+	c.Writer = orig
+	stopHB()
+	<-hbDone
+
+	if p := cfg.PauseAfterCommitPrefix; p != "" && strings.HasPrefix(claim.Key, p) {
+		fmt.Fprintf(os.Stderr, "lockstep: paused after commit (Idempotency-Key %s)\n", claim.Key)
+		select {} // test-only: the test kills the process here
+	}
+
+	status, body := cw.status, cw.buf.Bytes()
+	header := keptHeaders(orig.Header())
+	bg := context.WithoutCancel(ctx)
+	if status >= 400 {
+		// A refusal is remembered only when something committed with it
+		// (a refused write's log entry); validation errors, 404s, 5xx
+		// before any commit leave the key free for a corrected retry.
+		cur, err := s.Store.IdemByKey(bg, claim.Owner, claim.Key)
+		switch {
+		case err != nil:
+			s.Logger.ErrorContext(ctx, "read idempotency key", "error", err)
+		case cur.State == lockstep.IdemRunning:
+			// Nothing committed: forget the key so a retry runs afresh.
+			if err := s.Store.ReleaseIdem(bg, claim.Owner, claim.Key, claim.Token); err != nil {
+				s.Logger.ErrorContext(ctx, "release idempotency key", "error", err)
+			}
+			s.send(c, status, header, body)
+			return
+		case status >= 500 && cur.State == lockstep.IdemCommitted && cur.Status != 0:
+			// The effect is durable: its staged answer is the result.
+			status, header, body = cur.Status, cur.Header, cur.Body
+		}
+	}
+	stored := redact(body, idemRoutes[route].redact)
+	s.send(c, status, header, body)
+	// Stored after the answer is on its way, off the request's path: a
+	// duplicate arriving meanwhile finds the claim alive and waits for
+	// it; if this process dies first, the answer staged in the commit's
+	// transaction (or, when nothing committed, a re-run once the lease
+	// ran out) answers the retry. Either way nothing runs twice.
+	go func() {
+		if err := s.Store.FinishIdem(bg, claim.Owner, claim.Key, claim.Token, status, header, stored); err != nil {
+			s.Logger.ErrorContext(ctx, "store idempotent answer", "key", claim.Key, "error", err)
+		}
+	}()
+}
+
+func (s *Server) send(c *gin.Context, status int, header map[string]string, body []byte) {
+	for k, v := range header {
+		c.Writer.Header().Set(k, v)
+	}
+	c.Writer.WriteHeader(status)
+	if len(body) > 0 {
+		c.Writer.Write(body)
+	}
+	c.Writer.WriteHeaderNow()
+	c.Writer.Flush()
+}
+
+// replay answers from a stored record and counts the replay.
+func (s *Server) replay(c *gin.Context, r *lockstep.IdemRecord) {
+	ctx := c.Request.Context()
+	status, header, body := r.Status, r.Header, r.Body
+	if status == 0 {
+		// Committed without a staged answer (an operation that stages
+		// none): say so instead of running it again.
+		ops, _ := s.Store.OpsByIdemKey(ctx, r.Owner, r.Key)
+		writeError(c, rebuildFromOps(r, ops))
+		s.countReplay(c, r)
+		return
+	}
+	c.Header(IdempotentReplayedHeader, "true")
+	s.countReplay(c, r)
+	s.send(c, status, header, body)
+	c.Abort()
+}
+
+func (s *Server) countReplay(c *gin.Context, r *lockstep.IdemRecord) {
+	if err := s.Store.CountIdemReplay(context.WithoutCancel(c.Request.Context()), r.Owner, r.Key); err != nil {
+		s.Logger.ErrorContext(c, "count idempotent replay", "error", err)
+	}
+	c.Set("idempotent_replay", true)
+}
+
+// rebuildFromOps is the answer for a key whose operation committed but
+// left no staged answer: a refusal is rebuilt from its log entry, anything
+// else is named, never executed again.
+func rebuildFromOps(r *lockstep.IdemRecord, ops []*lockstep.OpEntry) error {
+	if len(ops) > 0 {
+		last := ops[len(ops)-1]
+		if _, ok := statuses[last.Result]; ok && last.Result != "ok" {
+			msg, _ := last.Details["error"].(string)
+			if msg == "" {
+				msg = fmt.Sprintf("%s refused (%s): see operations-log entry %s", last.Op, last.Result, last.ID)
+			}
+			return lockstep.Errorf(last.Result, "%s", msg).WithDetails(last.Details)
+		}
+		return lockstep.Errorf(lockstep.EINTERNAL, "the operation with Idempotency-Key %q committed (operations-log entry %s) but its answer was not recorded: read the current state", r.Key, last.ID)
+	}
+	return lockstep.Errorf(lockstep.EINTERNAL, "the operation with Idempotency-Key %q committed but its answer was not recorded: read the current state", r.Key)
+}
+
+// renderStaged turns a staged domain result into the route's answer.
+func renderStaged(ir idemRoute, v any, staged bool) (int, map[string]string, []byte, bool) {
+	if !staged {
+		if ir.status == http.StatusNoContent {
+			return ir.status, map[string]string{}, nil, true
+		}
+		return 0, nil, nil, false
+	}
+	if err, ok := v.(error); ok {
+		b, _ := json.Marshal(errorBody{Error: errorDetail{Code: lockstep.ErrorCode(err), Message: lockstep.ErrorMessage(err), Details: lockstep.ErrorDetails(err)}})
+		return StatusOf(lockstep.ErrorCode(err)), jsonHeader(), b, true
+	}
+	if ir.status == http.StatusNoContent {
+		return ir.status, map[string]string{}, nil, true
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0, nil, nil, false
+	}
+	return ir.status, jsonHeader(), redact(b, ir.redact), true
+}
+
+func jsonHeader() map[string]string {
+	return map[string]string{"Content-Type": "application/json; charset=utf-8"}
+}
+
+// redact drops secret top-level fields from a stored JSON answer and says
+// so ("secret_withheld": true): secrets are shown once, never stored.
+func redact(body []byte, fields []string) []byte {
+	if len(fields) == 0 || len(body) == 0 {
+		return body
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return body
+	}
+	changed := false
+	for _, f := range fields {
+		if _, ok := m[f]; ok {
+			delete(m, f)
+			m[f+"_withheld"] = json.RawMessage("true")
+			changed = true
+		}
+	}
+	if !changed {
+		return body
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return body
+	}
+	return b
+}
+
+// keptHeaders are the answer headers a replay repeats.
+func keptHeaders(h http.Header) map[string]string {
+	out := map[string]string{}
+	for k, v := range h {
+		if len(v) == 0 {
+			continue
+		}
+		if k == "Content-Type" || k == "Location" || k == "Retry-After" || strings.HasPrefix(k, "X-Lockstep-") {
+			out[k] = v[0]
+		}
+	}
+	return out
+}
+
+// fingerprint identifies a request: method, route, path parameters,
+// query and the body's SHA-256.
+func (s *Server) fingerprint(c *gin.Context, body [32]byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n", c.Request.Method, c.FullPath())
+	ps := make([]string, 0, len(c.Params))
+	for _, p := range c.Params {
+		ps = append(ps, p.Key+"="+p.Value)
+	}
+	sort.Strings(ps)
+	fmt.Fprintf(h, "%s\n%s\n", strings.Join(ps, "&"), c.Request.URL.Query().Encode())
+	h.Write(body[:])
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func randomToken() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// spooled is a request body read ahead of the handler (to hash it before
+// anything runs): in memory up to spoolMem, then in a temporary file.
+type spooled struct {
+	mem  []byte
+	file *os.File
+	rest io.Reader // the unread remainder when over
+	sum  [32]byte
+	over bool
+}
+
+const spoolMem = 4 << 20
+
+func spoolBody(r io.Reader, limit int64) (*spooled, error) {
+	sp := &spooled{}
+	if r == nil || r == http.NoBody {
+		sp.sum = sha256.Sum256(nil)
+		return sp, nil
+	}
+	h := sha256.New()
+	var buf bytes.Buffer
+	lr := io.LimitReader(r, limit+1)
+	n, err := io.Copy(&buf, io.LimitReader(io.TeeReader(lr, h), spoolMem))
+	if err != nil {
+		return nil, err
+	}
+	total := n
+	if n == spoolMem {
+		f, err := os.CreateTemp("", "lockstep-body-*")
+		if err != nil {
+			return nil, err
+		}
+		os.Remove(f.Name())
+		sp.file = f
+		if _, err := f.Write(buf.Bytes()); err != nil {
+			sp.close()
+			return nil, err
+		}
+		m, err := io.Copy(f, io.TeeReader(lr, h))
+		if err != nil {
+			sp.close()
+			return nil, err
+		}
+		total += m
+		buf.Reset()
+	} else {
+		sp.mem = buf.Bytes()
+	}
+	if total > limit {
+		sp.over = true
+		sp.rest = r
+	}
+	copy(sp.sum[:], h.Sum(nil))
+	return sp, nil
+}
+
+func (sp *spooled) reader() io.ReadCloser {
+	var rd io.Reader
+	if sp.file != nil {
+		sp.file.Seek(0, io.SeekStart)
+		rd = sp.file
+	} else {
+		rd = bytes.NewReader(sp.mem)
+	}
+	if sp.rest != nil {
+		rd = io.MultiReader(rd, sp.rest)
+	}
+	return io.NopCloser(rd)
+}
+
+func (sp *spooled) close() {
+	if sp.file != nil {
+		sp.file.Close()
+	}
+}
+
+// captureWriter holds a handler's answer so it can be stored before it is
+// sent.
+type captureWriter struct {
+	gin.ResponseWriter
+	status  int
+	written bool
+	buf     bytes.Buffer
+}
+
+func (w *captureWriter) WriteHeader(code int) {
+	if code > 0 && !w.written {
+		w.status = code
+	}
+}
+func (w *captureWriter) WriteHeaderNow() { w.written = true }
+func (w *captureWriter) Write(b []byte) (int, error) {
+	w.written = true
+	return w.buf.Write(b)
+}
+func (w *captureWriter) WriteString(s string) (int, error) {
+	w.written = true
+	return w.buf.WriteString(s)
+}
+func (w *captureWriter) Status() int   { return w.status }
+func (w *captureWriter) Size() int     { return w.buf.Len() }
+func (w *captureWriter) Written() bool { return w.written }
+func (w *captureWriter) Flush()        {}
+
+// PurgeIdempotencyKeys deletes expired idempotency records every interval
+// until ctx ends (the background cleanup; run by lockstep serve).
+func (s *Server) PurgeIdempotencyKeys(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		interval = 10 * time.Minute
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		n, err := s.Store.PurgeIdem(ctx, time.Now())
+		if err != nil && ctx.Err() == nil {
+			s.Logger.ErrorContext(ctx, "purge idempotency keys", "error", err)
+		} else if n > 0 {
+			s.Logger.InfoContext(ctx, "purged idempotency keys", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
