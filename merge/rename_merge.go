@@ -348,7 +348,9 @@ func (m *merger) directoryRenames(all []rename, d1, d2 *sideDiff, get func(strin
 // change the merge (merge-ort's relevant sources).
 func (m *merger) scanRelevant(b, o, t plumbing.Hash, rm1, rm2 bool) (bool, error) {
 	b, o, t = norm(b), norm(o), norm(t)
-	if b == o && !rm2 || b == t && !rm1 || o == t {
+	// A side equal to the base has no sources and no adds here; two equal
+	// sides may still have deleted the same files (relevant to both).
+	if b == o || b == t {
 		return false, nil
 	}
 	be, err := m.readTree(b)
