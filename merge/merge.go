@@ -258,6 +258,7 @@ type merger struct {
 	trees      map[plumbing.Hash][]entry // trees read (rename detection reads them first)
 	forced     map[string]*pstate        // paths touched by renames
 	forcedDirs map[string]bool           // their directories ("" included)
+	forcedKids map[string][]string       // directory -> names of forced paths and dirs in it
 }
 
 func (m *merger) conflict(path, kind string, hunks []Hunk) {
@@ -325,6 +326,9 @@ func (m *merger) tree(path string, b, o, t plumbing.Hash) (plumbing.Hash, error)
 	for i := range te {
 		get(te[i].Name).t = &te[i]
 	}
+	for _, n := range m.forcedKids[path] {
+		get(n) // a path a directory rename created
+	}
 	sort.Strings(order)
 	out := make([]entry, 0, len(oe)+4)
 	for _, name := range order {
@@ -360,7 +364,7 @@ func (m *merger) tree(path string, b, o, t plumbing.Hash) (plumbing.Hash, error)
 			return e
 		}
 		sub := emptyTree
-		if x.b.isTree() || x.o.isTree() || x.t.isTree() {
+		if x.b.isTree() || x.o.isTree() || x.t.isTree() || m.forcedDirs[p] {
 			sub, err = m.tree(p, treePart(x.b), treePart(x.o), treePart(x.t))
 			if err != nil {
 				return plumbing.ZeroHash, err

@@ -30,6 +30,9 @@ type pstate struct {
 	oldPath string
 	paths   []string
 	hunks   []Hunk
+	// dirMoved: a directory rename moved the file here (a conflict in
+	// merge-ort's default mode whatever the content merge says).
+	dirMoved bool
 }
 
 func (m *merger) readTree(h plumbing.Hash) ([]entry, error) {
@@ -242,12 +245,15 @@ func (m *merger) prepareRenames(base, ours, theirs plumbing.Hash) error {
 		}
 	}
 	m.forcedDirs = map[string]bool{"": true}
+	m.forcedKids = map[string][]string{}
 	for p := range m.forced {
+		m.forcedKids[parentDir(p)] = append(m.forcedKids[parentDir(p)], baseName(p))
 		for d := parentDir(p); d != ""; d = parentDir(d) {
 			if m.forcedDirs[d] {
 				break
 			}
 			m.forcedDirs[d] = true
+			m.forcedKids[parentDir(d)] = append(m.forcedKids[parentDir(d)], baseName(d))
 		}
 	}
 	return nil
@@ -336,9 +342,187 @@ func (m *merger) renameConflict(path string, ps *pstate, hunks []Hunk) {
 	m.conflicts = append(m.conflicts, Conflict{Path: path, Kind: ps.conflict, OldPath: ps.oldPath, Paths: ps.paths, Hunks: hunks})
 }
 
+// Relevance of a directory removed on a side, as merge-ort's dirs_removed.
+const (
+	dirNotRelevant = iota
+	dirForAncestor
+	dirForSelf
+)
+
+// dirRelevance: for a directory self removed, whether the other side added
+// files directly in it (self) or in a removed ancestor (ancestor).
+func dirRelevance(d string, self, other *sideDiff) (int, bool) {
+	if !self.rmDirs[d] {
+		return 0, false
+	}
+	if other.addDirs[d] {
+		return dirForSelf, true
+	}
+	for a := d; a != ""; {
+		a = parentDir(a)
+		if self.rmDirs[a] && other.addDirs[a] {
+			return dirForAncestor, true
+		}
+	}
+	return dirNotRelevant, true
+}
+
+// dirRenamesOf is get_provisional_directory_renames: for every removed
+// directory, where most of its renamed files went (no majority: none).
+func dirRenamesOf(rs []rename, self, other *sideDiff) map[string]string {
+	counts := map[string]map[string]int{}
+	for _, rn := range rs {
+		oldD, newD := parentDir(rn.src.path), parentDir(rn.dst.path)
+		oldC, newC := baseName(rn.src.path), baseName(rn.dst.path)
+		for first := true; ; first = false {
+			flag, removed := dirRelevance(oldD, self, other)
+			if !removed || rn.src.path == oldD {
+				break
+			}
+			if !first && oldC != newC {
+				break
+			}
+			if flag == dirForSelf || first {
+				if counts[oldD] == nil {
+					counts[oldD] = map[string]int{}
+				}
+				counts[oldD][newD]++
+			}
+			if flag == dirNotRelevant || oldD == "" || newD == "" {
+				break
+			}
+			oldC, newC = baseName(oldD), baseName(newD)
+			oldD, newD = parentDir(oldD), parentDir(newD)
+		}
+	}
+	out := map[string]string{}
+	for d, c := range counts {
+		if flag, _ := dirRelevance(d, self, other); flag == dirNotRelevant {
+			continue
+		}
+		best, max, tie := "", 0, false
+		for nd, n := range c {
+			switch {
+			case n > max:
+				best, max, tie = nd, n, false
+			case n == max:
+				tie = true
+			}
+		}
+		if max > 0 && !tie {
+			out[d] = best
+		}
+	}
+	return out
+}
+
+// renamedDir returns the deepest directory of path renamed in dirs.
+func renamedDir(path string, dirs map[string]string) (string, string, bool) {
+	for d := parentDir(path); ; d = parentDir(d) {
+		if nd, ok := dirs[d]; ok && d != "" {
+			return d, nd, true
+		}
+		if d == "" {
+			return "", "", false
+		}
+	}
+}
+
+func applyDirRename(path, oldD, newD string) string {
+	rest := path[len(oldD)+1:]
+	if newD == "" {
+		return rest
+	}
+	return newD + "/" + rest
+}
+
 // directoryRenames applies merge-ort's default directory rename handling
-// (merge.directoryRenames=conflict).
+// (merge.directoryRenames=conflict): a file one side added (or renamed)
+// into a directory the other side renamed moves with the directory and is
+// reported as a directory_rename conflict at its new path.
 func (m *merger) directoryRenames(all []rename, d1, d2 *sideDiff, get func(string) (*pstate, error)) ([]rename, error) {
+	var rs [3][]rename
+	for _, rn := range all {
+		rs[rn.side] = append(rs[rn.side], rn)
+	}
+	diffs := [3]*sideDiff{nil, d1, d2}
+	var dirs [3]map[string]string
+	for x := 1; x <= 2; x++ {
+		dirs[x] = dirRenamesOf(rs[x], diffs[x], diffs[3-x])
+	}
+	for d := range dirs[1] {
+		if _, ok := dirs[2][d]; ok {
+			delete(dirs[1], d)
+			delete(dirs[2], d)
+		}
+	}
+	if len(dirs[1]) == 0 && len(dirs[2]) == 0 {
+		return all, nil
+	}
+	// The paths each side adds: renames' targets and plain adds.
+	type cand struct {
+		path   string
+		rename int // index in all, -1 for a plain add
+	}
+	var cands [3][]cand
+	isDst := [3]map[string]bool{nil, {}, {}}
+	for i, rn := range all {
+		cands[rn.side] = append(cands[rn.side], cand{rn.dst.path, i})
+		isDst[rn.side][rn.dst.path] = true
+	}
+	for y := 1; y <= 2; y++ {
+		for _, a := range diffs[y].adds {
+			if !isDst[y][a.path] {
+				cands[y] = append(cands[y], cand{a.path, -1})
+			}
+		}
+	}
+	// collisions[y]: new paths side y's files would get, with how many.
+	var coll [3]map[string]int
+	for y := 1; y <= 2; y++ {
+		coll[y] = map[string]int{}
+		for _, c := range cands[y] {
+			if od, nd, ok := renamedDir(c.path, dirs[3-y]); ok {
+				coll[y][applyDirRename(c.path, od, nd)]++
+			}
+		}
+	}
+	for y := 1; y <= 2; y++ {
+		x := 3 - y
+		for _, c := range cands[y] {
+			if len(dirs[x]) == 0 || coll[x][c.path] > 0 {
+				continue
+			}
+			od, nd, ok := renamedDir(c.path, dirs[x])
+			if !ok {
+				continue
+			}
+			if _, renamedToo := dirs[y][nd]; renamedToo {
+				continue
+			}
+			np := applyDirRename(c.path, od, nd)
+			if coll[y][np] > 1 {
+				continue // several files for one path: git leaves them
+			}
+			in, err := get(np)
+			if err != nil {
+				return nil, err
+			}
+			if in.st[0] != nil || in.st[x] != nil {
+				continue // a file in the way: git leaves it
+			}
+			from, err := get(c.path)
+			if err != nil {
+				return nil, err
+			}
+			in.st[y] = from.st[y]
+			from.st[y] = nil
+			if c.rename >= 0 {
+				all[c.rename].dst.path = np
+			}
+			in.conflict, in.oldPath, in.paths, in.dirMoved = KindDirectoryRename, c.path, []string{c.path, np}, true
+		}
+	}
 	return all, nil
 }
 
