@@ -140,6 +140,9 @@ func TestRenameOracle(t *testing.T) {
 		n = 100
 	}
 	dir := tempDir(t)
+	if d := os.Getenv("MERGE_ORACLE_DIR"); d != "" {
+		dir = d // keep the repository to look at a case
+	}
 	seed := int64(7)
 	if v, err := strconv.ParseInt(os.Getenv("MERGE_ORACLE_SEED"), 10, 64); err == nil {
 		seed = v
