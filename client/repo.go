@@ -268,6 +268,9 @@ type MergeRequest struct {
 	Message     string `json:"message,omitempty"`
 	OnConflict  string `json:"on_conflict,omitempty"`
 	ExpectOID   string `json:"expect_oid,omitempty"`
+	// Renames: nil detects renames (the server's default); false merges a
+	// rename as a delete plus an add.
+	Renames *bool `json:"renames,omitempty"`
 }
 
 // Merge runs a preflight or a materialize; the answer is raw JSON (its
