@@ -2,21 +2,11 @@ package merge
 
 import (
 	"bytes"
-	"unicode/utf8"
-
-	"github.com/sergi/go-diff/diffmatchpatch"
 )
 
-// This file is the line diff under Diff3. The edit script comes from the
-// Myers implementation of github.com/sergi/go-diff (each distinct line is
-// mapped to one rune, half-match heuristics and the timeout are off, so the
-// script is minimal). It is then normalized the way git's xdiff does it
-// (xdl_change_compact without the indent heuristic, which git does not use
-// for merges): every group of changed lines is slid as far down as it goes,
-// then back up to line up with a change group in the other file if one was
-// met. This makes our hunk boundaries, and therefore clean/conflict
-// decisions, equal to git's in nearly all cases; they can still differ when
-// several minimal scripts exist that compaction does not unify.
+// This file holds the line records and the edit-script plumbing shared by
+// the diffs of xdiff.go: splitting into lines, global line ids,
+// xdl_change_compact and xdl_build_script.
 
 // splitLines splits b into records that keep their "\n"; the last record
 // may lack it.
@@ -59,16 +49,6 @@ func (in *interner) lines(recs [][]byte) []int32 {
 	return out
 }
 
-// maxLines is the number of distinct lines the rune encoding can carry.
-const maxLines = utf8.MaxRune - 0x800
-
-func idRune(id int32) rune {
-	if id < 0xD800 {
-		return rune(id)
-	}
-	return rune(id) + 0x800 // skip the surrogate range
-}
-
 // change is one hunk of an edit script: lines [i1, i1+chg1) of file 1 are
 // replaced by lines [i2, i2+chg2) of file 2.
 type change struct {
@@ -85,70 +65,6 @@ type xfile struct {
 func newXfile(ids []int32) *xfile  { return &xfile{ids: ids, rchg: make([]bool, len(ids)+2)} }
 func (f *xfile) ch(i int) bool     { return f.rchg[i+1] }
 func (f *xfile) set(i int, v bool) { f.rchg[i+1] = v }
-
-// diffIDs returns the normalized edit script from a to b.
-func diffIDs(a, b []int32) []change {
-	f1, f2 := newXfile(a), newXfile(b)
-	// Common prefix and suffix first: cheap, and most merges touch little.
-	pre := 0
-	for pre < len(a) && pre < len(b) && a[pre] == b[pre] {
-		pre++
-	}
-	suf := 0
-	for suf < len(a)-pre && suf < len(b)-pre && a[len(a)-1-suf] == b[len(b)-1-suf] {
-		suf++
-	}
-	ma, mb := a[pre:len(a)-suf], b[pre:len(b)-suf]
-	switch {
-	case len(ma) == 0 && len(mb) == 0:
-		return nil
-	case len(ma) == 0:
-		for i := range mb {
-			f2.set(pre+i, true)
-		}
-	case len(mb) == 0:
-		for i := range ma {
-			f1.set(pre+i, true)
-		}
-	default:
-		myers(ma, mb, f1, f2, pre)
-	}
-	compact(f1, f2)
-	compact(f2, f1)
-	return buildScript(f1, f2)
-}
-
-func myers(a, b []int32, f1, f2 *xfile, off int) {
-	ra := make([]rune, len(a))
-	for i, id := range a {
-		ra[i] = idRune(id)
-	}
-	rb := make([]rune, len(b))
-	for i, id := range b {
-		rb[i] = idRune(id)
-	}
-	dmp := diffmatchpatch.New()
-	dmp.DiffTimeout = 0 // no deadline, no half-match: a minimal script
-	i1, i2 := off, off
-	for _, d := range dmp.DiffMainRunes(ra, rb, false) {
-		n := utf8.RuneCountInString(d.Text)
-		switch d.Type {
-		case diffmatchpatch.DiffEqual:
-			i1 += n
-			i2 += n
-		case diffmatchpatch.DiffDelete:
-			for k := 0; k < n; k++ {
-				f1.set(i1+k, true)
-			}
-			i1 += n
-		case diffmatchpatch.DiffInsert:
-			for k := 0; k < n; k++ {
-				f2.set(i2+k, true)
-			}
-			i2 += n
-		}
-	}
-}
 
 func buildScript(f1, f2 *xfile) []change {
 	var out []change

@@ -37,6 +37,9 @@ type Labels struct {
 	ShowBase           bool
 	// MarkerSize is the length of the marker runs; 0 means 7.
 	MarkerSize int
+	// Algorithm is the line diff: Histogram (the zero value, what git
+	// merge and git merge-tree use) or Myers (git merge-file's default).
+	Algorithm DiffAlgorithm
 }
 
 // DefaultLabels are the labels git merge-tree would print for branches
@@ -53,8 +56,8 @@ const (
 const markerSize = 7
 
 // Diff3 merges ours and theirs, two descendants of base, line by line like
-// git's xdiff merge (the "zealous" level used by git merge and git
-// merge-tree): changes on both sides that overlap or touch (adjacent lines)
+// git's xdiff merge (the "zealous" level and, by default, the histogram
+// diff used by git merge and git merge-tree): changes on both sides that overlap or touch (adjacent lines)
 // conflict unless they are identical. merged is the result with conflict
 // markers around every conflict; hunks describe the conflicts; clean reports
 // that there were none (merged then has no markers). A file without a
@@ -85,13 +88,25 @@ func diff3(base, ours, theirs []byte, labels Labels, level int) ([]byte, []Hunk,
 	t := mfile{recs: splitLines(theirs)}
 	in := newInterner(len(b.recs) + len(b.recs)/8)
 	b.ids, o.ids, t.ids = in.lines(b.recs), in.lines(o.recs), in.lines(t.recs)
-	if len(in.ids) > maxLines {
-		// Cannot happen below MaxFileBytes; report one whole-file conflict.
+	whole := func() ([]byte, []Hunk, bool) {
+		// git's merge fails here (see xdiffErr); one conflict for the file.
 		c := []mchunk{{mode: 0, chg0: len(b.recs), chg1: len(o.recs), chg2: len(t.recs)}}
 		return render(&b, &o, &t, c, labels)
 	}
-	xs1 := diffIDs(b.ids, o.ids)
-	xs2 := diffIDs(b.ids, t.ids)
+	var cl classifier
+	xs1, err1 := cl.xdiff(b.ids, o.ids, labels.Algorithm)
+	xs2, err2 := cl.xdiff(b.ids, t.ids, labels.Algorithm)
+	if err1 != nil || err2 != nil {
+		return whole()
+	}
+	// xdl_merge: when one side made no change the result is the other
+	// side, byte for byte.
+	if len(xs1) == 0 {
+		return append([]byte(nil), theirs...), nil, true
+	}
+	if len(xs2) == 0 {
+		return append([]byte(nil), ours...), nil, true
+	}
 	var chunks []mchunk
 	app := func(mode, i0, chg0, i1, chg1, i2, chg2 int) {
 		if n := len(chunks); n > 0 {
@@ -161,7 +176,10 @@ func diff3(base, ours, theirs []byte, labels Labels, level int) ([]byte, []Hunk,
 		app(2, x2.i1, x2.chg1, x2.i1+len(o.recs)-len(b.recs), x2.chg1, x2.i2, x2.chg2)
 	}
 	if level >= levelZealous {
-		chunks = refine(&o, &t, chunks)
+		var err error
+		if chunks, err = refine(&cl, &o, &t, chunks, labels.Algorithm); err != nil {
+			return whole()
+		}
 		chunks = simplify(&o, chunks, level > levelZealous)
 	}
 	return render(&b, &o, &t, chunks, labels)
@@ -181,14 +199,17 @@ func sameIDs(a, b []int32) bool {
 
 // refine is xdl_refine_conflicts: diff the two sides of each conflict and
 // keep only the differing parts as conflicts.
-func refine(o, t *mfile, in []mchunk) []mchunk {
+func refine(cl *classifier, o, t *mfile, in []mchunk, algo DiffAlgorithm) ([]mchunk, error) {
 	out := make([]mchunk, 0, len(in))
 	for _, m := range in {
 		if m.mode != 0 || m.chg1 == 0 || m.chg2 == 0 {
 			out = append(out, m)
 			continue
 		}
-		xs := diffIDs(o.ids[m.i1:m.i1+m.chg1], t.ids[m.i2:m.i2+m.chg2])
+		xs, err := cl.xdiff(o.ids[m.i1:m.i1+m.chg1], t.ids[m.i2:m.i2+m.chg2], algo)
+		if err != nil {
+			return nil, err
+		}
 		if len(xs) == 0 {
 			m.mode = 4
 			out = append(out, m)
@@ -199,7 +220,7 @@ func refine(o, t *mfile, in []mchunk) []mchunk {
 				i1: m.i1 + x.i1, chg1: x.chg1, i2: m.i2 + x.i2, chg2: x.chg2})
 		}
 	}
-	return out
+	return out, nil
 }
 
 // simplify is xdl_simplify_non_conflicts: conflicts fewer than four lines

@@ -78,17 +78,24 @@
 //
 // # Line merge
 //
-// Diff3 is a port of git's xdiff merge (xdl_merge) at the level git merge
-// and git merge-tree use ("zealous"). The two edit scripts base→ours and
-// base→theirs come from the Myers diff of github.com/sergi/go-diff run on
-// line ids, normalized like xdiff (xdl_change_compact: groups slid down,
-// then up to meet a change in the other file). Changes that overlap or
-// touch (adjacent lines) conflict unless identical; conflicts are then
-// refined by diffing the two sides (identical ones dissolve, the rest
-// shrink to the lines that differ) and conflicts fewer than four lines
-// apart are joined. Markers follow git byte for byte: CRLF markers when
-// the surrounding lines use CRLF, a newline added after a side that ends
-// without one, diff3 style (Labels.ShowBase) without refinement.
+// Diff3 is git's xdiff merge (xdl_merge), written from reading xdiff, at
+// the level git merge and git merge-tree use ("zealous"). The edit scripts
+// base→ours and base→theirs come from git's histogram diff (xhistogram.c:
+// split around the longest common run of lines rare in the base region,
+// recursively; a region whose common lines all occur more than 64 times
+// falls back to xdiff's classic diff, which trims common ends, discards
+// unmatched and frequent lines and runs Myers with xdiff's cost
+// heuristics), then xdl_change_compact (groups slid down, then up to meet
+// a change in the other file; no indent heuristic: merges never set it).
+// Labels.Algorithm = Myers uses the classic diff throughout, as git
+// merge-file does up to git 2.43. Changes that overlap or touch (adjacent
+// lines) conflict unless identical; conflicts are then refined by diffing
+// the two sides (identical ones dissolve, the rest shrink to the lines
+// that differ) and conflicts fewer than four lines apart are joined.
+// Markers follow git byte for byte: CRLF markers when the surrounding
+// lines use CRLF, a newline added after a side that ends without one,
+// diff3 style (Labels.ShowBase) without refinement. The oracle tests
+// compare every byte with git merge-tree and git merge-file.
 //
 // # Where we differ from git
 //
@@ -99,16 +106,10 @@
 //     at its own path (git reports "name~<branch>").
 //   - Submodules are never merged (git tries a fast-forward of the
 //     submodule commit).
-//   - When several minimal edit scripts exist, sergi/go-diff's Myers may
-//     pick another one than xdiff (which also discards frequent lines
-//     before its search). Compaction makes this rare: on 2,000 generated
-//     triples (20% of lines repeated) every verdict and every clean output
-//     matches git merge-file; with 50% repeated lines about 0.3% of
-//     verdicts and 1% of conflict layouts differ. Text dominated by
-//     repeated lines ("}", blank lines) is where a merge may conflict
-//     where git's is clean, or the reverse.
 //   - Hunk.Base of a refined conflict covers the whole unrefined conflict
 //     (git does not track it).
+//   - A histogram region with 64 distinct lines in one hash chain makes
+//     git's merge fail; Diff3 reports the whole file as one conflict.
 //   - Virtual bases follow git's inner-merge rules for content,
 //     modify/delete, file-type and binary conflicts; a file/directory
 //     conflict between merge bases is resolved as in an outer merge.
