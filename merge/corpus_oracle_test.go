@@ -107,7 +107,8 @@ func TestCorpusOracle(t *testing.T) {
 			dir := filepath.Join(tempDir(t), name+".git")
 			gitRun(t, filepath.Dir(dir), nil, "clone", "-q", "--mirror", bundle, dir)
 			want := corpusGitMerges(t, dir)
-			st := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRU(64<<20))
+			st := filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(64<<20), filesystem.Options{KeepDescriptors: true})
+			defer st.Close()
 			ctx := context.Background()
 			var agree, clean, conflicted int
 			for _, w := range want {
