@@ -479,6 +479,9 @@ func TestOracleCrissCross(t *testing.T) {
 		n = 30
 	}
 	dir := tempDir(t)
+	if d := os.Getenv("MERGE_ORACLE_DIR"); d != "" {
+		dir = d
+	}
 	g := &scenarioGen{r: rand.New(rand.NewSource(77)), text: &textGen{r: rand.New(rand.NewSource(78))}}
 	im := &importer{blobs: map[string]int{}}
 	withMerge := func(first, second int) {

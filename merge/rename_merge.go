@@ -230,7 +230,11 @@ func (m *merger) prepareRenames(base, ours, theirs plumbing.Hash) error {
 			nw.st[0] = old.st[0]
 			switch {
 			case typeChanged:
+				// rename vs type change: the old path keeps the other
+				// side's new type as an add; the new path is a
+				// modify/delete (merge-ort's stale match mask).
 				old.st[0] = nil
+				nw.conflict, nw.oldPath, nw.paths, nw.keep = KindModifyDelete, rn.src.path, paths, x
 			case sourceDeleted:
 				nw.conflict, nw.oldPath, nw.paths, nw.keep = KindRenameDelete, rn.src.path, paths, x
 			default:
@@ -292,7 +296,7 @@ func (m *merger) forcedFile(path string, ps *pstate) (*entry, []entry, error) {
 		}
 		return nil, nil, nil
 	}
-	if ps.conflict == KindRenameDelete && ps.keep != 0 {
+	if ps.keep != 0 {
 		// merge-ort's modify/delete branch: the renamed side's version
 		// stays (the base's in a virtual merge base).
 		m.renameConflict(path, ps, nil)
