@@ -1258,7 +1258,7 @@ func (b *bencher) benchPreflightRenames() error {
 		if err := change(); err != nil {
 			return err
 		}
-		if _, err := pushDirCache(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Branch: name, From: "main", Message: name}, false, nil, ""); err != nil {
+		if _, err := pushDirCache(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Branch: name, From: "main", Message: name}, false, nil, b.path("statcache", st.repo+"-"+name)); err != nil {
 			return err
 		}
 		if _, err := b.git(b.root, gd, "update-ref", "refs/heads/"+name, "main"); err != nil {
