@@ -110,7 +110,7 @@ func TestCorpusOracle(t *testing.T) {
 			st := filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(64<<20), filesystem.Options{KeepDescriptors: true})
 			defer st.Close()
 			ctx := context.Background()
-			var agree, clean, conflicted int
+			var agree, clean, conflicted, sameTree int
 			for _, w := range want {
 				got, err := Merge(ctx, NewOverlay(st), plumbing.NewHash(w.p1), plumbing.NewHash(w.p2), Options{Deep: true})
 				if err != nil {
@@ -124,12 +124,23 @@ func TestCorpusOracle(t *testing.T) {
 				agree++
 				if w.clean {
 					clean++
+					continue
+				}
+				conflicted++
+				// The conflicted tree (markers labelled as git labels them:
+				// the revisions given) should be git's too.
+				mk, err := Merge(ctx, NewOverlay(st), plumbing.NewHash(w.p1), plumbing.NewHash(w.p2), Options{Deep: true, Markers: true, OursLabel: w.p1, TheirsLabel: w.p2})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if mk.Tree == w.tree {
+					sameTree++
 				} else {
-					conflicted++
+					t.Errorf("merge %s %s: conflicted tree (markers) %s, git's %s", w.p1, w.p2, mk.Tree, w.tree)
 				}
 			}
-			t.Logf("%s: %d of %d merges agree with git merge-tree (%d clean with the same tree, %d conflicted on the same paths)",
-				name, agree, len(want), clean, conflicted)
+			t.Logf("%s: %d of %d merges agree with git merge-tree (%d clean with the same tree, %d conflicted on the same paths, %d of them with git's conflicted tree)",
+				name, agree, len(want), clean, conflicted, sameTree)
 			if len(want) == 0 {
 				t.Fatal("no merges in the corpus")
 			}
