@@ -512,12 +512,8 @@ func (m *merger) directoryRenames(all []rename, d1, d2 *sideDiff, get func(strin
 			if err != nil {
 				return nil, err
 			}
-			src := c.path
-			if c.rename >= 0 {
-				src = all[c.rename].src.path
-			}
-			if in.st[y] != nil || in.st[0] != nil && src != np {
-				continue // a file in the way (merge-ort's path_in_way): git leaves it
+			if in.st[y] != nil {
+				continue // in the way (git 2.39's path_in_way): git leaves it
 			}
 			from, err := get(c.path)
 			if err != nil {
