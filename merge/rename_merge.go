@@ -245,7 +245,9 @@ func (m *merger) prepareRenames(base, ours, theirs plumbing.Hash) error {
 			}
 		}
 		if !typeChanged {
-			old.removed = true
+			// Resolved by removal, cleanly, whatever was recorded there
+			// before (merge-ort's merged.clean = 1).
+			old.removed, old.conflict = true, ""
 		}
 	}
 	m.forcedDirs = map[string]bool{"": true}
