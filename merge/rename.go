@@ -181,6 +181,12 @@ type spanCount struct {
 
 const spanHashBase = 107927
 
+// countFinalSpan: git before 2.44 ignores the bytes after the last LF (or
+// 64-byte chunk), so a last line without a newline never counts as copied;
+// later versions count it. We match the git this project checks against
+// (2.39).
+const countFinalSpan = false
+
 // hashSpans cuts data into chunks ending at LF or 64 bytes and counts the
 // bytes per chunk hash, as git's diffcore-delta does (CR of CRLF ignored
 // in text).
@@ -206,7 +212,7 @@ func hashSpans(data []byte) *spanCount {
 		n = 0
 		accum1, accum2 = 0, 0
 	}
-	if n > 0 {
+	if n > 0 && countFinalSpan {
 		counts[(accum1+accum2*0x61)%spanHashBase] += n
 	}
 	sc := &spanCount{hash: make([]uint32, 0, len(counts)), size: int64(len(data))}
