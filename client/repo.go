@@ -271,6 +271,8 @@ type MergeRequest struct {
 	// Renames: nil detects renames (the server's default); false merges a
 	// rename as a delete plus an add.
 	Renames *bool `json:"renames,omitempty"`
+	// Style of a markers merge: "diff3" (default) or "merge".
+	Style string `json:"style,omitempty"`
 }
 
 // Merge runs a preflight or a materialize; the answer is raw JSON (its

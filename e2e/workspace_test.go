@@ -455,6 +455,19 @@ func (c *Cart) Count() int { return len(c.Items) }
 	if sc := s.Commit(t, "base", mat.Commit); !reflect.DeepEqual(sc.Parents, []string{main, pc.Commit}) {
 		t.Errorf("markers commit parents %v, want [%s %s]", sc.Parents, main, pc.Commit)
 	}
+	// Markers are diff3 style by default; "style": "merge" writes git's
+	// default style (no base section); other styles are refused.
+	if !strings.Contains(side, "|||||||") {
+		t.Errorf("default markers lack the diff3 base section:\n%s", side)
+	}
+	var mat2 mergeResult
+	s.MustJSON(t, "POST", "/api/v1/repos/base/merges", s.AdminKey,
+		map[string]any{"ours": "main", "theirs": "ws-c:main", "materialize": true, "deep": true, "on_conflict": "markers", "style": "merge"}, http.StatusOK, &mat2)
+	if side2 := s.Blob(t, "base", mat2.Commit, "shop/cart.go"); strings.Contains(side2, "|||||||") || !strings.Contains(side2, "<<<<<<<") {
+		t.Errorf("style merge markers:\n%s", side2)
+	}
+	e2ekit.WantError(t, s.Call(t, "POST", "/api/v1/repos/base/merges", s.AdminKey,
+		map[string]any{"ours": "main", "theirs": "ws-c:main", "materialize": true, "deep": true, "on_conflict": "markers", "style": "zdiff4"}, ""), 400, "invalid_argument")
 	if out, err := e2ekit.GitCmd(t, "", "--git-dir="+s.networkDir("base"), "fsck", "--strict", "--no-dangling", "--no-progress"); err != nil {
 		t.Errorf("git fsck --strict after the merges: %v\n%s", err, out)
 	}
@@ -471,7 +484,7 @@ func (c *Cart) Count() int { return len(c.Items) }
 			seen = append(seen, o.Op+":"+o.Result)
 		}
 	}
-	want := []string{"merge.preflight:ok", "merge:ok", "merge.preflight:ok", "merge:ok", "merge.preflight:ok", "merge:merge_conflict", "merge.markers:ok"}
+	want := []string{"merge.preflight:ok", "merge:ok", "merge.preflight:ok", "merge:ok", "merge.preflight:ok", "merge:merge_conflict", "merge.markers:ok", "merge.markers:ok"}
 	if !reflect.DeepEqual(seen, want) {
 		t.Errorf("merge entries in the oplog %v, want %v", seen, want)
 	}

@@ -35,6 +35,10 @@ type MergeRequest struct {
 	// side and edited on the other merges at its new path). Absent means
 	// true; false merges a rename as a delete plus an add.
 	Renames *bool `json:"renames,omitempty"`
+	// Style is the conflict-marker style of a markers merge: "diff3" (the
+	// default: a "||||||| base" section in every conflict) or "merge"
+	// (git's default style: ours and theirs only, conflicts refined).
+	Style string `json:"style,omitempty"`
 }
 
 // MergeResponse is the answer of a merge.
@@ -81,6 +85,9 @@ func (s *Service) Merge(ctx context.Context, actor *lockstep.Key, repoName strin
 	default:
 		return nil, lockstep.Errorf(lockstep.EINVALID, "mode %q: want merge, squash or fast_forward", req.Mode)
 	}
+	if req.Style != "" && req.Style != "diff3" && req.Style != "merge" {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "style %q: want \"diff3\" (default) or \"merge\"", req.Style)
+	}
 	if req.Preflight && req.Materialize {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "preflight and materialize exclude each other")
 	}
@@ -103,7 +110,7 @@ func (s *Service) Merge(ctx context.Context, actor *lockstep.Key, repoName strin
 }
 
 func (s *Service) mergeOptions(req MergeRequest, markers bool) merge.Options {
-	return merge.Options{Deep: req.Deep, Markers: markers, ShowBase: markers, OursLabel: req.Ours, TheirsLabel: req.Theirs, MaxFileBytes: s.cfg.MergeMaxFileBytes,
+	return merge.Options{Deep: req.Deep, Markers: markers, ShowBase: markers && req.Style != "merge", OursLabel: req.Ours, TheirsLabel: req.Theirs, MaxFileBytes: s.cfg.MergeMaxFileBytes,
 		NoRenames: req.Renames != nil && !*req.Renames, RenameLimit: s.cfg.MergeRenameLimit}
 }
 

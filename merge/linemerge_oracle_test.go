@@ -266,3 +266,136 @@ func TestLineMergeOracleMergeFile(t *testing.T) {
 	}
 	t.Logf("merge-file oracle (myers): %d triples x 2 styles, %d with conflicts, %d differ from git", n, conflicts, bad)
 }
+
+// largeEdited is a file of n lines (vocabulary v: smaller means more
+// repeated lines) and two sides with e random edits each (replace,
+// insert, delete, move), large enough for xdiff's cost heuristics
+// (edit cost above 256) and the histogram fall-back to matter.
+func largeEdited(seed int64, n, v, e int) triple {
+	r := rand.New(rand.NewSource(seed))
+	line := func() string { return fmt.Sprintf("l%d\n", r.Intn(v)) }
+	bl := make([]string, n)
+	for i := range bl {
+		bl[i] = line()
+	}
+	side := func() []byte {
+		s := append([]string(nil), bl...)
+		for k := 0; k < e; k++ {
+			i := r.Intn(len(s))
+			switch r.Intn(4) {
+			case 0:
+				s[i] = line()
+			case 1:
+				s = append(s[:i], append([]string{line(), line()}, s[i:]...)...)
+			case 2:
+				s = append(s[:i], s[min(i+3, len(s)):]...)
+			default:
+				blk := append([]string(nil), s[i:min(i+5, len(s))]...)
+				s = append(s[:i], s[min(i+5, len(s)):]...)
+				j := r.Intn(len(s) + 1)
+				s = append(s[:j], append(blk, s[j:]...)...)
+			}
+		}
+		return []byte(strings.Join(s, ""))
+	}
+	return triple{[]byte(strings.Join(bl, "")), side(), side()}
+}
+
+// shuffled is a file of n lines whose ours cuts it into blocks of 10-40
+// lines and permutes them (long snakes, edit cost in the thousands:
+// xdl_split's snake heuristic and its cost cut-off both run); theirs
+// edits a few lines.
+func shuffled(seed int64, n, v int) triple {
+	r := rand.New(rand.NewSource(seed))
+	bl := make([]string, n)
+	for i := range bl {
+		bl[i] = fmt.Sprintf("l%d\n", r.Intn(v))
+	}
+	var blocks [][]string
+	for i := 0; i < n; {
+		j := min(i+10+r.Intn(31), n)
+		blocks = append(blocks, bl[i:j])
+		i = j
+	}
+	r.Shuffle(len(blocks), func(i, j int) { blocks[i], blocks[j] = blocks[j], blocks[i] })
+	var o []string
+	for _, b := range blocks {
+		o = append(o, b...)
+	}
+	th := append([]string(nil), bl...)
+	for k := 0; k < 30; k++ {
+		th[r.Intn(n)] = fmt.Sprintf("t%d\n", k)
+	}
+	return triple{[]byte(strings.Join(bl, "")), []byte(strings.Join(o, "")), []byte(strings.Join(th, ""))}
+}
+
+// sparseSwaps is a file of n distinct lines whose ours swaps two adjacent
+// lines every 25-35 lines (snakes longer than xdiff's 20, edit cost in
+// the thousands: xdl_split's snake heuristic finds its cuts); theirs
+// edits a few lines.
+func sparseSwaps(seed int64, n int, reverse bool) triple {
+	r := rand.New(rand.NewSource(seed))
+	bl := make([]string, n)
+	for i := range bl {
+		bl[i] = fmt.Sprintf("l%d\n", i)
+	}
+	o := append([]string(nil), bl...)
+	for i := 10; i+1 < n; i += 25 + r.Intn(11) {
+		o[i], o[i+1] = o[i+1], o[i]
+	}
+	if reverse {
+		// The first half scrambled instead: xdl_split's backward
+		// heuristic finds the cut.
+		for i := 0; i+1 < n/2; i++ {
+			j := i + r.Intn(n/2-i)
+			o[i], o[j] = o[j], o[i]
+		}
+	}
+	th := append([]string(nil), bl...)
+	for k := 0; k < 30; k++ {
+		th[r.Intn(n)] = fmt.Sprintf("t%d\n", k)
+	}
+	return triple{[]byte(strings.Join(bl, "")), []byte(strings.Join(o, "")), []byte(strings.Join(th, ""))}
+}
+
+// TestLineMergeOracleLarge: large files with many edits, where xdiff's
+// Myers cost heuristics cut the search and the histogram diff falls back,
+// against git merge-tree and git merge-file.
+func TestLineMergeOracleLarge(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	var ts []triple
+	for i, p := range []struct{ n, v, e int }{{3000, 1 << 30, 300}, {3000, 50, 300}, {4000, 8, 400}, {2000, 3, 200}, {6000, 1 << 30, 1500}, {3000, 400, 800}} {
+		ts = append(ts, largeEdited(int64(i)+oracleSeed(), p.n, p.v, p.e))
+	}
+	// 40,000 lines: xdiff's cost limit rises to 512, so the snake
+	// heuristics (edit cost above 256; forward, and backward with the
+	// first half scrambled) run before the cut-off. The long run (flag or
+	// MERGE_ORACLE_N) adds the backward case and block shuffles.
+	fwd := sparseSwaps(oracleSeed(), 40000, false)
+	switch long := *oracleN > 0 || os.Getenv("MERGE_ORACLE_N") != ""; {
+	case long:
+		ts = append(ts, fwd, sparseSwaps(oracleSeed()+1, 40000, true), shuffled(oracleSeed(), 8000, 1<<30),
+			shuffled(oracleSeed()+1, 8000, 3000), shuffled(oracleSeed()+2, 4000, 40), shuffled(oracleSeed()+3, 40000, 1<<30))
+	case testing.Short():
+		ts = ts[:3]
+	default:
+		ts = append(ts[:4], fwd)
+	}
+	dir := tempDir(t)
+	for _, diff3Style := range []bool{false, true} {
+		want, conflicted, baseLabel := gitMergeTreeFiles(t, dir, ts, diff3Style)
+		for i, tr := range ts {
+			got, _, clean := Diff3(tr.base, tr.ours, tr.theirs, Labels{Ours: "ours", Theirs: "theirs", Base: baseLabel, ShowBase: diff3Style})
+			if clean == conflicted[i] || !bytes.Equal(got, want[i]) {
+				t.Errorf("histogram, diff3=%v, file %d: clean=%v git=%v, %d vs %d bytes", diff3Style, i, clean, !conflicted[i], len(got), len(want[i]))
+			}
+			gw, gclean := gitMergeFile(t, tempDir(t), tr.base, tr.ours, tr.theirs, diff3Style)
+			mg, _, mclean := diff3(tr.base, tr.ours, tr.theirs, Labels{Ours: "ours", Base: "base", Theirs: "theirs", ShowBase: diff3Style, Algorithm: Myers}, levelZealousAlnum)
+			if mclean != gclean || !bytes.Equal(mg, gw) {
+				t.Errorf("myers, diff3=%v, file %d: clean=%v git=%v, %d vs %d bytes", diff3Style, i, mclean, gclean, len(mg), len(gw))
+			}
+		}
+	}
+}
