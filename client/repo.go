@@ -356,6 +356,9 @@ type MergeRequest struct {
 	Message     string `json:"message,omitempty"`
 	OnConflict  string `json:"on_conflict,omitempty"`
 	ExpectOID   string `json:"expect_oid,omitempty"`
+	// Renames: nil detects renames (the server's default); false merges a
+	// rename as a delete plus an add.
+	Renames *bool `json:"renames,omitempty"`
 	// Style of a markers merge: "diff3" (default) or "merge".
 	Style string `json:"style,omitempty"`
 }

@@ -31,6 +31,10 @@ type MergeRequest struct {
 	// single-parent commit with the merged tree) or "fast_forward" (refuse
 	// anything else).
 	Mode string `json:"mode,omitempty"`
+	// Renames: detect renames like git's merge-ort (a file renamed on one
+	// side and edited on the other merges at its new path). Absent means
+	// true; false merges a rename as a delete plus an add.
+	Renames *bool `json:"renames,omitempty"`
 	// Style is the conflict-marker style of a markers merge: "diff3" (the
 	// default: a "||||||| base" section in every conflict) or "merge"
 	// (git's default style: ours and theirs only, conflicts refined).
@@ -106,7 +110,8 @@ func (s *Service) Merge(ctx context.Context, actor *lockstep.Key, repoName strin
 }
 
 func (s *Service) mergeOptions(req MergeRequest, markers bool) merge.Options {
-	return merge.Options{Deep: req.Deep, Markers: markers, ShowBase: markers && req.Style != "merge", OursLabel: req.Ours, TheirsLabel: req.Theirs, MaxFileBytes: s.cfg.MergeMaxFileBytes}
+	return merge.Options{Deep: req.Deep, Markers: markers, ShowBase: markers && req.Style != "merge", OursLabel: req.Ours, TheirsLabel: req.Theirs, MaxFileBytes: s.cfg.MergeMaxFileBytes,
+		NoRenames: req.Renames != nil && !*req.Renames, RenameLimit: s.cfg.MergeRenameLimit}
 }
 
 func (s *Service) preflight(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs plumbing.Hash, start time.Time) (*MergeResponse, error) {

@@ -112,7 +112,7 @@ func (s *Service) PromotePreflight(ctx context.Context, t *PromoteTarget) (*merg
 	if err != nil {
 		return nil, err
 	}
-	return merge.Merge(ctx, merge.NewOverlay(n.Objects()), tip, t.Commit, merge.Options{Deep: true, MaxFileBytes: s.cfg.MergeMaxFileBytes})
+	return merge.Merge(ctx, merge.NewOverlay(n.Objects()), tip, t.Commit, merge.Options{Deep: true, MaxFileBytes: s.cfg.MergeMaxFileBytes, RenameLimit: s.cfg.MergeRenameLimit})
 }
 
 // Land materializes the workspace commit into the base branch (the only

@@ -47,6 +47,10 @@ type Config struct {
 	// MergeMaxFileBytes: larger files are not line-merged (a path-level
 	// conflict instead); 0 = the merge package's default (8 MiB).
 	MergeMaxFileBytes int64
+	// MergeRenameLimit bounds the inexact rename matrix of a merge (git's
+	// merge.renameLimit): 0 = the merge package's default (7000), negative
+	// = no limit.
+	MergeRenameLimit int
 	// ComparePatchBytes bounds the unified diffs of one compare answer
 	// (files past it are listed with counts, patch_truncated); 0 = 1 MiB.
 	ComparePatchBytes int64

@@ -97,11 +97,41 @@
 // diff3 style (Labels.ShowBase) without refinement. The oracle tests
 // compare every byte with git merge-tree and git merge-file.
 //
+// # Renames
+//
+// Unless Options.NoRenames, renames are detected as git's merge-ort does
+// (rename.go, rename_merge.go): each side's deleted and added files are
+// paired by diffcore-rename's rules — exact renames (same blob; an unused
+// source with the same basename first), then unique basenames at 75%
+// similarity, then the similarity matrix at 50% (four candidates per
+// destination; score, then basename, then order) bounded by
+// Options.RenameLimit² pairs — with git's similarity estimate (span hashes
+// of LF- or 64-byte-delimited chunks). Only relevant sources (the other
+// side changed the file, or added files in a directory this side removed)
+// enter the basename and matrix steps, and a side without any is not
+// searched, as in merge-ort. A quick walk of the subtrees all three
+// versions disagree on finds whether any source can be relevant before
+// the full walk, so merges without renames read no more trees.
+//
+// The renames are then applied as merge-ort's process_renames: each path
+// a rename touches gets its three versions moved (base and other side
+// from the old path) and is decided by the tree walk at its new path;
+// rename/rename (1to2), rename/delete, rename/add, rename/rename (2to1)
+// and rename vs type change give the same result tree and conflicted paths
+// as git. Directory renames (outer merges only, merge.directoryRenames=
+// conflict): a removed directory maps to where most of its renamed files
+// went; files the other side added or renamed into it move along and
+// conflict (KindDirectoryRename).
+//
 // # Where we differ from git
 //
-//   - No rename detection: a rename is a delete plus an add. A merge that
-//     git resolves by following a rename gives a modify-delete conflict
-//     here (the oracle test excludes such cases and counts them).
+//   - Renames: git's directory-rename hints in basename matching and its
+//     early culling of sources needed only for directory renames are not
+//     done, and location-relevant sources are approximated; a directory
+//     rename without a majority, or one that would put two files on one
+//     path or onto an existing file, leaves the files in place and the
+//     merge clean (git reports it unclean without naming a path); markers
+//     in a renamed file use the plain labels (git writes "branch:path").
 //   - A file moved aside by a file/directory or type conflict is reported
 //     at its own path (git reports "name~<branch>").
 //   - Submodules are never merged (git tries a fast-forward of the

@@ -48,6 +48,15 @@ type Options struct {
 	// MaxFileBytes: files larger than this are not line-merged (a path
 	// conflict instead). 0 means DefaultMaxFileBytes.
 	MaxFileBytes int64
+	// NoRenames turns rename detection off (git merge -s ort -X
+	// no-renames): a rename is then a delete plus an add. The default
+	// detects renames like git's merge-ort.
+	NoRenames bool
+	// RenameLimit bounds the inexact rename matrix (git's
+	// merge.renameLimit): when more than RenameLimit² source×destination
+	// pairs remain after exact and basename matches, only those count.
+	// 0 means DefaultRenameLimit; negative means no limit.
+	RenameLimit int
 
 	// virtual: this merge builds a virtual merge base. As in git's inner
 	// merges, modify/delete, type and binary conflicts keep the base
@@ -112,6 +121,12 @@ func (r Result) MarshalJSON() ([]byte, error) {
 type Conflict struct {
 	Path string `json:"path"`
 	Kind string `json:"kind"`
+	// OldPath is the path the file had in the merge base when it was
+	// renamed (Path is then its new path).
+	OldPath string `json:"old_path,omitempty"`
+	// Paths names every path of a rename conflict: the old path first,
+	// then the new one(s) (rename/rename(1to2): both sides' new paths).
+	Paths []string `json:"paths,omitempty"`
 	// Hunks are set for content and add-add conflicts that were line
 	// merged (Options.Deep on text files).
 	Hunks []Hunk `json:"hunks,omitempty"`
@@ -212,7 +227,15 @@ func mergeTrees(ctx context.Context, s Store, base, ours, theirs plumbing.Hash, 
 	if opts.MaxFileBytes < 0 {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "max file bytes must not be negative")
 	}
+	if opts.RenameLimit < 0 {
+		opts.RenameLimit = -1
+	}
 	m := &merger{ctx: ctx, s: s, opts: opts, labels: opts.labels()}
+	if !opts.NoRenames {
+		if err := m.prepareRenames(base, ours, theirs); err != nil {
+			return nil, err
+		}
+	}
 	tree, err := m.tree("", base, ours, theirs)
 	if err != nil {
 		return nil, err
@@ -231,6 +254,11 @@ type merger struct {
 	opts      Options
 	labels    Labels
 	conflicts []Conflict
+
+	trees      map[plumbing.Hash][]entry // trees read (rename detection reads them first)
+	forced     map[string]*pstate        // paths touched by renames
+	forcedDirs map[string]bool           // their directories ("" included)
+	forcedKids map[string][]string       // directory -> names of forced paths and dirs in it
 }
 
 func (m *merger) conflict(path, kind string, hunks []Hunk) {
@@ -254,24 +282,26 @@ func join(dir, name string) string {
 // tree merges three trees. Only subtrees whose oids differ are read.
 func (m *merger) tree(path string, b, o, t plumbing.Hash) (plumbing.Hash, error) {
 	b, o, t = norm(b), norm(o), norm(t)
-	switch {
-	case o == t, b == t:
-		return o, nil
-	case b == o:
-		return t, nil
+	if !m.forcedDirs[path] {
+		switch {
+		case o == t, b == t:
+			return o, nil
+		case b == o:
+			return t, nil
+		}
 	}
 	if err := m.ctx.Err(); err != nil {
 		return plumbing.ZeroHash, err
 	}
-	be, err := readTree(m.s, b)
+	be, err := m.readTree(b)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	oe, err := readTree(m.s, o)
+	oe, err := m.readTree(o)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	te, err := readTree(m.s, t)
+	te, err := m.readTree(t)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
@@ -296,11 +326,17 @@ func (m *merger) tree(path string, b, o, t plumbing.Hash) (plumbing.Hash, error)
 	for i := range te {
 		get(te[i].Name).t = &te[i]
 	}
+	for _, n := range m.forcedKids[path] {
+		get(n) // a path a directory rename created
+	}
 	sort.Strings(order)
 	out := make([]entry, 0, len(oe)+4)
 	for _, name := range order {
 		x := names[name]
+		p := join(path, name)
+		_, forced := m.forced[p]
 		switch {
+		case forced || m.forcedDirs[p]:
 		case sameEntry(x.o, x.t), sameEntry(x.b, x.t):
 			if x.o != nil {
 				out = append(out, *x.o)
@@ -315,7 +351,6 @@ func (m *merger) tree(path string, b, o, t plumbing.Hash) (plumbing.Hash, error)
 		// Both sides changed the name differently. A name can hold a
 		// tree and a file at different times: merge the tree parts and the
 		// file parts separately, as git's index does.
-		p := join(path, name)
 		treePart := func(e *entry) plumbing.Hash {
 			if e.isTree() {
 				return e.Hash
@@ -329,14 +364,20 @@ func (m *merger) tree(path string, b, o, t plumbing.Hash) (plumbing.Hash, error)
 			return e
 		}
 		sub := emptyTree
-		if x.b.isTree() || x.o.isTree() || x.t.isTree() {
+		if x.b.isTree() || x.o.isTree() || x.t.isTree() || m.forcedDirs[p] {
 			sub, err = m.tree(p, treePart(x.b), treePart(x.o), treePart(x.t))
 			if err != nil {
 				return plumbing.ZeroHash, err
 			}
 		}
 		n := len(m.conflicts)
-		file, aside, err := m.file(p, filePart(x.b), filePart(x.o), filePart(x.t))
+		var file *entry
+		var aside []entry
+		if ps, ok := m.forced[p]; ok {
+			file, aside, err = m.forcedFile(p, ps)
+		} else {
+			file, aside, err = m.file(p, filePart(x.b), filePart(x.o), filePart(x.t))
+		}
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}

@@ -58,8 +58,8 @@ type benchOpts struct {
 var benchGroups = []string{"push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "fsync-off"}
 
 // benchRowNames are every row a full run prints, in order.
-var benchRowNames = []string{"push-incremental", "push-incremental:server", "push-tar-full", "rollback", "idempotency-rollback", "read-commit", "read-refs",
-	"fork-20k", "fork-200", "preflight-deep-20k", "materialize-20k", "checkpoint", "restore", "run-true", "run-false",
+var benchRowNames = []string{"push-incremental", "push-incremental:server", "push-tar-full", "rollback", "idempotency-rollback", "read-commit", "read-refs", "mcp-tool-call",
+	"fork-20k", "fork-200", "preflight-deep-20k", "preflight-renames-20k", "materialize-20k", "checkpoint", "restore", "run-true", "run-false",
 	"push-incremental (fsync=false)", "rollback (fsync=false)"}
 
 func cmdBench(ctx context.Context, e *env, args []string) error {
@@ -365,6 +365,7 @@ func (b *bencher) runAll() error {
 		{"mcp", b.benchMCP},
 		{"fork", b.benchFork},
 		{"preflight", b.benchPreflight},
+		{"preflight", b.benchPreflightRenames},
 		{"materialize", b.benchMaterialize},
 		{"checkpoint", b.benchCheckpoint},
 		{"run", b.benchRun},
@@ -1274,6 +1275,121 @@ func (b *bencher) benchPreflight() error {
 	r := b.add(&benchRow{Name: "preflight-deep-20k", Size: st.t.describe(st.bytes), LS: ls, Git: gd, GitCmd: "git merge-tree --write-tree main feature", Target: "≤ git"})
 	r.check("slower than git", ls.Median <= gd.Median)
 	r.note("10 files changed on each side, 5 of them on both (other hunks); server-reported duration_ms median %.2f; %s", newDist(inner[3:]).Median, handlerNote(hp, 3))
+	if tree != gtree {
+		r.note("merged tree differs from git's (%s vs %s)", short(tree), short(gtree))
+	} else {
+		r.note("merged tree identical to git's")
+	}
+	return nil
+}
+
+// benchPreflightRenames: branch rn-ours moves 100 files of the 20k tree
+// into another directory, branch rn-theirs edits the same 100 files; the
+// deep preflight follows the renames (git merge-tree does too). The
+// worktree and the git twin go back to main afterwards.
+func (b *bencher) benchPreflightRenames() error {
+	s, _ := b.server(true)
+	st, err := b.preflightSetup()
+	if err != nil {
+		return err
+	}
+	gd := "--git-dir=" + st.gitDir
+	const first, n = 100, 100
+	branch := func(name string, change, undo func() error) error {
+		if err := change(); err != nil {
+			return err
+		}
+		if _, err := pushDirCache(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Branch: name, From: "main", Message: name}, false, nil, b.path("statcache", st.repo+"-"+name)); err != nil {
+			return err
+		}
+		if _, err := b.git(b.root, gd, "update-ref", "refs/heads/"+name, "main"); err != nil {
+			return err
+		}
+		if _, err := b.git(b.root, gd, "symbolic-ref", "HEAD", "refs/heads/"+name); err != nil {
+			return err
+		}
+		if err := b.gitCommitWT(st, name); err != nil {
+			return err
+		}
+		if err := undo(); err != nil {
+			return err
+		}
+		_, err := b.git(b.root, gd, "symbolic-ref", "HEAD", "refs/heads/main")
+		return err
+	}
+	saved := map[int][]byte{}
+	err = branch("rn-theirs", func() error {
+		for j := first; j < first+n; j++ {
+			old, err := editLine(st.dir, st.t, j, -2, fmt.Sprintf("theirs rn %d", j))
+			if err != nil {
+				return err
+			}
+			saved[j] = old
+		}
+		return nil
+	}, func() error {
+		for j, c := range saved {
+			if err := os.WriteFile(filepath.Join(st.dir, st.t.path(j)), c, 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	move := func(from, to string) error {
+		for j := first; j < first+n; j++ {
+			dst := filepath.Join(st.dir, to, st.t.path(j))
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				return err
+			}
+			if err := os.Rename(filepath.Join(st.dir, from, st.t.path(j)), dst); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	err = branch("rn-ours", func() error { return move("", "moved") }, func() error {
+		if err := move("moved", ""); err != nil {
+			return err
+		}
+		return os.RemoveAll(filepath.Join(st.dir, "moved"))
+	})
+	if err != nil {
+		return err
+	}
+	var inner, hp []float64
+	var tree, gtree string
+	ls, gdist, err := b.measurePair("preflight-renames-20k", 3, b.o.iters, func(i int) (time.Duration, error) {
+		var raw json.RawMessage
+		d, err := timed(s, &hp, func() (err error) {
+			raw, err = s.c.Merge(b.ctx, st.repo, client.MergeRequest{Ours: "rn-ours", Theirs: "rn-theirs", Preflight: true, Deep: true})
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		var m mergeAnswer
+		json.Unmarshal(raw, &m)
+		if !m.Clean {
+			return 0, fmt.Errorf("renames preflight not clean: %s", raw)
+		}
+		tree = m.Tree
+		inner = append(inner, m.DurationMS)
+		return d, nil
+	}, func(i int) (time.Duration, error) {
+		t := time.Now()
+		out, err := b.git(b.root, gd, "merge-tree", "--write-tree", "rn-ours", "rn-theirs")
+		gtree = out
+		return time.Since(t), err
+	})
+	if err != nil {
+		return err
+	}
+	r := b.add(&benchRow{Name: "preflight-renames-20k", Size: st.t.describe(st.bytes), LS: ls, Git: gdist, GitCmd: "git merge-tree --write-tree rn-ours rn-theirs", Target: "≤ git"})
+	r.check("slower than git", ls.Median <= gdist.Median)
+	r.note("ours moved 100 files to moved/, theirs edited the same 100: a clean merge only by following the renames; server-reported duration_ms median %.2f; %s", newDist(inner[3:]).Median, handlerNote(hp, 3))
 	if tree != gtree {
 		r.note("merged tree differs from git's (%s vs %s)", short(tree), short(gtree))
 	} else {
