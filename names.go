@@ -158,3 +158,20 @@ func ValidateOID(what, oid string) error {
 
 // IsOID reports whether s is a full object id.
 func IsOID(s string) bool { return oidRE.MatchString(s) }
+
+// RefsClash reports whether refs a and b cannot both exist because one
+// would be a directory of the other on disk ("refs/heads/ab" and
+// "refs/heads/ab/cd"), the file/directory rule git enforces.
+func RefsClash(a, b string) bool {
+	if len(a) > len(b) {
+		a, b = b, a
+	}
+	return len(b) > len(a) && b[len(a)] == '/' && b[:len(a)] == a
+}
+
+// RefNameConflict is the error of creating ref in repo while other exists
+// and the two clash (RefsClash): ref_conflict (409), details naming both.
+func RefNameConflict(repo, ref, other string) *Error {
+	return Errorf(EREFCONFLICT, "%s: %s cannot be created: %s exists, and a ref cannot also be a directory of refs (as in git); delete it or choose another name",
+		repo, ref, other).WithDetails(map[string]any{"ref": ref, "conflicting_ref": other, "expected": ZeroOID, "actual": ZeroOID})
+}
