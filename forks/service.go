@@ -324,14 +324,18 @@ func (s *Service) afterWrite(network string, n *repo.Network) {
 	go func() {
 		defer s.bg.Done()
 		defer s.compacting.Delete(network)
-		start := s.now()
-		before := n.PackCount()
-		err := n.Compact(context.Background())
-		s.metrics.ObserveOp("compact", resultOf(err), s.now().Sub(start))
-		if err != nil {
-			s.log.Error("compact network", "network", network, "error", err)
-			return
+		// Pushes during a compaction add packs it leaves alone and do not
+		// start another one (busy): go again while over the bound.
+		for round := 0; round < 3 && n.PackCount() > s.cfg.CompactPacks; round++ {
+			start := s.now()
+			before := n.PackCount()
+			err := n.Compact(context.Background())
+			s.metrics.ObserveOp("compact", resultOf(err), s.now().Sub(start))
+			if err != nil {
+				s.log.Error("compact network", "network", network, "error", err)
+				return
+			}
+			s.log.Info("compacted network", "network", network, "packs_before", before, "packs_after", n.PackCount(), "duration_ms", ms(s.now().Sub(start)))
 		}
-		s.log.Info("compacted network", "network", network, "packs_before", before, "packs_after", n.PackCount(), "duration_ms", ms(s.now().Sub(start)))
 	}()
 }
