@@ -91,19 +91,17 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name,
 	if err := s.store.CreateRepo(ctx, ws, copied, entry); err != nil {
 		return nil, err
 	}
-	n, err := s.Network(ws.Network)
-	if err == nil {
+	if n, err := s.Network(ws.Network); err != nil {
+		s.mirrorFailed(ctx, name, "", err)
+	} else {
 		m := make(map[string]plumbing.Hash, len(copied))
 		for _, ref := range copied {
 			m[ref.Name] = plumbing.NewHash(ref.OID)
 		}
-		err = n.SyncMirror(name, m)
-		if err == nil {
-			err = n.MirrorHEAD(name, ws.DefaultBranch)
+		s.syncMirror(ctx, n, name, m)
+		if err := n.MirrorHEAD(name, ws.DefaultBranch); err != nil {
+			s.mirrorFailed(ctx, name, "HEAD", err)
 		}
-	}
-	if err != nil {
-		s.log.ErrorContext(ctx, "mirror fork refs", "repo", name, "error", err)
 	}
 	d := s.now().Sub(start)
 	s.metrics.ObserveOp("fork", "ok", d)

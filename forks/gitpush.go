@@ -3,6 +3,7 @@ package forks
 import (
 	"context"
 	"io"
+	"sort"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -148,7 +149,10 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 			}
 		}
 	}
-	for _, res := range results {
+	// Deletes are mirrored first: a push may replace "a" by "a/b".
+	ordered := append([]RefResult(nil), results...)
+	sort.SliceStable(ordered, func(i, j int) bool { return isDelete(cmds, ordered[i].Ref) && !isDelete(cmds, ordered[j].Ref) })
+	for _, res := range ordered {
 		if res.Err == nil {
 			s.mirror(ctx, r, res.Ref)
 			for _, c := range cmds {
@@ -163,6 +167,15 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		}
 	}
 	return nil, results, nil
+}
+
+func isDelete(cmds []RefCommand, ref string) bool {
+	for _, c := range cmds {
+		if c.Ref == ref {
+			return c.New == lockstep.ZeroOID
+		}
+	}
+	return false
 }
 
 // checkGitCommand validates one pushed ref update.

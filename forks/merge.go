@@ -278,6 +278,9 @@ func (s *Service) encodeCommit(actor *lockstep.Key, tree plumbing.Hash, parents 
 func (s *Service) writeMarkers(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, n *repo.Network, ov *merge.Overlay,
 	req MergeRequest, res *merge.Result, out *MergeResponse, ours, theirs plumbing.Hash, start time.Time) (*MergeResponse, error) {
 	side := "conflicts/" + req.Ours
+	if err := lockstep.ValidateBranch(side); err != nil {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "on_conflict=markers: the side branch %s is not a valid branch name (%s)", side, lockstep.ErrorMessage(err))
+	}
 	var paths []string
 	for _, c := range res.Conflicts {
 		paths = append(paths, c.Path)

@@ -185,6 +185,13 @@ func (s *Service) checkExpect(ctx context.Context, r *lockstep.Repo, opts WriteO
 	case lockstep.ErrorCode(err) != lockstep.ENOTFOUND:
 		return "", err
 	}
+	if cur == lockstep.ZeroOID {
+		// A new branch: refuse a file/directory clash before a large body
+		// is read (the store checks again, atomically, when the ref moves).
+		if err := s.checkRefClash(ctx, r, branchRef(opts.Branch)); err != nil {
+			return "", err
+		}
+	}
 	if opts.ExpectOID == "" {
 		if cur != lockstep.ZeroOID && !opts.Force {
 			return "", lockstep.Errorf(lockstep.EPRECONDITION, "branch %s exists: send expect_oid=%s (its current value) or force=true", opts.Branch, cur).
@@ -196,6 +203,21 @@ func (s *Service) checkExpect(ctx context.Context, r *lockstep.Repo, opts WriteO
 		return "", refConflict(r.Name, branchRef(opts.Branch), opts.ExpectOID, cur)
 	}
 	return cur, nil
+}
+
+// checkRefClash returns ref_conflict when creating ref would clash with an
+// existing ref of r (git's file/directory rule: "a" and "a/b").
+func (s *Service) checkRefClash(ctx context.Context, r *lockstep.Repo, ref string) error {
+	refs, err := s.store.Refs(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	for _, other := range refs {
+		if lockstep.RefsClash(ref, other.Name) {
+			return lockstep.RefNameConflict(r.Name, ref, other.Name)
+		}
+	}
+	return nil
 }
 
 func refConflict(repo, ref, expected, actual string) error {

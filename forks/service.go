@@ -17,10 +17,12 @@ package forks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -58,6 +60,9 @@ type Config struct {
 	// folded into one in the background (every push adds a pack and an
 	// open file). 0 never compacts.
 	CompactPacks int
+	// TempGrace: temp files in a network older than this are taken as left
+	// by a crash and removed (SweepTemps); 0 = repo.DefaultTempGrace.
+	TempGrace time.Duration
 }
 
 // Service implements repositories, forks and workspaces.
@@ -77,6 +82,9 @@ type Service struct {
 	bg         sync.WaitGroup
 	lanes      sync.Map // "repo\x00branch" → *lane, the landing queue
 	hooks      []EventHook
+
+	problemsMu sync.Mutex
+	problems   map[string]MirrorProblem // "repo\x00ref" → refs the disk mirror lacks
 }
 
 // EventHook is called after an event committed (push, rollback, promote,
@@ -128,7 +136,7 @@ func (s *Service) Network(name string) (*repo.Network, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, fmt.Errorf("create networks dir: %w", err)
 	}
-	n, err := repo.Open(dir, repo.Options{Fsync: s.cfg.Fsync})
+	n, err := repo.Open(dir, repo.Options{Fsync: s.cfg.Fsync, TempGrace: s.cfg.TempGrace})
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +157,11 @@ func (s *Service) Close() error {
 }
 
 // ResyncMirrors rewrites every repository's on-disk refs from the store:
-// the store is the truth, the mirror may lag after a crash.
+// the store is the truth, the mirror may lag after a crash. A ref the
+// mirror cannot hold (a name git refuses or a file/directory clash, which
+// older servers let in) or a repository whose mirror fails is logged,
+// remembered (MirrorProblems, shown by /readyz) and skipped: the rest is
+// synced and served. Only an error of the store itself is returned.
 func (s *Service) ResyncMirrors(ctx context.Context) error {
 	repos, err := s.store.ListRepos(ctx, lockstep.RepoFilter{})
 	if err != nil {
@@ -162,20 +174,88 @@ func (s *Service) ResyncMirrors(ctx context.Context) error {
 	for _, r := range repos {
 		n, err := s.Network(r.Network)
 		if err != nil {
-			return err
+			s.mirrorFailed(ctx, r.Name, "", err)
+			continue
 		}
 		m := map[string]plumbing.Hash{}
 		for _, ref := range all[r.Name] {
 			m[ref.Name] = plumbing.NewHash(ref.OID)
 		}
-		if err := n.SyncMirror(r.Name, m); err != nil {
-			return fmt.Errorf("resync %s: %w", r.Name, err)
-		}
+		s.syncMirror(ctx, n, r.Name, m)
 		if err := n.MirrorHEAD(r.Name, r.DefaultBranch); err != nil {
-			return fmt.Errorf("resync %s HEAD: %w", r.Name, err)
+			s.mirrorFailed(ctx, r.Name, "HEAD", err)
+		} else {
+			s.mirrorOK(r.Name, "HEAD")
 		}
 	}
 	return nil
+}
+
+// syncMirror runs SyncMirror and records what it could not mirror.
+func (s *Service) syncMirror(ctx context.Context, n *repo.Network, name string, refs map[string]plumbing.Hash) {
+	s.clearMirrorProblems(name)
+	err := n.SyncMirror(name, refs)
+	var me *repo.MirrorError
+	switch {
+	case errors.As(err, &me):
+		for _, p := range me.Problems {
+			s.mirrorFailed(ctx, p.Repo, p.Ref, p.Err)
+		}
+	case err != nil:
+		s.mirrorFailed(ctx, name, "", err)
+	}
+}
+
+// MirrorProblem is a ref (or, with Ref "", a whole repository; "HEAD" its
+// default branch symref) that the on-disk mirror does not hold: git
+// clients do not see it, every other ref is served.
+type MirrorProblem struct {
+	Repo  string `json:"repo"`
+	Ref   string `json:"ref,omitempty"`
+	Error string `json:"error"`
+}
+
+// MirrorProblems lists the current mirror problems, by repository and ref.
+func (s *Service) MirrorProblems() []MirrorProblem {
+	s.problemsMu.Lock()
+	defer s.problemsMu.Unlock()
+	out := make([]MirrorProblem, 0, len(s.problems))
+	for _, p := range s.problems {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Repo != out[j].Repo {
+			return out[i].Repo < out[j].Repo
+		}
+		return out[i].Ref < out[j].Ref
+	})
+	return out
+}
+
+func (s *Service) mirrorFailed(ctx context.Context, repoName, ref string, err error) {
+	s.log.ErrorContext(ctx, "ref not mirrored to disk: git clients do not see it; every other ref is served", "repo", repoName, "ref", ref, "error", err)
+	s.problemsMu.Lock()
+	defer s.problemsMu.Unlock()
+	if s.problems == nil {
+		s.problems = map[string]MirrorProblem{}
+	}
+	s.problems[repoName+"\x00"+ref] = MirrorProblem{Repo: repoName, Ref: ref, Error: err.Error()}
+}
+
+func (s *Service) mirrorOK(repoName, ref string) {
+	s.problemsMu.Lock()
+	defer s.problemsMu.Unlock()
+	delete(s.problems, repoName+"\x00"+ref)
+}
+
+func (s *Service) clearMirrorProblems(repoName string) {
+	s.problemsMu.Lock()
+	defer s.problemsMu.Unlock()
+	for k, p := range s.problems {
+		if p.Repo == repoName && p.Ref != "HEAD" {
+			delete(s.problems, k)
+		}
+	}
 }
 
 // mirror writes the store's current value of a ref to disk. It re-reads the
@@ -203,8 +283,32 @@ func (s *Service) mirror(ctx context.Context, r *lockstep.Repo, ref string) {
 	if err != nil {
 		// The store already committed: the mirror is repaired by the next
 		// update of this ref or at start-up. Clones may see the old value.
-		s.log.ErrorContext(ctx, "mirror ref", "repo", r.Name, "ref", ref, "error", err)
+		s.mirrorFailed(ctx, r.Name, ref, err)
+		return
 	}
+	s.mirrorOK(r.Name, ref)
+}
+
+// SweepTemps removes the temp files a crash left in every network of the
+// data directory (only those untouched for TempGrace: never one being
+// written) and logs what it freed. The server runs it at start-up and
+// then periodically.
+func (s *Service) SweepTemps() repo.TempSweep {
+	grace := s.cfg.TempGrace
+	if grace <= 0 {
+		grace = repo.DefaultTempGrace
+	}
+	var total repo.TempSweep
+	dirs, _ := filepath.Glob(filepath.Join(s.cfg.DataDir, "networks", "*.git"))
+	for _, d := range dirs {
+		st := repo.RemoveStaleTemps(d, grace, s.now())
+		total.Files += st.Files
+		total.Bytes += st.Bytes
+	}
+	if total.Files > 0 {
+		s.log.Info("removed temp files left by a crash", "files", total.Files, "bytes", total.Bytes, "older_than", grace.String())
+	}
+	return total
 }
 
 var traceID = telemetry.TraceID
@@ -224,14 +328,18 @@ func (s *Service) afterWrite(network string, n *repo.Network) {
 	go func() {
 		defer s.bg.Done()
 		defer s.compacting.Delete(network)
-		start := s.now()
-		before := n.PackCount()
-		err := n.Compact(context.Background())
-		s.metrics.ObserveOp("compact", resultOf(err), s.now().Sub(start))
-		if err != nil {
-			s.log.Error("compact network", "network", network, "error", err)
-			return
+		// Pushes during a compaction add packs it leaves alone and do not
+		// start another one (busy): go again while over the bound.
+		for round := 0; round < 3 && n.PackCount() > s.cfg.CompactPacks; round++ {
+			start := s.now()
+			before := n.PackCount()
+			err := n.Compact(context.Background())
+			s.metrics.ObserveOp("compact", resultOf(err), s.now().Sub(start))
+			if err != nil {
+				s.log.Error("compact network", "network", network, "error", err)
+				return
+			}
+			s.log.Info("compacted network", "network", network, "packs_before", before, "packs_after", n.PackCount(), "duration_ms", ms(s.now().Sub(start)))
 		}
-		s.log.Info("compacted network", "network", network, "packs_before", before, "packs_after", n.PackCount(), "duration_ms", ms(s.now().Sub(start)))
 	}()
 }

@@ -39,19 +39,14 @@ func checkRepoName(repo string) error {
 	return nil
 }
 
-// CheckRefName checks that ref is a full ref name git accepts
-// (git check-ref-format rules) starting with "refs/".
+// CheckRefName checks that ref is a full ref name git accepts (exactly
+// the rules of git check-ref-format, lockstep.CheckRefFormat) starting
+// with "refs/".
 func CheckRefName(ref string) error {
-	if !strings.HasPrefix(ref, "refs/") || strings.HasSuffix(ref, "/") || strings.HasSuffix(ref, ".") ||
-		strings.Contains(ref, "@{") || ref == "@" || len(ref) > 1024 {
-		return lockstep.Errorf(lockstep.EINVALID, "invalid ref name %q", ref)
+	if !strings.HasPrefix(ref, "refs/") || len(ref) > 1024 {
+		return lockstep.Errorf(lockstep.EINVALID, "invalid ref name %q: want refs/… of at most 1024 bytes", ref)
 	}
-	for c := range strings.SplitSeq(ref, "/") {
-		if c == "" || c[0] == '.' || strings.HasSuffix(c, ".lock") || !isRefComponent(c) {
-			return lockstep.Errorf(lockstep.EINVALID, "invalid ref name %q", ref)
-		}
-	}
-	return nil
+	return lockstep.CheckRefFormat(ref)
 }
 
 func isRefComponent(c string) bool {
@@ -120,11 +115,15 @@ func (n *Network) MirrorHEAD(repo, branch string) error {
 	n.refMu.Lock()
 	defer n.refMu.Unlock()
 	hd := filepath.Join(n.dir, "lockstep", "heads")
-	if err := os.MkdirAll(hd, 0o755); err != nil {
-		return fmt.Errorf("mirror HEAD of %s: %w", repo, err)
-	}
-	if err := n.writeFileAtomic(filepath.Join(hd, repo), []byte(ref+"\n")); err != nil {
-		return fmt.Errorf("mirror HEAD of %s: %w", repo, err)
+	// Written only when it changes: start-up calls this for every
+	// repository and must succeed on a full disk.
+	if cur, err := os.ReadFile(filepath.Join(hd, repo)); err != nil || string(cur) != ref+"\n" {
+		if err := os.MkdirAll(hd, 0o755); err != nil {
+			return fmt.Errorf("mirror HEAD of %s: %w", repo, err)
+		}
+		if err := n.writeFileAtomic(filepath.Join(hd, repo), []byte(ref+"\n")); err != nil {
+			return fmt.Errorf("mirror HEAD of %s: %w", repo, diskError(err))
+		}
 	}
 	if err := n.syncHEAD(repo, ns); err != nil {
 		return fmt.Errorf("mirror HEAD of %s: %w", repo, err)
@@ -177,24 +176,62 @@ func (n *Network) refExists(ns, full, ref string) bool {
 	return false
 }
 
+// RefProblem is a ref the on-disk mirror cannot hold: a name git refuses
+// or a write that failed (for example a file/directory clash with another
+// ref that an older server let into the store).
+type RefProblem struct {
+	Repo string
+	Ref  string
+	Err  error
+}
+
+// MirrorError lists the refs SyncMirror skipped; every other ref of the
+// repository was synced.
+type MirrorError struct {
+	Problems []RefProblem
+}
+
+func (e *MirrorError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d refs not mirrored:", len(e.Problems))
+	for i, p := range e.Problems {
+		if i == 5 {
+			fmt.Fprintf(&b, " …")
+			break
+		}
+		fmt.Fprintf(&b, " %s %s (%v);", p.Repo, p.Ref, p.Err)
+	}
+	return strings.TrimSuffix(b.String(), ";")
+}
+
 // SyncMirror makes the on-disk refs of namespace repo exactly refs (keys
 // are full ref names such as "refs/heads/main"; HEAD is left alone, see
 // MirrorHEAD): missing or different refs are written, the others deleted,
-// including packed-refs entries. Use it at start-up to repair the mirror
-// from the database. Returns invalid_argument for a bad repository or ref
-// name or a zero oid.
+// including packed-refs entries; nothing is written for a ref already
+// right. Use it at start-up to repair the mirror from the database.
+//
+// One bad ref never stops the others: a name git refuses, a zero oid or a
+// write that fails (a ref "a" and a ref "a/b": in name order, the first
+// wins) is skipped and reported in a *MirrorError after every other ref
+// was synced. Other errors (invalid repository name, unreadable
+// directories) are returned as they are.
 func (n *Network) SyncMirror(repo string, refs map[string]plumbing.Hash) error {
 	ns, err := n.namespaceDir(repo)
 	if err != nil {
 		return err
 	}
+	var problems []RefProblem
+	want := make(map[string]plumbing.Hash, len(refs))
 	for ref, oid := range refs {
 		if err := CheckRefName(ref); err != nil {
-			return err
+			problems = append(problems, RefProblem{Repo: repo, Ref: ref, Err: err})
+			continue
 		}
 		if oid.IsZero() {
-			return lockstep.Errorf(lockstep.EINVALID, "ref %q: zero oid", ref)
+			problems = append(problems, RefProblem{Repo: repo, Ref: ref, Err: lockstep.Errorf(lockstep.EINVALID, "zero oid")})
+			continue
 		}
+		want[ref] = oid
 	}
 	n.refMu.Lock()
 	defer n.refMu.Unlock()
@@ -211,18 +248,24 @@ func (n *Network) SyncMirror(repo string, refs map[string]plumbing.Hash) error {
 	}
 	sort.Sort(sort.Reverse(sort.StringSlice(names)))
 	for _, name := range names {
-		if _, ok := refs[name]; !ok {
+		if _, ok := want[name]; !ok {
 			if err := n.deleteLooseRef(ns, name); err != nil {
 				return fmt.Errorf("sync mirror %s: %w", repo, err)
 			}
 		}
 	}
-	for ref, oid := range refs {
+	names = names[:0]
+	for ref := range want {
+		names = append(names, ref)
+	}
+	sort.Strings(names)
+	for _, ref := range names {
+		oid := want[ref]
 		if loose[ref] == oid.String() {
 			continue
 		}
 		if err := n.writeRefFile(filepath.Join(ns, filepath.FromSlash(ref)), oid.String()+"\n"); err != nil {
-			return fmt.Errorf("sync mirror %s: %w", repo, err)
+			problems = append(problems, RefProblem{Repo: repo, Ref: ref, Err: err})
 		}
 	}
 	prefix := "refs/namespaces/" + repo + "/"
@@ -231,6 +274,10 @@ func (n *Network) SyncMirror(repo string, refs map[string]plumbing.Hash) error {
 	}
 	if err := n.syncHEAD(repo, ns); err != nil {
 		return fmt.Errorf("sync mirror %s HEAD: %w", repo, err)
+	}
+	if len(problems) > 0 {
+		sort.Slice(problems, func(i, j int) bool { return problems[i].Ref < problems[j].Ref })
+		return &MirrorError{Problems: problems}
 	}
 	return nil
 }

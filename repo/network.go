@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
@@ -28,6 +29,9 @@ type Options struct {
 	// at start-up, so a mirror write lost in a power failure is repaired
 	// before anyone reads it, and each push saves two fsyncs.
 	MirrorFsync bool
+	// TempGrace: temp files older than this are taken as left by a crash
+	// and removed when the network is opened (default DefaultTempGrace).
+	TempGrace time.Duration
 	// CacheBytes bounds the shared cache of decoded pack objects
 	// (default 32 MiB).
 	CacheBytes int64
@@ -80,9 +84,13 @@ func Open(dir string, opts Options) (*Network, error) {
 	}
 	n := &Network{dir: abs, opts: opts, cache: cache.NewObjectLRU(cache.FileSize(opts.CacheBytes))}
 	if err := n.initBare(); err != nil {
-		return nil, fmt.Errorf("open network %s: %w", dir, err)
+		return nil, diskError(fmt.Errorf("open network %s: %w", dir, err))
 	}
-	n.removeStaleTemps()
+	if opts.TempGrace <= 0 {
+		opts.TempGrace = DefaultTempGrace
+	}
+	n.opts.TempGrace = opts.TempGrace
+	RemoveStaleTemps(abs, opts.TempGrace, time.Now())
 	if err := n.Reload(); err != nil {
 		return nil, err
 	}

@@ -12,9 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
@@ -64,10 +62,10 @@ func (n *Network) WriteObjects(objs []plumbing.EncodedObject) (WriteStats, error
 	}
 	st, p, err := n.writePack(todo)
 	if err != nil {
-		return WriteStats{}, fmt.Errorf("write objects: %w", err)
+		return WriteStats{}, diskError(fmt.Errorf("write objects: %w", err))
 	}
 	if err := n.publish(p); err != nil {
-		return WriteStats{}, fmt.Errorf("write objects: %w", err)
+		return WriteStats{}, diskError(fmt.Errorf("write objects: %w", err))
 	}
 	return st, nil
 }
@@ -266,7 +264,7 @@ func (n *Network) writeLoose(o plumbing.EncodedObject) (WriteStats, error) {
 	dir := filepath.Dir(path)
 	if _, err := os.Stat(dir); os.IsNotExist(err) {
 		if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
-			return WriteStats{}, err
+			return WriteStats{}, diskError(err)
 		}
 		if n.opts.Fsync {
 			if err := syncDir(filepath.Dir(dir)); err != nil {
@@ -277,7 +275,7 @@ func (n *Network) writeLoose(o plumbing.EncodedObject) (WriteStats, error) {
 	// The temp file lives in objects/ (same filesystem), where Open can
 	// find and remove what a crash leaves behind.
 	if err := n.writeFileAtomicMode(path, filepath.Join(n.dir, "objects"), buf.Bytes(), 0o444, n.opts.Fsync); err != nil {
-		return WriteStats{}, fmt.Errorf("write object %s: %w", h, err)
+		return WriteStats{}, diskError(fmt.Errorf("write object %s: %w", h, err))
 	}
 	return WriteStats{Objects: 1, Bytes: int64(buf.Len())}, nil
 }
@@ -334,26 +332,6 @@ func (n *Network) writeFileAtomicMode(path, tmpDir string, data []byte, mode os.
 
 // tmpPrefix starts the names of our temp files (packs use git's tmp_pack_).
 const tmpPrefix = ".tmp_"
-
-// removeStaleTemps deletes temp files older than an hour that a crash
-// left in objects/ and objects/pack/ (never a file being written now).
-func (n *Network) removeStaleTemps() {
-	for _, d := range []string{filepath.Join(n.dir, "objects"), filepath.Join(n.dir, "objects", "pack")} {
-		entries, err := os.ReadDir(d)
-		if err != nil {
-			continue
-		}
-		for _, e := range entries {
-			name := e.Name()
-			if !strings.HasPrefix(name, tmpPrefix) && !strings.HasPrefix(name, "tmp_pack_") && !strings.HasPrefix(name, ".tmp_pack-") {
-				continue
-			}
-			if fi, err := e.Info(); err == nil && !fi.IsDir() && time.Since(fi.ModTime()) > time.Hour {
-				os.Remove(filepath.Join(d, name))
-			}
-		}
-	}
-}
 
 func syncDir(dir string) error {
 	d, err := os.Open(dir)

@@ -15,12 +15,16 @@ import (
 	"context"
 	"crypto/cipher"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/golang-migrate/migrate/v4"
@@ -251,12 +255,61 @@ func (s *DB) start(ctx context.Context, name string) (context.Context, trace.Spa
 
 // end records err on span and translates it.
 func end(span trace.Span, err error) error {
-	if err != nil && lockstep.ErrorCode(err) == lockstep.EINTERNAL {
+	err = translate(err)
+	if c := lockstep.ErrorCode(err); c == lockstep.EINTERNAL || c == lockstep.EUNAVAILABLE {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
 	return err
+}
+
+// translate turns an outage of the database (connection refused, closed
+// or reset, timeouts, the server shutting down, the database gone, a full
+// disk, I/O errors) into unavailable, so that clients see 503 and retry
+// instead of a 500 that looks like a bug. The driver error stays in the
+// chain for the logs. Other errors are returned unchanged.
+func translate(err error) error {
+	if err == nil || lockstep.ErrorCode(err) != lockstep.EINTERNAL || !isOutage(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", lockstep.Errorf(lockstep.EUNAVAILABLE, "the metadata database is unavailable; retry later"), err)
+}
+
+func isOutage(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch {
+		case strings.HasPrefix(pg.Code, "08"), // connection exception
+			strings.HasPrefix(pg.Code, "53"), // insufficient resources: disk full, out of memory, too many connections
+			strings.HasPrefix(pg.Code, "57"), // operator intervention: shutdown, terminated, cancelled by timeout
+			strings.HasPrefix(pg.Code, "58"), // system error: I/O
+			pg.Code == "3D000":               // the database does not exist (dropped)
+			return true
+		}
+		return false
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_BUSY,
+			sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_NOMEM:
+			return true
+		}
+		return false
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	switch {
+	case errors.As(err, &ce), errors.As(err, &ne), pgconn.Timeout(err),
+		errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrConnDone),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.EROFS), errors.Is(err, syscall.EIO):
+		return true
+	}
+	// database/sql's errDBClosed is not exported.
+	return strings.Contains(err.Error(), "sql: database is closed")
 }
 
 // isUnique reports whether err is a unique-constraint violation.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/lockstep-hq/lockstep"
 )
@@ -262,13 +263,33 @@ func (s *DB) updateRefs(ctx context.Context, tx *sql.Tx, updates []lockstep.RefU
 	if err := s.lockActive(ctx, tx, updates); err != nil {
 		return err
 	}
+	locked := map[int64]bool{} // lockActive holds every repository row already
 	for _, u := range updates {
+		locked[u.RepoID] = true
+	}
+	// Deletes first, as git does, so that one transaction may replace "a"
+	// by "a/b".
+	ordered := make([]lockstep.RefUpdate, 0, len(updates))
+	for _, u := range updates {
+		if u.New == lockstep.ZeroOID {
+			ordered = append(ordered, u)
+		}
+	}
+	for _, u := range updates {
+		if u.New != lockstep.ZeroOID {
+			ordered = append(ordered, u)
+		}
+	}
+	for _, u := range ordered {
 		var res sql.Result
 		var err error
 		switch {
 		case u.Old == lockstep.ZeroOID && u.New == lockstep.ZeroOID:
 			continue
 		case u.Old == lockstep.ZeroOID:
+			if err := s.checkRefClash(ctx, tx, locked, u); err != nil {
+				return err
+			}
 			res, err = tx.ExecContext(ctx, `INSERT INTO refs (repo_id, name, oid, updated_at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
 				u.RepoID, u.Name, u.New, now)
 		case u.New == lockstep.ZeroOID:
@@ -299,6 +320,43 @@ func (s *DB) updateRefs(ctx context.Context, tx *sql.Tx, updates []lockstep.RefU
 		return err
 	}
 	return s.appendOp(ctx, tx, entry)
+}
+
+// checkRefClash refuses to create u.Name when a ref of the repository is a
+// path prefix of it or has it as one (git's file/directory rule). On
+// PostgreSQL the repository row is locked first so that two transactions
+// cannot create "a" and "a/b" side by side; SQLite transactions are
+// already serialized (BEGIN IMMEDIATE).
+func (s *DB) checkRefClash(ctx context.Context, tx *sql.Tx, locked map[int64]bool, u lockstep.RefUpdate) error {
+	if s.dialect == "postgres" && !locked[u.RepoID] {
+		var id int64
+		if err := tx.QueryRowContext(ctx, `SELECT id FROM repos WHERE id = $1 FOR NO KEY UPDATE`, u.RepoID).Scan(&id); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("lock repo: %w", err)
+		}
+		locked[u.RepoID] = true
+	}
+	dir := u.Name + "/"
+	args := []any{u.RepoID, utf8.RuneCountInString(dir), dir}
+	var in []string
+	for i := 0; i < len(u.Name); i++ {
+		if u.Name[i] == '/' {
+			args = append(args, u.Name[:i])
+			in = append(in, fmt.Sprintf("$%d", len(args)))
+		}
+	}
+	q := `SELECT name FROM refs WHERE repo_id = $1 AND (substr(name, 1, $2) = $3`
+	if len(in) > 0 {
+		q += ` OR name IN (` + strings.Join(in, ", ") + `)`
+	}
+	var other string
+	err := tx.QueryRowContext(ctx, q+`) ORDER BY name LIMIT 1`, args...).Scan(&other)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("check ref %s: %w", u.Name, err)
+	}
+	return lockstep.RefNameConflict(u.Repo, u.Name, other)
 }
 
 // RefConflict is the error of a failed compare-and-swap.

@@ -40,6 +40,9 @@ func StatusOf(code string) int {
 	return http.StatusInternalServerError
 }
 
+// retryAfterSeconds is the Retry-After of every 503 that did not set its own.
+const retryAfterSeconds = "5"
+
 type errorBody struct {
 	Error errorDetail `json:"error"`
 }
@@ -65,6 +68,9 @@ func writeErrorStatus(c *gin.Context, status int, err error) {
 		status = StatusOf(code)
 	}
 	c.Set("error", err.Error())
+	if status == http.StatusServiceUnavailable && c.Writer.Header().Get("Retry-After") == "" {
+		c.Header("Retry-After", retryAfterSeconds) // a dependency (database, disk) is down: retry, it is not a bug
+	}
 	c.AbortWithStatusJSON(status, errorBody{Error: errorDetail{Code: code, Message: lockstep.ErrorMessage(err), Details: lockstep.ErrorDetails(err)}})
 }
 

@@ -231,6 +231,10 @@ func (s *Server) handleGitReceivePack() gin.HandlerFunc {
 func refError(err error) string {
 	if lockstep.ErrorCode(err) == lockstep.EREFCONFLICT {
 		d := lockstep.ErrorDetails(err)
+		if other, ok := d["conflicting_ref"]; ok {
+			// git's own words for a file/directory clash.
+			return fmt.Sprintf("'%v' exists; cannot create '%v'", other, d["ref"])
+		}
 		return fmt.Sprintf("stale info: ref moved (expected %v, actual %v); fetch first", d["expected"], d["actual"])
 	}
 	return lockstep.ErrorMessage(err)

@@ -31,6 +31,16 @@ func (s *Server) handleReadyz() gin.HandlerFunc {
 				checks["redis"] = "ok"
 			}
 		}
+		// Refs the on-disk mirror cannot hold (git clients do not see them)
+		// are reported, not fatal: everything else is served.
+		if s.Repos != nil {
+			if probs := s.Repos.MirrorProblems(); len(probs) > 0 {
+				checks["ref_mirror_problems"] = len(probs)
+				checks["ref_mirror"] = probs[:min(len(probs), 20)]
+			} else {
+				checks["ref_mirror"] = "ok"
+			}
+		}
 		status := http.StatusOK
 		if !ok {
 			status = http.StatusServiceUnavailable

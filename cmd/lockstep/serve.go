@@ -75,6 +75,7 @@ type serveConfig struct {
 	// LOCKSTEP_TEST_PAUSE_AFTER_COMMIT (not a setting).
 	idemPausePrefix string
 	idemPauseRun    string // LOCKSTEP_TEST_PAUSE_BEFORE_RUN
+	TempGrace       time.Duration
 }
 
 // flagger declares flags whose defaults come from the environment.
@@ -198,6 +199,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.str(&c.BranchPrefix, "branch-prefix", "LOCKSTEP_BRANCH_PREFIX", "ls", "prefix of every database and role Lockstep creates on the branch server")
 	f.bool(&c.BranchWarm, "branch-warm", "LOCKSTEP_BRANCH_WARM", true, "keep pre-made database copies so fork and restore-latest are a rename")
 	f.int(&c.BranchMaxSnaps, "branch-max-snapshots", "LOCKSTEP_BRANCH_MAX_SNAPSHOTS", 20, "database snapshots kept per workspace (oldest dropped)")
+	f.dur(&c.TempGrace, "temp-grace", "LOCKSTEP_TEMP_GRACE", 15*time.Minute, "temp files in the data directory untouched this long are taken as left by a crash and removed (at start-up, then every grace/2)")
 	f.dur(&c.HookMaxBackoff, "hook-max-backoff", "LOCKSTEP_HOOK_MAX_BACKOFF", 10*time.Minute, "longest retry delay")
 	f.str(&c.HookAllowHosts, "hook-allow-hosts", "LOCKSTEP_HOOK_ALLOW_HOSTS", "", "hook targets allowed although internal (loopback, private, link-local): comma-separated host names, IPs, CIDRs")
 	f.str(&c.SecretKeyFile, "secret-key-file", "LOCKSTEP_SECRET_KEY_FILE", "", "file with the key (64 hex digits) that encrypts hook secrets at rest (default: generated once into <data>/secret.key; replicas must share it)")
@@ -360,13 +362,36 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		return nil, err
 	}
 	a.repos = forks.New(forks.Config{DataDir: c.Data, Fsync: c.Fsync, MergeRetries: c.MergeRetries,
-		MergeMaxFileBytes: c.MergeMaxFileBytes, MergeRenameLimit: c.MergeRenameLimit, ComparePatchBytes: c.ComparePatchBytes, CompactPacks: c.CompactPacks,
+		MergeMaxFileBytes: c.MergeMaxFileBytes, MergeRenameLimit: c.MergeRenameLimit, ComparePatchBytes: c.ComparePatchBytes, CompactPacks: c.CompactPacks, TempGrace: c.TempGrace,
 		Limits: repo.Limits{MaxUploadBytes: c.MaxUploadBytes, MaxFileBytes: c.MaxFileBytes, MaxFiles: c.MaxFiles}},
 		db, logger, metrics, nil)
 	a.closers = append(a.closers, func() { a.repos.Close() })
+	if c.TempGrace <= 0 {
+		return nil, fmt.Errorf("--temp-grace (LOCKSTEP_TEMP_GRACE) must be positive, got %s", c.TempGrace)
+	}
+	// Temp files first: on a full disk they are what frees space.
+	a.repos.SweepTemps()
+	// Refs the mirror cannot hold are logged and skipped (see /readyz):
+	// only a store error stops the start.
 	if err := a.repos.ResyncMirrors(ctx); err != nil {
 		return nil, fmt.Errorf("re-sync ref mirrors: %w", err)
 	}
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		t := time.NewTicker(c.TempGrace / 2)
+		defer t.Stop()
+		for {
+			select {
+			case <-sweepCtx.Done():
+				return
+			case <-t.C:
+				a.repos.SweepTemps()
+			}
+		}
+	}()
+	a.closers = append(a.closers, func() { stopSweep(); <-sweepDone })
 	g := gate.New(gate.Config{HookTimeout: c.HookTimeout, HookMaxAttempts: c.HookMaxAttempts, HookBackoff: c.HookBackoff, HookMaxBackoff: c.HookMaxBackoff,
 		HookAllowHosts: allow},
 		db, a.repos, logger, metrics, nil)
