@@ -11,6 +11,7 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	e.GET("/healthz", s.handleHealthz())
 	e.GET("/readyz", s.handleReadyz())
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{})))
+	e.GET("/api/v1/openapi.json", s.handleOpenAPI()) // public: api/openapi.yaml as JSON (openapi.go)
 
 	api := e.Group("/api/v1", s.authenticate)
 	api.POST("/keys", s.handleKeyCreate())

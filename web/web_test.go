@@ -22,6 +22,7 @@ import (
 
 type fixture struct {
 	srv          *httptest.Server
+	handler      http.Handler
 	admin, agent string
 }
 
@@ -42,9 +43,10 @@ func mustServer(t *testing.T) *fixture {
 	t.Cleanup(func() { repos.Close() })
 	s := &web.Server{Config: web.Config{MaxJSONBytes: 256}, Store: db, Keys: keys, Metrics: m, Repos: repos, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Gate: gate.New(gate.Config{}, db, repos, nil, m, nil)}
-	srv := httptest.NewServer(s.Handler())
+	h := s.Handler()
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &fixture{srv: srv, admin: admin, agent: agent}
+	return &fixture{srv: srv, handler: h, admin: admin, agent: agent}
 }
 
 func (f *fixture) do(t *testing.T, method, path, key, body string) (int, map[string]any, http.Header) {
