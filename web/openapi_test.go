@@ -21,7 +21,7 @@ import (
 // tolerates their absence from the router, and only that; once they are
 // merged, delete this list.
 var parallelRoutes = map[string]bool{
-	"POST /api/v1/repos/{repo}/edits":              true,
+	"POST /api/v1/repos/{repo}/edits":             true,
 	"POST /api/v1/repos/{repo}/hooks/{id}/rotate": true,
 }
 
@@ -132,4 +132,3 @@ func TestOpenAPIServed(t *testing.T) {
 		t.Fatalf("not an OpenAPI 3.1 document: %.200s", body)
 	}
 }
-

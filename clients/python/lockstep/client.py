@@ -83,6 +83,7 @@ class Client:
         retries: int = 4,
         backoff: float = 0.25,
         max_backoff: float = 8.0,
+        max_retry_after: float = 60.0,
         user_agent: str = "lockstep-python/0.1",
     ) -> None:
         url = url or os.environ.get("LOCKSTEP_URL") or "http://127.0.0.1:8080"
@@ -92,6 +93,7 @@ class Client:
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.max_retry_after = max_retry_after  # a longer Retry-After is cut to this
         self.user_agent = user_agent
         self.sleep = time.sleep  # tests replace it
         self.last_headers: Mapping[str, str] = {}
@@ -168,7 +170,7 @@ class Client:
                     raise Unavailable(f"{method} {path}: {reason}", method=method, path=path) from None
             delay = min(self.max_backoff, self.backoff * (2**attempt)) * random.random()
             if retry_after is not None:
-                delay = max(delay, min(retry_after, self.max_backoff * 4))
+                delay = max(delay, min(retry_after, self.max_retry_after))
             self.sleep(delay)
             attempt += 1
 
