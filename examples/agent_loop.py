@@ -8,7 +8,7 @@ Run against a local server (an admin key, because it creates the base
 repository, a gate policy and the agent's own key):
 
     lockstep serve --data /tmp/ls &
-    LOCKSTEP_URL=http://127.0.0.1:8080 LOCKSTEP_KEY=$(cat /tmp/ls/admin.key) \\
+    LOCKSTEP_URL=http://127.0.0.1:7070 LOCKSTEP_KEY=$(cat /tmp/ls/admin.key) \\
         python3 examples/agent_loop.py
 
 Uses the installed package (pip install ./clients/python) or, without it,

@@ -3,7 +3,7 @@
 Standard library only. Quick start::
 
     import lockstep
-    c = lockstep.Client("http://127.0.0.1:8080", key)   # or $LOCKSTEP_URL / $LOCKSTEP_KEY
+    c = lockstep.Client("http://127.0.0.1:7070", key)   # or $LOCKSTEP_URL / $LOCKSTEP_KEY
     ws = c.fork("web", "fix-login", task="fix the login redirect")
     head = c.head(ws["name"])
     c.edit(ws["name"], [lockstep.write("app.py", "print('hi')\\n")], expect_oid=head)

@@ -86,7 +86,7 @@ class Client:
         max_retry_after: float = 60.0,
         user_agent: str = "lockstep-python/0.1",
     ) -> None:
-        url = url or os.environ.get("LOCKSTEP_URL") or "http://127.0.0.1:8080"
+        url = url or os.environ.get("LOCKSTEP_URL") or "http://127.0.0.1:7070"
         self.url = url.rstrip("/")
         self.key = key if key is not None else os.environ.get("LOCKSTEP_KEY", "")
         self.timeout = timeout
