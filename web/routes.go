@@ -11,10 +11,14 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	e.GET("/healthz", s.handleHealthz())
 	e.GET("/readyz", s.handleReadyz())
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{})))
+	e.GET("/api/v1/openapi.json", s.handleOpenAPI()) // public: api/openapi.yaml as JSON (openapi.go)
 
 	if s.MCP != nil {
 		// Model Context Protocol (streamable HTTP): the same keys and roles.
-		e.Any("/mcp", s.authenticate, gin.WrapH(s.MCP(e)))
+		mcp := gin.WrapH(s.MCP(e))
+		e.POST("/mcp", s.authenticate, mcp)
+		e.GET("/mcp", s.authenticate, mcp)
+		e.DELETE("/mcp", s.authenticate, mcp)
 	}
 
 	api := e.Group("/api/v1", s.authenticate, s.idempotency) // idempotency.go: Idempotency-Key on writes

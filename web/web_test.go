@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/agentmcp"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/gate"
@@ -22,6 +23,7 @@ import (
 
 type fixture struct {
 	srv          *httptest.Server
+	handler      http.Handler
 	admin, agent string
 }
 
@@ -41,10 +43,12 @@ func mustServer(t *testing.T) *fixture {
 	repos := forks.New(forks.Config{DataDir: dir}, db, nil, m, nil)
 	t.Cleanup(func() { repos.Close() })
 	s := &web.Server{Config: web.Config{MaxJSONBytes: 256}, Store: db, Keys: keys, Metrics: m, Repos: repos, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Gate: gate.New(gate.Config{}, db, repos, nil, m, nil)}
-	srv := httptest.NewServer(s.Handler())
+		Gate: gate.New(gate.Config{}, db, repos, nil, m, nil),
+		MCP:  func(api http.Handler) http.Handler { return agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{}) }}
+	h := s.Handler()
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &fixture{srv: srv, admin: admin, agent: agent}
+	return &fixture{srv: srv, handler: h, admin: admin, agent: agent}
 }
 
 func (f *fixture) do(t *testing.T, method, path, key, body string) (int, map[string]any, http.Header) {

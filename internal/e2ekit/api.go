@@ -104,6 +104,9 @@ func (s *Server) Try(method, path, key string, body any, contentType string, hea
 	if err != nil {
 		return nil, fmt.Errorf("read body: %w", err)
 	}
+	if p := ValidateResponse(req, resp.StatusCode, resp.Header, out); p != "" && s.t != nil {
+		s.t.Errorf("%s", p) // see openapi.go
+	}
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: out}, nil
 }
 
