@@ -225,6 +225,9 @@ func (n *Network) validateObjects(ov *overlay) error {
 			}
 			for _, e := range t.Entries {
 				if e.Mode == filemode.Submodule {
+					if _, err := checkSpecialEntry(e.Name, e.Name, "submodule"); err != nil {
+						return invalidObject(h, "%s", lockstep.ErrorMessage(err))
+					}
 					continue
 				}
 				want := plumbing.BlobObject
@@ -239,10 +242,19 @@ func (n *Network) validateObjects(ov *overlay) error {
 				if got != want {
 					return invalidObject(h, "entry %q (mode %s) names a %s", e.Name, e.Mode, got)
 				}
-				if e.Mode == filemode.Symlink {
-					if err := checkSymlinkName(e.Name); err != nil {
-						return invalidObject(h, "%s", lockstep.ErrorMessage(err))
+				if special, err := checkSpecialEntry(e.Name, e.Name, entryKind(e.Mode)); err != nil {
+					return invalidObject(h, "%s", lockstep.ErrorMessage(err))
+				} else if special != "" {
+					blob, _ := ov.EncodedObject(plumbing.BlobObject, e.Hash)
+					var data []byte
+					if blob.Size() <= maxGitmodulesBytes || special == ".gitattributes" && blob.Size() <= maxAttributesBytes {
+						data = []byte(symlinkTarget(blob))
 					}
+					if err := checkSpecialContent(special, blob.Size(), data); err != nil {
+						return invalidObject(h, "entry %q: %v", e.Name, err)
+					}
+				}
+				if e.Mode == filemode.Symlink {
 					target, _ := ov.EncodedObject(plumbing.BlobObject, e.Hash)
 					if err := checkSymlinkTarget(e.Name, symlinkTarget(target)); err != nil {
 						return invalidObject(h, "%s", lockstep.ErrorMessage(err))
@@ -251,6 +263,9 @@ func (n *Network) validateObjects(ov *overlay) error {
 			}
 			trees[h] = t
 		case plumbing.CommitObject:
+			if err := checkCommitObject(rawObject(obj)); err != nil {
+				return invalidObject(h, "bad commit: %v", err)
+			}
 			c := &object.Commit{}
 			if err := c.Decode(obj); err != nil {
 				return invalidObject(h, "corrupt commit: %v", err)
@@ -265,6 +280,9 @@ func (n *Network) validateObjects(ov *overlay) error {
 				}
 			}
 		case plumbing.TagObject:
+			if err := checkTagObject(rawObject(obj)); err != nil {
+				return invalidObject(h, "bad tag: %v", err)
+			}
 			t := &object.Tag{}
 			if err := t.Decode(obj); err != nil {
 				return invalidObject(h, "corrupt tag: %v", err)
@@ -298,6 +316,30 @@ func (n *Network) validateObjects(ov *overlay) error {
 	return nil
 }
 
+// entryKind names what a tree entry mode is, for checkSpecialEntry.
+func entryKind(m filemode.FileMode) string {
+	switch m {
+	case filemode.Dir:
+		return "directory"
+	case filemode.Symlink:
+		return "symlink"
+	case filemode.Submodule:
+		return "submodule"
+	}
+	return "file"
+}
+
+// rawObject returns the content of an in-memory object.
+func rawObject(o plumbing.EncodedObject) []byte {
+	r, err := o.Reader()
+	if err != nil {
+		return nil
+	}
+	defer r.Close()
+	b, _ := io.ReadAll(r)
+	return b
+}
+
 // decodeCanonicalTree decodes a tree and checks that it is exactly what
 // git writes: known modes, valid unique names, sorted.
 func decodeCanonicalTree(obj plumbing.EncodedObject) (*object.Tree, error) {
@@ -316,6 +358,9 @@ func decodeCanonicalTree(obj plumbing.EncodedObject) (*object.Tree, error) {
 		}
 		if err := validateComponent(e.Name); err != nil {
 			return nil, invalidObject(h, "entry %q: %s", e.Name, err.Message)
+		}
+		if e.Hash.IsZero() {
+			return nil, invalidObject(h, "entry %q points to the null object id", e.Name)
 		}
 		if names[e.Name] {
 			return nil, invalidObject(h, "duplicate entry %q", e.Name)
