@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/objfile"
 	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/klauspost/compress/zlib"
 
 	"github.com/lockstep-hq/lockstep"
 )
@@ -302,4 +304,114 @@ func (n *Network) allHashes() ([]plumbing.Hash, error) {
 		}
 	}
 	return out, nil
+}
+
+// streamThreshold is the blob size above which reads stream from disk
+// instead of going through the in-memory object (and its cache).
+const streamThreshold = 1 << 20
+
+// openBlob returns the size and a reader of blob h. Blobs over
+// streamThreshold stored whole (loose, or undeltified in a pack: every
+// pack Lockstep writes) are inflated while they are read, never held in
+// memory; others come from object. Returns not_found as typed does.
+func (n *Network) openBlob(h plumbing.Hash) (int64, io.ReadCloser, error) {
+	if size, err := n.objectSize(h); err == nil && size > streamThreshold {
+		if rc, typ, sz, ok := n.streamObject(h); ok {
+			if typ != plumbing.BlobObject {
+				rc.Close()
+				return 0, nil, lockstep.Errorf(lockstep.ENOTFOUND, "%s is a %s, not a blob", h, typ)
+			}
+			return sz, rc, nil
+		}
+	}
+	obj, err := n.typed(plumbing.BlobObject, h)
+	if err != nil {
+		return 0, nil, err
+	}
+	r, err := obj.Reader()
+	if err != nil {
+		return 0, nil, err
+	}
+	return obj.Size(), r, nil
+}
+
+// streamObject opens object h for streaming when it is loose or a whole
+// (non-delta) pack entry; ok is false otherwise.
+func (n *Network) streamObject(h plumbing.Hash) (rc io.ReadCloser, typ plumbing.ObjectType, size int64, ok bool) {
+	if p := n.packFor(h); p != nil {
+		off, err := p.idx.FindOffset(h)
+		if err != nil {
+			return nil, 0, 0, false
+		}
+		// A file of our own: a concurrent Reload may close the shared
+		// one; an unlinked pack stays readable through this descriptor.
+		f, err := os.Open(n.packPath(p.hash, "pack"))
+		if err != nil {
+			return nil, 0, 0, false
+		}
+		var hdr [32]byte
+		m, _ := f.ReadAt(hdr[:], off)
+		if m == 0 {
+			f.Close()
+			return nil, 0, 0, false
+		}
+		c := hdr[0]
+		typ = plumbing.ObjectType((c >> 4) & 7)
+		size = int64(c & 0x0f)
+		i, shift := 1, uint(4)
+		for c&0x80 != 0 {
+			if i >= m || shift > 56 {
+				f.Close()
+				return nil, 0, 0, false
+			}
+			c = hdr[i]
+			size |= int64(c&0x7f) << shift
+			shift += 7
+			i++
+		}
+		if typ < plumbing.CommitObject || typ > plumbing.TagObject {
+			f.Close() // a delta: resolved in memory by object
+			return nil, 0, 0, false
+		}
+		zr, err := zlib.NewReader(bufio.NewReaderSize(io.NewSectionReader(f, off+int64(i), 1<<62), 1<<16))
+		if err != nil {
+			f.Close()
+			return nil, 0, 0, false
+		}
+		return &streamReader{r: io.LimitReader(zr, size), closers: []io.Closer{zr, f}}, typ, size, true
+	}
+	f, err := os.Open(n.loosePath(h))
+	if err != nil {
+		return nil, 0, 0, false
+	}
+	or, err := objfile.NewReader(bufio.NewReaderSize(f, 1<<16))
+	if err != nil {
+		f.Close()
+		return nil, 0, 0, false
+	}
+	typ, size, err = or.Header()
+	if err != nil {
+		or.Close()
+		f.Close()
+		return nil, 0, 0, false
+	}
+	return &streamReader{r: io.LimitReader(or, size), closers: []io.Closer{or, f}}, typ, size, true
+}
+
+// streamReader reads an inflating stream and closes its layers.
+type streamReader struct {
+	r       io.Reader
+	closers []io.Closer
+}
+
+func (s *streamReader) Read(p []byte) (int, error) { return s.r.Read(p) }
+
+func (s *streamReader) Close() error {
+	var first error
+	for _, c := range s.closers {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
