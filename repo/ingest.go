@@ -497,6 +497,8 @@ func (b *treeBuilder) lookup(comps []string) *node {
 	return n
 }
 
+// maxSymlinkDepth is how many symlinks one check follows at most (the
+// kernel's MAXSYMLINKS).
 const maxSymlinkDepth = 40
 
 // checkSymlinks resolves every symlink from its directory, following the
@@ -509,15 +511,21 @@ func (b *treeBuilder) checkSymlinks() error {
 		if dir[0] == "." {
 			dir = nil
 		}
-		if _, err := b.resolve(dir, target, 0); err != nil {
+		budget := maxSymlinkDepth
+		if _, err := b.resolve(dir, target, &budget); err != nil {
 			return lockstep.Errorf(lockstep.EINVALID, "tar entry %q: symlink target %q %s", p, target, err.Message)
 		}
 	}
 	return nil
 }
 
-func (b *treeBuilder) resolve(dir []string, target string, depth int) ([]string, *lockstep.Error) {
-	if depth > maxSymlinkDepth {
+// resolve resolves target from dir, following the upload's symlinks.
+// budget is how many more links may be followed in this whole check
+// (shared by every branch of the recursion, as the kernel counts: a
+// per-branch depth alone lets links that name each other repeatedly take
+// exponential time).
+func (b *treeBuilder) resolve(dir []string, target string, budget *int) ([]string, *lockstep.Error) {
+	if *budget--; *budget < 0 {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "has too many levels of symlinks")
 	}
 	if strings.HasPrefix(target, "/") {
@@ -537,7 +545,7 @@ func (b *treeBuilder) resolve(dir []string, target string, depth int) ([]string,
 		}
 		next := append(stack, c)
 		if n := b.lookup(next); n != nil && n.mode == filemode.Symlink {
-			resolved, err := b.resolve(stack, symlinkTarget(n.obj), depth+1)
+			resolved, err := b.resolve(stack, symlinkTarget(n.obj), budget)
 			if err != nil {
 				return nil, err
 			}

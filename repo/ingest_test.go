@@ -260,3 +260,25 @@ func rawHeader(name string, typ byte, size int64) []byte {
 	copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
 	return b
 }
+
+// Found by FuzzIngestTar: links that each name the next one twice
+// (l0 -> "l1/../l1", l1 -> "l2/../l2", ...) made the symlink check
+// exponential: every name was resolved again wherever it appeared. Like
+// the kernel, at most maxSymlinkDepth links are followed per check in
+// total.
+func TestIngestTarSymlinkExpansionBounded(t *testing.T) {
+	var entries []tarEntry
+	for i := 0; i < 30; i++ {
+		entries = append(entries, tarEntry{Name: fmt.Sprintf("l%d", i), Type: tar.TypeSymlink, Linkname: fmt.Sprintf("l%d/../l%d", i+1, i+1)})
+	}
+	entries = append(entries, tarEntry{Name: "l30", Body: "x"})
+	_, err := IngestTar(context.Background(), bytes.NewReader(makeTar(t, entries)), Limits{})
+	if lockstep.ErrorCode(err) != lockstep.EINVALID || !strings.Contains(lockstep.ErrorMessage(err), "too many levels of symlinks") {
+		t.Fatalf("err %v", err)
+	}
+	// A chain within the budget is still followed.
+	entries = []tarEntry{{Name: "a", Type: tar.TypeSymlink, Linkname: "b/../b"}, {Name: "b", Type: tar.TypeSymlink, Linkname: "c"}, {Name: "c", Body: "x"}}
+	if _, err := IngestTar(context.Background(), bytes.NewReader(makeTar(t, entries)), Limits{}); err != nil {
+		t.Fatal(err)
+	}
+}
