@@ -23,6 +23,12 @@ import (
 )
 
 func uploadServer(t *testing.T, maxUploads int) *fixture {
+	f, _ := uploadServerDir(t, maxUploads)
+	return f
+}
+
+// uploadServerDir also returns the data directory.
+func uploadServerDir(t *testing.T, maxUploads int) (*fixture, string) {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -40,7 +46,7 @@ func uploadServer(t *testing.T, maxUploads int) *fixture {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Gate: gate.New(gate.Config{}, db, repos, nil, m, nil)}
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
-	return &fixture{srv: srv, admin: admin}
+	return &fixture{srv: srv, admin: admin}, dir
 }
 
 func oneFileTar(t *testing.T, name, body string) []byte {
