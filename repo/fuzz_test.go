@@ -98,8 +98,9 @@ func FuzzIngestTar(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0x1f, 0x8b, 0, 0})
 	lim := Limits{MaxUploadBytes: 1 << 20, MaxFileBytes: 64 << 10, MaxFiles: 200}
+	spoolDir := f.TempDir() // spool files are removed on Close or failure
 	f.Fuzz(func(t *testing.T, data []byte) {
-		in, err := ingestTar(context.Background(), bytes.NewReader(data), lim, t.TempDir(), 64)
+		in, err := ingestTar(context.Background(), bytes.NewReader(data), lim, spoolDir, 64)
 		if err != nil {
 			return
 		}
