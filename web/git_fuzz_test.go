@@ -19,7 +19,7 @@ func FuzzReadCommands(f *testing.F) {
 	one := strings.Repeat("1", 40)
 	f.Add([]byte(pkt(zero+" "+one+" refs/heads/main\x00report-status atomic\n") + "0000PACK"))
 	f.Add([]byte(pkt(one+" "+zero+" refs/heads/x\n") + pkt(zero+" "+one+" refs/heads/y\n") + "0000"))
-	f.Add([]byte(pkt("shallow " + one + "\n") + "0000"))
+	f.Add([]byte(pkt("shallow "+one+"\n") + "0000"))
 	f.Add([]byte("0003"))
 	f.Add([]byte("zzzz"))
 	f.Add([]byte("0000"))
