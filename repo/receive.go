@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -32,27 +34,43 @@ import (
 // objects); nothing is written then.
 func (n *Network) ReceivePack(r io.Reader, lim Limits) (WriteStats, error) {
 	lim = lim.withDefaults()
-	data, err := io.ReadAll(io.LimitReader(r, lim.MaxUploadBytes+1))
+	// The pack goes to a temporary file, not memory; large blobs are
+	// spooled as they are parsed (overlay.SetEncodedObject).
+	f, err := os.CreateTemp(filepath.Join(n.dir, "objects", "pack"), "tmp_pack_recv_")
 	if err != nil {
 		return WriteStats{}, fmt.Errorf("receive pack: %w", err)
 	}
-	if int64(len(data)) > lim.MaxUploadBytes {
+	defer func() {
+		f.Close()
+		os.Remove(f.Name())
+	}()
+	size, err := io.Copy(f, io.LimitReader(r, lim.MaxUploadBytes+1))
+	if err != nil {
+		var le *lockstep.Error
+		if errors.As(err, &le) {
+			return WriteStats{}, le
+		}
+		return WriteStats{}, fmt.Errorf("receive pack: %w", err)
+	}
+	if size > lim.MaxUploadBytes {
 		return WriteStats{}, lockstep.Errorf(lockstep.ETOOLARGE, "pack is larger than %d bytes", lim.MaxUploadBytes)
 	}
-	if len(data) < 32 || string(data[:4]) != "PACK" {
+	var hdr [12]byte
+	if size < 32 || func() bool { _, err := f.ReadAt(hdr[:], 0); return err != nil }() || string(hdr[:4]) != "PACK" {
 		return WriteStats{}, lockstep.Errorf(lockstep.EINVALID, "not a git packfile")
 	}
-	if count := binary.BigEndian.Uint32(data[8:12]); int64(count) > int64(lim.MaxFiles) {
+	if count := binary.BigEndian.Uint32(hdr[8:12]); int64(count) > int64(lim.MaxFiles) {
 		return WriteStats{}, lockstep.Errorf(lockstep.ETOOLARGE, "pack has %d objects, over the limit of %d", count, lim.MaxFiles)
 	}
-	if binary.BigEndian.Uint32(data[8:12]) == 0 {
+	if binary.BigEndian.Uint32(hdr[8:12]) == 0 {
 		return WriteStats{}, nil // git sends an empty pack for a delete-only push
 	}
-	if err := prescan(data, lim); err != nil {
+	if err := prescan(io.NewSectionReader(f, 0, size), lim); err != nil {
 		return WriteStats{}, err
 	}
 	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}, lim: lim}
-	parser, err := packfile.NewParserWithStorage(packfile.NewScanner(bytes.NewReader(data)), ov)
+	defer ov.spool.close()
+	parser, err := packfile.NewParserWithStorage(packfile.NewScanner(io.NewSectionReader(f, 0, size)), ov)
 	if err != nil {
 		return WriteStats{}, fmt.Errorf("receive pack: %w", err)
 	}
@@ -77,8 +95,8 @@ func (n *Network) ReceivePack(r io.Reader, lim Limits) (WriteStats, error) {
 // inflated into memory: a small compressed pack may otherwise expand to
 // gigabytes. Objects are inflated to io.Discard here, bounded by their
 // declared sizes.
-func prescan(data []byte, lim Limits) error {
-	s := packfile.NewScanner(bytes.NewReader(data))
+func prescan(data io.ReadSeeker, lim Limits) error {
+	s := packfile.NewScanner(data)
 	_, count, err := s.Header()
 	if err != nil {
 		return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile: %v", err)
@@ -138,6 +156,7 @@ type overlay struct {
 	lim    Limits
 	bytes  int64
 	ascent map[plumbing.Hash]ascentInfo
+	spool  *spool // large blobs (see spoolThreshold)
 }
 
 func (o *overlay) NewEncodedObject() plumbing.EncodedObject { return &plumbing.MemoryObject{} }
@@ -153,6 +172,26 @@ func (o *overlay) SetEncodedObject(obj plumbing.EncodedObject) (plumbing.Hash, e
 	o.bytes += obj.Size()
 	if o.bytes > o.lim.MaxUploadBytes {
 		return h, lockstep.Errorf(lockstep.ETOOLARGE, "pack inflates to more than %d bytes", o.lim.MaxUploadBytes)
+	}
+	if obj.Type() == plumbing.BlobObject && obj.Size() > spoolThreshold {
+		// Keep large blobs out of memory: the parser's copy is dropped.
+		if o.spool == nil {
+			sp, err := newSpool(filepath.Join(o.n.dir, "objects", "pack"))
+			if err != nil {
+				return h, err
+			}
+			o.spool = sp
+		}
+		r, err := obj.Reader()
+		if err != nil {
+			return h, err
+		}
+		sb, err := o.spool.add(r, obj.Size())
+		r.Close()
+		if err != nil {
+			return h, err
+		}
+		obj = sb
 	}
 	o.objs[h] = obj
 	o.order = append(o.order, obj)
