@@ -23,12 +23,16 @@ import (
 // validates it and stores its objects with WriteObjects. Ref deltas may
 // refer to objects already stored (thin packs).
 //
+// Nothing git fsck --strict flags is accepted (see fsck.go and path.go).
 // Every tree must be canonical (git's sort order, unique names, valid
-// modes), its entry names must pass the path rules of ValidatePath, every
+// modes, no null ids), its entry names must pass the name rules of
+// validateComponent (".git" and its NTFS/HFS+ aliases), .gitmodules and
+// .gitattributes must be regular files with content git accepts, every
 // entry it names (except gitlinks) must exist in the pack or the store
 // with the right type, symlink targets (the blobs of 120000 entries) must
 // be relative and must not leave the tree they are checked out in; every
-// commit's tree and parents must exist. Returns invalid_argument for a
+// commit and tag must pass fsck's header checks, and every commit's tree
+// and parents must exist. Returns invalid_argument for a
 // corrupt or invalid pack and too_large over lim (MaxUploadBytes for the
 // pack and for its inflated objects, MaxFileBytes per blob, MaxFiles
 // objects); nothing is written then.
