@@ -250,6 +250,9 @@ func isNTFSDotGeneric(name, needle, shortPrefix string) bool {
 // (".git\u00a0", ".GIT\u2003") is refused too: some tools and
 // filesystems trim or fold them.
 func looksLikeDotGit(name string) bool {
+	if name == "" || name[0] != '.' && name[0] < utf8.RuneSelf {
+		return false // fast path: must start with '.' or an ignorable
+	}
 	var b strings.Builder
 	for _, r := range name {
 		if !hfsIgnorable(r) {
