@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -102,9 +103,18 @@ func FuzzIngestTar(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in, err := ingestTar(context.Background(), bytes.NewReader(data), lim, spoolDir, 64)
 		if err != nil {
+			// A refused upload leaves no spool file behind.
+			if left, _ := os.ReadDir(spoolDir); len(left) != 0 {
+				t.Fatalf("refused upload (%v) left %d spool files", err, len(left))
+			}
 			return
 		}
-		defer in.Close()
+		defer func() {
+			in.Close()
+			if left, _ := os.ReadDir(spoolDir); len(left) != 0 {
+				t.Fatalf("closed upload left %d spool files", len(left))
+			}
+		}()
 		// Every tree built is one git fsck accepts by name, and every
 		// object can be read back.
 		for _, o := range in.Objects {
