@@ -65,11 +65,12 @@ func (s *Service) PushTar(ctx context.Context, actor *lockstep.Key, repoName str
 	if _, err := s.checkExpect(ctx, r, opts); err != nil {
 		return nil, s.logFailure(ctx, actor, r, "push", opts.Branch, start, err)
 	}
-	in, err := repo.IngestTar(ctx, body, s.cfg.Limits)
+	in, err := n.IngestTar(ctx, body, s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
 	stats, err := n.WriteObjects(in.Objects)
+	in.Close() // the large files are in the pack now
 	if err != nil {
 		return nil, fmt.Errorf("write objects: %w", err)
 	}

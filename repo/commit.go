@@ -61,6 +61,11 @@ func (n *Network) WriteCommit(spec CommitSpec) (plumbing.Hash, WriteStats, error
 		}
 	}
 	obj := EncodeCommit(spec)
+	// Names and emails come from requests (author, key names): a '<',
+	// '>' or newline in them would make a commit git fsck refuses.
+	if err := checkCommitObject(rawObject(obj)); err != nil {
+		return plumbing.ZeroHash, WriteStats{}, lockstep.Errorf(lockstep.EINVALID, "commit would not pass git fsck (%v): check the author and committer names and emails", err)
+	}
 	// No writeMu: a loose write is an atomic rename of immutable content,
 	// so a rollback never waits behind a large pack write.
 	st, err := n.writeLoose(obj)

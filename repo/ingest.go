@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -54,7 +55,7 @@ func (l Limits) withDefaults() Limits {
 
 // Ingest is a worktree read from a tar stream: its root tree and every
 // blob and tree object it needs (not yet written; pass Objects to
-// WriteObjects).
+// WriteObjects, then call Close).
 type Ingest struct {
 	Tree    plumbing.Hash            `json:"tree"`
 	Objects []plumbing.EncodedObject `json:"-"`
@@ -62,6 +63,16 @@ type Ingest struct {
 	Files int `json:"files"`
 	// Bytes is the total size of file contents.
 	Bytes int64 `json:"bytes"`
+
+	spool *spool // large blobs, see spoolThreshold
+}
+
+// Close removes the temporary file holding the upload's large blobs.
+// Objects must not be read after Close (write them first).
+func (in *Ingest) Close() {
+	if in != nil {
+		in.spool.close()
+	}
 }
 
 // IngestTar reads a tar stream (gzip-compressed or not: the gzip magic is
@@ -76,11 +87,37 @@ type Ingest struct {
 // directory, device, fifo or hardlink entries, a symlink whose target is
 // absolute or leaves the tree (resolved from the link's directory,
 // following other symlinks of the upload), a truncated or corrupt tar or
-// gzip stream. It returns too_large when the decompressed stream exceeds
-// lim.MaxUploadBytes, a file exceeds lim.MaxFileBytes or there are more
-// than lim.MaxFiles entries. Zero fields of lim take DefaultLimits.
+// gzip stream, and every name or file git fsck --strict would flag (see
+// ValidatePath and checkSpecialEntry: .gitmodules or .gitattributes that
+// are not regular files or whose content git refuses, .gitignore or
+// .mailmap symlinks). It returns too_large when the decompressed stream
+// exceeds lim.MaxUploadBytes, a file exceeds lim.MaxFileBytes or there
+// are more than lim.MaxFiles entries. Zero fields of lim take
+// DefaultLimits.
+//
+// Files over spoolThreshold are never held in memory: they are hashed and
+// compressed while they stream into a temporary file in the system's temp
+// directory (Network.IngestTar uses the network's pack directory). The
+// caller must Close the result.
 func IngestTar(ctx context.Context, r io.Reader, lim Limits) (*Ingest, error) {
+	return ingestTar(ctx, r, lim, "", spoolThreshold)
+}
+
+// IngestTar is the package-level IngestTar with the large-file spool in
+// the network's pack directory: the blobs are copied from there into the
+// pack WriteObjects writes.
+func (n *Network) IngestTar(ctx context.Context, r io.Reader, lim Limits) (*Ingest, error) {
+	return ingestTar(ctx, r, lim, filepath.Join(n.dir, "objects", "pack"), spoolThreshold)
+}
+
+func ingestTar(ctx context.Context, r io.Reader, lim Limits, spoolDir string, threshold int64) (in *Ingest, err error) {
 	lim = lim.withDefaults()
+	var sp *spool
+	defer func() {
+		if err != nil {
+			sp.close()
+		}
+	}()
 	br := bufio.NewReaderSize(r, 1<<16)
 	var src io.Reader = br
 	gz := false
@@ -159,6 +196,9 @@ func IngestTar(ctx context.Context, r io.Reader, lim Limits) (*Ingest, error) {
 			if err := ValidatePath(name); err != nil {
 				return nil, entryError(hdr.Name, err)
 			}
+			if _, err := checkSpecialEntry(name, path.Base(name), "directory"); err != nil {
+				return nil, entryError(hdr.Name, err)
+			}
 			if err := b.addDir(name); err != nil {
 				return nil, err
 			}
@@ -172,17 +212,46 @@ func IngestTar(ctx context.Context, r io.Reader, lim Limits) (*Ingest, error) {
 			if hdr.Size > lr.left {
 				return nil, tooLargeUpload(lim)
 			}
-			if int64(cap(buf)) < hdr.Size {
-				buf = make([]byte, hdr.Size)
+			special, err := checkSpecialEntry(name, path.Base(name), "file")
+			if err != nil {
+				return nil, entryError(hdr.Name, err)
 			}
-			buf = buf[:hdr.Size]
-			if _, err := io.ReadFull(tr, buf); err != nil {
-				return nil, streamError(err, gz, hdr.Name)
+			var obj plumbing.EncodedObject
+			if hdr.Size > threshold {
+				if sp == nil {
+					if sp, err = newSpool(spoolDir); err != nil {
+						return nil, err
+					}
+				}
+				sb, err := sp.add(tr, hdr.Size)
+				if err != nil {
+					return nil, streamError(err, gz, hdr.Name)
+				}
+				if special != "" {
+					if err := checkSpooledSpecial(special, sb); err != nil {
+						return nil, lockstep.Errorf(lockstep.EINVALID, "tar entry %q: %v", hdr.Name, err)
+					}
+				}
+				obj = sb
+			} else {
+				if int64(cap(buf)) < hdr.Size {
+					buf = make([]byte, hdr.Size)
+				}
+				buf = buf[:hdr.Size]
+				if _, err := io.ReadFull(tr, buf); err != nil {
+					return nil, streamError(err, gz, hdr.Name)
+				}
+				if special != "" {
+					if err := checkSpecialContent(special, hdr.Size, buf); err != nil {
+						return nil, lockstep.Errorf(lockstep.EINVALID, "tar entry %q: %v", hdr.Name, err)
+					}
+				}
+				mo := &plumbing.MemoryObject{}
+				mo.SetType(plumbing.BlobObject)
+				mo.Write(buf)
+				hashes <- mo
+				obj = mo
 			}
-			obj := &plumbing.MemoryObject{}
-			obj.SetType(plumbing.BlobObject)
-			obj.Write(buf)
-			hashes <- obj
 			mode := filemode.Regular
 			if hdr.Mode&0o111 != 0 {
 				mode = filemode.Executable
@@ -224,7 +293,7 @@ func IngestTar(ctx context.Context, r io.Reader, lim Limits) (*Ingest, error) {
 	if err := b.checkSymlinks(); err != nil {
 		return nil, err
 	}
-	in := &Ingest{Files: b.files, Bytes: b.bytes}
+	in = &Ingest{Files: b.files, Bytes: b.bytes, spool: sp}
 	seen := map[plumbing.Hash]bool{}
 	add := func(o plumbing.EncodedObject) {
 		if h := o.Hash(); !seen[h] {
@@ -317,6 +386,20 @@ func (l *limitReader) Read(p []byte) (int, error) {
 
 func (l *limitReader) tooLarge() error {
 	return lockstep.Errorf(lockstep.ETOOLARGE, "upload is larger than %d bytes (decompressed)", l.max)
+}
+
+// checkSpooledSpecial checks a .gitmodules or .gitattributes too large
+// to have been kept in memory.
+func checkSpooledSpecial(special string, sb *spooledBlob) error {
+	if special != ".gitattributes" || sb.Size() > maxAttributesBytes {
+		return checkSpecialContent(special, sb.Size(), nil)
+	}
+	r, err := sb.Reader()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return checkAttributesLines(r)
 }
 
 // node is a file, symlink or directory of an upload being assembled.
@@ -414,6 +497,8 @@ func (b *treeBuilder) lookup(comps []string) *node {
 	return n
 }
 
+// maxSymlinkDepth is how many symlinks one check follows at most (the
+// kernel's MAXSYMLINKS).
 const maxSymlinkDepth = 40
 
 // checkSymlinks resolves every symlink from its directory, following the
@@ -426,15 +511,21 @@ func (b *treeBuilder) checkSymlinks() error {
 		if dir[0] == "." {
 			dir = nil
 		}
-		if _, err := b.resolve(dir, target, 0); err != nil {
+		budget := maxSymlinkDepth
+		if _, err := b.resolve(dir, target, &budget); err != nil {
 			return lockstep.Errorf(lockstep.EINVALID, "tar entry %q: symlink target %q %s", p, target, err.Message)
 		}
 	}
 	return nil
 }
 
-func (b *treeBuilder) resolve(dir []string, target string, depth int) ([]string, *lockstep.Error) {
-	if depth > maxSymlinkDepth {
+// resolve resolves target from dir, following the upload's symlinks.
+// budget is how many more links may be followed in this whole check
+// (shared by every branch of the recursion, as the kernel counts: a
+// per-branch depth alone lets links that name each other repeatedly take
+// exponential time).
+func (b *treeBuilder) resolve(dir []string, target string, budget *int) ([]string, *lockstep.Error) {
+	if *budget--; *budget < 0 {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "has too many levels of symlinks")
 	}
 	if strings.HasPrefix(target, "/") {
@@ -454,7 +545,7 @@ func (b *treeBuilder) resolve(dir []string, target string, depth int) ([]string,
 		}
 		next := append(stack, c)
 		if n := b.lookup(next); n != nil && n.mode == filemode.Symlink {
-			resolved, err := b.resolve(stack, symlinkTarget(n.obj), depth+1)
+			resolved, err := b.resolve(stack, symlinkTarget(n.obj), budget)
 			if err != nil {
 				return nil, err
 			}

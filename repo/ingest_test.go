@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-git/go-git/v5/plumbing/object"
+
 	"github.com/lockstep-hq/lockstep"
 )
 
@@ -259,4 +261,46 @@ func rawHeader(name string, typ byte, size int64) []byte {
 	}
 	copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
 	return b
+}
+
+// Found by FuzzIngestTar: links that each name the next one twice
+// (l0 -> "l1/../l1", l1 -> "l2/../l2", ...) made the symlink check
+// exponential: every name was resolved again wherever it appeared. Like
+// the kernel, at most maxSymlinkDepth links are followed per check in
+// total.
+func TestIngestTarSymlinkExpansionBounded(t *testing.T) {
+	var entries []tarEntry
+	for i := 0; i < 30; i++ {
+		entries = append(entries, tarEntry{Name: fmt.Sprintf("l%d", i), Type: tar.TypeSymlink, Linkname: fmt.Sprintf("l%d/../l%d", i+1, i+1)})
+	}
+	entries = append(entries, tarEntry{Name: "l30", Body: "x"})
+	_, err := IngestTar(context.Background(), bytes.NewReader(makeTar(t, entries)), Limits{})
+	if lockstep.ErrorCode(err) != lockstep.EINVALID || !strings.Contains(lockstep.ErrorMessage(err), "too many levels of symlinks") {
+		t.Fatalf("err %v", err)
+	}
+	// A chain within the budget is still followed.
+	entries = []tarEntry{{Name: "a", Type: tar.TypeSymlink, Linkname: "b/../b"}, {Name: "b", Type: tar.TypeSymlink, Linkname: "c"}, {Name: "c", Body: "x"}}
+	if _, err := IngestTar(context.Background(), bytes.NewReader(makeTar(t, entries)), Limits{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A server-built commit is checked like a pushed one: an author name with
+// '<' (accepted by net/mail when quoted) would make git fsck fail.
+func TestWriteCommitRefusesWhatFsckFlags(t *testing.T) {
+	n := MustOpen(t)
+	_, tree := mustPush(t, n, []tarEntry{{Name: "a", Body: "x"}}, nil, 1700000000)
+	for _, sig := range []object.Signature{
+		{Name: "a<b", Email: "x@example.com", When: testSig.When},
+		{Name: "ok", Email: "x>y@example.com", When: testSig.When},
+		{Name: "new\nline", Email: "x@example.com", When: testSig.When},
+	} {
+		_, _, err := n.WriteCommit(CommitSpec{Tree: tree, Author: sig, Committer: testSig, Message: "m"})
+		if lockstep.ErrorCode(err) != lockstep.EINVALID || !strings.Contains(lockstep.ErrorMessage(err), "git fsck") {
+			t.Errorf("author %q <%s>: err %v", sig.Name, sig.Email, err)
+		}
+	}
+	if _, _, err := n.WriteCommit(CommitSpec{Tree: tree, Author: testSig, Committer: testSig, Message: "m"}); err != nil {
+		t.Fatal(err)
+	}
 }

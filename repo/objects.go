@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/objfile"
 	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/klauspost/compress/zlib"
 
 	"github.com/lockstep-hq/lockstep"
 )
@@ -302,4 +304,127 @@ func (n *Network) allHashes() ([]plumbing.Hash, error) {
 		}
 	}
 	return out, nil
+}
+
+// streamThreshold is the blob size above which reads stream from disk
+// instead of going through the in-memory object (and its cache).
+const streamThreshold = 1 << 20
+
+// openBlob returns the size and a reader of blob h. Blobs over
+// streamThreshold stored whole (loose, or undeltified in a pack: every
+// pack Lockstep writes) are inflated while they are read, never held in
+// memory; others come from object. Returns not_found as typed does.
+func (n *Network) openBlob(h plumbing.Hash) (int64, io.ReadCloser, error) {
+	if obj, ok := n.cache.Get(h); ok && obj.Type() == plumbing.BlobObject {
+		r, err := obj.Reader() // cached: small and in memory already
+		return obj.Size(), r, err
+	}
+	if rc, typ, size, ok := n.streamObject(h); ok {
+		if typ != plumbing.BlobObject {
+			rc.Close()
+			return 0, nil, lockstep.Errorf(lockstep.ENOTFOUND, "%s is a %s, not a blob", h, typ)
+		}
+		return size, rc, nil
+	}
+	obj, err := n.typed(plumbing.BlobObject, h)
+	if err != nil {
+		return 0, nil, err
+	}
+	r, err := obj.Reader()
+	if err != nil {
+		return 0, nil, err
+	}
+	return obj.Size(), r, nil
+}
+
+// entryHeader reads the type and size of the pack entry at off and the
+// length of its header (one pread; the shared file is safe for ReadAt).
+func (p *pack) entryHeader(off int64) (typ plumbing.ObjectType, size int64, hdrLen int, ok bool) {
+	p.mu.Lock()
+	f, closed := p.f, p.closed
+	p.mu.Unlock()
+	if closed {
+		return 0, 0, 0, false
+	}
+	var hdr [16]byte
+	m, _ := f.ReadAt(hdr[:], off)
+	if m == 0 {
+		return 0, 0, 0, false
+	}
+	c := hdr[0]
+	typ = plumbing.ObjectType((c >> 4) & 7)
+	size = int64(c & 0x0f)
+	i, shift := 1, uint(4)
+	for c&0x80 != 0 {
+		if i >= m || shift > 56 {
+			return 0, 0, 0, false
+		}
+		c = hdr[i]
+		size |= int64(c&0x7f) << shift
+		shift += 7
+		i++
+	}
+	return typ, size, i, true
+}
+
+// streamObject opens object h for streaming when it is larger than
+// streamThreshold and stored loose or as a whole (non-delta) pack entry;
+// ok is false otherwise (the caller reads it through object).
+func (n *Network) streamObject(h plumbing.Hash) (rc io.ReadCloser, typ plumbing.ObjectType, size int64, ok bool) {
+	if p := n.packFor(h); p != nil {
+		off, err := p.idx.FindOffset(h)
+		if err != nil {
+			return nil, 0, 0, false
+		}
+		typ, size, hdrLen, ok := p.entryHeader(off)
+		if !ok || size <= streamThreshold || typ < plumbing.CommitObject || typ > plumbing.TagObject {
+			return nil, 0, 0, false // small, or a delta: resolved in memory by object
+		}
+		// A file of our own: a concurrent Reload may close the shared
+		// one; an unlinked pack stays readable through this descriptor.
+		f, err := os.Open(n.packPath(p.hash, "pack"))
+		if err != nil {
+			return nil, 0, 0, false
+		}
+		zr, err := zlib.NewReader(bufio.NewReaderSize(io.NewSectionReader(f, off+int64(hdrLen), 1<<62), 1<<16))
+		if err != nil {
+			f.Close()
+			return nil, 0, 0, false
+		}
+		return &streamReader{r: io.LimitReader(zr, size), closers: []io.Closer{zr, f}}, typ, size, true
+	}
+	f, err := os.Open(n.loosePath(h))
+	if err != nil {
+		return nil, 0, 0, false
+	}
+	or, err := objfile.NewReader(bufio.NewReaderSize(f, 1<<16))
+	if err != nil {
+		f.Close()
+		return nil, 0, 0, false
+	}
+	typ, size, err = or.Header()
+	if err != nil || size <= streamThreshold {
+		or.Close()
+		f.Close()
+		return nil, 0, 0, false
+	}
+	return &streamReader{r: io.LimitReader(or, size), closers: []io.Closer{or, f}}, typ, size, true
+}
+
+// streamReader reads an inflating stream and closes its layers.
+type streamReader struct {
+	r       io.Reader
+	closers []io.Closer
+}
+
+func (s *streamReader) Read(p []byte) (int, error) { return s.r.Read(p) }
+
+func (s *streamReader) Close() error {
+	var first error
+	for _, c := range s.closers {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }

@@ -152,22 +152,18 @@ func (n *Network) Blob(treeOrCommit plumbing.Hash, path string) (*BlobInfo, io.R
 	if !e.Mode.IsFile() {
 		return nil, nil, lockstep.Errorf(lockstep.ENOTFOUND, "path %q is not a file", path)
 	}
-	obj, err := n.typed(plumbing.BlobObject, e.Hash)
+	size, r, err := n.openBlob(e.Hash)
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := obj.Reader()
-	if err != nil {
-		return nil, nil, err
-	}
-	return &BlobInfo{Hash: e.Hash, Mode: modeString(e.Mode), Size: obj.Size()}, r, nil
+	return &BlobInfo{Hash: e.Hash, Mode: modeString(e.Mode), Size: size}, r, nil
 }
 
 // Archive writes the tree of a commit or tree to w as a tar stream:
 // directories, regular files (0644 or 0755) and symlinks, entries in git
 // order, modification time the commit's committer time (zero time for a
-// bare tree). Objects are read one at a time: the archive is never held
-// in memory. Returns not_found if the object is missing.
+// bare tree). Objects are read one at a time and large files stream from
+// disk: neither the archive nor a large file is ever held in memory. Returns not_found if the object is missing.
 func (n *Network) Archive(ctx context.Context, w io.Writer, treeOrCommit plumbing.Hash) error {
 	mtime := time.Unix(0, 0)
 	if obj, err := n.object(treeOrCommit); err == nil && obj.Type() == plumbing.CommitObject {
@@ -218,19 +214,16 @@ func (n *Network) archiveTree(ctx context.Context, tw *tar.Writer, h plumbing.Ha
 				return err
 			}
 		case filemode.Regular, filemode.Executable, filemode.Deprecated:
-			obj, err := n.typed(plumbing.BlobObject, e.Hash)
+			size, r, err := n.openBlob(e.Hash)
 			if err != nil {
 				return err
 			}
-			hdr.Typeflag, hdr.Size, hdr.Mode = tar.TypeReg, obj.Size(), 0o644
+			hdr.Typeflag, hdr.Size, hdr.Mode = tar.TypeReg, size, 0o644
 			if e.Mode == filemode.Executable {
 				hdr.Mode = 0o755
 			}
 			if err := tw.WriteHeader(hdr); err != nil {
-				return err
-			}
-			r, err := obj.Reader()
-			if err != nil {
+				r.Close()
 				return err
 			}
 			_, err = io.Copy(tw, r)

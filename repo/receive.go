@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -21,38 +23,58 @@ import (
 // validates it and stores its objects with WriteObjects. Ref deltas may
 // refer to objects already stored (thin packs).
 //
+// Nothing git fsck --strict flags is accepted (see fsck.go and path.go).
 // Every tree must be canonical (git's sort order, unique names, valid
-// modes), its entry names must pass the path rules of ValidatePath, every
+// modes, no null ids), its entry names must pass the name rules of
+// validateComponent (".git" and its NTFS/HFS+ aliases), .gitmodules and
+// .gitattributes must be regular files with content git accepts, every
 // entry it names (except gitlinks) must exist in the pack or the store
 // with the right type, symlink targets (the blobs of 120000 entries) must
 // be relative and must not leave the tree they are checked out in; every
-// commit's tree and parents must exist. Returns invalid_argument for a
+// commit and tag must pass fsck's header checks, and every commit's tree
+// and parents must exist. Returns invalid_argument for a
 // corrupt or invalid pack and too_large over lim (MaxUploadBytes for the
 // pack and for its inflated objects, MaxFileBytes per blob, MaxFiles
 // objects); nothing is written then.
 func (n *Network) ReceivePack(r io.Reader, lim Limits) (WriteStats, error) {
 	lim = lim.withDefaults()
-	data, err := io.ReadAll(io.LimitReader(r, lim.MaxUploadBytes+1))
+	// The pack goes to a temporary file, not memory; large blobs are
+	// spooled as they are parsed (overlay.SetEncodedObject).
+	f, err := os.CreateTemp(filepath.Join(n.dir, "objects", "pack"), "tmp_pack_recv_")
 	if err != nil {
 		return WriteStats{}, fmt.Errorf("receive pack: %w", err)
 	}
-	if int64(len(data)) > lim.MaxUploadBytes {
+	defer func() {
+		f.Close()
+		os.Remove(f.Name())
+	}()
+	size, err := io.Copy(f, io.LimitReader(r, lim.MaxUploadBytes+1))
+	if err != nil {
+		var le *lockstep.Error
+		if errors.As(err, &le) {
+			return WriteStats{}, le
+		}
+		return WriteStats{}, fmt.Errorf("receive pack: %w", err)
+	}
+	if size > lim.MaxUploadBytes {
 		return WriteStats{}, lockstep.Errorf(lockstep.ETOOLARGE, "pack is larger than %d bytes", lim.MaxUploadBytes)
 	}
-	if len(data) < 32 || string(data[:4]) != "PACK" {
+	var hdr [12]byte
+	if size < 32 || func() bool { _, err := f.ReadAt(hdr[:], 0); return err != nil }() || string(hdr[:4]) != "PACK" {
 		return WriteStats{}, lockstep.Errorf(lockstep.EINVALID, "not a git packfile")
 	}
-	if count := binary.BigEndian.Uint32(data[8:12]); int64(count) > int64(lim.MaxFiles) {
+	if count := binary.BigEndian.Uint32(hdr[8:12]); int64(count) > int64(lim.MaxFiles) {
 		return WriteStats{}, lockstep.Errorf(lockstep.ETOOLARGE, "pack has %d objects, over the limit of %d", count, lim.MaxFiles)
 	}
-	if binary.BigEndian.Uint32(data[8:12]) == 0 {
+	if binary.BigEndian.Uint32(hdr[8:12]) == 0 {
 		return WriteStats{}, nil // git sends an empty pack for a delete-only push
 	}
-	if err := prescan(data, lim); err != nil {
+	if err := prescan(io.NewSectionReader(f, 0, size), lim); err != nil {
 		return WriteStats{}, err
 	}
 	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}, lim: lim}
-	parser, err := packfile.NewParserWithStorage(packfile.NewScanner(bytes.NewReader(data)), ov)
+	defer ov.spool.close()
+	parser, err := packfile.NewParserWithStorage(packfile.NewScanner(io.NewSectionReader(f, 0, size)), ov)
 	if err != nil {
 		return WriteStats{}, fmt.Errorf("receive pack: %w", err)
 	}
@@ -77,8 +99,8 @@ func (n *Network) ReceivePack(r io.Reader, lim Limits) (WriteStats, error) {
 // inflated into memory: a small compressed pack may otherwise expand to
 // gigabytes. Objects are inflated to io.Discard here, bounded by their
 // declared sizes.
-func prescan(data []byte, lim Limits) error {
-	s := packfile.NewScanner(bytes.NewReader(data))
+func prescan(data io.ReadSeeker, lim Limits) error {
+	s := packfile.NewScanner(data)
 	_, count, err := s.Header()
 	if err != nil {
 		return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile: %v", err)
@@ -138,6 +160,7 @@ type overlay struct {
 	lim    Limits
 	bytes  int64
 	ascent map[plumbing.Hash]ascentInfo
+	spool  *spool // large blobs (see spoolThreshold)
 }
 
 func (o *overlay) NewEncodedObject() plumbing.EncodedObject { return &plumbing.MemoryObject{} }
@@ -153,6 +176,26 @@ func (o *overlay) SetEncodedObject(obj plumbing.EncodedObject) (plumbing.Hash, e
 	o.bytes += obj.Size()
 	if o.bytes > o.lim.MaxUploadBytes {
 		return h, lockstep.Errorf(lockstep.ETOOLARGE, "pack inflates to more than %d bytes", o.lim.MaxUploadBytes)
+	}
+	if obj.Type() == plumbing.BlobObject && obj.Size() > spoolThreshold {
+		// Keep large blobs out of memory: the parser's copy is dropped.
+		if o.spool == nil {
+			sp, err := newSpool(filepath.Join(o.n.dir, "objects", "pack"))
+			if err != nil {
+				return h, err
+			}
+			o.spool = sp
+		}
+		r, err := obj.Reader()
+		if err != nil {
+			return h, err
+		}
+		sb, err := o.spool.add(r, obj.Size())
+		r.Close()
+		if err != nil {
+			return h, err
+		}
+		obj = sb
 	}
 	o.objs[h] = obj
 	o.order = append(o.order, obj)
@@ -225,6 +268,9 @@ func (n *Network) validateObjects(ov *overlay) error {
 			}
 			for _, e := range t.Entries {
 				if e.Mode == filemode.Submodule {
+					if _, err := checkSpecialEntry(e.Name, e.Name, "submodule"); err != nil {
+						return invalidObject(h, "%s", lockstep.ErrorMessage(err))
+					}
 					continue
 				}
 				want := plumbing.BlobObject
@@ -239,10 +285,19 @@ func (n *Network) validateObjects(ov *overlay) error {
 				if got != want {
 					return invalidObject(h, "entry %q (mode %s) names a %s", e.Name, e.Mode, got)
 				}
-				if e.Mode == filemode.Symlink {
-					if err := checkSymlinkName(e.Name); err != nil {
-						return invalidObject(h, "%s", lockstep.ErrorMessage(err))
+				if special, err := checkSpecialEntry(e.Name, e.Name, entryKind(e.Mode)); err != nil {
+					return invalidObject(h, "%s", lockstep.ErrorMessage(err))
+				} else if special != "" {
+					blob, _ := ov.EncodedObject(plumbing.BlobObject, e.Hash)
+					var data []byte
+					if blob.Size() <= maxGitmodulesBytes || special == ".gitattributes" && blob.Size() <= maxAttributesBytes {
+						data = []byte(symlinkTarget(blob))
 					}
+					if err := checkSpecialContent(special, blob.Size(), data); err != nil {
+						return invalidObject(h, "entry %q: %v", e.Name, err)
+					}
+				}
+				if e.Mode == filemode.Symlink {
 					target, _ := ov.EncodedObject(plumbing.BlobObject, e.Hash)
 					if err := checkSymlinkTarget(e.Name, symlinkTarget(target)); err != nil {
 						return invalidObject(h, "%s", lockstep.ErrorMessage(err))
@@ -251,6 +306,9 @@ func (n *Network) validateObjects(ov *overlay) error {
 			}
 			trees[h] = t
 		case plumbing.CommitObject:
+			if err := checkCommitObject(rawObject(obj)); err != nil {
+				return invalidObject(h, "bad commit: %v", err)
+			}
 			c := &object.Commit{}
 			if err := c.Decode(obj); err != nil {
 				return invalidObject(h, "corrupt commit: %v", err)
@@ -265,6 +323,9 @@ func (n *Network) validateObjects(ov *overlay) error {
 				}
 			}
 		case plumbing.TagObject:
+			if err := checkTagObject(rawObject(obj)); err != nil {
+				return invalidObject(h, "bad tag: %v", err)
+			}
 			t := &object.Tag{}
 			if err := t.Decode(obj); err != nil {
 				return invalidObject(h, "corrupt tag: %v", err)
@@ -298,6 +359,30 @@ func (n *Network) validateObjects(ov *overlay) error {
 	return nil
 }
 
+// entryKind names what a tree entry mode is, for checkSpecialEntry.
+func entryKind(m filemode.FileMode) string {
+	switch m {
+	case filemode.Dir:
+		return "directory"
+	case filemode.Symlink:
+		return "symlink"
+	case filemode.Submodule:
+		return "submodule"
+	}
+	return "file"
+}
+
+// rawObject returns the content of an in-memory object.
+func rawObject(o plumbing.EncodedObject) []byte {
+	r, err := o.Reader()
+	if err != nil {
+		return nil
+	}
+	defer r.Close()
+	b, _ := io.ReadAll(r)
+	return b
+}
+
 // decodeCanonicalTree decodes a tree and checks that it is exactly what
 // git writes: known modes, valid unique names, sorted.
 func decodeCanonicalTree(obj plumbing.EncodedObject) (*object.Tree, error) {
@@ -316,6 +401,9 @@ func decodeCanonicalTree(obj plumbing.EncodedObject) (*object.Tree, error) {
 		}
 		if err := validateComponent(e.Name); err != nil {
 			return nil, invalidObject(h, "entry %q: %s", e.Name, err.Message)
+		}
+		if e.Hash.IsZero() {
+			return nil, invalidObject(h, "entry %q points to the null object id", e.Name)
 		}
 		if names[e.Name] {
 			return nil, invalidObject(h, "duplicate entry %q", e.Name)

@@ -72,9 +72,10 @@ func (n *Network) WriteObjects(objs []plumbing.EncodedObject) (WriteStats, error
 
 // packEntry is one compressed pack entry.
 type packEntry struct {
-	hash plumbing.Hash
-	data []byte // header + zlib stream
-	err  error
+	hash  plumbing.Hash
+	data  []byte       // header + zlib stream
+	spool *spooledBlob // or: the entry is ready-made in a spool file
+	err   error
 }
 
 // writePack writes objs as one pack and index and opens the result.
@@ -111,6 +112,18 @@ func (n *Network) writePack(objs []plumbing.EncodedObject) (WriteStats, *pack, e
 	iw.OnHeader(uint32(len(entries)))
 	off := int64(len(hdr))
 	for _, e := range entries {
+		if e.spool != nil {
+			r, err := e.spool.entry()
+			if err != nil {
+				return WriteStats{}, nil, err
+			}
+			iw.Add(e.hash, uint64(off), e.spool.crc)
+			if _, err := io.Copy(bw, r); err != nil {
+				return WriteStats{}, nil, err
+			}
+			off += e.spool.n
+			continue
+		}
 		iw.Add(e.hash, uint64(off), crc32.ChecksumIEEE(e.data))
 		if _, err := bw.Write(e.data); err != nil {
 			return WriteStats{}, nil, err
@@ -199,6 +212,9 @@ func compressAll(objs []plumbing.EncodedObject, entries []packEntry) {
 }
 
 func compressEntry(o plumbing.EncodedObject, zw *zlib.Writer, buf *bytes.Buffer) packEntry {
+	if sb, ok := o.(*spooledBlob); ok {
+		return packEntry{hash: sb.hash, spool: sb} // compressed already
+	}
 	e := packEntry{hash: o.Hash()}
 	buf.Reset()
 	// Entry header: type and size, little-endian base-128.

@@ -39,10 +39,10 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	api.GET("/repos/:repo/workspaces", s.handleWorkspaces())
 	api.GET("/repos/:repo/attempts", s.handleAttempts())
 	api.GET("/repos/:repo/refs", s.handleRefs())
-	api.PUT("/repos/:repo/worktree", s.handleWorktree())
-	api.POST("/repos/:repo/edits", s.handleEdits())
+	api.PUT("/repos/:repo/worktree", s.uploadSlot, s.handleWorktree())
+	api.POST("/repos/:repo/edits", s.uploadSlot, s.handleEdits())
 	api.POST("/repos/:repo/objects/missing", s.handleObjectsMissing())
-	api.POST("/repos/:repo/objects", s.handleObjectsUpload())
+	api.POST("/repos/:repo/objects", s.uploadSlot, s.handleObjectsUpload())
 	api.POST("/repos/:repo/rollback", s.handleRollback())
 	api.GET("/repos/:repo/commits", s.handleLog())
 	api.GET("/repos/:repo/commits/:rev", s.handleCommit())
@@ -73,7 +73,7 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	git := e.Group("/git", s.authenticate)
 	git.GET("/:repo/info/refs", s.handleGitInfoRefs())
 	git.POST("/:repo/git-upload-pack", s.handleGitUploadPack())
-	git.POST("/:repo/git-receive-pack", s.handleGitReceivePack())
+	git.POST("/:repo/git-receive-pack", s.uploadSlot, s.handleGitReceivePack())
 
 	s.registerUI(e) // the reviewers' UI under /ui/ (ui.go)
 }

@@ -46,6 +46,10 @@ type Config struct {
 	BodyMinRate int64
 	// Idempotency configures Idempotency-Key handling (idempotency.go).
 	Idempotency IdempotencyConfig
+	// MaxConcurrentUploads bounds the uploads (tar worktrees, object
+	// packs, git pushes) served at once; more answer 503 unavailable
+	// with Retry-After (default DefaultMaxConcurrentUploads).
+	MaxConcurrentUploads int
 }
 
 // Server holds the services the handlers call.
@@ -69,6 +73,7 @@ type Server struct {
 
 	tracer     trace.Tracer
 	uiNotFound gin.HandlerFunc // the UI's HTML 404 for unknown /ui/ paths
+	uploads    chan struct{}   // one token per upload in progress (uploadSlot)
 }
 
 // Handler builds the gin engine with every route.
@@ -80,6 +85,10 @@ func (s *Server) Handler() http.Handler {
 	if s.Config.MaxJSONBytes <= 0 {
 		s.Config.MaxJSONBytes = 1 << 20
 	}
+	if s.Config.MaxConcurrentUploads <= 0 {
+		s.Config.MaxConcurrentUploads = DefaultMaxConcurrentUploads
+	}
+	s.uploads = make(chan struct{}, s.Config.MaxConcurrentUploads)
 	if s.Logger == nil {
 		s.Logger = slog.Default()
 	}

@@ -45,6 +45,7 @@ type serveConfig struct {
 	MaxFiles          int
 	MaxJSONBytes      int64
 	MaxEditBytes      int64
+	MaxUploads        int
 	Fsync             bool
 	LogLevel          string
 	ShutdownTimeout   time.Duration
@@ -182,6 +183,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.i64(&c.MaxUploadBytes, "max-upload-bytes", "LOCKSTEP_MAX_UPLOAD_BYTES", 512<<20, "largest worktree or pack upload (body and decompressed)")
 	f.i64(&c.MaxFileBytes, "max-file-bytes", "LOCKSTEP_MAX_FILE_BYTES", 100<<20, "largest single file in an upload")
 	f.int(&c.MaxFiles, "max-files", "LOCKSTEP_MAX_FILES", 100_000, "most entries in one upload")
+	f.int(&c.MaxUploads, "max-concurrent-uploads", "LOCKSTEP_MAX_CONCURRENT_UPLOADS", web.DefaultMaxConcurrentUploads, "uploads (tar, object packs, git pushes) served at once; more answer 503 with Retry-After")
 	f.i64(&c.MaxJSONBytes, "max-json-bytes", "LOCKSTEP_MAX_JSON_BYTES", 1<<20, "largest JSON request body")
 	f.i64(&c.MaxEditBytes, "max-edit-bytes", "LOCKSTEP_MAX_EDIT_BYTES", 32<<20, "largest file-edit batch (POST /edits; JSON with file contents)")
 	f.bool(&c.Fsync, "fsync", "LOCKSTEP_FSYNC", true, "fsync objects before a ref moves (the ref mirror is rebuilt from the store at start-up)")
@@ -418,7 +420,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	cps := checkpoints.New(db, a.repos, dbs, logger, metrics, nil)
 	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) { cps.AfterPromote(ctx, base.Name) }
 	srv := &web.Server{
-		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate,
+		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate, MaxConcurrentUploads: c.MaxUploads,
 			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
 		Store: db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos, Gate: g, Checkpoints: cps,
 		AfterFork:    func(ctx context.Context, f *forks.ForkResult) { cps.AfterFork(ctx, f.ForkOf, f.Name) },

@@ -1,0 +1,41 @@
+package web
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// FuzzReadCommands: the ref-update commands of a pushed request never
+// panic the parser, and whatever it accepts is three fields per command
+// with known error codes otherwise. `go test` runs the seeds.
+func FuzzReadCommands(f *testing.F) {
+	pkt := func(s string) string { return fmt.Sprintf("%04x%s", len(s)+4, s) }
+	zero := lockstep.ZeroOID
+	one := strings.Repeat("1", 40)
+	f.Add([]byte(pkt(zero+" "+one+" refs/heads/main\x00report-status atomic\n") + "0000PACK"))
+	f.Add([]byte(pkt(one+" "+zero+" refs/heads/x\n") + pkt(zero+" "+one+" refs/heads/y\n") + "0000"))
+	f.Add([]byte(pkt("shallow "+one+"\n") + "0000"))
+	f.Add([]byte("0003"))
+	f.Add([]byte("zzzz"))
+	f.Add([]byte("0000"))
+	f.Add([]byte("ffff" + strings.Repeat("a", 100)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cmds, _, err := readCommands(bufio.NewReader(bytes.NewReader(data)))
+		if err != nil {
+			if c := lockstep.ErrorCode(err); c != lockstep.EINVALID && c != lockstep.ETOOLARGE {
+				t.Fatalf("error code %q: %v", c, err)
+			}
+			return
+		}
+		for _, c := range cmds {
+			if c.Old == "" || c.New == "" || c.Ref == "" || strings.ContainsAny(c.Ref, " \x00") {
+				t.Fatalf("accepted malformed command %+v", c)
+			}
+		}
+	})
+}

@@ -1,0 +1,122 @@
+package web_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/sqlstore"
+	"github.com/lockstep-hq/lockstep/telemetry"
+	"github.com/lockstep-hq/lockstep/web"
+)
+
+func uploadServer(t *testing.T, maxUploads int) *fixture {
+	f, _ := uploadServerDir(t, maxUploads)
+	return f
+}
+
+// uploadServerDir also returns the data directory.
+func uploadServerDir(t *testing.T, maxUploads int) (*fixture, string) {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := sqlstore.Open(ctx, filepath.Join(dir, "m.db"), sqlstore.Options{Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	keys := auth.New(db, nil)
+	_, admin, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
+	m := telemetry.NewMetrics()
+	repos := forks.New(forks.Config{DataDir: dir}, db, nil, m, nil)
+	t.Cleanup(func() { repos.Close() })
+	s := &web.Server{Config: web.Config{MaxConcurrentUploads: maxUploads}, Store: db, Keys: keys, Metrics: m, Repos: repos,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Gate: gate.New(gate.Config{}, db, repos, nil, m, nil)}
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	return &fixture{srv: srv, admin: admin}, dir
+}
+
+func oneFileTar(t *testing.T, name, body string) []byte {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write([]byte(body))
+	tw.Close()
+	return buf.Bytes()
+}
+
+// Beyond --max-concurrent-uploads an upload is answered 503 unavailable
+// with Retry-After at once; the slot is free again when the upload ends.
+func TestConcurrentUploadsBounded(t *testing.T) {
+	f := uploadServer(t, 1)
+	if code, m, _ := f.do(t, "POST", "/api/v1/repos", f.admin, `{"name":"up"}`); code != http.StatusCreated {
+		t.Fatalf("create: %d %v", code, m)
+	}
+	// Upload 1 holds the only slot: its body arrives slowly.
+	tarBytes := oneFileTar(t, "a.txt", "hello\n")
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest("PUT", f.srv.URL+"/api/v1/repos/up/worktree?branch=main&expect_oid="+lockstep.ZeroOID, pr)
+	req.Header.Set("Authorization", "Bearer "+f.admin)
+	req.Header.Set("Content-Type", "application/x-tar")
+	first := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- 0
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	pw.Write(tarBytes[:512]) // the header: the handler is reading
+	// Wait (not a timing assertion) until the first upload holds the slot:
+	// a probe upload is then refused.
+	var hdr http.Header
+	var m map[string]any
+	busy := false
+	for i := 0; i < 500 && !busy; i++ {
+		var code int
+		code, m, hdr = f.do(t, "POST", "/api/v1/repos/up/objects", f.admin, "")
+		busy = code == http.StatusServiceUnavailable
+		if !busy {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if !busy {
+		t.Fatal("a second upload was never refused while the first held the only slot")
+	}
+	if errCode(m) != "unavailable" || hdr.Get("Retry-After") == "" || !strings.Contains(errMessage(m), "max-concurrent-uploads") {
+		t.Fatalf("refusal: %v, Retry-After %q", m, hdr.Get("Retry-After"))
+	}
+	pw.Write(tarBytes[512:])
+	pw.Close()
+	if code := <-first; code != http.StatusCreated {
+		t.Fatalf("first upload: %d", code)
+	}
+	// The slot was returned: an upload goes through (400 for an empty
+	// pack, not 503).
+	if code, m, _ := f.do(t, "POST", "/api/v1/repos/up/objects", f.admin, ""); code != http.StatusBadRequest {
+		t.Fatalf("upload after the slot was freed: %d %v", code, m)
+	}
+}
+
+func errMessage(m map[string]any) string {
+	e, _ := m["error"].(map[string]any)
+	s, _ := e["message"].(string)
+	return s
+}
