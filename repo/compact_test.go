@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -78,4 +79,30 @@ func TestCompactKeepsEveryObject(t *testing.T) {
 	git(t, n.Dir(), nil, "fsck", "--strict")
 	// Writes go on after a compaction.
 	mustPush(t, n, []tarEntry{{Name: "after.txt", Body: "x\n"}}, parent, 1700000100)
+}
+
+// TestLooseWriteSurvivesPrunedDirectory: `git prune-packed` (run by a
+// compaction) removes an empty fan-out directory at any moment; a loose
+// object written into it then must not fail with "no such file or
+// directory" (seen as a 500 on a push racing a compaction).
+func TestLooseWriteSurvivesPrunedDirectory(t *testing.T) {
+	n := MustOpen(t)
+	removed := 0
+	n.beforeLooseRename = func(dir string) {
+		if removed < 2 {
+			removed++
+			if err := os.Remove(dir); err != nil {
+				t.Errorf("remove %s: %v", dir, err)
+			}
+		}
+	}
+	o := &plumbing.MemoryObject{}
+	o.SetType(plumbing.BlobObject)
+	o.Write([]byte("written while a repack prunes\n"))
+	if _, err := n.writeLoose(o); err != nil {
+		t.Fatalf("loose write with its directory pruned twice: %v", err)
+	}
+	if removed != 2 || !n.Has(o.Hash()) {
+		t.Fatalf("removed %d times; stored %v", removed, n.Has(o.Hash()))
+	}
 }

@@ -56,6 +56,10 @@ type Network struct {
 
 	cache cache.Object // goroutine-safe LRU shared by all packs
 
+	// beforeLooseRename, set by tests only, runs between creating a loose
+	// object's fan-out directory and renaming the object into it.
+	beforeLooseRename func(dir string)
+
 	ascentMu    sync.Mutex
 	ascentCache map[plumbing.Hash]ascentInfo // see ascent in receive.go
 }

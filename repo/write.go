@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"crypto/sha1"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"github.com/klauspost/compress/zlib"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -278,22 +280,33 @@ func (n *Network) writeLoose(o plumbing.EncodedObject) (WriteStats, error) {
 	}
 	path := n.loosePath(h)
 	dir := filepath.Dir(path)
-	if _, err := os.Stat(dir); os.IsNotExist(err) {
-		if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
-			return WriteStats{}, diskError(err)
-		}
-		if n.opts.Fsync {
-			if err := syncDir(filepath.Dir(dir)); err != nil {
-				return WriteStats{}, err
+	for attempt := 0; ; attempt++ {
+		if _, err := os.Stat(dir); os.IsNotExist(err) {
+			if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+				return WriteStats{}, diskError(err)
+			}
+			if n.opts.Fsync {
+				if err := syncDir(filepath.Dir(dir)); err != nil {
+					return WriteStats{}, err
+				}
 			}
 		}
+		if n.beforeLooseRename != nil {
+			n.beforeLooseRename(dir)
+		}
+		// The temp file lives in objects/ (same filesystem), where Open can
+		// find and remove what a crash leaves behind.
+		err := n.writeFileAtomicMode(path, filepath.Join(n.dir, "objects"), buf.Bytes(), 0o444, n.opts.Fsync)
+		if err != nil && errors.Is(err, fs.ErrNotExist) && attempt < 8 {
+			// A compaction's `git prune-packed` removed the (empty)
+			// fan-out directory between our mkdir and the rename: again.
+			continue
+		}
+		if err != nil {
+			return WriteStats{}, diskError(fmt.Errorf("write object %s: %w", h, err))
+		}
+		return WriteStats{Objects: 1, Bytes: int64(buf.Len())}, nil
 	}
-	// The temp file lives in objects/ (same filesystem), where Open can
-	// find and remove what a crash leaves behind.
-	if err := n.writeFileAtomicMode(path, filepath.Join(n.dir, "objects"), buf.Bytes(), 0o444, n.opts.Fsync); err != nil {
-		return WriteStats{}, diskError(fmt.Errorf("write object %s: %w", h, err))
-	}
-	return WriteStats{Objects: 1, Bytes: int64(buf.Len())}, nil
 }
 
 // writeFileAtomic writes data to path via a temp file in the same
