@@ -62,7 +62,7 @@ func cmdPush(ctx context.Context, e *env, args []string) error {
 	rep, err := pushDir(ctx, c, rest[0], repoName, client.WriteOptions{Branch: branch, ExpectOID: expect, Force: force,
 		Message: message, Author: author, AllowEmpty: allowEmpty, From: from}, expectCurrent, progressTo(e, cf.json || quiet))
 	if err != nil {
-		return err
+		return pushWords(err, repoName)
 	}
 	endProgress(e, cf.json || quiet, rep.BytesSent)
 	rep.TotalMS = msSince(start)
