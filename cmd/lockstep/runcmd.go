@@ -284,8 +284,17 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// A relative command path is the caller's, as a shell would read it,
+	// not --dir's (the command runs in --dir).
+	if p := rest[0]; strings.ContainsRune(p, '/') && !filepath.IsAbs(p) {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			return err
+		}
+		rest = append([]string{a}, rest[1:]...)
+	}
 	opts := txrun.Options{Workspace: ws, Dir: abs, Args: rest, Timeout: timeout, CommitOnSuccess: commit, Driver: drv, Snap: sopts,
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Env: runEnv(ctx, e, c, cf, ws, noServer)}
 	if cf.json {
 		opts.Stdout = os.Stderr // keep stdout for the report
 	}
@@ -310,6 +319,35 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return exitError(code)
 	}
 	return nil
+}
+
+// runEnv is the command's environment: the caller's, plus
+// LOCKSTEP_WORKSPACE, LOCKSTEP_URL and, when the workspace has a database
+// branch, DATABASE_URL (its DSN). The key stays in the environment only
+// if the caller had it there.
+func runEnv(ctx context.Context, e *env, c *client.Client, cf *clientFlags, ws string, noServer bool) []string {
+	env := os.Environ()
+	if ws != "" {
+		env = append(env, "LOCKSTEP_WORKSPACE="+ws)
+	}
+	if noServer || c == nil {
+		return env
+	}
+	env = append(env, "LOCKSTEP_URL="+cf.url)
+	raw, err := c.Do(ctx, http.MethodGet, apiPath(ws, "database"), nil)
+	if err != nil {
+		if code := lockstep.ErrorCode(err); code != lockstep.EUNAVAILABLE && code != lockstep.ENOTFOUND {
+			fmt.Fprintf(e.stderr, "lockstep run: no DATABASE_URL for the command: %v\n", err)
+		}
+		return env
+	}
+	var db struct {
+		DSN string `json:"dsn"`
+	}
+	if json.Unmarshal(raw, &db) == nil && db.DSN != "" {
+		env = append(env, "DATABASE_URL="+db.DSN)
+	}
+	return env
 }
 
 func printRunReport(e *env, rep *txrun.Report) {
