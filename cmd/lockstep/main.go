@@ -187,7 +187,7 @@ var synopsis = map[string]string{
 	"log":              "REPO [--ref B] [--limit N]",
 	"fork":             "[--task T] BASE NAME",
 	"workspaces":       "[--task T] BASE",
-	"checkout":         "REPO DIR [--ref REV]",
+	"checkout":         "REPO[@REV] DIR",
 	"push":             "DIR --repo R (--expect OID | --expect-current | --force)",
 	"promote":          "WORKSPACE [--commit OID] [--mode M]",
 	"restore":          "WORKSPACE CHECKPOINT [--expect OID]",

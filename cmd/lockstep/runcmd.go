@@ -43,16 +43,22 @@ func (s *snapFlags) driverFor(dir string) (fssnap.Driver, fssnap.Options, error)
 }
 
 func cmdSnapshot(ctx context.Context, e *env, args []string) error {
-	usage := lockstep.Errorf(lockstep.EINVALID, "usage: lockstep snapshot take|restore ID|list|drop ID|prepare|unprepare DIR [--driver D]")
-	if len(args) == 0 {
-		return usage
+	const usageText = "usage: lockstep snapshot take DIR | restore DIR ID | list DIR | drop DIR ID | prune DIR [--keep N] [--keep-failed D] [--dry-run] | prepare DIR | unprepare DIR  [--driver D] [--state-root P]"
+	usage := lockstep.Errorf(lockstep.EINVALID, usageText)
+	if done, err := subcommands(e, "snapshot", usageText, args); done {
+		return err
 	}
 	sub := args[0]
 	var sf snapFlags
-	var asJSON bool
+	var asJSON, dry bool
+	var pol retention
 	f := newFlagger("snapshot "+sub, e)
 	sf.declare(f)
 	f.fs.BoolVar(&asJSON, "json", false, "print JSON")
+	if sub == "prune" {
+		pol.declare(f)
+		f.fs.BoolVar(&dry, "dry-run", false, "only say what would be dropped")
+	}
 	if err := f.parse(args[1:]); err != nil {
 		return err
 	}
@@ -135,6 +141,39 @@ func cmdSnapshot(ctx context.Context, e *env, args []string) error {
 		}
 		table(e, rows)
 		return nil
+	case "prune":
+		plan, err := prune(drv, dir, stateRootOr(e, sf.stateRoot), pol, dry, time.Now())
+		if plan == nil {
+			plan = []pruneItem{}
+		}
+		if asJSON {
+			if werr := writeJSON(e.stdout, map[string]any{"dir": dir, "dry_run": dry, "snapshots": plan}); werr != nil {
+				return werr
+			}
+			return err
+		}
+		rows := [][]string{{"ID", "CREATED", "RUN", "ACTION", "REASON"}}
+		dropped := 0
+		for _, it := range plan {
+			act := it.Action
+			if act == "drop" {
+				dropped++
+				if dry {
+					act = "would drop"
+				}
+			}
+			if it.Error != "" {
+				act += " (failed: " + it.Error + ")"
+			}
+			rows = append(rows, []string{it.ID, it.CreatedAt.Format("2006-01-02 15:04:05"), humanValue(it.Outcome), act, it.Reason})
+		}
+		table(e, rows)
+		verb := "dropped"
+		if dry {
+			verb = "would drop"
+		}
+		fmt.Fprintf(e.stdout, "%s %d of %d snapshots of %s\n", verb, dropped, len(plan), dir)
+		return err
 	case "prepare", "unprepare":
 		p, ok := drv.(fssnap.Preparer)
 		if !ok {
@@ -262,7 +301,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	var timeout time.Duration
 	var commit, noServer bool
 	var sf snapFlags
+	var pol retention
 	cf, c, rest, err := setup("run", e, args, func(f *flagger) {
+		pol.declare(f)
 		f.fs.StringVar(&ws, "workspace", "", "workspace the run belongs to (required unless --no-server)")
 		f.fs.StringVar(&dir, "dir", ".", "the agent's working directory to protect")
 		f.fs.DurationVar(&timeout, "timeout", 0, "kill the command after this long (a failure)")
@@ -304,6 +345,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	rep, err := txrun.Run(ctx, opts)
 	if rep != nil {
 		cf.out(e, rep, func() { printRunReport(e, rep) })
+		keepSnapshots(e, drv, rep, ws, stateRootOr(e, sf.stateRoot), pol)
 	}
 	if err != nil {
 		if errors.Is(err, txrun.ErrResidue) {
@@ -319,6 +361,32 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return exitError(code)
 	}
 	return nil
+}
+
+// keepSnapshots records how the run ended next to its filesystem
+// snapshot and applies the retention policy to the directory: the
+// snapshot of a run refused before it started goes at once, the newest
+// --keep stay, failed runs' stay for --keep-failed.
+func keepSnapshots(e *env, drv fssnap.Driver, rep *txrun.Report, ws, stateRoot string, pol retention) {
+	if rep.FSSnapshot == "" {
+		return
+	}
+	outcome := runSucceeded
+	switch {
+	case rep.Succeeded:
+	case rep.RolledBack:
+		outcome = runFailed
+	default:
+		outcome = runNotRun
+	}
+	if err := recordRun(stateRoot, runRecord{Snapshot: rep.FSSnapshot, Dir: rep.Dir, Workspace: ws, Outcome: outcome, At: time.Now()}); err != nil {
+		fmt.Fprintf(e.stderr, "lockstep run: could not record the run of snapshot %s: %v\n", rep.FSSnapshot, err)
+	}
+	if outcome == runNotRun || pol.Keep > 0 {
+		if _, err := prune(drv, rep.Dir, stateRoot, pol, false, time.Now()); err != nil {
+			fmt.Fprintf(e.stderr, "lockstep run: snapshot retention: %v\n", err)
+		}
+	}
 }
 
 // runEnv is the command's environment: the caller's, plus
