@@ -2,6 +2,7 @@ package e2erun
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"net/url"
 	"os"
@@ -171,5 +172,30 @@ func TestRunCommandPathAndEnv(t *testing.T) {
 	lines := strings.Split(string(b), "\n")
 	if len(lines) < 3 || lines[0] != dsn || lines[1] != "task-1" || lines[2] != s.URL {
 		t.Errorf("the command's environment: DATABASE_URL, LOCKSTEP_WORKSPACE, LOCKSTEP_URL = %q, want %q, task-1, %s", lines, dsn, s.URL)
+	}
+}
+
+// TestCheckoutProgress: checkout of a large tree shows progress on
+// stderr, as push does; --quiet and --json keep it silent.
+func TestCheckoutProgress(t *testing.T) {
+	s := startServer(t)
+	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "big"}, 201)
+	dir := t.TempDir()
+	blob := make([]byte, 3<<20)
+	rand.Read(blob)
+	os.WriteFile(filepath.Join(dir, "big.bin"), blob, 0o644)
+	if out, err := s.cli(t, s.AdminKey, "push", dir, "--repo", "big"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	co := func(args ...string) e2ekit.CLIResult {
+		return s.CLIEnv(t, s.AdminKey, "", []string{"XDG_CACHE_HOME=" + t.TempDir()}, append([]string{"checkout", "big", filepath.Join(t.TempDir(), "w")}, args...)...)
+	}
+	if r := co(); r.Code != 0 || !strings.Contains(r.Stderr, "downloading: 3.0 MiB, done") {
+		t.Errorf("checkout of 3 MiB shows no progress:\n%s", r)
+	}
+	for _, flag := range []string{"--quiet", "--json"} {
+		if r := co(flag); r.Code != 0 || strings.Contains(r.Stderr, "downloading") {
+			t.Errorf("checkout %s printed progress:\n%s", flag, r)
+		}
 	}
 }

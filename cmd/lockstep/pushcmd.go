@@ -243,7 +243,10 @@ func cmdRollback(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdCheckout(ctx context.Context, e *env, args []string) error {
-	cf, c, rest, err := setup("checkout", e, args, nil)
+	var quiet bool
+	cf, c, rest, err := setup("checkout", e, args, func(f *flagger) {
+		f.fs.BoolVar(&quiet, "quiet", false, "no progress output")
+	})
 	if err != nil {
 		return err
 	}
@@ -276,9 +279,11 @@ func cmdCheckout(ctx context.Context, e *env, args []string) error {
 		pr.CloseWithError(err)
 		done <- err
 	}()
-	commit, err := c.Archive(ctx, repoName, rev, pw)
+	prog := &progressWriter{w: pw, e: e, quiet: cf.json || quiet, verb: "downloading"}
+	commit, err := c.Archive(ctx, repoName, rev, prog)
 	pw.CloseWithError(err)
 	xerr := <-done
+	prog.end()
 	if err == nil {
 		err = xerr
 	}
