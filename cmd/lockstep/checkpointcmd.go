@@ -16,7 +16,9 @@ import (
 
 func cmdCheckpoint(ctx context.Context, e *env, args []string) error {
 	var branch, fsID, label, stateRoot string
+	var quiet bool
 	cf, c, rest, err := setup("checkpoint", e, args, func(f *flagger) {
+		f.fs.BoolVar(&quiet, "quiet", false, "print only the checkpoint id")
 		f.str(&stateRoot, "state-root", "LOCKSTEP_SNAPSHOT_STATE", "", "where snapshot records live (as for `lockstep snapshot`)")
 		f.fs.StringVar(&branch, "branch", "", "branch (default: the default branch)")
 		f.fs.StringVar(&fsID, "fs-snapshot", "", "id of a filesystem snapshot taken with `lockstep snapshot take`")
@@ -40,6 +42,10 @@ func cmdCheckpoint(ctx context.Context, e *env, args []string) error {
 	var cp lockstep.Checkpoint
 	json.Unmarshal(raw, &cp)
 	return cf.out(e, cp, func() {
+		if quiet {
+			fmt.Fprintln(e.stdout, cp.ID)
+			return
+		}
 		fmt.Fprintf(e.stdout, "checkpoint %s of %s@%s: commit %s, database snapshot %q, filesystem snapshot %q (%.1f ms)\n",
 			cp.ID, rest[0], cp.Branch, short(cp.Commit), cp.DBSnapshot, cp.FSSnapshot, cp.DurationMS)
 	})

@@ -96,7 +96,9 @@ func cmdKeys(ctx context.Context, e *env, args []string) error {
 	switch args[0] {
 	case "create":
 		var name, role string
+		var quiet bool
 		cf, c, _, err := setup("keys create", e, args[1:], func(f *flagger) {
+			f.fs.BoolVar(&quiet, "quiet", false, "print only the secret (for KEY=$(lockstep keys create ... --quiet))")
 			f.fs.StringVar(&name, "name", "", "key name (shown as the author of its operations)")
 			f.fs.StringVar(&role, "role", "agent", "admin, agent, reviewer or ci")
 		})
@@ -108,6 +110,10 @@ func cmdKeys(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		return cf.out(e, k, func() {
+			if quiet {
+				fmt.Fprintln(e.stdout, k.Secret)
+				return
+			}
 			fmt.Fprintf(e.stdout, "created key %s (%s, role %s)\nsecret (shown once): %s\n", k.ID, k.Name, k.Role, k.Secret)
 		})
 	case "list":

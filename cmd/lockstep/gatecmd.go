@@ -167,8 +167,11 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func cmdChecks(ctx context.Context, e *env, args []string) error {
-	var name, status, summary, detailsURL string
+	var name, status, summary, detailsURL, wait string
+	var waitFor time.Duration
 	cf, c, rest, err := setup("checks", e, args, func(f *flagger) {
+		f.fs.StringVar(&wait, "wait", "", "wait until this check has a final result (success, failure or error)")
+		f.fs.DurationVar(&waitFor, "timeout", 10*time.Minute, "with --wait: give up after this long")
 		f.fs.StringVar(&name, "post", "", "post a result with this check name (role ci or admin)")
 		f.fs.StringVar(&status, "status", "", "pending, success, failure or error (with --post)")
 		f.fs.StringVar(&summary, "summary", "", "summary (with --post)")
@@ -182,9 +185,12 @@ func cmdChecks(ctx context.Context, e *env, args []string) error {
 	}
 	p := apiPath(rest[0], "commits", rest[1], "checks")
 	var raw json.RawMessage
-	if name != "" {
+	switch {
+	case name != "":
 		raw, err = c.Do(ctx, http.MethodPost, p, map[string]string{"name": name, "status": status, "summary": summary, "details_url": detailsURL})
-	} else {
+	case wait != "":
+		raw, err = waitCheck(ctx, c, p, wait, waitFor)
+	default:
 		raw, err = c.Do(ctx, http.MethodGet, p, nil)
 	}
 	if err != nil {
@@ -204,6 +210,35 @@ func cmdChecks(ctx context.Context, e *env, args []string) error {
 	}
 	table(e, rows)
 	return nil
+}
+
+// waitCheck polls a commit's checks until the named one has a final
+// result, or the timeout passes (a precondition error).
+func waitCheck(ctx context.Context, c *client.Client, path, name string, timeout time.Duration) (json.RawMessage, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		raw, err := c.Do(ctx, http.MethodGet, path, nil)
+		if err != nil {
+			return nil, err
+		}
+		var set struct {
+			Checks []lockstep.Check `json:"checks"`
+		}
+		json.Unmarshal(raw, &set)
+		for _, ch := range set.Checks {
+			if ch.Name == name && ch.Status != lockstep.CheckPending {
+				return raw, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, lockstep.Errorf(lockstep.EPRECONDITION, "check %q has no result after %s: is a runner watching this repository?", name, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func cmdPromote(ctx context.Context, e *env, args []string) error {

@@ -50,11 +50,14 @@ func cmdSnapshot(ctx context.Context, e *env, args []string) error {
 	}
 	sub := args[0]
 	var sf snapFlags
-	var asJSON, dry bool
+	var asJSON, dry, quiet bool
 	var pol retention
 	f := newFlagger("snapshot "+sub, e)
 	sf.declare(f)
 	f.fs.BoolVar(&asJSON, "json", false, "print JSON")
+	if sub == "take" {
+		f.fs.BoolVar(&quiet, "quiet", false, "print only the snapshot id")
+	}
 	if sub == "prune" {
 		pol.declare(f)
 		f.fs.BoolVar(&dry, "dry-run", false, "only say what would be dropped")
@@ -98,6 +101,10 @@ func cmdSnapshot(ctx context.Context, e *env, args []string) error {
 		}
 		if err := fssnap.SaveManifest(fssnap.Options{StateRoot: sf.stateRoot, DataRoot: sf.dataRoot}, dir, s.ID, m); err != nil {
 			return err
+		}
+		if quiet && !asJSON {
+			fmt.Fprintln(e.stdout, s.ID)
+			return nil
 		}
 		return out(map[string]any{"snapshot": s, "duration_ms": msSince(start)}, fmt.Sprintf("%s snapshot %s of %s (%.1f ms)", s.Driver, s.ID, dir, msSince(start)))
 	case "restore", "drop":
