@@ -33,7 +33,7 @@ func TestHelpEverywhere(t *testing.T) {
 			t.Errorf("lockstep %s (no subcommand): want usage and status 2, got %v %q", cmd, err, errb)
 		}
 	}
-	for cmd, pos := range map[string]string{"fork": "BASE NAME", "checkout": "REPO DIR", "promote": "WORKSPACE", "restore": "WORKSPACE CHECKPOINT",
+	for cmd, pos := range map[string]string{"fork": "BASE NAME", "checkout": "REPO[@REV] DIR", "promote": "WORKSPACE", "restore": "WORKSPACE CHECKPOINT",
 		"checkpoint": "WORKSPACE", "refs": "REPO", "workspaces": "BASE"} {
 		out, errb, err := runCLI(t, nil, cmd, "-h")
 		if err != exitError(0) || !strings.Contains(out+errb, "usage: lockstep "+cmd+" ") || !strings.Contains(out+errb, pos) {
