@@ -140,7 +140,10 @@ func cmdSnapshot(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		if asJSON {
-			return out(snaps, "")
+			if snaps == nil {
+				snaps = []fssnap.Snapshot{}
+			}
+			return out(map[string]any{"dir": dir, "snapshots": snaps}, "")
 		}
 		rows := [][]string{{"ID", "DRIVER", "CREATED", "FILES"}}
 		for _, s := range snaps {
