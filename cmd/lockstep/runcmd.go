@@ -361,6 +361,12 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		if errors.Is(err, txrun.ErrResidue) {
 			fmt.Fprintln(e.stderr, "lockstep run: ROLLBACK IMPURE: residue left behind (see report)")
 		}
+		if cf.json && rep != nil {
+			// The report (with the error in its steps) is the one JSON
+			// document on stdout; the error line goes to stderr.
+			fmt.Fprintln(e.stderr, "lockstep:", err)
+			return exitError(exitCode(err))
+		}
 		return err
 	}
 	if !rep.Succeeded {
