@@ -459,6 +459,9 @@ func (c *Client) Oplog(ctx context.Context, f lockstep.OpFilter) (*OplogPage, er
 	if f.Limit > 0 {
 		q.Set("limit", fmt.Sprint(f.Limit))
 	}
+	if f.Newest {
+		q.Set("order", "desc")
+	}
 	var out OplogPage
 	return &out, c.get(ctx, "/api/v1/oplog", q, &out)
 }

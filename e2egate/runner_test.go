@@ -149,3 +149,32 @@ func TestRunnerRefusesReplayAndStale(t *testing.T) {
 		t.Errorf("check history: %+v, want pending then success only", h)
 	}
 }
+
+// TestRunnerTestsTipsPushedBeforeItStarted: in the README's order the
+// agent pushes first and CI starts its runner second; no hook fires for
+// the earlier push, so the runner must test the current tips on start or
+// the promote is refused for a check that never comes. A failing check's
+// summary quotes the failing test, not only the output's last lines.
+func TestRunnerTestsTipsPushedBeforeItStarted(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOpts{})
+	s.CreateRepo(t, "base")
+	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
+	ci := s.CreateKey(t, "ci", "ci")
+	agent := s.CreateKey(t, "agent", "agent")
+	s.fork(t, agent.Secret, "base", "ws")
+	tip := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"}).Commit
+	// A failing test buried under 12 KB of later output.
+	script := `echo "=== RUN   TestSum"; echo "--- FAIL: TestSum (0.00s)"; echo "    sum_test.go:9: got 3, want 4"; ` +
+		`i=0; while [ $i -lt 1000 ]; do echo "later noise line $i"; i=$((i+1)); done; exit 1`
+	s.startRunner(t, ci.Secret, "base", "tests", "sh", "-c", script)
+	c := s.waitCheck(t, "ws", tip, "tests", 90*time.Second)
+	if c.Status != "failure" {
+		t.Fatalf("check of the tip pushed before the runner started: %+v", c)
+	}
+	for _, want := range []string{"--- FAIL: TestSum", "sum_test.go:9: got 3, want 4"} {
+		if !strings.Contains(c.Summary, want) {
+			t.Errorf("the failure summary does not quote %q:\n%.600s", want, c.Summary)
+		}
+	}
+}

@@ -28,6 +28,16 @@ func (s *Server) handleOplogList() gin.HandlerFunc {
 			return
 		}
 		f.After, f.Limit = int64(after), limit
+		// order=desc lists newest first; after is then the cursor going
+		// back (entries before it).
+		switch c.Query("order") {
+		case "", "asc":
+		case "desc":
+			f.Newest = true
+		default:
+			writeError(c, lockstep.Errorf(lockstep.EINVALID, "order must be asc or desc"))
+			return
+		}
 		// An agent sees its own operations only; other roles see all.
 		if k.Role == lockstep.RoleAgent {
 			if f.KeyID != "" && f.KeyID != k.ID {

@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -112,6 +113,7 @@ func TestErrorEnvelope(t *testing.T) {
 		{"wrong method", "PATCH", "/api/v1/repos", f.admin, "", 405, lockstep.EINVALID},
 		{"agent creating a base repo", "POST", "/api/v1/repos", f.agent, `{"name":"mine"}`, 403, lockstep.EFORBIDDEN},
 		{"bad oplog limit", "GET", "/api/v1/oplog?limit=-1", f.admin, "", 400, lockstep.EINVALID},
+		{"bad oplog order", "GET", "/api/v1/oplog?order=newest", f.admin, "", 400, lockstep.EINVALID},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -162,5 +164,37 @@ func TestUnknownUIPathIsAnHTMLPage(t *testing.T) {
 	status, m, _ := f.do(t, "GET", "/api/v1/no/such", f.admin, "")
 	if status != 404 || errCode(m) != lockstep.ENOTFOUND {
 		t.Fatalf("API 404: %d %v", status, m)
+	}
+}
+
+// TestOplogOrderDesc: ?order=desc lists newest first and pages back with
+// after; the default stays oldest first (API users keep their order).
+func TestOplogOrderDesc(t *testing.T) {
+	f := mustServer(t)
+	for _, n := range []string{"a1", "a2", "a3"} {
+		if st, m, _ := f.do(t, "POST", "/api/v1/repos", f.admin, `{"name":"`+n+`"}`); st != 201 {
+			t.Fatalf("create %s: %d %v", n, st, m)
+		}
+	}
+	seqs := func(path string) []float64 {
+		st, m, _ := f.do(t, "GET", path, f.admin, "")
+		if st != 200 {
+			t.Fatalf("%s: %d %v", path, st, m)
+		}
+		var out []float64
+		for _, e := range m["entries"].([]any) {
+			out = append(out, e.(map[string]any)["seq"].(float64))
+		}
+		return out
+	}
+	asc, desc := seqs("/api/v1/oplog"), seqs("/api/v1/oplog?order=desc&limit=2")
+	if len(asc) < 3 || asc[0] > asc[1] {
+		t.Fatalf("default order: %v", asc)
+	}
+	if len(desc) != 2 || desc[0] != asc[len(asc)-1] || desc[1] != asc[len(asc)-2] {
+		t.Fatalf("order=desc: %v, all ascending %v", desc, asc)
+	}
+	if next := seqs("/api/v1/oplog?order=desc&limit=2&after=" + fmt.Sprint(int(desc[1]))); len(next) == 0 || next[0] != asc[len(asc)-3] {
+		t.Fatalf("order=desc page 2: %v", next)
 	}
 }

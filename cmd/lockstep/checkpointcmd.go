@@ -3,15 +3,23 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/fssnap"
 )
 
 func cmdCheckpoint(ctx context.Context, e *env, args []string) error {
-	var branch, fsID, label string
+	var branch, fsID, label, stateRoot string
+	var quiet bool
 	cf, c, rest, err := setup("checkpoint", e, args, func(f *flagger) {
+		f.fs.BoolVar(&quiet, "quiet", false, "print only the checkpoint id")
+		f.str(&stateRoot, "state-root", "LOCKSTEP_SNAPSHOT_STATE", "", "where snapshot records live (as for `lockstep snapshot`)")
 		f.fs.StringVar(&branch, "branch", "", "branch (default: the default branch)")
 		f.fs.StringVar(&fsID, "fs-snapshot", "", "id of a filesystem snapshot taken with `lockstep snapshot take`")
 		f.fs.StringVar(&label, "label", "", "a note for reviewers")
@@ -22,6 +30,11 @@ func cmdCheckpoint(ctx context.Context, e *env, args []string) error {
 	if len(rest) != 1 {
 		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep checkpoint WORKSPACE [--fs-snapshot ID] [--label L]")
 	}
+	if fsID != "" {
+		if err := checkFSSnapshot(e, stateRoot, fsID); err != nil {
+			return err
+		}
+	}
 	raw, err := c.Do(ctx, http.MethodPost, apiPath(rest[0], "checkpoints"), map[string]string{"branch": branch, "fs_snapshot": fsID, "label": label})
 	if err != nil {
 		return err
@@ -29,6 +42,10 @@ func cmdCheckpoint(ctx context.Context, e *env, args []string) error {
 	var cp lockstep.Checkpoint
 	json.Unmarshal(raw, &cp)
 	return cf.out(e, cp, func() {
+		if quiet {
+			fmt.Fprintln(e.stdout, cp.ID)
+			return
+		}
 		fmt.Fprintf(e.stdout, "checkpoint %s of %s@%s: commit %s, database snapshot %q, filesystem snapshot %q (%.1f ms)\n",
 			cp.ID, rest[0], cp.Branch, short(cp.Commit), cp.DBSnapshot, cp.FSSnapshot, cp.DurationMS)
 	})
@@ -50,7 +67,10 @@ func cmdCheckpoints(ctx context.Context, e *env, args []string) error {
 		Checkpoints []lockstep.Checkpoint `json:"checkpoints"`
 	}
 	json.Unmarshal(raw, &out)
-	return cf.out(e, out.Checkpoints, func() {
+	if out.Checkpoints == nil {
+		out.Checkpoints = []lockstep.Checkpoint{}
+	}
+	return cf.out(e, out, func() {
 		rows := [][]string{{"ID", "BRANCH", "COMMIT", "DB SNAPSHOT", "FS SNAPSHOT", "CREATED", "LABEL"}}
 		for _, cp := range out.Checkpoints {
 			rows = append(rows, []string{cp.ID, cp.Branch, short(cp.Commit), cp.DBSnapshot, cp.FSSnapshot, cp.CreatedAt.Format("2006-01-02 15:04:05"), cp.Label})
@@ -112,12 +132,12 @@ func paren(s string) string {
 }
 
 func cmdDatabase(ctx context.Context, e *env, args []string) error {
-	if len(args) == 0 {
-		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep database bind REPO --template DB | show REPO | refresh REPO")
+	if done, err := subcommands(e, "database", "usage: lockstep database bind REPO --template DB | show REPO | refresh REPO", args); done {
+		return err
 	}
 	sub := args[0]
 	var template string
-	_, c, rest, err := setup("database "+sub, e, args[1:], func(f *flagger) {
+	cf, c, rest, err := setup("database "+sub, e, args[1:], func(f *flagger) {
 		if sub == "bind" {
 			f.fs.StringVar(&template, "template", "", "the template database on the branch server")
 		}
@@ -140,7 +160,47 @@ func cmdDatabase(ctx context.Context, e *env, args []string) error {
 		return lockstep.Errorf(lockstep.EINVALID, "unknown database subcommand %q: want bind, show or refresh", sub)
 	}
 	if err != nil {
+		return branchingOffHint(err, sub, rest[0], template)
+	}
+	return printAnswer(e, cf, raw)
+}
+
+// branchingOffHint turns the server's "database branching is off" into
+// the steps to take: the setting is read at start, so the server must be
+// restarted with it.
+func branchingOffHint(err error, sub, repo, template string) error {
+	if lockstep.ErrorCode(err) != lockstep.EUNAVAILABLE || !strings.Contains(err.Error(), "LOCKSTEP_BRANCH_DATABASE_URL") {
 		return err
 	}
-	return printRaw(e, raw)
+	var le *lockstep.Error
+	if !errors.As(err, &le) {
+		return err
+	}
+	again := "lockstep database " + sub + " " + repo
+	if template != "" {
+		again += " --template " + template
+	}
+	out := *le
+	out.Message = le.Message + ". The server reads this setting only when it starts: stop `lockstep serve`, start it again with " +
+		"LOCKSTEP_BRANCH_DATABASE_URL=postgres://USER@HOST:5432/postgres (a role allowed to CREATE DATABASE and CREATE ROLE), then run `" + again + "` again"
+	return &out
 }
+
+// checkFSSnapshot refuses a filesystem snapshot id that `lockstep
+// snapshot take` did not record on this machine: a checkpoint naming a
+// snapshot nobody can restore is a trap found only on the bad day.
+func checkFSSnapshot(e *env, stateRoot, id string) error {
+	if !snapIDPattern.MatchString(id) {
+		return lockstep.Errorf(lockstep.EINVALID, "--fs-snapshot %q is not a snapshot id (lowercase letters, digits and '-', as printed by `lockstep snapshot take DIR`)", id)
+	}
+	if stateRoot == "" {
+		stateRoot = fssnap.DefaultStateRoot(e.getenv)
+	}
+	hits, _ := filepath.Glob(filepath.Join(stateRoot, "*", "snapshots", id+".json"))
+	if len(hits) == 0 {
+		return lockstep.Errorf(lockstep.ENOTFOUND, "no filesystem snapshot %s on this machine (looked in %s): take one with `lockstep snapshot take DIR` and pass the id it prints", id, stateRoot)
+	}
+	return nil
+}
+
+var snapIDPattern = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -58,12 +60,18 @@ func (c *clientFlags) client() (*client.Client, error) {
 // out prints v as JSON with --json, else calls human.
 func (c *clientFlags) out(e *env, v any, human func()) error {
 	if c.json {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		return writeJSON(e.stdout, v)
 	}
 	human()
 	return nil
+}
+
+// writeJSON prints v indented by two spaces: every --json answer looks
+// the same.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func table(e *env, rows [][]string) {
@@ -98,13 +106,15 @@ func setup(name string, e *env, args []string, declare func(f *flagger)) (*clien
 }
 
 func cmdKeys(ctx context.Context, e *env, args []string) error {
-	if len(args) == 0 {
-		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep keys create --name N --role R | list | revoke ID")
+	if done, err := subcommands(e, "keys", "usage: lockstep keys create --name N --role R | list | revoke KEY_ID", args); done {
+		return err
 	}
 	switch args[0] {
 	case "create":
 		var name, role string
+		var quiet bool
 		cf, c, _, err := setup("keys create", e, args[1:], func(f *flagger) {
+			f.fs.BoolVar(&quiet, "quiet", false, "print only the secret (for KEY=$(lockstep keys create ... --quiet))")
 			f.fs.StringVar(&name, "name", "", "key name (shown as the author of its operations)")
 			f.fs.StringVar(&role, "role", "agent", "admin, agent, reviewer or ci")
 		})
@@ -116,6 +126,10 @@ func cmdKeys(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		return cf.out(e, k, func() {
+			if quiet {
+				fmt.Fprintln(e.stdout, k.Secret)
+				return
+			}
 			fmt.Fprintf(e.stdout, "created key %s (%s, role %s)\nsecret (shown once): %s\n", k.ID, k.Name, k.Role, k.Secret)
 		})
 	case "list":
@@ -127,7 +141,7 @@ func cmdKeys(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		return cf.out(e, keys, func() {
+		return cf.out(e, map[string]any{"keys": keys}, func() {
 			rows := [][]string{{"ID", "NAME", "ROLE", "PREFIX", "CREATED", "LAST USED", "REVOKED"}}
 			for _, k := range keys {
 				used, revoked := "-", "-"
@@ -164,10 +178,12 @@ func cmdOplog(ctx context.Context, e *env, args []string) error {
 	}
 	var f lockstep.OpFilter
 	var after int64
+	var oldest bool
 	cf, c, _, err := setup("oplog", e, args, func(fl *flagger) {
+		fl.fs.BoolVar(&oldest, "oldest-first", false, "list oldest first (default: newest first)")
 		fl.fs.StringVar(&f.Repo, "repo", "", "only this repository")
 		fl.fs.StringVar(&f.KeyID, "key-id", "", "only this key")
-		fl.fs.Int64Var(&after, "after", 0, "entries after this sequence number")
+		fl.fs.Int64Var(&after, "after", 0, "paging: entries past this sequence number (older ones newest first, newer ones with --oldest-first)")
 		fl.fs.IntVar(&f.Limit, "limit", 100, "at most this many entries")
 	})
 	if err != nil {
@@ -190,7 +206,7 @@ func cmdOplog(ctx context.Context, e *env, args []string) error {
 		}
 		return err
 	}
-	f.After = after
+	f.After, f.Newest = after, !oldest
 	page, err := c.Oplog(ctx, f)
 	if err != nil {
 		return err
@@ -209,8 +225,8 @@ func cmdOplog(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdRepo(ctx context.Context, e *env, args []string) error {
-	if len(args) == 0 {
-		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep repo create NAME [--default-branch B] | list | show NAME")
+	if done, err := subcommands(e, "repo", "usage: lockstep repo create NAME [--default-branch B] | list | show NAME", args); done {
+		return err
 	}
 	switch args[0] {
 	case "create":
@@ -238,7 +254,7 @@ func cmdRepo(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		return cf.out(e, repos, func() {
+		return cf.out(e, map[string]any{"repos": repos}, func() {
 			rows := [][]string{{"NAME", "FORK OF", "STATUS", "OWNER", "DEFAULT"}}
 			for _, r := range repos {
 				rows = append(rows, []string{r.Name, r.ForkOf, r.Status, r.Owner, r.DefaultBranch})
@@ -276,7 +292,7 @@ func cmdRefs(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return cf.out(e, refs, func() {
+	return cf.out(e, map[string]any{"refs": refs}, func() {
 		for _, r := range refs {
 			fmt.Fprintf(e.stdout, "%s %s\n", r.OID, r.Name)
 		}
@@ -343,7 +359,7 @@ func cmdWorkspaces(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return cf.out(e, ws, func() {
+	return cf.out(e, map[string]any{"workspaces": ws}, func() {
 		rows := [][]string{{"NAME", "OWNER", "STATUS", "TASK", "TIP", "AHEAD", "BEHIND"}}
 		for _, w := range ws {
 			rows = append(rows, []string{w.Name, w.Owner, w.Status, w.Task, short(w.Tip), fmt.Sprint(w.Ahead), fmt.Sprint(w.Behind)})
@@ -357,4 +373,18 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+func cmdWhoami(ctx context.Context, e *env, args []string) error {
+	cf, c, _, err := setup("whoami", e, args, nil)
+	if err != nil {
+		return err
+	}
+	var k lockstep.Key
+	if _, err := c.Request(ctx, http.MethodGet, "/api/v1/whoami", nil, nil, "", &k); err != nil {
+		return err
+	}
+	return cf.out(e, &k, func() {
+		fmt.Fprintf(e.stdout, "key %s (%s), role %s, server %s\n", k.ID, k.Name, k.Role, cf.url)
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 	"time"
 
@@ -21,20 +22,104 @@ func apiPath(repo string, rest ...string) string {
 	return p
 }
 
-// printRaw prints a raw JSON answer (always JSON: these are structured).
+// printRaw prints a raw JSON answer, indented like every --json answer.
 func printRaw(e *env, raw json.RawMessage) error {
 	var v any
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return err
 	}
-	enc := json.NewEncoder(e.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return writeJSON(e.stdout, v)
+}
+
+// printAnswer prints a raw JSON object as JSON with --json, else as
+// "field: value" lines (lists of objects as tables) for people.
+func printAnswer(e *env, cf *clientFlags, raw json.RawMessage) error {
+	if cf.json {
+		return printRaw(e, raw)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return printRaw(e, raw)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if list, ok := m[k].([]any); ok && len(list) > 0 {
+			if _, isObj := list[0].(map[string]any); isObj {
+				fmt.Fprintf(e.stdout, "%s:\n", k)
+				objTable(e, list)
+				continue
+			}
+		}
+		fmt.Fprintf(e.stdout, "%s: %s\n", strings.ReplaceAll(k, "_", " "), humanValue(m[k]))
+	}
+	return nil
+}
+
+func objTable(e *env, list []any) {
+	var cols []string
+	seen := map[string]bool{}
+	for _, it := range list {
+		o, _ := it.(map[string]any)
+		for k := range o {
+			if !seen[k] {
+				seen[k] = true
+				cols = append(cols, k)
+			}
+		}
+	}
+	sort.Strings(cols)
+	head := make([]string, len(cols))
+	for i, c := range cols {
+		head[i] = strings.ToUpper(c)
+	}
+	rows := [][]string{head}
+	for _, it := range list {
+		o, _ := it.(map[string]any)
+		r := make([]string, len(cols))
+		for i, c := range cols {
+			r[i] = humanValue(o[c])
+		}
+		rows = append(rows, r)
+	}
+	table(e, rows)
+}
+
+func humanValue(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "-"
+	case string:
+		if x == "" {
+			return "-"
+		}
+		return x
+	case []any:
+		if len(x) == 0 {
+			return "-"
+		}
+		parts := make([]string, len(x))
+		for i, p := range x {
+			parts[i] = humanValue(p)
+		}
+		return strings.Join(parts, ", ")
+	case map[string]any:
+		b, _ := json.Marshal(x)
+		return string(b)
+	}
+	return fmt.Sprint(v)
 }
 
 func cmdGate(ctx context.Context, e *env, args []string) error {
-	if len(args) == 0 || (args[0] != "show" && args[0] != "set") {
-		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep gate show REPO | gate set REPO [--require-check N]... [--max-files N] [--max-lines N] [--protect GLOB]... [--allow-conflicts] [--mode M]")
+	const gateUsage = "usage: lockstep gate show REPO | gate set REPO [--require-check N]... [--max-files N] [--max-lines N] [--protect GLOB]... [--allow-conflicts] [--mode M]"
+	if done, err := subcommands(e, "gate", gateUsage, args); done {
+		return err
+	}
+	if args[0] != "show" && args[0] != "set" {
+		return lockstep.Errorf(lockstep.EINVALID, "unknown gate subcommand %q: %s", args[0], gateUsage)
 	}
 	sub := args[0]
 	var branch, mode string
@@ -73,8 +158,7 @@ func cmdGate(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	_ = cf
-	return printRaw(e, raw)
+	return printAnswer(e, cf, raw)
 }
 
 type multiFlag []string
@@ -83,8 +167,11 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func cmdChecks(ctx context.Context, e *env, args []string) error {
-	var name, status, summary, detailsURL string
+	var name, status, summary, detailsURL, wait string
+	var waitFor time.Duration
 	cf, c, rest, err := setup("checks", e, args, func(f *flagger) {
+		f.fs.StringVar(&wait, "wait", "", "wait until this check has a final result (success, failure or error)")
+		f.fs.DurationVar(&waitFor, "timeout", 10*time.Minute, "with --wait: give up after this long")
 		f.fs.StringVar(&name, "post", "", "post a result with this check name (role ci or admin)")
 		f.fs.StringVar(&status, "status", "", "pending, success, failure or error (with --post)")
 		f.fs.StringVar(&summary, "summary", "", "summary (with --post)")
@@ -98,9 +185,12 @@ func cmdChecks(ctx context.Context, e *env, args []string) error {
 	}
 	p := apiPath(rest[0], "commits", rest[1], "checks")
 	var raw json.RawMessage
-	if name != "" {
+	switch {
+	case name != "":
 		raw, err = c.Do(ctx, http.MethodPost, p, map[string]string{"name": name, "status": status, "summary": summary, "details_url": detailsURL})
-	} else {
+	case wait != "":
+		raw, err = waitCheck(ctx, c, p, wait, waitFor)
+	default:
 		raw, err = c.Do(ctx, http.MethodGet, p, nil)
 	}
 	if err != nil {
@@ -120,6 +210,35 @@ func cmdChecks(ctx context.Context, e *env, args []string) error {
 	}
 	table(e, rows)
 	return nil
+}
+
+// waitCheck polls a commit's checks until the named one has a final
+// result, or the timeout passes (a precondition error).
+func waitCheck(ctx context.Context, c *client.Client, path, name string, timeout time.Duration) (json.RawMessage, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		raw, err := c.Do(ctx, http.MethodGet, path, nil)
+		if err != nil {
+			return nil, err
+		}
+		var set struct {
+			Checks []lockstep.Check `json:"checks"`
+		}
+		json.Unmarshal(raw, &set)
+		for _, ch := range set.Checks {
+			if ch.Name == name && ch.Status != lockstep.CheckPending {
+				return raw, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, lockstep.Errorf(lockstep.EPRECONDITION, "check %q has no result after %s: is a runner watching this repository?", name, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func cmdPromote(ctx context.Context, e *env, args []string) error {
@@ -171,14 +290,14 @@ func cmdPromote(ctx context.Context, e *env, args []string) error {
 const hooksUsage = "usage: lockstep hooks list REPO | create REPO --hook-url U --secret S [--event E]... | rotate REPO HOOK_ID [--secret S] [--overlap 24h] | deliveries REPO HOOK_ID | delete REPO HOOK_ID"
 
 func cmdHooks(ctx context.Context, e *env, args []string) error {
-	if len(args) == 0 {
-		return lockstep.Errorf(lockstep.EINVALID, hooksUsage)
+	if done, err := subcommands(e, "hooks", hooksUsage, args); done {
+		return err
 	}
 	sub := args[0]
 	var hookURL, secret string
 	var events multiFlag
 	var overlap time.Duration
-	_, c, rest, err := setup("hooks "+sub, e, args[1:], func(f *flagger) {
+	cf, c, rest, err := setup("hooks "+sub, e, args[1:], func(f *flagger) {
 		if sub == "create" {
 			f.fs.StringVar(&hookURL, "hook-url", "", "receiver URL (http or https); not --url, which is the server's")
 			f.fs.StringVar(&secret, "secret", "", "HMAC-SHA256 signing secret (>= 16 characters)")
@@ -208,7 +327,7 @@ func cmdHooks(ctx context.Context, e *env, args []string) error {
 	case sub == "delete" && len(rest) == 2:
 		_, err = c.Do(ctx, http.MethodDelete, apiPath(rest[0], "hooks", rest[1]), nil)
 		if err == nil {
-			fmt.Fprintf(e.stdout, "hook %s deleted\n", rest[1])
+			return cf.out(e, map[string]any{"deleted": rest[1]}, func() { fmt.Fprintf(e.stdout, "hook %s deleted\n", rest[1]) })
 		}
 		return err
 	default:
@@ -217,7 +336,7 @@ func cmdHooks(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printRaw(e, raw)
+	return printAnswer(e, cf, raw)
 }
 
 var _ = client.New

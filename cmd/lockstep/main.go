@@ -37,8 +37,7 @@ func main() {
 		if errors.As(err, &ee) {
 			os.Exit(int(ee))
 		}
-		fmt.Fprintln(os.Stderr, "lockstep:", err)
-		os.Exit(exitCode(err))
+		os.Exit(report(os.Args[1:], err, os.Stdout, os.Stderr))
 	}
 }
 
@@ -46,6 +45,42 @@ func main() {
 type exitError int
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// report prints err and returns the process status: with --json the
+// error envelope {"error":{"code","message","details"}} goes to stdout
+// (scripts parse one stream), else a plain line to stderr.
+func report(args []string, err error, stdout, stderr io.Writer) int {
+	if wantsJSON(args) {
+		code := lockstep.ErrorCode(err)
+		msg := err.Error()
+		var le *lockstep.Error
+		if errors.As(err, &le) {
+			msg = le.Message
+		}
+		details := lockstep.ErrorDetails(err)
+		if details == nil {
+			details = map[string]any{}
+		}
+		writeJSON(stdout, map[string]any{"error": map[string]any{"code": code, "message": msg, "details": details}})
+	} else {
+		fmt.Fprintln(stderr, "lockstep:", err)
+	}
+	return exitCode(err)
+}
+
+// wantsJSON reports whether the command line asks for --json (before a
+// "--" that starts a wrapped command).
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "-json", "--json=true", "-json=true":
+			return true
+		}
+	}
+	return false
+}
 
 // exitCode maps an error code to a process status, so scripts can tell a
 // lost compare-and-swap (3) from bad input (2) or anything else (1).
@@ -106,13 +141,18 @@ func commands() map[string]command {
 		"bench":       {"measure Lockstep side by side with the git CLI", cmdBench},
 		"mcp":         {"serve the MCP tools over stdio for an agent on this machine", cmdMCP},
 		"version":     {"print the version", cmdVersion},
+		"whoami":      {"show the key the client uses (id, name, role)", cmdWhoami},
 	}
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	e := &env{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
 	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		usage(stderr, cmds)
+		return exitError(2)
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stdout, cmds)
 		return nil
 	}
@@ -135,6 +175,54 @@ func usage(w io.Writer, cmds map[string]command) {
 		fmt.Fprintf(w, "  %-11s %s\n", n, cmds[n].summary)
 	}
 	fmt.Fprintln(w, "\nclient commands read LOCKSTEP_URL (default http://127.0.0.1:7070) and LOCKSTEP_KEY;\nrun `lockstep <command> -h` for its flags.")
+}
+
+// synopsis is each command's positional arguments, shown by -h.
+var synopsis = map[string]string{
+	"keys create":      "--name N --role R",
+	"keys revoke":      "KEY_ID",
+	"repo create":      "NAME [--default-branch B]",
+	"repo show":        "NAME",
+	"refs":             "REPO",
+	"log":              "REPO [--ref B] [--limit N]",
+	"fork":             "[--task T] BASE NAME",
+	"workspaces":       "[--task T] BASE",
+	"checkout":         "REPO[@REV] DIR",
+	"push":             "DIR --repo R (--expect OID | --expect-current | --force)",
+	"promote":          "WORKSPACE [--commit OID] [--mode M]",
+	"restore":          "WORKSPACE CHECKPOINT [--expect OID]",
+	"checkpoint":       "WORKSPACE [--fs-snapshot ID] [--label L]",
+	"checkpoints":      "WORKSPACE",
+	"checks":           "REPO COMMIT [--post NAME --status S]",
+	"gate show":        "REPO [--branch B]",
+	"gate set":         "REPO [--require-check N]... [--protect GLOB]...",
+	"database bind":    "REPO --template DB",
+	"database show":    "REPO",
+	"database refresh": "REPO",
+	"hooks list":       "REPO",
+	"hooks create":     "REPO --hook-url U --secret S [--event E]...",
+	"hooks rotate":     "REPO HOOK_ID [--secret S] [--overlap D]",
+	"hooks deliveries": "REPO HOOK_ID",
+	"hooks delete":     "REPO HOOK_ID",
+	"run":              "--workspace W --dir DIR [--timeout D] -- COMMAND [ARGS...]",
+	"runner":           "--repo R --check NAME -- COMMAND [ARGS...]",
+	"snapshot prune":   "[--dir DIR] [--keep N] [--keep-failed D] [--dry-run]",
+}
+
+// subcommands answers a command that has subcommands when it got none or
+// -h: usage on stdout for -h (status 0), on stderr otherwise (status 2).
+// It returns done=false when args name a subcommand to run.
+func subcommands(e *env, name, usageText string, args []string) (bool, error) {
+	if len(args) > 0 && args[0] != "-h" && args[0] != "--help" && args[0] != "help" {
+		return false, nil
+	}
+	if len(args) == 0 {
+		fmt.Fprintln(e.stderr, usageText)
+		return true, exitError(2)
+	}
+	fmt.Fprintln(e.stdout, usageText)
+	fmt.Fprintf(e.stdout, "run `lockstep %s <subcommand> -h` for its flags.\n", name)
+	return true, exitError(0)
 }
 
 // envOr returns getenv(name) or def.

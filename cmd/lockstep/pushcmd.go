@@ -63,7 +63,7 @@ func cmdPush(ctx context.Context, e *env, args []string) error {
 	rep, err := pushDir(ctx, c, rest[0], repoName, client.WriteOptions{Branch: branch, ExpectOID: expect, Force: force,
 		Message: message, Author: author, AllowEmpty: allowEmpty, From: from}, expectCurrent, progressTo(e, cf.json || quiet))
 	if err != nil {
-		return err
+		return pushWords(err, repoName)
 	}
 	endProgress(e, cf.json || quiet, rep.BytesSent)
 	rep.TotalMS = msSince(start)
@@ -258,7 +258,10 @@ func cmdRollback(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdCheckout(ctx context.Context, e *env, args []string) error {
-	cf, c, rest, err := setup("checkout", e, args, nil)
+	var quiet bool
+	cf, c, rest, err := setup("checkout", e, args, func(f *flagger) {
+		f.fs.BoolVar(&quiet, "quiet", false, "no progress output")
+	})
 	if err != nil {
 		return err
 	}
@@ -291,9 +294,11 @@ func cmdCheckout(ctx context.Context, e *env, args []string) error {
 		pr.CloseWithError(err)
 		done <- err
 	}()
-	commit, err := c.Archive(ctx, repoName, rev, pw)
+	prog := &progressWriter{w: pw, e: e, quiet: cf.json || quiet, verb: "downloading"}
+	commit, err := c.Archive(ctx, repoName, rev, prog)
 	pw.CloseWithError(err)
 	xerr := <-done
+	prog.end()
 	if err == nil {
 		err = xerr
 	}

@@ -43,16 +43,25 @@ func (s *snapFlags) driverFor(dir string) (fssnap.Driver, fssnap.Options, error)
 }
 
 func cmdSnapshot(ctx context.Context, e *env, args []string) error {
-	usage := lockstep.Errorf(lockstep.EINVALID, "usage: lockstep snapshot take|restore ID|list|drop ID|prepare|unprepare DIR [--driver D]")
-	if len(args) == 0 {
-		return usage
+	const usageText = "usage: lockstep snapshot take DIR | restore DIR ID | list DIR | drop DIR ID | prune DIR [--keep N] [--keep-failed D] [--dry-run] | prepare DIR | unprepare DIR  [--driver D] [--state-root P]"
+	usage := lockstep.Errorf(lockstep.EINVALID, usageText)
+	if done, err := subcommands(e, "snapshot", usageText, args); done {
+		return err
 	}
 	sub := args[0]
 	var sf snapFlags
-	var asJSON bool
+	var asJSON, dry, quiet bool
+	var pol retention
 	f := newFlagger("snapshot "+sub, e)
 	sf.declare(f)
 	f.fs.BoolVar(&asJSON, "json", false, "print JSON")
+	if sub == "take" {
+		f.fs.BoolVar(&quiet, "quiet", false, "print only the snapshot id")
+	}
+	if sub == "prune" {
+		pol.declare(f)
+		f.fs.BoolVar(&dry, "dry-run", false, "only say what would be dropped")
+	}
 	if err := f.parse(args[1:]); err != nil {
 		return err
 	}
@@ -93,6 +102,10 @@ func cmdSnapshot(ctx context.Context, e *env, args []string) error {
 		if err := fssnap.SaveManifest(fssnap.Options{StateRoot: sf.stateRoot, DataRoot: sf.dataRoot}, dir, s.ID, m); err != nil {
 			return err
 		}
+		if quiet && !asJSON {
+			fmt.Fprintln(e.stdout, s.ID)
+			return nil
+		}
 		return out(map[string]any{"snapshot": s, "duration_ms": msSince(start)}, fmt.Sprintf("%s snapshot %s of %s (%.1f ms)", s.Driver, s.ID, dir, msSince(start)))
 	case "restore", "drop":
 		if len(pos) != 2 {
@@ -127,7 +140,10 @@ func cmdSnapshot(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		if asJSON {
-			return out(snaps, "")
+			if snaps == nil {
+				snaps = []fssnap.Snapshot{}
+			}
+			return out(map[string]any{"dir": dir, "snapshots": snaps}, "")
 		}
 		rows := [][]string{{"ID", "DRIVER", "CREATED", "FILES"}}
 		for _, s := range snaps {
@@ -135,6 +151,39 @@ func cmdSnapshot(ctx context.Context, e *env, args []string) error {
 		}
 		table(e, rows)
 		return nil
+	case "prune":
+		plan, err := prune(drv, dir, stateRootOr(e, sf.stateRoot), pol, dry, time.Now())
+		if plan == nil {
+			plan = []pruneItem{}
+		}
+		if asJSON {
+			if werr := writeJSON(e.stdout, map[string]any{"dir": dir, "dry_run": dry, "snapshots": plan}); werr != nil {
+				return werr
+			}
+			return err
+		}
+		rows := [][]string{{"ID", "CREATED", "RUN", "ACTION", "REASON"}}
+		dropped := 0
+		for _, it := range plan {
+			act := it.Action
+			if act == "drop" {
+				dropped++
+				if dry {
+					act = "would drop"
+				}
+			}
+			if it.Error != "" {
+				act += " (failed: " + it.Error + ")"
+			}
+			rows = append(rows, []string{it.ID, it.CreatedAt.Format("2006-01-02 15:04:05"), humanValue(it.Outcome), act, it.Reason})
+		}
+		table(e, rows)
+		verb := "dropped"
+		if dry {
+			verb = "would drop"
+		}
+		fmt.Fprintf(e.stdout, "%s %d of %d snapshots of %s\n", verb, dropped, len(plan), dir)
+		return err
 	case "prepare", "unprepare":
 		p, ok := drv.(fssnap.Preparer)
 		if !ok {
@@ -262,7 +311,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	var timeout time.Duration
 	var commit, noServer bool
 	var sf snapFlags
+	var pol retention
 	cf, c, rest, err := setup("run", e, args, func(f *flagger) {
+		pol.declare(f)
 		f.fs.StringVar(&ws, "workspace", "", "workspace the run belongs to (required unless --no-server)")
 		f.fs.StringVar(&dir, "dir", ".", "the agent's working directory to protect")
 		f.fs.DurationVar(&timeout, "timeout", 0, "kill the command after this long (a failure)")
@@ -284,8 +335,17 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// A relative command path is the caller's, as a shell would read it,
+	// not --dir's (the command runs in --dir).
+	if p := rest[0]; strings.ContainsRune(p, '/') && !filepath.IsAbs(p) {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			return err
+		}
+		rest = append([]string{a}, rest[1:]...)
+	}
 	opts := txrun.Options{Workspace: ws, Dir: abs, Args: rest, Timeout: timeout, CommitOnSuccess: commit, Driver: drv, Snap: sopts,
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Env: runEnv(ctx, e, c, cf, ws, noServer)}
 	if cf.json {
 		opts.Stdout = os.Stderr // keep stdout for the report
 	}
@@ -295,10 +355,17 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	rep, err := txrun.Run(ctx, opts)
 	if rep != nil {
 		cf.out(e, rep, func() { printRunReport(e, rep) })
+		keepSnapshots(e, drv, rep, ws, stateRootOr(e, sf.stateRoot), pol)
 	}
 	if err != nil {
 		if errors.Is(err, txrun.ErrResidue) {
 			fmt.Fprintln(e.stderr, "lockstep run: ROLLBACK IMPURE: residue left behind (see report)")
+		}
+		if cf.json && rep != nil {
+			// The report (with the error in its steps) is the one JSON
+			// document on stdout; the error line goes to stderr.
+			fmt.Fprintln(e.stderr, "lockstep:", err)
+			return exitError(exitCode(err))
 		}
 		return err
 	}
@@ -310,6 +377,61 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return exitError(code)
 	}
 	return nil
+}
+
+// keepSnapshots records how the run ended next to its filesystem
+// snapshot and applies the retention policy to the directory: the
+// snapshot of a run refused before it started goes at once, the newest
+// --keep stay, failed runs' stay for --keep-failed.
+func keepSnapshots(e *env, drv fssnap.Driver, rep *txrun.Report, ws, stateRoot string, pol retention) {
+	if rep.FSSnapshot == "" {
+		return
+	}
+	outcome := runSucceeded
+	switch {
+	case rep.Succeeded:
+	case rep.RolledBack:
+		outcome = runFailed
+	default:
+		outcome = runNotRun
+	}
+	if err := recordRun(stateRoot, runRecord{Snapshot: rep.FSSnapshot, Dir: rep.Dir, Workspace: ws, Outcome: outcome, At: time.Now()}); err != nil {
+		fmt.Fprintf(e.stderr, "lockstep run: could not record the run of snapshot %s: %v\n", rep.FSSnapshot, err)
+	}
+	if outcome == runNotRun || pol.Keep > 0 {
+		if _, err := prune(drv, rep.Dir, stateRoot, pol, false, time.Now()); err != nil {
+			fmt.Fprintf(e.stderr, "lockstep run: snapshot retention: %v\n", err)
+		}
+	}
+}
+
+// runEnv is the command's environment: the caller's, plus
+// LOCKSTEP_WORKSPACE, LOCKSTEP_URL and, when the workspace has a database
+// branch, DATABASE_URL (its DSN). The key stays in the environment only
+// if the caller had it there.
+func runEnv(ctx context.Context, e *env, c *client.Client, cf *clientFlags, ws string, noServer bool) []string {
+	env := os.Environ()
+	if ws != "" {
+		env = append(env, "LOCKSTEP_WORKSPACE="+ws)
+	}
+	if noServer || c == nil {
+		return env
+	}
+	env = append(env, "LOCKSTEP_URL="+cf.url)
+	raw, err := c.Do(ctx, http.MethodGet, apiPath(ws, "database"), nil)
+	if err != nil {
+		if code := lockstep.ErrorCode(err); code != lockstep.EUNAVAILABLE && code != lockstep.ENOTFOUND {
+			fmt.Fprintf(e.stderr, "lockstep run: no DATABASE_URL for the command: %v\n", err)
+		}
+		return env
+	}
+	var db struct {
+		DSN string `json:"dsn"`
+	}
+	if json.Unmarshal(raw, &db) == nil && db.DSN != "" {
+		env = append(env, "DATABASE_URL="+db.DSN)
+	}
+	return env
 }
 
 func printRunReport(e *env, rep *txrun.Report) {

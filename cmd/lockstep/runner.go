@@ -96,6 +96,17 @@ func cmdRunner(ctx context.Context, e *env, args []string) error {
 	if !cf.json {
 		fmt.Fprintf(e.stdout, "runner: hook %s on %s → %s; check %q runs: %v\n", hook.ID, repoName, publicURL, check, rest)
 	}
+	// Tips pushed before the runner started get no hook: test them now, so
+	// a workspace pushed first and a runner started second (the README's
+	// order) still gets its check.
+	if slicesContain(events, "push") || slicesContain(events, "*") {
+		n, err := r.queueCurrentTips(ctx, repoName)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "runner: could not list current tips of %s: %v\n", repoName, err)
+		} else if n > 0 && !cf.json {
+			fmt.Fprintf(e.stdout, "runner: testing the current tip of %d workspace(s) of %s\n", n, repoName)
+		}
+	}
 	var wg sync.WaitGroup
 	for i := 0; i < max(parallel, 1); i++ {
 		wg.Add(1)
@@ -197,6 +208,73 @@ func (r *runner) receive(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(http.StatusAccepted)
 }
 
+func slicesContain(l []string, v string) bool {
+	for _, x := range l {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// queueCurrentTips queues every active workspace's tip that has no
+// result of this check yet (what a promote would need).
+func (r *runner) queueCurrentTips(ctx context.Context, base string) (int, error) {
+	var todo []hookPayload
+	ws, err := r.c.TaskWorkspaces(ctx, base, "")
+	if err != nil {
+		return 0, err
+	}
+	for _, w := range ws {
+		if w.Status == lockstep.StatusActive && lockstep.IsOID(w.Tip) {
+			todo = append(todo, hookPayload{Event: "startup", Repository: base, Workspace: w.Name, Commit: w.Tip})
+		}
+	}
+	n := 0
+	for _, p := range todo {
+		repoName := p.Repository
+		if p.Workspace != "" {
+			repoName = p.Workspace
+		}
+		if r.hasResult(ctx, repoName, p.Commit) {
+			continue
+		}
+		r.mu.Lock()
+		dup := r.seen[p.Commit]
+		r.seen[p.Commit] = true
+		r.mu.Unlock()
+		if dup {
+			continue
+		}
+		select {
+		case r.jobs <- p:
+			n++
+		default:
+			return n, fmt.Errorf("queue full")
+		}
+	}
+	return n, nil
+}
+
+// hasResult reports whether commit already has a finished result of
+// this check (a restarted runner does not test it again).
+func (r *runner) hasResult(ctx context.Context, repo, commit string) bool {
+	raw, err := r.c.Do(ctx, http.MethodGet, apiPath(repo, "commits", commit, "checks"), nil)
+	if err != nil {
+		return false
+	}
+	var set struct {
+		Checks []lockstep.Check `json:"checks"`
+	}
+	json.Unmarshal(raw, &set)
+	for _, ch := range set.Checks {
+		if ch.Name == r.check && ch.Status != lockstep.CheckPending {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *runner) post(ctx context.Context, repo, commit, status, summary string) {
 	_, err := r.c.Do(ctx, http.MethodPost, apiPath(repo, "commits", commit, "checks"), map[string]string{"name": r.check, "status": status, "summary": summary})
 	if err != nil {
@@ -263,19 +341,80 @@ func (r *runner) run(ctx context.Context, p hookPayload) {
 	case err != nil:
 		status, head = lockstep.CheckError, fmt.Sprintf("%v could not run: %v", r.cmd, err)
 	}
-	r.post(context.WithoutCancel(ctx), repo, p.Commit, status, head+"\n"+out.String())
+	summary := head + "\n"
+	if fails := out.Failures(); status == lockstep.CheckFailure && len(fails) > 0 {
+		summary += strings.Join(fails, "\n") + "\n--- last lines of output ---\n"
+	}
+	r.post(context.WithoutCancel(ctx), repo, p.Commit, status, summary+out.String())
 	fmt.Fprintf(r.e.stdout, "runner: %s %s %s (%s)\n", repo, p.Commit[:12], status, d)
 }
 
-// tailBuffer keeps the last 4 KiB of output.
+// tailBuffer keeps the last 4 KiB of output, and the first lines that
+// name a failure (a failing test, a panic, a compile error) wherever they
+// are, so the check's summary quotes what failed rather than the noise at
+// the end.
 type tailBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	line  []byte
+	fails []string
+}
+
+// maxFailLines bounds the failure lines kept for a summary.
+const maxFailLines = 20
+
+// failureLine reports whether a line of test or build output names a
+// failure: `--- FAIL: TestX`, `x_test.go:12: want…`, `panic:`, a
+// compiler's `file.go:3:4: …`, or a line starting "FAIL"/"Error"/"error:".
+func failureLine(l string) bool {
+	t := strings.TrimSpace(l)
+	switch {
+	case t == "" || t == "FAIL" || strings.HasPrefix(t, "FAIL\t") || strings.HasPrefix(t, "ok "):
+		return false
+	case strings.HasPrefix(t, "--- FAIL"), strings.HasPrefix(t, "panic:"), strings.HasPrefix(t, "FAIL:"),
+		strings.HasPrefix(t, "Error"), strings.HasPrefix(t, "error:"), strings.HasPrefix(t, "ERROR"):
+		return true
+	}
+	if i := strings.Index(t, ".go:"); i > 0 && !strings.Contains(t[:i], " ") {
+		return true
+	}
+	return false
+}
+
+// Failures returns the failure lines seen, in order.
+func (t *tailBuffer) Failures() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := append([]string(nil), t.fails...)
+	if len(t.line) > 0 && len(out) < maxFailLines && failureLine(string(t.line)) {
+		out = append(out, string(t.line))
+	}
+	return out
 }
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	rest := p
+	for len(rest) > 0 && len(t.fails) < maxFailLines {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			if len(t.line) < 1024 {
+				t.line = append(t.line, rest...)
+			}
+			break
+		}
+		if len(t.line) < 1024 {
+			t.line = append(t.line, rest[:i]...)
+		}
+		if l := string(t.line); failureLine(l) {
+			if len(l) > 300 {
+				l = l[:300] + "…"
+			}
+			t.fails = append(t.fails, l)
+		}
+		t.line, rest = t.line[:0], rest[i+1:]
+	}
 	t.buf.Write(p)
 	if t.buf.Len() > 8<<10 {
 		b := t.buf.Bytes()[t.buf.Len()-4<<10:]

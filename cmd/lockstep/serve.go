@@ -171,6 +171,14 @@ func (f *flagger) parse(args []string) error {
 func newFlagger(name string, e *env) *flagger {
 	fs := flag.NewFlagSet("lockstep "+name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		syn := synopsis[name]
+		if syn == "" {
+			syn = "[flags]"
+		}
+		fmt.Fprintf(fs.Output(), "usage: lockstep %s %s\n\nflags:\n", name, syn)
+		fs.PrintDefaults()
+	}
 	return &flagger{fs: fs, getenv: e.getenv}
 }
 
