@@ -67,6 +67,7 @@ func (s *DB) appendOp(ctx context.Context, tx *sql.Tx, e *lockstep.OpEntry) erro
 	if _, err := tx.ExecContext(ctx, `UPDATE oplog_head SET seq = $1, hash = $2 WHERE id = 1`, e.Seq, e.Hash); err != nil {
 		return fmt.Errorf("move oplog head: %w", err)
 	}
+	s.hooks.add(tx, e)
 	return nil
 }
 

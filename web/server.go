@@ -52,6 +52,9 @@ type Server struct {
 	Store       lockstep.Store
 	Keys        *auth.Service
 	Redis       *redis.Client // nil when not configured
+	// EventsChannel is the Redis pub/sub channel of the UI's live
+	// updates (default DefaultEventsChannel; replicas must agree).
+	EventsChannel string
 	Logger      *slog.Logger
 	Metrics     *telemetry.Metrics
 	Repos       *forks.Service
@@ -68,6 +71,9 @@ type Server struct {
 	tracer     trace.Tracer
 	uiNotFound gin.HandlerFunc // the UI's HTML 404 for unknown /ui/ paths
 }
+
+// DefaultEventsChannel is the Redis channel of the UI's live updates.
+const DefaultEventsChannel = "lockstep:ui-events"
 
 // Handler builds the gin engine with every route.
 func (s *Server) Handler() http.Handler {
