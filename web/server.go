@@ -48,18 +48,18 @@ type Config struct {
 
 // Server holds the services the handlers call.
 type Server struct {
-	Config      Config
-	Store       lockstep.Store
-	Keys        *auth.Service
-	Redis       *redis.Client // nil when not configured
+	Config Config
+	Store  lockstep.Store
+	Keys   *auth.Service
+	Redis  *redis.Client // nil when not configured
 	// EventsChannel is the Redis pub/sub channel of the UI's live
 	// updates (default DefaultEventsChannel; replicas must agree).
 	EventsChannel string
-	Logger      *slog.Logger
-	Metrics     *telemetry.Metrics
-	Repos       *forks.Service
-	Gate        *gate.Service
-	Checkpoints *checkpoints.Service
+	Logger        *slog.Logger
+	Metrics       *telemetry.Metrics
+	Repos         *forks.Service
+	Gate          *gate.Service
+	Checkpoints   *checkpoints.Service
 	// AfterFork and AfterAbandon let other capabilities (database
 	// branches) follow a workspace's life; nil when unused.
 	AfterFork    func(ctx context.Context, f *forks.ForkResult)

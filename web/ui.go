@@ -533,7 +533,7 @@ func newFailedRun(e *lockstep.OpEntry) failedRun {
 		for i, c := range cmd {
 			parts[i] = fmt.Sprint(c)
 		}
-		r.Command = strings.Join(parts, " ")
+		r.Command = shellJoin(parts)
 	}
 	switch {
 	case d["timed_out"] == true:

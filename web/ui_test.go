@@ -51,7 +51,7 @@ type uiWorld struct {
 	checkpoint                 string
 }
 
-func mustUIWorld(t *testing.T) *uiWorld {
+func mustUIWorld(t *testing.T, opts ...func(*web.Server)) *uiWorld {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -82,6 +82,9 @@ func mustUIWorld(t *testing.T) *uiWorld {
 	t.Cleanup(func() { repos.Close() })
 	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Logger: logger,
 		Gate: gate.New(gate.Config{}, db, repos, logger, m, nil), Checkpoints: checkpoints.New(db, repos, nil, logger, m, nil)}
+	for _, o := range opts {
+		o(s)
+	}
 	w.handler = s.Handler()
 	w.srv = httptest.NewServer(w.handler)
 	t.Cleanup(w.srv.Close)
