@@ -255,9 +255,12 @@ const liveJS = `(function () {
       .then(function () { busy = false; if (again) { again = false; schedule(); } });
   }
   function schedule() { clearTimeout(timer); timer = setTimeout(refresh, 250); }
-  var es = new EventSource(src);
-  es.addEventListener("ready", function () { document.body.setAttribute("data-live-ready", "1"); });
-  es.onmessage = schedule;
+  function connect() {
+    var es = new EventSource(src);
+    es.addEventListener("ready", function () { document.body.setAttribute("data-live-ready", "1"); });
+    es.onmessage = schedule;
+  }
+  if (document.readyState === "complete") connect(); else window.addEventListener("load", connect);
   document.addEventListener("focusout", function () { if (again) { again = false; schedule(); } });
 })();
 `
