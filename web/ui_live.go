@@ -6,7 +6,7 @@ package web
 // streams the events of the repositories a page shows as server-sent
 // events, and /ui/live.js (the UI's only script, same-origin) refetches
 // the page and swaps its <main> when one arrives. Pages work without it
-// (a <noscript> refresh).
+// (as static pages, reloaded by hand).
 //
 // Across replicas the events travel over Redis pub/sub (one channel, see
 // Config.EventsChannel) when Redis is configured: a replica publishes to
@@ -88,6 +88,9 @@ func opEvent(e lockstep.OpEntry) (liveEvent, bool) {
 		}
 	}
 	add(e.Repo)
+	if base, ok := e.Details["fork_of"].(string); ok {
+		add(base) // a new workspace shows on its base's (and task's) pages
+	}
 	for _, m := range e.Refs {
 		add(m.Repo)
 	}
