@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockstep-hq/lockstep/internal/testenv"
 	"github.com/lockstep-hq/lockstep/web"
@@ -70,7 +71,9 @@ func TestUITaskCompare(t *testing.T) {
 		return body
 	}
 
+	start := time.Now()
 	task := page("/ui/repos/app/tasks/t-45", 200)
+	t.Logf("task page with 3 attempts: %v", time.Since(start))
 	mustContain(t, "task", task,
 		`href="/ui/repos/t45-a"`, `href="/ui/repos/t45-b"`, `href="/ui/repos/t45-c"`, // one column per attempt
 		a[:10], b[:10], // tips
@@ -232,6 +235,13 @@ func TestUILiveEvents(t *testing.T) {
 	w.api(t, "POST", "/api/v1/repos/live-1/commits/"+c+"/checks", w.ci, `{"name":"ci/test","status":"success"}`, 201)
 	if ev2 := nextEvent(t, ch); ev2.Seq <= ev.Seq || ev2.Repos[0] != "live-1" {
 		t.Fatalf("check event %+v after %+v", ev2, ev)
+	}
+	// A new workspace shows on its base's pages (the repository and task
+	// pages follow the base).
+	base := sseStream(t, w, "?repo=app")
+	w.api(t, "POST", "/api/v1/repos/app/forks", w.agent, `{"name":"t9-a","task":"t-9"}`, 201)
+	if ev := nextEvent(t, base); ev.Op != "fork" || len(ev.Repos) < 2 || ev.Repos[0] != "t9-a" || ev.Repos[1] != "app" {
+		t.Fatalf("fork event %+v", ev)
 	}
 }
 
