@@ -63,6 +63,13 @@ type RefUpdate struct {
 	New    string
 }
 
+// TaskCount is one task label of a base with its workspaces by status.
+type TaskCount struct {
+	Task     string         `json:"task"`
+	Total    int            `json:"total"`
+	ByStatus map[string]int `json:"by_status"`
+}
+
 // RepoFilter selects repositories for listing.
 type RepoFilter struct {
 	ForkOf  string // only forks of this repository
@@ -82,6 +89,9 @@ type RepoStore interface {
 	RepoByName(ctx context.Context, name string) (*Repo, error)
 	// ListRepos returns repositories ordered by name.
 	ListRepos(ctx context.Context, f RepoFilter) ([]*Repo, error)
+	// Tasks lists the distinct task labels of a base's workspaces after
+	// the label after, by name, at most limit, with counts by status.
+	Tasks(ctx context.Context, forkOf, after string, limit int) ([]TaskCount, error)
 	// SetRepoStatus changes a repository's status and appends entry.
 	SetRepoStatus(ctx context.Context, repoID int64, status string, entry *OpEntry) error
 	// Refs lists a repository's refs ordered by name.

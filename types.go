@@ -107,7 +107,8 @@ type Ref struct {
 
 // Attempt is a commit pushed to a workspace; gate results attach to it.
 type Attempt struct {
-	Seq       int64     `json:"seq"`
+	Seq       int64     `json:"seq"`    // global order of all attempts
+	Number    int64     `json:"number"` // 1, 2, 3 … within its workspace
 	Commit    string    `json:"commit"`
 	Tree      string    `json:"tree"`
 	Branch    string    `json:"branch"`

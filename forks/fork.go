@@ -188,6 +188,16 @@ func (s *Service) Workspaces(ctx context.Context, baseName string, q WorkspaceQu
 	return out, next, nil
 }
 
+// Tasks lists a page of the task labels of a base's workspaces with
+// counts by status (see lockstep.Store.Tasks).
+func (s *Service) Tasks(ctx context.Context, baseName, after string, limit int) ([]lockstep.TaskCount, error) {
+	base, err := s.Repo(ctx, baseName)
+	if err != nil {
+		return nil, err
+	}
+	return s.store.Tasks(ctx, base.Name, after, limit)
+}
+
 // Attempts lists the commits pushed to a workspace, newest first.
 func (s *Service) Attempts(ctx context.Context, wsName string, limit int) ([]lockstep.Attempt, error) {
 	ws, err := s.Repo(ctx, wsName)

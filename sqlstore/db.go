@@ -52,6 +52,7 @@ type DB struct {
 	now     func() time.Time
 	aead    cipher.AEAD // seals hook secrets; nil: stored as given
 	sealed  int         // plaintext secrets encrypted by Open
+	hooks   opHooks     // OnOp callbacks
 }
 
 var _ lockstep.Store = (*DB)(nil)
@@ -345,10 +346,13 @@ func (s *DB) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 	if err := fn(tx); err != nil {
 		tx.Rollback()
+		s.hooks.done(tx, false)
 		return err
 	}
 	if err := tx.Commit(); err != nil {
+		s.hooks.done(tx, false)
 		return fmt.Errorf("commit: %w", err)
 	}
+	s.hooks.done(tx, true)
 	return nil
 }

@@ -70,7 +70,11 @@ func (s *DB) appendOp(ctx context.Context, tx *sql.Tx, e *lockstep.OpEntry) erro
 	if _, err := tx.ExecContext(ctx, `UPDATE oplog_head SET seq = $1, hash = $2 WHERE id = 1`, e.Seq, e.Hash); err != nil {
 		return fmt.Errorf("move oplog head: %w", err)
 	}
-	return s.commitIdemRecord(ctx, tx, e)
+	if err := s.commitIdemRecord(ctx, tx, e); err != nil {
+		return err
+	}
+	s.hooks.add(tx, e)
+	return nil
 }
 
 func nonNilRefs(r []lockstep.RefMove) []lockstep.RefMove {

@@ -382,7 +382,11 @@ func (s *DB) Attempts(ctx context.Context, repoID int64, limit int) (out []locks
 	if limit <= 0 || limit > 1000 {
 		limit = 100
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, commit_oid, tree_oid, branch, op, key_name, created_at FROM attempts WHERE repo_id = $1 ORDER BY seq DESC LIMIT $2`, repoID, limit)
+	// number is the attempt's ordinal within its workspace (1, 2, 3 …):
+	// a window over this workspace's attempts only (index attempts_repo).
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, number, commit_oid, tree_oid, branch, op, key_name, created_at FROM (
+		SELECT seq, ROW_NUMBER() OVER (ORDER BY seq) AS number, commit_oid, tree_oid, branch, op, key_name, created_at
+		FROM attempts WHERE repo_id = $1) a ORDER BY seq DESC LIMIT $2`, repoID, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -390,7 +394,7 @@ func (s *DB) Attempts(ctx context.Context, repoID int64, limit int) (out []locks
 	for rows.Next() {
 		var a lockstep.Attempt
 		var c int64
-		if err := rows.Scan(&a.Seq, &a.Commit, &a.Tree, &a.Branch, &a.Op, &a.KeyName, &c); err != nil {
+		if err := rows.Scan(&a.Seq, &a.Number, &a.Commit, &a.Tree, &a.Branch, &a.Op, &a.KeyName, &c); err != nil {
 			return nil, err
 		}
 		a.CreatedAt = fromMicros(c)

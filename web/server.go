@@ -54,15 +54,18 @@ type Config struct {
 
 // Server holds the services the handlers call.
 type Server struct {
-	Config      Config
-	Store       lockstep.Store
-	Keys        *auth.Service
-	Redis       *redis.Client // nil when not configured
-	Logger      *slog.Logger
-	Metrics     *telemetry.Metrics
-	Repos       *forks.Service
-	Gate        *gate.Service
-	Checkpoints *checkpoints.Service
+	Config Config
+	Store  lockstep.Store
+	Keys   *auth.Service
+	Redis  *redis.Client // nil when not configured
+	// EventsChannel is the Redis pub/sub channel of the UI's live
+	// updates (default DefaultEventsChannel; replicas must agree).
+	EventsChannel string
+	Logger        *slog.Logger
+	Metrics       *telemetry.Metrics
+	Repos         *forks.Service
+	Gate          *gate.Service
+	Checkpoints   *checkpoints.Service
 	// AfterFork and AfterAbandon let other capabilities (database
 	// branches) follow a workspace's life; nil when unused.
 	AfterFork    func(ctx context.Context, f *forks.ForkResult)
@@ -75,6 +78,9 @@ type Server struct {
 	uiNotFound gin.HandlerFunc // the UI's HTML 404 for unknown /ui/ paths
 	uploads    chan struct{}   // one token per upload in progress (uploadSlot)
 }
+
+// DefaultEventsChannel is the Redis channel of the UI's live updates.
+const DefaultEventsChannel = "lockstep:ui-events"
 
 // Handler builds the gin engine with every route.
 func (s *Server) Handler() http.Handler {

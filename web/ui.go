@@ -65,18 +65,33 @@ const (
 type uiServer struct {
 	s     *Server
 	pages map[string]*template.Template
+	live  *liveHub
 }
 
 // registerUI declares every /ui route. Login and the stylesheet are
 // public; everything else needs a session.
 func (s *Server) registerUI(e *gin.Engine) {
 	u := &uiServer{s: s, pages: mustParseUI()}
+	channel := s.EventsChannel
+	if channel == "" {
+		channel = DefaultEventsChannel
+	}
+	logf := func(msg string, args ...any) {
+		if s.Logger != nil {
+			s.Logger.Warn(msg, args...)
+		}
+	}
+	u.live = newLiveHub(s.Redis, channel, logf)
+	if st, ok := s.Store.(interface{ OnOp(func(lockstep.OpEntry)) }); ok {
+		st.OnOp(u.live.publishOp)
+	}
 	s.uiNotFound = func(c *gin.Context) {
 		u.headers(c)
 		u.fail(c, lockstep.Errorf(lockstep.ENOTFOUND, "no page %s", c.Request.URL.Path))
 	}
 	g := e.Group("/ui", u.headers)
 	g.GET("/style.css", u.handleStyle)
+	g.GET("/live.js", u.handleLiveJS)
 	g.GET("/login", u.handleLoginForm)
 	g.POST("/login", u.handleLogin)
 	g.POST("/logout", u.handleLogout)
@@ -87,6 +102,9 @@ func (s *Server) registerUI(e *gin.Engine) {
 	a.POST("/repos/:repo/fail", u.handleMarkFailed)
 	a.GET("/repos/:repo/commits/:oid", u.handleCommit)
 	a.GET("/repos/:repo/compare", u.handleCompare)
+	a.GET("/repos/:repo/tasks/:task", u.handleTask)
+	a.GET("/events", u.handleEvents)
+	a.GET("/oplog/verify", u.handleOplogVerify)
 	a.GET("/repos/:repo/tree/:rev", u.handleTree)
 	a.GET("/repos/:repo/blob/:rev/*path", u.handleBlob)
 	a.GET("/oplog", u.handleOplog)
@@ -143,11 +161,12 @@ func mustParseUI() map[string]*template.Template {
 	return pages
 }
 
-// headers applies the UI's security headers: no script may run, nothing
+// headers applies the UI's security headers: no script may run but the
+// UI's own /ui/live.js (no inline script, no eval), nothing
 // may frame the pages, pages are never cached (they show live state).
 func (u *uiServer) headers(c *gin.Context) {
 	h := c.Writer.Header()
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
@@ -172,6 +191,7 @@ type view struct {
 	Section string // "repos" or "oplog": the highlighted nav item
 	Me      *lockstep.Key
 	CSRF    string
+	Live    string // the page's event stream (/ui/events?…); "" = a static page
 	D       any
 }
 
@@ -463,6 +483,9 @@ type baseData struct {
 	Commits   []repo.CommitInfo
 	LogError  string
 	Hooks     []hookRow
+	// Tasks: a page of the task labels with counts by status.
+	Tasks     []lockstep.TaskCount
+	TasksNext string
 }
 
 type checkedAttempt struct {
@@ -480,6 +503,7 @@ type workspaceData struct {
 	EvalError   string
 	CanFail     bool
 	CompareURL  string
+	TaskURL     string
 	// Why it failed: the failed runs (newest first) and, for a failed
 	// workspace, who marked it and why.
 	Runs   []failedRun
@@ -509,7 +533,7 @@ func newFailedRun(e *lockstep.OpEntry) failedRun {
 		for i, c := range cmd {
 			parts[i] = fmt.Sprint(c)
 		}
-		r.Command = strings.Join(parts, " ")
+		r.Command = shellJoin(parts)
 	}
 	switch {
 	case d["timed_out"] == true:
@@ -547,6 +571,14 @@ func (u *uiServer) handleRepo(c *gin.Context) {
 	if d.Workspaces, d.NextAfter, err = u.s.Repos.Workspaces(ctx, info.Name, d.WSQuery); err != nil {
 		u.fail(c, err)
 		return
+	}
+	if d.Tasks, err = u.s.Repos.Tasks(ctx, info.Name, c.Query("tasks_after"), uiTaskList+1); err != nil {
+		u.fail(c, err)
+		return
+	}
+	if len(d.Tasks) > uiTaskList {
+		d.Tasks = d.Tasks[:uiTaskList]
+		d.TasksNext = d.Tasks[uiTaskList-1].Task
 	}
 	if info.Head != "" {
 		if d.Commits, err = u.s.Repos.Log(ctx, info.Name, "", 20, ""); err != nil {
@@ -634,7 +666,11 @@ func (u *uiServer) workspace(c *gin.Context, info *forks.RepoInfo) {
 	d.CanFail = info.Status == lockstep.StatusActive && auth.Require(me, lockstep.RoleAdmin, lockstep.RoleReviewer, lockstep.RoleCI) == nil
 	d.CompareURL = "/ui/repos/" + url.PathEscape(info.Name) + "/compare?" + url.Values{
 		"base": {info.ForkOf + ":" + info.DefaultBranch}, "head": {info.DefaultBranch}, "from": {"merge-base"}}.Encode()
-	u.render(c, http.StatusOK, "workspace", view{Title: info.Name, Section: "repos", D: d})
+	if info.Task != "" {
+		d.TaskURL = taskURL(info.ForkOf, info.Task)
+	}
+	u.render(c, http.StatusOK, "workspace", view{Title: info.Name, Section: "repos",
+		Live: "/ui/events?" + url.Values{"repo": {info.Name}}.Encode(), D: d})
 }
 
 func (u *uiServer) handleMarkFailed(c *gin.Context) {
@@ -948,15 +984,18 @@ type opRow struct {
 	DetailList   []detail
 }
 
-type detail struct{ Key, Value string }
+type detail struct {
+	Key, Value string
+	Fold       bool   // long or multi-line: folded
+	Short      string // the folded value's first line
+}
 
 type oplogData struct {
 	Filter    lockstep.OpFilter
 	Entries   []opRow
 	NewerURL  string
 	OlderURL  string
-	Verify    *lockstep.VerifyResult
-	VerifyErr string
+	CanVerify bool
 	OwnOnly   bool
 	Limit     int
 }
@@ -1044,15 +1083,21 @@ func (u *uiServer) handleOplog(c *gin.Context) {
 		}
 		d.Entries = append(d.Entries, row)
 	}
-	if auth.Require(me, lockstep.RoleAdmin, lockstep.RoleReviewer, lockstep.RoleCI) == nil {
-		res, err := u.s.Store.VerifyOps(ctx)
-		if err != nil {
-			d.VerifyErr = publicMessage(c, err)
-		} else {
-			d.Verify = &res
+	// The chain is verified on demand (/ui/oplog/verify), not on every
+	// view: verifying reads the whole log.
+	d.CanVerify = auth.Require(me, lockstep.RoleAdmin, lockstep.RoleReviewer, lockstep.RoleCI) == nil
+	live := ""
+	if after == 0 && c.Query("before") == "" {
+		q := url.Values{}
+		if f.Repo != "" {
+			q.Set("repo", f.Repo)
+		}
+		live = "/ui/events"
+		if len(q) > 0 {
+			live += "?" + q.Encode()
 		}
 	}
-	u.render(c, http.StatusOK, "oplog", view{Title: "Operations log", Section: "oplog", D: d})
+	u.render(c, http.StatusOK, "oplog", view{Title: "Operations log", Section: "oplog", Live: live, D: d})
 }
 
 // lastSeq finds the newest entry's seq. The store lists oldest first with
@@ -1186,33 +1231,100 @@ func oplogURL(f lockstep.OpFilter, limit int, cursor string, seq int64) string {
 	return "/ui/oplog?" + q.Encode()
 }
 
-// details flattens an entry's details for display, sorted by key.
+// uiDetailFold is the length over which a detail's value is folded
+// (shown in a <details> element); uiDetailMax cuts it.
+const (
+	uiDetailFold = 120
+	uiDetailMax  = 4000
+)
+
+// details flattens an entry's details for display as fields, sorted by
+// key: strings as they are (not JSON-quoted), a command (a list of
+// strings) as a shell would show it, nested objects as key.sub fields,
+// full oids shortened; long values are folded by the template.
 func details(m map[string]any) []detail {
 	var out []detail
-	for k, v := range m {
+	var walk func(prefix string, v any)
+	walk = func(k string, v any) {
 		var s string
 		switch v := v.(type) {
+		case nil:
+			return
 		case string:
 			s = v
-		case nil:
-			continue
-		default:
+			if lockstep.IsOID(s) {
+				s = shortOID(s)
+			}
+		case map[string]any:
+			for sk, sv := range v {
+				walk(k+"."+sk, sv)
+			}
+			return
+		case []any:
+			if words, ok := stringList(v); ok {
+				s = shellJoin(words)
+				break
+			}
 			b, _ := json.Marshal(v)
 			s = string(b)
+		case float64:
+			s = strconv.FormatFloat(v, 'f', -1, 64)
+		default:
+			s = fmt.Sprint(v)
 		}
-		if s == "" || s == "null" {
-			continue
+		if s == "" {
+			return
 		}
-		if lockstep.IsOID(s) {
-			s = shortOID(s)
+		if len(s) > uiDetailMax {
+			s = s[:uiDetailMax] + "…"
 		}
-		if len(s) > 200 {
-			s = s[:200] + "…"
+		d := detail{Key: k, Value: s}
+		if len(s) > uiDetailFold || strings.Contains(s, "\n") {
+			d.Fold = true
+			d.Short = firstLine(s)
+			if len(d.Short) > 80 {
+				d.Short = d.Short[:80]
+			}
+			d.Short += "…"
 		}
-		out = append(out, detail{k, s})
+		out = append(out, d)
+	}
+	for k, v := range m {
+		walk(k, v)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out
+}
+
+func stringList(v []any) ([]string, bool) {
+	out := make([]string, len(v))
+	for i, x := range v {
+		s, ok := x.(string)
+		if !ok {
+			return nil, false
+		}
+		out[i] = s
+	}
+	return out, true
+}
+
+// shellJoin shows a command's words as a shell would take them: plain
+// words as they are, others single-quoted.
+func shellJoin(words []string) string {
+	var b strings.Builder
+	for i, w := range words {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if w != "" && strings.IndexFunc(w, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+		}) < 0 {
+			b.WriteString(w)
+			continue
+		}
+		b.WriteString("'" + strings.ReplaceAll(w, "'", `'\''`) + "'")
+	}
+	return b.String()
 }
 
 // --- helpers ------------------------------------------------------------

@@ -51,7 +51,7 @@ type uiWorld struct {
 	checkpoint                 string
 }
 
-func mustUIWorld(t *testing.T) *uiWorld {
+func mustUIWorld(t *testing.T, opts ...func(*web.Server)) *uiWorld {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -82,6 +82,9 @@ func mustUIWorld(t *testing.T) *uiWorld {
 	t.Cleanup(func() { repos.Close() })
 	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Logger: logger,
 		Gate: gate.New(gate.Config{}, db, repos, logger, m, nil), Checkpoints: checkpoints.New(db, repos, nil, logger, m, nil)}
+	for _, o := range opts {
+		o(s)
+	}
 	w.handler = s.Handler()
 	w.srv = httptest.NewServer(w.handler)
 	t.Cleanup(w.srv.Close)
@@ -214,8 +217,9 @@ func TestUILoginSession(t *testing.T) {
 	if status != 200 || !strings.Contains(body, `type="password" name="key"`) || !strings.Contains(body, `value="/ui/repos/task-1"`) {
 		t.Fatalf("login form: %d %s", status, body)
 	}
-	if csp := h.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || strings.Contains(csp, "script-src") {
-		t.Fatalf("CSP %q must forbid scripts", csp)
+	if csp := h.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'self';") ||
+		strings.Contains(csp, "unsafe") {
+		t.Fatalf("CSP %q must forbid every script but the UI's own files", csp)
 	}
 	tok := csrfRE.FindStringSubmatch(body)[1]
 
@@ -349,7 +353,11 @@ func TestUIPages(t *testing.T) {
 	mustContain(t, "blob", page("/ui/repos/task-1/blob/"+w.good+"/main.go"), "hello, world")
 
 	oplog := page("/ui/oplog")
-	mustContain(t, "oplog", oplog, "Chain verified", "repo.create", "fork", "checkpoint.restored", "run.failed",
+	if strings.Contains(oplog, "Chain verified") {
+		t.Error("the oplog page verifies the whole chain on every view")
+	}
+	mustContain(t, "oplog verify", page("/ui/oplog/verify"), "Chain verified")
+	mustContain(t, "oplog", oplog, `href="/ui/oplog/verify"`, "repo.create", "fork", "checkpoint.restored", "run.failed",
 		`class="refused"`, "ref_conflict", // the stale push
 		"follows <a href=\"#op_", "run.failed #")
 	mustContain(t, "oplog filtered", page("/ui/oplog?repo=task-1&op=run.failed"), "run.failed", "exit_code")
@@ -510,15 +518,20 @@ func TestUIChromium(t *testing.T) {
 	wg.Wait()
 	for _, j := range jobs {
 		if j.err != nil {
-			t.Fatalf("chromium %s: %v", j.name, j.err)
+			t.Errorf("chromium %s: %.300v", j.name, j.err)
 		}
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 	mustContain(t, "chromium login", jobs[0].out, `<form method="post" action="/ui/login">`, `name="key"`)
 	mustContain(t, "chromium workspace", jobs[1].out, "task-1", "ci/test: failure", `class="badge b-failure"`, w.failing[:10], "Blocked")
 	mustContain(t, "chromium commit", jobs[2].out, `<tr class="del">`, `<tr class="add">`, "main.go", "syntax error")
 	for _, dom := range []string{jobs[1].out, jobs[2].out} {
-		if strings.Contains(dom, "<script") {
-			t.Error("the rendered DOM contains a script element")
+		// The only script is the UI's own live-update file (the
+		// malicious commit message stays text).
+		if strings.Count(dom, "<script") != strings.Count(dom, `<script src="/ui/live.js"></script>`) {
+			t.Error("the rendered DOM contains a script element other than /ui/live.js")
 		}
 	}
 	for _, name := range []string{"workspace.png", "commit.png", "oplog.png", "base.png", "login.png"} {
