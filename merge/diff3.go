@@ -26,6 +26,32 @@ type Hunk struct {
 	Ours   LineRange `json:"ours"`
 	Theirs LineRange `json:"theirs"`
 	Result LineRange `json:"result"`
+	// Content is each side's lines of the hunk, for a reviewer (each
+	// side cut at MaxHunkContent bytes).
+	Content HunkContent `json:"content"`
+}
+
+// HunkContent is the text of a conflicting hunk on each side.
+type HunkContent struct {
+	Base      string `json:"base"`
+	Ours      string `json:"ours"`
+	Theirs    string `json:"theirs"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// MaxHunkContent bounds the text a hunk carries per side.
+const MaxHunkContent = 4 << 10
+
+func hunkText(recs [][]byte, truncated *bool) string {
+	var b strings.Builder
+	for _, r := range recs {
+		if b.Len()+len(r) > MaxHunkContent {
+			*truncated = true
+			break
+		}
+		b.Write(r)
+	}
+	return b.String()
 }
 
 // Labels name the sides in conflict markers. Empty labels give bare
@@ -358,12 +384,16 @@ func render(b, o, t *mfile, chunks []mchunk, labels Labels) ([]byte, []Hunk, boo
 			w.marker('=', size, "", crlf)
 			w.copy(t.recs[m.i2:m.i2+m.chg2], crlf, true)
 			w.marker('>', size, labels.Theirs, crlf)
-			hunks = append(hunks, Hunk{
+			h := Hunk{
 				Base:   LineRange{m.i0 + 1, m.chg0},
 				Ours:   LineRange{m.i1 + 1, m.chg1},
 				Theirs: LineRange{m.i2 + 1, m.chg2},
 				Result: LineRange{start, w.lines + 1 - start},
-			})
+			}
+			h.Content.Base = hunkText(b.recs[m.i0:m.i0+m.chg0], &h.Content.Truncated)
+			h.Content.Ours = hunkText(o.recs[m.i1:m.i1+m.chg1], &h.Content.Truncated)
+			h.Content.Theirs = hunkText(t.recs[m.i2:m.i2+m.chg2], &h.Content.Truncated)
+			hunks = append(hunks, h)
 		case m.mode&3 != 0:
 			w.copy(o.recs[i:m.i1], false, false)
 			if m.mode&1 != 0 {

@@ -61,7 +61,8 @@ func TestDiff3Hunks(t *testing.T) {
 	if clean || len(hunks) != 1 {
 		t.Fatalf("clean=%v hunks=%v", clean, hunks)
 	}
-	want := Hunk{Base: LineRange{2, 1}, Ours: LineRange{2, 1}, Theirs: LineRange{2, 1}, Result: LineRange{2, 7}}
+	want := Hunk{Base: LineRange{2, 1}, Ours: LineRange{2, 1}, Theirs: LineRange{2, 1}, Result: LineRange{2, 7},
+		Content: HunkContent{Base: "b\n", Ours: "X\n", Theirs: "Y\n"}}
 	if hunks[0] != want {
 		t.Errorf("hunk %+v, want %+v", hunks[0], want)
 	}

@@ -103,7 +103,10 @@ func launch(t testing.TB, opts ServerOpts) (*Server, string) {
 	hostport := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	args := append([]string{"serve", "--data", opts.Data, "--addr", hostport, "--log-level", "warn"}, opts.Args...)
 	cmd := exec.Command(Binary, args...)
-	env := append(CleanEnv(), "LOCKSTEP_HOOK_ALLOW_HOSTS=127.0.0.1")
+	// Functional tests race more writers than the production bound on
+	// concurrent uploads (8); the bound itself is tested where it is
+	// the subject (web's TestConcurrentUploadsBounded).
+	env := append(CleanEnv(), "LOCKSTEP_HOOK_ALLOW_HOSTS=127.0.0.1", "LOCKSTEP_MAX_CONCURRENT_UPLOADS=256")
 	if opts.DatabaseURL != "" {
 		env = append(env, "LOCKSTEP_DATABASE_URL="+opts.DatabaseURL)
 	}

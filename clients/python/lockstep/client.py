@@ -174,11 +174,13 @@ class Client:
             self.sleep(delay)
             attempt += 1
 
-    def _get(self, path: str, **query: Any) -> Any:
-        return self.request("GET", path, query=query)
+    # The route is positional-only: "path" is also a query parameter
+    # (GET /tree/{rev}?path=).
+    def _get(self, route: str, /, **query: Any) -> Any:
+        return self.request("GET", route, query=query)
 
-    def _post(self, path: str, body: Any = None, **query: Any) -> Any:
-        return self.request("POST", path, body=body if body is not None else {}, query=query)
+    def _post(self, route: str, /, body: Any = None, **query: Any) -> Any:
+        return self.request("POST", route, body=body if body is not None else {}, query=query)
 
     @staticmethod
     def _repo(name: str, *rest: str) -> str:
