@@ -126,13 +126,20 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		cmd.Stdin = body
+		br := bufio.NewReader(body)
+		cmd.Stdin = br
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		noCache(c)
 		c.Header("Content-Type", "application/x-git-upload-pack-result")
 		c.Status(http.StatusOK)
 		cmd.Stdout = c.Writer
+		// git 2.39's ls-refs (protocol v2) under GIT_NAMESPACE lists the
+		// namespace's HEAD twice: once by name, once while walking the
+		// namespace's refs. Keep the first.
+		if head, _ := br.Peek(len("0014command=ls-refs\n")); string(head) == "0014command=ls-refs\n" {
+			cmd.Stdout = &onceHEAD{w: c.Writer}
+		}
 		if err := cmd.Run(); err != nil {
 			s.Logger.WarnContext(c.Request.Context(), "git upload-pack", "repo", name, "error", err, "stderr", stderr.String())
 		}
@@ -290,4 +297,62 @@ func readCommands(r *bufio.Reader) ([]forks.RefCommand, map[string]bool, error) 
 		}
 	}
 	return cmds, caps, nil
+}
+
+// onceHEAD passes a protocol-v2 ls-refs answer through (pkt-lines up to a
+// flush) and drops every "<oid> HEAD…" line after the first.
+type onceHEAD struct {
+	w      io.Writer
+	buf    []byte
+	seen   bool
+	passed bool // the answer's flush went by: pass the rest as is
+}
+
+func (o *onceHEAD) Write(p []byte) (int, error) {
+	if o.passed {
+		return o.w.Write(p)
+	}
+	o.buf = append(o.buf, p...)
+	for len(o.buf) >= 4 {
+		n, err := strconv.ParseUint(string(o.buf[:4]), 16, 16)
+		if err != nil { // not a pkt-line: give up filtering
+			o.passed = true
+			_, err := o.w.Write(o.buf)
+			o.buf = nil
+			return len(p), err
+		}
+		size := int(n)
+		if size < 4 { // flush, delim, response-end
+			size = 4
+		}
+		if len(o.buf) < size {
+			break
+		}
+		line := o.buf[:size]
+		drop := false
+		if size > 4+41 {
+			payload := string(line[4:])
+			if rest, ok := strings.CutPrefix(payload[40:], " HEAD"); ok && (rest == "" || rest[0] == ' ' || rest[0] == '\n') {
+				drop, o.seen = o.seen, true
+			}
+		}
+		if !drop {
+			if _, err := o.w.Write(line); err != nil {
+				return len(p), err
+			}
+		}
+		if n == 0 {
+			o.passed = true
+			rest := o.buf[size:]
+			o.buf = nil
+			if len(rest) > 0 {
+				if _, err := o.w.Write(rest); err != nil {
+					return len(p), err
+				}
+			}
+			return len(p), nil
+		}
+		o.buf = o.buf[size:]
+	}
+	return len(p), nil
 }
