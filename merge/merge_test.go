@@ -236,7 +236,7 @@ func TestMergeMarkersAndJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `[{"path":"a","kind":"content","hunks":[{"base":{"start":2,"count":1},"ours":{"start":2,"count":1},"theirs":{"start":2,"count":1},"result":{"start":2,"count":5}}]},{"path":"b","kind":"modify-delete"}]`
+	want := `[{"path":"a","kind":"content","hunks":[{"base":{"start":2,"count":1},"ours":{"start":2,"count":1},"theirs":{"start":2,"count":1},"result":{"start":2,"count":5},"content":{"base":"2\n","ours":"X\n","theirs":"Y\n"}}]},{"path":"b","kind":"modify-delete"}]`
 	if string(js) != want {
 		t.Errorf("json\n%s\nwant\n%s", js, want)
 	}

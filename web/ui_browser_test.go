@@ -42,10 +42,17 @@ func startCDP(t *testing.T) *cdp {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The profile is removed by hand: chromium's helper processes can
+	// still write into it just after the browser exits, which fails
+	// t.TempDir's cleanup.
+	profile, err := os.MkdirTemp("", "lockstep-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
 		"--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars", "--remote-debugging-pipe",
-		"--user-data-dir="+t.TempDir(), "about:blank")
+		"--user-data-dir="+profile, "about:blank")
 	cmd.ExtraFiles = []*os.File{toChrome, fromChrome}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -57,6 +64,9 @@ func startCDP(t *testing.T) *cdp {
 		cancel()
 		cmd.Wait()
 		chromeOut.Close()
+		for i := 0; i < 50 && os.RemoveAll(profile) != nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
 	})
 	return &cdp{t: t, in: chromeIn, out: bufio.NewReader(chromeOut)}
 }
