@@ -26,9 +26,12 @@ func TestRunnerStopMidRun(t *testing.T) {
 	ci := s.CreateKey(t, "ci", "ci")
 	agent := s.CreateKey(t, "agent", "agent")
 	marker := filepath.Join(t.TempDir(), "started")
-	r := s.startRunner(t, ci.Secret, "base", "slow", "sh", "-c", "touch "+marker+" && exec sleep 120")
+	// The workspace's tip exists before the runner starts: the runner
+	// tests it on start (and a fork racing its start-up scan would give it
+	// a second, earlier commit to run).
 	s.fork(t, agent.Secret, "base", "ws")
 	tip := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"}).Commit
+	r := s.startRunner(t, ci.Secret, "base", "slow", "sh", "-c", "touch "+marker+" && exec sleep 120")
 
 	// The receiver refuses a forged delivery (the secret is the runner's).
 	var hooks struct {
