@@ -16,74 +16,73 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
-// benchRepo is a 20,000-file repository (20 dirs x 20 subdirs x 50 files)
-// with branches ours and theirs, each changing 10 files: 7 of their own and
-// 3 that both sides change in different hunks. It is built once with git
-// fast-import under /dev/shm (or the temp dir) and reused by later runs.
-func benchRepo(b *testing.B) (dir string, ours, theirs plumbing.Hash) {
+// benchGen writes a git fast-import stream: a 20,000-file base (20 dirs x
+// 20 subdirs x 50 files of 30 lines) and the side branches a benchmark
+// adds with commit.
+type benchGen struct {
+	st         bytes.Buffer
+	mark, base int
+}
+
+func (g *benchGen) content(d, s, f int, edit map[int]string) []byte {
+	var buf bytes.Buffer
+	for k := 0; k < 30; k++ {
+		if e, ok := edit[k]; ok {
+			buf.WriteString(e + "\n")
+			continue
+		}
+		fmt.Fprintf(&buf, "dir %d sub %d file %d line %d\n", d, s, f, k)
+	}
+	return buf.Bytes()
+}
+
+func (g *benchGen) path(d, s, f int) string { return fmt.Sprintf("d%02d/s%02d/f%02d.txt", d, s, f) }
+
+func (g *benchGen) blob(data []byte) int {
+	g.mark++
+	fmt.Fprintf(&g.st, "blob\nmark :%d\ndata %d\n%s\n", g.mark, len(data), data)
+	return g.mark
+}
+
+// commit adds branch name on top of the base with fast-import file ops.
+func (g *benchGen) commit(name string, ops []string) {
+	g.mark++
+	fmt.Fprintf(&g.st, "commit refs/heads/%s\nmark :%d\ncommitter T <t@example.com> 1700000001 +0000\ndata 0\nfrom :%d\n%s\n", name, g.mark, g.base, strings.Join(ops, ""))
+}
+
+// buildBenchRepo builds (once: later runs reuse it) the repository
+// /dev/shm/<name> (or under the temp dir): the 20,000-file base, then the
+// branches ours and theirs that sides adds. It returns their commits.
+func buildBenchRepo(b *testing.B, name string, sides func(g *benchGen)) (dir string, ours, theirs plumbing.Hash) {
 	b.Helper()
 	root := "/dev/shm"
 	if _, err := os.Stat(root); err != nil {
 		root = os.TempDir()
 	}
-	dir = filepath.Join(root, "lockstep-merge-bench-v1")
+	dir = filepath.Join(root, name)
 	if _, err := os.Stat(filepath.Join(dir, "ready")); err != nil {
 		os.RemoveAll(dir)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			b.Fatal(err)
 		}
-		content := func(d, s, f int, edit map[int]string) []byte {
-			var buf bytes.Buffer
-			for k := 0; k < 30; k++ {
-				if e, ok := edit[k]; ok {
-					buf.WriteString(e + "\n")
-					continue
-				}
-				fmt.Fprintf(&buf, "dir %d sub %d file %d line %d\n", d, s, f, k)
-			}
-			return buf.Bytes()
-		}
-		path := func(d, s, f int) string { return fmt.Sprintf("d%02d/s%02d/f%02d.txt", d, s, f) }
-		var st bytes.Buffer
-		mark := 0
-		blob := func(data []byte) int {
-			mark++
-			fmt.Fprintf(&st, "blob\nmark :%d\ndata %d\n%s\n", mark, len(data), data)
-			return mark
-		}
+		g := &benchGen{}
 		var base []string
 		for d := 0; d < 20; d++ {
 			for s := 0; s < 20; s++ {
 				for f := 0; f < 50; f++ {
-					base = append(base, fmt.Sprintf("M 100644 :%d %s\n", blob(content(d, s, f, nil)), path(d, s, f)))
+					base = append(base, fmt.Sprintf("M 100644 :%d %s\n", g.blob(g.content(d, s, f, nil)), g.path(d, s, f)))
 				}
 			}
 		}
-		mark++
-		baseMark := mark
-		fmt.Fprintf(&st, "commit refs/heads/base\nmark :%d\ncommitter T <t@example.com> 1700000000 +0000\ndata 0\n%s\n", mark, strings.Join(base, ""))
-		side := func(name string, line int, own [][3]int) {
-			var ms []string
-			for i, p := range own {
-				ms = append(ms, fmt.Sprintf("M 100644 :%d %s\n", blob(content(p[0], p[1], p[2], map[int]string{line: name + " change"})), path(p[0], p[1], p[2])))
-				_ = i
-			}
-			mark++
-			fmt.Fprintf(&st, "commit refs/heads/%s\nmark :%d\ncommitter T <t@example.com> 1700000001 +0000\ndata 0\nfrom :%d\n%s\n", name, mark, baseMark, strings.Join(ms, ""))
-		}
-		shared := [][3]int{{1, 2, 3}, {5, 5, 5}, {19, 0, 49}}
-		var o, t [][3]int
-		for i := 0; i < 7; i++ {
-			o = append(o, [3]int{(i * 3) % 20, (i * 7) % 20, (i * 11) % 50})
-			t = append(t, [3]int{(i*3 + 1) % 20, (i*7 + 3) % 20, (i*11 + 5) % 50})
-		}
-		side("ours", 3, append(o, shared...))
-		side("theirs", 20, append(t, shared...))
+		g.mark++
+		g.base = g.mark
+		fmt.Fprintf(&g.st, "commit refs/heads/base\nmark :%d\ncommitter T <t@example.com> 1700000000 +0000\ndata 0\n%s\n", g.mark, strings.Join(base, ""))
+		sides(g)
 		for _, args := range [][]string{{"init", "-q", "--bare", "."}, {"fast-import", "--quiet"}} {
 			cmd := exec.Command("git", args...)
 			cmd.Dir = dir
 			if args[0] == "fast-import" {
-				cmd.Stdin = &st
+				cmd.Stdin = &g.st
 			}
 			if out, err := cmd.CombinedOutput(); err != nil {
 				b.Fatalf("git %v: %v\n%s", args, err, out)
@@ -99,6 +98,29 @@ func benchRepo(b *testing.B) (dir string, ours, theirs plumbing.Hash) {
 	}
 	hs := strings.Fields(string(out))
 	return dir, plumbing.NewHash(hs[0]), plumbing.NewHash(hs[1])
+}
+
+// benchRepo is the 20,000-file repository with branches ours and theirs,
+// each changing 10 files: 7 of their own and 3 that both sides change in
+// different hunks.
+func benchRepo(b *testing.B) (dir string, ours, theirs plumbing.Hash) {
+	return buildBenchRepo(b, "lockstep-merge-bench-v1", func(g *benchGen) {
+		side := func(name string, line int, own [][3]int) {
+			var ms []string
+			for _, p := range own {
+				ms = append(ms, fmt.Sprintf("M 100644 :%d %s\n", g.blob(g.content(p[0], p[1], p[2], map[int]string{line: name + " change"})), g.path(p[0], p[1], p[2])))
+			}
+			g.commit(name, ms)
+		}
+		shared := [][3]int{{1, 2, 3}, {5, 5, 5}, {19, 0, 49}}
+		var o, t [][3]int
+		for i := 0; i < 7; i++ {
+			o = append(o, [3]int{(i * 3) % 20, (i * 7) % 20, (i * 11) % 50})
+			t = append(t, [3]int{(i*3 + 1) % 20, (i*7 + 3) % 20, (i*11 + 5) % 50})
+		}
+		side("ours", 3, append(o, shared...))
+		side("theirs", 20, append(t, shared...))
+	})
 }
 
 // BenchmarkMergeDeepPreflight: a deep merge into an Overlay (nothing
