@@ -5,7 +5,9 @@
 #   ensure_packages   installs missing OS packages (root + apt-get only)
 #   ensure_services   checks Postgres and Redis at LOCKSTEP_TEST_POSTGRES_URL /
 #                     LOCKSTEP_TEST_REDIS_URL and, if unreachable, starts
-#                     throwaway instances on free ports and exports their URLs
+#                     throwaway instances on free ports and exports their URLs;
+#                     the same for an S3 server at LOCKSTEP_TEST_S3_URL
+#                     (versitygw, installed with `go install` if missing)
 #   stop_services     stops and removes whatever ensure_services started
 #
 # Callers must `trap stop_services EXIT` (done by services_init).
@@ -13,6 +15,11 @@
 # Knobs:
 #   LOCKSTEP_TEST_NO_INSTALL=1   never run apt-get
 #   LOCKSTEP_TEST_KEEP_SERVICES=1  leave throwaway instances running (debug)
+#   LOCKSTEP_TEST_S3_URL=http://KEY:SECRET@host:port  use this S3 server
+#                                (buckets are created and removed per test)
+#   LOCKSTEP_TEST_VERSITYGW=PATH  the versitygw binary (default: PATH, then
+#                                $(go env GOPATH)/bin, else go install
+#                                versitygw@$VERSITYGW_VERSION into GOPATH/bin)
 
 : "${LOCKSTEP_TEST_POSTGRES_URL:=postgres://postgres@127.0.0.1:5432/postgres}"
 : "${LOCKSTEP_TEST_REDIS_URL:=redis://127.0.0.1:6379/0}"
@@ -23,6 +30,11 @@ _svc_pg_data=""    # data dir of the throwaway postgres
 _svc_pg_bin=""     # directory holding initdb/pg_ctl/postgres
 _svc_pg_user=""    # OS user running the throwaway postgres ("" = current user)
 _svc_redis_pid=""  # pid of the throwaway redis-server
+_svc_s3_pid=""     # pid of the throwaway versitygw
+
+# The S3 server of the tests (issue #11): versitygw serves a directory over
+# the S3 protocol. Pinned: a new release must not change the suite under us.
+VERSITYGW_VERSION=v1.8.0
 
 log() { printf '%s: %s\n' "${LOG_NAME:-scripts}" "$*" >&2; }
 die() { log "$*"; exit 2; }
@@ -168,9 +180,15 @@ ensure_services() {
 	else
 		start_redis || missing+=("redis-server (apt-get install -y redis-server)")
 	fi
+	if [[ -n ${LOCKSTEP_TEST_S3_URL:-} ]]; then
+		s3_reachable || die "s3: nothing answers at $(redact "$LOCKSTEP_TEST_S3_URL") (LOCKSTEP_TEST_S3_URL); unset it to start a throwaway versitygw"
+		log "s3: using $(redact "$LOCKSTEP_TEST_S3_URL")"
+	else
+		start_s3 || missing+=("versitygw (go install github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION, or set LOCKSTEP_TEST_VERSITYGW to its path)")
+	fi
 	if ((${#missing[@]})); then
 		log "cannot provide the services the tests need; install: ${missing[*]}"
-		log "or point LOCKSTEP_TEST_POSTGRES_URL / LOCKSTEP_TEST_REDIS_URL at running servers"
+		log "or point LOCKSTEP_TEST_POSTGRES_URL / LOCKSTEP_TEST_REDIS_URL / LOCKSTEP_TEST_S3_URL at running servers"
 		exit 2
 	fi
 }
@@ -265,6 +283,85 @@ start_redis() {
 	return 1
 }
 
+# s3_reachable: an S3 server answers HTTP at LOCKSTEP_TEST_S3_URL (any
+# status: an unauthenticated request gets 403, which proves it is up).
+s3_reachable() {
+	# shellcheck disable=SC2046
+	set -- $(url_host_port "$LOCKSTEP_TEST_S3_URL" 80)
+	if command -v curl >/dev/null 2>&1; then
+		local code
+		code=$(curl -s -o /dev/null -m 3 -w '%{http_code}' "http://$1:$2/" 2>/dev/null) || return 1
+		[[ $code != 000 ]]
+		return
+	fi
+	tcp_open "$1" "$2"
+}
+
+# find_versitygw: print the path of a versitygw binary, installing the pinned
+# version into $(go env GOPATH)/bin (once: later runs reuse it) if none exists.
+find_versitygw() {
+	local bin gobin
+	if [[ -n ${LOCKSTEP_TEST_VERSITYGW:-} ]]; then
+		[[ -x $LOCKSTEP_TEST_VERSITYGW ]] || { log "s3: LOCKSTEP_TEST_VERSITYGW=$LOCKSTEP_TEST_VERSITYGW is not an executable"; return 1; }
+		echo "$LOCKSTEP_TEST_VERSITYGW"; return 0
+	fi
+	gobin=$(go env GOBIN)
+	[[ -n $gobin ]] || gobin=$(go env GOPATH)/bin
+	for bin in "$gobin/versitygw" "$(command -v versitygw || true)"; do
+		# go install leaves no version in --version: ask the build info.
+		if [[ -n $bin && -x $bin ]] && go version -m "$bin" 2>/dev/null |
+			grep -qP "^\tmod\tgithub.com/versity/versitygw\t$VERSITYGW_VERSION\t"; then
+			echo "$bin"; return 0
+		fi
+	done
+	log "s3: installing versitygw $VERSITYGW_VERSION into $gobin (go install; about a minute, once)"
+	local out
+	out=$(mktemp /tmp/lockstep-versitygw.XXXXXX)
+	if ! GOBIN=$gobin go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" >"$out" 2>&1; then
+		log "s3: go install github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION failed:"
+		tail -n 20 "$out" >&2; rm -f "$out"
+		return 1
+	fi
+	rm -f "$out"
+	[[ -x $gobin/versitygw ]] || { log "s3: go install did not produce $gobin/versitygw"; return 1; }
+	echo "$gobin/versitygw"
+}
+
+# start_s3: start a throwaway versitygw (posix backend) on a free port and
+# export LOCKSTEP_TEST_S3_URL (with its keys) and LOCKSTEP_TEST_VERSITYGW
+# (tests that stop a server mid-operation start their own from it).
+start_s3() {
+	log "s3: LOCKSTEP_TEST_S3_URL unset; starting a throwaway versitygw"
+	local bin
+	bin=$(find_versitygw) || return 1
+	export LOCKSTEP_TEST_VERSITYGW=$bin
+	_svc_mkdir
+	mkdir -p "$_svc_dir/s3"
+	local port try i key=lockstep-test secret
+	secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+	for try in 1 2 3; do
+		port=$(free_port) || { log "s3: no free port"; return 1; }
+		"$bin" --quiet --access "$key" --secret "$secret" --port "127.0.0.1:$port" posix "$_svc_dir/s3" \
+			>"$_svc_dir/versitygw.log" 2>&1 &
+		_svc_s3_pid=$!
+		export LOCKSTEP_TEST_S3_URL="http://$key:$secret@127.0.0.1:$port"
+		for i in $(seq 1 100); do
+			kill -0 "$_svc_s3_pid" 2>/dev/null || break
+			if s3_reachable; then
+				log "s3: started throwaway versitygw $VERSITYGW_VERSION at http://127.0.0.1:$port (pid $_svc_s3_pid, data $_svc_dir/s3)"
+				return 0
+			fi
+			sleep 0.1
+		done
+		kill "$_svc_s3_pid" 2>/dev/null
+		wait "$_svc_s3_pid" 2>/dev/null
+		_svc_s3_pid=""
+	done
+	unset LOCKSTEP_TEST_S3_URL
+	log "s3: versitygw failed to start:"; tail -n 20 "$_svc_dir/versitygw.log" >&2
+	return 1
+}
+
 # stop_services: stop and delete the throwaway instances. Safe to call twice.
 stop_services() {
 	[[ -n $_svc_dir ]] || return 0
@@ -278,6 +375,11 @@ stop_services() {
 		local i
 		for i in $(seq 1 50); do kill -0 "$_svc_redis_pid" 2>/dev/null || break; sleep 0.1; done
 		_svc_redis_pid=""
+	fi
+	if [[ -n $_svc_s3_pid ]]; then
+		kill "$_svc_s3_pid" 2>/dev/null && stopped+=("versitygw pid $_svc_s3_pid")
+		wait "$_svc_s3_pid" 2>/dev/null
+		_svc_s3_pid=""
 	fi
 	if [[ -n $_svc_pg_data && -f $_svc_pg_data/postmaster.pid ]]; then
 		_as_pg_user "$_svc_pg_bin/pg_ctl" -D "$_svc_pg_data" -m immediate -w stop >/dev/null 2>&1 &&
