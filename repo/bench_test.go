@@ -475,3 +475,98 @@ func BenchmarkGitArchive2k(b *testing.B) {
 		}
 	})
 }
+
+// fullHistoryPack returns the pack `git push` sends for every branch and
+// tag of a real history (a corpus bundle cloned on tmpfs): what a full
+// push to an empty repository transfers. It skips when the corpus is
+// absent (LOCKSTEP_CORPUS_DIR, default /work/shared/corpus).
+func fullHistoryPack(b *testing.B, bundle string) []byte {
+	b.Helper()
+	corpus := os.Getenv("LOCKSTEP_CORPUS_DIR")
+	if corpus == "" {
+		corpus = "/work/shared/corpus"
+	}
+	src := filepath.Join(corpus, bundle)
+	if _, err := os.Stat(src); err != nil {
+		b.Skipf("corpus %s not found (set LOCKSTEP_CORPUS_DIR): %v", src, err)
+	}
+	gd := filepath.Join(benchDir(b), "client.git")
+	if out, err := exec.Command("git", "clone", "-q", "--mirror", src, gd).CombinedOutput(); err != nil {
+		b.Fatalf("clone %s: %v %s", src, err, out)
+	}
+	refs, err := exec.Command("git", "--git-dir="+gd, "for-each-ref", "--format=%(objectname)", "refs/heads", "refs/tags").Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	// What git push sends: --revs --thin --delta-base-offset (a full push
+	// has nothing to be thin against), progress off.
+	return packObjectsB(b, gd, string(refs), "--revs", "--thin", "--delta-base-offset")
+}
+
+// packDirBytes is the size of the pack directory of a repository (what
+// du reports for a network after a full push, loose objects aside).
+func packDirBytes(b *testing.B, gitDir string) int64 {
+	var total int64
+	filepath.WalkDir(filepath.Join(gitDir, "objects"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				total += fi.Size()
+			}
+		}
+		return nil
+	})
+	return total
+}
+
+// BenchmarkReceivePackFullHistory receives a full-history push of a real
+// repository (echo: 4,446 commits; testify: 3,261) into an empty
+// network and reports the bytes stored ("stored-B") beside the pack's
+// size ("pack-B"); BenchmarkGitIndexPackFullHistory is git's receive
+// side for the same pack (`git push` to a bare repository over file://).
+func BenchmarkReceivePackFullHistory(b *testing.B) {
+	for _, bundle := range []string{"echo.bundle", "testify.bundle"} {
+		b.Run(strings.TrimSuffix(bundle, ".bundle"), func(b *testing.B) {
+			full := fullHistoryPack(b, bundle)
+			var stored int64
+			loop(b, func(int) {
+				b.StopTimer()
+				n := benchOpen(b)
+				b.StartTimer()
+				if _, err := n.ReceivePack(bytes.NewReader(full), Limits{}); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				stored = packDirBytes(b, n.Dir())
+				n.Close()
+				b.StartTimer()
+			})
+			b.ReportMetric(float64(stored), "stored-B")
+			b.ReportMetric(float64(len(full)), "pack-B")
+		})
+	}
+}
+
+func BenchmarkGitIndexPackFullHistory(b *testing.B) {
+	for _, bundle := range []string{"echo.bundle", "testify.bundle"} {
+		b.Run(strings.TrimSuffix(bundle, ".bundle"), func(b *testing.B) {
+			full := fullHistoryPack(b, bundle)
+			var stored int64
+			loop(b, func(int) {
+				b.StopTimer()
+				gd := filepath.Join(benchDir(b), "srv.git")
+				exec.Command("git", "init", "-q", "--bare", gd).Run()
+				b.StartTimer()
+				cmd := exec.Command("git", "--git-dir="+gd, "index-pack", "--stdin", "--fix-thin", "--strict")
+				cmd.Stdin = bytes.NewReader(full)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					b.Fatalf("%v %s", err, out)
+				}
+				b.StopTimer()
+				stored = packDirBytes(b, gd)
+				b.StartTimer()
+			})
+			b.ReportMetric(float64(stored), "stored-B")
+			b.ReportMetric(float64(len(full)), "pack-B")
+		})
+	}
+}

@@ -84,6 +84,35 @@ func RemoveStaleTemps(dir string, grace time.Duration, now time.Time) TempSweep 
 			}
 		}
 	}
+	// Quarantines of receives (packstore.go) that a crash left: whole
+	// directories, judged by their newest file.
+	if subs, err := os.ReadDir(filepath.Join(dir, "objects")); err == nil {
+		for _, e := range subs {
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), quarantinePrefix) {
+				continue
+			}
+			q := filepath.Join(dir, "objects", e.Name())
+			newest, size := time.Time{}, int64(0)
+			filepath.WalkDir(q, func(_ string, d fs.DirEntry, err error) error {
+				if err != nil {
+					return nil
+				}
+				if fi, err := d.Info(); err == nil {
+					if fi.ModTime().After(newest) {
+						newest = fi.ModTime()
+					}
+					if !d.IsDir() {
+						size += fi.Size()
+					}
+				}
+				return nil
+			})
+			if !newest.IsZero() && now.Sub(newest) > grace && os.RemoveAll(q) == nil {
+				st.Files++
+				st.Bytes += size
+			}
+		}
+	}
 	for _, d := range dirs {
 		entries, err := os.ReadDir(d)
 		if err != nil {

@@ -72,26 +72,35 @@ func (n *Network) ReceivePack(r io.Reader, lim Limits) (WriteStats, error) {
 	if err := prescan(io.NewSectionReader(f, 0, size), lim); err != nil {
 		return WriteStats{}, err
 	}
-	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}, lim: lim}
-	defer ov.spool.close()
-	parser, err := packfile.NewParserWithStorage(packfile.NewScanner(io.NewSectionReader(f, 0, size)), ov)
+	return n.storeReceived(f, size, lim)
+}
+
+// storeReceived stores the spooled pack f (size bytes, prescanned) as
+// git stores it (see packstore.go): indexed into a quarantine, its new
+// objects validated, then published with its deltas. Nothing is written
+// to objects/pack when a check fails, or when every object is stored
+// already.
+func (n *Network) storeReceived(f *os.File, size int64, lim Limits) (WriteStats, error) {
+	q, err := n.indexReceived(f, size)
 	if err != nil {
-		return WriteStats{}, fmt.Errorf("receive pack: %w", err)
+		return WriteStats{}, err
 	}
-	if _, err := parser.Parse(); err != nil {
-		var le *lockstep.Error
-		if errors.As(err, &le) {
-			return WriteStats{}, le
-		}
-		if errors.Is(err, packfile.ErrReferenceDeltaNotFound) || errors.Is(err, plumbing.ErrObjectNotFound) {
-			return WriteStats{}, lockstep.Errorf(lockstep.EINVALID, "pack has a delta against an object that is neither in the pack nor stored")
-		}
-		return WriteStats{}, lockstep.Errorf(lockstep.EINVALID, "corrupt packfile: %v", err)
+	defer q.remove()
+	ov, err := n.loadQuarantine(q, lim)
+	if err != nil {
+		return WriteStats{}, err
+	}
+	if len(ov.order) == 0 {
+		return WriteStats{}, nil
 	}
 	if err := n.validateObjects(ov); err != nil {
 		return WriteStats{}, err
 	}
-	return n.WriteObjects(ov.order)
+	stored, err := n.publishReceived(q)
+	if err != nil {
+		return WriteStats{}, err
+	}
+	return WriteStats{Objects: len(ov.order), Bytes: stored}, nil
 }
 
 // prescan checks the sizes every object of the pack declares (for a

@@ -1,0 +1,361 @@
+package repo
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// Received packs are stored as git stores them (issue #11): the client's
+// pack is indexed by `git index-pack --fix-thin` into a quarantine object
+// directory (thin-pack bases appended, deltas kept, an .idx written and
+// fsynced), its new objects are read back with `git cat-file --batch` and
+// validated (validateObjects), and only then is the pack moved into
+// objects/pack and published. A refused pack never reaches objects/pack.
+//
+//	objects/tmp_objdir-lockstep-XXXX/pack/pack-<sha>.{pack,idx}   quarantine
+//
+// A quarantine left by a crash is removed by RemoveStaleTemps after the
+// grace period, like git's own tmp_objdir-incoming-* directories.
+
+// quarantinePrefix starts the name of a receive's quarantine directory
+// under objects/ (git's receive-pack uses "tmp_objdir-incoming-").
+const quarantinePrefix = "tmp_objdir-"
+
+// maxSymlinkBytes bounds a symlink's target blob in a received pack: the
+// target is read into memory to check it (PATH_MAX is 4096 on Linux).
+const maxSymlinkBytes = 64 << 10
+
+// quarantine is a received pack indexed but not yet published.
+type quarantine struct {
+	dir  string        // objects/tmp_objdir-lockstep-XXXX
+	hash plumbing.Hash // the pack's name (its checksum)
+}
+
+func (q *quarantine) path(ext string) string {
+	return filepath.Join(q.dir, "pack", "pack-"+q.hash.String()+"."+ext)
+}
+
+func (q *quarantine) remove() {
+	if q != nil && q.dir != "" {
+		os.RemoveAll(q.dir)
+	}
+}
+
+// gitEnv is the environment of the git commands run on the network: the
+// caller's without any GIT_* variable (a GIT_NAMESPACE or GIT_DIR of the
+// serving process must not leak in), plus extra.
+func gitEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GIT_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// gitArgs prefixes args with the config every network git command runs
+// with: no fsync when the network does not want it (tests), no
+// auto-gc, no reverse index beside the pack (go-git does not read one).
+func (n *Network) gitArgs(args ...string) []string {
+	pre := []string{"-c", "gc.auto=0", "-c", "pack.writeReverseIndex=false"}
+	if !n.opts.Fsync {
+		pre = append(pre, "-c", "core.fsync=none")
+	}
+	return append(pre, args...)
+}
+
+// indexReceived runs `git index-pack --stdin --fix-thin` on the spooled
+// pack f (size bytes) into a new quarantine directory, with the network's
+// objects as alternates for the bases of a thin pack. Returns
+// invalid_argument for a corrupt pack or a delta whose base is neither in
+// the pack nor stored.
+func (n *Network) indexReceived(f *os.File, size int64) (*quarantine, error) {
+	objDir := filepath.Join(n.dir, "objects")
+	dir, err := os.MkdirTemp(objDir, quarantinePrefix+"lockstep-")
+	if err != nil {
+		return nil, fmt.Errorf("receive pack: %w", err)
+	}
+	q := &quarantine{dir: dir}
+	if err := os.Mkdir(filepath.Join(dir, "pack"), 0o755); err != nil {
+		q.remove()
+		return nil, fmt.Errorf("receive pack: %w", err)
+	}
+	cmd := exec.Command("git", n.gitArgs("index-pack", "--stdin", "--fix-thin")...)
+	cmd.Dir = n.dir
+	cmd.Env = gitEnv("GIT_DIR="+n.dir, "GIT_OBJECT_DIRECTORY="+dir, "GIT_ALTERNATE_OBJECT_DIRECTORIES="+objDir)
+	cmd.Stdin = io.NewSectionReader(f, 0, size)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		q.remove()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			return nil, fmt.Errorf("receive pack: git index-pack: %w", err)
+		}
+		msg := gitFatal(stderr.String())
+		if strings.Contains(msg, "unresolved delta") {
+			return nil, lockstep.Errorf(lockstep.EINVALID, "pack has a delta against an object that is neither in the pack nor stored")
+		}
+		return nil, lockstep.Errorf(lockstep.EINVALID, "corrupt packfile: %s", msg)
+	}
+	// index-pack prints "pack\t<sha>" (or "keep\t<sha>").
+	out := strings.Fields(stdout.String())
+	if len(out) == 0 || !plumbing.IsHash(out[len(out)-1]) {
+		q.remove()
+		return nil, fmt.Errorf("receive pack: git index-pack printed %q", stdout.String())
+	}
+	q.hash = plumbing.NewHash(out[len(out)-1])
+	return q, nil
+}
+
+// gitFatal returns the message of git's last "fatal:"/"error:" line.
+func gitFatal(stderr string) string {
+	msg := ""
+	for _, l := range strings.Split(stderr, "\n") {
+		l = strings.TrimSpace(l)
+		for _, p := range []string{"fatal: ", "error: "} {
+			if strings.HasPrefix(l, p) {
+				msg = strings.TrimPrefix(l, p)
+			}
+		}
+	}
+	if msg == "" {
+		msg = strings.Join(strings.Fields(stderr), " ")
+	}
+	return msg
+}
+
+// quarantinedObject is an object of a quarantined pack: its content when
+// validation needs it (commits, trees, tags, and the blobs that are
+// symlink targets, .gitmodules or .gitattributes), else type and size only.
+type quarantinedObject struct {
+	h    plumbing.Hash
+	t    plumbing.ObjectType
+	size int64
+	data []byte // nil: content not loaded
+}
+
+func (o *quarantinedObject) Hash() plumbing.Hash         { return o.h }
+func (o *quarantinedObject) Type() plumbing.ObjectType   { return o.t }
+func (o *quarantinedObject) SetType(plumbing.ObjectType) {}
+func (o *quarantinedObject) Size() int64                 { return o.size }
+func (o *quarantinedObject) SetSize(int64)               {}
+func (o *quarantinedObject) Writer() (io.WriteCloser, error) {
+	return nil, errors.New("read-only object")
+}
+func (o *quarantinedObject) Reader() (io.ReadCloser, error) {
+	if o.data == nil && o.size > 0 {
+		return nil, fmt.Errorf("object %s: content not loaded", o.h)
+	}
+	return io.NopCloser(bytes.NewReader(o.data)), nil
+}
+
+// loadQuarantine lists the objects of q's pack and returns an overlay
+// holding those not already stored, in pack order of listing, with the
+// content validation needs. Limits are applied to the declared sizes again
+// (prescan checked them from the raw pack).
+func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
+	env := gitEnv("GIT_DIR="+n.dir, "GIT_OBJECT_DIRECTORY="+q.dir)
+	list := exec.Command("git", n.gitArgs("cat-file", "--batch-all-objects", "--unordered",
+		"--batch-check=%(objectname) %(objecttype) %(objectsize)")...)
+	list.Dir, list.Env = n.dir, env
+	var stderr bytes.Buffer
+	list.Stderr = &stderr
+	out, err := list.Output()
+	if err != nil {
+		return nil, fmt.Errorf("receive pack: git cat-file --batch-check: %v: %s", err, gitFatal(stderr.String()))
+	}
+	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}, lim: lim}
+	var want []*quarantinedObject
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || !plumbing.IsHash(f[0]) {
+			continue
+		}
+		h := plumbing.NewHash(f[0])
+		if n.has1(h) {
+			continue // a thin pack's base, or sent again: stored and checked before
+		}
+		t, err := plumbing.ParseObjectType(f[1])
+		if err != nil {
+			return nil, invalidObject(h, "unexpected object type %s", f[1])
+		}
+		size, _ := strconv.ParseInt(f[2], 10, 64)
+		if t == plumbing.BlobObject && size > lim.MaxFileBytes {
+			return nil, lockstep.Errorf(lockstep.ETOOLARGE, "blob %s is %d bytes, over the %d-byte limit", h, size, lim.MaxFileBytes)
+		}
+		o := &quarantinedObject{h: h, t: t, size: size}
+		ov.objs[h] = o
+		ov.order = append(ov.order, o)
+		if t != plumbing.BlobObject {
+			want = append(want, o)
+		}
+	}
+	if len(ov.order) == 0 {
+		return ov, nil
+	}
+	if err := n.catFile(env, want); err != nil {
+		return nil, err
+	}
+	// The blobs whose content validateObjects reads: symlink targets and
+	// .gitmodules / .gitattributes files named by the new trees.
+	var blobs []*quarantinedObject
+	for _, o := range want {
+		if o.t != plumbing.TreeObject {
+			continue
+		}
+		t := &object.Tree{}
+		if err := t.Decode(memObject(o)); err != nil {
+			continue // validateObjects reports it
+		}
+		for _, e := range t.Entries {
+			b, ok := ov.objs[e.Hash].(*quarantinedObject)
+			if !ok || b.t != plumbing.BlobObject || b.data != nil || b.size == 0 {
+				continue
+			}
+			switch {
+			case e.Mode == filemode.Symlink:
+				if b.size > maxSymlinkBytes {
+					return nil, invalidObject(o.h, "symlink %q: target is %d bytes, over %d", e.Name, b.size, maxSymlinkBytes)
+				}
+			case specialFile(e.Name) == ".gitmodules" && b.size <= maxGitmodulesBytes,
+				specialFile(e.Name) == ".gitattributes" && b.size <= maxAttributesBytes:
+			default:
+				continue
+			}
+			b.data = []byte{} // queued once
+			blobs = append(blobs, b)
+		}
+	}
+	if err := n.catFile(env, blobs); err != nil {
+		return nil, err
+	}
+	return ov, nil
+}
+
+// memObject returns o's content as a plumbing.MemoryObject for decoding.
+func memObject(o *quarantinedObject) *plumbing.MemoryObject {
+	m := &plumbing.MemoryObject{}
+	m.SetType(o.t)
+	m.Write(o.data)
+	return m
+}
+
+// catFile fills the content of objs with one `git cat-file --batch`.
+func (n *Network) catFile(env []string, objs []*quarantinedObject) error {
+	if len(objs) == 0 {
+		return nil
+	}
+	cmd := exec.Command("git", n.gitArgs("cat-file", "--batch")...)
+	cmd.Dir, cmd.Env = n.dir, env
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return fmt.Errorf("receive pack: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return fmt.Errorf("receive pack: %w", err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("receive pack: git cat-file: %w", err)
+	}
+	go func() {
+		bw := bufio.NewWriterSize(stdin, 1<<16)
+		for _, o := range objs {
+			bw.WriteString(o.h.String())
+			bw.WriteByte('\n')
+		}
+		bw.Flush()
+		stdin.Close()
+	}()
+	br := bufio.NewReaderSize(stdout, 1<<16)
+	readErr := func() error {
+		for _, o := range objs {
+			hdr, err := br.ReadString('\n')
+			if err != nil {
+				return err
+			}
+			f := strings.Fields(hdr)
+			if len(f) != 3 || f[0] != o.h.String() {
+				return fmt.Errorf("unexpected header %q for %s", hdr, o.h)
+			}
+			size, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil || size != o.size {
+				return fmt.Errorf("object %s: size %s, listed as %d", o.h, f[2], o.size)
+			}
+			o.data = make([]byte, size+1) // content + "\n"
+			if _, err := io.ReadFull(br, o.data); err != nil {
+				return err
+			}
+			o.data = o.data[:size]
+		}
+		return nil
+	}()
+	io.Copy(io.Discard, br)
+	waitErr := cmd.Wait()
+	if readErr != nil {
+		return fmt.Errorf("receive pack: git cat-file --batch: %v %s", readErr, gitFatal(stderr.String()))
+	}
+	if waitErr != nil {
+		return fmt.Errorf("receive pack: git cat-file --batch: %v %s", waitErr, gitFatal(stderr.String()))
+	}
+	return nil
+}
+
+// publishReceived moves q's pack and index into objects/pack (pack first,
+// index last: git and Reload see a pack once its .idx exists), fsyncs the
+// directory when Options.Fsync (index-pack fsynced the files), and adds
+// the pack to the Network. Returns the bytes stored.
+func (n *Network) publishReceived(q *quarantine) (int64, error) {
+	n.writeMu.Lock()
+	defer n.writeMu.Unlock()
+	var bytes int64
+	for _, ext := range []string{"pack", "idx"} {
+		fi, err := os.Stat(q.path(ext))
+		if err != nil {
+			return 0, diskError(fmt.Errorf("publish pack: %w", err))
+		}
+		bytes += fi.Size()
+		if err := os.Rename(q.path(ext), n.packPath(q.hash, ext)); err != nil {
+			return 0, diskError(fmt.Errorf("publish pack: %w", err))
+		}
+	}
+	if n.opts.Fsync {
+		if err := syncDir(filepath.Join(n.dir, "objects", "pack")); err != nil {
+			return 0, diskError(fmt.Errorf("publish pack: %w", err))
+		}
+	}
+	n.mu.RLock()
+	for _, p := range n.packs {
+		if p.hash == q.hash {
+			n.mu.RUnlock()
+			return bytes, nil // the same pack again: already loaded
+		}
+	}
+	n.mu.RUnlock()
+	p, err := n.openPack(q.hash)
+	if err != nil {
+		return 0, diskError(fmt.Errorf("publish pack: %w", err))
+	}
+	if err := n.publish(p); err != nil {
+		return 0, diskError(fmt.Errorf("publish pack: %w", err))
+	}
+	return bytes, nil
+}
