@@ -81,46 +81,112 @@ func (n *Network) gitArgs(args ...string) []string {
 
 // indexReceived runs `git index-pack --stdin --fix-thin` on the spooled
 // pack f (size bytes) into a new quarantine directory, with the network's
-// objects as alternates for the bases of a thin pack. Returns
-// invalid_argument for a corrupt pack or a delta whose base is neither in
-// the pack nor stored.
-func (n *Network) indexReceived(f *os.File, size int64) (*quarantine, error) {
+// objects as alternates for the bases of a thin pack. The pack is fed to
+// index-pack through prescan: index-pack gets the bytes prescan has read
+// (so both inflate at once, on two cores) and the 20-byte trailer only
+// once prescan has accepted every object's declared size, so no delta is
+// resolved, in this process or in git, before the limits are checked.
+// Returns prescan's error (too_large, invalid_argument), invalid_argument
+// for a corrupt pack or a delta whose base is neither in the pack nor
+// stored.
+func (n *Network) indexReceived(f *os.File, size int64, lim Limits) (*quarantine, error) {
 	objDir := filepath.Join(n.dir, "objects")
 	dir, err := os.MkdirTemp(objDir, quarantinePrefix+"lockstep-")
 	if err != nil {
 		return nil, fmt.Errorf("receive pack: %w", err)
 	}
 	q := &quarantine{dir: dir}
+	fail := func(err error) (*quarantine, error) { q.remove(); return nil, err }
 	if err := os.Mkdir(filepath.Join(dir, "pack"), 0o755); err != nil {
-		q.remove()
-		return nil, fmt.Errorf("receive pack: %w", err)
+		return fail(fmt.Errorf("receive pack: %w", err))
 	}
 	cmd := exec.Command("git", n.gitArgs("index-pack", "--stdin", "--fix-thin")...)
 	cmd.Dir = n.dir
 	cmd.Env = gitEnv("GIT_DIR="+n.dir, "GIT_OBJECT_DIRECTORY="+dir, "GIT_ALTERNATE_OBJECT_DIRECTORIES="+objDir)
-	cmd.Stdin = io.NewSectionReader(f, 0, size)
+	stdin, err := cmd.StdinPipe() // an OS pipe: writes fail, not block, once git exits
+	if err != nil {
+		return fail(fmt.Errorf("receive pack: %w", err))
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		q.remove()
+	if err := cmd.Start(); err != nil {
+		return fail(fmt.Errorf("receive pack: git index-pack: %w", err))
+	}
+
+	body := &countingReader{r: io.NewSectionReader(f, 0, size-20)}
+	feed := &feedWriter{w: stdin}
+	bw := bufio.NewWriterSize(feed, 1<<16)
+	scanErr := prescan(bufio.NewReaderSize(io.TeeReader(body, bw), 1<<16), lim)
+	if scanErr == nil {
+		scanErr = bw.Flush()
+	}
+	if scanErr == nil {
+		// The rest of the objects (read ahead of prescan's last object,
+		// if any) and the trailer.
+		_, scanErr = io.Copy(stdin, io.NewSectionReader(f, body.n, size-body.n))
+		if scanErr != nil {
+			scanErr = fmt.Errorf("receive pack: feed git index-pack: %w", scanErr)
+		}
+	}
+	if scanErr != nil && lockstep.ErrorCode(scanErr) == lockstep.ETOOLARGE {
+		cmd.Process.Kill()
+	}
+	stdin.Close()
+	waitErr := cmd.Wait()
+	if scanErr != nil && lockstep.ErrorCode(scanErr) == lockstep.ETOOLARGE {
+		return fail(scanErr)
+	}
+	if waitErr != nil {
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) {
-			return nil, fmt.Errorf("receive pack: git index-pack: %w", err)
+		if !errors.As(waitErr, &ee) {
+			return fail(fmt.Errorf("receive pack: git index-pack: %w", waitErr))
+		}
+		if scanErr != nil && feed.err == nil && lockstep.ErrorCode(scanErr) == lockstep.EINVALID {
+			return fail(scanErr) // prescan's reason, unless git stopped reading first
 		}
 		msg := gitFatal(stderr.String())
 		if strings.Contains(msg, "unresolved delta") {
-			return nil, lockstep.Errorf(lockstep.EINVALID, "pack has a delta against an object that is neither in the pack nor stored")
+			return fail(lockstep.Errorf(lockstep.EINVALID, "pack has a delta against an object that is neither in the pack nor stored"))
 		}
-		return nil, lockstep.Errorf(lockstep.EINVALID, "corrupt packfile: %s", msg)
+		return fail(lockstep.Errorf(lockstep.EINVALID, "corrupt packfile: %s", msg))
+	}
+	if scanErr != nil {
+		return fail(scanErr)
 	}
 	// index-pack prints "pack\t<sha>" (or "keep\t<sha>").
 	out := strings.Fields(stdout.String())
 	if len(out) == 0 || !plumbing.IsHash(out[len(out)-1]) {
-		q.remove()
-		return nil, fmt.Errorf("receive pack: git index-pack printed %q", stdout.String())
+		return fail(fmt.Errorf("receive pack: git index-pack printed %q", stdout.String()))
 	}
 	q.hash = plumbing.NewHash(out[len(out)-1])
 	return q, nil
+}
+
+// feedWriter remembers the first write error (git exited).
+type feedWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (f *feedWriter) Write(p []byte) (int, error) {
+	if f.err != nil {
+		return 0, f.err
+	}
+	k, err := f.w.Write(p)
+	f.err = err
+	return k, err
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n += int64(k)
+	return k, err
 }
 
 // gitFatal returns the message of git's last "fatal:"/"error:" line.

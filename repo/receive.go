@@ -69,19 +69,16 @@ func (n *Network) ReceivePack(r io.Reader, lim Limits) (WriteStats, error) {
 	if binary.BigEndian.Uint32(hdr[8:12]) == 0 {
 		return WriteStats{}, nil // git sends an empty pack for a delete-only push
 	}
-	if err := prescan(io.NewSectionReader(f, 0, size), lim); err != nil {
-		return WriteStats{}, err
-	}
 	return n.storeReceived(f, size, lim)
 }
 
-// storeReceived stores the spooled pack f (size bytes, prescanned) as
-// git stores it (see packstore.go): indexed into a quarantine, its new
+// storeReceived stores the spooled pack f (size bytes) as git stores it
+// (see packstore.go): prescanned while indexed into a quarantine, its new
 // objects validated, then published with its deltas. Nothing is written
 // to objects/pack when a check fails, or when every object is stored
 // already.
 func (n *Network) storeReceived(f *os.File, size int64, lim Limits) (WriteStats, error) {
-	q, err := n.indexReceived(f, size)
+	q, err := n.indexReceived(f, size, lim)
 	if err != nil {
 		return WriteStats{}, err
 	}
@@ -108,7 +105,7 @@ func (n *Network) storeReceived(f *os.File, size int64, lim Limits) (WriteStats,
 // inflated into memory: a small compressed pack may otherwise expand to
 // gigabytes. Objects are inflated to io.Discard here, bounded by their
 // declared sizes.
-func prescan(data io.ReadSeeker, lim Limits) error {
+func prescan(data io.Reader, lim Limits) error {
 	s := packfile.NewScanner(data)
 	_, count, err := s.Header()
 	if err != nil {
