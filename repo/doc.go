@@ -8,7 +8,9 @@
 // CLI can inspect:
 //
 //	HEAD, config (core.bare = true)
-//	objects/pack/pack-<sha>.pack + .idx   one pack per push (WriteObjects)
+//	objects/pack/pack-<sha>.pack + .idx   one pack per write (WriteObjects) or per
+//	                                      received git pack (as git stores it: deltas
+//	                                      kept; see packstore.go)
 //	objects/xx/yyyy…                      loose objects (single commits: WriteCommit)
 //	refs/namespaces/<repo>/refs/heads/…   each Lockstep repository is a git namespace
 //	refs/namespaces/<repo>/HEAD           symref to the repository's default branch

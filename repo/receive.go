@@ -14,14 +14,16 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
-	"github.com/go-git/go-git/v5/plumbing/storer"
 
 	"github.com/lockstep-hq/lockstep"
 )
 
-// ReceivePack reads a packfile built by a client (an incremental push),
-// validates it and stores its objects with WriteObjects. Ref deltas may
-// refer to objects already stored (thin packs).
+// ReceivePack reads a packfile built by a client (a push), validates it
+// and stores it as git would (packstore.go): the same pack with its
+// deltas, completed with the bases of a thin pack (ref deltas may refer
+// to objects already stored), with an .idx, fsynced before it returns
+// when Options.Fsync. Objects already stored are neither validated again
+// nor counted; a pack holding nothing new is not stored.
 //
 // Nothing git fsck --strict flags is accepted (see fsck.go and path.go).
 // Every tree must be canonical (git's sort order, unique names, valid
@@ -157,55 +159,15 @@ func deltaVarint(b []byte) (int64, []byte) {
 	return v, b
 }
 
-// overlay is the storer the pack parser writes into: parsed objects stay
-// in memory, reads fall through to the Network (for thin-pack bases).
+// overlay holds the new objects of a received pack (loadQuarantine) for
+// validateObjects; lookups of other objects fall through to the Network
+// (a thin pack's bases, trees and blobs already stored).
 type overlay struct {
 	n      *Network
 	objs   map[plumbing.Hash]plumbing.EncodedObject
 	order  []plumbing.EncodedObject
 	lim    Limits
-	bytes  int64
 	ascent map[plumbing.Hash]ascentInfo
-	spool  *spool // large blobs (see spoolThreshold)
-}
-
-func (o *overlay) NewEncodedObject() plumbing.EncodedObject { return &plumbing.MemoryObject{} }
-
-func (o *overlay) SetEncodedObject(obj plumbing.EncodedObject) (plumbing.Hash, error) {
-	h := obj.Hash()
-	if obj.Type() == plumbing.BlobObject && obj.Size() > o.lim.MaxFileBytes {
-		return h, lockstep.Errorf(lockstep.ETOOLARGE, "blob %s is %d bytes, over the %d-byte limit", h, obj.Size(), o.lim.MaxFileBytes)
-	}
-	if _, ok := o.objs[h]; ok {
-		return h, nil
-	}
-	o.bytes += obj.Size()
-	if o.bytes > o.lim.MaxUploadBytes {
-		return h, lockstep.Errorf(lockstep.ETOOLARGE, "pack inflates to more than %d bytes", o.lim.MaxUploadBytes)
-	}
-	if obj.Type() == plumbing.BlobObject && obj.Size() > spoolThreshold {
-		// Keep large blobs out of memory: the parser's copy is dropped.
-		if o.spool == nil {
-			sp, err := newSpool(filepath.Join(o.n.dir, "objects", "pack"))
-			if err != nil {
-				return h, err
-			}
-			o.spool = sp
-		}
-		r, err := obj.Reader()
-		if err != nil {
-			return h, err
-		}
-		sb, err := o.spool.add(r, obj.Size())
-		r.Close()
-		if err != nil {
-			return h, err
-		}
-		obj = sb
-	}
-	o.objs[h] = obj
-	o.order = append(o.order, obj)
-	return h, nil
 }
 
 func (o *overlay) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
@@ -221,27 +183,6 @@ func (o *overlay) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbin
 	}
 	return obj, nil
 }
-
-func (o *overlay) IterEncodedObjects(plumbing.ObjectType) (storer.EncodedObjectIter, error) {
-	return nil, errors.New("not supported")
-}
-
-func (o *overlay) HasEncodedObject(h plumbing.Hash) error {
-	if _, ok := o.objs[h]; ok || o.n.has(h) {
-		return nil
-	}
-	return plumbing.ErrObjectNotFound
-}
-
-func (o *overlay) EncodedObjectSize(h plumbing.Hash) (int64, error) {
-	obj, err := o.EncodedObject(plumbing.AnyObject, h)
-	if err != nil {
-		return 0, err
-	}
-	return obj.Size(), nil
-}
-
-func (o *overlay) AddAlternate(string) error { return errors.New("not supported") }
 
 // typeOf returns the type of h in the overlay or the store.
 func (o *overlay) typeOf(h plumbing.Hash) (plumbing.ObjectType, bool) {
