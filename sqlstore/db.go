@@ -176,9 +176,9 @@ func (s *DB) SQL() *sql.DB { return s.db }
 func (s *DB) Close() error { return s.db.Close() }
 
 // Ping checks the database answers.
-func (s *DB) Ping(ctx context.Context) error {
+func (s *DB) Ping(ctx context.Context) (err error) {
 	ctx, span := s.start(ctx, "Ping")
-	defer span.End()
+	defer func() { err = end(span, err) }()
 	return s.db.PingContext(ctx)
 }
 
