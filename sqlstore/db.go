@@ -346,6 +346,14 @@ func isOutage(err error) bool {
 	return strings.Contains(err.Error(), "sql: database is closed")
 }
 
+// because is lockstep.Errorf keeping the driver's error as the cause (for
+// the logs; clients see code and message only).
+func because(cause error, code, format string, args ...any) *lockstep.Error {
+	e := lockstep.Errorf(code, format, args...)
+	e.Err = cause
+	return e
+}
+
 // isUnique reports whether err is a unique-constraint violation.
 func isUnique(err error) bool {
 	var pg *pgconn.PgError

@@ -37,7 +37,7 @@ func (s *DB) Policy(ctx context.Context, repoID int64, branch string) (p lockste
 	var raw string
 	err = s.db.QueryRowContext(ctx, `SELECT policy FROM gates WHERE repo_id = $1 AND branch = $2`, repoID, branch).Scan(&raw)
 	if errors.Is(err, sql.ErrNoRows) {
-		return p, lockstep.Errorf(lockstep.ENOTFOUND, "no gate policy for branch %s", branch)
+		return p, because(err, lockstep.ENOTFOUND, "no gate policy for branch %s", branch)
 	}
 	if err != nil {
 		return p, err
@@ -187,7 +187,7 @@ func (s *DB) Hook(ctx context.Context, id string) (h *lockstep.Hook, err error) 
 	defer func() { err = end(span, err) }()
 	h, err = s.scanHook(s.db.QueryRowContext(ctx, `SELECT `+hookCols+` FROM hooks h JOIN repos r ON r.id = h.repo_id WHERE h.id = $1`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "hook %s not found", id)
+		return nil, because(err, lockstep.ENOTFOUND, "hook %s not found", id)
 	}
 	return h, err
 }
