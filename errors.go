@@ -32,17 +32,49 @@ const (
 	EINPROGRESS = "in_progress"
 )
 
-// Error is the one application error type. Domain packages return it (or
-// wrap it); the web package maps Code to an HTTP status in one table.
+// Error is the one application error type, after upspin's: Code and
+// Message are for clients (the code is the API contract, the message is
+// written for the caller and never carries driver text); Op and Err are for
+// logs and traces (the operation that failed and the underlying cause, a
+// driver or system error). Domain packages return it (or wrap it); adapters
+// translate their drivers' errors into it; the web package maps Code to an
+// HTTP status in one table and shows only Code, Message and Details.
 type Error struct {
 	Code    string
 	Message string
 	Details map[string]any
+	// Op names the operation that failed ("sqlstore.CreateRepo",
+	// "gate.Promote"); for logs only.
+	Op string
+	// Err is the cause (a driver error, a system error); kept for logs,
+	// reachable through errors.Is and errors.As, never shown to clients.
+	Err error
 }
 
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
+// Error is the log form: op, code, message and cause.
+func (e *Error) Error() string {
+	s := e.Code + ": " + e.Message
+	if e.Op != "" {
+		s = e.Op + ": " + s
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
 
-// Errorf builds an *Error with a formatted message.
+// Unwrap returns the cause, so errors.Is and errors.As see through e.
+func (e *Error) Unwrap() error { return e.Err }
+
+// E builds an *Error: op names the operation (for logs), code and msg are
+// what the client sees, err (may be nil) is the cause kept for logs.
+func E(op, code, msg string, err error) *Error {
+	return &Error{Op: op, Code: code, Message: msg, Err: err}
+}
+
+// Errorf builds an *Error with a formatted message. The message is shown to
+// clients: never format a driver's error into it (use E with the error as
+// the cause).
 func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
@@ -52,6 +84,37 @@ func (e *Error) WithDetails(d map[string]any) *Error {
 	c := *e
 	c.Details = d
 	return &c
+}
+
+// WithOp returns a copy of e naming op (kept when e already names one).
+func (e *Error) WithOp(op string) *Error {
+	c := *e
+	if c.Op == "" {
+		c.Op = op
+	}
+	return &c
+}
+
+// ErrorOp returns the operation named by the outermost *Error of err's
+// chain that names one, or "".
+func ErrorOp(err error) string {
+	switch e := err.(type) {
+	case nil:
+		return ""
+	case *Error:
+		if e.Op != "" {
+			return e.Op
+		}
+		return ErrorOp(e.Err)
+	case interface{ Unwrap() []error }:
+		for _, w := range e.Unwrap() {
+			if op := ErrorOp(w); op != "" {
+				return op
+			}
+		}
+		return ""
+	}
+	return ErrorOp(errors.Unwrap(err))
 }
 
 // ErrorCode returns the code of the first *Error in err's chain, or

@@ -303,9 +303,11 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 		res.DatabaseMS = msSince(s.now(), t)
 	}
 	if dbErr != nil {
+		// The answer (and the operations log) get the safe message only;
+		// the cause (the database server's own text) goes to the log.
 		res.Database.Error = lockstep.ErrorMessage(dbErr)
-		if lockstep.ErrorCode(dbErr) == lockstep.EINTERNAL {
-			res.Database.Error = dbErr.Error()
+		if s.log != nil {
+			s.log.ErrorContext(ctx, "restore checkpoint database", "checkpoint", c.ID, "repo", ws.Name, "op", lockstep.ErrorOp(dbErr), "error", dbErr)
 		}
 	} else if c.DBSnapshot != "" {
 		res.Database.Restored, res.DBRestored = true, true

@@ -118,14 +118,14 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	conn, err := m.pool.acquire(ctx)
 	if err != nil {
 		m.pool.close()
-		return nil, lockstep.Errorf(lockstep.EUNAVAILABLE, "connect to branch database server %s: %v", m.dsnHost, err)
+		return nil, lockstep.E("dbbranch.New", lockstep.EUNAVAILABLE, fmt.Sprintf("cannot connect to the branch database server %s", m.dsnHost), err)
 	}
 	var super, createdb, createrole bool
 	err = conn.QueryRow(ctx, "SELECT rolsuper, rolcreatedb, rolcreaterole FROM pg_roles WHERE rolname = current_user").Scan(&super, &createdb, &createrole)
 	m.pool.release(conn, err != nil)
 	if err != nil {
 		m.pool.close()
-		return nil, lockstep.Errorf(lockstep.EUNAVAILABLE, "check admin role: %v", err)
+		return nil, lockstep.E("dbbranch.New", lockstep.EUNAVAILABLE, "cannot read the admin role of the branch database server", err)
 	}
 	if !super && !(createdb && createrole) {
 		m.pool.close()

@@ -240,7 +240,7 @@ func (m *Manager) Restore(ctx context.Context, workspace, id string) (*Branch, e
 					// (FORCE) instead; the restore then cannot be undone.
 					if err := m.dropDB(ctx, conn, b); err != nil {
 						m.setAllowConn(context.WithoutCancel(ctx), conn, b.Name, true)
-						return lockstep.Errorf(lockstep.EUNAVAILABLE, "restore %s: cannot end the sessions on %s: %v", workspace, b.Name, err)
+						return lockstep.E("dbbranch.Restore", lockstep.EUNAVAILABLE, fmt.Sprintf("restore %s: cannot end the sessions on %s", workspace, b.Name), err)
 					}
 					b = nil
 				}

@@ -424,7 +424,7 @@ func (s *Service) Promote(ctx context.Context, actor *lockstep.Key, wsName strin
 	if s.Locker != nil {
 		unlock, err := s.Locker.Lock(ctx, "lane:"+base.Name+":"+base.DefaultBranch)
 		if err != nil {
-			return nil, lockstep.Errorf(lockstep.EUNAVAILABLE, "landing queue lock: %v", err)
+			return nil, lockstep.E("gate.Promote", lockstep.EUNAVAILABLE, "the landing queue lock (Redis) is unavailable; retry later", err)
 		}
 		defer unlock()
 	}

@@ -27,7 +27,7 @@ func (s *DB) CreateCheckpoint(ctx context.Context, c *lockstep.Checkpoint, event
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 			c.ID, c.RepoID, c.Branch, c.Commit, c.Tree, c.DBSnapshot, c.FSSnapshot, c.Label, c.KeyName, c.OpID, int64(c.DurationMS*1000), micros(c.CreatedAt))
 		if isUnique(err) {
-			return lockstep.Errorf(lockstep.ECONFLICT, "checkpoint %s already exists", c.ID)
+			return because(err, lockstep.ECONFLICT, "checkpoint %s already exists", c.ID)
 		}
 		if err != nil {
 			return fmt.Errorf("insert checkpoint: %w", err)
@@ -58,7 +58,7 @@ func (s *DB) Checkpoint(ctx context.Context, repoID int64, id string) (c *lockst
 	defer func() { err = end(span, err) }()
 	c, err = scanCheckpoint(s.db.QueryRowContext(ctx, `SELECT `+checkpointCols+` FROM checkpoints c JOIN repos r ON r.id = c.repo_id WHERE c.repo_id = $1 AND c.id = $2`, repoID, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "checkpoint %s not found", id)
+		return nil, because(err, lockstep.ENOTFOUND, "checkpoint %s not found", id)
 	}
 	return c, err
 }

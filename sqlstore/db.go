@@ -176,9 +176,9 @@ func (s *DB) SQL() *sql.DB { return s.db }
 func (s *DB) Close() error { return s.db.Close() }
 
 // Ping checks the database answers.
-func (s *DB) Ping(ctx context.Context) error {
+func (s *DB) Ping(ctx context.Context) (err error) {
 	ctx, span := s.start(ctx, "Ping")
-	defer span.End()
+	defer func() { err = end(span, err) }()
 	return s.db.PingContext(ctx)
 }
 
@@ -249,32 +249,65 @@ func (s *DB) checkSchema(apply bool) error {
 	return nil
 }
 
-// start opens a span for a store call.
-func (s *DB) start(ctx context.Context, name string) (context.Context, trace.Span) {
-	return s.tracer.Start(ctx, "store."+name, trace.WithAttributes(attribute.String("db.system", s.dialect)))
+// call is the span of one store call and the operation it names in errors.
+type call struct {
+	trace.Span
+	op string // "sqlstore.CreateRepo"
 }
 
-// end records err on span and translates it.
-func end(span trace.Span, err error) error {
-	err = translate(err)
-	if c := lockstep.ErrorCode(err); c == lockstep.EINTERNAL || c == lockstep.EUNAVAILABLE {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+// start opens a span for a store call.
+func (s *DB) start(ctx context.Context, name string) (context.Context, *call) {
+	ctx, span := s.tracer.Start(ctx, "store."+name, trace.WithAttributes(attribute.String("db.system", s.dialect)))
+	return ctx, &call{Span: span, op: "sqlstore." + name}
+}
+
+// end records err on the call's span and translates it.
+func end(c *call, err error) error {
+	err = translate(c.op, err)
+	if code := lockstep.ErrorCode(err); code == lockstep.EINTERNAL || code == lockstep.EUNAVAILABLE {
+		c.RecordError(err)
+		c.SetStatus(codes.Error, err.Error())
 	}
-	span.End()
+	c.End()
 	return err
 }
 
-// translate turns an outage of the database (connection refused, closed
-// or reset, timeouts, the server shutting down, the database gone, a full
-// disk, I/O errors) into unavailable, so that clients see 503 and retry
-// instead of a 500 that looks like a bug. The driver error stays in the
-// chain for the logs. Other errors are returned unchanged.
-func translate(err error) error {
-	if err == nil || lockstep.ErrorCode(err) != lockstep.EINTERNAL || !isOutage(err) {
-		return err
+// translate turns driver errors into application errors, here and nowhere
+// else, keeping the driver error as the cause (for the logs) and naming op:
+//
+//   - an outage of the database (connection refused, closed or reset,
+//     timeouts, the server shutting down, the database gone, a full disk,
+//     I/O errors) becomes unavailable, so that clients see 503 and retry
+//     instead of a 500 that looks like a bug;
+//   - a unique violation no method translated itself becomes
+//     already_exists;
+//   - no rows no method translated itself becomes not_found;
+//   - anything else becomes internal.
+//
+// An *Error a method returned keeps its code and message and gets op.
+func translate(op string, err error) error {
+	if err == nil {
+		return nil
 	}
-	return fmt.Errorf("%w: %w", lockstep.Errorf(lockstep.EUNAVAILABLE, "the metadata database is unavailable; retry later"), err)
+	var ae *lockstep.Error
+	if errors.As(err, &ae) {
+		if ae.Op != "" {
+			return err
+		}
+		if top, ok := err.(*lockstep.Error); ok {
+			return top.WithOp(op)
+		}
+		return &lockstep.Error{Op: op, Code: ae.Code, Message: ae.Message, Details: ae.Details, Err: err}
+	}
+	switch {
+	case isOutage(err):
+		return lockstep.E(op, lockstep.EUNAVAILABLE, "the metadata database is unavailable; retry later", err)
+	case isUnique(err):
+		return lockstep.E(op, lockstep.ECONFLICT, "already exists", err)
+	case errors.Is(err, sql.ErrNoRows):
+		return lockstep.E(op, lockstep.ENOTFOUND, "not found", err)
+	}
+	return lockstep.E(op, lockstep.EINTERNAL, "internal error", err)
 }
 
 func isOutage(err error) bool {
@@ -311,6 +344,14 @@ func isOutage(err error) bool {
 	}
 	// database/sql's errDBClosed is not exported.
 	return strings.Contains(err.Error(), "sql: database is closed")
+}
+
+// because is lockstep.Errorf keeping the driver's error as the cause (for
+// the logs; clients see code and message only).
+func because(cause error, code, format string, args ...any) *lockstep.Error {
+	e := lockstep.Errorf(code, format, args...)
+	e.Err = cause
+	return e
 }
 
 // isUnique reports whether err is a unique-constraint violation.

@@ -37,7 +37,7 @@ func (s *DB) Policy(ctx context.Context, repoID int64, branch string) (p lockste
 	var raw string
 	err = s.db.QueryRowContext(ctx, `SELECT policy FROM gates WHERE repo_id = $1 AND branch = $2`, repoID, branch).Scan(&raw)
 	if errors.Is(err, sql.ErrNoRows) {
-		return p, lockstep.Errorf(lockstep.ENOTFOUND, "no gate policy for branch %s", branch)
+		return p, because(err, lockstep.ENOTFOUND, "no gate policy for branch %s", branch)
 	}
 	if err != nil {
 		return p, err
@@ -187,7 +187,7 @@ func (s *DB) Hook(ctx context.Context, id string) (h *lockstep.Hook, err error) 
 	defer func() { err = end(span, err) }()
 	h, err = s.scanHook(s.db.QueryRowContext(ctx, `SELECT `+hookCols+` FROM hooks h JOIN repos r ON r.id = h.repo_id WHERE h.id = $1`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "hook %s not found", id)
+		return nil, because(err, lockstep.ENOTFOUND, "hook %s not found", id)
 	}
 	return h, err
 }
@@ -233,7 +233,14 @@ func (s *DB) enqueue(ctx context.Context, tx *sql.Tx, events []lockstep.HookEven
 				}
 			}
 		}
+		// A failure half-way through the hooks (a lost connection, a read
+		// error) must fail the transaction: committing the ref move with
+		// the deliveries read so far would lose the others for good.
+		err = rows.Err()
 		rows.Close()
+		if err != nil {
+			return fmt.Errorf("find hooks: %w", err)
+		}
 		payload, _ := json.Marshal(ev.Payload)
 		for _, id := range ids {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO deliveries (id, hook_id, event, payload, status, attempts, next_attempt_at, locked_until, created_at, updated_at)
@@ -291,7 +298,11 @@ func (s *DB) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Dura
 		d.NextAttemptAt, d.CreatedAt, d.UpdatedAt = fromMicros(next), fromMicros(c), fromMicros(u)
 		cands = append(cands, cand{&d, locked})
 	}
+	err = rows.Err()
 	rows.Close()
+	if err != nil {
+		return nil, fmt.Errorf("read due deliveries: %w", err)
+	}
 	for _, cd := range cands {
 		// attempts is part of the condition: locked_until returns to 0 after
 		// every attempt, so without it a worker holding a stale snapshot
@@ -364,7 +375,11 @@ func (s *DB) Deliveries(ctx context.Context, hookID string, limit int) (out []lo
 		}
 		out = append(out, *d)
 	}
+	err = rows.Err()
 	rows.Close()
+	if err != nil {
+		return nil, fmt.Errorf("read deliveries: %w", err)
+	}
 	for i := range out {
 		arows, err := s.db.QueryContext(ctx, `SELECT attempt, status_code, duration_us, error, next_retry_at, at FROM delivery_attempts WHERE delivery_id = $1 ORDER BY attempt`, out[i].ID)
 		if err != nil {
@@ -386,7 +401,11 @@ func (s *DB) Deliveries(ctx context.Context, hookID string, limit int) (out []lo
 			}
 			out[i].History = append(out[i].History, a)
 		}
+		err = arows.Err()
 		arows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read delivery attempts: %w", err)
+		}
 	}
 	return out, nil
 }

@@ -33,7 +33,7 @@ func (s *DB) CreateKey(ctx context.Context, k *lockstep.Key, entry *lockstep.OpE
 		_, err := tx.ExecContext(ctx, `INSERT INTO keys (id, name, role, prefix, hash, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
 			k.ID, k.Name, k.Role, k.Prefix, k.Hash, micros(k.CreatedAt))
 		if isUnique(err) {
-			return lockstep.Errorf(lockstep.ECONFLICT, "key prefix %s already exists", k.Prefix)
+			return because(err, lockstep.ECONFLICT, "key prefix %s already exists", k.Prefix)
 		}
 		if err != nil {
 			return fmt.Errorf("insert key: %w", err)
@@ -48,7 +48,7 @@ func (s *DB) KeyByPrefix(ctx context.Context, prefix string) (k *lockstep.Key, e
 	defer func() { err = end(span, err) }()
 	k, err = scanKey(s.db.QueryRowContext(ctx, `SELECT `+keyCols+` FROM keys WHERE prefix = $1`, prefix))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "key not found")
+		return nil, because(err, lockstep.ENOTFOUND, "key not found")
 	}
 	return k, err
 }

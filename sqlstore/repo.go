@@ -40,7 +40,7 @@ func (s *DB) CreateRepo(ctx context.Context, r *lockstep.Repo, refs []lockstep.R
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
 			r.Name, r.Network, r.ForkOf, r.DefaultBranch, r.Status, r.OwnerKeyID, r.OwnerName, r.BaseCommit, r.Task, micros(r.CreatedAt), micros(r.UpdatedAt)).Scan(&r.ID)
 		if isUnique(err) {
-			return lockstep.Errorf(lockstep.ECONFLICT, "repository %s already exists", r.Name)
+			return because(err, lockstep.ECONFLICT, "repository %s already exists", r.Name)
 		}
 		if err != nil {
 			return fmt.Errorf("insert repo: %w", err)
@@ -61,7 +61,7 @@ func (s *DB) RepoByName(ctx context.Context, name string) (r *lockstep.Repo, err
 	defer func() { err = end(span, err) }()
 	r, err = scanRepo(s.db.QueryRowContext(ctx, `SELECT `+repoCols+` FROM repos WHERE name = $1`, name))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "repository %s not found", name)
+		return nil, because(err, lockstep.ENOTFOUND, "repository %s not found", name)
 	}
 	return r, err
 }
@@ -183,7 +183,7 @@ func (s *DB) Ref(ctx context.Context, repoID int64, name string) (r lockstep.Ref
 	var u int64
 	err = s.db.QueryRowContext(ctx, `SELECT name, oid, updated_at FROM refs WHERE repo_id = $1 AND name = $2`, repoID, name).Scan(&r.Name, &r.OID, &u)
 	if errors.Is(err, sql.ErrNoRows) {
-		return r, lockstep.Errorf(lockstep.ENOTFOUND, "ref %s not found", name)
+		return r, because(err, lockstep.ENOTFOUND, "ref %s not found", name)
 	}
 	r.UpdatedAt = fromMicros(u)
 	return r, err
@@ -216,7 +216,7 @@ func (s *DB) UpdateRefsAndStatus(ctx context.Context, updates []lockstep.RefUpda
 			var cur string
 			if err := tx.QueryRowContext(ctx, `SELECT status FROM repos WHERE id = $1`, change.RepoID).Scan(&cur); err != nil {
 				if errors.Is(err, sql.ErrNoRows) {
-					return lockstep.Errorf(lockstep.ENOTFOUND, "repository %s not found", change.Repo)
+					return because(err, lockstep.ENOTFOUND, "repository %s not found", change.Repo)
 				}
 				return fmt.Errorf("read status of %s: %w", change.Repo, err)
 			}
@@ -249,7 +249,7 @@ func (s *DB) lockActive(ctx context.Context, tx *sql.Tx, updates []lockstep.RefU
 		var cur string
 		if err := tx.QueryRowContext(ctx, `SELECT status FROM repos WHERE id = $1`, u.RepoID).Scan(&cur); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
-				return lockstep.Errorf(lockstep.ENOTFOUND, "repository %s not found", u.Repo)
+				return because(err, lockstep.ENOTFOUND, "repository %s not found", u.Repo)
 			}
 			return fmt.Errorf("read status of %s: %w", u.Repo, err)
 		}

@@ -53,8 +53,10 @@ type errorDetail struct {
 	Details map[string]any `json:"details,omitempty"`
 }
 
-// writeError writes the JSON error envelope. Internal errors are logged
-// (via the request log) and shown only as "internal error".
+// writeError writes the JSON error envelope: the code, the safe message
+// and the details of the error, nothing else. The operation that failed and
+// the cause (a driver's error, which may name hosts, tables or queries) go
+// to the request log with the request id, never to the client.
 func writeError(c *gin.Context, err error) {
 	writeErrorStatus(c, 0, err)
 }
@@ -67,7 +69,12 @@ func writeErrorStatus(c *gin.Context, status int, err error) {
 	if status == 0 {
 		status = StatusOf(code)
 	}
+	// The log form: "op: code: message: cause" (logging writes it with
+	// the request id).
 	c.Set("error", err.Error())
+	if op := lockstep.ErrorOp(err); op != "" {
+		c.Set("error_op", op)
+	}
 	if status == http.StatusServiceUnavailable && c.Writer.Header().Get("Retry-After") == "" {
 		c.Header("Retry-After", retryAfterSeconds) // a dependency (database, disk) is down: retry, it is not a bug
 	}

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -19,14 +20,19 @@ func (s *Server) handleReadyz() gin.HandlerFunc {
 		defer cancel()
 		checks := gin.H{}
 		ok := true
+		// A failing check answers "unavailable"; the driver's error (hosts,
+		// ports, database names) goes to the log only.
+		var errs []string
 		if err := s.Store.Ping(ctx); err != nil {
-			checks["store"], ok = err.Error(), false
+			checks["store"], ok = "unavailable", false
+			errs = append(errs, "store: "+err.Error())
 		} else {
 			checks["store"] = "ok"
 		}
 		if s.Redis != nil {
 			if err := s.Redis.Ping(ctx).Err(); err != nil {
-				checks["redis"], ok = err.Error(), false
+				checks["redis"], ok = "unavailable", false
+				errs = append(errs, "redis: "+err.Error())
 			} else {
 				checks["redis"] = "ok"
 			}
@@ -44,6 +50,7 @@ func (s *Server) handleReadyz() gin.HandlerFunc {
 		status := http.StatusOK
 		if !ok {
 			status = http.StatusServiceUnavailable
+			c.Set("error", strings.Join(errs, "; "))
 		}
 		c.JSON(status, gin.H{"ready": ok, "checks": checks})
 	}

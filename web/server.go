@@ -199,6 +199,9 @@ func (s *Server) logging(c *gin.Context) {
 	if v, ok := c.Get("error"); ok {
 		attrs = append(attrs, "error", fmt.Sprint(v))
 	}
+	if v, ok := c.Get("error_op"); ok {
+		attrs = append(attrs, "error_op", fmt.Sprint(v))
+	}
 	level := slog.LevelInfo
 	if status >= 500 {
 		level = slog.LevelError

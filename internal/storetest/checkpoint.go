@@ -1,0 +1,95 @@
+package storetest
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+func mustCheckpoint(t *testing.T, s lockstep.Store, r *lockstep.Repo, id string, sec int) *lockstep.Checkpoint {
+	t.Helper()
+	c := &lockstep.Checkpoint{ID: id, RepoID: r.ID, Repo: r.Name, Branch: "main", Commit: oid(sec), Tree: oid(1000 + sec), CreatedAt: at(sec)}
+	must(t, s.CreateCheckpoint(bg, c, nil, ent("checkpoint.create")))
+	return c
+}
+
+func checkpointTests() map[string]test {
+	return map[string]test{
+		"CreateCheckpoint": func(t *testing.T, s lockstep.Store) {
+			base := mustRepo(t, s, "base", "")
+			ws := mustRepo(t, s, "ws", "base")
+			hookOn(t, s, base, "hook_all", "*")
+			c := &lockstep.Checkpoint{ID: "ckpt_1", RepoID: ws.ID, Repo: ws.Name, Branch: "main", Commit: oid(1), Tree: oid(2), DBSnapshot: "snap_db", FSSnapshot: "snap-fs",
+				Label: "before refactor", KeyName: "agent", DurationMS: 12.5}
+			e := ent("checkpoint.create")
+			must(t, s.CreateCheckpoint(bg, c, []lockstep.HookEvent{{Repos: []string{"base"}, Event: "checkpoint.created"}}, e))
+			// The entry's id becomes c.OpID; the event and the entry are
+			// written with the checkpoint.
+			if e.ID == "" || c.OpID != e.ID || c.CreatedAt.IsZero() {
+				t.Fatalf("checkpoint %+v, entry id %q", c, e.ID)
+			}
+			got, err := s.Checkpoint(bg, ws.ID, "ckpt_1")
+			must(t, err)
+			if got.Repo != "ws" || got.Branch != "main" || got.Commit != oid(1) || got.Tree != oid(2) || got.DBSnapshot != "snap_db" || got.FSSnapshot != "snap-fs" ||
+				got.Label != "before refactor" || got.KeyName != "agent" || got.OpID != e.ID || got.DurationMS != 12.5 || !got.CreatedAt.Equal(c.CreatedAt) {
+				t.Fatalf("round trip %+v, want %+v", got, c)
+			}
+			if len(deliveries(t, s, "hook_all")) != 1 {
+				t.Fatal("the checkpoint's event was not enqueued")
+			}
+			wantOps(t, s, "checkpoint.create", 1)
+			// The id is unique; a refused checkpoint writes nothing.
+			dup := *c
+			dup.OpID = ""
+			err = s.CreateCheckpoint(bg, &dup, []lockstep.HookEvent{{Repos: []string{"base"}, Event: "checkpoint.created"}}, ent("checkpoint.create"))
+			wantCode(t, err, lockstep.ECONFLICT)
+			wantOps(t, s, "checkpoint.create", 1)
+			if len(deliveries(t, s, "hook_all")) != 1 {
+				t.Fatal("a refused checkpoint enqueued its event")
+			}
+		},
+		"Checkpoint": func(t *testing.T, s lockstep.Store) {
+			mustRepo(t, s, "base", "")
+			ws := mustRepo(t, s, "ws", "base")
+			other := mustRepo(t, s, "other", "base")
+			mustCheckpoint(t, s, ws, "ckpt_1", 1)
+			_, err := s.Checkpoint(bg, ws.ID, "ckpt_none")
+			wantCode(t, err, lockstep.ENOTFOUND)
+			// Another repository's checkpoint is not found through this one.
+			_, err = s.Checkpoint(bg, other.ID, "ckpt_1")
+			wantCode(t, err, lockstep.ENOTFOUND)
+			if c, err := s.Checkpoint(bg, ws.ID, "ckpt_1"); err != nil || c.ID != "ckpt_1" || c.RepoID != ws.ID {
+				t.Fatalf("Checkpoint = %+v, %v", c, err)
+			}
+		},
+		"Checkpoints": func(t *testing.T, s lockstep.Store) {
+			mustRepo(t, s, "base", "")
+			ws := mustRepo(t, s, "ws", "base")
+			other := mustRepo(t, s, "other", "base")
+			mustCheckpoint(t, s, ws, "ckpt_b", 2)
+			mustCheckpoint(t, s, ws, "ckpt_c", 3)
+			mustCheckpoint(t, s, ws, "ckpt_a", 1)
+			mustCheckpoint(t, s, other, "ckpt_x", 4)
+			list := func(limit int) string {
+				cs, err := s.Checkpoints(bg, ws.ID, limit)
+				must(t, err)
+				var out []string
+				for _, c := range cs {
+					out = append(out, c.ID)
+				}
+				return fmt.Sprint(out)
+			}
+			if got := list(0); got != "[ckpt_c ckpt_b ckpt_a]" {
+				t.Fatalf("Checkpoints = %s, want newest first", got)
+			}
+			if got := list(2); got != "[ckpt_c ckpt_b]" {
+				t.Fatalf("limit 2: %s", got)
+			}
+			base, _ := s.RepoByName(bg, "base")
+			if cs, err := s.Checkpoints(bg, base.ID, 0); err != nil || len(cs) != 0 {
+				t.Fatalf("none: %v %v", cs, err)
+			}
+		},
+	}
+}
