@@ -1,10 +1,7 @@
-package main
+package bench
 
-// lockstep bench: Lockstep side by side with the git CLI, on the same
-// machine and filesystem. It starts its own server in-process (the wiring
-// of `serve`), generates deterministic trees, and prints one row per
-// scenario with medians, p90, the git median, the ratio and the target.
-// Timings never fail the command, except with --strict.
+// The scenarios, the measurement helpers and the output of `lockstep
+// bench` (run.go holds the entry point and its options).
 
 import (
 	"archive/tar"
@@ -13,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -51,6 +47,9 @@ type benchOpts struct {
 	seed        uint64
 	fsyncOff    bool
 	branchDBURL string
+
+	startServer func(ctx context.Context, c ServerConfig) (*Server, error)
+	push        PushFunc
 }
 
 // benchGroups are the scenario groups --only selects (a row name such as
@@ -61,55 +60,6 @@ var benchGroups = []string{"push-incremental", "push-tar-full", "rollback", "ide
 var benchRowNames = []string{"push-incremental", "push-incremental:server", "push-tar-full", "rollback", "idempotency-rollback", "read-commit", "read-refs", "mcp-tool-call",
 	"fork-20k", "fork-200", "preflight-deep-20k", "preflight-renames-20k", "materialize-20k", "checkpoint", "restore", "run-true", "run-false",
 	"push-incremental (fsync=false)", "rollback (fsync=false)"}
-
-func cmdBench(ctx context.Context, e *env, args []string) error {
-	var o benchOpts
-	var only string
-	f := newFlagger("bench", e)
-	f.fs.StringVar(&o.dir, "dir", "", "parent directory of the bench's temp dir (default $TMPDIR, else /dev/shm when it is a tmpfs)")
-	f.fs.IntVar(&o.files, "files", 2000, "files of the small tree (push, rollback, read, checkpoint, run)")
-	f.fs.IntVar(&o.bigFiles, "big-files", 20000, "files of the big tree (fork-20k, preflight, materialize)")
-	f.fs.IntVar(&o.iters, "iterations", 20, "measured iterations of the fast scenarios (slow ones use fewer)")
-	f.fs.BoolVar(&o.asJSON, "json", false, "print the rows as JSON")
-	f.fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is missed")
-	f.fs.BoolVar(&o.keep, "keep", false, "keep the bench directory")
-	f.fs.StringVar(&only, "only", "", "comma-separated scenario groups: "+strings.Join(benchGroups, ","))
-	f.fs.StringVar(&o.cpuDir, "cpuprofile-dir", "", "write a CPU profile of each scenario's measured loop (server in-process) into this directory")
-	f.fs.StringVar(&o.bin, "bin", "", "lockstep binary for the end-to-end scenarios (default: this executable, or go build)")
-	f.fs.Uint64Var(&o.seed, "seed", 1, "seed of the generated trees")
-	f.fs.BoolVar(&o.fsyncOff, "compare-fsync", true, "also measure push-incremental and rollback on a server with --fsync=false")
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	if only != "" {
-		for _, s := range strings.Split(only, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				o.only = append(o.only, s)
-			}
-		}
-	}
-	if o.files < 30 || o.bigFiles < 30 || o.iters < 1 {
-		return lockstep.Errorf(lockstep.EINVALID, "bench: --files and --big-files must be ≥ 30, --iterations ≥ 1")
-	}
-	o.branchDBURL = strings.TrimSpace(e.getenv("LOCKSTEP_BRANCH_DATABASE_URL"))
-	b, err := newBencher(ctx, e, o)
-	if err != nil {
-		return err
-	}
-	defer b.close()
-	if err := b.runAll(); err != nil {
-		return err
-	}
-	b.print()
-	if o.strict {
-		for _, r := range b.rows {
-			if r.Skipped == "" && !r.Pass {
-				return exitError(1)
-			}
-		}
-	}
-	return nil
-}
 
 // dist is a distribution of timings in milliseconds.
 type dist struct {
@@ -223,7 +173,7 @@ func (t *reqTimer) routes() map[string]time.Duration {
 
 type benchServer struct {
 	name  string
-	app   *app
+	app   *Server
 	hs    *http.Server
 	url   string
 	key   string
@@ -236,8 +186,8 @@ func (s *benchServer) close() {
 	if s.hs != nil {
 		s.hs.Close()
 	}
-	if s.app != nil {
-		s.app.close()
+	if s.app != nil && s.app.Close != nil {
+		s.app.Close()
 	}
 }
 
@@ -403,7 +353,8 @@ func (b *bencher) lockstepBinary() (string, error) {
 	return out, nil
 }
 
-// server starts (once) an in-process server with the wiring of `serve`.
+// server starts (once) an in-process server with the wiring of `serve`
+// (Options.StartServer).
 func (b *bencher) server(fsync bool) (*benchServer, error) {
 	if s := b.servers[fsync]; s != nil {
 		return s, nil
@@ -413,20 +364,8 @@ func (b *bencher) server(fsync bool) (*benchServer, error) {
 		name = "data-nofsync"
 	}
 	data := b.path(name)
-	var c serveConfig
-	// Defaults of `serve`, from no environment but the branch database.
-	f := newFlagger("serve", &env{getenv: func(k string) string {
-		if k == "LOCKSTEP_BRANCH_DATABASE_URL" {
-			return b.o.branchDBURL
-		}
-		return ""
-	}, stdout: io.Discard, stderr: b.e.stderr})
-	c.declare(f)
-	if err := f.parse([]string{"--data", data, "--addr", "127.0.0.1:0", "--fsync=" + strconv.FormatBool(fsync), "--branch-prefix", "lsbench"}); err != nil {
-		return nil, err
-	}
 	s := &benchServer{name: name, data: data}
-	a, err := startApp(b.ctx, &c, b.logger)
+	a, err := b.o.startServer(b.ctx, ServerConfig{Data: data, Fsync: fsync, BranchPrefix: "lsbench", BranchDatabaseURL: b.o.branchDBURL, Logger: b.logger})
 	if err != nil {
 		return nil, err
 	}
@@ -441,7 +380,7 @@ func (b *bencher) server(fsync bool) (*benchServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.timer = &reqTimer{h: a.handler}
+	s.timer = &reqTimer{h: a.Handler}
 	s.hs = &http.Server{Handler: s.timer, ReadHeaderTimeout: 10 * time.Second}
 	go s.hs.Serve(ln)
 	s.url = "http://" + ln.Addr().String()
@@ -706,7 +645,7 @@ func (b *bencher) inc(fsync bool) (*incState, error) {
 	if _, err := s.c.CreateRepo(b.ctx, st.repo, "main"); err != nil {
 		return nil, err
 	}
-	rep, err := pushDirCache(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Message: "initial"}, true, nil, st.cache)
+	rep, err := b.o.push(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Message: "initial"}, true, nil, st.cache)
 	if err != nil {
 		return nil, err
 	}
@@ -714,7 +653,7 @@ func (b *bencher) inc(fsync bool) (*incState, error) {
 	if _, err := editLine(st.dir, b.small, 1, 0, "second commit"); err != nil {
 		return nil, err
 	}
-	if _, err := pushDirCache(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Message: "second"}, true, nil, st.cache); err != nil {
+	if _, err := b.o.push(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Message: "second"}, true, nil, st.cache); err != nil {
 		return nil, err
 	}
 	b.incs[fsync] = st
@@ -803,7 +742,7 @@ func (b *bencher) pushIncremental(fsync bool, name string) (*pushStats, error) {
 		if err != nil {
 			return 0, fmt.Errorf("lockstep push: %v: %s", err, stderr.String())
 		}
-		var rep pushReport
+		var rep PushReport
 		if err := json.Unmarshal(out, &rep); err != nil {
 			return 0, fmt.Errorf("push report: %w: %s", err, out)
 		}
@@ -1089,7 +1028,7 @@ func (b *bencher) network(big bool) (*bigState, error) {
 	if _, err := s.c.CreateRepo(b.ctx, st.repo, "main"); err != nil {
 		return nil, err
 	}
-	if _, err := pushDirCache(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Message: "initial"}, true, nil, st.cache); err != nil {
+	if _, err := b.o.push(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Message: "initial"}, true, nil, st.cache); err != nil {
 		return nil, err
 	}
 	if _, err := b.git(b.root, "init", "-q", "--bare", "-b", "main", st.gitDir); err != nil {
@@ -1195,7 +1134,7 @@ func (b *bencher) preflightSetup() (*bigState, error) {
 		}
 		saved[j] = old
 	}
-	if _, err := pushDirCache(b.ctx, s.c, st.dir, st.ws, client.WriteOptions{Message: "theirs"}, true, nil, st.cache); err != nil {
+	if _, err := b.o.push(b.ctx, s.c, st.dir, st.ws, client.WriteOptions{Message: "theirs"}, true, nil, st.cache); err != nil {
 		return nil, err
 	}
 	if _, err := b.git(b.root, gd, "symbolic-ref", "HEAD", "refs/heads/feature"); err != nil {
@@ -1214,7 +1153,7 @@ func (b *bencher) preflightSetup() (*bigState, error) {
 			return nil, err
 		}
 	}
-	if _, err := pushDirCache(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Message: "ours"}, true, nil, st.cache); err != nil {
+	if _, err := b.o.push(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Message: "ours"}, true, nil, st.cache); err != nil {
 		return nil, err
 	}
 	if _, err := b.git(b.root, gd, "symbolic-ref", "HEAD", "refs/heads/main"); err != nil {
@@ -1302,7 +1241,7 @@ func (b *bencher) benchPreflightRenames() error {
 		if err := change(); err != nil {
 			return err
 		}
-		if _, err := pushDirCache(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Branch: name, From: "main", Message: name}, false, nil, b.path("statcache", st.repo+"-"+name)); err != nil {
+		if _, err := b.o.push(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Branch: name, From: "main", Message: name}, false, nil, b.path("statcache", st.repo+"-"+name)); err != nil {
 			return err
 		}
 		if _, err := b.git(b.root, gd, "update-ref", "refs/heads/"+name, "main"); err != nil {
@@ -1426,7 +1365,7 @@ func (b *bencher) benchMaterialize() error {
 			saved[j] = old
 			edited[j], _ = os.ReadFile(filepath.Join(st.dir, st.t.path(j)))
 		}
-		if _, err := pushDirCache(b.ctx, s.c, st.dir, ws, client.WriteOptions{Message: "theirs"}, true, nil, st.cache); err != nil {
+		if _, err := b.o.push(b.ctx, s.c, st.dir, ws, client.WriteOptions{Message: "theirs"}, true, nil, st.cache); err != nil {
 			return 0, err
 		}
 		for j, c := range saved {
@@ -1437,7 +1376,7 @@ func (b *bencher) benchMaterialize() error {
 				return 0, err
 			}
 		}
-		if _, err := pushDirCache(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Message: "ours"}, true, nil, st.cache); err != nil {
+		if _, err := b.o.push(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Message: "ours"}, true, nil, st.cache); err != nil {
 			return 0, err
 		}
 		for j, c := range edited { // the worktree becomes the merge result

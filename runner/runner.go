@@ -1,4 +1,10 @@
-package main
+// Package runner is a small CI for Lockstep's gate (`lockstep runner`):
+// it registers a gate hook on a repository, verifies each delivery's
+// Standard Webhooks signature, timestamp and replay, checks the exact
+// commit out into a fresh temporary directory, runs a command with a
+// timeout in its own process group, and posts success or failure as a
+// check with the lines of the output that name a failure and its tail.
+package runner
 
 import (
 	"bytes"
@@ -11,6 +17,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -22,65 +29,97 @@ import (
 	"github.com/lockstep-hq/lockstep/client"
 )
 
-// cmdRunner is a small CI: it registers a gate hook on a repository,
-// verifies each delivery's signature, checks the exact commit out into a
-// fresh temporary directory, runs the command with a timeout in its own
-// process group, and posts success or failure with the tail of the output.
-func cmdRunner(ctx context.Context, e *env, args []string) error {
-	var repoName, check, listen, publicURL, secretFile string
-	var timeout, tolerance time.Duration
-	var parallel int
-	var events multiFlag
-	cf, c, rest, err := setup("runner", e, args, func(f *flagger) {
-		f.fs.StringVar(&repoName, "repo", "", "base repository whose workspaces to test (required)")
-		f.fs.StringVar(&check, "check", "", "check name to post (required)")
-		f.fs.StringVar(&listen, "listen", "127.0.0.1:0", "address the hook receiver listens on")
-		f.fs.StringVar(&publicURL, "public-url", "", "URL the server reaches the receiver at (default: http://<listen>/hook)")
-		f.fs.DurationVar(&timeout, "timeout", 10*time.Minute, "kill the command after this long (the check fails)")
-		f.fs.IntVar(&parallel, "parallel", 1, "commits tested at once")
-		f.fs.Var(&events, "event", "events to test on (default push)")
-		f.fs.StringVar(&secretFile, "secret-file", "", "file with the hook secret (first line; more lines: further secrets accepted, for a rotation); default: a random one")
-		f.fs.DurationVar(&tolerance, "tolerance", client.DefaultWebhookTolerance, "refuse deliveries whose webhook-timestamp is further than this from now")
-	})
-	if err != nil {
-		return err
-	}
-	if repoName == "" || check == "" || len(rest) == 0 {
+// Options configure Run. Client, Repo, Check and Command are required.
+type Options struct {
+	// Client reaches the Lockstep server with a key that may create
+	// hooks and post checks (role ci or admin).
+	Client *client.Client
+	// Repo is the base repository whose workspaces are tested.
+	Repo string
+	// Check is the name of the check posted.
+	Check string
+	// Command is run in the checked-out commit (Command[0] is looked up
+	// in PATH). Its environment adds LOCKSTEP_COMMIT, LOCKSTEP_WORKSPACE
+	// and LOCKSTEP_REPOSITORY.
+	Command []string
+	// Listener receives the hook deliveries; nil: Run listens on Listen
+	// (default 127.0.0.1:0). Run closes it.
+	Listener net.Listener
+	Listen   string
+	// PublicURL is where the server reaches the receiver; empty:
+	// http://<listen address>/hook.
+	PublicURL string
+	// Timeout kills the command after this long (the check fails);
+	// default 10 minutes.
+	Timeout time.Duration
+	// Parallel is how many commits are tested at once; default 1.
+	Parallel int
+	// Events are the hook events tested on; default push.
+	Events []string
+	// Secrets are the hook secrets accepted: the first is registered,
+	// the others are still accepted (a rotation). Empty: a random one.
+	Secrets []string
+	// Tolerance refuses deliveries whose webhook-timestamp is further
+	// than this from now; default client.DefaultWebhookTolerance.
+	Tolerance time.Duration
+	// Quiet leaves out the start-up lines (for --json).
+	Quiet bool
+	// Stdout receives a line per start and result, Stderr refusals and
+	// failures to post; nil: discarded.
+	Stdout, Stderr io.Writer
+}
+
+// Run registers the hook, tests the current tips of the repository's
+// active workspaces that have no result of the check yet, then every
+// commit a delivery names, until ctx is done; then it stops the
+// receiver, waits for running commands (killed by ctx) and deletes the
+// hook. It returns invalid_argument for missing options.
+func Run(ctx context.Context, o Options) error {
+	if o.Client == nil || o.Repo == "" || o.Check == "" || len(o.Command) == 0 {
+		if o.Listener != nil {
+			o.Listener.Close()
+		}
 		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep runner --repo R --check NAME -- COMMAND [ARGS...]")
 	}
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	if o.Tolerance <= 0 {
+		o.Tolerance = client.DefaultWebhookTolerance
+	}
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:0"
+	}
+	events := o.Events
 	if len(events) == 0 {
-		events = multiFlag{"push"}
+		events = []string{"push"}
 	}
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+	c, repoName, check, rest, e := o.Client, o.Repo, o.Check, o.Command, &env{stdout: o.Stdout, stderr: o.Stderr}
+	ln := o.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", o.Listen); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
 	}
+	publicURL := o.PublicURL
 	if publicURL == "" {
 		publicURL = "http://" + ln.Addr().String() + "/hook"
 	}
-	var secrets []string
-	if secretFile != "" {
-		b, err := os.ReadFile(secretFile)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("--secret-file: %w", err)
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if l = strings.TrimSpace(l); l != "" {
-				secrets = append(secrets, l)
-			}
-		}
-		if len(secrets) == 0 {
-			ln.Close()
-			return lockstep.Errorf(lockstep.EINVALID, "--secret-file %s is empty", secretFile)
-		}
-	} else {
+	secrets := o.Secrets
+	if len(secrets) == 0 {
 		var sb [24]byte
 		rand.Read(sb[:])
 		secrets = []string{hex.EncodeToString(sb[:])}
 	}
 	secret := secrets[0]
-	raw, err := c.Do(ctx, http.MethodPost, apiPath(repoName, "hooks"), map[string]any{"url": publicURL, "secret": secret, "events": []string(events)})
+	raw, err := c.Do(ctx, http.MethodPost, apiPath(repoName, "hooks"), map[string]any{"url": publicURL, "secret": secret, "events": events})
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("register hook: %w", err)
@@ -89,11 +128,11 @@ func cmdRunner(ctx context.Context, e *env, args []string) error {
 		ID string `json:"id"`
 	}
 	json.Unmarshal(raw, &hook)
-	r := &runner{c: c, e: e, check: check, cmd: rest, timeout: timeout, seen: map[string]bool{}, jobs: make(chan hookPayload, 1024),
-		secrets: secrets, tolerance: tolerance, replays: client.NewReplayCache(tolerance, 0)}
+	r := &runner{c: c, e: e, check: check, cmd: rest, timeout: o.Timeout, seen: map[string]bool{}, jobs: make(chan hookPayload, 1024),
+		secrets: secrets, tolerance: o.Tolerance, replays: client.NewReplayCache(o.Tolerance, 0)}
 	srv := &http.Server{Handler: http.HandlerFunc(r.receive), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
-	if !cf.json {
+	if !o.Quiet {
 		fmt.Fprintf(e.stdout, "runner: hook %s on %s → %s; check %q runs: %v\n", hook.ID, repoName, publicURL, check, rest)
 	}
 	// Tips pushed before the runner started get no hook: test them now, so
@@ -103,12 +142,12 @@ func cmdRunner(ctx context.Context, e *env, args []string) error {
 		n, err := r.queueCurrentTips(ctx, repoName)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "runner: could not list current tips of %s: %v\n", repoName, err)
-		} else if n > 0 && !cf.json {
+		} else if n > 0 && !o.Quiet {
 			fmt.Fprintf(e.stdout, "runner: testing the current tip of %d workspace(s) of %s\n", n, repoName)
 		}
 	}
 	var wg sync.WaitGroup
-	for i := 0; i < max(parallel, 1); i++ {
+	for i := 0; i < max(o.Parallel, 1); i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -131,6 +170,20 @@ func cmdRunner(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "runner: could not delete hook %s: %v\n", hook.ID, err)
 	}
 	return nil
+}
+
+// env is where the runner writes.
+type env struct {
+	stdout, stderr io.Writer
+}
+
+// apiPath is /api/v1/repos/{repo}/rest... (repo path-escaped).
+func apiPath(repo string, rest ...string) string {
+	p := "/api/v1/repos/" + url.PathEscape(repo)
+	for _, r := range rest {
+		p += "/" + r
+	}
+	return p
 }
 
 type hookPayload struct {

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/lockstep-hq/lockstep/bench"
+)
+
+// TestBenchSmoke runs `lockstep bench` with tiny trees so the command
+// and its wiring (the in-process server of `serve`, the incremental
+// push) cannot rot: every scenario must produce its row (timings are not
+// checked).
+func TestBenchSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the lockstep binary and runs git")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not on PATH")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute) // a hang guard, not a timing assertion: a loaded machine is slow
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	e := &env{getenv: func(string) string { return "" }, stdout: &stdout, stderr: &stderr}
+	err := cmdBench(ctx, e, []string{"--dir", t.TempDir(), "--files", "40", "--big-files", "50", "--iterations", "2", "--json"})
+	if err != nil {
+		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr.String())
+	}
+	type dist struct {
+		N      int     `json:"n"`
+		Median float64 `json:"median_ms"`
+	}
+	var out struct {
+		Machine map[string]string `json:"machine"`
+		Rows    []struct {
+			Name    string `json:"scenario"`
+			LS      *dist  `json:"lockstep"`
+			Skipped string `json:"skipped"`
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, stdout.String())
+	}
+	got := map[string]int{}
+	for i, r := range out.Rows {
+		got[r.Name] = i
+	}
+	names := bench.RowNames()
+	for _, name := range names {
+		i, ok := got[name]
+		if !ok {
+			t.Errorf("no row %q", name)
+			continue
+		}
+		r := out.Rows[i]
+		if r.Skipped != "" {
+			t.Errorf("row %q skipped: %s", name, r.Skipped)
+			continue
+		}
+		if r.LS == nil || r.LS.N < 2 || r.LS.Median <= 0 {
+			t.Errorf("row %q: lockstep timings %+v", name, r.LS)
+		}
+	}
+	if len(out.Rows) != len(names) {
+		t.Errorf("%d rows, want %d", len(out.Rows), len(names))
+	}
+	if out.Machine["fs"] == "" {
+		t.Errorf("machine description lacks the filesystem: %v", out.Machine)
+	}
+}
