@@ -1,4 +1,4 @@
-package e2egate
+package e2e
 
 import (
 	"encoding/json"
@@ -14,8 +14,8 @@ import (
 
 const zeroOID = e2ekit.ZeroOID
 
-// fork creates workspace name of base with key; returns its base commit.
-func (s *server) fork(t testing.TB, key, base, name string) string {
+// forkTip creates workspace name of base with key; returns its base commit.
+func (s *server) forkTip(t testing.TB, key, base, name string) string {
 	t.Helper()
 	var out struct {
 		Name       string `json:"name"`

@@ -1,4 +1,4 @@
-package e2egate
+package e2e
 
 import (
 	"archive/tar"
@@ -21,7 +21,7 @@ type authzWorld struct {
 }
 
 func newAuthzWorld(t *testing.T) *authzWorld {
-	s := startServer(t, serverOpts{})
+	s := startGateServer(t, serverOpts{})
 	s.CreateRepo(t, "shop")
 	s.push(t, s.AdminKey, "shop", zeroOID, map[string]string{"README": "shop\n"})
 	return &authzWorld{server: s, a: s.CreateKey(t, "agent-a", "agent"), b: s.CreateKey(t, "agent-b", "agent")}
@@ -33,7 +33,7 @@ func (w *authzWorld) workspace(t *testing.T, key, base string) (string, string) 
 	t.Helper()
 	w.n++
 	name := fmt.Sprintf("ws-%d", w.n)
-	tip := w.fork(t, key, base, name)
+	tip := w.forkTip(t, key, base, name)
 	p := w.push(t, key, name, tip, map[string]string{"README": "shop\n", "work-" + name: "x\n"})
 	return name, p.Commit
 }

@@ -1,4 +1,4 @@
-package e2erun
+package e2e
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 // objects; oplog lists newest first; whoami exists; a made-up
 // --fs-snapshot is refused; database bind says to restart the server.
 func TestCLINewcomerWords(t *testing.T) {
-	s := startServer(t)
+	s := startRunServer(t)
 	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
 	dir := t.TempDir()
 	writeTree(t, dir, map[string]string{"a.txt": "v1\n"})
@@ -140,7 +140,7 @@ func TestRunCommandPathAndEnv(t *testing.T) {
 	if _, err := url.Parse(adminURL); err != nil {
 		t.Fatal(err)
 	}
-	s := startServer(t, "LOCKSTEP_BRANCH_DATABASE_URL="+adminURL, "LOCKSTEP_BRANCH_PREFIX="+prefix)
+	s := startRunServer(t, "LOCKSTEP_BRANCH_DATABASE_URL="+adminURL, "LOCKSTEP_BRANCH_PREFIX="+prefix)
 	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
 	s.api(t, s.AdminKey, "PUT", "/repos/app/database", map[string]string{"template": tpl}, 200)
 	base := t.TempDir()
@@ -178,7 +178,7 @@ func TestRunCommandPathAndEnv(t *testing.T) {
 // TestCheckoutProgress: checkout of a large tree shows progress on
 // stderr, as push does; --quiet and --json keep it silent.
 func TestCheckoutProgress(t *testing.T) {
-	s := startServer(t)
+	s := startRunServer(t)
 	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "big"}, 201)
 	dir := t.TempDir()
 	blob := make([]byte, 3<<20)

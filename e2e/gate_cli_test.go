@@ -1,4 +1,4 @@
-package e2egate
+package e2e
 
 import (
 	"reflect"
@@ -9,9 +9,9 @@ import (
 
 // TestCLI drives the gate through the lockstep CLI: gate set/show,
 // checks, promote (exit status 5 when the gate refuses), hooks.
-func TestCLI(t *testing.T) {
+func TestGateCLI(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverOpts{})
+	s := startGateServer(t, serverOpts{})
 	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	ci := s.CreateKey(t, "ci", "ci")
@@ -70,7 +70,7 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("hooks list: %+v", hooks)
 	}
 
-	s.fork(t, agent.Secret, "base", "ws")
+	s.forkTip(t, agent.Secret, "base", "ws")
 	tip := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "feature.txt": "new\n"}).Commit
 
 	var ds struct {
@@ -133,7 +133,7 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("main %s after promote, want %s", h, tip)
 	}
 	// Human output of a successful promote (another workspace).
-	s.fork(t, agent.Secret, "base", "ws2")
+	s.forkTip(t, agent.Secret, "base", "ws2")
 	tip2 := s.push(t, agent.Secret, "ws2", tip, map[string]string{"README": "hi\n", "feature.txt": "new\n", "more.txt": "more\n"}).Commit
 	s.postCheck(t, ci.Secret, "ws2", tip2, "tests", "success")
 	s.postCheck(t, ci.Secret, "ws2", tip2, "lint", "success")

@@ -1,4 +1,4 @@
-package e2egate
+package e2e
 
 import (
 	"testing"
@@ -6,26 +6,13 @@ import (
 	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
-// server is one `lockstep serve` process (internal/e2ekit) with the gate
-// suite's helpers as methods.
-type server struct{ *e2ekit.Server }
-
-type serverOpts = e2ekit.ServerOpts
-
-// startServer runs `lockstep serve` (see e2ekit.StartServer) with the
-// suite's default flags first (--hook-backoff 100ms --hook-max-backoff
+// startGateServer runs `lockstep serve` (see e2ekit.StartServer) with the
+// gate tests' default flags first (--hook-backoff 100ms --hook-max-backoff
 // 1s), so opts.Args win.
-func startServer(t testing.TB, opts serverOpts) *server {
+func startGateServer(t testing.TB, opts serverOpts) *server {
 	t.Helper()
 	opts.Args = append([]string{"--hook-backoff", "100ms", "--hook-max-backoff", "1s"}, opts.Args...)
 	return &server{e2ekit.StartServer(t, opts)}
-}
-
-// restart starts a new process on the same data directory, database and
-// flags; the old one must have exited.
-func (s *server) restart(t testing.TB) *server {
-	t.Helper()
-	return &server{s.Restart(t)}
 }
 
 // onBothBackends runs fn in parallel subtests on SQLite and on Postgres

@@ -1,4 +1,4 @@
-package e2egate
+package e2e
 
 import (
 	"os"
@@ -16,14 +16,14 @@ import (
 func TestGitPushGated(t *testing.T) {
 	t.Parallel()
 	rcv := newReceiver(t, false, 0)
-	s := startServer(t, serverOpts{})
+	s := startGateServer(t, serverOpts{})
 	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	s.setGate(t, "base", map[string]any{"required_checks": []string{"tests"}})
 	hookID := s.createHook(t, "base", rcv.srv.URL, []string{"push"})
 	ci := s.CreateKey(t, "ci", "ci")
 	agent := s.CreateKey(t, "agent", "agent")
-	s.fork(t, agent.Secret, "base", "ws")
+	s.forkTip(t, agent.Secret, "base", "ws")
 
 	dir := filepath.Join(t.TempDir(), "ws")
 	e2ekit.Git(t, "", "clone", "-q", s.GitURL("ws", agent.Secret), dir)

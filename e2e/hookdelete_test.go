@@ -1,4 +1,4 @@
-package e2egate
+package e2e
 
 import (
 	"net/http"
@@ -41,12 +41,12 @@ func testDeletedHook(t *testing.T, postgres bool) {
 		}
 	}()
 
-	s := startServer(t, serverOpts{Postgres: postgres, Args: []string{"--hook-timeout", "30s"}})
+	s := startGateServer(t, serverOpts{Postgres: postgres, Args: []string{"--hook-timeout", "30s"}})
 	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	hookID := s.createHook(t, "base", rcv.URL, []string{"push"})
 	agent := s.CreateKey(t, "agent", "agent")
-	s.fork(t, agent.Secret, "base", "ws")
+	s.forkTip(t, agent.Secret, "base", "ws")
 	s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"})
 
 	select {

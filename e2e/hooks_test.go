@@ -1,4 +1,4 @@
-package e2egate
+package e2e
 
 import (
 	"encoding/json"
@@ -139,13 +139,13 @@ func testHookRestart(t *testing.T, postgres bool) {
 	rcv := newReceiver(t, true, 0)
 	// A 1s first backoff leaves a wide window between attempts, so the
 	// kill lands while the deliveries wait for a retry, not mid-request.
-	s := startServer(t, serverOpts{Postgres: postgres, Args: []string{"--hook-backoff", "1s", "--hook-max-backoff", "2s", "--hook-max-attempts", "50", "--hook-timeout", "2s"}})
+	s := startGateServer(t, serverOpts{Postgres: postgres, Args: []string{"--hook-backoff", "1s", "--hook-max-backoff", "2s", "--hook-max-attempts", "50", "--hook-timeout", "2s"}})
 	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	hookID := s.createHook(t, "base", rcv.srv.URL+"/hook", []string{"push"})
 	agent := s.CreateKey(t, "agent", "agent")
-	s.fork(t, agent.Secret, "base", "ws-1")
-	s.fork(t, agent.Secret, "base", "ws-2")
+	s.forkTip(t, agent.Secret, "base", "ws-1")
+	s.forkTip(t, agent.Secret, "base", "ws-2")
 	c1 := s.push(t, agent.Secret, "ws-1", base0, map[string]string{"README": "hi\n", "one": "1\n"}).Commit
 	c2 := s.push(t, agent.Secret, "ws-2", base0, map[string]string{"README": "hi\n", "two": "2\n"}).Commit
 
@@ -248,7 +248,7 @@ func testHookRestart(t *testing.T, postgres bool) {
 func TestHookDeliveryGivesUp(t *testing.T) {
 	t.Parallel()
 	rcv := newReceiver(t, true, 0)
-	s := startServer(t, serverOpts{Args: []string{"--hook-max-attempts", "4"}})
+	s := startGateServer(t, serverOpts{Args: []string{"--hook-max-attempts", "4"}})
 	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	hookID := s.createHook(t, "base", rcv.srv.URL, []string{"push"})
@@ -258,7 +258,7 @@ func TestHookDeliveryGivesUp(t *testing.T) {
 	dead.Close()
 	deadID := s.createHook(t, "base", deadURL, []string{"*"})
 	agent := s.CreateKey(t, "agent", "agent")
-	s.fork(t, agent.Secret, "base", "ws")
+	s.forkTip(t, agent.Secret, "base", "ws")
 	s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"})
 
 	var d delivery
@@ -341,14 +341,14 @@ func TestHookEvents(t *testing.T) {
 	t.Parallel()
 	pushes := newReceiver(t, false, 0)
 	promotes := newReceiver(t, false, 0)
-	s := startServer(t, serverOpts{})
+	s := startGateServer(t, serverOpts{})
 	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	s.setGate(t, "base", map[string]any{})
 	pushID := s.createHook(t, "base", pushes.srv.URL, []string{"push"})
 	promoteID := s.createHook(t, "base", promotes.srv.URL, []string{"promote"})
 	agent := s.CreateKey(t, "agent", "agent")
-	s.fork(t, agent.Secret, "base", "ws")
+	s.forkTip(t, agent.Secret, "base", "ws")
 	tip := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "f": "f\n"}).Commit
 	landed := s.promote(t, agent.Secret, "ws").Commit
 
@@ -420,12 +420,12 @@ func TestHookLeaseTakeover(t *testing.T) {
 	defer rcv.Close()
 	defer close(release)
 
-	s := startServer(t, serverOpts{Args: []string{"--hook-timeout", "1s"}})
+	s := startGateServer(t, serverOpts{Args: []string{"--hook-timeout", "1s"}})
 	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	hookID := s.createHook(t, "base", rcv.URL, []string{"push"})
 	agent := s.CreateKey(t, "agent", "agent")
-	s.fork(t, agent.Secret, "base", "ws")
+	s.forkTip(t, agent.Secret, "base", "ws")
 	s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"})
 	select {
 	case <-entered:

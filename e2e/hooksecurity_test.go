@@ -1,4 +1,4 @@
-package e2egate
+package e2e
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ import (
 func TestHookTargetRules(t *testing.T) {
 	t.Parallel()
 	data := t.TempDir()
-	s := startServer(t, serverOpts{Data: data})
+	s := startGateServer(t, serverOpts{Data: data})
 	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	agent := s.CreateKey(t, "agent", "agent")
@@ -58,7 +58,7 @@ func TestHookTargetRules(t *testing.T) {
 		s.MustJSON(t, "GET", path, ci.Secret, nil, http.StatusOK, nil)
 	}
 
-	s.fork(t, agent.Secret, "base", "ws")
+	s.forkTip(t, agent.Secret, "base", "ws")
 	tip := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "a": "a\n"}).Commit
 	eventually(t, 60*time.Second, "a recorded attempt of the redirect hook", func() bool {
 		ds := s.deliveries(t, "base", redirectHook)
@@ -127,13 +127,13 @@ func TestDataAtRest(t *testing.T) {
 	data := t.TempDir()
 	os.Chmod(data, 0o755)
 	os.WriteFile(filepath.Join(data, "stray.txt"), []byte("x"), 0o644)
-	s := startServer(t, serverOpts{Data: data, Args: []string{"--log-level", "info"}})
+	s := startGateServer(t, serverOpts{Data: data, Args: []string{"--log-level", "info"}})
 	rcv := newReceiver(t, false, 0)
 	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	hookID := s.createHook(t, "base", rcv.srv.URL, []string{"push"})
 	agent := s.CreateKey(t, "agent", "agent")
-	s.fork(t, agent.Secret, "base", "ws")
+	s.forkTip(t, agent.Secret, "base", "ws")
 	s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"})
 	eventually(t, 60*time.Second, "a delivery", func() bool {
 		ds := s.deliveries(t, "base", hookID)
@@ -211,7 +211,7 @@ func (r *sigReceiver) all() []signedCall {
 func TestHookSecretRotation(t *testing.T) {
 	t.Parallel()
 	onBothBackends(t, func(t *testing.T, postgres bool) {
-		s := startServer(t, serverOpts{Postgres: postgres})
+		s := startGateServer(t, serverOpts{Postgres: postgres})
 		rcv := newSigReceiver(t)
 		s.CreateRepo(t, "base")
 		base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
@@ -223,7 +223,7 @@ func TestHookSecretRotation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.fork(t, agent.Secret, "base", "ws")
+		s.forkTip(t, agent.Secret, "base", "ws")
 		tip := base0
 		n := 0
 		pushAndWait := func() signedCall {

@@ -1,4 +1,4 @@
-package e2eidem
+package e2e
 
 import (
 	"bytes"

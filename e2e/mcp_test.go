@@ -1,4 +1,4 @@
-package e2egate
+package e2e
 
 import (
 	"context"

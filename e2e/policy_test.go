@@ -1,4 +1,4 @@
-package e2egate
+package e2e
 
 import (
 	"net/http"
@@ -16,7 +16,7 @@ func TestPolicyRules(t *testing.T) {
 }
 
 func testPolicyRules(t *testing.T, postgres bool) {
-	s := startServer(t, serverOpts{Postgres: postgres})
+	s := startGateServer(t, serverOpts{Postgres: postgres})
 	s.CreateRepo(t, "base")
 	files := map[string]string{"README": "hello\n", "shared.txt": "one\ntwo\nthree\n", "secrets/.keep": "\n"}
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, files).Commit
@@ -38,7 +38,7 @@ func testPolicyRules(t *testing.T, postgres bool) {
 	}
 	agent := s.CreateKey(t, "agent", "agent")
 	for _, ws := range []string{"ws-files", "ws-lines", "ws-secret", "ws-conflict", "ws-all", "ws-ok", "ws-unprotect"} {
-		s.fork(t, agent.Secret, "base", ws)
+		s.forkTip(t, agent.Secret, "base", ws)
 	}
 	s.push(t, agent.Secret, "ws-files", base0, with(files, map[string]string{"a": "a\n", "b": "b\n", "c": "c\n"}))
 	s.push(t, agent.Secret, "ws-lines", base0, with(files, map[string]string{"long.txt": strings.Repeat("line\n", 7)}))
@@ -117,13 +117,13 @@ func testPolicyRules(t *testing.T, postgres bool) {
 // TestBadInput: each mistake is a clear 4xx with the contract's code.
 func TestBadInput(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverOpts{})
+	s := startGateServer(t, serverOpts{})
 	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	ci := s.CreateKey(t, "ci", "ci")
 	agent := s.CreateKey(t, "agent", "agent")
 	other := s.CreateKey(t, "other-agent", "agent")
-	s.fork(t, agent.Secret, "base", "ws")
+	s.forkTip(t, agent.Secret, "base", "ws")
 	tip := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"}).Commit
 	unknown := strings.Repeat("ab", 20)
 
@@ -204,14 +204,14 @@ func TestBadInput(t *testing.T) {
 // active; the gate's promote_mode is the default.
 func TestPromoteModes(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverOpts{})
+	s := startGateServer(t, serverOpts{})
 	s.CreateRepo(t, "base")
 	files := map[string]string{"README": "hi\n"}
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, files).Commit
 	s.setGate(t, "base", map[string]any{"promote_mode": "squash"})
 	agent := s.CreateKey(t, "agent", "agent")
-	s.fork(t, agent.Secret, "base", "sq")
-	s.fork(t, agent.Secret, "base", "ff")
+	s.forkTip(t, agent.Secret, "base", "sq")
+	s.forkTip(t, agent.Secret, "base", "ff")
 	c1 := s.push(t, agent.Secret, "sq", base0, with(files, map[string]string{"a": "1\n"})).Commit
 	c2 := s.push(t, agent.Secret, "sq", c1, with(files, map[string]string{"a": "2\n", "b": "b\n"})).Commit
 	ffTip := s.push(t, agent.Secret, "ff", base0, with(files, map[string]string{"c": "c\n"})).Commit

@@ -1,4 +1,4 @@
-package e2egate
+package e2e
 
 import (
 	"net/http"
@@ -123,7 +123,7 @@ func (s *server) startRunnerWith(t *testing.T, ciKey, repo, name string, flags [
 // runner` running `go test ./...`) gates what agents promote into main.
 func TestProductScenario(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverOpts{})
+	s := startGateServer(t, serverOpts{})
 	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, goModule).Commit
 	s.setGate(t, "base", map[string]any{"required_checks": []string{"tests"}})
@@ -133,11 +133,11 @@ func TestProductScenario(t *testing.T) {
 	agentC := s.CreateKey(t, "agent-c", "agent")
 	s.startRunner(t, ci.Secret, "base", "tests")
 
-	if got := s.fork(t, agentA.Secret, "base", "ws-a"); got != base0 {
+	if got := s.forkTip(t, agentA.Secret, "base", "ws-a"); got != base0 {
 		t.Fatalf("ws-a base commit %s, want %s", got, base0)
 	}
-	s.fork(t, agentB.Secret, "base", "ws-b")
-	s.fork(t, agentC.Secret, "base", "ws-c") // forked from the OLD base, promoted last
+	s.forkTip(t, agentB.Secret, "base", "ws-b")
+	s.forkTip(t, agentC.Secret, "base", "ws-c") // forked from the OLD base, promoted last
 
 	// Agent B renames Add in the file that defines it, misses its call in
 	// double.go: the build breaks, so the tests fail.
@@ -303,13 +303,13 @@ func TestTriple(t *testing.T) {
 // not let the new tip through.
 func TestCheckCountsOnlyForItsCommit(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverOpts{})
+	s := startGateServer(t, serverOpts{})
 	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hello\n"}).Commit
 	s.setGate(t, "base", map[string]any{"required_checks": []string{"tests"}})
 	ci := s.CreateKey(t, "ci", "ci")
 	agent := s.CreateKey(t, "agent", "agent")
-	s.fork(t, agent.Secret, "base", "ws")
+	s.forkTip(t, agent.Secret, "base", "ws")
 
 	first := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hello\n", "a.txt": "a\n"}).Commit
 	s.postCheck(t, ci.Secret, "ws", first, "tests", "success")

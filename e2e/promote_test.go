@@ -1,4 +1,4 @@
-package e2egate
+package e2e
 
 import (
 	"net/http"
@@ -14,15 +14,15 @@ import (
 // lands; the second is refused with clean_merge.
 func TestPromoteRaces(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverOpts{})
+	s := startGateServer(t, serverOpts{})
 	s.CreateRepo(t, "base")
 	files := map[string]string{"shared.txt": "a\nb\nc\n"}
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, files).Commit
 	s.setGate(t, "base", map[string]any{})
 	agent := s.CreateKey(t, "agent", "agent")
-	s.fork(t, agent.Secret, "base", "twice")
-	s.fork(t, agent.Secret, "base", "left")
-	s.fork(t, agent.Secret, "base", "right")
+	s.forkTip(t, agent.Secret, "base", "twice")
+	s.forkTip(t, agent.Secret, "base", "left")
+	s.forkTip(t, agent.Secret, "base", "right")
 	s.push(t, agent.Secret, "twice", base0, with(files, map[string]string{"t.txt": "t\n"}))
 	s.push(t, agent.Secret, "left", base0, with(files, map[string]string{"shared.txt": "a\nLEFT\nc\n"}))
 	s.push(t, agent.Secret, "right", base0, with(files, map[string]string{"shared.txt": "a\nRIGHT\nc\n"}))
@@ -95,15 +95,15 @@ func TestPromoteRaces(t *testing.T) {
 // commit pushed to another agent's workspace resolves everywhere.
 func TestPromoteCommitOfAnotherWorkspace(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverOpts{})
+	s := startGateServer(t, serverOpts{})
 	s.CreateRepo(t, "base")
 	files := map[string]string{"README": "hi\n"}
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, files).Commit
 	s.setGate(t, "base", map[string]any{})
 	alice := s.CreateKey(t, "alice", "agent")
 	bob := s.CreateKey(t, "bob", "agent")
-	s.fork(t, alice.Secret, "base", "ws-alice")
-	s.fork(t, bob.Secret, "base", "ws-bob")
+	s.forkTip(t, alice.Secret, "base", "ws-alice")
+	s.forkTip(t, bob.Secret, "base", "ws-bob")
 	a1 := s.push(t, alice.Secret, "ws-alice", base0, with(files, map[string]string{"alice.txt": "a\n"})).Commit
 	s.push(t, alice.Secret, "ws-alice", a1, with(files, map[string]string{"alice.txt": "a\n", "alice2.txt": "a2\n"}))
 	bobs := s.push(t, bob.Secret, "ws-bob", base0, with(files, map[string]string{"bob.txt": "b\n"})).Commit

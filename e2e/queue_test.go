@@ -1,4 +1,4 @@
-package e2egate
+package e2e
 
 import (
 	"fmt"
@@ -19,7 +19,7 @@ func TestConcurrentPromotes(t *testing.T) {
 
 func testConcurrentPromotes(t *testing.T, postgres bool) {
 	const n = 8
-	s := startServer(t, serverOpts{Postgres: postgres})
+	s := startGateServer(t, serverOpts{Postgres: postgres})
 	s.CreateRepo(t, "base")
 	files := map[string]string{"README": "shared\n"}
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, files).Commit
@@ -28,7 +28,7 @@ func testConcurrentPromotes(t *testing.T, postgres bool) {
 	tips := map[string]string{}
 	for i := 0; i < n; i++ {
 		ws := fmt.Sprintf("ws-%d", i)
-		s.fork(t, agent.Secret, "base", ws)
+		s.forkTip(t, agent.Secret, "base", ws)
 		tips[ws] = s.push(t, agent.Secret, ws, base0, with(files, map[string]string{fmt.Sprintf("file-%d.txt", i): fmt.Sprintf("work of %s\n", ws)})).Commit
 	}
 

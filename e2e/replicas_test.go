@@ -1,4 +1,4 @@
-package e2egate
+package e2e
 
 import (
 	"fmt"
@@ -24,8 +24,8 @@ func TestReplicasPromote(t *testing.T) {
 	const n = 8
 	testenv.MustRedis(t) // reachable, or fail with instructions
 	redisArgs := []string{"--redis-url", testenv.RedisURL(t)}
-	a := startServer(t, serverOpts{Postgres: true, Args: redisArgs})
-	b := startServer(t, serverOpts{Data: a.Data, DatabaseURL: a.Opts.DatabaseURL, Args: redisArgs})
+	a := startGateServer(t, serverOpts{Postgres: true, Args: redisArgs})
+	b := startGateServer(t, serverOpts{Data: a.Data, DatabaseURL: a.Opts.DatabaseURL, Args: redisArgs})
 	a.CreateRepo(t, "base")
 	files := map[string]string{"README": "shared\n"}
 	base0 := a.push(t, a.AdminKey, "base", zeroOID, files).Commit
@@ -34,7 +34,7 @@ func TestReplicasPromote(t *testing.T) {
 	for i := 0; i < n; i++ {
 		ws := fmt.Sprintf("ws-%d", i)
 		srv := []*server{a, b}[i%2]
-		srv.fork(t, agent.Secret, "base", ws)
+		srv.forkTip(t, agent.Secret, "base", ws)
 		srv.push(t, agent.Secret, ws, base0, with(files, map[string]string{fmt.Sprintf("file-%d.txt", i): ws + "\n"}))
 	}
 	results := make([]*e2ekit.Response, n)
@@ -98,8 +98,8 @@ func TestReplicasDeliverOnce(t *testing.T) {
 		w.WriteHeader(status)
 	}))
 	defer rcv.Close()
-	a := startServer(t, serverOpts{Postgres: true})
-	b := startServer(t, serverOpts{Data: a.Data, DatabaseURL: a.Opts.DatabaseURL})
+	a := startGateServer(t, serverOpts{Postgres: true})
+	b := startGateServer(t, serverOpts{Data: a.Data, DatabaseURL: a.Opts.DatabaseURL})
 	a.CreateRepo(t, "base")
 	base0 := a.push(t, a.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	hookID := a.createHook(t, "base", rcv.URL, []string{"push"})
@@ -107,7 +107,7 @@ func TestReplicasDeliverOnce(t *testing.T) {
 	for i := 0; i < n; i++ {
 		srv := []*server{a, b}[i%2]
 		ws := fmt.Sprintf("ws-%d", i)
-		srv.fork(t, agent.Secret, "base", ws)
+		srv.forkTip(t, agent.Secret, "base", ws)
 		srv.push(t, agent.Secret, ws, base0, map[string]string{"README": "hi\n", "f": ws})
 	}
 	var ds []delivery

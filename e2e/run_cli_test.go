@@ -1,4 +1,4 @@
-package e2erun
+package e2e
 
 import (
 	"encoding/json"
@@ -9,7 +9,7 @@ import (
 // TestCheckpointCLI: checkpoint, list and restore from the CLI (code only:
 // no branch server), and the database command's clear error without one.
 func TestCheckpointCLI(t *testing.T) {
-	s := startServer(t)
+	s := startRunServer(t)
 	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
 	dir := t.TempDir()
 	writeTree(t, dir, map[string]string{"a.txt": "v1\n"})

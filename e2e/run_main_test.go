@@ -1,7 +1,6 @@
-// Package e2erun drives the built lockstep binary through the checkpoint
-// story: a workspace with a Postgres branch, a transactional tool run that
-// fails, and the proof that code, data and files came back together.
-package e2erun
+package e2e
+
+// Helpers of the checkpoint and `lockstep run` tests (run_*, tour_, cli14_).
 
 import (
 	"context"
@@ -9,7 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -17,15 +15,8 @@ import (
 	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
-func TestMain(m *testing.M) {
-	os.Exit(e2ekit.Main(m, e2ekit.Suite{Name: "e2erun"}))
-}
-
-// server is one `lockstep serve` process (internal/e2ekit).
-type server struct{ *e2ekit.Server }
-
-// startServer runs `lockstep serve` with extra environment variables.
-func startServer(t *testing.T, env ...string) *server {
+// startRunServer runs `lockstep serve` with extra environment variables.
+func startRunServer(t *testing.T, env ...string) *server {
 	t.Helper()
 	return &server{e2ekit.StartServer(t, e2ekit.ServerOpts{Env: env})}
 }

@@ -1,4 +1,4 @@
-package e2erun
+package e2e
 
 import (
 	"context"
@@ -97,7 +97,7 @@ func TestFailedRunRestoresCodeDataAndFiles(t *testing.T) {
 	}
 	tc.Close(ctx)
 
-	s := startServer(t, "LOCKSTEP_BRANCH_DATABASE_URL="+adminURL, "LOCKSTEP_BRANCH_PREFIX="+prefix)
+	s := startRunServer(t, "LOCKSTEP_BRANCH_DATABASE_URL="+adminURL, "LOCKSTEP_BRANCH_PREFIX="+prefix)
 	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
 	s.api(t, s.AdminKey, "PUT", "/repos/app/database", map[string]string{"template": tpl}, 200)
 	agent := s.api(t, s.AdminKey, "POST", "/keys", map[string]string{"name": "agent-1", "role": "agent"}, 201)["secret"].(string)
@@ -232,7 +232,7 @@ exit 3`
 // TestSuccessfulRunCommits: --commit-on-success pushes the result and
 // nothing is rolled back.
 func TestSuccessfulRunCommits(t *testing.T) {
-	s := startServer(t)
+	s := startRunServer(t)
 	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
 	base := t.TempDir()
 	writeTree(t, base, map[string]string{"a.txt": "a\n"})
@@ -267,7 +267,7 @@ func TestSuccessfulRunCommits(t *testing.T) {
 // TestDatabaseRoutesWithoutBranchServer: a clear error saying how to
 // enable it.
 func TestDatabaseRoutesWithoutBranchServer(t *testing.T) {
-	s := startServer(t)
+	s := startRunServer(t)
 	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
 	m := s.api(t, s.AdminKey, "PUT", "/repos/app/database", map[string]string{"template": "x"}, 503)
 	msg := m["error"].(map[string]any)["message"].(string)

@@ -1,4 +1,4 @@
-package e2erun
+package e2e
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package e2egate
+package e2e
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ import (
 // its hook, and leaves no process behind.
 func TestRunnerStopMidRun(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverOpts{})
+	s := startGateServer(t, serverOpts{})
 	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	ci := s.CreateKey(t, "ci", "ci")
@@ -29,7 +29,7 @@ func TestRunnerStopMidRun(t *testing.T) {
 	// The workspace's tip exists before the runner starts: the runner
 	// tests it on start (and a fork racing its start-up scan would give it
 	// a second, earlier commit to run).
-	s.fork(t, agent.Secret, "base", "ws")
+	s.forkTip(t, agent.Secret, "base", "ws")
 	tip := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"}).Commit
 	r := s.startRunner(t, ci.Secret, "base", "slow", "sh", "-c", "touch "+marker+" && exec sleep 120")
 
@@ -93,12 +93,12 @@ func TestRunnerStopMidRun(t *testing.T) {
 // not run again.
 func TestRunnerRefusesReplayAndStale(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverOpts{})
+	s := startGateServer(t, serverOpts{})
 	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	ci := s.CreateKey(t, "ci", "ci")
 	agent := s.CreateKey(t, "agent", "agent")
-	s.fork(t, agent.Secret, "base", "ws")
+	s.forkTip(t, agent.Secret, "base", "ws")
 	// Pushed before the runner's hook exists: no real delivery for it.
 	tip := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"}).Commit
 
@@ -160,12 +160,12 @@ func TestRunnerRefusesReplayAndStale(t *testing.T) {
 // summary quotes the failing test, not only the output's last lines.
 func TestRunnerTestsTipsPushedBeforeItStarted(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverOpts{})
+	s := startGateServer(t, serverOpts{})
 	s.CreateRepo(t, "base")
 	base0 := s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	ci := s.CreateKey(t, "ci", "ci")
 	agent := s.CreateKey(t, "agent", "agent")
-	s.fork(t, agent.Secret, "base", "ws")
+	s.forkTip(t, agent.Secret, "base", "ws")
 	tip := s.push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "x\n"}).Commit
 	// A failing test buried under 12 KB of later output.
 	script := `echo "=== RUN   TestSum"; echo "--- FAIL: TestSum (0.00s)"; echo "    sum_test.go:9: got 3, want 4"; ` +

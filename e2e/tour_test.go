@@ -1,4 +1,4 @@
-package e2erun
+package e2e
 
 import (
 	"context"
@@ -77,7 +77,7 @@ func TestReadmeTour(t *testing.T) {
 			c.Close(ctx)
 		}
 	})
-	s := startServer(t, "LOCKSTEP_BRANCH_DATABASE_URL="+adminURL, "LOCKSTEP_BRANCH_PREFIX="+prefix)
+	s := startRunServer(t, "LOCKSTEP_BRANCH_DATABASE_URL="+adminURL, "LOCKSTEP_BRANCH_PREFIX="+prefix)
 
 	// The reader's directory: lockstep-data/admin.key as the server
 	// wrote it, and lockstep on PATH as "Run it" puts it.
