@@ -17,13 +17,10 @@ import (
 	"github.com/lockstep-hq/lockstep/internal/testenv"
 )
 
-// TestCLINewcomerWords (issue 14): what a newcomer met on the tour. A
-// push without --expect names the CLI's flags, not the API's fields;
-// --json errors are an envelope on stdout with the exit status kept;
-// gate/database/hooks print for people unless --json; list answers are
-// objects; oplog lists newest first; whoami exists; a made-up
-// --fs-snapshot is refused; database bind says to restart the server.
-func TestCLINewcomerWords(t *testing.T) {
+// TestCLIOplogOrder (issue 14): `lockstep oplog` lists newest first,
+// --oldest-first the other way. The rest of what a newcomer met on the
+// tour is the script testdata/script/newcomer.txtar.
+func TestCLIOplogOrder(t *testing.T) {
 	s := startRunServer(t)
 	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
 	dir := t.TempDir()
@@ -31,84 +28,20 @@ func TestCLINewcomerWords(t *testing.T) {
 	if out, err := s.cli(t, s.AdminKey, "push", dir, "--repo", "app"); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
-	writeTree(t, dir, map[string]string{"a.txt": "v2\n"})
-	run := func(args ...string) e2ekit.CLIResult {
-		t.Helper()
-		return s.CLIEnv(t, s.AdminKey, "", []string{"XDG_CACHE_HOME=" + t.TempDir(), "XDG_STATE_HOME=" + t.TempDir()}, args...)
-	}
-
-	r := run("push", dir, "--repo", "app")
-	if r.Code != 3 || !strings.Contains(r.Stderr, "--expect ") || !strings.Contains(r.Stderr, "--expect-current") ||
-		!strings.Contains(r.Stderr, "--force") || strings.Contains(r.Stderr, "expect_oid=") || strings.Contains(r.Stderr, "force=true") {
-		t.Errorf("push without --expect should name the CLI's flags:\n%s", r)
-	}
-
-	r = run("push", dir, "--repo", "app", "--json")
-	var env struct {
-		Error struct {
-			Code    string         `json:"code"`
-			Message string         `json:"message"`
-			Details map[string]any `json:"details"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal([]byte(r.Stdout), &env); err != nil || r.Code != 3 || env.Error.Code != "precondition_required" || env.Error.Message == "" {
-		t.Errorf("--json error: want the envelope on stdout and exit 3:\n%s", r)
-	}
-	if r = run("repo", "show", "nope", "--json"); r.Code != 1 || !strings.Contains(r.Stdout, `"code": "not_found"`) {
-		t.Errorf("--json not found: %s", r)
-	}
-
-	if r = run("gate", "show", "app"); r.Code != 0 || strings.HasPrefix(strings.TrimSpace(r.Stdout), "{") || !strings.Contains(r.Stdout, "promote mode:") {
-		t.Errorf("gate show should print for people by default:\n%s", r)
-	}
-	if r = run("gate", "show", "app", "--json"); r.Code != 0 || !json.Valid([]byte(r.Stdout)) {
-		t.Errorf("gate show --json:\n%s", r)
-	}
-	if r = run("hooks", "list", "app"); r.Code != 0 || strings.HasPrefix(strings.TrimSpace(r.Stdout), "{") {
-		t.Errorf("hooks list should print for people by default:\n%s", r)
-	}
-
-	r = run("keys", "list", "--json")
-	var keys struct {
-		Keys []map[string]any `json:"keys"`
-	}
-	if err := json.Unmarshal([]byte(r.Stdout), &keys); err != nil || len(keys.Keys) == 0 || !strings.HasPrefix(r.Stdout, "{\n  \"keys\"") {
-		t.Errorf("keys list --json should be an indented object {\"keys\": [...]}:\n%s", r)
-	}
-
-	r = run("oplog", "--json")
-	var page struct {
-		Entries []struct {
-			Seq int64 `json:"seq"`
-		} `json:"entries"`
-	}
-	if err := json.Unmarshal([]byte(r.Stdout), &page); err != nil || len(page.Entries) < 2 || page.Entries[0].Seq < page.Entries[1].Seq {
-		t.Errorf("oplog should list newest first:\n%s", r)
-	}
-	r = run("oplog", "--json", "--oldest-first")
-	page.Entries = nil
-	if err := json.Unmarshal([]byte(r.Stdout), &page); err != nil || len(page.Entries) < 2 || page.Entries[0].Seq > page.Entries[1].Seq {
-		t.Errorf("oplog --oldest-first:\n%s", r)
-	}
-
-	if r = run("whoami"); r.Code != 0 || !strings.Contains(r.Stdout, "role admin") {
-		t.Errorf("whoami:\n%s", r)
-	}
-
-	s.api(t, s.AdminKey, "POST", "/repos/app/forks", map[string]string{"name": "ws"}, 201)
-	if r = run("checkpoint", "ws", "--fs-snapshot", "nope"); r.Code == 0 || !strings.Contains(r.Stderr, "snapshot take") {
-		t.Errorf("checkpoint with a made-up --fs-snapshot was accepted:\n%s", r)
-	}
-	if r = run("checkpoint", "ws", "--fs-snapshot", "Not An Id"); r.Code != 2 {
-		t.Errorf("checkpoint with a malformed --fs-snapshot: want exit 2:\n%s", r)
-	}
-	if cps := s.api(t, s.AdminKey, "GET", "/repos/ws/checkpoints", nil, 200); len(cps["checkpoints"].([]any)) != 0 {
-		t.Errorf("a refused checkpoint was recorded: %v", cps)
-	}
-
-	if r = run("database", "bind", "app", "--template", "shop_dev"); r.Code == 0 || !strings.Contains(r.Stderr, "start it again with LOCKSTEP_BRANCH_DATABASE_URL") ||
-		!strings.Contains(r.Stderr, "lockstep database bind app --template shop_dev") {
-		t.Errorf("database bind without branching should say to restart the server with the URL:\n%s", r)
+	for _, x := range []struct {
+		args        []string
+		newestFirst bool
+	}{{[]string{"oplog", "--json"}, true}, {[]string{"oplog", "--json", "--oldest-first"}, false}} {
+		out, err := s.cli(t, s.AdminKey, x.args...)
+		var page struct {
+			Entries []struct {
+				Seq int64 `json:"seq"`
+			} `json:"entries"`
+		}
+		if err != nil || json.Unmarshal([]byte(out), &page) != nil || len(page.Entries) < 2 ||
+			(page.Entries[0].Seq > page.Entries[1].Seq) != x.newestFirst {
+			t.Errorf("lockstep %v (newest first: %v): %v\n%s", x.args, x.newestFirst, err, out)
+		}
 	}
 }
 
