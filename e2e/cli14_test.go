@@ -21,6 +21,7 @@ import (
 // --oldest-first the other way. The rest of what a newcomer met on the
 // tour is the script testdata/script/newcomer.txtar.
 func TestCLIOplogOrder(t *testing.T) {
+	t.Parallel()
 	s := startRunServer(t)
 	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
 	dir := t.TempDir()
@@ -50,6 +51,7 @@ func TestCLIOplogOrder(t *testing.T) {
 // gets DATABASE_URL (the workspace's branch DSN), LOCKSTEP_WORKSPACE and
 // LOCKSTEP_URL.
 func TestRunCommandPathAndEnv(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	adminURL := testenv.PostgresURL(t)
 	prefix := "e" + randHex(2)
@@ -111,6 +113,7 @@ func TestRunCommandPathAndEnv(t *testing.T) {
 // TestCheckoutProgress: checkout of a large tree shows progress on
 // stderr, as push does; --quiet and --json keep it silent.
 func TestCheckoutProgress(t *testing.T) {
+	t.Parallel()
 	s := startRunServer(t)
 	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "big"}, 201)
 	dir := t.TempDir()

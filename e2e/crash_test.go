@@ -59,6 +59,7 @@ func killDuring(t *testing.T, s *e2ekit.Server, keepPauses bool, marker, method,
 // and a promote committed and before they answered; the retries get the
 // first results, and nothing ran twice.
 func TestKilledBetweenCommitAndAnswer(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, crashOpts())
 	s := w.s
 	tarball := e2ekit.TarOf(t, map[string]string{"README": "shop\n", "new.txt": "after the crash\n"})
@@ -126,6 +127,7 @@ func TestKilledBetweenCommitAndAnswer(t *testing.T) {
 // before doing anything; once its lease ran out the retry runs the
 // operation (nothing committed under the key), exactly once.
 func TestKilledBeforeCommit(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, crashOpts())
 	s := w.s
 	tarball := e2ekit.TarOf(t, map[string]string{"README": "shop\n", "early.txt": "x\n"})

@@ -112,6 +112,7 @@ func (px *dropProxy) handle(c net.Conn) {
 // fifth) and 48 CLI pushes: every call succeeds, none ran twice, none was
 // lost.
 func TestDroppedAnswers(t *testing.T) {
+	t.Parallel()
 	// No background compaction: it races loose-object writes (a separate
 	// bug, reported) and is not what this test is about.
 	w := newWorld(t, e2ekit.ServerOpts{Args: []string{"--compact-packs", "0"}})

@@ -153,6 +153,7 @@ func newWorld(t *testing.T, opts e2ekit.ServerOpts) *world {
 // rollback, checkpoint, merge (materialize), promote and a check post,
 // each sent twice with one key: one effect, two identical answers.
 func TestEveryWriteTwiceOneEffect(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{"sqlite", "postgres"} {
 		t.Run(backend, func(t *testing.T) {
 			w := newWorld(t, e2ekit.ServerOpts{Postgres: backend == "postgres"})
@@ -288,6 +289,7 @@ func TestEveryWriteTwiceOneEffect(t *testing.T) {
 // TestBadKeysAndValidationErrors: malformed keys are 400; a request the
 // server refuses before doing anything leaves the key free.
 func TestBadKeysAndValidationErrors(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, e2ekit.ServerOpts{})
 	s := w.s
 	for _, k := range []string{"has space", strings.Repeat("x", 256), "tab\there", "ünï"} {
@@ -308,6 +310,7 @@ func TestBadKeysAndValidationErrors(t *testing.T) {
 
 // TestConcurrentDuplicates: eight copies of one push at once execute once.
 func TestConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{"sqlite", "postgres"} {
 		t.Run(backend, func(t *testing.T) {
 			w := newWorld(t, e2ekit.ServerOpts{Postgres: backend == "postgres"})

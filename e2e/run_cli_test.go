@@ -9,6 +9,7 @@ import (
 // TestCheckpointCLI: checkpoint, list and restore from the CLI (code only:
 // no branch server), and the database command's clear error without one.
 func TestCheckpointCLI(t *testing.T) {
+	t.Parallel()
 	s := startRunServer(t)
 	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
 	dir := t.TempDir()

@@ -57,6 +57,7 @@ func snapshotDir(t *testing.T, dir string) map[string]string {
 // the copy driver (which works on any filesystem; the fssnap package tests
 // the overlay, btrfs and reflink drivers on real mounts).
 func TestFailedRunRestoresCodeDataAndFiles(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("psql"); err != nil {
 		t.Fatal("psql is needed by this test's agent command: apt-get install -y postgresql-client")
 	}
@@ -232,6 +233,7 @@ exit 3`
 // TestSuccessfulRunCommits: --commit-on-success pushes the result and
 // nothing is rolled back.
 func TestSuccessfulRunCommits(t *testing.T) {
+	t.Parallel()
 	s := startRunServer(t)
 	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
 	base := t.TempDir()
@@ -267,6 +269,7 @@ func TestSuccessfulRunCommits(t *testing.T) {
 // TestDatabaseRoutesWithoutBranchServer: a clear error saying how to
 // enable it.
 func TestDatabaseRoutesWithoutBranchServer(t *testing.T) {
+	t.Parallel()
 	s := startRunServer(t)
 	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
 	m := s.api(t, s.AdminKey, "PUT", "/repos/app/database", map[string]string{"template": "x"}, 503)

@@ -51,6 +51,7 @@ func tourBlocks(t *testing.T) []string {
 // build made ./lockstep but the tour called lockstep, a promoted workspace
 // was then used for a run); this keeps it working.
 func TestReadmeTour(t *testing.T) {
+	t.Parallel()
 	for _, tool := range []string{"bash", "psql", "git", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("the tour needs %s on PATH", tool)
