@@ -119,15 +119,11 @@ func Run(ctx context.Context, o Options) error {
 		secrets = []string{hex.EncodeToString(sb[:])}
 	}
 	secret := secrets[0]
-	raw, err := c.Do(ctx, http.MethodPost, apiPath(repoName, "hooks"), map[string]any{"url": publicURL, "secret": secret, "events": events})
+	hook, err := c.CreateHook(ctx, repoName, publicURL, secret, events)
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("register hook: %w", err)
 	}
-	var hook struct {
-		ID string `json:"id"`
-	}
-	json.Unmarshal(raw, &hook)
 	r := &runner{c: c, e: e, check: check, cmd: rest, timeout: o.Timeout, seen: map[string]bool{}, jobs: make(chan hookPayload, 1024),
 		secrets: secrets, tolerance: o.Tolerance, replays: client.NewReplayCache(o.Tolerance, 0)}
 	srv := &http.Server{Handler: http.HandlerFunc(r.receive), ReadHeaderTimeout: 10 * time.Second}
@@ -166,7 +162,7 @@ func Run(ctx context.Context, o Options) error {
 	defer cancel()
 	srv.Shutdown(sctx)
 	wg.Wait()
-	if _, err := c.Do(sctx, http.MethodDelete, apiPath(repoName, "hooks", hook.ID), nil); err != nil {
+	if err := c.DeleteHook(sctx, repoName, hook.ID); err != nil {
 		fmt.Fprintf(e.stderr, "runner: could not delete hook %s: %v\n", hook.ID, err)
 	}
 	return nil
