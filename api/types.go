@@ -538,12 +538,12 @@ type HookRequest struct {
 
 // Hook is a gate hook (never its secret).
 type Hook struct {
-	ID              string     `json:"id"`
-	Repo            string     `json:"repo"`
-	URL             string     `json:"url"`
-	Events          []string   `json:"events"`
-	Active          bool       `json:"active"`
-	CreatedAt       time.Time  `json:"created_at"`
+	ID                  string     `json:"id"`
+	Repo                string     `json:"repo"`
+	URL                 string     `json:"url"`
+	Events              []string   `json:"events"`
+	Active              bool       `json:"active"`
+	CreatedAt           time.Time  `json:"created_at"`
 	PreviousSecretUntil *time.Time `json:"previous_secret_until,omitempty"`
 }
 
