@@ -4,7 +4,10 @@ import "time"
 
 // This file holds the wire types, grouped by route in the order of
 // web/routes.go. Field order is the server's encoding order, so that
-// encoding one of these gives the bytes the server sends.
+// encoding one of these gives the bytes the server sends (list envelopes
+// and other small answers have their keys in alphabetical order, as the
+// server writes them from maps). The client's tests check this for every
+// answer they read (sameWire).
 
 // ZeroOID is the oid meaning "no commit": as an expect_oid, "the branch
 // must not exist yet".
@@ -36,8 +39,8 @@ type Health struct {
 // Checks maps a dependency ("store", "redis", "ref_mirror") to "ok" or
 // what is wrong with it.
 type Readiness struct {
-	Ready  bool           `json:"ready"`
 	Checks map[string]any `json:"checks"`
+	Ready  bool           `json:"ready"`
 }
 
 // ---- keys: POST/GET /api/v1/keys, DELETE /api/v1/keys/{id}, GET /api/v1/whoami
@@ -223,8 +226,8 @@ type WorkspaceQuery struct {
 // WorkspacePage is the answer of GET /repos/{repo}/workspaces; NextAfter
 // is "" on the last page.
 type WorkspacePage struct {
-	Workspaces []Workspace `json:"workspaces"`
 	NextAfter  string      `json:"next_after"`
+	Workspaces []Workspace `json:"workspaces"`
 }
 
 // Attempt is a commit pushed to a workspace.
@@ -283,8 +286,8 @@ type MissingResult struct {
 
 // UploadStats is the answer of POST /repos/{repo}/objects.
 type UploadStats struct {
-	ObjectsWritten int   `json:"objects_written"`
 	BytesWritten   int64 `json:"bytes_written"`
+	ObjectsWritten int   `json:"objects_written"`
 }
 
 // Edit is one file change of POST /repos/{repo}/edits: Op "write"
