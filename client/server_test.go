@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -34,6 +35,9 @@ func (s *testServer) Close() { s.close() }
 // startServer starts a server whose data lives in dir.
 func startServer(dir string) (*testServer, error) {
 	ctx := context.Background()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	db, err := sqlstore.Open(ctx, filepath.Join(dir, "m.db"), sqlstore.Options{Migrate: true})
 	if err != nil {
 		return nil, err
