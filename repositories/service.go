@@ -13,7 +13,7 @@
 // A crash between 1 and 2 leaves unreferenced objects (harmless, like git);
 // between 2 and 3 a stale mirror that the next update or start-up repairs.
 // The package knows nothing of HTTP.
-package forks
+package repositories
 
 import (
 	"context"
@@ -113,7 +113,7 @@ func New(cfg Config, store lockstep.Store, log *slog.Logger, metrics *telemetry.
 		log = slog.Default()
 	}
 	return &Service{cfg: cfg, store: store, log: log, metrics: metrics, now: now,
-		tracer: otel.Tracer("lockstep/forks"), networks: map[string]*repo.Network{}}
+		tracer: otel.Tracer("lockstep/repositories"), networks: map[string]*repo.Network{}}
 }
 
 // OnEvent registers a hook called after events commit.
