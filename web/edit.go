@@ -8,7 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/repositories"
 )
 
 // editRequest is the body of POST /repos/:repo/edits.
@@ -30,8 +30,8 @@ type editJSON struct {
 	Executable    bool    `json:"executable"`
 }
 
-func (e editJSON) edit(i int) (forks.Edit, error) {
-	out := forks.Edit{Path: e.Path, Executable: e.Executable}
+func (e editJSON) edit(i int) (repositories.Edit, error) {
+	out := repositories.Edit{Path: e.Path, Executable: e.Executable}
 	switch e.Op {
 	case "delete":
 		if e.Content != nil || e.ContentBase64 != nil || e.Executable {
@@ -70,7 +70,7 @@ func (s *Server) handleEdits() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		edits := make([]forks.Edit, len(req.Edits))
+		edits := make([]repositories.Edit, len(req.Edits))
 		for i, e := range req.Edits {
 			var err error
 			if edits[i], err = e.edit(i); err != nil {
@@ -78,7 +78,7 @@ func (s *Server) handleEdits() gin.HandlerFunc {
 				return
 			}
 		}
-		opts := forks.WriteOptions{Branch: req.Branch, ExpectOID: req.ExpectOID, Force: req.Force, Message: req.Message, Author: req.Author, From: req.From}
+		opts := repositories.WriteOptions{Branch: req.Branch, ExpectOID: req.ExpectOID, Force: req.Force, Message: req.Message, Author: req.Author, From: req.From}
 		res, err := s.Repos.EditFiles(c.Request.Context(), caller(c), c.Param("repo"), edits, opts)
 		if err != nil {
 			writeError(c, err)

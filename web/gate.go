@@ -162,7 +162,7 @@ func (s *Server) handlePromote() gin.HandlerFunc {
 
 func (s *Server) handleGateEvaluate() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		t, err := s.Repos.PromoteTarget(c.Request.Context(), c.Param("repo"), c.Query("commit"))
+		t, err := s.Gate.Target(c.Request.Context(), c.Param("repo"), c.Query("commit"))
 		if err != nil {
 			writeError(c, err)
 			return

@@ -5,12 +5,12 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/repositories"
 )
 
 func (s *Server) handleMerge() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req forks.MergeRequest
+		var req repositories.MergeRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
@@ -38,7 +38,7 @@ func (s *Server) handleSync() gin.HandlerFunc {
 				return
 			}
 		}
-		res, err := s.Repos.Sync(c.Request.Context(), caller(c), c.Param("repo"), req.ExpectOID, req.OnConflict)
+		res, err := s.Workspaces.Sync(c.Request.Context(), caller(c), c.Param("repo"), req.ExpectOID, req.OnConflict)
 		if err != nil {
 			writeError(c, err)
 			return

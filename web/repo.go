@@ -12,8 +12,9 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/repositories"
+	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 type repoCreateRequest struct {
@@ -33,7 +34,7 @@ func (s *Server) handleRepoCreate() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		c.JSON(http.StatusCreated, forks.RepoInfo{Repo: r})
+		c.JSON(http.StatusCreated, repositories.RepoInfo{Repo: r})
 	}
 }
 
@@ -75,13 +76,10 @@ func (s *Server) handleFork() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		res, err := s.Repos.Fork(c.Request.Context(), caller(c), c.Param("repo"), req.Name, req.Task)
+		res, err := s.Workspaces.Fork(c.Request.Context(), caller(c), c.Param("repo"), req.Name, req.Task)
 		if err != nil {
 			writeError(c, err)
 			return
-		}
-		if s.AfterFork != nil {
-			s.AfterFork(c.Request.Context(), res)
 		}
 		c.JSON(http.StatusCreated, res)
 	}
@@ -95,11 +93,11 @@ func (s *Server) handleWorkspaces() gin.HandlerFunc {
 			return
 		}
 		if limit == 0 {
-			writeError(c, lockstep.Errorf(lockstep.EINVALID, "limit must be between 1 and %d", forks.MaxWorkspacePage))
+			writeError(c, lockstep.Errorf(lockstep.EINVALID, "limit must be between 1 and %d", workspaces.MaxWorkspacePage))
 			return
 		}
-		ws, next, err := s.Repos.Workspaces(c.Request.Context(), c.Param("repo"),
-			forks.WorkspaceQuery{Task: c.Query("task"), Status: c.Query("status"), After: c.Query("after"), Limit: limit})
+		ws, next, err := s.Workspaces.Workspaces(c.Request.Context(), c.Param("repo"),
+			workspaces.WorkspaceQuery{Task: c.Query("task"), Status: c.Query("status"), After: c.Query("after"), Limit: limit})
 		if err != nil {
 			writeError(c, err)
 			return
@@ -115,7 +113,7 @@ func (s *Server) handleAttempts() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		a, err := s.Repos.Attempts(c.Request.Context(), c.Param("repo"), limit)
+		a, err := s.Workspaces.Attempts(c.Request.Context(), c.Param("repo"), limit)
 		if err != nil {
 			writeError(c, err)
 			return
@@ -126,13 +124,10 @@ func (s *Server) handleAttempts() gin.HandlerFunc {
 
 func (s *Server) handleAbandon() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		ws, err := s.Repos.SetStatus(c.Request.Context(), caller(c), c.Param("repo"), lockstep.StatusAbandoned, c.Query("reason"))
+		ws, err := s.Workspaces.SetStatus(c.Request.Context(), caller(c), c.Param("repo"), lockstep.StatusAbandoned, c.Query("reason"))
 		if err != nil {
 			writeError(c, err)
 			return
-		}
-		if s.AfterAbandon != nil {
-			s.AfterAbandon(c.Request.Context(), ws)
 		}
 		c.JSON(http.StatusOK, ws)
 	}
@@ -150,7 +145,7 @@ func (s *Server) handleStatus() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		ws, err := s.Repos.SetStatus(c.Request.Context(), caller(c), c.Param("repo"), req.Status, req.Reason)
+		ws, err := s.Workspaces.SetStatus(c.Request.Context(), caller(c), c.Param("repo"), req.Status, req.Reason)
 		if err != nil {
 			writeError(c, err)
 			return
@@ -171,8 +166,8 @@ func (s *Server) handleRefs() gin.HandlerFunc {
 }
 
 // writeOptions reads the compare-and-swap query parameters.
-func writeOptions(c *gin.Context) (forks.WriteOptions, error) {
-	o := forks.WriteOptions{Branch: c.Query("branch"), ExpectOID: c.Query("expect_oid"), Message: c.Query("message"), Author: c.Query("author"), From: c.Query("from")}
+func writeOptions(c *gin.Context) (repositories.WriteOptions, error) {
+	o := repositories.WriteOptions{Branch: c.Query("branch"), ExpectOID: c.Query("expect_oid"), Message: c.Query("message"), Author: c.Query("author"), From: c.Query("from")}
 	var err error
 	if o.Force, err = queryBool(c, "force"); err != nil {
 		return o, err
@@ -231,7 +226,7 @@ func (s *Server) handleWorktree() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		var res *forks.PushResult
+		var res *repositories.PushResult
 		if tree := c.Query("tree"); tree != "" {
 			res, err = s.Repos.PushTree(c.Request.Context(), caller(c), c.Param("repo"), tree, opts)
 		} else {
@@ -311,7 +306,7 @@ func (s *Server) handleRollback() gin.HandlerFunc {
 			return
 		}
 		res, err := s.Repos.Rollback(c.Request.Context(), caller(c), c.Param("repo"), req.To,
-			forks.WriteOptions{Branch: req.Branch, ExpectOID: req.ExpectOID, Message: req.Message, Force: req.Force})
+			repositories.WriteOptions{Branch: req.Branch, ExpectOID: req.ExpectOID, Message: req.Message, Force: req.Force})
 		if err != nil {
 			writeError(c, err)
 			return
