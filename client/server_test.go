@@ -14,11 +14,12 @@ import (
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/client"
-	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
 	"github.com/lockstep-hq/lockstep/web"
+	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 // testServer is a real Lockstep server in-process: SQLite and the
@@ -52,20 +53,21 @@ func startServer(dir string) (*testServer, error) {
 	_, ci, _ := keys.Create(ctx, auth.System, "ci", lockstep.RoleCI)
 	m := telemetry.NewMetrics()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	repos := forks.New(forks.Config{DataDir: dir}, db, logger, m, nil)
+	repos := repositories.New(repositories.Config{DataDir: dir}, db, logger, m, nil)
 	allow, err := gate.ParseAllowList("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
 	g := gate.New(gate.Config{HookAllowHosts: allow}, db, repos, logger, m, nil)
+	wss := workspaces.New(db, repos, nil, logger, m, nil)
 	cps := checkpoints.New(db, repos, nil, logger, m, nil)
-	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Logger: logger, Gate: g, Checkpoints: cps,
-		AfterFork:    func(ctx context.Context, f *forks.ForkResult) { cps.AfterFork(ctx, f.ForkOf, f.Name) },
-		AfterAbandon: func(ctx context.Context, ws *lockstep.Repo) { cps.AfterAbandon(ctx, ws.Name) }}
+	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: wss, Logger: logger, Gate: g, Checkpoints: cps}
 	h := s.Handler()
 	srv := httptest.NewServer(h)
 	return &testServer{URL: srv.URL, Handler: h, Admin: admin, Agent: agent, CI: ci, close: func() {
 		srv.Close()
+		wss.Close()
+		cps.Close()
 		repos.Close()
 		db.Close()
 	}}, nil
