@@ -12,19 +12,15 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
-type repoCreateRequest struct {
-	Name          string `json:"name"`
-	DefaultBranch string `json:"default_branch"`
-}
-
 func (s *Server) handleRepoCreate() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req repoCreateRequest
+		var req api.RepoCreateRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
@@ -64,14 +60,9 @@ func (s *Server) handleRepoGet() gin.HandlerFunc {
 	}
 }
 
-type forkRequest struct {
-	Name string `json:"name"`
-	Task string `json:"task"`
-}
-
 func (s *Server) handleFork() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req forkRequest
+		var req api.ForkRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
@@ -133,14 +124,9 @@ func (s *Server) handleAbandon() gin.HandlerFunc {
 	}
 }
 
-type statusRequest struct {
-	Status string `json:"status"`
-	Reason string `json:"reason"`
-}
-
 func (s *Server) handleStatus() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req statusRequest
+		var req api.StatusRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
@@ -255,13 +241,9 @@ func (s *Server) handleWorktree() gin.HandlerFunc {
 	}
 }
 
-type missingRequest struct {
-	OIDs []string `json:"oids"`
-}
-
 func (s *Server) handleObjectsMissing() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req missingRequest
+		var req api.MissingRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
@@ -271,7 +253,7 @@ func (s *Server) handleObjectsMissing() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		c.JSON(http.StatusOK, gin.H{"missing": missing})
+		c.JSON(http.StatusOK, api.MissingResult{Missing: missing})
 	}
 }
 
@@ -286,21 +268,13 @@ func (s *Server) handleObjectsUpload() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		c.JSON(http.StatusOK, gin.H{"objects_written": stats.Objects, "bytes_written": stats.Bytes})
+		c.JSON(http.StatusOK, api.UploadStats{ObjectsWritten: stats.Objects, BytesWritten: stats.Bytes})
 	}
-}
-
-type rollbackRequest struct {
-	Branch    string `json:"branch"`
-	To        string `json:"to"`
-	ExpectOID string `json:"expect_oid"`
-	Message   string `json:"message"`
-	Force     bool   `json:"force"`
 }
 
 func (s *Server) handleRollback() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req rollbackRequest
+		var req api.RollbackRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
@@ -327,7 +301,7 @@ func (s *Server) handleLog() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		out := make([]commitJSON, len(commits))
+		out := make([]api.Commit, len(commits))
 		for i := range commits {
 			out[i] = toCommitJSON(&commits[i])
 		}
@@ -335,7 +309,7 @@ func (s *Server) handleLog() gin.HandlerFunc {
 		if limit > 0 && len(out) == limit {
 			next = out[len(out)-1].Commit
 		}
-		c.JSON(http.StatusOK, gin.H{"commits": out, "next_after": next})
+		c.JSON(http.StatusOK, api.CommitPage{Commits: out, NextAfter: next})
 	}
 }
 
@@ -417,26 +391,10 @@ func (s *Server) handleCompare() gin.HandlerFunc {
 	}
 }
 
-type signatureJSON struct {
-	Name  string `json:"name"`
-	Email string `json:"email"`
-	Time  string `json:"time"`
-}
-
-type commitJSON struct {
-	Commit    string        `json:"commit"`
-	Tree      string        `json:"tree"`
-	Parents   []string      `json:"parents"`
-	Message   string        `json:"message"`
-	Author    signatureJSON `json:"author"`
-	Committer signatureJSON `json:"committer"`
-	Time      string        `json:"time"`
-}
-
-func toCommitJSON(ci *repo.CommitInfo) commitJSON {
-	out := commitJSON{Commit: ci.Hash.String(), Tree: ci.Tree.String(), Parents: []string{}, Message: ci.Message,
-		Author:    signatureJSON{ci.Author.Name, ci.Author.Email, ci.Author.When.UTC().Format(time.RFC3339)},
-		Committer: signatureJSON{ci.Committer.Name, ci.Committer.Email, ci.Committer.When.UTC().Format(time.RFC3339)},
+func toCommitJSON(ci *repo.CommitInfo) api.Commit {
+	out := api.Commit{Commit: ci.Hash.String(), Tree: ci.Tree.String(), Parents: []string{}, Message: ci.Message,
+		Author:    api.Signature{Name: ci.Author.Name, Email: ci.Author.Email, Time: ci.Author.When.UTC().Format(time.RFC3339)},
+		Committer: api.Signature{Name: ci.Committer.Name, Email: ci.Committer.Email, Time: ci.Committer.When.UTC().Format(time.RFC3339)},
 		Time:      ci.Committer.When.UTC().Format(time.RFC3339)}
 	for _, p := range ci.Parents {
 		out.Parents = append(out.Parents, p.String())
