@@ -34,7 +34,11 @@ type testServer struct {
 func (s *testServer) Close() { s.close() }
 
 // startServer starts a server whose data lives in dir.
-func startServer(dir string) (*testServer, error) {
+func startServer(dir string) (*testServer, error) { return startServerWith(dir, nil) }
+
+// startServerWith starts a server with database branching through
+// brancher (nil: off).
+func startServerWith(dir string, brancher lockstep.Brancher) (*testServer, error) {
 	ctx := context.Background()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -59,8 +63,8 @@ func startServer(dir string) (*testServer, error) {
 		return nil, err
 	}
 	g := gate.New(gate.Config{HookAllowHosts: allow}, db, repos, logger, m, nil)
-	wss := workspaces.New(db, repos, nil, logger, m, nil)
-	cps := checkpoints.New(db, repos, nil, logger, m, nil)
+	wss := workspaces.New(db, repos, brancher, logger, m, nil)
+	cps := checkpoints.New(db, repos, brancher, logger, m, nil)
 	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: wss, Logger: logger, Gate: g, Checkpoints: cps}
 	h := s.Handler()
 	srv := httptest.NewServer(h)
