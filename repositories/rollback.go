@@ -1,4 +1,4 @@
-package forks
+package repositories
 
 import (
 	"context"

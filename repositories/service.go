@@ -13,7 +13,7 @@
 // A crash between 1 and 2 leaves unreferenced objects (harmless, like git);
 // between 2 and 3 a stale mirror that the next update or start-up repairs.
 // The package knows nothing of HTTP.
-package forks
+package repositories
 
 import (
 	"context"
@@ -79,8 +79,9 @@ type Service struct {
 
 	refLocks   sync.Map // "repo\x00ref" → *sync.Mutex, orders mirror writes
 	compacting sync.Map // network name → struct{} while a Compact runs
-	bg         sync.WaitGroup
-	lanes      sync.Map // "repo\x00branch" → *lane, the landing queue
+	bg         sync.WaitGroup  // background compactions
+	bgCtx      context.Context // cancelled by Close: stops a running compaction
+	bgCancel   context.CancelFunc
 	hooks      []EventHook
 
 	problemsMu sync.Mutex
@@ -112,8 +113,9 @@ func New(cfg Config, store lockstep.Store, log *slog.Logger, metrics *telemetry.
 	if log == nil {
 		log = slog.Default()
 	}
+	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, store: store, log: log, metrics: metrics, now: now,
-		tracer: otel.Tracer("lockstep/forks"), networks: map[string]*repo.Network{}}
+		tracer: otel.Tracer("lockstep/repositories"), networks: map[string]*repo.Network{}, bgCtx: bgCtx, bgCancel: bgCancel}
 }
 
 // OnEvent registers a hook called after events commit.
@@ -144,8 +146,11 @@ func (s *Service) Network(name string) (*repo.Network, error) {
 	return n, nil
 }
 
-// Close waits for background compactions and closes every open network.
+// Close stops background compactions (a git repack in progress is
+// killed: the packs it would fold stay as they are), waits for them and
+// closes every open network.
 func (s *Service) Close() error {
+	s.bgCancel()
 	s.bg.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -321,6 +326,9 @@ func (s *Service) afterWrite(network string, n *repo.Network) {
 	if s.cfg.CompactPacks <= 0 || n.PackCount() <= s.cfg.CompactPacks {
 		return
 	}
+	if s.bgCtx.Err() != nil {
+		return // closing
+	}
 	if _, busy := s.compacting.LoadOrStore(network, struct{}{}); busy {
 		return
 	}
@@ -330,10 +338,10 @@ func (s *Service) afterWrite(network string, n *repo.Network) {
 		defer s.compacting.Delete(network)
 		// Pushes during a compaction add packs it leaves alone and do not
 		// start another one (busy): go again while over the bound.
-		for round := 0; round < 3 && n.PackCount() > s.cfg.CompactPacks; round++ {
+		for round := 0; round < 3 && n.PackCount() > s.cfg.CompactPacks && s.bgCtx.Err() == nil; round++ {
 			start := s.now()
 			before := n.PackCount()
-			err := n.Compact(context.Background())
+			err := n.Compact(s.bgCtx)
 			s.metrics.ObserveOp("compact", resultOf(err), s.now().Sub(start))
 			if err != nil {
 				s.log.Error("compact network", "network", network, "error", err)

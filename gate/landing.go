@@ -1,4 +1,4 @@
-package forks
+package gate
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/merge"
 	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/repositories"
 )
 
 // PromoteTarget is a workspace commit and the base branch it would land on.
@@ -24,8 +25,8 @@ type PromoteTarget struct {
 // workspace tip) would do. Errors: not_found, invalid_argument when the
 // repository is not a workspace or is not active, or when commit is not in
 // the history of the workspace's branch.
-func (s *Service) PromoteTarget(ctx context.Context, wsName, commit string) (*PromoteTarget, error) {
-	ws, err := s.Repo(ctx, wsName)
+func (s *Service) Target(ctx context.Context, wsName, commit string) (*PromoteTarget, error) {
+	ws, err := s.repos.Repo(ctx, wsName)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +36,7 @@ func (s *Service) PromoteTarget(ctx context.Context, wsName, commit string) (*Pr
 	if ws.Status != lockstep.StatusActive {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s, not active", ws.Name, ws.Status)
 	}
-	base, err := s.Repo(ctx, ws.ForkOf)
+	base, err := s.repos.Repo(ctx, ws.ForkOf)
 	if err != nil {
 		return nil, err
 	}
@@ -43,11 +44,11 @@ func (s *Service) PromoteTarget(ctx context.Context, wsName, commit string) (*Pr
 	if rev == "" {
 		rev = ws.DefaultBranch
 	}
-	h, err := s.Resolve(ctx, ws, rev)
+	h, err := s.repos.Resolve(ctx, ws, rev)
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.Network(ws.Network)
+	n, err := s.repos.Network(ws.Network)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +56,7 @@ func (s *Service) PromoteTarget(ctx context.Context, wsName, commit string) (*Pr
 		// The fork network shares one object store, so an oid resolves in
 		// every repository of it: require the workspace's own history, or
 		// an agent could land another agent's commit through its workspace.
-		tip, err := s.branchTip(ctx, ws, ws.DefaultBranch)
+		tip, err := s.repos.Tip(ctx, ws, ws.DefaultBranch)
 		if err != nil {
 			return nil, err
 		}
@@ -80,11 +81,11 @@ func (s *Service) PromoteTarget(ctx context.Context, wsName, commit string) (*Pr
 // merge base with the base branch: the workspace's own work, not what the
 // base did meanwhile.
 func (s *Service) PromoteChanges(ctx context.Context, t *PromoteTarget) ([]repo.FileChange, error) {
-	n, err := s.Network(t.Base.Network)
+	n, err := s.repos.Network(t.Base.Network)
 	if err != nil {
 		return nil, err
 	}
-	tip, err := s.branchTip(ctx, t.Base, t.Branch)
+	tip, err := s.repos.Tip(ctx, t.Base, t.Branch)
 	if lockstep.ErrorCode(err) == lockstep.ENOTFOUND {
 		return n.Compare(plumbing.ZeroHash, t.Commit, repo.CompareOptions{MaxPatchBytes: 1})
 	}
@@ -101,37 +102,36 @@ func (s *Service) PromoteChanges(ctx context.Context, t *PromoteTarget) ([]repo.
 // PromotePreflight merges the commit into the base branch's current tip in
 // memory (deep) and writes nothing.
 func (s *Service) PromotePreflight(ctx context.Context, t *PromoteTarget) (*merge.Result, error) {
-	n, err := s.Network(t.Base.Network)
+	n, err := s.repos.Network(t.Base.Network)
 	if err != nil {
 		return nil, err
 	}
-	tip, err := s.branchTip(ctx, t.Base, t.Branch)
+	tip, err := s.repos.Tip(ctx, t.Base, t.Branch)
 	if lockstep.ErrorCode(err) == lockstep.ENOTFOUND {
 		return &merge.Result{Clean: true, FastForward: true, Tree: t.Tree}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return merge.Merge(ctx, merge.NewOverlay(n.Objects()), tip, t.Commit, merge.Options{Deep: true, MaxFileBytes: s.cfg.MergeMaxFileBytes, RenameLimit: s.cfg.MergeRenameLimit})
+	return merge.Merge(ctx, merge.NewOverlay(n.Objects()), tip, t.Commit, s.repos.MergeOptions(true))
 }
 
-// Land materializes the workspace commit into the base branch (the only
+// land materializes the workspace commit into the base branch (the only
 // way an agent's work reaches it): re-resolves the branch, fast-forwards or
 // merges (mode merge, squash, fast_forward), moves it by compare-and-swap
-// and marks the workspace promoted. The gate calls it from its landing
-// queue after every rule passed.
-func (s *Service) Land(ctx context.Context, actor *lockstep.Key, t *PromoteTarget, mode, message string, details map[string]any) (*MergeResponse, error) {
+// and marks the workspace promoted in the same transaction. Promote calls
+// it from its landing queue after every rule passed.
+func (s *Service) land(ctx context.Context, actor *lockstep.Key, t *PromoteTarget, mode, message string, details map[string]any) (*repositories.MergeResponse, error) {
 	start := s.now()
 	if message == "" {
 		message = fmt.Sprintf("Promote %s into %s", t.Workspace.Name, t.Branch)
 	}
-	req := MergeRequest{Ours: t.Branch, Theirs: t.Commit.String(), Deep: true, Materialize: true, Message: message, Mode: mode}
-	d := copyDetails(details)
-	if d == nil {
-		d = map[string]any{}
+	d := make(map[string]any, len(details)+1)
+	for k, v := range details {
+		d[k] = v
 	}
 	d["workspace"] = t.Workspace.Name
-	if err := CanPromote(actor, t.Workspace, t.Base); err != nil {
+	if err := repositories.CanPromote(actor, t.Workspace, t.Base); err != nil {
 		return nil, err
 	}
 	// The base branch moves and the workspace becomes promoted in one
@@ -140,16 +140,7 @@ func (s *Service) Land(ctx context.Context, actor *lockstep.Key, t *PromoteTarge
 	change := &lockstep.StatusChange{RepoID: t.Workspace.ID, Repo: t.Workspace.Name, From: lockstep.StatusActive, To: lockstep.StatusPromoted,
 		Entry: &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace.promoted", Repo: t.Workspace.Name, TraceID: traceID(ctx),
 			Details: map[string]any{"into": t.Base.Name + ":" + t.Branch, "commit": t.Commit.String()}}}
-	var res *MergeResponse
-	var err error
-	if _, terr := s.branchTip(ctx, t.Base, t.Branch); lockstep.ErrorCode(terr) == lockstep.ENOTFOUND {
-		// An empty base: the first promote creates the branch.
-		res = &MergeResponse{Clean: true, FastForward: true, Theirs: t.Commit.String(), Tree: t.Tree.String(), Commit: t.Commit.String(), Branch: t.Branch, Conflicts: []merge.Conflict{}}
-		lockstep.StageResult(ctx, res)
-		err = s.moveRefWith(ctx, actor, t.Base, "promote", t.Branch, lockstep.ZeroOID, t.Commit.String(), t.Tree.String(), repo.WriteStats{}, start, d, change)
-	} else {
-		res, err = s.materialize(ctx, actor, t.Base, req, t.Commit, "promote", start, d, change)
-	}
+	res, err := s.repos.LandCommit(ctx, actor, t.Base, t.Branch, t.Commit, t.Tree, mode, message, "promote", start, d, change)
 	if err != nil {
 		return nil, err
 	}

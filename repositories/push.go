@@ -1,4 +1,4 @@
-package forks
+package repositories
 
 import (
 	"context"
@@ -233,8 +233,13 @@ func refConflict(repo, ref, expected, actual string) error {
 // commitTree makes a commit of tree on top of the branch and moves the
 // branch by compare-and-swap. Forced writes retry when the branch moves.
 func (s *Service) commitTreeWith(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, op string, tree plumbing.Hash,
-	stats repo.WriteStats, opts WriteOptions, _ time.Time, details map[string]any) (*PushResult, error) {
-	t0 := s.now()
+	stats repo.WriteStats, opts WriteOptions, start time.Time, details map[string]any) (*PushResult, error) {
+	// The operation started before the objects were written (a tar push
+	// ingests first): its duration_ms and log entry count from there.
+	t0 := start
+	if t0.IsZero() {
+		t0 = s.now()
+	}
 	n, err := s.Network(r.Network)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package forks
+package repositories
 
 import (
 	"context"
@@ -319,36 +319,4 @@ func (s *Service) logMergeConflict(ctx context.Context, actor *lockstep.Key, r *
 	if err := s.store.AppendOp(ctx, e); err != nil {
 		s.log.ErrorContext(ctx, "log merge conflict", "error", err)
 	}
-}
-
-// Sync merges the base repository's default branch into a workspace's
-// default branch (deep, same compare-and-swap and conflict rules).
-func (s *Service) Sync(ctx context.Context, actor *lockstep.Key, wsName, expect, onConflict string) (*MergeResponse, error) {
-	start := s.now()
-	ws, err := s.Repo(ctx, wsName)
-	if err != nil {
-		return nil, err
-	}
-	if ws.ForkOf == "" {
-		return nil, lockstep.Errorf(lockstep.EINVALID, "%s is not a workspace (it has no base to sync from)", ws.Name)
-	}
-	if err := writable(actor, ws); err != nil {
-		return nil, err
-	}
-	base, err := s.Repo(ctx, ws.ForkOf)
-	if err != nil {
-		return nil, err
-	}
-	req := MergeRequest{Ours: ws.DefaultBranch, Theirs: base.Name + ":" + base.DefaultBranch, Deep: true, Materialize: true,
-		ExpectOID: expect, OnConflict: onConflict, Message: fmt.Sprintf("Sync %s with %s:%s", ws.Name, base.Name, base.DefaultBranch)}
-	if req.ExpectOID != "" {
-		if err := lockstep.ValidateOID("expect_oid", req.ExpectOID); err != nil {
-			return nil, err
-		}
-	}
-	theirs, err := s.Resolve(ctx, ws, req.Theirs)
-	if err != nil {
-		return nil, err
-	}
-	return s.materialize(ctx, actor, ws, req, theirs, "sync", start, nil, nil)
 }

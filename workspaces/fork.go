@@ -1,4 +1,4 @@
-package forks
+package workspaces
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/repositories"
 )
 
 // ForkResult is the answer to a fork.
@@ -57,7 +58,7 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name,
 	if err := ValidateTask(task); err != nil {
 		return nil, err
 	}
-	base, err := s.Repo(ctx, baseName)
+	base, err := s.repos.Repo(ctx, baseName)
 	if err != nil {
 		return nil, err
 	}
@@ -91,22 +92,12 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name,
 	if err := s.store.CreateRepo(ctx, ws, copied, entry); err != nil {
 		return nil, err
 	}
-	if n, err := s.Network(ws.Network); err != nil {
-		s.mirrorFailed(ctx, name, "", err)
-	} else {
-		m := make(map[string]plumbing.Hash, len(copied))
-		for _, ref := range copied {
-			m[ref.Name] = plumbing.NewHash(ref.OID)
-		}
-		s.syncMirror(ctx, n, name, m)
-		if err := n.MirrorHEAD(name, ws.DefaultBranch); err != nil {
-			s.mirrorFailed(ctx, name, "HEAD", err)
-		}
-	}
+	s.repos.MirrorNew(ctx, ws, copied)
 	d := s.now().Sub(start)
 	s.metrics.ObserveOp("fork", "ok", d)
-	s.emit(ctx, Event{Type: "fork", Repo: ws, Branch: ws.DefaultBranch, Commit: baseCommit, KeyName: actor.Name})
+	s.repos.Emit(ctx, repositories.Event{Type: "fork", Repo: ws, Branch: ws.DefaultBranch, Commit: baseCommit, KeyName: actor.Name})
 	out.DurationMS = ms(d)
+	s.branchAfterFork(ctx, base.Name, name)
 	return out, nil
 }
 
@@ -152,7 +143,7 @@ func (s *Service) Workspaces(ctx context.Context, baseName string, q WorkspaceQu
 	default:
 		return nil, "", lockstep.Errorf(lockstep.EINVALID, "status %q: want active, promoted, failed or abandoned", q.Status)
 	}
-	base, err := s.Repo(ctx, baseName)
+	base, err := s.repos.Repo(ctx, baseName)
 	if err != nil {
 		return nil, "", err
 	}
@@ -165,7 +156,7 @@ func (s *Service) Workspaces(ctx context.Context, baseName string, q WorkspaceQu
 		forks = forks[:q.Limit]
 		next = forks[len(forks)-1].Name
 	}
-	n, err := s.Network(base.Network)
+	n, err := s.repos.Network(base.Network)
 	if err != nil {
 		return nil, "", err
 	}
@@ -191,7 +182,7 @@ func (s *Service) Workspaces(ctx context.Context, baseName string, q WorkspaceQu
 // Tasks lists a page of the task labels of a base's workspaces with
 // counts by status (see lockstep.Store.Tasks).
 func (s *Service) Tasks(ctx context.Context, baseName, after string, limit int) ([]lockstep.TaskCount, error) {
-	base, err := s.Repo(ctx, baseName)
+	base, err := s.repos.Repo(ctx, baseName)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +191,7 @@ func (s *Service) Tasks(ctx context.Context, baseName, after string, limit int) 
 
 // Attempts lists the commits pushed to a workspace, newest first.
 func (s *Service) Attempts(ctx context.Context, wsName string, limit int) ([]lockstep.Attempt, error) {
-	ws, err := s.Repo(ctx, wsName)
+	ws, err := s.repos.Repo(ctx, wsName)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +206,7 @@ func (s *Service) Attempts(ctx context.Context, wsName string, limit int) ([]loc
 // owner or an admin; marking failed is for reviewers, CI and admins;
 // refs are always kept for review.
 func (s *Service) SetStatus(ctx context.Context, actor *lockstep.Key, wsName, status, reason string) (*lockstep.Repo, error) {
-	ws, err := s.Repo(ctx, wsName)
+	ws, err := s.repos.Repo(ctx, wsName)
 	if err != nil {
 		return nil, err
 	}
@@ -252,5 +243,8 @@ func (s *Service) SetStatus(ctx context.Context, actor *lockstep.Key, wsName, st
 		return nil, err
 	}
 	ws.Status = status
+	if status == lockstep.StatusAbandoned {
+		s.dropAfterAbandon(ctx, ws.Name)
+	}
 	return ws, nil
 }

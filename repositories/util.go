@@ -1,4 +1,4 @@
-package forks
+package repositories
 
 import "github.com/lockstep-hq/lockstep/telemetry"
 
