@@ -30,6 +30,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
 )
 
@@ -49,7 +50,6 @@ type benchOpts struct {
 	branchDBURL string
 
 	startServer func(ctx context.Context, c ServerConfig) (*Server, error)
-	push        PushFunc
 }
 
 // benchGroups are the scenario groups --only selects (a row name such as
@@ -645,7 +645,7 @@ func (b *bencher) inc(fsync bool) (*incState, error) {
 	if _, err := s.c.CreateRepo(b.ctx, st.repo, "main"); err != nil {
 		return nil, err
 	}
-	rep, err := b.o.push(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Message: "initial"}, true, nil, st.cache)
+	rep, err := b.pushDir(s.c, st.dir, st.repo, client.WriteOptions{Message: "initial"}, true, st.cache)
 	if err != nil {
 		return nil, err
 	}
@@ -653,7 +653,7 @@ func (b *bencher) inc(fsync bool) (*incState, error) {
 	if _, err := editLine(st.dir, b.small, 1, 0, "second commit"); err != nil {
 		return nil, err
 	}
-	if _, err := b.o.push(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Message: "second"}, true, nil, st.cache); err != nil {
+	if _, err := b.pushDir(s.c, st.dir, st.repo, client.WriteOptions{Message: "second"}, true, st.cache); err != nil {
 		return nil, err
 	}
 	b.incs[fsync] = st
@@ -742,7 +742,7 @@ func (b *bencher) pushIncremental(fsync bool, name string) (*pushStats, error) {
 		if err != nil {
 			return 0, fmt.Errorf("lockstep push: %v: %s", err, stderr.String())
 		}
-		var rep PushReport
+		var rep pushOutput
 		if err := json.Unmarshal(out, &rep); err != nil {
 			return 0, fmt.Errorf("push report: %w: %s", err, out)
 		}
@@ -1028,7 +1028,7 @@ func (b *bencher) network(big bool) (*bigState, error) {
 	if _, err := s.c.CreateRepo(b.ctx, st.repo, "main"); err != nil {
 		return nil, err
 	}
-	if _, err := b.o.push(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Message: "initial"}, true, nil, st.cache); err != nil {
+	if _, err := b.pushDir(s.c, st.dir, st.repo, client.WriteOptions{Message: "initial"}, true, st.cache); err != nil {
 		return nil, err
 	}
 	if _, err := b.git(b.root, "init", "-q", "--bare", "-b", "main", st.gitDir); err != nil {
@@ -1134,7 +1134,7 @@ func (b *bencher) preflightSetup() (*bigState, error) {
 		}
 		saved[j] = old
 	}
-	if _, err := b.o.push(b.ctx, s.c, st.dir, st.ws, client.WriteOptions{Message: "theirs"}, true, nil, st.cache); err != nil {
+	if _, err := b.pushDir(s.c, st.dir, st.ws, client.WriteOptions{Message: "theirs"}, true, st.cache); err != nil {
 		return nil, err
 	}
 	if _, err := b.git(b.root, gd, "symbolic-ref", "HEAD", "refs/heads/feature"); err != nil {
@@ -1153,7 +1153,7 @@ func (b *bencher) preflightSetup() (*bigState, error) {
 			return nil, err
 		}
 	}
-	if _, err := b.o.push(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Message: "ours"}, true, nil, st.cache); err != nil {
+	if _, err := b.pushDir(s.c, st.dir, st.repo, client.WriteOptions{Message: "ours"}, true, st.cache); err != nil {
 		return nil, err
 	}
 	if _, err := b.git(b.root, gd, "symbolic-ref", "HEAD", "refs/heads/main"); err != nil {
@@ -1164,15 +1164,6 @@ func (b *bencher) preflightSetup() (*bigState, error) {
 	}
 	st.preflightReady = true
 	return st, nil
-}
-
-type mergeAnswer struct {
-	Clean       bool    `json:"clean"`
-	FastForward bool    `json:"fast_forward"`
-	Commit      string  `json:"commit"`
-	Tree        string  `json:"tree"`
-	DurationMS  float64 `json:"duration_ms"`
-	Conflicts   []any   `json:"conflicts"`
 }
 
 func (b *bencher) benchPreflight() error {
@@ -1186,18 +1177,16 @@ func (b *bencher) benchPreflight() error {
 	var hp []float64
 	var gtree string
 	ls, gd, err := b.measurePair("preflight-deep-20k", 3, b.o.iters, func(i int) (time.Duration, error) {
-		var raw json.RawMessage
+		var m *api.MergeResponse
 		d, err := timed(s, &hp, func() (err error) {
-			raw, err = s.c.Merge(b.ctx, st.repo, client.MergeRequest{Ours: "main", Theirs: st.ws + ":main", Preflight: true, Deep: true})
+			m, err = s.c.MergeBranches(b.ctx, st.repo, client.MergeRequest{Ours: "main", Theirs: st.ws + ":main", Preflight: true, Deep: true})
 			return err
 		})
 		if err != nil {
 			return 0, err
 		}
-		var m mergeAnswer
-		json.Unmarshal(raw, &m)
 		if !m.Clean {
-			return 0, fmt.Errorf("preflight not clean: %s", raw)
+			return 0, fmt.Errorf("preflight not clean: %+v", m)
 		}
 		tree = m.Tree
 		inner = append(inner, m.DurationMS)
@@ -1241,7 +1230,7 @@ func (b *bencher) benchPreflightRenames() error {
 		if err := change(); err != nil {
 			return err
 		}
-		if _, err := b.o.push(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Branch: name, From: "main", Message: name}, false, nil, b.path("statcache", st.repo+"-"+name)); err != nil {
+		if _, err := b.pushDir(s.c, st.dir, st.repo, client.WriteOptions{Branch: name, From: "main", Message: name}, false, b.path("statcache", st.repo+"-"+name)); err != nil {
 			return err
 		}
 		if _, err := b.git(b.root, gd, "update-ref", "refs/heads/"+name, "main"); err != nil {
@@ -1304,18 +1293,16 @@ func (b *bencher) benchPreflightRenames() error {
 	var inner, hp []float64
 	var tree, gtree string
 	ls, gdist, err := b.measurePair("preflight-renames-20k", 3, b.o.iters, func(i int) (time.Duration, error) {
-		var raw json.RawMessage
+		var m *api.MergeResponse
 		d, err := timed(s, &hp, func() (err error) {
-			raw, err = s.c.Merge(b.ctx, st.repo, client.MergeRequest{Ours: "rn-ours", Theirs: "rn-theirs", Preflight: true, Deep: true})
+			m, err = s.c.MergeBranches(b.ctx, st.repo, client.MergeRequest{Ours: "rn-ours", Theirs: "rn-theirs", Preflight: true, Deep: true})
 			return err
 		})
 		if err != nil {
 			return 0, err
 		}
-		var m mergeAnswer
-		json.Unmarshal(raw, &m)
 		if !m.Clean {
-			return 0, fmt.Errorf("renames preflight not clean: %s", raw)
+			return 0, fmt.Errorf("renames preflight not clean: %+v", m)
 		}
 		tree = m.Tree
 		inner = append(inner, m.DurationMS)
@@ -1365,7 +1352,7 @@ func (b *bencher) benchMaterialize() error {
 			saved[j] = old
 			edited[j], _ = os.ReadFile(filepath.Join(st.dir, st.t.path(j)))
 		}
-		if _, err := b.o.push(b.ctx, s.c, st.dir, ws, client.WriteOptions{Message: "theirs"}, true, nil, st.cache); err != nil {
+		if _, err := b.pushDir(s.c, st.dir, ws, client.WriteOptions{Message: "theirs"}, true, st.cache); err != nil {
 			return 0, err
 		}
 		for j, c := range saved {
@@ -1376,24 +1363,22 @@ func (b *bencher) benchMaterialize() error {
 				return 0, err
 			}
 		}
-		if _, err := b.o.push(b.ctx, s.c, st.dir, st.repo, client.WriteOptions{Message: "ours"}, true, nil, st.cache); err != nil {
+		if _, err := b.pushDir(s.c, st.dir, st.repo, client.WriteOptions{Message: "ours"}, true, st.cache); err != nil {
 			return 0, err
 		}
 		for j, c := range edited { // the worktree becomes the merge result
 			os.WriteFile(filepath.Join(st.dir, st.t.path(j)), c, 0o644)
 		}
-		var raw json.RawMessage
+		var m *api.MergeResponse
 		d, err := timed(s, &hm, func() (err error) {
-			raw, err = s.c.Merge(b.ctx, st.repo, client.MergeRequest{Ours: "main", Theirs: ws + ":main", Materialize: true, Message: "merge " + ws})
+			m, err = s.c.MergeBranches(b.ctx, st.repo, client.MergeRequest{Ours: "main", Theirs: ws + ":main", Materialize: true, Message: "merge " + ws})
 			return err
 		})
 		if err != nil {
 			return 0, err
 		}
-		var m mergeAnswer
-		json.Unmarshal(raw, &m)
 		if !m.Clean || m.Commit == "" || m.FastForward {
-			return 0, fmt.Errorf("materialize: want a clean merge commit: %s", raw)
+			return 0, fmt.Errorf("materialize: want a clean merge commit: %+v", m)
 		}
 		if i >= 2 {
 			inner = append(inner, m.DurationMS)
@@ -1443,14 +1428,13 @@ func (b *bencher) benchCheckpoint() error {
 	var ids []string
 	cp, err := b.measure("checkpoint", 3, b.o.iters, func(i int) (time.Duration, error) {
 		t := time.Now()
-		raw, err := s.c.Do(b.ctx, http.MethodPost, apiPath(ws, "checkpoints"), map[string]string{"label": fmt.Sprintf("bench %d", i)})
+		c, err := s.c.CreateCheckpoint(b.ctx, ws, api.CheckpointRequest{Label: fmt.Sprintf("bench %d", i)})
 		d := time.Since(t)
 		if err != nil {
 			return 0, err
 		}
-		var c lockstep.Checkpoint
-		if err := json.Unmarshal(raw, &c); err != nil || c.ID == "" {
-			return 0, fmt.Errorf("checkpoint answer: %s", raw)
+		if c.ID == "" {
+			return 0, fmt.Errorf("checkpoint answer without an id: %+v", c)
 		}
 		ids = append(ids, c.ID)
 		return d, nil
@@ -1460,7 +1444,7 @@ func (b *bencher) benchCheckpoint() error {
 	}
 	rs, err := b.measure("restore", 3, b.o.iters, func(i int) (time.Duration, error) {
 		t := time.Now()
-		_, err := s.c.Do(b.ctx, http.MethodPost, apiPath(ws, "checkpoints", ids[i%len(ids)], "restore"), map[string]any{})
+		_, err := s.c.RestoreCheckpoint(b.ctx, ws, ids[i%len(ids)], api.RestoreRequest{})
 		return time.Since(t), err
 	})
 	if err != nil {
@@ -1725,4 +1709,10 @@ func fsTypeOf(p string) string {
 		return "overlay"
 	}
 	return fmt.Sprintf("fs 0x%x", s.Type)
+}
+
+// pushDir is the incremental push of `lockstep push` (client.PushDir)
+// with the stat cache at cachePath.
+func (b *bencher) pushDir(c *client.Client, dir, repo string, o client.WriteOptions, expectCurrent bool, cachePath string) (*client.PushDirResult, error) {
+	return c.PushDir(b.ctx, repo, dir, client.PushDirOptions{WriteOptions: o, ExpectCurrent: expectCurrent, StatCache: cachePath})
 }

@@ -34,7 +34,7 @@ func TestRunValidatesOptions(t *testing.T) {
 		}
 	}
 	err := Run(context.Background(), Options{Files: 40, BigFiles: 50, Iterations: 1}, nil)
-	if err == nil || !strings.Contains(err.Error(), "StartServer and Options.Push are required") {
+	if err == nil || !strings.Contains(err.Error(), "Options.StartServer is required") {
 		t.Errorf("Run without StartServer = %v", err)
 	}
 }

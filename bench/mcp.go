@@ -41,7 +41,7 @@ func (b *bencher) benchMCP() error {
 	defer cs.Close()
 	httpCall := func(int) (time.Duration, error) {
 		t := time.Now()
-		_, err := s.c.Do(ctx, http.MethodGet, "/api/v1/repos/"+st.repo+"/tree/main", nil)
+		_, err := s.c.Tree(ctx, st.repo, "main", "")
 		return time.Since(t), err
 	}
 	mcpCall := func(int) (time.Duration, error) {

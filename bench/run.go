@@ -17,7 +17,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
 
 	"github.com/lockstep-hq/lockstep"
@@ -65,9 +64,6 @@ type Options struct {
 	// StartServer starts an in-process server with the defaults of
 	// `serve` and the given settings (required).
 	StartServer func(ctx context.Context, c ServerConfig) (*Server, error)
-	// Push is the incremental push of a directory that `lockstep push`
-	// does (required).
-	Push PushFunc
 	// Stderr receives progress lines and warnings; nil: discarded.
 	Stderr io.Writer
 }
@@ -88,15 +84,8 @@ type Server struct {
 	Close   func()
 }
 
-// PushFunc pushes dir as a commit of repo with the incremental protocol
-// (stat cache at cachePath, missing-object negotiation, one pack); with
-// expectCurrent it expects the branch's current tip. progress may be nil.
-type PushFunc func(ctx context.Context, c *client.Client, dir, repo string, o client.WriteOptions, expectCurrent bool,
-	progress func(files int, bytes int64), cachePath string) (*PushReport, error)
-
-// PushReport is what the bench reads of an incremental push (the JSON
-// fields are those of `lockstep push --json`).
-type PushReport struct {
+// pushOutput is what the bench reads of `lockstep push --json`.
+type pushOutput struct {
 	client.PushResult
 	Files       int     `json:"files"`
 	Hashed      int     `json:"hashed"`
@@ -124,15 +113,15 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 	if o.Files < 30 || o.BigFiles < 30 || o.Iterations < 1 {
 		return lockstep.Errorf(lockstep.EINVALID, "bench: --files and --big-files must be ≥ 30, --iterations ≥ 1")
 	}
-	if o.StartServer == nil || o.Push == nil {
-		return lockstep.Errorf(lockstep.EINVALID, "bench: Options.StartServer and Options.Push are required")
+	if o.StartServer == nil {
+		return lockstep.Errorf(lockstep.EINVALID, "bench: Options.StartServer is required")
 	}
 	if o.Stderr == nil {
 		o.Stderr = io.Discard
 	}
 	bo := benchOpts{dir: o.Dir, files: o.Files, bigFiles: o.BigFiles, iters: o.Iterations, asJSON: o.JSON, strict: o.Strict,
 		keep: o.Keep, only: o.Only, cpuDir: o.CPUProfileDir, bin: o.Bin, seed: o.Seed, fsyncOff: o.CompareFsync,
-		branchDBURL: o.BranchDatabaseURL, startServer: o.StartServer, push: o.Push}
+		branchDBURL: o.BranchDatabaseURL, startServer: o.StartServer}
 	b, err := newBencher(ctx, &env{stdout: stdout, stderr: o.Stderr}, bo)
 	if err != nil {
 		return err
@@ -155,15 +144,6 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 // env is where a run writes.
 type env struct {
 	stdout, stderr io.Writer
-}
-
-// apiPath is /api/v1/repos/{repo}/rest... (repo path-escaped).
-func apiPath(repo string, rest ...string) string {
-	p := "/api/v1/repos/" + url.PathEscape(repo)
-	for _, r := range rest {
-		p += "/" + r
-	}
-	return p
 }
 
 // short is an oid's first 12 characters.

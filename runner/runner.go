@@ -17,7 +17,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -26,6 +25,7 @@ import (
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
 )
 
@@ -173,15 +173,6 @@ type env struct {
 	stdout, stderr io.Writer
 }
 
-// apiPath is /api/v1/repos/{repo}/rest... (repo path-escaped).
-func apiPath(repo string, rest ...string) string {
-	p := "/api/v1/repos/" + url.PathEscape(repo)
-	for _, r := range rest {
-		p += "/" + r
-	}
-	return p
-}
-
 type hookPayload struct {
 	Event      string `json:"event"`
 	Repository string `json:"repository"`
@@ -308,15 +299,11 @@ func (r *runner) queueCurrentTips(ctx context.Context, base string) (int, error)
 // hasResult reports whether commit already has a finished result of
 // this check (a restarted runner does not test it again).
 func (r *runner) hasResult(ctx context.Context, repo, commit string) bool {
-	raw, err := r.c.Do(ctx, http.MethodGet, apiPath(repo, "commits", commit, "checks"), nil)
+	set, err := r.c.Checks(ctx, repo, commit)
 	if err != nil {
 		return false
 	}
-	var set struct {
-		Checks []lockstep.Check `json:"checks"`
-	}
-	json.Unmarshal(raw, &set)
-	for _, ch := range set.Checks {
+	for _, ch := range set.Latest {
 		if ch.Name == r.check && ch.Status != lockstep.CheckPending {
 			return true
 		}
@@ -325,7 +312,7 @@ func (r *runner) hasResult(ctx context.Context, repo, commit string) bool {
 }
 
 func (r *runner) post(ctx context.Context, repo, commit, status, summary string) {
-	_, err := r.c.Do(ctx, http.MethodPost, apiPath(repo, "commits", commit, "checks"), map[string]string{"name": r.check, "status": status, "summary": summary})
+	_, err := r.c.PostCheck(ctx, repo, commit, api.CheckRequest{Name: r.check, Status: status, Summary: summary})
 	if err != nil {
 		fmt.Fprintf(r.e.stderr, "runner: post %s %s for %s: %v\n", r.check, status, commit[:12], err)
 	}

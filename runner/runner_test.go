@@ -3,7 +3,6 @@ package runner
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/internal/e2ekit"
@@ -61,7 +61,7 @@ func (r *started) stop(t *testing.T) error {
 
 // check waits until commit of repo has a final result of check name and
 // returns it.
-func check(t *testing.T, c *client.Client, repo, commit, name string) lockstep.Check {
+func check(t *testing.T, c *client.Client, repo, commit, name string) api.Check {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second) // a hang guard, not a timing assertion
 	for {
@@ -81,15 +81,12 @@ func check(t *testing.T, c *client.Client, repo, commit, name string) lockstep.C
 	}
 }
 
-func checks(c *client.Client, repo, commit string) ([]lockstep.Check, error) {
-	var set struct {
-		Checks []lockstep.Check `json:"checks"`
+func checks(c *client.Client, repo, commit string) ([]api.Check, error) {
+	set, err := c.Checks(context.Background(), repo, commit)
+	if err != nil {
+		return nil, err
 	}
-	raw, err := c.Do(context.Background(), http.MethodGet, apiPath(repo, "commits", commit, "checks"), nil)
-	if err == nil {
-		err = json.Unmarshal(raw, &set)
-	}
-	return set.Checks, err
+	return set.Latest, nil
 }
 
 // TestRunTestsTipsAndDeliveries: a workspace tip pushed before the runner

@@ -8,11 +8,10 @@ import (
 	"strings"
 
 	"github.com/lockstep-hq/lockstep/bench"
-	"github.com/lockstep-hq/lockstep/client"
 )
 
 // cmdBench parses `lockstep bench`'s flags and runs package bench with
-// the wiring of `serve` and the client's incremental push.
+// the wiring of `serve`.
 func cmdBench(ctx context.Context, e *env, args []string) error {
 	var o bench.Options
 	var only string
@@ -44,7 +43,6 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	o.StartServer = func(ctx context.Context, bc bench.ServerConfig) (*bench.Server, error) {
 		return benchServer(ctx, e, bc)
 	}
-	o.Push = benchPush
 	err := bench.Run(ctx, o, e.stdout)
 	if errors.Is(err, bench.ErrTargetMissed) {
 		return exitError(1)
@@ -71,14 +69,4 @@ func benchServer(ctx context.Context, e *env, bc bench.ServerConfig) (*bench.Ser
 		return nil, err
 	}
 	return &bench.Server{Handler: a.handler, Close: a.close}, nil
-}
-
-// benchPush is `lockstep push`'s incremental push for the bench.
-func benchPush(ctx context.Context, c *client.Client, dir, repo string, o client.WriteOptions, expectCurrent bool, progress func(int, int64), cachePath string) (*bench.PushReport, error) {
-	r, err := pushDirCache(ctx, c, dir, repo, o, expectCurrent, progress, cachePath)
-	if err != nil {
-		return nil, err
-	}
-	return &bench.PushReport{PushResult: r.PushResult, Files: r.Files, Hashed: r.Hashed, ObjectsSent: r.ObjectsSent, BytesSent: r.BytesSent,
-		RoundTrips: r.RoundTrips, TotalMS: r.TotalMS, ScanMS: r.ScanMS, ServerMS: r.ServerMS}, nil
 }
