@@ -1,8 +1,9 @@
-// Package api holds the OpenAPI 3.1 document of Lockstep's HTTP API
+// The OpenAPI 3.1 document of Lockstep's HTTP API
 // (openapi.yaml), the contract that the router (web/routes.go), the
 // end-to-end suite's response validation and generated clients share.
 // The web package serves it as JSON at GET /api/v1/openapi.json; a test in
 // web fails when a route exists in the router but not here, or the reverse.
+
 package api
 
 import (

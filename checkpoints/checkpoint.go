@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -25,30 +26,44 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/dbbranch"
-	"github.com/lockstep-hq/lockstep/forks"
-	"github.com/lockstep-hq/lockstep/sqlstore"
+	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/telemetry"
 )
 
 // Service implements checkpoints and the database routes.
 type Service struct {
 	store   lockstep.Store
-	repos   *forks.Service
-	dbs     *dbbranch.Manager // nil: database branching is off
+	repos   *repositories.Service
+	dbs     lockstep.Brancher // nil: database branching is off
 	log     *slog.Logger
 	metrics *telemetry.Metrics
 	now     func() time.Time
 	tracer  trace.Tracer
+
+	bgCtx    context.Context // cancelled by Close
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup // template refreshes after promotes
 }
 
-// New returns the service; dbs may be nil.
-func New(store lockstep.Store, repos *forks.Service, dbs *dbbranch.Manager, log *slog.Logger, metrics *telemetry.Metrics, now func() time.Time) *Service {
+// New returns the service; dbs may be nil (database branching off), now
+// may be nil.
+func New(store lockstep.Store, repos *repositories.Service, dbs lockstep.Brancher, log *slog.Logger, metrics *telemetry.Metrics, now func() time.Time) *Service {
 	if now == nil {
 		now = time.Now
 	}
-	return &Service{store: store, repos: repos, dbs: dbs, log: log, metrics: metrics, now: now, tracer: otel.Tracer("lockstep/checkpoints")}
+	if log == nil {
+		log = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Service{store: store, repos: repos, dbs: dbs, log: log, metrics: metrics, now: now, tracer: otel.Tracer("lockstep/checkpoints"),
+		bgCtx: ctx, bgCancel: cancel}
+}
+
+// Close cancels the background template refreshes and waits for them.
+func (s *Service) Close() error {
+	s.bgCancel()
+	s.bg.Wait()
+	return nil
 }
 
 // ErrBranchingOff is the answer of every database route without a branch
@@ -82,7 +97,7 @@ func (s *Service) Create(ctx context.Context, actor *lockstep.Key, wsName string
 	if err != nil {
 		return nil, err
 	}
-	if err := forks.CanWrite(actor, ws); err != nil {
+	if err := repositories.CanWrite(actor, ws); err != nil {
 		return nil, err
 	}
 	if req.Branch == "" {
@@ -108,7 +123,7 @@ func (s *Service) Create(ctx context.Context, actor *lockstep.Key, wsName string
 		if _, err := s.dbs.Branch(ctx, ws.Name); err == nil {
 			t := s.now()
 			_, sspan := s.tracer.Start(ctx, "dbbranch.snapshot")
-			_, err := s.dbs.Snapshot(ctx, ws.Name, c.ID)
+			err := s.dbs.Snapshot(ctx, ws.Name, c.ID)
 			sspan.End()
 			if err != nil {
 				return nil, fmt.Errorf("database snapshot: %w", err)
@@ -228,7 +243,7 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 	if err != nil {
 		return nil, err
 	}
-	if err := forks.CanMoveRefs(actor, ws); err != nil {
+	if err := repositories.CanMoveRefs(actor, ws); err != nil {
 		return nil, err
 	}
 	if req.ExpectOID != "" {
@@ -266,7 +281,7 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 	// Under an Idempotency-Key the code part's commit stores this answer
 	// (the database part not yet run); the final log entry stores it whole.
 	defer lockstep.StageWrap(ctx, func(inner any) any {
-		if pr, ok := inner.(*forks.PushResult); ok && res.Commit == "" {
+		if pr, ok := inner.(*repositories.PushResult); ok && res.Commit == "" {
 			out := *res
 			out.Commit, out.Code = pr.Commit, PartResult{Restored: true}
 			out.Database = PartResult{Error: "not run: the server stopped after the code part"}
@@ -298,7 +313,7 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 	default:
 		t := s.now()
 		_, dspan := s.tracer.Start(ctx, "restore.database")
-		_, dbErr = s.dbs.Restore(ctx, ws.Name, c.DBSnapshot)
+		dbErr = s.dbs.Restore(ctx, ws.Name, c.DBSnapshot)
 		dspan.End()
 		res.DatabaseMS = msSince(s.now(), t)
 	}
@@ -317,7 +332,7 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 	if dbErr != nil {
 		result = "partial"
 	}
-	e := &lockstep.OpEntry{ID: sqlstore.NewOpID(), KeyID: actor.ID, KeyName: actor.Name, Op: "checkpoint.restored", Result: result, Repo: ws.Name, TraceID: traceID(ctx),
+	e := &lockstep.OpEntry{ID: lockstep.NewOpID(), KeyID: actor.ID, KeyName: actor.Name, Op: "checkpoint.restored", Result: result, Repo: ws.Name, TraceID: traceID(ctx),
 		Follows: follows, DurationUS: s.now().Sub(start).Microseconds(),
 		Details: map[string]any{"checkpoint": c.ID, "commit": res.Commit, "tree": c.Tree, "code": res.Code, "database": res.Database,
 			"fs_snapshot": c.FSSnapshot, "code_ms": res.CodeMS, "database_ms": res.DatabaseMS}}
@@ -341,5 +356,3 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 func msSince(now, t time.Time) float64 { return telemetry.Millis(now.Sub(t)) }
 
 var traceID = telemetry.TraceID
-
-var _ = auth.Require

@@ -5,7 +5,7 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/dbbranch"
+	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 // Database is the answer of the database routes.
@@ -75,7 +75,11 @@ func (s *Service) RefreshTemplate(ctx context.Context, actor *lockstep.Key, repo
 	}
 	out := &Database{Repo: r.Name, Template: t.Source}
 	lockstep.StageResult(ctx, out)
-	s.store.AppendOp(ctx, &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "database.refresh", Repo: r.Name})
+	// The template was re-copied: the log must say so, or the audit
+	// chain silently misses a change (the caller learns it failed).
+	if err := s.store.AppendOp(ctx, &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "database.refresh", Repo: r.Name, TraceID: traceID(ctx)}); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -119,65 +123,23 @@ func (s *Service) Get(ctx context.Context, actor *lockstep.Key, repoName string)
 	return &Database{Repo: r.Name, Database: b.Database, Role: b.Role, DSN: b.DSN}, nil
 }
 
-func (s *Service) ensureBranch(ctx context.Context, base, ws string) (*dbbranch.Branch, error) {
-	b, err := s.dbs.Branch(ctx, ws)
-	if lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
-		return b, err
-	}
-	b, err = s.dbs.CreateBranch(ctx, rootOf(ctx, s, base), ws)
-	if lockstep.ErrorCode(err) == lockstep.ECONFLICT {
-		return s.dbs.Branch(ctx, ws) // created concurrently
-	}
-	return b, err
+func (s *Service) ensureBranch(ctx context.Context, base, ws string) (*lockstep.DatabaseBranch, error) {
+	return workspaces.EnsureBranch(ctx, s.dbs, s.repos, base, ws)
 }
 
-// rootOf follows fork_of up to the base repository that holds the
-// template (a fork of a fork branches from the same template).
-func rootOf(ctx context.Context, s *Service, name string) string {
-	for i := 0; i < 16; i++ {
-		r, err := s.repos.Repo(ctx, name)
-		if err != nil || r.ForkOf == "" {
-			return name
-		}
-		name = r.ForkOf
-	}
-	return name
-}
-
-// AfterFork creates the new workspace's database branch in the background
-// when its base has a template (errors are logged; GET retries).
-func (s *Service) AfterFork(ctx context.Context, base, ws string) {
-	if s.dbs == nil {
-		return
-	}
-	go func() {
-		ctx := context.WithoutCancel(ctx)
-		if _, err := s.dbs.Template(ctx, rootOf(ctx, s, base)); err != nil {
-			return
-		}
-		if _, err := s.ensureBranch(ctx, base, ws); err != nil {
-			s.log.WarnContext(ctx, "create database branch", "workspace", ws, "error", err)
-		}
-	}()
-}
-
-// AfterAbandon drops an abandoned workspace's database branch.
-func (s *Service) AfterAbandon(ctx context.Context, ws string) {
-	if s.dbs == nil {
-		return
-	}
-	if err := s.dbs.DropBranch(context.WithoutCancel(ctx), ws); err != nil && lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
-		s.log.WarnContext(ctx, "drop database branch", "workspace", ws, "error", err)
-	}
-}
-
-// AfterPromote refreshes the base's template copy in the background.
+// AfterPromote refreshes the base's template copy in the background (when
+// it has one); Close cancels and waits for it.
 func (s *Service) AfterPromote(ctx context.Context, base string) {
 	if s.dbs == nil {
 		return
 	}
+	s.bg.Add(1)
 	go func() {
-		ctx := context.WithoutCancel(ctx)
+		defer s.bg.Done()
+		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		stop := context.AfterFunc(s.bgCtx, cancel)
+		defer stop()
 		if _, err := s.dbs.Template(ctx, base); err != nil {
 			return
 		}

@@ -1,7 +1,14 @@
 // Package client is the Go client of the Lockstep HTTP API; the lockstep
-// CLI is built on it. Errors from the server come back as *lockstep.Error
-// with the contract's code, message and details, so callers switch on
-// lockstep.ErrorCode(err) exactly as the server does.
+// CLI is built on it and uses nothing else to reach the server. It has a
+// typed method for every route of the API (web/routes.go; a test walks the
+// router and fails on a route without one), sending and decoding the wire
+// types of package api, and PushDir, the incremental push of a directory
+// (stat cache, missing-object negotiation, one pack, compare-and-swap).
+//
+// Errors from the server come back as *Error with the contract's code,
+// message and details; it unwraps to *lockstep.Error, so callers can also
+// switch on lockstep.ErrorCode(err) exactly as the server does. Writes
+// carry an Idempotency-Key and are retried (see Client and RetryPolicy).
 package client
 
 import (
@@ -366,25 +373,6 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func decodeError(resp *http.Response) error {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return decodeErrorBody(resp.StatusCode, b)
-}
-
-func decodeErrorBody(status int, b []byte) error {
-	var env struct {
-		Error struct {
-			Code    string         `json:"code"`
-			Message string         `json:"message"`
-			Details map[string]any `json:"details"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(b, &env); err != nil || env.Error.Code == "" {
-		return &lockstep.Error{Code: lockstep.EINTERNAL, Message: fmt.Sprintf("HTTP %d: %s", status, strings.TrimSpace(string(b)))}
-	}
-	return &lockstep.Error{Code: env.Error.Code, Message: env.Error.Message, Details: env.Error.Details}
-}
-
 func (c *Client) get(ctx context.Context, path string, q url.Values, out any) error {
 	_, err := c.Request(ctx, http.MethodGet, path, q, nil, "", out)
 	return err
@@ -395,81 +383,14 @@ func (c *Client) post(ctx context.Context, path string, body, out any) error {
 	return err
 }
 
-// Key is a key as listed by the server.
-type Key = lockstep.Key
-
-// CreatedKey is a new key with its secret (shown once).
-type CreatedKey struct {
-	ID     string `json:"id"`
-	Name   string `json:"name"`
-	Role   string `json:"role"`
-	Prefix string `json:"prefix"`
-	Secret string `json:"secret"`
-}
-
-// CreateKey issues a key (admin only). The secret is shown once: when the
-// answer carrying it was lost and a retry got the replay (which never
-// holds a secret), the error is already_exists naming the key to revoke.
-func (c *Client) CreateKey(ctx context.Context, name, role string) (*CreatedKey, error) {
-	var out CreatedKey
-	if err := c.post(ctx, "/api/v1/keys", map[string]string{"name": name, "role": role}, &out); err != nil {
-		return &out, err
-	}
-	if out.Secret == "" {
-		return &out, lockstep.Errorf(lockstep.ECONFLICT, "key %s (%s) was created, but the answer carrying its secret was lost on the way and secrets are shown once: revoke it (lockstep keys revoke %s) and create another", out.ID, out.Name, out.ID)
-	}
-	return &out, nil
-}
-
-// Keys lists keys (admin only).
-func (c *Client) Keys(ctx context.Context) ([]*Key, error) {
-	var out struct {
-		Keys []*Key `json:"keys"`
-	}
-	return out.Keys, c.get(ctx, "/api/v1/keys", nil, &out)
-}
-
-// RevokeKey revokes a key (admin only).
-func (c *Client) RevokeKey(ctx context.Context, id string) error {
-	_, err := c.Request(ctx, http.MethodDelete, "/api/v1/keys/"+url.PathEscape(id), nil, nil, "", nil)
+func (c *Client) put(ctx context.Context, path string, body, out any) error {
+	_, err := c.Request(ctx, http.MethodPut, path, nil, body, "", out)
 	return err
 }
 
-// OplogPage is one page of the operations log.
-type OplogPage struct {
-	Entries   []*lockstep.OpEntry `json:"entries"`
-	NextAfter int64               `json:"next_after"`
-}
-
-// Oplog reads the operations log.
-func (c *Client) Oplog(ctx context.Context, f lockstep.OpFilter) (*OplogPage, error) {
-	q := url.Values{}
-	if f.Repo != "" {
-		q.Set("repo", f.Repo)
-	}
-	if f.KeyID != "" {
-		q.Set("key", f.KeyID)
-	}
-	if f.Op != "" {
-		q.Set("op", f.Op)
-	}
-	if f.After > 0 {
-		q.Set("after", fmt.Sprint(f.After))
-	}
-	if f.Limit > 0 {
-		q.Set("limit", fmt.Sprint(f.Limit))
-	}
-	if f.Newest {
-		q.Set("order", "desc")
-	}
-	var out OplogPage
-	return &out, c.get(ctx, "/api/v1/oplog", q, &out)
-}
-
-// VerifyOplog checks the operations log's hash chain.
-func (c *Client) VerifyOplog(ctx context.Context) (*lockstep.VerifyResult, error) {
-	var out lockstep.VerifyResult
-	return &out, c.get(ctx, "/api/v1/oplog/verify", nil, &out)
+func (c *Client) del(ctx context.Context, path string, q url.Values, out any) error {
+	_, err := c.Request(ctx, http.MethodDelete, path, q, nil, "", out)
+	return err
 }
 
 // WaitReady polls /healthz until the server answers or ctx ends.

@@ -8,56 +8,31 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/lockstep-hq/lockstep/api"
 )
 
-// Repo is a repository as the server shows it.
-type Repo struct {
-	Name          string `json:"name"`
-	Network       string `json:"network"`
-	ForkOf        string `json:"fork_of,omitempty"`
-	DefaultBranch string `json:"default_branch"`
-	Status        string `json:"status"`
-	Owner         string `json:"owner,omitempty"`
-	BaseCommit    string `json:"base_commit,omitempty"`
-	Head          string `json:"head,omitempty"`
-	CreatedAt     string `json:"created_at"`
-}
-
-// Ref is a ref with its oid.
-type Ref struct {
-	Name string `json:"name"`
-	OID  string `json:"oid"`
-}
-
-// PushResult is the answer to a push or rollback.
-type PushResult struct {
-	Commit         string  `json:"commit"`
-	Tree           string  `json:"tree"`
-	Parent         string  `json:"parent,omitempty"`
-	Branch         string  `json:"branch"`
-	Changed        bool    `json:"changed"`
-	ObjectsWritten int     `json:"objects_written"`
-	BytesWritten   int64   `json:"bytes_written"`
-	DurationMS     float64 `json:"duration_ms"`
-}
-
-// Commit is one commit.
-type Commit struct {
-	Commit  string   `json:"commit"`
-	Tree    string   `json:"tree"`
-	Parents []string `json:"parents"`
-	Message string   `json:"message"`
-	Author  struct {
-		Name  string `json:"name"`
-		Email string `json:"email"`
-		Time  string `json:"time"`
-	} `json:"author"`
-	Time string `json:"time"`
-}
+// Names kept from before package api: each is the api wire type.
+type (
+	Repo           = api.RepoInfo
+	Ref            = api.Ref
+	PushResult     = api.PushResult
+	Commit         = api.Commit
+	UploadStats    = api.UploadStats
+	ForkResult     = api.ForkResult
+	Edit           = api.Edit
+	Workspace      = api.Workspace
+	WorkspaceQuery = api.WorkspaceQuery
+	MergeRequest   = api.MergeRequest
+)
 
 // WriteOptions are the compare-and-swap parameters of a branch write.
 type WriteOptions struct {
-	Branch     string
+	Branch string
+	// ExpectOID: the oid the branch must still have (api.ZeroOID: it must
+	// not exist); a mismatch is ref_conflict with the current oid in the
+	// details. Writing an existing branch without it (or Force) is
+	// precondition_required.
 	ExpectOID  string
 	Force      bool
 	Message    string
@@ -95,31 +70,59 @@ func repoPath(repo string, rest ...string) string {
 	return p
 }
 
-// CreateRepo creates a base repository (admin only).
+// CreateRepo creates a base repository (admin only; already_exists when
+// the name is taken, invalid_argument for a bad name).
 func (c *Client) CreateRepo(ctx context.Context, name, defaultBranch string) (*Repo, error) {
 	var out Repo
-	return &out, c.post(ctx, "/api/v1/repos", map[string]string{"name": name, "default_branch": defaultBranch}, &out)
+	return &out, c.post(ctx, "/api/v1/repos", api.RepoCreateRequest{Name: name, DefaultBranch: defaultBranch}, &out)
 }
 
 // Repos lists repositories.
-func (c *Client) Repos(ctx context.Context) ([]Repo, error) {
-	var out struct {
-		Repos []Repo `json:"repos"`
-	}
-	return out.Repos, c.get(ctx, "/api/v1/repos", nil, &out)
+func (c *Client) Repos(ctx context.Context) ([]*api.Repo, error) {
+	return c.RepoList(ctx, api.RepoQuery{})
 }
 
-// Repo shows one repository.
+// RepoList lists the repositories q selects (a base's workspaces with
+// ForkOf, one fork network with Network).
+func (c *Client) RepoList(ctx context.Context, q api.RepoQuery) ([]*api.Repo, error) {
+	v := url.Values{}
+	if q.ForkOf != "" {
+		v.Set("fork_of", q.ForkOf)
+	}
+	if q.Network != "" {
+		v.Set("network", q.Network)
+	}
+	var out api.RepoList
+	return out.Repos, c.get(ctx, "/api/v1/repos", v, &out)
+}
+
+// Repo shows one repository with its default branch's tip (not_found).
 func (c *Client) Repo(ctx context.Context, name string) (*Repo, error) {
 	var out Repo
 	return &out, c.get(ctx, repoPath(name), nil, &out)
 }
 
+// Abandon marks a workspace abandoned (DELETE /repos/{workspace}); its
+// refs are kept. reason may be "".
+func (c *Client) Abandon(ctx context.Context, ws, reason string) (*api.Repo, error) {
+	var q url.Values
+	if reason != "" {
+		q = url.Values{"reason": {reason}}
+	}
+	var out api.Repo
+	return &out, c.del(ctx, repoPath(ws), q, &out)
+}
+
+// SetStatus moves a workspace to a status (active, failed, abandoned;
+// invalid_argument otherwise).
+func (c *Client) SetStatus(ctx context.Context, ws, status, reason string) (*api.Repo, error) {
+	var out api.Repo
+	return &out, c.post(ctx, repoPath(ws, "status"), api.StatusRequest{Status: status, Reason: reason}, &out)
+}
+
 // Refs lists a repository's refs.
 func (c *Client) Refs(ctx context.Context, repo string) ([]Ref, error) {
-	var out struct {
-		Refs []Ref `json:"refs"`
-	}
+	var out api.RefList
 	return out.Refs, c.get(ctx, repoPath(repo, "refs"), nil, &out)
 }
 
@@ -137,14 +140,16 @@ func (c *Client) Ref(ctx context.Context, repo, branch string) (string, error) {
 	return "", nil
 }
 
-// PushTar uploads a tar (or tar.gz) worktree.
+// PushTar uploads a tar (or tar.gz) worktree (PUT /worktree): one commit
+// of its tree under the compare-and-swap rules of o.
 func (c *Client) PushTar(ctx context.Context, repo string, tar io.Reader, o WriteOptions) (*PushResult, error) {
 	var out PushResult
 	_, err := c.Request(ctx, http.MethodPut, repoPath(repo, "worktree"), o.query(), tar, "application/x-tar", &out)
 	return &out, err
 }
 
-// PushTree commits a tree the server already has.
+// PushTree commits a tree the server already has (PUT /worktree?tree=;
+// not_found when it lacks the tree or an object under it).
 func (c *Client) PushTree(ctx context.Context, repo, tree string, o WriteOptions) (*PushResult, error) {
 	q := o.query()
 	q.Set("tree", tree)
@@ -155,16 +160,8 @@ func (c *Client) PushTree(ctx context.Context, repo, tree string, o WriteOptions
 
 // Missing asks which objects the repository's network lacks.
 func (c *Client) Missing(ctx context.Context, repo string, oids []string) ([]string, error) {
-	var out struct {
-		Missing []string `json:"missing"`
-	}
-	return out.Missing, c.post(ctx, repoPath(repo, "objects", "missing"), map[string]any{"oids": oids}, &out)
-}
-
-// UploadStats is the answer to an object upload.
-type UploadStats struct {
-	ObjectsWritten int   `json:"objects_written"`
-	BytesWritten   int64 `json:"bytes_written"`
+	var out api.MissingResult
+	return out.Missing, c.post(ctx, repoPath(repo, "objects", "missing"), api.MissingRequest{OIDs: oids}, &out)
 }
 
 // UploadPack sends a packfile of objects.
@@ -186,11 +183,12 @@ func (c *Client) UploadPackFunc(ctx context.Context, repo string, pack BodyFunc)
 // Rollback makes a commit with rev to's tree on the branch.
 func (c *Client) Rollback(ctx context.Context, repo, to string, o WriteOptions) (*PushResult, error) {
 	var out PushResult
-	body := map[string]any{"branch": o.Branch, "to": to, "expect_oid": o.ExpectOID, "message": o.Message, "force": o.Force}
+	body := api.RollbackRequest{Branch: o.Branch, To: to, ExpectOID: o.ExpectOID, Message: o.Message, Force: o.Force}
 	return &out, c.post(ctx, repoPath(repo, "rollback"), body, &out)
 }
 
-// Log lists commits from ref (default branch when empty).
+// Log lists commits from ref (default branch when empty) and the cursor
+// of the next page ("" on the last).
 func (c *Client) Log(ctx context.Context, repo, ref string, limit int, after string) ([]Commit, string, error) {
 	q := url.Values{}
 	if ref != "" {
@@ -202,18 +200,54 @@ func (c *Client) Log(ctx context.Context, repo, ref string, limit int, after str
 	if after != "" {
 		q.Set("after", after)
 	}
-	var out struct {
-		Commits   []Commit `json:"commits"`
-		NextAfter string   `json:"next_after"`
-	}
+	var out api.CommitPage
 	err := c.get(ctx, repoPath(repo, "commits"), q, &out)
 	return out.Commits, out.NextAfter, err
 }
 
-// Commit shows one commit.
+// Commit shows one commit (not_found for an unknown revision).
 func (c *Client) Commit(ctx context.Context, repo, rev string) (*Commit, error) {
 	var out Commit
 	return &out, c.get(ctx, repoPath(repo, "commits", url.PathEscape(rev)), nil, &out)
+}
+
+// Tree lists the entries of the directory at path ("" for the root) of
+// rev's tree.
+func (c *Client) Tree(ctx context.Context, repo, rev, path string) ([]api.TreeEntry, error) {
+	var q url.Values
+	if path != "" {
+		q = url.Values{"path": {path}}
+	}
+	var out api.TreeList
+	return out.Entries, c.get(ctx, repoPath(repo, "tree", url.PathEscape(rev)), q, &out)
+}
+
+// Blob streams the file at path of rev into w and says what it is
+// (not_found for a missing path).
+func (c *Client) Blob(ctx context.Context, repo, rev, path string, w io.Writer) (*api.BlobInfo, error) {
+	p := repoPath(repo, "blob", url.PathEscape(rev))
+	for _, seg := range splitPath(path) {
+		p += "/" + url.PathEscape(seg)
+	}
+	resp, err := c.Request(ctx, http.MethodGet, p, nil, nil, "", w)
+	if err != nil {
+		return nil, err
+	}
+	return &api.BlobInfo{Hash: resp.Header.Get("X-Lockstep-Blob"), Mode: resp.Header.Get("X-Lockstep-Mode"), Size: resp.ContentLength}, nil
+}
+
+func splitPath(p string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(p); i++ {
+		if i == len(p) || p[i] == '/' {
+			if i > start {
+				out = append(out, p[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
 }
 
 // Archive streams rev's tree as a tar into w and returns the commit.
@@ -225,14 +259,18 @@ func (c *Client) Archive(ctx context.Context, repo, rev string, w io.Writer) (st
 	return resp.Header.Get("X-Lockstep-Commit"), nil
 }
 
-// ForkResult is the answer to a fork.
-type ForkResult struct {
-	Name       string  `json:"name"`
-	ForkOf     string  `json:"fork_of"`
-	BaseCommit string  `json:"base_commit"`
-	Owner      string  `json:"owner"`
-	Task       string  `json:"task,omitempty"`
-	DurationMS float64 `json:"duration_ms"`
+// Compare diffs two revisions of the fork network (base..head, each an
+// oid, a branch or repo:branch).
+func (c *Client) Compare(ctx context.Context, repo, base, head string) (*api.CompareResult, error) {
+	q := url.Values{}
+	if base != "" {
+		q.Set("base", base)
+	}
+	if head != "" {
+		q.Set("head", head)
+	}
+	var out api.CompareResult
+	return &out, c.get(ctx, repoPath(repo, "compare"), q, &out)
 }
 
 // Fork creates a workspace of base.
@@ -241,24 +279,10 @@ func (c *Client) Fork(ctx context.Context, base, name string) (*ForkResult, erro
 }
 
 // ForkTask creates a workspace with a task label grouping attempts at one
-// task ("" for none).
+// task ("" for none). Returns already_exists when the name is taken.
 func (c *Client) ForkTask(ctx context.Context, base, name, task string) (*ForkResult, error) {
 	var out ForkResult
-	body := map[string]string{"name": name}
-	if task != "" {
-		body["task"] = task
-	}
-	return &out, c.post(ctx, repoPath(base, "forks"), body, &out)
-}
-
-// Edit is one file change of an edit batch: Op "write" (Content, or
-// ContentBase64 for bytes) or "delete" (a file or a whole directory).
-type Edit struct {
-	Op            string  `json:"op"`
-	Path          string  `json:"path"`
-	Content       *string `json:"content,omitempty"`
-	ContentBase64 *string `json:"content_base64,omitempty"`
-	Executable    bool    `json:"executable,omitempty"`
+	return &out, c.post(ctx, repoPath(base, "forks"), api.ForkRequest{Name: name, Task: task}, &out)
 }
 
 // WriteFile is the Edit that writes content at path.
@@ -271,22 +295,10 @@ func DeleteFile(path string) Edit { return Edit{Op: "delete", Path: path} }
 // compare-and-swap rules of o (ExpectOID, or Force to apply onto the
 // current tip).
 func (c *Client) EditFiles(ctx context.Context, repo string, edits []Edit, o WriteOptions) (*PushResult, error) {
-	body := map[string]any{"edits": edits, "branch": o.Branch, "expect_oid": o.ExpectOID, "force": o.Force,
-		"message": o.Message, "author": o.Author, "from": o.From}
+	body := api.EditRequest{Edits: edits, Branch: o.Branch, ExpectOID: o.ExpectOID, Force: o.Force,
+		Message: o.Message, Author: o.Author, From: o.From}
 	var out PushResult
 	return &out, c.post(ctx, repoPath(repo, "edits"), body, &out)
-}
-
-// Workspace is one workspace in a listing.
-type Workspace struct {
-	Name       string `json:"name"`
-	Owner      string `json:"owner"`
-	Status     string `json:"status"`
-	Task       string `json:"task,omitempty"`
-	Tip        string `json:"tip"`
-	BaseCommit string `json:"base_commit"`
-	Ahead      int    `json:"ahead"`
-	Behind     int    `json:"behind"`
 }
 
 // Workspaces lists a base's workspaces.
@@ -312,19 +324,10 @@ func (c *Client) TaskWorkspaces(ctx context.Context, base, task string) ([]Works
 	}
 }
 
-// WorkspaceQuery selects a page of workspaces (see GET /workspaces).
-type WorkspaceQuery struct {
-	Task, Status, After string
-	Limit               int
-}
-
 // WorkspacePage lists one page of a base's workspaces and the cursor of
 // the next page ("" on the last).
 func (c *Client) WorkspacePage(ctx context.Context, base string, q WorkspaceQuery) ([]Workspace, string, error) {
-	var out struct {
-		Workspaces []Workspace `json:"workspaces"`
-		NextAfter  string      `json:"next_after"`
-	}
+	var out api.WorkspacePage
 	v := url.Values{}
 	for k, s := range map[string]string{"task": q.Task, "status": q.Status, "after": q.After} {
 		if s != "" {
@@ -338,44 +341,44 @@ func (c *Client) WorkspacePage(ctx context.Context, base string, q WorkspaceQuer
 	return out.Workspaces, out.NextAfter, err
 }
 
-// Do sends a JSON request to any API path and decodes the answer into a
-// generic value (for routes without a typed method yet).
+// Attempts lists the commits pushed to a workspace, newest first
+// (limit 0: the server's default of 100).
+func (c *Client) Attempts(ctx context.Context, ws string, limit int) ([]api.Attempt, error) {
+	var q url.Values
+	if limit > 0 {
+		q = url.Values{"limit": {strconv.Itoa(limit)}}
+	}
+	var out api.AttemptList
+	return out.Attempts, c.get(ctx, repoPath(ws, "attempts"), q, &out)
+}
+
+// Do sends a JSON request to any API path and returns the raw answer.
 func (c *Client) Do(ctx context.Context, method, path string, body any) (json.RawMessage, error) {
 	var raw []byte
 	_, err := c.Request(ctx, method, path, nil, body, "", &raw)
 	return raw, err
 }
 
-// MergeRequest is the body of POST /repos/{repo}/merges.
-type MergeRequest struct {
-	Ours        string `json:"ours"`
-	Theirs      string `json:"theirs"`
-	Preflight   bool   `json:"preflight,omitempty"`
-	Deep        bool   `json:"deep,omitempty"`
-	Materialize bool   `json:"materialize,omitempty"`
-	Message     string `json:"message,omitempty"`
-	OnConflict  string `json:"on_conflict,omitempty"`
-	ExpectOID   string `json:"expect_oid,omitempty"`
-	// Renames: nil detects renames (the server's default); false merges a
-	// rename as a delete plus an add.
-	Renames *bool `json:"renames,omitempty"`
-	// Style of a markers merge: "diff3" (default) or "merge".
-	Style string `json:"style,omitempty"`
+// MergeBranches runs a preflight (req.Preflight: computes, writes
+// nothing) or a materialize (req.Materialize: writes the merge and moves
+// ours by compare-and-swap). Conflicts are in the answer, not an error,
+// unless a materialize without on_conflict meets them (merge_conflict).
+func (c *Client) MergeBranches(ctx context.Context, repo string, req MergeRequest) (*api.MergeResponse, error) {
+	var out api.MergeResponse
+	return &out, c.post(ctx, repoPath(repo, "merges"), req, &out)
 }
 
-// Merge runs a preflight or a materialize; the answer is raw JSON (its
-// shape is merge.Response on the server).
+// Merge is MergeBranches answering raw JSON.
+//
+// Deprecated: use MergeBranches (kept for the bench until it moves).
 func (c *Client) Merge(ctx context.Context, repo string, req MergeRequest) (json.RawMessage, error) {
 	return c.Do(ctx, http.MethodPost, repoPath(repo, "merges"), req)
 }
 
-// Sync merges the base branch into a workspace.
-func (c *Client) Sync(ctx context.Context, ws, expect string) (json.RawMessage, error) {
-	body := map[string]any{}
-	if expect != "" {
-		body["expect_oid"] = expect
-	}
-	return c.Do(ctx, http.MethodPost, repoPath(ws, "sync"), body)
+// Sync merges the base branch into a workspace (req may be zero).
+func (c *Client) Sync(ctx context.Context, ws string, req api.SyncRequest) (*api.MergeResponse, error) {
+	var out api.MergeResponse
+	return &out, c.post(ctx, repoPath(ws, "sync"), req, &out)
 }
 
 func (c *Client) String() string { return fmt.Sprintf("lockstep client for %s", c.BaseURL) }

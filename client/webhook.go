@@ -8,12 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
 )
 
 // DefaultWebhookTolerance is how far a delivery's webhook-timestamp may
@@ -156,67 +157,54 @@ func (c *ReplayCache) Check(w Webhook, now time.Time) error {
 
 // Hook is a gate hook as the API shows it (the secret is never shown
 // after creation or rotation).
-type Hook struct {
-	ID                  string     `json:"id"`
-	Repo                string     `json:"repo"`
-	URL                 string     `json:"url"`
-	Events              []string   `json:"events"`
-	Active              bool       `json:"active"`
-	CreatedAt           time.Time  `json:"created_at"`
-	PreviousSecretUntil *time.Time `json:"previous_secret_until,omitempty"`
-}
+type Hook = api.Hook
 
 // CreateHook registers a gate hook (admin or ci); events nil means all.
+// Returns invalid_argument for a bad URL, a short secret or an unknown
+// event.
 func (c *Client) CreateHook(ctx context.Context, repo, url, secret string, events []string) (*Hook, error) {
 	var h Hook
-	err := c.post(ctx, repoPath(repo, "hooks"), map[string]any{"url": url, "secret": secret, "events": events}, &h)
+	err := c.post(ctx, repoPath(repo, "hooks"), api.HookRequest{URL: url, Secret: secret, Events: events}, &h)
 	return &h, err
 }
 
 // Hooks lists a repository's hooks (admin, ci, reviewer).
 func (c *Client) Hooks(ctx context.Context, repo string) ([]Hook, error) {
-	var out struct {
-		Hooks []Hook `json:"hooks"`
-	}
+	var out api.HookList
 	err := c.get(ctx, repoPath(repo, "hooks"), nil, &out)
 	return out.Hooks, err
 }
 
-// DeleteHook deactivates a hook.
+// DeleteHook deactivates a hook (not_found for an unknown id).
 func (c *Client) DeleteHook(ctx context.Context, repo, id string) error {
-	_, err := c.Request(ctx, http.MethodDelete, repoPath(repo, "hooks", id), nil, nil, "", nil)
-	return err
+	return c.del(ctx, repoPath(repo, "hooks", url.PathEscape(id)), nil, nil)
 }
 
 // RotatedHook is the answer of RotateHook: the new secret, shown once.
-type RotatedHook struct {
-	Hook                Hook       `json:"hook"`
-	Secret              string     `json:"secret"`
-	PreviousSecretUntil *time.Time `json:"previous_secret_until,omitempty"`
-}
+type RotatedHook = api.RotateResult
 
 // RotateHook replaces a hook's secret; secret "" lets the server make one.
 // The old secret keeps signing (a second signature) for overlap (rounded
 // down to seconds; negative: the server's default, 24 h; 0: none).
 func (c *Client) RotateHook(ctx context.Context, repo, id, secret string, overlap time.Duration) (*RotatedHook, error) {
-	body := map[string]any{"secret": secret}
+	body := api.RotateRequest{Secret: secret}
 	if overlap >= 0 {
-		body["overlap_seconds"] = int64(overlap / time.Second)
+		s := int64(overlap / time.Second)
+		body.OverlapSeconds = &s
 	}
 	var out RotatedHook
-	err := c.post(ctx, repoPath(repo, "hooks", id, "rotate"), body, &out)
+	err := c.post(ctx, repoPath(repo, "hooks", url.PathEscape(id), "rotate"), body, &out)
 	return &out, err
 }
 
-// HookDeliveries lists a hook's newest deliveries with every attempt.
-func (c *Client) HookDeliveries(ctx context.Context, repo, id string, limit int) ([]lockstep.Delivery, error) {
-	var out struct {
-		Deliveries []lockstep.Delivery `json:"deliveries"`
-	}
-	q := map[string][]string{}
+// HookDeliveries lists a hook's newest deliveries with every attempt
+// (limit 0: the server's default).
+func (c *Client) HookDeliveries(ctx context.Context, repo, id string, limit int) ([]api.Delivery, error) {
+	var out api.DeliveryList
+	q := url.Values{}
 	if limit > 0 {
-		q["limit"] = []string{strconv.Itoa(limit)}
+		q.Set("limit", strconv.Itoa(limit))
 	}
-	err := c.get(ctx, repoPath(repo, "hooks", id, "deliveries"), q, &out)
+	err := c.get(ctx, repoPath(repo, "hooks", url.PathEscape(id), "deliveries"), q, &out)
 	return out.Deliveries, err
 }

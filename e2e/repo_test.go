@@ -16,8 +16,6 @@ import (
 	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
-var zeroOID = strings.Repeat("0", 40)
-
 // TestAcceptanceFlow is the repositories issue's acceptance scenario:
 // push, push, roll back over the API, then the same history over git
 // smart HTTP (clone, shallow clone, fsck, push, stale push).

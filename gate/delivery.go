@@ -22,7 +22,6 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/sqlstore"
 )
 
 // Events a hook can subscribe to ("*" is every one).
@@ -60,7 +59,7 @@ func (s *Service) CreateHook(ctx context.Context, actor *lockstep.Key, repoName 
 			return nil, lockstep.Errorf(lockstep.EINVALID, "unknown hook event %q: want push, promote, rollback, checkpoint or *", e)
 		}
 	}
-	h := &lockstep.Hook{ID: sqlstore.NewID("hook_"), Repo: r.Name, RepoID: r.ID, URL: req.URL, Secret: req.Secret, Events: req.Events, Active: true}
+	h := &lockstep.Hook{ID: lockstep.NewID("hook_"), Repo: r.Name, RepoID: r.ID, URL: req.URL, Secret: req.Secret, Events: req.Events, Active: true}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "hook.create", Repo: r.Name,
 		Details: map[string]any{"hook_id": h.ID, "url": logURL(h.URL), "events": h.Events}}
 	lockstep.StageResult(ctx, h)
@@ -91,8 +90,8 @@ func validSecret(secret string) error {
 	if len(secret) > 1024 {
 		return lockstep.Errorf(lockstep.EINVALID, "hook secret must be at most 1024 characters")
 	}
-	if strings.HasPrefix(secret, sqlstore.SealPrefix) {
-		return lockstep.Errorf(lockstep.EINVALID, "hook secret may not start with %q", sqlstore.SealPrefix)
+	if strings.HasPrefix(secret, lockstep.SealPrefix) {
+		return lockstep.Errorf(lockstep.EINVALID, "hook secret may not start with %q", lockstep.SealPrefix)
 	}
 	return nil
 }

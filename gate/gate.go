@@ -24,18 +24,17 @@ import (
 	"time"
 
 	"github.com/bmatcuk/doublestar/v4"
-	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/telemetry"
 )
 
 // Service implements policies, checks, hooks and promote.
 type Service struct {
 	store   lockstep.Store
-	repos   *forks.Service
+	repos   *repositories.Service
 	log     *slog.Logger
 	metrics *telemetry.Metrics
 	now     func() time.Time
@@ -49,10 +48,8 @@ type Service struct {
 	AfterPromote func(ctx context.Context, base *lockstep.Repo, ws *lockstep.Repo)
 	// Locker, when set (Redis configured), also serializes a branch's
 	// landings across replicas.
-	Locker interface {
-		Lock(ctx context.Context, name string) (unlock func(), err error)
-	}
-	wake chan struct{}
+	Locker lockstep.Locker
+	wake   chan struct{}
 }
 
 // Config tunes hook deliveries.
@@ -76,7 +73,7 @@ type Config struct {
 }
 
 // New returns the gate service.
-func New(cfg Config, store lockstep.Store, repos *forks.Service, log *slog.Logger, metrics *telemetry.Metrics, now func() time.Time) *Service {
+func New(cfg Config, store lockstep.Store, repos *repositories.Service, log *slog.Logger, metrics *telemetry.Metrics, now func() time.Time) *Service {
 	if now == nil {
 		now = time.Now
 	}
@@ -96,7 +93,7 @@ func New(cfg Config, store lockstep.Store, repos *forks.Service, log *slog.Logge
 		cfg.PollInterval = 500 * time.Millisecond
 	}
 	s := &Service{store: store, repos: repos, log: log, metrics: metrics, now: now, cfg: cfg, lanes: map[string]*lane{}, wake: make(chan struct{}, 1)}
-	repos.OnEvent(func(ctx context.Context, ev forks.Event) { s.Wake() })
+	repos.OnEvent(func(ctx context.Context, ev repositories.Event) { s.Wake() })
 	return s
 }
 
@@ -290,7 +287,7 @@ type Evaluation struct {
 
 // Evaluate checks every rule of the base branch's policy on the target
 // commit and lists every unmet one.
-func (s *Service) Evaluate(ctx context.Context, t *forks.PromoteTarget) (*Evaluation, *lockstep.Policy, error) {
+func (s *Service) Evaluate(ctx context.Context, t *PromoteTarget) (*Evaluation, *lockstep.Policy, error) {
 	p, err := s.Policy(ctx, t.Base.Name, t.Branch)
 	if err != nil {
 		return nil, nil, err
@@ -321,7 +318,7 @@ func (s *Service) Evaluate(ctx context.Context, t *forks.PromoteTarget) (*Evalua
 			}
 		}
 	}
-	changes, err := s.repos.PromoteChanges(ctx, t)
+	changes, err := s.PromoteChanges(ctx, t)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -343,7 +340,7 @@ func (s *Service) Evaluate(ctx context.Context, t *forks.PromoteTarget) (*Evalua
 			}
 		}
 	}
-	pre, err := s.repos.PromotePreflight(ctx, t)
+	pre, err := s.PromotePreflight(ctx, t)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -376,7 +373,7 @@ type PromoteRequest struct {
 
 // PromoteResult is the answer of a successful promote.
 type PromoteResult struct {
-	*forks.MergeResponse
+	*repositories.MergeResponse
 	Evaluation *Evaluation `json:"gate"`
 	Workspace  string      `json:"workspace"`
 	Into       string      `json:"into"`
@@ -413,7 +410,7 @@ func (s *Service) Promote(ctx context.Context, actor *lockstep.Key, wsName strin
 	}
 	// Refused before queueing; Land checks the same rule again on what it
 	// re-read inside the queue, and the store once more in the transaction.
-	if err := forks.CanPromote(actor, ws, base); err != nil {
+	if err := repositories.CanPromote(actor, ws, base); err != nil {
 		return nil, err
 	}
 	l := s.lane(base.Name + "\x00" + base.DefaultBranch)
@@ -430,7 +427,7 @@ func (s *Service) Promote(ctx context.Context, actor *lockstep.Key, wsName strin
 	}
 	queued := s.now().Sub(start)
 
-	t, err := s.repos.PromoteTarget(ctx, wsName, req.Commit)
+	t, err := s.Target(ctx, wsName, req.Commit)
 	if err != nil {
 		return nil, err
 	}
@@ -460,12 +457,12 @@ func (s *Service) Promote(ctx context.Context, actor *lockstep.Key, wsName strin
 	}
 	// Under an Idempotency-Key the landing's commit stores this answer.
 	defer lockstep.StageWrap(ctx, func(inner any) any {
-		if mr, ok := inner.(*forks.MergeResponse); ok {
+		if mr, ok := inner.(*repositories.MergeResponse); ok {
 			return &PromoteResult{MergeResponse: mr, Evaluation: ev, Workspace: ws.Name, Into: ev.Into, QueuedMS: float64(queued.Microseconds()) / 1000}
 		}
 		return inner
 	})()
-	res, err := s.repos.Land(ctx, actor, t, mode, req.Message, map[string]any{"checks": p.RequiredChecks, "queued_ms": float64(queued.Microseconds()) / 1000})
+	res, err := s.land(ctx, actor, t, mode, req.Message, map[string]any{"checks": p.RequiredChecks, "queued_ms": float64(queued.Microseconds()) / 1000})
 	if err != nil {
 		return nil, err
 	}
@@ -476,4 +473,4 @@ func (s *Service) Promote(ctx context.Context, actor *lockstep.Key, wsName strin
 	return &PromoteResult{MergeResponse: res, Evaluation: ev, Workspace: ws.Name, Into: ev.Into, QueuedMS: float64(queued.Microseconds()) / 1000}, nil
 }
 
-var _ = plumbing.ZeroHash
+var traceID = telemetry.TraceID

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockstep-hq/lockstep"
 )
 
 // Locker takes named locks.
@@ -81,3 +83,5 @@ func (l *Locker) Lock(ctx context.Context, name string) (unlock func(), err erro
 		}
 	}, nil
 }
+
+var _ lockstep.Locker = (*Locker)(nil)

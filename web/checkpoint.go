@@ -5,16 +5,13 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/checkpoints"
 )
 
-type databaseRequest struct {
-	Template string `json:"template"`
-}
-
 func (s *Server) handleDatabaseBind() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req databaseRequest
+		var req api.DatabaseRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
@@ -52,14 +49,14 @@ func (s *Server) handleDatabaseRefresh() gin.HandlerFunc {
 
 func (s *Server) handleCheckpointCreate() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req checkpoints.CreateRequest
+		var req api.CheckpointRequest
 		if c.Request.ContentLength != 0 {
 			if err := s.decodeJSON(c, &req); err != nil {
 				writeError(c, err)
 				return
 			}
 		}
-		cp, err := s.Checkpoints.Create(c.Request.Context(), caller(c), c.Param("repo"), req)
+		cp, err := s.Checkpoints.Create(c.Request.Context(), caller(c), c.Param("repo"), checkpoints.CreateRequest(req))
 		if err != nil {
 			writeError(c, err)
 			return
@@ -86,14 +83,14 @@ func (s *Server) handleCheckpointList() gin.HandlerFunc {
 
 func (s *Server) handleCheckpointRestore() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req checkpoints.RestoreRequest
+		var req api.RestoreRequest
 		if c.Request.ContentLength != 0 {
 			if err := s.decodeJSON(c, &req); err != nil {
 				writeError(c, err)
 				return
 			}
 		}
-		res, err := s.Checkpoints.Restore(c.Request.Context(), caller(c), c.Param("repo"), c.Param("id"), req)
+		res, err := s.Checkpoints.Restore(c.Request.Context(), caller(c), c.Param("repo"), c.Param("id"), checkpoints.RestoreRequest{ExpectOID: req.ExpectOID, Failure: (*checkpoints.Failure)(req.Failure)})
 		if err != nil {
 			writeError(c, err)
 			return

@@ -8,30 +8,14 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/api"
+	"github.com/lockstep-hq/lockstep/repositories"
 )
 
-// editRequest is the body of POST /repos/:repo/edits.
-type editRequest struct {
-	Branch    string     `json:"branch"`
-	ExpectOID string     `json:"expect_oid"`
-	Force     bool       `json:"force"`
-	Message   string     `json:"message"`
-	Author    string     `json:"author"`
-	From      string     `json:"from"`
-	Edits     []editJSON `json:"edits"`
-}
-
-type editJSON struct {
-	Op            string  `json:"op"` // write | delete
-	Path          string  `json:"path"`
-	Content       *string `json:"content"`        // UTF-8 text
-	ContentBase64 *string `json:"content_base64"` // or bytes
-	Executable    bool    `json:"executable"`
-}
-
-func (e editJSON) edit(i int) (forks.Edit, error) {
-	out := forks.Edit{Path: e.Path, Executable: e.Executable}
+// editOf checks edit i of a batch (api.Edit: op write or delete, content
+// as UTF-8 text or base64 bytes) and makes it a repositories.Edit.
+func editOf(e api.Edit, i int) (repositories.Edit, error) {
+	out := repositories.Edit{Path: e.Path, Executable: e.Executable}
 	switch e.Op {
 	case "delete":
 		if e.Content != nil || e.ContentBase64 != nil || e.Executable {
@@ -65,20 +49,20 @@ func (e editJSON) edit(i int) (forks.Edit, error) {
 // handleEdits commits a batch of file edits (POST /repos/:repo/edits).
 func (s *Server) handleEdits() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req editRequest
+		var req api.EditRequest
 		if err := s.decodeJSONLimit(c, &req, s.Config.MaxEditBytes); err != nil {
 			writeError(c, err)
 			return
 		}
-		edits := make([]forks.Edit, len(req.Edits))
+		edits := make([]repositories.Edit, len(req.Edits))
 		for i, e := range req.Edits {
 			var err error
-			if edits[i], err = e.edit(i); err != nil {
+			if edits[i], err = editOf(e, i); err != nil {
 				writeError(c, err)
 				return
 			}
 		}
-		opts := forks.WriteOptions{Branch: req.Branch, ExpectOID: req.ExpectOID, Force: req.Force, Message: req.Message, Author: req.Author, From: req.From}
+		opts := repositories.WriteOptions{Branch: req.Branch, ExpectOID: req.ExpectOID, Force: req.Force, Message: req.Message, Author: req.Author, From: req.From}
 		res, err := s.Repos.EditFiles(c.Request.Context(), caller(c), c.Param("repo"), edits, opts)
 		if err != nil {
 			writeError(c, err)

@@ -12,11 +12,12 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
 	"github.com/lockstep-hq/lockstep/web"
+	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 // BenchmarkFleet measures the routes an agent fleet leans on with 0, 1,000
@@ -42,16 +43,16 @@ func BenchmarkFleet(b *testing.B) {
 			}
 			m := telemetry.NewMetrics()
 			logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-			repos := forks.New(forks.Config{DataDir: dir}, db, logger, m, nil)
+			repos := repositories.New(repositories.Config{DataDir: dir}, db, logger, m, nil)
 			defer repos.Close()
-			s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Logger: logger, Gate: gate.New(gate.Config{}, db, repos, logger, m, nil)}
+			s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: workspaces.New(db, repos, nil, nil, m, nil), Logger: logger, Gate: gate.New(gate.Config{}, db, repos, logger, m, nil)}
 			srv := httptest.NewServer(s.Handler())
 			defer srv.Close()
 			if _, err := repos.CreateRepo(ctx, admin, "app", "main"); err != nil {
 				b.Fatal(err)
 			}
 			for i := range size {
-				if _, err := repos.Fork(ctx, admin, "app", fmt.Sprintf("ws-%05d", i), ""); err != nil {
+				if _, err := s.Workspaces.Fork(ctx, admin, "app", fmt.Sprintf("ws-%05d", i), ""); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -78,7 +79,7 @@ func BenchmarkFleet(b *testing.B) {
 			b.Run("fork", func(b *testing.B) {
 				i := 0
 				for b.Loop() {
-					if _, err := repos.Fork(ctx, admin, "app", fmt.Sprintf("bench-%07d", i), ""); err != nil {
+					if _, err := s.Workspaces.Fork(ctx, admin, "app", fmt.Sprintf("bench-%07d", i), ""); err != nil {
 						b.Fatal(err)
 					}
 					i++

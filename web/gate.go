@@ -6,6 +6,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/gate"
 )
 
@@ -36,16 +37,9 @@ func (s *Server) handleGateGet() gin.HandlerFunc {
 	}
 }
 
-type checkRequest struct {
-	Name       string `json:"name"`
-	Status     string `json:"status"`
-	Summary    string `json:"summary"`
-	DetailsURL string `json:"details_url"`
-}
-
 func (s *Server) handleCheckPost() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req checkRequest
+		var req api.CheckRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
@@ -73,12 +67,12 @@ func (s *Server) handleCheckList() gin.HandlerFunc {
 
 func (s *Server) handleHookCreate() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req gate.HookRequest
+		var req api.HookRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
 		}
-		h, err := s.Gate.CreateHook(c.Request.Context(), caller(c), c.Param("repo"), req)
+		h, err := s.Gate.CreateHook(c.Request.Context(), caller(c), c.Param("repo"), gate.HookRequest(req))
 		if err != nil {
 			writeError(c, err)
 			return
@@ -110,14 +104,14 @@ func (s *Server) handleHookDelete() gin.HandlerFunc {
 
 func (s *Server) handleHookRotate() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req gate.RotateRequest
+		var req api.RotateRequest
 		if c.Request.ContentLength != 0 {
 			if err := s.decodeJSON(c, &req); err != nil {
 				writeError(c, err)
 				return
 			}
 		}
-		res, err := s.Gate.RotateHook(c.Request.Context(), caller(c), c.Param("repo"), c.Param("id"), req)
+		res, err := s.Gate.RotateHook(c.Request.Context(), caller(c), c.Param("repo"), c.Param("id"), gate.RotateRequest(req))
 		if err != nil {
 			writeError(c, err)
 			return
@@ -144,14 +138,14 @@ func (s *Server) handleDeliveries() gin.HandlerFunc {
 
 func (s *Server) handlePromote() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req gate.PromoteRequest
+		var req api.PromoteRequest
 		if c.Request.ContentLength != 0 {
 			if err := s.decodeJSON(c, &req); err != nil {
 				writeError(c, err)
 				return
 			}
 		}
-		res, err := s.Gate.Promote(c.Request.Context(), caller(c), c.Param("repo"), req)
+		res, err := s.Gate.Promote(c.Request.Context(), caller(c), c.Param("repo"), gate.PromoteRequest(req))
 		if err != nil {
 			writeError(c, err)
 			return
@@ -162,7 +156,7 @@ func (s *Server) handlePromote() gin.HandlerFunc {
 
 func (s *Server) handleGateEvaluate() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		t, err := s.Repos.PromoteTarget(c.Request.Context(), c.Param("repo"), c.Query("commit"))
+		t, err := s.Gate.Target(c.Request.Context(), c.Param("repo"), c.Query("commit"))
 		if err != nil {
 			writeError(c, err)
 			return

@@ -15,7 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/repositories"
 )
 
 // Git smart HTTP. Fetches and clones are served by the real `git
@@ -255,9 +255,9 @@ func writePkt(w *bytes.Buffer, line string) {
 
 // readCommands parses the ref-update commands of a receive-pack request up
 // to the flush packet: "old new ref\0capabilities" on the first line.
-func readCommands(r *bufio.Reader) ([]forks.RefCommand, map[string]bool, error) {
+func readCommands(r *bufio.Reader) ([]repositories.RefCommand, map[string]bool, error) {
 	caps := map[string]bool{}
-	var cmds []forks.RefCommand
+	var cmds []repositories.RefCommand
 	for {
 		var hdr [4]byte
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -291,7 +291,7 @@ func readCommands(r *bufio.Reader) ([]forks.RefCommand, map[string]bool, error) 
 		if len(f) != 3 {
 			return nil, nil, lockstep.Errorf(lockstep.EINVALID, "malformed push command %q", s)
 		}
-		cmds = append(cmds, forks.RefCommand{Old: f[0], New: f[1], Ref: f[2]})
+		cmds = append(cmds, repositories.RefCommand{Old: f[0], New: f[1], Ref: f[2]})
 		if len(cmds) > 1000 {
 			return nil, nil, lockstep.Errorf(lockstep.ETOOLARGE, "more than 1000 ref updates in one push")
 		}

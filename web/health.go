@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/lockstep-hq/lockstep/api"
 )
 
 func (s *Server) handleHealthz() gin.HandlerFunc {
-	return func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) }
+	return func(c *gin.Context) { c.JSON(http.StatusOK, api.Health{Status: "ok"}) }
 }
 
 // handleReadyz checks the metadata store and, when configured, Redis.
@@ -52,6 +54,6 @@ func (s *Server) handleReadyz() gin.HandlerFunc {
 			status = http.StatusServiceUnavailable
 			c.Set("error", strings.Join(errs, "; "))
 		}
-		c.JSON(status, gin.H{"ready": ok, "checks": checks})
+		c.JSON(status, api.Readiness{Ready: ok, Checks: checks})
 	}
 }

@@ -18,11 +18,12 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
 	"github.com/lockstep-hq/lockstep/web"
+	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 // BenchmarkIdempotentWrite compares one write (the incremental push's
@@ -52,9 +53,9 @@ func BenchmarkIdempotentWrite(b *testing.B) {
 			keys := auth.New(db, nil)
 			_, admin, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
 			m := telemetry.NewMetrics()
-			repos := forks.New(forks.Config{DataDir: dir}, db, nil, m, nil)
+			repos := repositories.New(repositories.Config{DataDir: dir}, db, nil, m, nil)
 			defer repos.Close()
-			s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: workspaces.New(db, repos, nil, nil, m, nil), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 				Gate: gate.New(gate.Config{}, db, repos, nil, m, nil)}
 			srv := httptest.NewServer(s.Handler())
 			defer srv.Close()

@@ -4,24 +4,13 @@ import (
 	"net/http"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/lockstep-hq/lockstep/api"
 )
-
-type keyCreateRequest struct {
-	Name string `json:"name"`
-	Role string `json:"role"`
-}
-
-type keyCreateResponse struct {
-	ID     string `json:"id"`
-	Name   string `json:"name"`
-	Role   string `json:"role"`
-	Prefix string `json:"prefix"`
-	Secret string `json:"secret"`
-}
 
 func (s *Server) handleKeyCreate() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req keyCreateRequest
+		var req api.KeyCreateRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
@@ -31,7 +20,7 @@ func (s *Server) handleKeyCreate() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		c.JSON(http.StatusCreated, keyCreateResponse{ID: k.ID, Name: k.Name, Role: k.Role, Prefix: k.Prefix, Secret: secret})
+		c.JSON(http.StatusCreated, api.CreatedKey{ID: k.ID, Name: k.Name, Role: k.Role, Prefix: k.Prefix, Secret: secret})
 	}
 }
 

@@ -5,17 +5,18 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/api"
+	"github.com/lockstep-hq/lockstep/repositories"
 )
 
 func (s *Server) handleMerge() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req forks.MergeRequest
+		var req api.MergeRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
 		}
-		res, err := s.Repos.Merge(c.Request.Context(), caller(c), c.Param("repo"), req)
+		res, err := s.Repos.Merge(c.Request.Context(), caller(c), c.Param("repo"), repositories.MergeRequest(req))
 		if err != nil {
 			writeError(c, err)
 			return
@@ -24,21 +25,16 @@ func (s *Server) handleMerge() gin.HandlerFunc {
 	}
 }
 
-type syncRequest struct {
-	ExpectOID  string `json:"expect_oid"`
-	OnConflict string `json:"on_conflict"`
-}
-
 func (s *Server) handleSync() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req syncRequest
+		var req api.SyncRequest
 		if c.Request.ContentLength != 0 {
 			if err := s.decodeJSON(c, &req); err != nil {
 				writeError(c, err)
 				return
 			}
 		}
-		res, err := s.Repos.Sync(c.Request.Context(), caller(c), c.Param("repo"), req.ExpectOID, req.OnConflict)
+		res, err := s.Workspaces.Sync(c.Request.Context(), caller(c), c.Param("repo"), req.ExpectOID, req.OnConflict)
 		if err != nil {
 			writeError(c, err)
 			return

@@ -12,18 +12,15 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/forks"
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/repositories"
+	"github.com/lockstep-hq/lockstep/workspaces"
 )
-
-type repoCreateRequest struct {
-	Name          string `json:"name"`
-	DefaultBranch string `json:"default_branch"`
-}
 
 func (s *Server) handleRepoCreate() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req repoCreateRequest
+		var req api.RepoCreateRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
@@ -33,7 +30,7 @@ func (s *Server) handleRepoCreate() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		c.JSON(http.StatusCreated, forks.RepoInfo{Repo: r})
+		c.JSON(http.StatusCreated, repositories.RepoInfo{Repo: r})
 	}
 }
 
@@ -63,25 +60,17 @@ func (s *Server) handleRepoGet() gin.HandlerFunc {
 	}
 }
 
-type forkRequest struct {
-	Name string `json:"name"`
-	Task string `json:"task"`
-}
-
 func (s *Server) handleFork() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req forkRequest
+		var req api.ForkRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
 		}
-		res, err := s.Repos.Fork(c.Request.Context(), caller(c), c.Param("repo"), req.Name, req.Task)
+		res, err := s.Workspaces.Fork(c.Request.Context(), caller(c), c.Param("repo"), req.Name, req.Task)
 		if err != nil {
 			writeError(c, err)
 			return
-		}
-		if s.AfterFork != nil {
-			s.AfterFork(c.Request.Context(), res)
 		}
 		c.JSON(http.StatusCreated, res)
 	}
@@ -95,11 +84,11 @@ func (s *Server) handleWorkspaces() gin.HandlerFunc {
 			return
 		}
 		if limit == 0 {
-			writeError(c, lockstep.Errorf(lockstep.EINVALID, "limit must be between 1 and %d", forks.MaxWorkspacePage))
+			writeError(c, lockstep.Errorf(lockstep.EINVALID, "limit must be between 1 and %d", workspaces.MaxWorkspacePage))
 			return
 		}
-		ws, next, err := s.Repos.Workspaces(c.Request.Context(), c.Param("repo"),
-			forks.WorkspaceQuery{Task: c.Query("task"), Status: c.Query("status"), After: c.Query("after"), Limit: limit})
+		ws, next, err := s.Workspaces.Workspaces(c.Request.Context(), c.Param("repo"),
+			workspaces.WorkspaceQuery{Task: c.Query("task"), Status: c.Query("status"), After: c.Query("after"), Limit: limit})
 		if err != nil {
 			writeError(c, err)
 			return
@@ -115,7 +104,7 @@ func (s *Server) handleAttempts() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		a, err := s.Repos.Attempts(c.Request.Context(), c.Param("repo"), limit)
+		a, err := s.Workspaces.Attempts(c.Request.Context(), c.Param("repo"), limit)
 		if err != nil {
 			writeError(c, err)
 			return
@@ -126,31 +115,23 @@ func (s *Server) handleAttempts() gin.HandlerFunc {
 
 func (s *Server) handleAbandon() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		ws, err := s.Repos.SetStatus(c.Request.Context(), caller(c), c.Param("repo"), lockstep.StatusAbandoned, c.Query("reason"))
+		ws, err := s.Workspaces.SetStatus(c.Request.Context(), caller(c), c.Param("repo"), lockstep.StatusAbandoned, c.Query("reason"))
 		if err != nil {
 			writeError(c, err)
 			return
-		}
-		if s.AfterAbandon != nil {
-			s.AfterAbandon(c.Request.Context(), ws)
 		}
 		c.JSON(http.StatusOK, ws)
 	}
 }
 
-type statusRequest struct {
-	Status string `json:"status"`
-	Reason string `json:"reason"`
-}
-
 func (s *Server) handleStatus() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req statusRequest
+		var req api.StatusRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
 		}
-		ws, err := s.Repos.SetStatus(c.Request.Context(), caller(c), c.Param("repo"), req.Status, req.Reason)
+		ws, err := s.Workspaces.SetStatus(c.Request.Context(), caller(c), c.Param("repo"), req.Status, req.Reason)
 		if err != nil {
 			writeError(c, err)
 			return
@@ -171,8 +152,8 @@ func (s *Server) handleRefs() gin.HandlerFunc {
 }
 
 // writeOptions reads the compare-and-swap query parameters.
-func writeOptions(c *gin.Context) (forks.WriteOptions, error) {
-	o := forks.WriteOptions{Branch: c.Query("branch"), ExpectOID: c.Query("expect_oid"), Message: c.Query("message"), Author: c.Query("author"), From: c.Query("from")}
+func writeOptions(c *gin.Context) (repositories.WriteOptions, error) {
+	o := repositories.WriteOptions{Branch: c.Query("branch"), ExpectOID: c.Query("expect_oid"), Message: c.Query("message"), Author: c.Query("author"), From: c.Query("from")}
 	var err error
 	if o.Force, err = queryBool(c, "force"); err != nil {
 		return o, err
@@ -231,7 +212,7 @@ func (s *Server) handleWorktree() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		var res *forks.PushResult
+		var res *repositories.PushResult
 		if tree := c.Query("tree"); tree != "" {
 			res, err = s.Repos.PushTree(c.Request.Context(), caller(c), c.Param("repo"), tree, opts)
 		} else {
@@ -260,13 +241,9 @@ func (s *Server) handleWorktree() gin.HandlerFunc {
 	}
 }
 
-type missingRequest struct {
-	OIDs []string `json:"oids"`
-}
-
 func (s *Server) handleObjectsMissing() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req missingRequest
+		var req api.MissingRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
@@ -276,7 +253,7 @@ func (s *Server) handleObjectsMissing() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		c.JSON(http.StatusOK, gin.H{"missing": missing})
+		c.JSON(http.StatusOK, api.MissingResult{Missing: missing})
 	}
 }
 
@@ -291,27 +268,19 @@ func (s *Server) handleObjectsUpload() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		c.JSON(http.StatusOK, gin.H{"objects_written": stats.Objects, "bytes_written": stats.Bytes})
+		c.JSON(http.StatusOK, api.UploadStats{ObjectsWritten: stats.Objects, BytesWritten: stats.Bytes})
 	}
-}
-
-type rollbackRequest struct {
-	Branch    string `json:"branch"`
-	To        string `json:"to"`
-	ExpectOID string `json:"expect_oid"`
-	Message   string `json:"message"`
-	Force     bool   `json:"force"`
 }
 
 func (s *Server) handleRollback() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		var req rollbackRequest
+		var req api.RollbackRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
 			return
 		}
 		res, err := s.Repos.Rollback(c.Request.Context(), caller(c), c.Param("repo"), req.To,
-			forks.WriteOptions{Branch: req.Branch, ExpectOID: req.ExpectOID, Message: req.Message, Force: req.Force})
+			repositories.WriteOptions{Branch: req.Branch, ExpectOID: req.ExpectOID, Message: req.Message, Force: req.Force})
 		if err != nil {
 			writeError(c, err)
 			return
@@ -332,7 +301,7 @@ func (s *Server) handleLog() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		out := make([]commitJSON, len(commits))
+		out := make([]api.Commit, len(commits))
 		for i := range commits {
 			out[i] = toCommitJSON(&commits[i])
 		}
@@ -340,7 +309,7 @@ func (s *Server) handleLog() gin.HandlerFunc {
 		if limit > 0 && len(out) == limit {
 			next = out[len(out)-1].Commit
 		}
-		c.JSON(http.StatusOK, gin.H{"commits": out, "next_after": next})
+		c.JSON(http.StatusOK, api.CommitPage{Commits: out, NextAfter: next})
 	}
 }
 
@@ -422,26 +391,10 @@ func (s *Server) handleCompare() gin.HandlerFunc {
 	}
 }
 
-type signatureJSON struct {
-	Name  string `json:"name"`
-	Email string `json:"email"`
-	Time  string `json:"time"`
-}
-
-type commitJSON struct {
-	Commit    string        `json:"commit"`
-	Tree      string        `json:"tree"`
-	Parents   []string      `json:"parents"`
-	Message   string        `json:"message"`
-	Author    signatureJSON `json:"author"`
-	Committer signatureJSON `json:"committer"`
-	Time      string        `json:"time"`
-}
-
-func toCommitJSON(ci *repo.CommitInfo) commitJSON {
-	out := commitJSON{Commit: ci.Hash.String(), Tree: ci.Tree.String(), Parents: []string{}, Message: ci.Message,
-		Author:    signatureJSON{ci.Author.Name, ci.Author.Email, ci.Author.When.UTC().Format(time.RFC3339)},
-		Committer: signatureJSON{ci.Committer.Name, ci.Committer.Email, ci.Committer.When.UTC().Format(time.RFC3339)},
+func toCommitJSON(ci *repo.CommitInfo) api.Commit {
+	out := api.Commit{Commit: ci.Hash.String(), Tree: ci.Tree.String(), Parents: []string{}, Message: ci.Message,
+		Author:    api.Signature{Name: ci.Author.Name, Email: ci.Author.Email, Time: ci.Author.When.UTC().Format(time.RFC3339)},
+		Committer: api.Signature{Name: ci.Committer.Name, Email: ci.Committer.Email, Time: ci.Committer.When.UTC().Format(time.RFC3339)},
 		Time:      ci.Committer.When.UTC().Format(time.RFC3339)}
 	for _, p := range ci.Parents {
 		out.Parents = append(out.Parents, p.String())

@@ -27,9 +27,10 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/checkpoints"
-	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/telemetry"
+	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 // Config holds the HTTP layer's limits.
@@ -63,13 +64,10 @@ type Server struct {
 	EventsChannel string
 	Logger        *slog.Logger
 	Metrics       *telemetry.Metrics
-	Repos         *forks.Service
+	Repos         *repositories.Service
+	Workspaces    *workspaces.Service
 	Gate          *gate.Service
 	Checkpoints   *checkpoints.Service
-	// AfterFork and AfterAbandon let other capabilities (database
-	// branches) follow a workspace's life; nil when unused.
-	AfterFork    func(ctx context.Context, f *forks.ForkResult)
-	AfterAbandon func(ctx context.Context, ws *lockstep.Repo)
 	// MCP, when set, builds the handler served at /mcp (behind the API's
 	// authentication) from the API handler its tools call in-process.
 	MCP func(api http.Handler) http.Handler

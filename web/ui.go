@@ -42,10 +42,11 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/merge"
 	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/repositories"
+	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 //go:embed ui
@@ -115,7 +116,7 @@ func mustParseUI() map[string]*template.Template {
 	funcs := template.FuncMap{
 		"short": shortOID,
 		"when":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
-		// whenText formats the RFC 3339 strings of forks.WorkspaceInfo.
+		// whenText formats the RFC 3339 strings of workspaces.WorkspaceInfo.
 		"whenText": func(s string) string {
 			if t, err := time.Parse(time.RFC3339, s); err == nil {
 				return t.UTC().Format("2006-01-02 15:04:05 UTC")
@@ -416,7 +417,7 @@ type statusCount struct {
 }
 
 type repoRow struct {
-	*forks.RepoInfo
+	*repositories.RepoInfo
 	Counts     []statusCount
 	Workspaces int
 }
@@ -473,11 +474,11 @@ type hookRow struct {
 }
 
 type baseData struct {
-	*forks.RepoInfo
+	*repositories.RepoInfo
 	Policy     *lockstep.Policy
-	Workspaces []forks.WorkspaceInfo
+	Workspaces []workspaces.WorkspaceInfo
 	// The workspace page shown: filters, and the next page's cursor.
-	WSQuery   forks.WorkspaceQuery
+	WSQuery   workspaces.WorkspaceQuery
 	NextAfter string
 	Statuses  []string
 	Commits   []repo.CommitInfo
@@ -496,7 +497,7 @@ type checkedAttempt struct {
 }
 
 type workspaceData struct {
-	*forks.RepoInfo
+	*repositories.RepoInfo
 	Attempts    []checkedAttempt
 	Checkpoints []lockstep.Checkpoint
 	Eval        *gate.Evaluation
@@ -566,13 +567,13 @@ func (u *uiServer) handleRepo(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
-	d.WSQuery = forks.WorkspaceQuery{Task: c.Query("task"), Status: c.Query("status"), After: c.Query("after"), Limit: uiWorkspacePage}
+	d.WSQuery = workspaces.WorkspaceQuery{Task: c.Query("task"), Status: c.Query("status"), After: c.Query("after"), Limit: uiWorkspacePage}
 	d.Statuses = workspaceStatuses
-	if d.Workspaces, d.NextAfter, err = u.s.Repos.Workspaces(ctx, info.Name, d.WSQuery); err != nil {
+	if d.Workspaces, d.NextAfter, err = u.s.Workspaces.Workspaces(ctx, info.Name, d.WSQuery); err != nil {
 		u.fail(c, err)
 		return
 	}
-	if d.Tasks, err = u.s.Repos.Tasks(ctx, info.Name, c.Query("tasks_after"), uiTaskList+1); err != nil {
+	if d.Tasks, err = u.s.Workspaces.Tasks(ctx, info.Name, c.Query("tasks_after"), uiTaskList+1); err != nil {
 		u.fail(c, err)
 		return
 	}
@@ -603,11 +604,11 @@ func (u *uiServer) handleRepo(c *gin.Context) {
 	u.render(c, http.StatusOK, "base", view{Title: info.Name, Section: "repos", D: d})
 }
 
-func (u *uiServer) workspace(c *gin.Context, info *forks.RepoInfo) {
+func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 	ctx := c.Request.Context()
 	me := auth.FromContext(ctx)
 	d := workspaceData{RepoInfo: info}
-	attempts, err := u.s.Repos.Attempts(ctx, info.Name, 50)
+	attempts, err := u.s.Workspaces.Attempts(ctx, info.Name, 50)
 	if err != nil {
 		u.fail(c, err)
 		return
@@ -637,7 +638,7 @@ func (u *uiServer) workspace(c *gin.Context, info *forks.RepoInfo) {
 	case info.Status != lockstep.StatusActive:
 		d.EvalError = "the workspace is " + info.Status + ": it can no longer be promoted"
 	default:
-		t, err := u.s.Repos.PromoteTarget(ctx, info.Name, "")
+		t, err := u.s.Gate.Target(ctx, info.Name, "")
 		if err == nil {
 			d.Eval, _, err = u.s.Gate.Evaluate(ctx, t)
 		}
@@ -679,7 +680,7 @@ func (u *uiServer) handleMarkFailed(c *gin.Context) {
 		return
 	}
 	name := c.Param("repo")
-	if _, err := u.s.Repos.SetStatus(c.Request.Context(), auth.FromContext(c.Request.Context()), name, lockstep.StatusFailed, c.PostForm("reason")); err != nil {
+	if _, err := u.s.Workspaces.SetStatus(c.Request.Context(), auth.FromContext(c.Request.Context()), name, lockstep.StatusFailed, c.PostForm("reason")); err != nil {
 		u.fail(c, err)
 		return
 	}
@@ -857,7 +858,7 @@ func (u *uiServer) handleCompare(c *gin.Context) {
 		// merge base, as a promote would land it.
 		files, d.Base, d.Head, err = u.compareFromMergeBase(ctx, r, d.BaseRev, d.HeadRev)
 	} else {
-		var res *forks.CompareResult
+		var res *repositories.CompareResult
 		if res, err = u.s.Repos.Compare(ctx, name, d.BaseRev, d.HeadRev); err == nil {
 			files, d.Base, d.Head = res.Files, res.Base, res.Head
 		}

@@ -14,9 +14,10 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/repositories"
+	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 // uiTaskAttempts bounds the attempts a task page compares: each column
@@ -31,7 +32,7 @@ const uiTaskFiles = 200
 const uiTaskList = 50
 
 type taskAttempt struct {
-	forks.WorkspaceInfo
+	workspaces.WorkspaceInfo
 	Branch      string
 	Attempts    int64 // pushes to the workspace
 	Eval        *gate.Evaluation
@@ -53,7 +54,7 @@ type matrixRow struct {
 }
 
 type taskData struct {
-	Base     *forks.RepoInfo
+	Base     *repositories.RepoInfo
 	Task     string
 	Attempts []taskAttempt
 	More     bool // over uiTaskAttempts attempts: only the first are shown
@@ -76,7 +77,7 @@ func (u *uiServer) handleTask(c *gin.Context) {
 		return
 	}
 	task := c.Param("task")
-	wss, next, err := u.s.Repos.Workspaces(ctx, base.Name, forks.WorkspaceQuery{Task: task, Limit: uiTaskAttempts})
+	wss, next, err := u.s.Workspaces.Workspaces(ctx, base.Name, workspaces.WorkspaceQuery{Task: task, Limit: uiTaskAttempts})
 	if err != nil {
 		u.fail(c, err)
 		return
@@ -102,7 +103,7 @@ func (u *uiServer) handleTask(c *gin.Context) {
 			return
 		}
 		a.Branch = info.DefaultBranch
-		if at, err := u.s.Repos.Attempts(ctx, ws.Name, 1); err == nil && len(at) > 0 {
+		if at, err := u.s.Workspaces.Attempts(ctx, ws.Name, 1); err == nil && len(at) > 0 {
 			a.Attempts = at[0].Number
 		}
 		a.CompareBase = "/ui/repos/" + url.PathEscape(ws.Name) + "/compare?" + url.Values{
@@ -129,7 +130,7 @@ func (u *uiServer) handleTask(c *gin.Context) {
 		case ws.Status != lockstep.StatusActive:
 			a.EvalNote = ws.Status + ": not promotable"
 		default:
-			t, err := u.s.Repos.PromoteTarget(ctx, ws.Name, "")
+			t, err := u.s.Gate.Target(ctx, ws.Name, "")
 			if err == nil {
 				a.Eval, _, err = u.s.Gate.Evaluate(ctx, t)
 			}

@@ -23,12 +23,13 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/checkpoints"
-	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
+	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
 	"github.com/lockstep-hq/lockstep/web"
+	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 const (
@@ -78,9 +79,9 @@ func mustUIWorld(t *testing.T, opts ...func(*web.Server)) *uiWorld {
 	w.revoked = revokedSecret
 	m := telemetry.NewMetrics()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	repos := forks.New(forks.Config{DataDir: dir}, db, logger, m, nil)
+	repos := repositories.New(repositories.Config{DataDir: dir}, db, logger, m, nil)
 	t.Cleanup(func() { repos.Close() })
-	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Logger: logger,
+	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: workspaces.New(db, repos, nil, nil, m, nil), Logger: logger,
 		Gate: gate.New(gate.Config{}, db, repos, logger, m, nil), Checkpoints: checkpoints.New(db, repos, nil, logger, m, nil)}
 	for _, o := range opts {
 		o(s)

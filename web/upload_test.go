@@ -15,11 +15,12 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
 	"github.com/lockstep-hq/lockstep/web"
+	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 func uploadServer(t *testing.T, maxUploads int) *fixture {
@@ -40,9 +41,9 @@ func uploadServerDir(t *testing.T, maxUploads int) (*fixture, string) {
 	keys := auth.New(db, nil)
 	_, admin, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
 	m := telemetry.NewMetrics()
-	repos := forks.New(forks.Config{DataDir: dir}, db, nil, m, nil)
+	repos := repositories.New(repositories.Config{DataDir: dir}, db, nil, m, nil)
 	t.Cleanup(func() { repos.Close() })
-	s := &web.Server{Config: web.Config{MaxConcurrentUploads: maxUploads}, Store: db, Keys: keys, Metrics: m, Repos: repos,
+	s := &web.Server{Config: web.Config{MaxConcurrentUploads: maxUploads}, Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: workspaces.New(db, repos, nil, nil, m, nil),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Gate: gate.New(gate.Config{}, db, repos, nil, m, nil)}
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)

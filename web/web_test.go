@@ -15,11 +15,12 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/agentmcp"
 	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
 	"github.com/lockstep-hq/lockstep/web"
+	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 type fixture struct {
@@ -41,9 +42,9 @@ func mustServer(t *testing.T) *fixture {
 	_, admin, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
 	_, agent, _ := keys.Create(ctx, auth.System, "agent", lockstep.RoleAgent)
 	m := telemetry.NewMetrics()
-	repos := forks.New(forks.Config{DataDir: dir}, db, nil, m, nil)
+	repos := repositories.New(repositories.Config{DataDir: dir}, db, nil, m, nil)
 	t.Cleanup(func() { repos.Close() })
-	s := &web.Server{Config: web.Config{MaxJSONBytes: 256}, Store: db, Keys: keys, Metrics: m, Repos: repos, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	s := &web.Server{Config: web.Config{MaxJSONBytes: 256}, Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: workspaces.New(db, repos, nil, nil, m, nil), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Gate: gate.New(gate.Config{}, db, repos, nil, m, nil),
 		MCP:  func(api http.Handler) http.Handler { return agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{}) }}
 	h := s.Handler()

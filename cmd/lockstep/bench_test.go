@@ -7,10 +7,13 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/lockstep-hq/lockstep/bench"
 )
 
 // TestBenchSmoke runs `lockstep bench` with tiny trees so the command
-// cannot rot: every scenario must produce its row (timings are not
+// and its wiring (the in-process server of `serve`, the incremental
+// push) cannot rot: every scenario must produce its row (timings are not
 // checked).
 func TestBenchSmoke(t *testing.T) {
 	if testing.Short() {
@@ -27,23 +30,33 @@ func TestBenchSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr.String())
 	}
+	type dist struct {
+		N      int     `json:"n"`
+		Median float64 `json:"median_ms"`
+	}
 	var out struct {
 		Machine map[string]string `json:"machine"`
-		Rows    []benchRow        `json:"rows"`
+		Rows    []struct {
+			Name    string `json:"scenario"`
+			LS      *dist  `json:"lockstep"`
+			Skipped string `json:"skipped"`
+		} `json:"rows"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		t.Fatalf("bench --json: %v\n%s", err, stdout.String())
 	}
-	got := map[string]benchRow{}
-	for _, r := range out.Rows {
-		got[r.Name] = r
+	got := map[string]int{}
+	for i, r := range out.Rows {
+		got[r.Name] = i
 	}
-	for _, name := range benchRowNames {
-		r, ok := got[name]
+	names := bench.RowNames()
+	for _, name := range names {
+		i, ok := got[name]
 		if !ok {
 			t.Errorf("no row %q", name)
 			continue
 		}
+		r := out.Rows[i]
 		if r.Skipped != "" {
 			t.Errorf("row %q skipped: %s", name, r.Skipped)
 			continue
@@ -52,26 +65,10 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("row %q: lockstep timings %+v", name, r.LS)
 		}
 	}
-	if len(out.Rows) != len(benchRowNames) {
-		t.Errorf("%d rows, want %d", len(out.Rows), len(benchRowNames))
+	if len(out.Rows) != len(names) {
+		t.Errorf("%d rows, want %d", len(out.Rows), len(names))
 	}
 	if out.Machine["fs"] == "" {
 		t.Errorf("machine description lacks the filesystem: %v", out.Machine)
-	}
-}
-
-func TestBenchOnly(t *testing.T) {
-	b := &bencher{o: benchOpts{only: []string{"fork-20k", "read-refs"}}}
-	for g, want := range map[string]bool{"fork": true, "read": true, "rollback": false, "push-incremental": false, "run": false} {
-		if b.selected(g) != want {
-			t.Errorf("selected(%q) = %v, want %v", g, !want, want)
-		}
-	}
-}
-
-func TestBenchDist(t *testing.T) {
-	d := newDist([]float64{5, 1, 4, 2, 3, 6, 7, 8, 9, 10})
-	if d.Median != 5.5 || d.P90 != 9 || d.Min != 1 || d.Max != 10 || d.N != 10 {
-		t.Errorf("newDist = %+v", d)
 	}
 }

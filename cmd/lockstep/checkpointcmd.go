@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"regexp"
 	"strings"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/fssnap"
 )
 
@@ -35,12 +35,10 @@ func cmdCheckpoint(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	raw, err := c.Do(ctx, http.MethodPost, apiPath(rest[0], "checkpoints"), map[string]string{"branch": branch, "fs_snapshot": fsID, "label": label})
+	cp, err := c.CreateCheckpoint(ctx, rest[0], api.CheckpointRequest{Branch: branch, FSSnapshot: fsID, Label: label})
 	if err != nil {
 		return err
 	}
-	var cp lockstep.Checkpoint
-	json.Unmarshal(raw, &cp)
 	return cf.out(e, cp, func() {
 		if quiet {
 			fmt.Fprintln(e.stdout, cp.ID)
@@ -59,17 +57,11 @@ func cmdCheckpoints(ctx context.Context, e *env, args []string) error {
 	if len(rest) != 1 {
 		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep checkpoints WORKSPACE")
 	}
-	raw, err := c.Do(ctx, http.MethodGet, apiPath(rest[0], "checkpoints"), nil)
+	cps, err := c.Checkpoints(ctx, rest[0], 0)
 	if err != nil {
 		return err
 	}
-	var out struct {
-		Checkpoints []lockstep.Checkpoint `json:"checkpoints"`
-	}
-	json.Unmarshal(raw, &out)
-	if out.Checkpoints == nil {
-		out.Checkpoints = []lockstep.Checkpoint{}
-	}
+	out := api.CheckpointList{Checkpoints: cps}
 	return cf.out(e, out, func() {
 		rows := [][]string{{"ID", "BRANCH", "COMMIT", "DB SNAPSHOT", "FS SNAPSHOT", "CREATED", "LABEL"}}
 		for _, cp := range out.Checkpoints {
@@ -90,7 +82,7 @@ func cmdRestore(ctx context.Context, e *env, args []string) error {
 	if len(rest) != 2 {
 		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep restore WORKSPACE CHECKPOINT [--expect OID]")
 	}
-	raw, err := c.Do(ctx, http.MethodPost, apiPath(rest[0], "checkpoints", rest[1], "restore"), map[string]string{"expect_oid": expect})
+	r, err := c.RestoreCheckpoint(ctx, rest[0], rest[1], api.RestoreRequest{ExpectOID: expect})
 	if err != nil {
 		if d := lockstep.ErrorDetails(err); d != nil && !cf.json {
 			if parts, ok := d["parts"]; ok {
@@ -101,21 +93,8 @@ func cmdRestore(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if cf.json {
-		return printRaw(e, raw)
+		return printValue(e, r)
 	}
-	var r struct {
-		Commit     string `json:"commit"`
-		DBRestored bool   `json:"db_restored"`
-		FSSnapshot string `json:"fs_snapshot"`
-		Code       struct {
-			Skipped string `json:"skipped"`
-		} `json:"code"`
-		Database struct {
-			Skipped string `json:"skipped"`
-		} `json:"database"`
-		DurationMS float64 `json:"duration_ms"`
-	}
-	json.Unmarshal(raw, &r)
 	fmt.Fprintf(e.stdout, "restored %s to %s: code at %s%s, database restored: %v%s (%.1f ms)\n", rest[0], rest[1], short(r.Commit),
 		paren(r.Code.Skipped), r.DBRestored, paren(r.Database.Skipped), r.DurationMS)
 	if r.FSSnapshot != "" {
@@ -148,21 +127,21 @@ func cmdDatabase(ctx context.Context, e *env, args []string) error {
 	if len(rest) != 1 {
 		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep database %s REPO", sub)
 	}
-	var raw json.RawMessage
+	var db *api.Database
 	switch sub {
 	case "bind":
-		raw, err = c.Do(ctx, http.MethodPut, apiPath(rest[0], "database"), map[string]string{"template": template})
+		db, err = c.BindDatabase(ctx, rest[0], template)
 	case "show":
-		raw, err = c.Do(ctx, http.MethodGet, apiPath(rest[0], "database"), nil)
+		db, err = c.Database(ctx, rest[0])
 	case "refresh":
-		raw, err = c.Do(ctx, http.MethodPost, apiPath(rest[0], "database", "refresh"), nil)
+		db, err = c.RefreshDatabase(ctx, rest[0])
 	default:
 		return lockstep.Errorf(lockstep.EINVALID, "unknown database subcommand %q: want bind, show or refresh", sub)
 	}
 	if err != nil {
 		return branchingOffHint(err, sub, rest[0], template)
 	}
-	return printAnswer(e, cf, raw)
+	return printAnswer(e, cf, db)
 }
 
 // branchingOffHint turns the server's "database branching is off" into

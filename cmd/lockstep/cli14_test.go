@@ -20,34 +20,6 @@ func runCLI(t *testing.T, env map[string]string, args ...string) (stdout, stderr
 	return out.String(), errb.String(), err
 }
 
-// TestHelpEverywhere (issue 14): commands with subcommands print help for
-// -h instead of an error; -h shows each command's positional arguments;
-// bare `lockstep` prints usage and exits 2.
-func TestHelpEverywhere(t *testing.T) {
-	for _, cmd := range []string{"keys", "repo", "database", "gate", "snapshot", "hooks"} {
-		out, errb, err := runCLI(t, nil, cmd, "-h")
-		if err != exitError(0) || !strings.HasPrefix(out, "usage: lockstep "+cmd) {
-			t.Errorf("lockstep %s -h: err %v\nstdout: %s\nstderr: %s", cmd, err, out, errb)
-		}
-		if _, errb, err := runCLI(t, nil, cmd); err != exitError(2) || !strings.Contains(errb, "usage: lockstep "+cmd) {
-			t.Errorf("lockstep %s (no subcommand): want usage and status 2, got %v %q", cmd, err, errb)
-		}
-	}
-	for cmd, pos := range map[string]string{"fork": "BASE NAME", "checkout": "REPO[@REV] DIR", "promote": "WORKSPACE", "restore": "WORKSPACE CHECKPOINT",
-		"checkpoint": "WORKSPACE", "refs": "REPO", "workspaces": "BASE"} {
-		out, errb, err := runCLI(t, nil, cmd, "-h")
-		if err != exitError(0) || !strings.Contains(out+errb, "usage: lockstep "+cmd+" ") || !strings.Contains(out+errb, pos) {
-			t.Errorf("lockstep %s -h should show %q: err %v\n%s%s", cmd, pos, err, out, errb)
-		}
-	}
-	if out, errb, err := runCLI(t, nil); err != exitError(2) || out != "" || !strings.Contains(errb, "usage: lockstep <command>") {
-		t.Errorf("bare lockstep: want usage on stderr and status 2, got %v\nstdout: %s\nstderr: %s", err, out, errb)
-	}
-	if out, _, err := runCLI(t, nil, "--help"); err != nil || !strings.Contains(out, "whoami") {
-		t.Errorf("lockstep --help should list whoami: %v\n%s", err, out)
-	}
-}
-
 // TestSnapshotPrune: every run used to keep its snapshot forever. prune
 // keeps the newest --keep, keeps failed runs' for --keep-failed, drops a
 // never-started run's; --dry-run changes nothing; --json reports it.

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
 )
 
@@ -176,7 +176,7 @@ func cmdOplog(ctx context.Context, e *env, args []string) error {
 	if verify {
 		args = args[1:]
 	}
-	var f lockstep.OpFilter
+	var f api.OplogQuery
 	var after int64
 	var oldest bool
 	cf, c, _, err := setup("oplog", e, args, func(fl *flagger) {
@@ -244,7 +244,7 @@ func cmdRepo(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		return cf.out(e, r, func() { fmt.Fprintf(e.stdout, "created repository %s (default branch %s)\n", r.Name, r.DefaultBranch) })
+		return cf.out(e, viewRepo(&r.Repo, r.Head), func() { fmt.Fprintf(e.stdout, "created repository %s (default branch %s)\n", r.Name, r.DefaultBranch) })
 	case "list":
 		cf, c, _, err := setup("repo list", e, args[1:], nil)
 		if err != nil {
@@ -254,7 +254,14 @@ func cmdRepo(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		return cf.out(e, map[string]any{"repos": repos}, func() {
+		views := make([]repoView, len(repos))
+		for i, r := range repos {
+			views[i] = viewRepo(r, "")
+		}
+		if repos == nil {
+			views = nil
+		}
+		return cf.out(e, map[string]any{"repos": views}, func() {
 			rows := [][]string{{"NAME", "FORK OF", "STATUS", "OWNER", "DEFAULT"}}
 			for _, r := range repos {
 				rows = append(rows, []string{r.Name, r.ForkOf, r.Status, r.Owner, r.DefaultBranch})
@@ -273,7 +280,7 @@ func cmdRepo(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		return cf.out(e, r, func() {
+		return cf.out(e, viewRepo(&r.Repo, r.Head), func() {
 			fmt.Fprintf(e.stdout, "name:     %s\nfork of:  %s\nstatus:   %s\nbranch:   %s\nhead:     %s\n", r.Name, r.ForkOf, r.Status, r.DefaultBranch, r.Head)
 		})
 	}
@@ -292,7 +299,14 @@ func cmdRefs(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return cf.out(e, map[string]any{"refs": refs}, func() {
+	var views []refView
+	if refs != nil {
+		views = make([]refView, len(refs))
+	}
+	for i, r := range refs {
+		views[i] = refView{Name: r.Name, OID: r.OID}
+	}
+	return cf.out(e, map[string]any{"refs": views}, func() {
 		for _, r := range refs {
 			fmt.Fprintf(e.stdout, "%s %s\n", r.OID, r.Name)
 		}
@@ -317,7 +331,14 @@ func cmdLog(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return cf.out(e, map[string]any{"commits": commits, "next_after": next}, func() {
+	var views []commitView
+	if commits != nil {
+		views = make([]commitView, len(commits))
+	}
+	for i, cm := range commits {
+		views[i] = viewCommit(cm)
+	}
+	return cf.out(e, map[string]any{"commits": views, "next_after": next}, func() {
 		for _, cm := range commits {
 			fmt.Fprintf(e.stdout, "%s %s %-12s %s\n", short(cm.Commit), cm.Time, cm.Author.Name, firstLine(cm.Message))
 		}
@@ -339,7 +360,8 @@ func cmdFork(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return cf.out(e, res, func() {
+	view := forkView{Name: res.Name, ForkOf: res.ForkOf, BaseCommit: res.BaseCommit, Owner: res.Owner, Task: res.Task, DurationMS: res.DurationMS}
+	return cf.out(e, view, func() {
 		fmt.Fprintf(e.stdout, "workspace %s forked from %s at %s (%.2f ms)\n", res.Name, res.ForkOf, short(res.BaseCommit), res.DurationMS)
 	})
 }
@@ -359,7 +381,11 @@ func cmdWorkspaces(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return cf.out(e, map[string]any{"workspaces": ws}, func() {
+	views := make([]workspaceView, len(ws))
+	for i, w := range ws {
+		views[i] = workspaceView{Name: w.Name, Owner: w.Owner, Status: w.Status, Task: w.Task, Tip: w.Tip, BaseCommit: w.BaseCommit, Ahead: w.Ahead, Behind: w.Behind}
+	}
+	return cf.out(e, map[string]any{"workspaces": views}, func() {
 		rows := [][]string{{"NAME", "OWNER", "STATUS", "TASK", "TIP", "AHEAD", "BEHIND"}}
 		for _, w := range ws {
 			rows = append(rows, []string{w.Name, w.Owner, w.Status, w.Task, short(w.Tip), fmt.Sprint(w.Ahead), fmt.Sprint(w.Behind)})
@@ -380,11 +406,11 @@ func cmdWhoami(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var k lockstep.Key
-	if _, err := c.Request(ctx, http.MethodGet, "/api/v1/whoami", nil, nil, "", &k); err != nil {
+	k, err := c.Whoami(ctx)
+	if err != nil {
 		return err
 	}
-	return cf.out(e, &k, func() {
+	return cf.out(e, k, func() {
 		fmt.Fprintf(e.stdout, "key %s (%s), role %s, server %s\n", k.ID, k.Name, k.Role, cf.url)
 	})
 }

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/url"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
 )
 
@@ -22,7 +22,8 @@ func apiPath(repo string, rest ...string) string {
 	return p
 }
 
-// printRaw prints a raw JSON answer, indented like every --json answer.
+// printRaw prints a raw JSON answer, indented like every --json answer,
+// its keys sorted.
 func printRaw(e *env, raw json.RawMessage) error {
 	var v any
 	if err := json.Unmarshal(raw, &v); err != nil {
@@ -31,9 +32,23 @@ func printRaw(e *env, raw json.RawMessage) error {
 	return writeJSON(e.stdout, v)
 }
 
-// printAnswer prints a raw JSON object as JSON with --json, else as
+// printValue prints an answer of the API (an api type, which encodes to
+// the bytes the server sent) as printRaw does.
+func printValue(e *env, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return printRaw(e, raw)
+}
+
+// printAnswer prints an answer of the API as JSON with --json, else as
 // "field: value" lines (lists of objects as tables) for people.
-func printAnswer(e *env, cf *clientFlags, raw json.RawMessage) error {
+func printAnswer(e *env, cf *clientFlags, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
 	if cf.json {
 		return printRaw(e, raw)
 	}
@@ -143,22 +158,18 @@ func cmdGate(ctx context.Context, e *env, args []string) error {
 	if len(rest) != 1 {
 		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep gate %s REPO", sub)
 	}
-	var raw json.RawMessage
+	var p *api.Policy
 	if sub == "show" {
-		q := ""
-		if branch != "" {
-			q = "?branch=" + url.QueryEscape(branch)
-		}
-		raw, err = c.Do(ctx, http.MethodGet, apiPath(rest[0], "gate")+q, nil)
+		p, err = c.Gate(ctx, rest[0], branch)
 	} else {
 		clean := !allowConflicts
-		raw, err = c.Do(ctx, http.MethodPut, apiPath(rest[0], "gate"), lockstep.Policy{Branch: branch, RequiredChecks: checks,
+		p, err = c.SetGate(ctx, rest[0], api.Policy{Branch: branch, RequiredChecks: checks,
 			MaxChangedFiles: maxFiles, MaxChangedLines: maxLines, ProtectedPaths: protect, RequireCleanMerge: &clean, PromoteMode: mode})
 	}
 	if err != nil {
 		return err
 	}
-	return printAnswer(e, cf, raw)
+	return printAnswer(e, cf, p)
 }
 
 type multiFlag []string
@@ -183,29 +194,27 @@ func cmdChecks(ctx context.Context, e *env, args []string) error {
 	if len(rest) != 2 {
 		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep checks REPO COMMIT [--post NAME --status S]")
 	}
-	p := apiPath(rest[0], "commits", rest[1], "checks")
-	var raw json.RawMessage
-	switch {
-	case name != "":
-		raw, err = c.Do(ctx, http.MethodPost, p, map[string]string{"name": name, "status": status, "summary": summary, "details_url": detailsURL})
-	case wait != "":
-		raw, err = waitCheck(ctx, c, p, wait, waitFor)
-	default:
-		raw, err = c.Do(ctx, http.MethodGet, p, nil)
+	if name != "" {
+		ch, err := c.PostCheck(ctx, rest[0], rest[1], api.CheckRequest{Name: name, Status: status, Summary: summary, DetailsURL: detailsURL})
+		if err != nil {
+			return err
+		}
+		return printValue(e, ch)
+	}
+	var set *api.CheckSet
+	if wait != "" {
+		set, err = waitCheck(ctx, c, rest[0], rest[1], wait, waitFor)
+	} else {
+		set, err = c.Checks(ctx, rest[0], rest[1])
 	}
 	if err != nil {
 		return err
 	}
-	if cf.json || name != "" {
-		return printRaw(e, raw)
+	if cf.json {
+		return printValue(e, set)
 	}
-	var set struct {
-		Commit string           `json:"commit"`
-		Checks []lockstep.Check `json:"checks"`
-	}
-	json.Unmarshal(raw, &set)
 	rows := [][]string{{"NAME", "STATUS", "BY", "AT", "SUMMARY"}}
-	for _, ch := range set.Checks {
+	for _, ch := range set.Latest {
 		rows = append(rows, []string{ch.Name, ch.Status, ch.KeyName, ch.CreatedAt.Format("15:04:05"), firstLine(ch.Summary)})
 	}
 	table(e, rows)
@@ -214,20 +223,16 @@ func cmdChecks(ctx context.Context, e *env, args []string) error {
 
 // waitCheck polls a commit's checks until the named one has a final
 // result, or the timeout passes (a precondition error).
-func waitCheck(ctx context.Context, c *client.Client, path, name string, timeout time.Duration) (json.RawMessage, error) {
+func waitCheck(ctx context.Context, c *client.Client, repo, commit, name string, timeout time.Duration) (*api.CheckSet, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		raw, err := c.Do(ctx, http.MethodGet, path, nil)
+		set, err := c.Checks(ctx, repo, commit)
 		if err != nil {
 			return nil, err
 		}
-		var set struct {
-			Checks []lockstep.Check `json:"checks"`
-		}
-		json.Unmarshal(raw, &set)
-		for _, ch := range set.Checks {
+		for _, ch := range set.Latest {
 			if ch.Name == name && ch.Status != lockstep.CheckPending {
-				return raw, nil
+				return set, nil
 			}
 		}
 		if time.Now().After(deadline) {
@@ -254,7 +259,7 @@ func cmdPromote(ctx context.Context, e *env, args []string) error {
 	if len(rest) != 1 {
 		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep promote WORKSPACE [--commit OID] [--mode M]")
 	}
-	raw, err := c.Do(ctx, http.MethodPost, apiPath(rest[0], "promote"), map[string]string{"commit": commit, "message": message, "mode": mode})
+	res, err := c.Promote(ctx, rest[0], api.PromoteRequest{Commit: commit, Message: message, Mode: mode})
 	if err != nil {
 		if !cf.json {
 			if d := lockstep.ErrorDetails(err); d != nil {
@@ -271,19 +276,17 @@ func cmdPromote(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if cf.json {
-		return printRaw(e, raw)
+		return printValue(e, res)
 	}
-	var res struct {
-		Commit      string `json:"commit"`
-		Into        string `json:"into"`
-		FastForward bool   `json:"fast_forward"`
-	}
-	json.Unmarshal(raw, &res)
 	how := "merge commit"
-	if res.FastForward {
+	commitOID := ""
+	if res.MergeResponse != nil {
+		commitOID = res.Commit
+	}
+	if res.MergeResponse != nil && res.FastForward {
 		how = "fast-forward"
 	}
-	fmt.Fprintf(e.stdout, "promoted %s into %s (%s) → %s\n", rest[0], res.Into, how, res.Commit)
+	fmt.Fprintf(e.stdout, "promoted %s into %s (%s) → %s\n", rest[0], res.Into, how, commitOID)
 	return nil
 }
 
@@ -311,21 +314,25 @@ func cmdHooks(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var raw json.RawMessage
+	var answer any
 	switch {
 	case sub == "list" && len(rest) == 1:
-		raw, err = c.Do(ctx, http.MethodGet, apiPath(rest[0], "hooks"), nil)
+		var hs []api.Hook
+		hs, err = c.Hooks(ctx, rest[0])
+		answer = api.HookList{Hooks: hs}
 	case sub == "create" && len(rest) == 1:
-		raw, err = c.Do(ctx, http.MethodPost, apiPath(rest[0], "hooks"), map[string]any{"url": hookURL, "secret": secret, "events": []string(events)})
+		answer, err = c.CreateHook(ctx, rest[0], hookURL, secret, []string(events))
 	case sub == "deliveries" && len(rest) == 2:
-		raw, err = c.Do(ctx, http.MethodGet, apiPath(rest[0], "hooks", rest[1], "deliveries"), nil)
+		var ds []api.Delivery
+		ds, err = c.HookDeliveries(ctx, rest[0], rest[1], 0)
+		answer = api.DeliveryList{Deliveries: ds}
 	case sub == "rotate" && len(rest) == 2:
 		if overlap < 0 {
 			return lockstep.Errorf(lockstep.EINVALID, "--overlap must be >= 0")
 		}
-		raw, err = c.Do(ctx, http.MethodPost, apiPath(rest[0], "hooks", rest[1], "rotate"), map[string]any{"secret": secret, "overlap_seconds": int64(overlap / time.Second)})
+		answer, err = c.RotateHook(ctx, rest[0], rest[1], secret, overlap)
 	case sub == "delete" && len(rest) == 2:
-		_, err = c.Do(ctx, http.MethodDelete, apiPath(rest[0], "hooks", rest[1]), nil)
+		err = c.DeleteHook(ctx, rest[0], rest[1])
 		if err == nil {
 			return cf.out(e, map[string]any{"deleted": rest[1]}, func() { fmt.Fprintf(e.stdout, "hook %s deleted\n", rest[1]) })
 		}
@@ -336,7 +343,5 @@ func cmdHooks(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printAnswer(e, cf, raw)
+	return printAnswer(e, cf, answer)
 }
-
-var _ = client.New

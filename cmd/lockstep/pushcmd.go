@@ -10,14 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
-	"github.com/lockstep-hq/lockstep/worktree"
 )
 
 // pushReport is what `lockstep push` prints.
@@ -96,10 +93,7 @@ func endProgress(e *env, quiet bool, bytes int64) {
 	}
 }
 
-// pushDir is the incremental push: scan with the stat cache, ask the
-// server which objects it lacks (top-down, one round trip per tree level
-// that changed), upload one pack of those, then move the branch by
-// compare-and-swap to the new tree.
+// pushDir runs client.PushDir on dir with the stat cache outside it.
 func pushDir(ctx context.Context, c *client.Client, dir, repoName string, o client.WriteOptions, expectCurrent bool, progress func(int, int64)) (*pushReport, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -108,112 +102,15 @@ func pushDir(ctx context.Context, c *client.Client, dir, repoName string, o clie
 	return pushDirCache(ctx, c, abs, repoName, o, expectCurrent, progress, statCachePath(abs))
 }
 
+// pushDirCache is client.PushDir with an explicit stat cache file, its
+// result as `lockstep push` prints it.
 func pushDirCache(ctx context.Context, c *client.Client, dir, repoName string, o client.WriteOptions, expectCurrent bool, progress func(int, int64), cachePath string) (*pushReport, error) {
-	rep := &pushReport{}
-	st, err := os.Stat(dir)
-	if err != nil {
-		return nil, lockstep.Errorf(lockstep.EINVALID, "push: %v", err)
-	}
-	if !st.IsDir() {
-		return nil, lockstep.Errorf(lockstep.EINVALID, "push: %s is not a directory", dir)
-	}
-	if expectCurrent {
-		if o.Branch == "" {
-			r, err := c.Repo(ctx, repoName)
-			if err != nil {
-				return nil, err
-			}
-			o.Branch = r.DefaultBranch
-		}
-		cur, err := c.Ref(ctx, repoName, o.Branch)
-		if err != nil {
-			return nil, err
-		}
-		rep.RoundTrips++
-		o.ExpectOID = cur
-		if cur == "" {
-			o.ExpectOID = lockstep.ZeroOID
-		}
-	}
-	t0 := time.Now()
-	if err := os.MkdirAll(filepath.Dir(cachePath), 0o700); err != nil {
-		return nil, err
-	}
-	cache, err := worktree.OpenStatCache(cachePath)
+	res, err := c.PushDir(ctx, repoName, dir, client.PushDirOptions{WriteOptions: o, ExpectCurrent: expectCurrent, Progress: progress, StatCache: cachePath})
 	if err != nil {
 		return nil, err
 	}
-	snap, err := worktree.Scan(dir, worktree.ScanOptions{Cache: cache})
-	if err != nil {
-		return nil, err
-	}
-	rep.ScanMS = msSince(t0)
-	rep.Files, rep.Hashed = snap.Files, snap.Hashed
-	t1 := time.Now()
-	missing, err := worktree.Plan(ctx, snap, func(ctx context.Context, oids []plumbing.Hash) ([]plumbing.Hash, error) {
-		rep.RoundTrips++
-		in := make([]string, len(oids))
-		for i, h := range oids {
-			in[i] = h.String()
-		}
-		out, err := c.Missing(ctx, repoName, in)
-		if err != nil {
-			return nil, err
-		}
-		hs := make([]plumbing.Hash, len(out))
-		for i, s := range out {
-			hs[i] = plumbing.NewHash(s)
-		}
-		return hs, nil
-	}, &worktree.PlanOptions{Known: cache.Known()})
-	if err != nil {
-		return nil, err
-	}
-	if len(missing) > 0 {
-		// The pack is streamed, and built again if the upload is retried.
-		var mu sync.Mutex
-		attempt := 0
-		up, err := c.UploadPackFunc(ctx, repoName, func() (io.Reader, error) {
-			mu.Lock()
-			attempt++
-			me := attempt
-			mu.Unlock()
-			pr, pw := io.Pipe()
-			go func() {
-				n, b, err := worktree.WritePack(snap, missing, pw, &worktree.PackOptions{Progress: progress})
-				mu.Lock()
-				if me == attempt {
-					rep.ObjectsSent, rep.BytesSent = n, b
-				}
-				mu.Unlock()
-				pw.CloseWithError(err)
-			}()
-			return pr, nil
-		})
-		mu.Lock()
-		mu.Unlock()
-		if up != nil {
-			rep.uploaded = *up
-		}
-		rep.RoundTrips++
-		if err != nil {
-			return nil, err
-		}
-	}
-	res, err := c.PushTree(ctx, repoName, snap.Tree.String(), o)
-	rep.RoundTrips++
-	if err != nil {
-		return nil, err
-	}
-	rep.ServerMS = msSince(t1)
-	rep.PushResult = *res
-	rep.ObjectsWritten += rep.uploaded.ObjectsWritten
-	rep.BytesWritten += rep.uploaded.BytesWritten
-	cache.SetKnown(snap.Known())
-	if err := cache.Save(); err != nil {
-		return nil, fmt.Errorf("save stat cache: %w", err)
-	}
-	return rep, nil
+	return &pushReport{PushResult: res.PushResult, Files: res.Files, Hashed: res.Hashed, ObjectsSent: res.ObjectsSent, BytesSent: res.BytesSent,
+		RoundTrips: res.RoundTrips, ScanMS: res.ScanMS, ServerMS: res.ServerMS, uploaded: res.Uploaded}, nil
 }
 
 func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
@@ -387,11 +284,11 @@ func cmdMerge(ctx context.Context, e *env, args []string) error {
 	if repoName == "" || req.Theirs == "" {
 		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep merge --repo R --theirs REV [--ours B] (--preflight | --materialize) [--deep]")
 	}
-	raw, err := c.Merge(ctx, repoName, req)
+	res, err := c.MergeBranches(ctx, repoName, req)
 	if err != nil {
 		return err
 	}
-	return printMerge(e, cf, raw)
+	return printMerge(e, cf, res)
 }
 
 func cmdSync(ctx context.Context, e *env, args []string) error {
@@ -405,35 +302,22 @@ func cmdSync(ctx context.Context, e *env, args []string) error {
 	if len(rest) != 1 {
 		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep sync WORKSPACE [--expect OID]")
 	}
-	raw, err := c.Sync(ctx, rest[0], expect)
+	res, err := c.Sync(ctx, rest[0], api.SyncRequest{ExpectOID: expect})
 	if err != nil {
 		return err
 	}
-	return printMerge(e, cf, raw)
+	return printMerge(e, cf, res)
 }
 
-func printMerge(e *env, cf *clientFlags, raw json.RawMessage) error {
-	var m struct {
-		Clean       bool   `json:"clean"`
-		FastForward bool   `json:"fast_forward"`
-		UpToDate    bool   `json:"up_to_date"`
-		MergeBase   string `json:"merge_base"`
-		Ours        string `json:"ours"`
-		Theirs      string `json:"theirs"`
-		Tree        string `json:"tree"`
-		Commit      string `json:"commit"`
-		SideRef     string `json:"side_ref"`
-		Conflicts   []struct {
-			Path string `json:"path"`
-			Kind string `json:"kind"`
-		} `json:"conflicts"`
-		DurationMS float64 `json:"duration_ms"`
-	}
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return err
-	}
+func printMerge(e *env, cf *clientFlags, m *api.MergeResponse) error {
 	if cf.json {
-		_, err := e.stdout.Write(append(raw, '\n'))
+		// The server's answer as it came (compact): api.MergeResponse
+		// encodes to the same bytes.
+		raw, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		_, err = e.stdout.Write(append(raw, '\n'))
 		return err
 	}
 	state := "clean"

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
 	"github.com/lockstep-hq/lockstep/fssnap"
 	"github.com/lockstep-hq/lockstep/fssnap/proc"
@@ -226,12 +224,10 @@ func (s *serverCheckpointer) Checkpoint(ctx context.Context, fsID string) (strin
 	if _, err := s.push(ctx, "checkpoint before: "+strings.Join(s.command, " ")); err != nil {
 		return "", fmt.Errorf("push worktree: %w", err)
 	}
-	raw, err := s.c.Do(ctx, http.MethodPost, apiPath(s.ws, "checkpoints"), map[string]string{"fs_snapshot": fsID, "label": clip("run: "+strings.Join(s.command, " "), 200)})
+	cp, err := s.c.CreateCheckpoint(ctx, s.ws, api.CheckpointRequest{FSSnapshot: fsID, Label: clip("run: "+strings.Join(s.command, " "), 200)})
 	if err != nil {
 		return "", err
 	}
-	var cp lockstep.Checkpoint
-	json.Unmarshal(raw, &cp)
 	return cp.ID, nil
 }
 
@@ -282,21 +278,12 @@ func lastLines(s string, n int) string {
 // Restore rolls code and database back on the server and records why the
 // run failed (exit code, duration, output tails, the evidence commit).
 func (s *serverCheckpointer) Restore(ctx context.Context, id string, f *txrun.Failure) (txrun.RestoreReport, error) {
-	raw, err := s.c.Do(ctx, http.MethodPost, apiPath(s.ws, "checkpoints", id, "restore"),
-		map[string]any{"failure": map[string]any{"command": s.command, "exit_code": f.Status.ExitCode, "signal": f.Status.Signal,
-			"timed_out": f.Status.TimedOut, "duration_ms": f.Status.DurationMs, "stdout_tail": f.StdoutTail, "stderr_tail": f.StderrTail,
-			"evidence": f.Evidence, "reason": failureText(f.Status)}})
+	r, err := s.c.RestoreCheckpoint(ctx, s.ws, id, api.RestoreRequest{Failure: &api.Failure{Command: s.command, ExitCode: f.Status.ExitCode, Signal: f.Status.Signal,
+		TimedOut: f.Status.TimedOut, DurationMS: f.Status.DurationMs, StdoutTail: f.StdoutTail, StderrTail: f.StderrTail,
+		Evidence: f.Evidence, Reason: failureText(f.Status)}})
 	if err != nil {
 		return txrun.RestoreReport{}, err
 	}
-	var r struct {
-		Commit     string  `json:"commit"`
-		Tree       string  `json:"tree"`
-		DBRestored bool    `json:"db_restored"`
-		FSSnapshot string  `json:"fs_snapshot"`
-		DurationMS float64 `json:"duration_ms"`
-	}
-	json.Unmarshal(raw, &r)
 	return txrun.RestoreReport{Commit: r.Commit, Tree: r.Tree, DBRestored: r.DBRestored, FSSnapshot: r.FSSnapshot, DurationMs: r.DurationMS}, nil
 }
 
@@ -418,17 +405,14 @@ func runEnv(ctx context.Context, e *env, c *client.Client, cf *clientFlags, ws s
 		return env
 	}
 	env = append(env, "LOCKSTEP_URL="+cf.url)
-	raw, err := c.Do(ctx, http.MethodGet, apiPath(ws, "database"), nil)
+	db, err := c.Database(ctx, ws)
 	if err != nil {
 		if code := lockstep.ErrorCode(err); code != lockstep.EUNAVAILABLE && code != lockstep.ENOTFOUND {
 			fmt.Fprintf(e.stderr, "lockstep run: no DATABASE_URL for the command: %v\n", err)
 		}
 		return env
 	}
-	var db struct {
-		DSN string `json:"dsn"`
-	}
-	if json.Unmarshal(raw, &db) == nil && db.DSN != "" {
+	if db.DSN != "" {
 		env = append(env, "DATABASE_URL="+db.DSN)
 	}
 	return env
@@ -467,14 +451,7 @@ func printRunReport(e *env, rep *txrun.Report) {
 // statCachePath keeps the push stat cache outside the pushed directory, in
 // the user's cache dir, keyed by the directory's absolute path: lockstep
 // never writes into the tree it snapshots.
-func statCachePath(absDir string) string {
-	base, err := os.UserCacheDir()
-	if err != nil {
-		base = os.TempDir()
-	}
-	sum := sha256.Sum256([]byte(absDir))
-	return filepath.Join(base, "lockstep", "statcache", hex.EncodeToString(sum[:8]))
-}
+func statCachePath(absDir string) string { return client.DefaultStatCachePath(absDir) }
 
 // clip shortens s to at most n bytes on a rune boundary.
 func clip(s string, n int) string {

@@ -23,13 +23,14 @@ import (
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/dbbranch"
-	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/redislock"
 	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
 	"github.com/lockstep-hq/lockstep/web"
+	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 // serveConfig is every setting of `lockstep serve`. Each is a flag and an
@@ -300,7 +301,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 // app is the wired service.
 type app struct {
 	store        *sqlstore.DB
-	repos        *forks.Service
+	repos        *repositories.Service
 	handler      http.Handler
 	adminKeyPath string
 	closers      []func()
@@ -371,7 +372,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	if err != nil {
 		return nil, err
 	}
-	a.repos = forks.New(forks.Config{DataDir: c.Data, Fsync: c.Fsync, MergeRetries: c.MergeRetries,
+	a.repos = repositories.New(repositories.Config{DataDir: c.Data, Fsync: c.Fsync, MergeRetries: c.MergeRetries,
 		MergeMaxFileBytes: c.MergeMaxFileBytes, MergeRenameLimit: c.MergeRenameLimit, ComparePatchBytes: c.ComparePatchBytes, CompactPacks: c.CompactPacks, TempGrace: c.TempGrace,
 		Limits: repo.Limits{MaxUploadBytes: c.MaxUploadBytes, MaxFileBytes: c.MaxFileBytes, MaxFiles: c.MaxFiles}},
 		db, logger, metrics, nil)
@@ -412,27 +413,31 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	workerDone := make(chan struct{})
 	go func() { g.Run(wctx); close(workerDone) }()
 	a.closers = append(a.closers, func() { stopWorker(); <-workerDone })
-	var dbs *dbbranch.Manager
+	var brancher lockstep.Brancher // stays nil (not a nil *Manager) when branching is off
 	if c.BranchDatabaseURL != "" {
 		secret, err := branchSecret(c)
 		if err != nil {
 			return nil, err
 		}
-		dbs, err = dbbranch.New(ctx, dbbranch.Config{AdminURL: c.BranchDatabaseURL, Prefix: c.BranchPrefix, Secret: secret,
+		dbs, err := dbbranch.New(ctx, dbbranch.Config{AdminURL: c.BranchDatabaseURL, Prefix: c.BranchPrefix, Secret: secret,
 			Warm: c.BranchWarm, MaxSnapshots: c.BranchMaxSnaps})
 		if err != nil {
 			return nil, fmt.Errorf("database branching (LOCKSTEP_BRANCH_DATABASE_URL): %w", err)
 		}
 		a.closers = append(a.closers, dbs.Close)
+		brancher = dbbranch.Brancher{M: dbs}
 	}
-	cps := checkpoints.New(db, a.repos, dbs, logger, metrics, nil)
+	// Closed before the branch manager (closers run in reverse): their
+	// background branch creations and template refreshes end first.
+	wss := workspaces.New(db, a.repos, brancher, logger, metrics, nil)
+	a.closers = append(a.closers, func() { wss.Close() })
+	cps := checkpoints.New(db, a.repos, brancher, logger, metrics, nil)
+	a.closers = append(a.closers, func() { cps.Close() })
 	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) { cps.AfterPromote(ctx, base.Name) }
 	srv := &web.Server{
 		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate, MaxConcurrentUploads: c.MaxUploads,
 			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
-		Store: db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos, Gate: g, Checkpoints: cps,
-		AfterFork:    func(ctx context.Context, f *forks.ForkResult) { cps.AfterFork(ctx, f.ForkOf, f.Name) },
-		AfterAbandon: func(ctx context.Context, ws *lockstep.Repo) { cps.AfterAbandon(ctx, ws.Name) },
+		Store: db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps,
 		MCP: func(api http.Handler) http.Handler {
 			return agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{Version: version(), MaxRequestBytes: c.MaxEditBytes})
 		},

@@ -1,7 +1,7 @@
-// Package e2ekit is the shared harness of Lockstep's end-to-end suites
-// (e2e, e2egate, e2erun). It is a normal package so the three test
-// packages can import it, but it is used only by tests: nothing outside
-// *_test.go files imports it.
+// Package e2ekit is the harness of Lockstep's end-to-end suite (e2e) and
+// of the tests that need a real server process (runner). It is a normal
+// package so test packages can import it, but it is used only by tests:
+// nothing outside *_test.go files imports it.
 //
 // It builds the lockstep binary once per test binary ([Main]), runs
 // `lockstep serve` as a child process on a free port with a temporary data

@@ -1,0 +1,40 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestBenchOnly(t *testing.T) {
+	b := &bencher{o: benchOpts{only: []string{"fork-20k", "read-refs"}}}
+	for g, want := range map[string]bool{"fork": true, "read": true, "rollback": false, "push-incremental": false, "run": false} {
+		if b.selected(g) != want {
+			t.Errorf("selected(%q) = %v, want %v", g, !want, want)
+		}
+	}
+}
+
+func TestBenchDist(t *testing.T) {
+	d := newDist([]float64{5, 1, 4, 2, 3, 6, 7, 8, 9, 10})
+	if d.Median != 5.5 || d.P90 != 9 || d.Min != 1 || d.Max != 10 || d.N != 10 {
+		t.Errorf("newDist = %+v", d)
+	}
+}
+
+func TestRunValidatesOptions(t *testing.T) {
+	for _, o := range []Options{
+		{Files: 29, BigFiles: 50, Iterations: 1},
+		{Files: 40, BigFiles: 29, Iterations: 1},
+		{Files: 40, BigFiles: 50, Iterations: 0},
+	} {
+		err := Run(context.Background(), o, nil)
+		if err == nil || !strings.Contains(err.Error(), "must be ≥ 30") {
+			t.Errorf("Run(%+v) = %v, want the size error", o, err)
+		}
+	}
+	err := Run(context.Background(), Options{Files: 40, BigFiles: 50, Iterations: 1}, nil)
+	if err == nil || !strings.Contains(err.Error(), "Options.StartServer is required") {
+		t.Errorf("Run without StartServer = %v", err)
+	}
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/lockstep-hq/lockstep/bench"
+)
+
+// cmdBench parses `lockstep bench`'s flags and runs package bench with
+// the wiring of `serve`.
+func cmdBench(ctx context.Context, e *env, args []string) error {
+	var o bench.Options
+	var only string
+	f := newFlagger("bench", e)
+	f.fs.StringVar(&o.Dir, "dir", "", "parent directory of the bench's temp dir (default $TMPDIR, else /dev/shm when it is a tmpfs)")
+	f.fs.IntVar(&o.Files, "files", 2000, "files of the small tree (push, rollback, read, checkpoint, run)")
+	f.fs.IntVar(&o.BigFiles, "big-files", 20000, "files of the big tree (fork-20k, preflight, materialize)")
+	f.fs.IntVar(&o.Iterations, "iterations", 20, "measured iterations of the fast scenarios (slow ones use fewer)")
+	f.fs.BoolVar(&o.JSON, "json", false, "print the rows as JSON")
+	f.fs.BoolVar(&o.Strict, "strict", false, "exit 1 when a target is missed")
+	f.fs.BoolVar(&o.Keep, "keep", false, "keep the bench directory")
+	f.fs.StringVar(&only, "only", "", "comma-separated scenario groups: "+strings.Join(bench.Groups(), ","))
+	f.fs.StringVar(&o.CPUProfileDir, "cpuprofile-dir", "", "write a CPU profile of each scenario's measured loop (server in-process) into this directory")
+	f.fs.StringVar(&o.Bin, "bin", "", "lockstep binary for the end-to-end scenarios (default: this executable, or go build)")
+	f.fs.Uint64Var(&o.Seed, "seed", 1, "seed of the generated trees")
+	f.fs.BoolVar(&o.CompareFsync, "compare-fsync", true, "also measure push-incremental and rollback on a server with --fsync=false")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if only != "" {
+		for _, s := range strings.Split(only, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				o.Only = append(o.Only, s)
+			}
+		}
+	}
+	o.BranchDatabaseURL = strings.TrimSpace(e.getenv("LOCKSTEP_BRANCH_DATABASE_URL"))
+	o.Stderr = e.stderr
+	o.StartServer = func(ctx context.Context, bc bench.ServerConfig) (*bench.Server, error) {
+		return benchServer(ctx, e, bc)
+	}
+	err := bench.Run(ctx, o, e.stdout)
+	if errors.Is(err, bench.ErrTargetMissed) {
+		return exitError(1)
+	}
+	return err
+}
+
+// benchServer starts an in-process server with the defaults of `serve`
+// (from no environment but the branch database) and bc's settings.
+func benchServer(ctx context.Context, e *env, bc bench.ServerConfig) (*bench.Server, error) {
+	var c serveConfig
+	f := newFlagger("serve", &env{getenv: func(k string) string {
+		if k == "LOCKSTEP_BRANCH_DATABASE_URL" {
+			return bc.BranchDatabaseURL
+		}
+		return ""
+	}, stdout: io.Discard, stderr: e.stderr})
+	c.declare(f)
+	if err := f.parse([]string{"--data", bc.Data, "--addr", "127.0.0.1:0", "--fsync=" + strconv.FormatBool(bc.Fsync), "--branch-prefix", bc.BranchPrefix}); err != nil {
+		return nil, err
+	}
+	a, err := startApp(ctx, &c, bc.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return &bench.Server{Handler: a.handler, Close: a.close}, nil
+}

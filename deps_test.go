@@ -1,0 +1,65 @@
+package lockstep_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestDomainImportsNoDriver keeps the domain packages free of adapters:
+// they reach storage, databases, locks and HTTP through the root seams
+// (Store, Brancher, Locker, …), so none of them may depend, even
+// indirectly, on a driver or on the packages that adapt one.
+func TestDomainImportsNoDriver(t *testing.T) {
+	domain := []string{".", "./repositories", "./workspaces", "./gate", "./checkpoints", "./merge"}
+	forbidden := []string{
+		"github.com/lockstep-hq/lockstep/sqlstore",
+		"github.com/lockstep-hq/lockstep/dbbranch",
+		"github.com/lockstep-hq/lockstep/redislock",
+		"github.com/lockstep-hq/lockstep/web",
+		"database/sql",
+		"github.com/jackc/pgx",
+		"github.com/redis/go-redis",
+		"github.com/gin-gonic/gin",
+		"modernc.org/sqlite",
+		"github.com/mattn/go-sqlite3",
+	}
+	for _, pkg := range domain {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) < 2 {
+			t.Fatalf("go list -deps %s listed %d packages: %q", pkg, len(lines), out)
+		}
+		for _, line := range lines {
+			f := strings.Fields(line)
+			dep, imports := f[0], f[1:]
+			// Anywhere in the graph: an adapter of ours or a driver.
+			if bad := match(dep, forbidden); bad != "" && !strings.HasPrefix(bad, "database/sql") {
+				t.Errorf("%s depends on %s (a driver or adapter): reach it through a root interface", pkg, dep)
+			}
+			// database/sql is imported by libraries we use for other
+			// things (prometheus' collectors, uuid's Scan): only our own
+			// packages may not import it.
+			if strings.HasPrefix(dep, "github.com/lockstep-hq/lockstep") {
+				for _, imp := range imports {
+					if bad := match(imp, forbidden); strings.HasPrefix(bad, "database/sql") {
+						t.Errorf("%s depends on %s, which imports %s: reach the database through a root interface", pkg, dep, imp)
+					}
+				}
+			}
+		}
+	}
+}
+
+// match returns the entry of list that path is or lies under, or "".
+func match(path string, list []string) string {
+	for _, f := range list {
+		if path == f || strings.HasPrefix(path, f+"/") {
+			return f
+		}
+	}
+	return ""
+}

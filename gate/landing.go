@@ -1,0 +1,152 @@
+package gate
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/merge"
+	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/repositories"
+)
+
+// PromoteTarget is a workspace commit and the base branch it would land on.
+type PromoteTarget struct {
+	Workspace *lockstep.Repo
+	Base      *lockstep.Repo
+	Branch    string
+	Commit    plumbing.Hash
+	Tree      plumbing.Hash
+}
+
+// PromoteTarget resolves what a promote of commit (default: the
+// workspace tip) would do. Errors: not_found, invalid_argument when the
+// repository is not a workspace or is not active, or when commit is not in
+// the history of the workspace's branch.
+func (s *Service) Target(ctx context.Context, wsName, commit string) (*PromoteTarget, error) {
+	ws, err := s.repos.Repo(ctx, wsName)
+	if err != nil {
+		return nil, err
+	}
+	if ws.ForkOf == "" {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "%s is a base repository, not a workspace: only workspaces are promoted", ws.Name)
+	}
+	if ws.Status != lockstep.StatusActive {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s, not active", ws.Name, ws.Status)
+	}
+	base, err := s.repos.Repo(ctx, ws.ForkOf)
+	if err != nil {
+		return nil, err
+	}
+	rev := commit
+	if rev == "" {
+		rev = ws.DefaultBranch
+	}
+	h, err := s.repos.Resolve(ctx, ws, rev)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.repos.Network(ws.Network)
+	if err != nil {
+		return nil, err
+	}
+	if commit != "" {
+		// The fork network shares one object store, so an oid resolves in
+		// every repository of it: require the workspace's own history, or
+		// an agent could land another agent's commit through its workspace.
+		tip, err := s.repos.Tip(ctx, ws, ws.DefaultBranch)
+		if err != nil {
+			return nil, err
+		}
+		if tip != h {
+			bases, err := merge.MergeBases(ctx, n.Objects(), tip, h)
+			if err != nil {
+				return nil, err
+			}
+			if len(bases) != 1 || bases[0] != h {
+				return nil, lockstep.Errorf(lockstep.EINVALID, "commit %s is not in the history of %s's branch %s", commit, ws.Name, ws.DefaultBranch)
+			}
+		}
+	}
+	ci, err := n.Commit(h)
+	if err != nil {
+		return nil, err
+	}
+	return &PromoteTarget{Workspace: ws, Base: base, Branch: base.DefaultBranch, Commit: h, Tree: ci.Tree}, nil
+}
+
+// PromoteChanges lists what the workspace commit changes relative to its
+// merge base with the base branch: the workspace's own work, not what the
+// base did meanwhile.
+func (s *Service) PromoteChanges(ctx context.Context, t *PromoteTarget) ([]repo.FileChange, error) {
+	n, err := s.repos.Network(t.Base.Network)
+	if err != nil {
+		return nil, err
+	}
+	tip, err := s.repos.Tip(ctx, t.Base, t.Branch)
+	if lockstep.ErrorCode(err) == lockstep.ENOTFOUND {
+		return n.Compare(plumbing.ZeroHash, t.Commit, repo.CompareOptions{MaxPatchBytes: 1})
+	}
+	if err != nil {
+		return nil, err
+	}
+	mb, err := merge.MergeBase(ctx, n.Objects(), tip, t.Commit)
+	if err != nil {
+		return nil, err
+	}
+	return n.Compare(mb, t.Commit, repo.CompareOptions{MaxPatchBytes: 1})
+}
+
+// PromotePreflight merges the commit into the base branch's current tip in
+// memory (deep) and writes nothing.
+func (s *Service) PromotePreflight(ctx context.Context, t *PromoteTarget) (*merge.Result, error) {
+	n, err := s.repos.Network(t.Base.Network)
+	if err != nil {
+		return nil, err
+	}
+	tip, err := s.repos.Tip(ctx, t.Base, t.Branch)
+	if lockstep.ErrorCode(err) == lockstep.ENOTFOUND {
+		return &merge.Result{Clean: true, FastForward: true, Tree: t.Tree}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return merge.Merge(ctx, merge.NewOverlay(n.Objects()), tip, t.Commit, s.repos.MergeOptions(true))
+}
+
+// land materializes the workspace commit into the base branch (the only
+// way an agent's work reaches it): re-resolves the branch, fast-forwards or
+// merges (mode merge, squash, fast_forward), moves it by compare-and-swap
+// and marks the workspace promoted in the same transaction. Promote calls
+// it from its landing queue after every rule passed.
+func (s *Service) land(ctx context.Context, actor *lockstep.Key, t *PromoteTarget, mode, message string, details map[string]any) (*repositories.MergeResponse, error) {
+	start := s.now()
+	if message == "" {
+		message = fmt.Sprintf("Promote %s into %s", t.Workspace.Name, t.Branch)
+	}
+	d := make(map[string]any, len(details)+1)
+	for k, v := range details {
+		d[k] = v
+	}
+	d["workspace"] = t.Workspace.Name
+	if err := repositories.CanPromote(actor, t.Workspace, t.Base); err != nil {
+		return nil, err
+	}
+	// The base branch moves and the workspace becomes promoted in one
+	// transaction: never a landed workspace that is still active (and
+	// could land again), never a promoted one whose commit did not land.
+	change := &lockstep.StatusChange{RepoID: t.Workspace.ID, Repo: t.Workspace.Name, From: lockstep.StatusActive, To: lockstep.StatusPromoted,
+		Entry: &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace.promoted", Repo: t.Workspace.Name, TraceID: traceID(ctx),
+			Details: map[string]any{"into": t.Base.Name + ":" + t.Branch, "commit": t.Commit.String()}}}
+	res, err := s.repos.LandCommit(ctx, actor, t.Base, t.Branch, t.Commit, t.Tree, mode, message, "promote", start, d, change)
+	if err != nil {
+		return nil, err
+	}
+	if res.UpToDate {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "nothing to promote: %s:%s already contains %s", t.Base.Name, t.Branch, t.Commit.String()[:12])
+	}
+	t.Workspace.Status = lockstep.StatusPromoted
+	return res, nil
+}

@@ -1,0 +1,97 @@
+package repositories
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/repo"
+)
+
+// Edit is one file change of an edit batch: write Content at Path, or
+// delete Path (a file or a whole directory).
+type Edit = repo.TreeEdit
+
+// MaxEditPaths bounds how many paths an edit's operations-log entry lists.
+const MaxEditPaths = 50
+
+// EditFiles applies a batch of file edits to a branch as one commit, under
+// the same compare-and-swap rules as a push (opts.ExpectOID, or
+// opts.Force): an agent without a checkout can work through the API
+// alone. The edits apply to the branch's current tree (or, for a branch
+// that does not exist yet, to the tree it would start from). A forced
+// batch is re-applied when the branch moves under it, never committed on
+// a stale tree.
+//
+// Errors: those of PushTar, plus invalid_argument for a bad path or a
+// write through a file, not_found for a delete of a missing path.
+func (s *Service) EditFiles(ctx context.Context, actor *lockstep.Key, repoName string, edits []Edit, opts WriteOptions) (*PushResult, error) {
+	start := s.now()
+	if len(edits) == 0 {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "edits: at least one edit")
+	}
+	r, n, err := s.writeTarget(ctx, actor, repoName, &opts)
+	if err != nil {
+		return nil, err
+	}
+	paths := make([]string, 0, min(len(edits), MaxEditPaths))
+	for _, e := range edits[:min(len(edits), MaxEditPaths)] {
+		paths = append(paths, e.Path)
+	}
+	details := map[string]any{"edits": len(edits), "paths": paths}
+	for attempt := 0; ; attempt++ {
+		cur, err := s.checkExpect(ctx, r, opts)
+		if err != nil {
+			return nil, s.logFailure(ctx, actor, r, "edit", opts.Branch, start, err)
+		}
+		base, err := s.editBase(ctx, r, n, cur, opts)
+		if err != nil {
+			return nil, err
+		}
+		tree, objs, err := n.EditTree(base, edits, s.cfg.Limits)
+		if err != nil {
+			return nil, err
+		}
+		stats, err := n.WriteObjects(objs)
+		if err != nil {
+			return nil, fmt.Errorf("write objects: %w", err)
+		}
+		s.afterWrite(r.Network, n)
+		pinned := opts
+		pinned.ExpectOID = cur // the tree was built on cur: never commit it on another tip
+		res, err := s.commitTreeWith(ctx, actor, r, "edit", tree, stats, pinned, start, details)
+		if err != nil && lockstep.ErrorCode(err) == lockstep.EREFCONFLICT && opts.ExpectOID == "" && opts.Force && attempt < 5 {
+			continue
+		}
+		return res, err
+	}
+}
+
+// editBase is the tree an edit batch applies to: the branch tip's, or for
+// a new branch the tree of the commit it will start from (empty if none).
+func (s *Service) editBase(ctx context.Context, r *lockstep.Repo, n *repo.Network, cur string, opts WriteOptions) (plumbing.Hash, error) {
+	from := cur
+	if cur == lockstep.ZeroOID {
+		from = opts.From
+		if from == "" && opts.Branch != r.DefaultBranch {
+			if tip, err := s.branchTip(ctx, r, r.DefaultBranch); err == nil {
+				from = tip.String()
+			}
+		}
+		if from == "" {
+			return plumbing.ZeroHash, nil
+		}
+		h, err := s.Resolve(ctx, r, from)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		from = h.String()
+	}
+	c, err := n.Commit(plumbing.NewHash(from))
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return c.Tree, nil
+}

@@ -1,0 +1,402 @@
+package repositories
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/mail"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/repo"
+)
+
+// WriteOptions are the compare-and-swap rules of every branch write
+// (push, rollback, merge, sync, git push).
+type WriteOptions struct {
+	Branch string
+	// ExpectOID is the value the branch must have: "" when not given,
+	// ZeroOID for "must not exist yet".
+	ExpectOID string
+	// Force allows a write to an existing branch without ExpectOID.
+	Force bool
+	// Message is the commit message.
+	Message string
+	// Author overrides the commit author ("Name <email>"); the committer is
+	// always the key.
+	Author string
+	// AllowEmpty creates a commit even when the tree did not change.
+	AllowEmpty bool
+	// From starts a branch that does not exist yet from this revision (its
+	// first commit gets it as parent, so later merges have a base);
+	// ignored when the branch exists. Empty: the default branch's tip (a
+	// root commit when the default branch does not exist yet, or is the
+	// branch being created).
+	From string
+}
+
+// PushResult is the answer to a push or rollback.
+type PushResult struct {
+	Commit         string  `json:"commit"`
+	Tree           string  `json:"tree"`
+	Parent         string  `json:"parent,omitempty"`
+	Branch         string  `json:"branch"`
+	Changed        bool    `json:"changed"`
+	ObjectsWritten int     `json:"objects_written"`
+	BytesWritten   int64   `json:"bytes_written"`
+	DurationMS     float64 `json:"duration_ms"`
+}
+
+// PushTar ingests a tar (or tar.gz) worktree and commits it onto a branch
+// under the compare-and-swap rules. Objects are written before the ref
+// moves. Errors: invalid_argument / too_large for bad uploads,
+// precondition_required, ref_conflict, permission_denied, not_found.
+func (s *Service) PushTar(ctx context.Context, actor *lockstep.Key, repoName string, body io.Reader, opts WriteOptions) (*PushResult, error) {
+	start := s.now()
+	r, n, err := s.writeTarget(ctx, actor, repoName, &opts)
+	if err != nil {
+		return nil, err
+	}
+	// Refuse a stale expectation before reading a large body.
+	if _, err := s.checkExpect(ctx, r, opts); err != nil {
+		return nil, s.logFailure(ctx, actor, r, "push", opts.Branch, start, err)
+	}
+	in, err := n.IngestTar(ctx, body, s.cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	stats, err := n.WriteObjects(in.Objects)
+	in.Close() // the large files are in the pack now
+	if err != nil {
+		return nil, fmt.Errorf("write objects: %w", err)
+	}
+	s.afterWrite(r.Network, n)
+	return s.commitTreeWith(ctx, actor, r, "push", in.Tree, stats, opts, start, nil)
+}
+
+// PushTree commits a tree the network already has (uploaded before with
+// UploadPack: the CLI's incremental push) onto a branch.
+func (s *Service) PushTree(ctx context.Context, actor *lockstep.Key, repoName, tree string, opts WriteOptions) (*PushResult, error) {
+	start := s.now()
+	r, n, err := s.writeTarget(ctx, actor, repoName, &opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := lockstep.ValidateOID("tree", tree); err != nil {
+		return nil, err
+	}
+	if _, err := n.TreeEntries(plumbing.NewHash(tree), ""); err != nil {
+		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "tree %s not found: upload its objects first", tree)
+	}
+	return s.commitTreeWith(ctx, actor, r, "push", plumbing.NewHash(tree), repo.WriteStats{}, opts, start, nil)
+}
+
+// Missing returns which of oids the repository's network lacks.
+func (s *Service) Missing(ctx context.Context, actor *lockstep.Key, repoName string, oids []string) ([]string, error) {
+	r, err := s.Repo(ctx, repoName)
+	if err != nil {
+		return nil, err
+	}
+	if err := writable(actor, r); err != nil {
+		return nil, err
+	}
+	if len(oids) > 100_000 {
+		return nil, lockstep.Errorf(lockstep.ETOOLARGE, "at most 100000 oids per request")
+	}
+	hs := make([]plumbing.Hash, len(oids))
+	for i, o := range oids {
+		if err := lockstep.ValidateOID("oid", o); err != nil {
+			return nil, err
+		}
+		hs[i] = plumbing.NewHash(o)
+	}
+	n, err := s.Network(r.Network)
+	if err != nil {
+		return nil, err
+	}
+	out := []string{}
+	for _, h := range n.Missing(hs) {
+		out = append(out, h.String())
+	}
+	return out, nil
+}
+
+// UploadPack stores a client-built packfile after validating every object.
+func (s *Service) UploadPack(ctx context.Context, actor *lockstep.Key, repoName string, body io.Reader) (repo.WriteStats, error) {
+	r, err := s.Repo(ctx, repoName)
+	if err != nil {
+		return repo.WriteStats{}, err
+	}
+	if err := writable(actor, r); err != nil {
+		return repo.WriteStats{}, err
+	}
+	n, err := s.Network(r.Network)
+	if err != nil {
+		return repo.WriteStats{}, err
+	}
+	stats, err := n.ReceivePack(body, s.cfg.Limits)
+	if err == nil {
+		s.afterWrite(r.Network, n)
+	}
+	return stats, err
+}
+
+// writeTarget loads the repository and checks the caller may write it.
+func (s *Service) writeTarget(ctx context.Context, actor *lockstep.Key, repoName string, opts *WriteOptions) (*lockstep.Repo, *repo.Network, error) {
+	r, err := s.Repo(ctx, repoName)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := writable(actor, r); err != nil {
+		return nil, nil, err
+	}
+	if opts.Branch == "" {
+		opts.Branch = r.DefaultBranch
+	}
+	if err := lockstep.ValidateBranch(opts.Branch); err != nil {
+		return nil, nil, err
+	}
+	if opts.ExpectOID != "" {
+		if err := lockstep.ValidateOID("expect_oid", opts.ExpectOID); err != nil {
+			return nil, nil, err
+		}
+	}
+	if opts.Author != "" {
+		if _, err := parseAuthor(opts.Author); err != nil {
+			return nil, nil, err
+		}
+	}
+	n, err := s.Network(r.Network)
+	return r, n, err
+}
+
+// checkExpect returns the branch's current oid (ZeroOID if absent) after
+// applying the contract: a stale expect_oid is ref_conflict; no expect_oid
+// on an existing branch is precondition_required unless forced.
+func (s *Service) checkExpect(ctx context.Context, r *lockstep.Repo, opts WriteOptions) (string, error) {
+	cur := lockstep.ZeroOID
+	ref, err := s.store.Ref(ctx, r.ID, branchRef(opts.Branch))
+	switch {
+	case err == nil:
+		cur = ref.OID
+	case lockstep.ErrorCode(err) != lockstep.ENOTFOUND:
+		return "", err
+	}
+	if cur == lockstep.ZeroOID {
+		// A new branch: refuse a file/directory clash before a large body
+		// is read (the store checks again, atomically, when the ref moves).
+		if err := s.checkRefClash(ctx, r, branchRef(opts.Branch)); err != nil {
+			return "", err
+		}
+	}
+	if opts.ExpectOID == "" {
+		if cur != lockstep.ZeroOID && !opts.Force {
+			return "", lockstep.Errorf(lockstep.EPRECONDITION, "branch %s exists: send expect_oid=%s (its current value) or force=true", opts.Branch, cur).
+				WithDetails(map[string]any{"ref": branchRef(opts.Branch), "actual": cur})
+		}
+		return cur, nil
+	}
+	if opts.ExpectOID != cur {
+		return "", refConflict(r.Name, branchRef(opts.Branch), opts.ExpectOID, cur)
+	}
+	return cur, nil
+}
+
+// checkRefClash returns ref_conflict when creating ref would clash with an
+// existing ref of r (git's file/directory rule: "a" and "a/b").
+func (s *Service) checkRefClash(ctx context.Context, r *lockstep.Repo, ref string) error {
+	refs, err := s.store.Refs(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	for _, other := range refs {
+		if lockstep.RefsClash(ref, other.Name) {
+			return lockstep.RefNameConflict(r.Name, ref, other.Name)
+		}
+	}
+	return nil
+}
+
+func refConflict(repo, ref, expected, actual string) error {
+	what := actual
+	if actual == lockstep.ZeroOID {
+		what = "nothing (it does not exist)"
+	}
+	return lockstep.Errorf(lockstep.EREFCONFLICT, "%s %s is at %s, not %s", repo, ref, what, expected).
+		WithDetails(map[string]any{"ref": ref, "expected": expected, "actual": actual})
+}
+
+// commitTree makes a commit of tree on top of the branch and moves the
+// branch by compare-and-swap. Forced writes retry when the branch moves.
+func (s *Service) commitTreeWith(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, op string, tree plumbing.Hash,
+	stats repo.WriteStats, opts WriteOptions, start time.Time, details map[string]any) (*PushResult, error) {
+	// The operation started before the objects were written (a tar push
+	// ingests first): its duration_ms and log entry count from there.
+	t0 := start
+	if t0.IsZero() {
+		t0 = s.now()
+	}
+	n, err := s.Network(r.Network)
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		cur, err := s.checkExpect(ctx, r, opts)
+		if err != nil {
+			return nil, s.logFailure(ctx, actor, r, op, opts.Branch, t0, err)
+		}
+		var parents []plumbing.Hash
+		parent := cur
+		if cur == lockstep.ZeroOID {
+			from := opts.From
+			if from == "" && opts.Branch != r.DefaultBranch {
+				if tip, err := s.branchTip(ctx, r, r.DefaultBranch); err == nil {
+					from = tip.String()
+				}
+			}
+			if from != "" {
+				h, err := s.Resolve(ctx, r, from)
+				if err != nil {
+					return nil, err
+				}
+				parent = h.String()
+			}
+		}
+		if parent != lockstep.ZeroOID {
+			p := plumbing.NewHash(parent)
+			parents = []plumbing.Hash{p}
+			pc, err := n.Commit(p)
+			if err != nil {
+				return nil, err
+			}
+			if pc.Tree == tree && !opts.AllowEmpty && parent == cur {
+				return &PushResult{Commit: cur, Tree: tree.String(), Parent: cur, Branch: opts.Branch, Changed: false,
+					ObjectsWritten: stats.Objects, BytesWritten: stats.Bytes, DurationMS: ms(s.now().Sub(t0))}, nil
+			}
+		}
+		msg := opts.Message
+		if msg == "" {
+			msg = fmt.Sprintf("%s by %s", op, actor.Name)
+		}
+		commit, cstats, err := s.writeCommit(n, actor, tree, parents, msg, opts.Author)
+		if err != nil {
+			return nil, err
+		}
+		total := stats
+		total.Add(cstats)
+		res := &PushResult{Commit: commit.String(), Tree: tree.String(), Parent: strings.TrimPrefix(parent, lockstep.ZeroOID),
+			Branch: opts.Branch, Changed: true, ObjectsWritten: total.Objects, BytesWritten: total.Bytes}
+		res.DurationMS = ms(s.now().Sub(t0))
+		lockstep.StageResult(ctx, res) // the answer, stored with the commit under an Idempotency-Key
+		err = s.moveRef(ctx, actor, r, op, opts.Branch, cur, commit.String(), tree.String(), total, t0, copyDetails(details))
+		if err != nil && lockstep.ErrorCode(err) == lockstep.EREFCONFLICT && opts.Force && opts.ExpectOID == "" && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		res.DurationMS = ms(s.now().Sub(t0))
+		return res, nil
+	}
+}
+
+// writeCommit writes one commit authored by opts.Author or the key.
+func (s *Service) writeCommit(n *repo.Network, actor *lockstep.Key, tree plumbing.Hash, parents []plumbing.Hash, msg, author string) (plumbing.Hash, repo.WriteStats, error) {
+	when := s.now()
+	committer := object.Signature{Name: actor.Name, Email: actor.Name + "@lockstep.local", When: when}
+	a := committer
+	if author != "" {
+		sig, err := parseAuthor(author)
+		if err != nil {
+			return plumbing.ZeroHash, repo.WriteStats{}, err
+		}
+		a = sig
+		a.When = when
+	}
+	if !strings.HasSuffix(msg, "\n") {
+		msg += "\n"
+	}
+	return n.WriteCommit(repo.CommitSpec{Tree: tree, Parents: parents, Author: a, Committer: committer, Message: msg})
+}
+
+// moveRef is the one place a branch moves: CAS in the store with the
+// attempt record and the log entry, then the on-disk mirror and events.
+func (s *Service) moveRef(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, op, branch, old, new, tree string,
+	stats repo.WriteStats, t0 time.Time, details map[string]any) error {
+	return s.moveRefWith(ctx, actor, r, op, branch, old, new, tree, stats, t0, details, nil)
+}
+
+// moveRefWith is moveRef; a non-nil change (a promote's workspace status)
+// commits in the same transaction as the ref.
+func (s *Service) moveRefWith(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, op, branch, old, new, tree string,
+	stats repo.WriteStats, t0 time.Time, details map[string]any, change *lockstep.StatusChange) error {
+	ref := branchRef(branch)
+	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: op, Repo: r.Name, TraceID: traceID(ctx),
+		Refs:    []lockstep.RefMove{{Repo: r.Name, Ref: ref, Old: old, New: new}},
+		Objects: stats.Objects, Bytes: stats.Bytes, Details: details}
+	if f, ok := details["follows"].(string); ok {
+		entry.Follows = f
+		delete(details, "follows")
+	}
+	entry.DurationUS = s.now().Sub(t0).Microseconds()
+	var attempts []lockstep.AttemptRecord
+	if r.ForkOf != "" && new != lockstep.ZeroOID {
+		attempts = []lockstep.AttemptRecord{{RepoID: r.ID, Attempt: lockstep.Attempt{Commit: new, Tree: tree, Branch: branch, Op: op, KeyName: actor.Name}}}
+	}
+	updates := []lockstep.RefUpdate{{RepoID: r.ID, Repo: r.Name, Name: ref, Old: old, New: new}}
+	var err error
+	if change != nil {
+		if change.Entry != nil {
+			if change.Entry.Details == nil {
+				change.Entry.Details = map[string]any{}
+			}
+			change.Entry.Details["landed"] = new
+		}
+		err = s.store.UpdateRefsAndStatus(ctx, updates, attempts, s.hookEvents(r, op, branch, new, tree, details), entry, *change)
+	} else {
+		err = s.store.UpdateRefs(ctx, updates, attempts, s.hookEvents(r, op, branch, new, tree, details), entry)
+	}
+	s.metrics.ObserveOp(op, resultOf(err), s.now().Sub(t0))
+	if err != nil {
+		return s.logFailure(ctx, actor, r, op, branch, t0, err)
+	}
+	s.mirror(ctx, r, ref)
+	s.emit(ctx, Event{Type: op, Repo: r, Branch: branch, Commit: new, Tree: tree, KeyName: actor.Name})
+	return nil
+}
+
+// logFailure records a refused write (a lost CAS race, a missing
+// expect_oid) in the operations log so reviewers see it, and returns err.
+func (s *Service) logFailure(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, op, branch string, t0 time.Time, err error) error {
+	code := lockstep.ErrorCode(err)
+	if code != lockstep.EREFCONFLICT && code != lockstep.EPRECONDITION {
+		return err
+	}
+	e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: op, Result: code, Repo: r.Name, TraceID: traceID(ctx),
+		DurationUS: s.now().Sub(t0).Microseconds(),
+		Details:    map[string]any{"branch": branch, "error": lockstep.ErrorMessage(err)}}
+	lockstep.StageResult(ctx, err)
+	if aerr := s.store.AppendOp(ctx, e); aerr != nil {
+		s.log.ErrorContext(ctx, "log refused write", "error", aerr)
+	}
+	return err
+}
+
+func parseAuthor(a string) (object.Signature, error) {
+	addr, err := mail.ParseAddress(a)
+	if err != nil || addr.Name == "" {
+		return object.Signature{}, lockstep.Errorf(lockstep.EINVALID, "author %q: want \"Name <email>\"", a)
+	}
+	return object.Signature{Name: addr.Name, Email: addr.Address}, nil
+}
+
+func resultOf(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return lockstep.ErrorCode(err)
+}

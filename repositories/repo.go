@@ -1,0 +1,320 @@
+package repositories
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/repo"
+)
+
+// CreateRepo creates an empty base repository with its own fork network.
+// Only admins create base repositories. Returns already_exists if the name
+// is taken.
+func (s *Service) CreateRepo(ctx context.Context, actor *lockstep.Key, name, defaultBranch string) (*lockstep.Repo, error) {
+	if err := auth.Require(actor, lockstep.RoleAdmin); err != nil {
+		return nil, err
+	}
+	if err := lockstep.ValidateName("repository name", name); err != nil {
+		return nil, err
+	}
+	if defaultBranch == "" {
+		defaultBranch = "main"
+	}
+	if err := lockstep.ValidateBranch(defaultBranch); err != nil {
+		return nil, err
+	}
+	start := s.now()
+	r := &lockstep.Repo{Name: name, Network: name, DefaultBranch: defaultBranch, Status: lockstep.StatusActive,
+		OwnerKeyID: actor.ID, OwnerName: actor.Name}
+	n, err := s.Network(r.Network)
+	if err != nil {
+		return nil, err
+	}
+	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "repo.create", Repo: name, TraceID: traceID(ctx),
+		Details: map[string]any{"default_branch": defaultBranch}}
+	defer func() { entry.DurationUS = s.now().Sub(start).Microseconds() }()
+	lockstep.StageResult(ctx, RepoInfo{Repo: r})
+	if err := s.store.CreateRepo(ctx, r, nil, entry); err != nil {
+		return nil, err
+	}
+	if err := n.MirrorHEAD(name, defaultBranch); err != nil {
+		s.log.ErrorContext(ctx, "mirror HEAD", "repo", name, "error", err)
+	}
+	return r, nil
+}
+
+// Repo returns a repository by name (not_found otherwise).
+func (s *Service) Repo(ctx context.Context, name string) (*lockstep.Repo, error) {
+	if err := lockstep.ValidateName("repository name", name); err != nil {
+		return nil, err
+	}
+	return s.store.RepoByName(ctx, name)
+}
+
+// Repos lists repositories.
+func (s *Service) Repos(ctx context.Context, f lockstep.RepoFilter) ([]*lockstep.Repo, error) {
+	return s.store.ListRepos(ctx, f)
+}
+
+// RepoInfo is a repository with its default branch's head.
+type RepoInfo struct {
+	*lockstep.Repo
+	Head string `json:"head"`
+}
+
+// Info returns a repository with its head.
+func (s *Service) Info(ctx context.Context, name string) (*RepoInfo, error) {
+	r, err := s.Repo(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	info := &RepoInfo{Repo: r}
+	if ref, err := s.store.Ref(ctx, r.ID, branchRef(r.DefaultBranch)); err == nil {
+		info.Head = ref.OID
+	}
+	return info, nil
+}
+
+// Refs lists a repository's refs.
+func (s *Service) Refs(ctx context.Context, name string) ([]lockstep.Ref, error) {
+	r, err := s.Repo(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	refs, err := s.store.Refs(ctx, r.ID)
+	if refs == nil && err == nil {
+		refs = []lockstep.Ref{}
+	}
+	return refs, err
+}
+
+// CanWrite reports whether actor may move refs of r: admins anywhere,
+// agents only in the workspaces they own, never a base repository.
+func CanWrite(actor *lockstep.Key, r *lockstep.Repo) error {
+	switch actor.Role {
+	case lockstep.RoleAdmin:
+		return nil
+	case lockstep.RoleAgent:
+		if r.ForkOf == "" {
+			return lockstep.Errorf(lockstep.EFORBIDDEN, "an agent key may not write base repository %s: fork a workspace and promote it", r.Name)
+		}
+		if r.OwnerKeyID != actor.ID {
+			return lockstep.Errorf(lockstep.EFORBIDDEN, "workspace %s belongs to another key", r.Name)
+		}
+		return nil
+	}
+	return lockstep.Errorf(lockstep.EFORBIDDEN, "role %s may not write repositories", actor.Role)
+}
+
+// CanMoveRefs is the rule of every route that moves a ref of r, directly
+// (push, git push, rollback, merge, sync) or indirectly (a promote into
+// it, a checkpoint restore, a database restore): CanWrite, and r must be
+// active — a promoted, failed or abandoned workspace's refs never move
+// again. The store re-checks the status inside the ref's transaction.
+func CanMoveRefs(actor *lockstep.Key, r *lockstep.Repo) error {
+	if err := CanWrite(actor, r); err != nil {
+		return err
+	}
+	if r.Status != lockstep.StatusActive {
+		return lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s: its refs are kept for review and never move again; create a new workspace to continue", r.Name, r.Status)
+	}
+	return nil
+}
+
+// CanPromote is the rule of a promote of workspace ws into base: the
+// caller must be able to move ws's refs (its owner or an admin, ws
+// active), and base must accept the landing. A base repository accepts
+// it (promote is how agents reach one; the gate decides); a workspace
+// base (ws is a fork of a fork) only from a caller who could push to it
+// directly — otherwise any agent could fork another agent's workspace
+// and land into it.
+func CanPromote(actor *lockstep.Key, ws, base *lockstep.Repo) error {
+	if ws.ForkOf == "" {
+		return lockstep.Errorf(lockstep.EINVALID, "%s is a base repository, not a workspace: only workspaces are promoted", ws.Name)
+	}
+	if err := CanWrite(actor, ws); err != nil {
+		return lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner or an admin may promote %s", ws.Name)
+	}
+	if ws.Status != lockstep.StatusActive {
+		return lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s, not active", ws.Name, ws.Status)
+	}
+	if base.ForkOf == "" {
+		if base.Status != lockstep.StatusActive {
+			return lockstep.Errorf(lockstep.EINVALID, "repository %s is %s", base.Name, base.Status)
+		}
+		return nil
+	}
+	if err := CanMoveRefs(actor, base); err != nil {
+		return lockstep.Errorf(lockstep.ErrorCode(err), "promote %s into workspace %s: %s", ws.Name, base.Name, lockstep.ErrorMessage(err))
+	}
+	return nil
+}
+
+func writable(actor *lockstep.Key, r *lockstep.Repo) error { return CanMoveRefs(actor, r) }
+
+// Resolve turns a revision into a commit of r's network: a full or
+// abbreviated (at least 4 hex digits, unique) oid, a branch name of r,
+// "refs/…", "HEAD" (the default branch), or "repo:branch" of a repository
+// in the same fork network, each optionally followed by git's ancestry
+// suffixes: "~N" (N-th first-parent ancestor), "^N" (N-th parent), "^"
+// and "~" (the first parent). A name that is both a branch and a hex
+// prefix is the branch, as in git. Errors: not_found, invalid_argument
+// (malformed, or an ambiguous abbreviation).
+func (s *Service) Resolve(ctx context.Context, r *lockstep.Repo, rev string) (plumbing.Hash, error) {
+	n, err := s.Network(r.Network)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	base, steps, err := splitRevSuffix(rev)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	h, err := s.resolveBase(ctx, n, r, base, rev)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	for _, st := range steps {
+		for range st.count {
+			c, err := n.Commit(h)
+			if err != nil {
+				return plumbing.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", h, r.Name)
+			}
+			p := 1
+			if st.op == '^' {
+				p = st.parent
+			}
+			if p == 0 {
+				break // ^0 is the commit itself
+			}
+			if len(c.Parents) < p {
+				return plumbing.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "revision %s not found in %s: %s has %d parent(s)", rev, r.Name, h.String()[:12], len(c.Parents))
+			}
+			h = c.Parents[p-1]
+		}
+	}
+	return h, nil
+}
+
+// revStep is one ancestry suffix: '~' count times the first parent, or
+// '^' once the parent-th parent.
+type revStep struct {
+	op     byte
+	count  int
+	parent int
+}
+
+// splitRevSuffix splits "main~2^2" into "main" and its steps. '~' and '^'
+// cannot occur in a branch name, so the split is unambiguous.
+func splitRevSuffix(rev string) (string, []revStep, error) {
+	i := strings.IndexAny(rev, "~^")
+	if i < 0 {
+		return rev, nil, nil
+	}
+	base, rest := rev[:i], rev[i:]
+	if base == "" {
+		return "", nil, lockstep.Errorf(lockstep.EINVALID, "invalid revision %q: nothing before %q", rev, rest[:1])
+	}
+	var steps []revStep
+	for len(rest) > 0 {
+		op := rest[0]
+		if op != '~' && op != '^' {
+			return "", nil, lockstep.Errorf(lockstep.EINVALID, "invalid revision %q: want NAME followed by ~N or ^N", rev)
+		}
+		j := 1
+		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+			j++
+		}
+		num := 1
+		if j > 1 {
+			v, err := strconv.Atoi(rest[1:j])
+			if err != nil || v > 100_000 {
+				return "", nil, lockstep.Errorf(lockstep.EINVALID, "invalid revision %q: number out of range", rev)
+			}
+			num = v
+		}
+		if op == '~' {
+			steps = append(steps, revStep{op: '~', count: num})
+		} else {
+			steps = append(steps, revStep{op: '^', count: 1, parent: num})
+		}
+		rest = rest[j:]
+	}
+	return base, steps, nil
+}
+
+// resolveBase resolves a revision without ancestry suffixes.
+func (s *Service) resolveBase(ctx context.Context, n *repo.Network, r *lockstep.Repo, rev, full string) (plumbing.Hash, error) {
+	if lockstep.IsOID(rev) {
+		h := plumbing.NewHash(rev)
+		if _, err := n.Commit(h); err != nil {
+			return plumbing.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", rev, r.Name)
+		}
+		return h, nil
+	}
+	if rev == "HEAD" {
+		rev = r.DefaultBranch
+	}
+	target, branch := r, rev
+	if i := strings.IndexByte(rev, ':'); i >= 0 {
+		other, err := s.Repo(ctx, rev[:i])
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		if other.Network != r.Network {
+			return plumbing.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "%s is not in the fork network of %s", other.Name, r.Name)
+		}
+		target, branch = other, rev[i+1:]
+	}
+	ref := branch
+	if !strings.HasPrefix(ref, "refs/") {
+		if err := lockstep.ValidateBranch(branch); err != nil {
+			if h, ok, err := s.abbrev(n, r, branch, full); ok || err != nil {
+				return h, err
+			}
+			return plumbing.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "invalid revision %q: want an oid (4 to 40 hex digits), a branch, or repo:branch, optionally with ~N or ^N", full)
+		}
+		ref = branchRef(branch)
+	}
+	cur, err := s.store.Ref(ctx, target.ID, ref)
+	if err != nil {
+		if lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+			return plumbing.ZeroHash, err
+		}
+		if h, ok, err := s.abbrev(n, r, branch, full); ok || err != nil {
+			return h, err
+		}
+		return plumbing.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "revision %s not found in %s", full, target.Name)
+	}
+	return plumbing.NewHash(cur.OID), nil
+}
+
+// abbrev resolves an abbreviated commit oid; ok is false when name is not
+// one (not hex, too short, or no such object).
+func (s *Service) abbrev(n *repo.Network, r *lockstep.Repo, name, full string) (plumbing.Hash, bool, error) {
+	if len(name) < repo.MinAbbrev || len(name) > 40 || strings.Trim(name, "0123456789abcdef") != "" {
+		return plumbing.ZeroHash, false, nil
+	}
+	var commits []plumbing.Hash
+	for _, h := range n.ExpandPrefix(name, 16) {
+		if _, err := n.Commit(h); err == nil {
+			commits = append(commits, h)
+		}
+	}
+	switch len(commits) {
+	case 0:
+		return plumbing.ZeroHash, false, nil
+	case 1:
+		return commits[0], true, nil
+	}
+	names := make([]string, len(commits))
+	for i, h := range commits {
+		names[i] = h.String()
+	}
+	return plumbing.ZeroHash, true, lockstep.Errorf(lockstep.EINVALID, "revision %q is ambiguous in %s: it abbreviates %d commits; give more digits", full, r.Name, len(commits)).
+		WithDetails(map[string]any{"candidates": names})
+}

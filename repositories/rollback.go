@@ -1,0 +1,116 @@
+package repositories
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/repo"
+)
+
+// Rollback makes a new commit on the branch whose tree is exactly the tree
+// of revision to (same tree hash), with the current tip as parent: the
+// damage is undone and the broken attempt stays in history. Same
+// compare-and-swap rules as a push. Errors: not_found for an unknown
+// revision or branch, ref_conflict, precondition_required.
+func (s *Service) Rollback(ctx context.Context, actor *lockstep.Key, repoName, to string, opts WriteOptions) (*PushResult, error) {
+	return s.rollback(ctx, actor, repoName, to, opts, "rollback", nil)
+}
+
+func (s *Service) rollback(ctx context.Context, actor *lockstep.Key, repoName, to string, opts WriteOptions, op string, details map[string]any) (*PushResult, error) {
+	start := s.now()
+	r, n, err := s.writeTarget(ctx, actor, repoName, &opts)
+	if err != nil {
+		return nil, err
+	}
+	if to == "" {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "missing \"to\": the revision whose tree to restore")
+	}
+	target, err := s.Resolve(ctx, r, to)
+	if err != nil {
+		return nil, err
+	}
+	c, err := n.Commit(target)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.store.Ref(ctx, r.ID, branchRef(opts.Branch)); err != nil {
+		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "branch %s not found in %s: nothing to roll back", opts.Branch, r.Name)
+	}
+	if opts.Message == "" {
+		opts.Message = fmt.Sprintf("Roll back %s to %s\n\nRestores the tree of %s (%s).", opts.Branch, target.String()[:12], target, firstLine(c.Message))
+	}
+	opts.AllowEmpty = true // a rollback to the current tree still records the decision
+	return s.commitTreeWith(ctx, actor, r, op, c.Tree, repo.WriteStats{}, opts, start, details)
+}
+
+func firstLine(s string) string {
+	for i, ch := range s {
+		if ch == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+// BranchTip returns a branch's commit and tree.
+func (s *Service) BranchTip(ctx context.Context, r *lockstep.Repo, branch string) (commit, tree string, err error) {
+	h, err := s.branchTip(ctx, r, branch)
+	if err != nil {
+		return "", "", err
+	}
+	n, err := s.Network(r.Network)
+	if err != nil {
+		return "", "", err
+	}
+	ci, err := n.Commit(h)
+	if err != nil {
+		return "", "", err
+	}
+	return h.String(), ci.Tree.String(), nil
+}
+
+// RestoreTree is the code part of a checkpoint restore: a rollback commit
+// to commit's tree on branch, linked in the operations log to the entry it
+// follows. When the branch already has that tree nothing is written
+// (Changed false). Without expect the restore applies to the current tip.
+func (s *Service) RestoreTree(ctx context.Context, actor *lockstep.Key, wsName, branch, commit, expect, follows string, details map[string]any) (*PushResult, error) {
+	r, err := s.Repo(ctx, wsName)
+	if err != nil {
+		return nil, err
+	}
+	// Checked here too, not only by the rollback below: a restore to the
+	// tree the branch already has writes nothing, but the caller goes on
+	// to restore the database.
+	if err := CanMoveRefs(actor, r); err != nil {
+		return nil, err
+	}
+	tipCommit, tipTree, err := s.BranchTip(ctx, r, branch)
+	if err != nil {
+		return nil, err
+	}
+	if expect != "" && expect != tipCommit {
+		return nil, refConflict(r.Name, branchRef(branch), expect, tipCommit)
+	}
+	n, err := s.Network(r.Network)
+	if err != nil {
+		return nil, err
+	}
+	target, err := n.Commit(plumbing.NewHash(commit))
+	if err != nil {
+		return nil, err
+	}
+	if target.Tree.String() == tipTree {
+		return &PushResult{Commit: tipCommit, Tree: tipTree, Parent: tipCommit, Branch: branch, Changed: false}, nil
+	}
+	d := copyDetails(details)
+	if d == nil {
+		d = map[string]any{}
+	}
+	d["follows"] = follows
+	opts := WriteOptions{Branch: branch, ExpectOID: tipCommit,
+		Message: fmt.Sprintf("Restore checkpoint %v\n\nRestores the tree of %s.", details["checkpoint"], commit)}
+	return s.rollback(ctx, actor, wsName, commit, opts, "checkpoint.restore", d)
+}

@@ -1,0 +1,353 @@
+// Package forks is the domain service for repositories, fork networks and
+// workspaces: create and fork, push worktrees with compare-and-swap,
+// rollback, read, merge and sync. It orchestrates the object layer (repo),
+// the metadata store (lockstep.Store, the source of truth for refs) and the
+// operations log so that a failure half-way leaves nothing visible:
+//
+//  1. objects are written (and fsynced) first;
+//  2. the ref moves by compare-and-swap in the metadata store, in the same
+//     transaction as its operations-log entry;
+//  3. the on-disk ref mirror (git namespaces, read by git clone/fetch) is
+//     rewritten from the store afterwards and re-synced at start-up.
+//
+// A crash between 1 and 2 leaves unreferenced objects (harmless, like git);
+// between 2 and 3 a stale mirror that the next update or start-up repairs.
+// The package knows nothing of HTTP.
+package repositories
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/telemetry"
+)
+
+// Config configures the service.
+type Config struct {
+	// DataDir holds networks/<network>.git.
+	DataDir string
+	// Limits bound uploads (tar pushes, packs).
+	Limits repo.Limits
+	// Fsync makes object and mirror writes durable before refs move.
+	Fsync bool
+	// MergeRetries bounds how often materialize recomputes when the target
+	// branch moved meanwhile (default 8).
+	MergeRetries int
+	// MergeMaxFileBytes: larger files are not line-merged (a path-level
+	// conflict instead); 0 = the merge package's default (8 MiB).
+	MergeMaxFileBytes int64
+	// MergeRenameLimit bounds the inexact rename matrix of a merge (git's
+	// merge.renameLimit): 0 = the merge package's default (7000), negative
+	// = no limit.
+	MergeRenameLimit int
+	// ComparePatchBytes bounds the unified diffs of one compare answer
+	// (files past it are listed with counts, patch_truncated); 0 = 1 MiB.
+	ComparePatchBytes int64
+	// CompactPacks: when a network holds more packs than this, they are
+	// folded into one in the background (every push adds a pack and an
+	// open file). 0 never compacts.
+	CompactPacks int
+	// TempGrace: temp files in a network older than this are taken as left
+	// by a crash and removed (SweepTemps); 0 = repo.DefaultTempGrace.
+	TempGrace time.Duration
+}
+
+// Service implements repositories, forks and workspaces.
+type Service struct {
+	cfg     Config
+	store   lockstep.Store
+	log     *slog.Logger
+	metrics *telemetry.Metrics
+	now     func() time.Time
+	tracer  trace.Tracer
+
+	mu       sync.Mutex
+	networks map[string]*repo.Network
+
+	refLocks   sync.Map // "repo\x00ref" → *sync.Mutex, orders mirror writes
+	compacting sync.Map // network name → struct{} while a Compact runs
+	bg         sync.WaitGroup  // background compactions
+	bgCtx      context.Context // cancelled by Close: stops a running compaction
+	bgCancel   context.CancelFunc
+	hooks      []EventHook
+
+	problemsMu sync.Mutex
+	problems   map[string]MirrorProblem // "repo\x00ref" → refs the disk mirror lacks
+}
+
+// EventHook is called after an event committed (push, rollback, promote,
+// checkpoint …); the gate uses it to enqueue hook deliveries.
+type EventHook func(ctx context.Context, ev Event)
+
+// Event describes something that happened to a repository.
+type Event struct {
+	Type    string
+	Repo    *lockstep.Repo
+	Branch  string
+	Commit  string
+	Tree    string
+	KeyName string
+}
+
+// New returns the service. now may be nil.
+func New(cfg Config, store lockstep.Store, log *slog.Logger, metrics *telemetry.Metrics, now func() time.Time) *Service {
+	if now == nil {
+		now = time.Now
+	}
+	if cfg.MergeRetries <= 0 {
+		cfg.MergeRetries = 8
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	return &Service{cfg: cfg, store: store, log: log, metrics: metrics, now: now,
+		tracer: otel.Tracer("lockstep/repositories"), networks: map[string]*repo.Network{}, bgCtx: bgCtx, bgCancel: bgCancel}
+}
+
+// OnEvent registers a hook called after events commit.
+func (s *Service) OnEvent(h EventHook) { s.hooks = append(s.hooks, h) }
+
+func (s *Service) emit(ctx context.Context, ev Event) {
+	for _, h := range s.hooks {
+		h(ctx, ev)
+	}
+}
+
+// Network opens (once) the object store of a fork network.
+func (s *Service) Network(name string) (*repo.Network, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n, ok := s.networks[name]; ok {
+		return n, nil
+	}
+	dir := filepath.Join(s.cfg.DataDir, "networks", name+".git")
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, fmt.Errorf("create networks dir: %w", err)
+	}
+	n, err := repo.Open(dir, repo.Options{Fsync: s.cfg.Fsync, TempGrace: s.cfg.TempGrace})
+	if err != nil {
+		return nil, err
+	}
+	s.networks[name] = n
+	return n, nil
+}
+
+// Close stops background compactions (a git repack in progress is
+// killed: the packs it would fold stay as they are), waits for them and
+// closes every open network.
+func (s *Service) Close() error {
+	s.bgCancel()
+	s.bg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.networks {
+		n.Close()
+	}
+	s.networks = map[string]*repo.Network{}
+	return nil
+}
+
+// ResyncMirrors rewrites every repository's on-disk refs from the store:
+// the store is the truth, the mirror may lag after a crash. A ref the
+// mirror cannot hold (a name git refuses or a file/directory clash, which
+// older servers let in) or a repository whose mirror fails is logged,
+// remembered (MirrorProblems, shown by /readyz) and skipped: the rest is
+// synced and served. Only an error of the store itself is returned.
+func (s *Service) ResyncMirrors(ctx context.Context) error {
+	repos, err := s.store.ListRepos(ctx, lockstep.RepoFilter{})
+	if err != nil {
+		return err
+	}
+	all, err := s.store.AllRefs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range repos {
+		n, err := s.Network(r.Network)
+		if err != nil {
+			s.mirrorFailed(ctx, r.Name, "", err)
+			continue
+		}
+		m := map[string]plumbing.Hash{}
+		for _, ref := range all[r.Name] {
+			m[ref.Name] = plumbing.NewHash(ref.OID)
+		}
+		s.syncMirror(ctx, n, r.Name, m)
+		if err := n.MirrorHEAD(r.Name, r.DefaultBranch); err != nil {
+			s.mirrorFailed(ctx, r.Name, "HEAD", err)
+		} else {
+			s.mirrorOK(r.Name, "HEAD")
+		}
+	}
+	return nil
+}
+
+// syncMirror runs SyncMirror and records what it could not mirror.
+func (s *Service) syncMirror(ctx context.Context, n *repo.Network, name string, refs map[string]plumbing.Hash) {
+	s.clearMirrorProblems(name)
+	err := n.SyncMirror(name, refs)
+	var me *repo.MirrorError
+	switch {
+	case errors.As(err, &me):
+		for _, p := range me.Problems {
+			s.mirrorFailed(ctx, p.Repo, p.Ref, p.Err)
+		}
+	case err != nil:
+		s.mirrorFailed(ctx, name, "", err)
+	}
+}
+
+// MirrorProblem is a ref (or, with Ref "", a whole repository; "HEAD" its
+// default branch symref) that the on-disk mirror does not hold: git
+// clients do not see it, every other ref is served.
+type MirrorProblem struct {
+	Repo  string `json:"repo"`
+	Ref   string `json:"ref,omitempty"`
+	Error string `json:"error"`
+}
+
+// MirrorProblems lists the current mirror problems, by repository and ref.
+func (s *Service) MirrorProblems() []MirrorProblem {
+	s.problemsMu.Lock()
+	defer s.problemsMu.Unlock()
+	out := make([]MirrorProblem, 0, len(s.problems))
+	for _, p := range s.problems {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Repo != out[j].Repo {
+			return out[i].Repo < out[j].Repo
+		}
+		return out[i].Ref < out[j].Ref
+	})
+	return out
+}
+
+func (s *Service) mirrorFailed(ctx context.Context, repoName, ref string, err error) {
+	s.log.ErrorContext(ctx, "ref not mirrored to disk: git clients do not see it; every other ref is served", "repo", repoName, "ref", ref, "error", err)
+	s.problemsMu.Lock()
+	defer s.problemsMu.Unlock()
+	if s.problems == nil {
+		s.problems = map[string]MirrorProblem{}
+	}
+	s.problems[repoName+"\x00"+ref] = MirrorProblem{Repo: repoName, Ref: ref, Error: err.Error()}
+}
+
+func (s *Service) mirrorOK(repoName, ref string) {
+	s.problemsMu.Lock()
+	defer s.problemsMu.Unlock()
+	delete(s.problems, repoName+"\x00"+ref)
+}
+
+func (s *Service) clearMirrorProblems(repoName string) {
+	s.problemsMu.Lock()
+	defer s.problemsMu.Unlock()
+	for k, p := range s.problems {
+		if p.Repo == repoName && p.Ref != "HEAD" {
+			delete(s.problems, k)
+		}
+	}
+}
+
+// mirror writes the store's current value of a ref to disk. It re-reads the
+// store under a per-ref lock so that two updates finishing out of order
+// never leave the older value on disk.
+func (s *Service) mirror(ctx context.Context, r *lockstep.Repo, ref string) {
+	lk, _ := s.refLocks.LoadOrStore(r.Name+"\x00"+ref, &sync.Mutex{})
+	mu := lk.(*sync.Mutex)
+	mu.Lock()
+	defer mu.Unlock()
+	n, err := s.Network(r.Network)
+	if err == nil {
+		oid := plumbing.ZeroHash
+		cur, rerr := s.store.Ref(ctx, r.ID, ref)
+		switch {
+		case rerr == nil:
+			oid = plumbing.NewHash(cur.OID)
+		case lockstep.ErrorCode(rerr) != lockstep.ENOTFOUND:
+			err = rerr
+		}
+		if err == nil {
+			err = n.MirrorRef(r.Name, ref, oid)
+		}
+	}
+	if err != nil {
+		// The store already committed: the mirror is repaired by the next
+		// update of this ref or at start-up. Clones may see the old value.
+		s.mirrorFailed(ctx, r.Name, ref, err)
+		return
+	}
+	s.mirrorOK(r.Name, ref)
+}
+
+// SweepTemps removes the temp files a crash left in every network of the
+// data directory (only those untouched for TempGrace: never one being
+// written) and logs what it freed. The server runs it at start-up and
+// then periodically.
+func (s *Service) SweepTemps() repo.TempSweep {
+	grace := s.cfg.TempGrace
+	if grace <= 0 {
+		grace = repo.DefaultTempGrace
+	}
+	var total repo.TempSweep
+	dirs, _ := filepath.Glob(filepath.Join(s.cfg.DataDir, "networks", "*.git"))
+	for _, d := range dirs {
+		st := repo.RemoveStaleTemps(d, grace, s.now())
+		total.Files += st.Files
+		total.Bytes += st.Bytes
+	}
+	if total.Files > 0 {
+		s.log.Info("removed temp files left by a crash", "files", total.Files, "bytes", total.Bytes, "older_than", grace.String())
+	}
+	return total
+}
+
+var traceID = telemetry.TraceID
+
+func branchRef(b string) string { return "refs/heads/" + b }
+
+// afterWrite compacts a network in the background once it holds more than
+// CompactPacks packs (one at a time per network).
+func (s *Service) afterWrite(network string, n *repo.Network) {
+	if s.cfg.CompactPacks <= 0 || n.PackCount() <= s.cfg.CompactPacks {
+		return
+	}
+	if s.bgCtx.Err() != nil {
+		return // closing
+	}
+	if _, busy := s.compacting.LoadOrStore(network, struct{}{}); busy {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer s.compacting.Delete(network)
+		// Pushes during a compaction add packs it leaves alone and do not
+		// start another one (busy): go again while over the bound.
+		for round := 0; round < 3 && n.PackCount() > s.cfg.CompactPacks && s.bgCtx.Err() == nil; round++ {
+			start := s.now()
+			before := n.PackCount()
+			err := n.Compact(s.bgCtx)
+			s.metrics.ObserveOp("compact", resultOf(err), s.now().Sub(start))
+			if err != nil {
+				s.log.Error("compact network", "network", network, "error", err)
+				return
+			}
+			s.log.Info("compacted network", "network", network, "packs_before", before, "packs_after", n.PackCount(), "duration_ms", ms(s.now().Sub(start)))
+		}
+	}()
+}

@@ -1,0 +1,77 @@
+package workspaces
+
+import (
+	"context"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// The database branch of a workspace follows its life: created in the
+// background right after the fork when the base (or, for a fork of a
+// fork, the base it descends from) has a template; dropped when the
+// workspace is abandoned. Errors are logged, never returned: the fork or
+// abandon already committed, and GET /database creates a missing branch.
+
+// RootOf follows fork_of up to the base repository that holds the
+// template (a fork of a fork branches from the same template).
+func RootOf(ctx context.Context, repos interface {
+	Repo(ctx context.Context, name string) (*lockstep.Repo, error)
+}, name string) string {
+	for i := 0; i < 16; i++ {
+		r, err := repos.Repo(ctx, name)
+		if err != nil || r.ForkOf == "" {
+			return name
+		}
+		name = r.ForkOf
+	}
+	return name
+}
+
+// EnsureBranch returns ws's database branch, creating it from the
+// template of base's root when it does not exist (a concurrent create
+// returns the branch the other made). Errors: those of lockstep.Brancher.
+func EnsureBranch(ctx context.Context, dbs lockstep.Brancher, repos interface {
+	Repo(ctx context.Context, name string) (*lockstep.Repo, error)
+}, base, ws string) (*lockstep.DatabaseBranch, error) {
+	b, err := dbs.Branch(ctx, ws)
+	if lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		return b, err
+	}
+	b, err = dbs.CreateBranch(ctx, RootOf(ctx, repos, base), ws)
+	if lockstep.ErrorCode(err) == lockstep.ECONFLICT {
+		return dbs.Branch(ctx, ws) // created concurrently
+	}
+	return b, err
+}
+
+// branchAfterFork creates the new workspace's database branch in the
+// background; Close cancels and waits for it.
+func (s *Service) branchAfterFork(ctx context.Context, base, ws string) {
+	if s.dbs == nil {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		stop := context.AfterFunc(s.bgCtx, cancel)
+		defer stop()
+		if _, err := s.dbs.Template(ctx, RootOf(ctx, s.repos, base)); err != nil {
+			return
+		}
+		if _, err := EnsureBranch(ctx, s.dbs, s.repos, base, ws); err != nil {
+			s.log.WarnContext(ctx, "create database branch", "workspace", ws, "error", err)
+		}
+	}()
+}
+
+// dropAfterAbandon drops an abandoned workspace's database branch.
+func (s *Service) dropAfterAbandon(ctx context.Context, ws string) {
+	if s.dbs == nil {
+		return
+	}
+	if err := s.dbs.DropBranch(context.WithoutCancel(ctx), ws); err != nil && lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		s.log.WarnContext(ctx, "drop database branch", "workspace", ws, "error", err)
+	}
+}

@@ -1,0 +1,250 @@
+package workspaces
+
+import (
+	"context"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/repositories"
+)
+
+// ForkResult is the answer to a fork.
+type ForkResult struct {
+	Name       string  `json:"name"`
+	ForkOf     string  `json:"fork_of"`
+	Network    string  `json:"network"`
+	BaseCommit string  `json:"base_commit"`
+	Owner      string  `json:"owner"`
+	Task       string  `json:"task,omitempty"`
+	DurationMS float64 `json:"duration_ms"`
+}
+
+// MaxTaskBytes bounds a workspace's task label.
+const MaxTaskBytes = 200
+
+// ValidateTask checks a task label: at most MaxTaskBytes of printable
+// UTF-8 ("" means none).
+func ValidateTask(task string) error {
+	if len(task) > MaxTaskBytes || !utf8.ValidString(task) || strings.TrimSpace(task) != task {
+		return lockstep.Errorf(lockstep.EINVALID, "task label %.64q: want at most %d bytes of UTF-8 without leading or trailing spaces", task, MaxTaskBytes)
+	}
+	for _, r := range task {
+		if !unicode.IsPrint(r) {
+			return lockstep.Errorf(lockstep.EINVALID, "task label %.64q: unprintable character %U", task, r)
+		}
+	}
+	return nil
+}
+
+// Fork creates a workspace: a repository in base's fork network that
+// starts with copies of base's branch refs and shares its object store, so
+// it costs the same for 10 files or 100,000. The workspace is owned by the
+// key that created it. A fork of a fork joins the same network. Errors:
+// not_found, already_exists, invalid_argument, permission_denied. task is
+// an optional label grouping attempts at one task.
+func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name, task string) (*ForkResult, error) {
+	start := s.now()
+	if err := auth.Require(actor, lockstep.RoleAdmin, lockstep.RoleAgent); err != nil {
+		return nil, err
+	}
+	if err := lockstep.ValidateName("workspace name", name); err != nil {
+		return nil, err
+	}
+	if err := ValidateTask(task); err != nil {
+		return nil, err
+	}
+	base, err := s.repos.Repo(ctx, baseName)
+	if err != nil {
+		return nil, err
+	}
+	refs, err := s.store.Refs(ctx, base.ID)
+	if err != nil {
+		return nil, err
+	}
+	var copied []lockstep.Ref
+	var moves []lockstep.RefMove
+	baseCommit := ""
+	for _, ref := range refs {
+		if len(ref.Name) < 11 || ref.Name[:11] != "refs/heads/" {
+			continue
+		}
+		copied = append(copied, lockstep.Ref{Name: ref.Name, OID: ref.OID})
+		moves = append(moves, lockstep.RefMove{Repo: name, Ref: ref.Name, Old: lockstep.ZeroOID, New: ref.OID})
+		if ref.Name == branchRef(base.DefaultBranch) {
+			baseCommit = ref.OID
+		}
+	}
+	ws := &lockstep.Repo{Name: name, Network: base.Network, ForkOf: base.Name, DefaultBranch: base.DefaultBranch,
+		Status: lockstep.StatusActive, OwnerKeyID: actor.ID, OwnerName: actor.Name, BaseCommit: baseCommit, Task: task}
+	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "fork", Repo: name, TraceID: traceID(ctx), Refs: moves,
+		Details: map[string]any{"fork_of": base.Name, "base_commit": baseCommit}}
+	if task != "" {
+		entry.Details["task"] = task
+	}
+	entry.DurationUS = s.now().Sub(start).Microseconds()
+	out := &ForkResult{Name: name, ForkOf: base.Name, Network: ws.Network, BaseCommit: baseCommit, Owner: actor.Name, Task: task, DurationMS: ms(s.now().Sub(start))}
+	lockstep.StageResult(ctx, out)
+	if err := s.store.CreateRepo(ctx, ws, copied, entry); err != nil {
+		return nil, err
+	}
+	s.repos.MirrorNew(ctx, ws, copied)
+	d := s.now().Sub(start)
+	s.metrics.ObserveOp("fork", "ok", d)
+	s.repos.Emit(ctx, repositories.Event{Type: "fork", Repo: ws, Branch: ws.DefaultBranch, Commit: baseCommit, KeyName: actor.Name})
+	out.DurationMS = ms(d)
+	s.branchAfterFork(ctx, base.Name, name)
+	return out, nil
+}
+
+// WorkspaceInfo is one workspace in a base's listing.
+type WorkspaceInfo struct {
+	Name       string `json:"name"`
+	Owner      string `json:"owner"`
+	Status     string `json:"status"`
+	Task       string `json:"task,omitempty"`
+	Tip        string `json:"tip"`
+	BaseCommit string `json:"base_commit"`
+	Ahead      int    `json:"ahead"`
+	Behind     int    `json:"behind"`
+	CreatedAt  string `json:"created_at"`
+	UpdatedAt  string `json:"updated_at"`
+}
+
+// WorkspaceQuery selects a page of a base's workspaces, by name.
+type WorkspaceQuery struct {
+	Task   string // only this task label
+	Status string // only this status (active, promoted, failed, abandoned)
+	After  string // names after this one
+	Limit  int    // page size (default 100, at most MaxWorkspacePage)
+}
+
+// MaxWorkspacePage bounds one page of a workspace listing.
+const MaxWorkspacePage = 1000
+
+// Workspaces lists one page of the forks of a base with owner, status,
+// task, tip and ahead/behind counts against the base's default branch, and
+// the name to pass as After for the next page ("" on the last). Filtering
+// and paging happen in the store, so a page costs the same however many
+// workspaces the base has.
+func (s *Service) Workspaces(ctx context.Context, baseName string, q WorkspaceQuery) ([]WorkspaceInfo, string, error) {
+	if q.Limit == 0 {
+		q.Limit = 100
+	}
+	if q.Limit < 0 || q.Limit > MaxWorkspacePage {
+		return nil, "", lockstep.Errorf(lockstep.EINVALID, "limit %d: want 1 to %d", q.Limit, MaxWorkspacePage)
+	}
+	switch q.Status {
+	case "", lockstep.StatusActive, lockstep.StatusPromoted, lockstep.StatusFailed, lockstep.StatusAbandoned:
+	default:
+		return nil, "", lockstep.Errorf(lockstep.EINVALID, "status %q: want active, promoted, failed or abandoned", q.Status)
+	}
+	base, err := s.repos.Repo(ctx, baseName)
+	if err != nil {
+		return nil, "", err
+	}
+	forks, err := s.store.ListRepos(ctx, lockstep.RepoFilter{ForkOf: base.Name, Task: q.Task, Status: q.Status, After: q.After, Limit: q.Limit + 1})
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(forks) > q.Limit {
+		forks = forks[:q.Limit]
+		next = forks[len(forks)-1].Name
+	}
+	n, err := s.repos.Network(base.Network)
+	if err != nil {
+		return nil, "", err
+	}
+	baseTip := plumbing.ZeroHash
+	if ref, err := s.store.Ref(ctx, base.ID, branchRef(base.DefaultBranch)); err == nil {
+		baseTip = plumbing.NewHash(ref.OID)
+	}
+	out := []WorkspaceInfo{}
+	for _, ws := range forks {
+		info := WorkspaceInfo{Name: ws.Name, Owner: ws.OwnerName, Status: ws.Status, Task: ws.Task, BaseCommit: ws.BaseCommit,
+			CreatedAt: ws.CreatedAt.Format("2006-01-02T15:04:05Z"), UpdatedAt: ws.UpdatedAt.Format("2006-01-02T15:04:05Z")}
+		if ref, err := s.store.Ref(ctx, ws.ID, branchRef(ws.DefaultBranch)); err == nil {
+			info.Tip = ref.OID
+			if !baseTip.IsZero() {
+				info.Ahead, info.Behind, _ = n.AheadBehind(plumbing.NewHash(ref.OID), baseTip)
+			}
+		}
+		out = append(out, info)
+	}
+	return out, next, nil
+}
+
+// Tasks lists a page of the task labels of a base's workspaces with
+// counts by status (see lockstep.Store.Tasks).
+func (s *Service) Tasks(ctx context.Context, baseName, after string, limit int) ([]lockstep.TaskCount, error) {
+	base, err := s.repos.Repo(ctx, baseName)
+	if err != nil {
+		return nil, err
+	}
+	return s.store.Tasks(ctx, base.Name, after, limit)
+}
+
+// Attempts lists the commits pushed to a workspace, newest first.
+func (s *Service) Attempts(ctx context.Context, wsName string, limit int) ([]lockstep.Attempt, error) {
+	ws, err := s.repos.Repo(ctx, wsName)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.store.Attempts(ctx, ws.ID, limit)
+	if a == nil && err == nil {
+		a = []lockstep.Attempt{}
+	}
+	return a, err
+}
+
+// SetStatus changes a workspace's status. Abandoning (DELETE) is for the
+// owner or an admin; marking failed is for reviewers, CI and admins;
+// refs are always kept for review.
+func (s *Service) SetStatus(ctx context.Context, actor *lockstep.Key, wsName, status, reason string) (*lockstep.Repo, error) {
+	ws, err := s.repos.Repo(ctx, wsName)
+	if err != nil {
+		return nil, err
+	}
+	if ws.ForkOf == "" {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "%s is a base repository, not a workspace", ws.Name)
+	}
+	switch status {
+	case lockstep.StatusAbandoned:
+		if actor.Role != lockstep.RoleAdmin && actor.ID != ws.OwnerKeyID {
+			return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner or an admin may abandon it")
+		}
+	case lockstep.StatusFailed:
+		if err := auth.Require(actor, lockstep.RoleAdmin, lockstep.RoleReviewer, lockstep.RoleCI); err != nil {
+			return nil, err
+		}
+	case lockstep.StatusActive, lockstep.StatusPromoted:
+		if err := auth.Require(actor, lockstep.RoleAdmin); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, lockstep.Errorf(lockstep.EINVALID, "invalid status %q: want active, failed, abandoned or promoted", status)
+	}
+	// Promoted and abandoned are final: reopening one would let its refs
+	// move again (and a promoted workspace could land twice).
+	if ws.Status == lockstep.StatusPromoted || ws.Status == lockstep.StatusAbandoned {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s: that status is final (fork a new workspace to continue)", ws.Name, ws.Status)
+	}
+	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace." + status, Repo: ws.Name, TraceID: traceID(ctx),
+		Details: map[string]any{"from": ws.Status, "to": status, "reason": reason}}
+	staged := *ws
+	staged.Status = status
+	lockstep.StageResult(ctx, &staged)
+	if err := s.store.SetRepoStatus(ctx, ws.ID, status, entry); err != nil {
+		return nil, err
+	}
+	ws.Status = status
+	if status == lockstep.StatusAbandoned {
+		s.dropAfterAbandon(ctx, ws.Name)
+	}
+	return ws, nil
+}
