@@ -1,15 +1,18 @@
 package lockstep
 
-// Architecture (see README.md for the whole picture):
+// Architecture (docs/architecture.md has the layers, one request's path
+// and where each rule lives):
 //
 //	cmd/lockstep   flags, wiring, the CLI
 //	web            HTTP API, git smart HTTP; errors → statuses in one place
-//	forks          repositories, workspaces, push/rollback (CAS), merge, sync
-//	gate           policies, checks, hook outbox, promote + landing queue
+//	repositories   create, refs, reads, push/rollback (CAS), merge, git receive, the ref mirror
+//	workspaces     fork, status, attempts, sync, the workspace's database branch
+//	gate           policies, checks, hook outbox, promote: landing queue + landing
 //	checkpoints    code + database + filesystem checkpoints
 //	merge          merge base, tree merge, diff3
 //	repo           git objects of a fork network, the ref mirror
-//	dbbranch       Postgres template branching
+//	dbbranch       Postgres template branching (lockstep.Brancher)
+//	redislock      Redis locks (lockstep.Locker)
 //	fssnap         filesystem snapshots, process containment, tool runs
 //	sqlstore       metadata on SQLite or PostgreSQL (the source of truth for refs)
 //	auth, client, telemetry, migrations

@@ -1,6 +1,7 @@
 // Package checkpoints ties code, data and machine state together. A
 // checkpoint records, in one step, a workspace branch's commit, a snapshot
-// of the workspace's database branch (package dbbranch; when it has one)
+// of the workspace's database branch (through lockstep.Brancher; when it
+// has one)
 // and the id of a filesystem snapshot the client took on its machine
 // (package fssnap). Restoring it makes a rollback commit to the
 // checkpoint's tree (compare-and-swap, history kept), restores the

@@ -11,6 +11,12 @@
 // worker with exponential backoff and jitter (delivery.go), only to public
 // addresses or allowed hosts, checked on the address dialed
 // (hooktarget.go).
+//
+// Landing is the gate's, in one path (landing.go): Promote takes the
+// branch's lane (and, across replicas, a lockstep.Locker lock), resolves
+// the Target, Evaluates it and lands it; the base branch's ref move and the
+// workspace's status change to promoted commit in one transaction
+// (repositories.LandCommit with a status change).
 package gate
 
 import (

@@ -71,7 +71,7 @@ func (s *Service) EditFiles(ctx context.Context, actor *lockstep.Key, repoName s
 
 // editBase is the tree an edit batch applies to: the branch tip's, or for
 // a new branch the tree of the commit it will start from (empty if none).
-func (s *Service) editBase(ctx context.Context, r *lockstep.Repo, n *repo.Network, cur string, opts WriteOptions) (plumbing.Hash, error) {
+func (s *Service) editBase(ctx context.Context, r *lockstep.Repo, n ObjectStore, cur string, opts WriteOptions) (plumbing.Hash, error) {
 	from := cur
 	if cur == lockstep.ZeroOID {
 		from = opts.From

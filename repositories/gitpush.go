@@ -179,7 +179,7 @@ func isDelete(cmds []RefCommand, ref string) bool {
 }
 
 // checkGitCommand validates one pushed ref update.
-func (s *Service) checkGitCommand(r *lockstep.Repo, n *repo.Network, c RefCommand) error {
+func (s *Service) checkGitCommand(r *lockstep.Repo, n ObjectStore, c RefCommand) error {
 	if !strings.HasPrefix(c.Ref, "refs/heads/") {
 		return lockstep.Errorf(lockstep.EINVALID, "only branches (refs/heads/*) can be pushed")
 	}

@@ -275,7 +275,7 @@ func (s *Service) encodeCommit(actor *lockstep.Key, tree plumbing.Hash, parents 
 // writeMarkers stores the conflicted merge (files with diff3 markers) as a
 // two-parent commit on the side branch conflicts/<ours>, so an agent can
 // check it out, fix the markers and push.
-func (s *Service) writeMarkers(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, n *repo.Network, ov *merge.Overlay,
+func (s *Service) writeMarkers(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, n ObjectStore, ov *merge.Overlay,
 	req MergeRequest, res *merge.Result, out *MergeResponse, ours, theirs plumbing.Hash, start time.Time) (*MergeResponse, error) {
 	side := "conflicts/" + req.Ours
 	if err := lockstep.ValidateBranch(side); err != nil {

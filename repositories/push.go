@@ -146,7 +146,7 @@ func (s *Service) UploadPack(ctx context.Context, actor *lockstep.Key, repoName 
 }
 
 // writeTarget loads the repository and checks the caller may write it.
-func (s *Service) writeTarget(ctx context.Context, actor *lockstep.Key, repoName string, opts *WriteOptions) (*lockstep.Repo, *repo.Network, error) {
+func (s *Service) writeTarget(ctx context.Context, actor *lockstep.Key, repoName string, opts *WriteOptions) (*lockstep.Repo, ObjectStore, error) {
 	r, err := s.Repo(ctx, repoName)
 	if err != nil {
 		return nil, nil, err
@@ -305,7 +305,7 @@ func (s *Service) commitTreeWith(ctx context.Context, actor *lockstep.Key, r *lo
 }
 
 // writeCommit writes one commit authored by opts.Author or the key.
-func (s *Service) writeCommit(n *repo.Network, actor *lockstep.Key, tree plumbing.Hash, parents []plumbing.Hash, msg, author string) (plumbing.Hash, repo.WriteStats, error) {
+func (s *Service) writeCommit(n ObjectStore, actor *lockstep.Key, tree plumbing.Hash, parents []plumbing.Hash, msg, author string) (plumbing.Hash, repo.WriteStats, error) {
 	when := s.now()
 	committer := object.Signature{Name: actor.Name, Email: actor.Name + "@lockstep.local", When: when}
 	a := committer

@@ -7,11 +7,12 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/merge"
 	"github.com/lockstep-hq/lockstep/repo"
 )
 
 // open resolves a repository and a revision of it.
-func (s *Service) open(ctx context.Context, repoName, rev string) (*lockstep.Repo, *repo.Network, plumbing.Hash, error) {
+func (s *Service) open(ctx context.Context, repoName, rev string) (*lockstep.Repo, ObjectStore, plumbing.Hash, error) {
 	r, err := s.Repo(ctx, repoName)
 	if err != nil {
 		return nil, nil, plumbing.ZeroHash, err
@@ -122,4 +123,20 @@ func (s *Service) Compare(ctx context.Context, repoName, base, head string) (*Co
 		res.Removed += f.Removed
 	}
 	return res, nil
+}
+
+// ChangesSinceMergeBase lists what head changes relative to its merge base
+// with base (full patches): a review's view of a branch's own work. The
+// merge base is ZeroHash when the histories share none.
+func (s *Service) ChangesSinceMergeBase(ctx context.Context, r *lockstep.Repo, base, head plumbing.Hash) (plumbing.Hash, []repo.FileChange, error) {
+	n, err := s.Network(r.Network)
+	if err != nil {
+		return plumbing.ZeroHash, nil, err
+	}
+	mb, err := merge.MergeBase(ctx, n.Objects(), base, head)
+	if err != nil {
+		return plumbing.ZeroHash, nil, err
+	}
+	files, err := n.Compare(mb, head, repo.CompareOptions{})
+	return mb, files, err
 }

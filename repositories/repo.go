@@ -248,7 +248,7 @@ func splitRevSuffix(rev string) (string, []revStep, error) {
 }
 
 // resolveBase resolves a revision without ancestry suffixes.
-func (s *Service) resolveBase(ctx context.Context, n *repo.Network, r *lockstep.Repo, rev, full string) (plumbing.Hash, error) {
+func (s *Service) resolveBase(ctx context.Context, n ObjectStore, r *lockstep.Repo, rev, full string) (plumbing.Hash, error) {
 	if lockstep.IsOID(rev) {
 		h := plumbing.NewHash(rev)
 		if _, err := n.Commit(h); err != nil {
@@ -295,7 +295,7 @@ func (s *Service) resolveBase(ctx context.Context, n *repo.Network, r *lockstep.
 
 // abbrev resolves an abbreviated commit oid; ok is false when name is not
 // one (not hex, too short, or no such object).
-func (s *Service) abbrev(n *repo.Network, r *lockstep.Repo, name, full string) (plumbing.Hash, bool, error) {
+func (s *Service) abbrev(n ObjectStore, r *lockstep.Repo, name, full string) (plumbing.Hash, bool, error) {
 	if len(name) < repo.MinAbbrev || len(name) > 40 || strings.Trim(name, "0123456789abcdef") != "" {
 		return plumbing.ZeroHash, false, nil
 	}

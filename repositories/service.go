@@ -1,8 +1,11 @@
-// Package forks is the domain service for repositories, fork networks and
-// workspaces: create and fork, push worktrees with compare-and-swap,
-// rollback, read, merge and sync. It orchestrates the object layer (repo),
-// the metadata store (lockstep.Store, the source of truth for refs) and the
-// operations log so that a failure half-way leaves nothing visible:
+// Package repositories is the domain service of repositories and their
+// fork networks: create, refs, reads, push (tar, tree, objects, edits) with
+// compare-and-swap, rollback, merge, git receive, the on-disk ref mirror
+// and compaction. It is the one place a ref moves (workspaces and the
+// gate's landing call it). It orchestrates the object storage of a network
+// (the ObjectStore seam; repo.Network today), the metadata store
+// (lockstep.Store, the source of truth for refs) and the operations log so
+// that a failure half-way leaves nothing visible:
 //
 //  1. objects are written (and fsynced) first;
 //  2. the ref moves by compare-and-swap in the metadata store, in the same
@@ -60,12 +63,15 @@ type Config struct {
 	// folded into one in the background (every push adds a pack and an
 	// open file). 0 never compacts.
 	CompactPacks int
+	// OpenNetwork opens the object storage of the network in dir
+	// (created when missing); nil = OpenLocal, a local bare repository.
+	OpenNetwork func(dir string, opts repo.Options) (ObjectStore, error)
 	// TempGrace: temp files in a network older than this are taken as left
 	// by a crash and removed (SweepTemps); 0 = repo.DefaultTempGrace.
 	TempGrace time.Duration
 }
 
-// Service implements repositories, forks and workspaces.
+// Service implements repositories.
 type Service struct {
 	cfg     Config
 	store   lockstep.Store
@@ -75,10 +81,10 @@ type Service struct {
 	tracer  trace.Tracer
 
 	mu       sync.Mutex
-	networks map[string]*repo.Network
+	networks map[string]ObjectStore
 
-	refLocks   sync.Map // "repo\x00ref" → *sync.Mutex, orders mirror writes
-	compacting sync.Map // network name → struct{} while a Compact runs
+	refLocks   sync.Map        // "repo\x00ref" → *sync.Mutex, orders mirror writes
+	compacting sync.Map        // network name → struct{} while a Compact runs
 	bg         sync.WaitGroup  // background compactions
 	bgCtx      context.Context // cancelled by Close: stops a running compaction
 	bgCancel   context.CancelFunc
@@ -115,7 +121,7 @@ func New(cfg Config, store lockstep.Store, log *slog.Logger, metrics *telemetry.
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, store: store, log: log, metrics: metrics, now: now,
-		tracer: otel.Tracer("lockstep/repositories"), networks: map[string]*repo.Network{}, bgCtx: bgCtx, bgCancel: bgCancel}
+		tracer: otel.Tracer("lockstep/repositories"), networks: map[string]ObjectStore{}, bgCtx: bgCtx, bgCancel: bgCancel}
 }
 
 // OnEvent registers a hook called after events commit.
@@ -127,8 +133,9 @@ func (s *Service) emit(ctx context.Context, ev Event) {
 	}
 }
 
-// Network opens (once) the object store of a fork network.
-func (s *Service) Network(name string) (*repo.Network, error) {
+// Network opens (once) the object storage of a fork network: the only
+// way the services and web reach objects.
+func (s *Service) Network(name string) (ObjectStore, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n, ok := s.networks[name]; ok {
@@ -138,7 +145,11 @@ func (s *Service) Network(name string) (*repo.Network, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, fmt.Errorf("create networks dir: %w", err)
 	}
-	n, err := repo.Open(dir, repo.Options{Fsync: s.cfg.Fsync, TempGrace: s.cfg.TempGrace})
+	open := s.cfg.OpenNetwork
+	if open == nil {
+		open = OpenLocal
+	}
+	n, err := open(dir, repo.Options{Fsync: s.cfg.Fsync, TempGrace: s.cfg.TempGrace})
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +168,7 @@ func (s *Service) Close() error {
 	for _, n := range s.networks {
 		n.Close()
 	}
-	s.networks = map[string]*repo.Network{}
+	s.networks = map[string]ObjectStore{}
 	return nil
 }
 
@@ -197,7 +208,7 @@ func (s *Service) ResyncMirrors(ctx context.Context) error {
 }
 
 // syncMirror runs SyncMirror and records what it could not mirror.
-func (s *Service) syncMirror(ctx context.Context, n *repo.Network, name string, refs map[string]plumbing.Hash) {
+func (s *Service) syncMirror(ctx context.Context, n ObjectStore, name string, refs map[string]plumbing.Hash) {
 	s.clearMirrorProblems(name)
 	err := n.SyncMirror(name, refs)
 	var me *repo.MirrorError
@@ -322,7 +333,7 @@ func branchRef(b string) string { return "refs/heads/" + b }
 
 // afterWrite compacts a network in the background once it holds more than
 // CompactPacks packs (one at a time per network).
-func (s *Service) afterWrite(network string, n *repo.Network) {
+func (s *Service) afterWrite(network string, n ObjectStore) {
 	if s.cfg.CompactPacks <= 0 || n.PackCount() <= s.cfg.CompactPacks {
 		return
 	}

@@ -43,7 +43,6 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/gate"
-	"github.com/lockstep-hq/lockstep/merge"
 	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/workspaces"
@@ -815,7 +814,7 @@ func (u *uiServer) handleCommit(c *gin.Context) {
 		// A root commit: everything is added (against the empty tree).
 		r, err := u.s.Repos.Repo(ctx, name)
 		if err == nil {
-			var n *repo.Network
+			var n repositories.ObjectStore
 			if n, err = u.s.Repos.Network(r.Network); err == nil {
 				files, err = n.Compare(plumbing.ZeroHash, ci.Hash, repo.CompareOptions{})
 			}
@@ -880,15 +879,10 @@ func (u *uiServer) compareFromMergeBase(ctx context.Context, r *lockstep.Repo, b
 	if err != nil {
 		return nil, "", "", err
 	}
-	n, err := u.s.Repos.Network(r.Network)
+	mb, files, err := u.s.Repos.ChangesSinceMergeBase(ctx, r, bh, hh)
 	if err != nil {
 		return nil, "", "", err
 	}
-	mb, err := merge.MergeBase(ctx, n.Objects(), bh, hh)
-	if err != nil {
-		return nil, "", "", err
-	}
-	files, err := n.Compare(mb, hh, repo.CompareOptions{})
 	if files == nil {
 		files = []repo.FileChange{}
 	}

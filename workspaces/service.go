@@ -49,8 +49,12 @@ func New(store lockstep.Store, repos *repositories.Service, dbs lockstep.Branche
 	return &Service{store: store, repos: repos, dbs: dbs, log: log, metrics: metrics, now: now, bgCtx: ctx, bgCancel: cancel}
 }
 
+// Wait waits for the database branches being created in the background
+// (without cancelling them).
+func (s *Service) Wait() { s.bg.Wait() }
+
 // Close cancels the database branches still being created and waits for
-// them.
+// them (GET /database creates a missing one later).
 func (s *Service) Close() error {
 	s.bgCancel()
 	s.bg.Wait()
