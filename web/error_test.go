@@ -20,13 +20,14 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/checkpoints"
-	"github.com/lockstep-hq/lockstep/forks"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
 	"github.com/lockstep-hq/lockstep/redislock"
+	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
 	"github.com/lockstep-hq/lockstep/web"
+	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 // lockedBuffer is the request log of a test server.
@@ -71,10 +72,10 @@ func mustOutageServer(t *testing.T, rdb *redis.Client, prefix string) *outageSer
 	m := telemetry.NewMetrics()
 	log := &lockedBuffer{}
 	logger := slog.New(slog.NewTextHandler(log, nil))
-	repos := forks.New(forks.Config{DataDir: dir}, db, logger, m, nil)
+	repos := repositories.New(repositories.Config{DataDir: dir}, db, logger, m, nil)
 	t.Cleanup(func() { repos.Close() })
 	g := gate.New(gate.Config{}, db, repos, logger, m, nil)
-	s := &web.Server{Config: web.Config{MaxJSONBytes: 1 << 20}, Store: db, Keys: keys, Metrics: m, Repos: repos, Logger: logger,
+	s := &web.Server{Config: web.Config{MaxJSONBytes: 1 << 20}, Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: workspaces.New(db, repos, nil, logger, m, nil), Logger: logger,
 		Gate: g, Checkpoints: checkpoints.New(db, repos, nil, logger, m, nil)}
 	if rdb != nil {
 		s.Redis = rdb
