@@ -332,10 +332,22 @@ func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, cl
 
 	if deferred != nil {
 		commits := claim.Commits()
+		if len(commits) == 0 && !claim.Lost() {
+			// Nothing committed here. A duplicate on another replica that
+			// committed while this one ran may be why (a forced push found
+			// its tree already there, a refusal saw its effect): its record
+			// committed with that effect, so it is visible now, and its
+			// answer is the result.
+			if cur, err := s.Store.IdemByKey(bg, claim.Owner, claim.Key); err == nil && cur.Token != claim.Token &&
+				!(time.Now().After(cur.ExpiresAt) && !(cur.State == lockstep.IdemRunning && time.Now().Before(cur.LeaseUntil))) {
+				claim.MarkLost()
+			}
+		}
 		switch {
 		case claim.Lost():
 			// A duplicate (on another replica) committed first; this
-			// request's transaction failed on the key. Its answer is ours.
+			// request's transaction failed on the key, or it found the
+			// other's effect done. The other's answer is ours.
 			release()
 			s.awaitFirst(c, cfg, claim)
 			return
@@ -354,21 +366,22 @@ func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, cl
 			return
 		case len(commits) == 0:
 			// A success that committed nothing (a push that changed
-			// nothing): remember it, off the request path.
-			stored := redact(body, ir.redact)
-			s.send(c, status, header, body)
-			go func() {
-				defer release()
-				deferred.LeaseUntil = time.Now().Add(cfg.Lease)
-				cur, err := s.Store.ClaimIdem(bg, deferred)
-				if err != nil || cur != nil {
-					return // another request holds the key: its answer stands
-				}
-				if err := s.Store.FinishIdem(bg, claim.Owner, claim.Key, claim.Token, status, header, stored); err != nil {
-					s.Logger.ErrorContext(ctx, "store idempotent answer", "key", claim.Key, "error", err)
-				}
-			}()
-			return
+			// nothing): claim the key now, before answering, so a
+			// duplicate committing elsewhere meanwhile loses to this
+			// answer; if one already holds it, its answer is ours.
+			deferred.LeaseUntil = time.Now().Add(cfg.Lease)
+			cur, err := s.Store.ClaimIdem(bg, deferred)
+			if err != nil {
+				release()
+				writeError(c, err)
+				return
+			}
+			if cur != nil {
+				release()
+				s.awaitFirst(c, cfg, claim)
+				return
+			}
+			// Held: stored like any held claim's answer (below).
 		}
 		// Otherwise (several commits, a refusal, an answer unlike the
 		// staged one): as for a held claim, the record is ours now.
