@@ -76,11 +76,59 @@ type IdemClaim struct {
 	// Render turns a staged value (or error) into the HTTP answer; set by
 	// the web layer, which alone knows statuses. ok false: nothing to store.
 	Render func(v any, staged bool) (status int, header map[string]string, body []byte, ok bool)
+	// Deferred, when set, means the record is not in the store yet (a
+	// route whose effect is one transaction, docs/idempotency.md): the
+	// first commit under the claim inserts it, with this record's owner,
+	// key, fingerprint, method, path and times, and a concurrent
+	// duplicate that committed first makes that transaction fail. A
+	// success answer staged at such a commit is stored as done: it is the
+	// final answer, and the web layer sends exactly it.
+	Deferred *IdemRecord
 
-	mu     sync.Mutex
-	value  any
-	staged bool
-	wraps  []func(any) any
+	mu      sync.Mutex
+	value   any
+	staged  bool
+	wraps   []func(any) any
+	lost    bool
+	commits []IdemCommit
+}
+
+// IdemCommit is an answer the store wrote with a commit under a claim.
+type IdemCommit struct {
+	State  string // IdemCommitted or IdemDone
+	Status int    // 0: nothing staged
+	Header map[string]string
+	Body   []byte
+}
+
+// NoteCommit is called by the store inside the transaction that wrote the
+// record (the transaction's effect fails the request if it rolls back).
+func (c *IdemClaim) NoteCommit(ic IdemCommit) {
+	c.mu.Lock()
+	c.commits = append(c.commits, ic)
+	c.mu.Unlock()
+}
+
+// Commits returns the answers written with the request's commits.
+func (c *IdemClaim) Commits() []IdemCommit {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]IdemCommit(nil), c.commits...)
+}
+
+// MarkLost records that a commit found the key held by another request
+// (that transaction failed; the other request's answer is the result).
+func (c *IdemClaim) MarkLost() {
+	c.mu.Lock()
+	c.lost = true
+	c.mu.Unlock()
+}
+
+// Lost reports whether MarkLost was called.
+func (c *IdemClaim) Lost() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lost
 }
 
 type idemKey struct{}

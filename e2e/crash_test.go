@@ -80,6 +80,20 @@ func TestKilledBetweenCommitAndAnswer(t *testing.T) {
 		t.Errorf("second replay differs: %s vs %s", again, r)
 	}
 
+	// An edit (201 when it changed something): the answer staged with the
+	// commit carries the route's success status, not a default 200.
+	edit := map[string]any{"expect_oid": p.Commit, "edits": []map[string]any{{"op": "write", "path": "edited.txt", "content": "edited\n"}}}
+	s = killDuring(t, s, true, "paused after commit", "POST", "/api/v1/repos/shop/edits", s.AdminKey, "crash-edit", edit, "")
+	r = send(t, s, "POST", "/api/v1/repos/shop/edits", s.AdminKey, "crash-edit", edit, "")
+	if r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("edit retry after the crash: %s (replayed %q), want the first edit's 201, replayed", r, r.Header.Get("Idempotent-Replayed"))
+	}
+	var ed e2ekit.PushResult
+	r.Decode(t, &ed)
+	if head := s.Head(t, "shop"); ed.Commit != head || ed.Parent != p.Commit || !ed.Changed {
+		t.Fatalf("replayed edit %+v; shop main is at %s (parent should be %s)", ed, head, p.Commit)
+	}
+
 	// A promote: its commits (the landing and the workspace's status) were
 	// made, the answer not sent.
 	var fork struct {
@@ -103,7 +117,7 @@ func TestKilledBetweenCommitAndAnswer(t *testing.T) {
 	}
 
 	es := oplog(t, s)
-	for _, k := range []string{"crash-push", "crash-promote"} {
+	for _, k := range []string{"crash-push", "crash-edit", "crash-promote"} {
 		op := strings.TrimPrefix(k, "crash-")
 		var n int
 		for _, e := range withKey(es, k) {

@@ -6,12 +6,65 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/lockstep-hq/lockstep"
 )
 
 var _ lockstep.IdempotencyStore = (*DB)(nil)
+
+// The two statements of every keyed one-transaction write (the read
+// before it runs, the upsert in its commit) are prepared once per store:
+// parsing them each time cost SQLite a measurable part of the key's
+// budget (docs/idempotency.md).
+type idemStmts struct {
+	once          sync.Once
+	byKey, upsert *sql.Stmt
+	err           error
+}
+
+// preparedIdem holds them by a weak pointer to the store, dropped (and
+// closed) when the store is garbage: the store's own struct is not this
+// file's to extend.
+var preparedIdem sync.Map // weak.Pointer[DB] → *idemStmts
+
+func (s *DB) idemStmts(ctx context.Context) (*idemStmts, error) {
+	k := weak.Make(s)
+	v, loaded := preparedIdem.LoadOrStore(k, &idemStmts{})
+	st := v.(*idemStmts)
+	if !loaded {
+		runtime.AddCleanup(s, func(k weak.Pointer[DB]) {
+			if v, ok := preparedIdem.LoadAndDelete(k); ok {
+				v.(*idemStmts).close()
+			}
+		}, k)
+	}
+	st.once.Do(func() {
+		if st.byKey, st.err = s.db.PrepareContext(context.WithoutCancel(ctx), idemByKeySQL); st.err != nil {
+			return
+		}
+		st.upsert, st.err = s.db.PrepareContext(context.WithoutCancel(ctx), idemUpsertSQL)
+	})
+	if st.err != nil {
+		preparedIdem.CompareAndDelete(k, st) // prepare again next time
+		return nil, fmt.Errorf("prepare idempotency statements: %w", st.err)
+	}
+	return st, nil
+}
+
+func (st *idemStmts) close() {
+	if st.byKey != nil {
+		st.byKey.Close()
+	}
+	if st.upsert != nil {
+		st.upsert.Close()
+	}
+}
+
+const idemByKeySQL = `SELECT ` + idemCols + ` FROM idempotency_keys WHERE owner_key_id = $1 AND idem_key = $2`
 
 const idemCols = `owner_key_id, idem_key, fingerprint, method, path, state, token, lease_until, op_id, status, header, body, replays, created_at, expires_at`
 
@@ -74,7 +127,11 @@ func (s *DB) ClaimIdem(ctx context.Context, rec *lockstep.IdemRecord) (existing 
 func (s *DB) IdemByKey(ctx context.Context, owner, key string) (r *lockstep.IdemRecord, err error) {
 	ctx, span := s.start(ctx, "IdemByKey")
 	defer func() { err = end(span, err) }()
-	r, err = scanIdem(s.db.QueryRowContext(ctx, `SELECT `+idemCols+` FROM idempotency_keys WHERE owner_key_id = $1 AND idem_key = $2`, owner, key))
+	st, err := s.idemStmts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err = scanIdem(st.byKey.QueryRowContext(ctx, owner, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "idempotency key %q not found", key)
 	}
@@ -205,9 +262,13 @@ func (s *DB) commitIdemRecord(ctx context.Context, tx *sql.Tx, e *lockstep.OpEnt
 	if c == nil || e.IdempotencyKey == "" {
 		return nil
 	}
+	if c.Deferred != nil {
+		return s.insertIdemAtCommit(ctx, tx, c, e)
+	}
 	var res sql.Result
 	var err error
-	if status, header, body, ok := c.Provisional(); ok {
+	status, header, body, ok := c.Provisional()
+	if ok {
 		h, _ := json.Marshal(header)
 		if body == nil {
 			body = []byte{}
@@ -216,6 +277,7 @@ func (s *DB) commitIdemRecord(ctx context.Context, tx *sql.Tx, e *lockstep.OpEnt
 			WHERE owner_key_id = $6 AND idem_key = $7 AND token = $8`,
 			lockstep.IdemCommitted, e.ID, status, string(h), body, c.Owner, c.Key, c.Token)
 	} else {
+		status, header, body = 0, nil, nil
 		res, err = tx.ExecContext(ctx, `UPDATE idempotency_keys SET state = $1, op_id = CASE WHEN op_id = '' THEN $2 ELSE op_id END
 			WHERE owner_key_id = $3 AND idem_key = $4 AND token = $5`,
 			lockstep.IdemCommitted, e.ID, c.Owner, c.Key, c.Token)
@@ -224,7 +286,70 @@ func (s *DB) commitIdemRecord(ctx context.Context, tx *sql.Tx, e *lockstep.OpEnt
 		return fmt.Errorf("record idempotency key: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
+		c.MarkLost()
 		return lockstep.Errorf(lockstep.EINPROGRESS, "idempotency key %q was taken over by another request: this one did not commit", c.Key)
 	}
+	c.NoteCommit(lockstep.IdemCommit{State: lockstep.IdemCommitted, Status: status, Header: header, Body: body})
+	return nil
+}
+
+const idemUpsertSQL = `INSERT INTO idempotency_keys (owner_key_id, idem_key, fingerprint, method, path, state, token, lease_until, op_id, status, header, body, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+		ON CONFLICT (owner_key_id, idem_key) DO UPDATE SET
+			fingerprint = excluded.fingerprint, method = excluded.method, path = excluded.path, state = excluded.state,
+			token = excluded.token, lease_until = excluded.lease_until,
+			op_id = CASE WHEN idempotency_keys.token = excluded.token AND idempotency_keys.op_id <> '' THEN idempotency_keys.op_id ELSE excluded.op_id END,
+			status = excluded.status, header = excluded.header, body = excluded.body,
+			replays = CASE WHEN idempotency_keys.token = excluded.token THEN idempotency_keys.replays ELSE 0 END,
+			created_at = CASE WHEN idempotency_keys.token = excluded.token THEN idempotency_keys.created_at ELSE excluded.created_at END,
+			expires_at = excluded.expires_at
+		WHERE idempotency_keys.token = excluded.token
+			OR (idempotency_keys.expires_at < $15 AND NOT (idempotency_keys.state = $16 AND idempotency_keys.lease_until >= $15))`
+
+// insertIdemAtCommit claims a deferred key inside the effect's own
+// transaction: one upsert that inserts the record (done with the staged
+// answer when that is a success, else committed), updates it when this
+// request already holds it (a second commit), replaces an expired record,
+// and changes nothing when another request holds the key. In that last
+// case the transaction fails and the claim is marked lost. Appenders are
+// serialized (the oplog head row is locked first; SQLite has one writer),
+// so a duplicate racing on another replica finds the first one's record
+// committed here and never commits a second effect.
+func (s *DB) insertIdemAtCommit(ctx context.Context, tx *sql.Tx, c *lockstep.IdemClaim, e *lockstep.OpEntry) error {
+	d := c.Deferred
+	now := s.now()
+	if d.CreatedAt.IsZero() {
+		d.CreatedAt = lockstep.TruncateTime(now)
+	}
+	state := lockstep.IdemCommitted
+	status, header, body, ok := c.Provisional()
+	if !ok {
+		status, header, body = 0, nil, nil
+	} else if status < 400 {
+		state = lockstep.IdemDone
+	}
+	h := "{}"
+	if len(header) > 0 {
+		b, _ := json.Marshal(header)
+		h = string(b)
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	st, err := s.idemStmts(ctx)
+	if err != nil {
+		return err
+	}
+	res, err := tx.StmtContext(ctx, st.upsert).ExecContext(ctx,
+		d.Owner, d.Key, d.Fingerprint, d.Method, d.Path, state, c.Token, micros(d.LeaseUntil), e.ID, status, h, body,
+		micros(d.CreatedAt), micros(d.ExpiresAt), micros(now), lockstep.IdemRunning)
+	if err != nil {
+		return fmt.Errorf("record idempotency key: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		c.MarkLost()
+		return lockstep.Errorf(lockstep.EINPROGRESS, "idempotency key %q is held by another request: this one did not commit", c.Key)
+	}
+	c.NoteCommit(lockstep.IdemCommit{State: state, Status: status, Header: header, Body: body})
 	return nil
 }

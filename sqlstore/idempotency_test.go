@@ -2,6 +2,8 @@ package sqlstore_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,6 +105,178 @@ func TestIdempotencyRecords(t *testing.T) {
 		}
 		if _, err := db.IdemByKey(ctx, "key_test", "k1"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
 			t.Fatalf("k1 after the purge: %v", err)
+		}
+	})
+}
+
+// TestIdempotencyClaimAtCommit: a deferred claim (a one-transaction route,
+// docs/idempotency.md) is inserted by the effect's own transaction, as
+// done with a staged success and committed with a refusal; a later
+// commit of the same request updates it; an expired record is replaced;
+// a key held by another request (committed, or a live running claim)
+// makes the transaction fail and marks the claim lost, leaving no entry.
+func TestIdempotencyClaimAtCommit(t *testing.T) {
+	backends(t, func(t *testing.T, open func() *sqlstore.DB) {
+		ctx := context.Background()
+		db := open()
+		now := time.Now()
+		render := func(v any, staged bool) (int, map[string]string, []byte, bool) {
+			if !staged {
+				return 0, nil, nil, false
+			}
+			if err, ok := v.(error); ok {
+				return 409, map[string]string{"Content-Type": "application/json"}, []byte(`{"error":"` + err.Error() + `"}`), true
+			}
+			return 201, map[string]string{"Content-Type": "application/json"}, []byte(v.(string)), true
+		}
+		deferred := func(key, token, fp string) *lockstep.IdemClaim {
+			return &lockstep.IdemClaim{Owner: "key_test", Key: key, Token: token, Render: render,
+				Deferred: &lockstep.IdemRecord{Owner: "key_test", Key: key, Fingerprint: fp, Method: "PUT", Path: "/x",
+					LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}}
+		}
+		entries := func(key string) int {
+			ops, err := db.OpsByIdemKey(ctx, "key_test", key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(ops)
+		}
+
+		if _, err := db.IdemByKey(ctx, "key_test", "d1"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+			t.Fatalf("before the commit: %v, want not_found", err)
+		}
+		c1 := deferred("d1", "t1", "fp")
+		cctx := lockstep.WithIdemClaim(ctx, c1)
+		lockstep.StageResult(cctx, `{"commit":"abc"}`)
+		if err := db.AppendOp(cctx, entry("push")); err != nil {
+			t.Fatal(err)
+		}
+		r, err := db.IdemByKey(ctx, "key_test", "d1")
+		if err != nil || r.State != lockstep.IdemDone || r.Status != 201 || string(r.Body) != `{"commit":"abc"}` ||
+			r.Token != "t1" || r.Fingerprint != "fp" || r.OpID == "" || r.Header["Content-Type"] != "application/json" {
+			t.Fatalf("after the commit: %v %+v", err, r)
+		}
+		if cs := c1.Commits(); len(cs) != 1 || cs[0].State != lockstep.IdemDone || string(cs[0].Body) != `{"commit":"abc"}` || c1.Lost() {
+			t.Fatalf("commits noted: %+v lost %v", cs, c1.Lost())
+		}
+		firstOp := r.OpID
+
+		// A second commit of the same request updates its own record.
+		lockstep.StageResult(cctx, `{"commit":"def"}`)
+		if err := db.AppendOp(cctx, entry("push")); err != nil {
+			t.Fatal(err)
+		}
+		r, _ = db.IdemByKey(ctx, "key_test", "d1")
+		if string(r.Body) != `{"commit":"def"}` || r.OpID != firstOp || len(c1.Commits()) != 2 {
+			t.Fatalf("after a second commit: %+v, %d commits", r, len(c1.Commits()))
+		}
+
+		// Another request with the key cannot commit.
+		c2 := deferred("d1", "t2", "fp")
+		c2ctx := lockstep.WithIdemClaim(ctx, c2)
+		lockstep.StageResult(c2ctx, `{"commit":"zzz"}`)
+		if err := db.AppendOp(c2ctx, entry("push")); lockstep.ErrorCode(err) != lockstep.EINPROGRESS || !c2.Lost() || len(c2.Commits()) != 0 {
+			t.Fatalf("a duplicate's commit: %v, lost %v, want in_progress and lost", err, c2.Lost())
+		}
+		if n := entries("d1"); n != 2 {
+			t.Fatalf("entries under d1: %d, want 2", n)
+		}
+		if r, _ := db.IdemByKey(ctx, "key_test", "d1"); r.Token != "t1" || string(r.Body) != `{"commit":"def"}` {
+			t.Fatalf("the duplicate changed the record: %+v", r)
+		}
+
+		// A live running claim (a held key) also wins.
+		if cur, err := db.ClaimIdem(ctx, &lockstep.IdemRecord{Owner: "key_test", Key: "d2", Fingerprint: "fp", Method: "PUT", Path: "/x",
+			Token: "held", LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}); err != nil || cur != nil {
+			t.Fatalf("claim d2: %v %+v", err, cur)
+		}
+		c3 := deferred("d2", "t3", "fp")
+		if err := db.AppendOp(lockstep.WithIdemClaim(ctx, c3), entry("push")); lockstep.ErrorCode(err) != lockstep.EINPROGRESS || !c3.Lost() {
+			t.Fatalf("commit against a held claim: %v", err)
+		}
+		if n := entries("d2"); n != 0 {
+			t.Fatalf("entries under d2: %d, want 0", n)
+		}
+
+		// An expired record is replaced.
+		db.SQL().ExecContext(ctx, `UPDATE idempotency_keys SET expires_at = 1, lease_until = 1 WHERE idem_key = 'd2'`)
+		c4 := deferred("d2", "t4", "fp4")
+		c4ctx := lockstep.WithIdemClaim(ctx, c4)
+		lockstep.StageResult(c4ctx, lockstep.Errorf(lockstep.EREFCONFLICT, "moved"))
+		if err := db.AppendOp(c4ctx, entry("push")); err != nil {
+			t.Fatal(err)
+		}
+		r, _ = db.IdemByKey(ctx, "key_test", "d2")
+		if r.Token != "t4" || r.Fingerprint != "fp4" || r.State != lockstep.IdemCommitted || r.Status != 409 || !r.ExpiresAt.After(now) {
+			t.Fatalf("replaced expired record (a refusal is committed, not done): %+v", r)
+		}
+		if v, err := db.VerifyOps(ctx); err != nil || !v.OK {
+			t.Fatalf("chain: %v %+v", err, v)
+		}
+	})
+}
+
+// TestIdempotencyClaimAtCommitRace: duplicates with one key committing at
+// the same time through separate connections (two replicas on one
+// database) commit exactly once; every loser is marked lost.
+func TestIdempotencyClaimAtCommitRace(t *testing.T) {
+	backends(t, func(t *testing.T, open func() *sqlstore.DB) {
+		ctx := context.Background()
+		a, b := open(), open()
+		now := time.Now()
+		for i := 0; i < 20; i++ {
+			key := fmt.Sprintf("race-%d", i)
+			const n = 4
+			claims := make([]*lockstep.IdemClaim, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for j := range claims {
+				claims[j] = &lockstep.IdemClaim{Owner: "key_test", Key: key, Token: fmt.Sprintf("t%d", j),
+					Render: func(v any, staged bool) (int, map[string]string, []byte, bool) {
+						return 201, map[string]string{}, []byte(v.(string)), staged
+					},
+					Deferred: &lockstep.IdemRecord{Owner: "key_test", Key: key, Fingerprint: "fp", Method: "PUT", Path: "/x",
+						LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}}
+				db := a
+				if j%2 == 1 {
+					db = b
+				}
+				wg.Add(1)
+				go func(j int, db *sqlstore.DB) {
+					defer wg.Done()
+					cctx := lockstep.WithIdemClaim(ctx, claims[j])
+					lockstep.StageResult(cctx, fmt.Sprintf(`{"by":%d}`, j))
+					<-start
+					errs[j] = db.AppendOp(cctx, entry("push"))
+				}(j, db)
+			}
+			close(start)
+			wg.Wait()
+			won := -1
+			for j := range claims {
+				switch {
+				case errs[j] == nil && !claims[j].Lost():
+					if won >= 0 {
+						t.Fatalf("%s: requests %d and %d both committed", key, won, j)
+					}
+					won = j
+				case lockstep.ErrorCode(errs[j]) == lockstep.EINPROGRESS && claims[j].Lost():
+				default:
+					t.Fatalf("%s: request %d: %v (lost %v)", key, j, errs[j], claims[j].Lost())
+				}
+			}
+			if won < 0 {
+				t.Fatalf("%s: nobody committed: %v", key, errs)
+			}
+			ops, err := a.OpsByIdemKey(ctx, "key_test", key)
+			if err != nil || len(ops) != 1 {
+				t.Fatalf("%s: %d entries (%v), want 1", key, len(ops), err)
+			}
+			r, err := b.IdemByKey(ctx, "key_test", key)
+			if err != nil || r.Token != claims[won].Token || string(r.Body) != fmt.Sprintf(`{"by":%d}`, won) || r.OpID != ops[0].ID {
+				t.Fatalf("%s: record %+v (%v), want the winner's", key, r, err)
+			}
 		}
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -64,6 +65,12 @@ const IdempotentReplayedHeader = "Idempotent-Replayed"
 type idemRoute struct {
 	status int      // success status (200 when not listed)
 	redact []string // top-level JSON fields never stored (secrets)
+	// oneTx: the route's effect is one metadata transaction (through
+	// appendOp) with nothing outside the database that matters before it
+	// (objects are content-addressed), and a success commits once. Its key
+	// is claimed inside that transaction, and its answer stored as done
+	// there (docs/idempotency.md, "One transaction").
+	oneTx bool
 }
 
 // idemRoutes lists the mutating routes whose success is not a plain 200.
@@ -72,9 +79,10 @@ var idemRoutes = map[string]idemRoute{
 	"DELETE /api/v1/keys/:id":                      {status: http.StatusNoContent},
 	"POST /api/v1/repos":                           {status: http.StatusCreated},
 	"POST /api/v1/repos/:repo/forks":               {status: http.StatusCreated},
-	"PUT /api/v1/repos/:repo/worktree":             {status: http.StatusCreated},
-	"POST /api/v1/repos/:repo/rollback":            {status: http.StatusCreated},
-	"POST /api/v1/repos/:repo/commits/:rev/checks": {status: http.StatusCreated},
+	"PUT /api/v1/repos/:repo/worktree":             {status: http.StatusCreated, oneTx: true},
+	"POST /api/v1/repos/:repo/edits":               {status: http.StatusCreated, oneTx: true},
+	"POST /api/v1/repos/:repo/rollback":            {status: http.StatusCreated, oneTx: true},
+	"POST /api/v1/repos/:repo/commits/:rev/checks": {status: http.StatusCreated, oneTx: true},
 	"POST /api/v1/repos/:repo/hooks":               {status: http.StatusCreated},
 	"DELETE /api/v1/repos/:repo/hooks/:id":         {status: http.StatusNoContent},
 	"POST /api/v1/repos/:repo/checkpoints":         {status: http.StatusCreated},
@@ -146,15 +154,61 @@ func (s *Server) idempotency(c *gin.Context) {
 	rec := &lockstep.IdemRecord{Owner: k.ID, Key: key, Fingerprint: fp, Method: c.Request.Method, Path: c.Request.URL.Path,
 		Token: token, LeaseUntil: now.Add(cfg.Lease), ExpiresAt: now.Add(cfg.Retention)}
 	deadline := now.Add(cfg.Wait)
-	delay := 2 * time.Millisecond
-	for {
-		cur, err := s.Store.ClaimIdem(ctx, rec)
-		if err != nil {
-			writeError(c, err)
+	oneTx := idemRoutes[route].oneTx
+
+	// A duplicate on this replica waits here for the first request to be
+	// answered and stored, without polling the database; duplicates on
+	// other replicas are resolved by the record (below).
+	release, ok := s.flights().acquire(ctx, k.ID+"\x00"+key, deadline)
+	if !ok {
+		if ctx.Err() != nil {
+			writeError(c, lockstep.Errorf(lockstep.EINPROGRESS, "gave up waiting for the first request with Idempotency-Key %q", key))
 			return
 		}
-		if cur == nil {
-			break // ours
+		c.Header("Retry-After", "1")
+		writeError(c, lockstep.Errorf(lockstep.EINPROGRESS, "the first request with Idempotency-Key %q is still running: retry later", key).
+			WithDetails(map[string]any{"idempotency_key": key}))
+		return
+	}
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			release()
+		}
+	}()
+
+	delay := 2 * time.Millisecond
+	for {
+		var cur *lockstep.IdemRecord
+		if oneTx {
+			// No claim before the effect: read the record; none (or an
+			// expired one) means run, and claim in the effect's commit.
+			cur, err = s.Store.IdemByKey(ctx, k.ID, key)
+			if lockstep.ErrorCode(err) == lockstep.ENOTFOUND {
+				cur, err = nil, nil
+			}
+			if err != nil {
+				writeError(c, err)
+				return
+			}
+			if cur != nil && time.Now().After(cur.ExpiresAt) && !(cur.State == lockstep.IdemRunning && time.Now().Before(cur.LeaseUntil)) {
+				cur = nil
+			}
+			if cur == nil {
+				rec.LeaseUntil = time.Now().Add(cfg.Lease)
+				handedOff = true
+				s.execute(c, cfg, route, &lockstep.IdemClaim{Owner: k.ID, Key: key, Token: token, Deferred: rec}, release, rec)
+				return
+			}
+		} else {
+			cur, err = s.Store.ClaimIdem(ctx, rec)
+			if err != nil {
+				writeError(c, err)
+				return
+			}
+			if cur == nil {
+				break // ours
+			}
 		}
 		if cur.Fingerprint != fp {
 			writeError(c, lockstep.Errorf(lockstep.EIDEMREUSED, "Idempotency-Key %q was used for %s %s with different parameters or body: use a new key for a new operation", key, cur.Method, cur.Path).
@@ -200,11 +254,14 @@ func (s *Server) idempotency(c *gin.Context) {
 		}
 	}
 execute:
-	s.execute(c, cfg, route, &lockstep.IdemClaim{Owner: k.ID, Key: key, Token: token})
+	handedOff = true
+	s.execute(c, cfg, route, &lockstep.IdemClaim{Owner: k.ID, Key: key, Token: token}, release, nil)
 }
 
-// execute runs the handler under a held claim and stores its answer.
-func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, claim *lockstep.IdemClaim) {
+// execute runs the handler under a held claim (or, with claim.Deferred, a
+// claim the effect's commit makes) and stores its answer. release ends
+// this replica's single flight for the key once the answer is stored.
+func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, claim *lockstep.IdemClaim, release func(), deferred *lockstep.IdemRecord) {
 	ir := idemRoutes[route]
 	if ir.status == 0 {
 		ir.status = http.StatusOK
@@ -213,23 +270,30 @@ func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, cl
 	ctx := c.Request.Context()
 	c.Request = c.Request.WithContext(lockstep.WithIdemClaim(ctx, claim))
 
-	hbCtx, stopHB := context.WithCancel(context.WithoutCancel(ctx))
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		t := time.NewTicker(cfg.Lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-hbCtx.Done():
-				return
-			case <-t.C:
-				if err := s.Store.ExtendIdem(hbCtx, claim.Owner, claim.Key, claim.Token, time.Now().Add(cfg.Lease)); err != nil && hbCtx.Err() == nil {
-					s.Logger.WarnContext(hbCtx, "extend idempotency lease", "error", err)
+	stopHB, hbDone := func() {}, make(chan struct{})
+	if deferred == nil {
+		// A held claim is renewed while the request runs. A deferred one
+		// has no record before its commit, and its commit is the last.
+		var hbCtx context.Context
+		hbCtx, stopHB = context.WithCancel(context.WithoutCancel(ctx))
+		go func() {
+			defer close(hbDone)
+			t := time.NewTicker(cfg.Lease / 3)
+			defer t.Stop()
+			for {
+				select {
+				case <-hbCtx.Done():
+					return
+				case <-t.C:
+					if err := s.Store.ExtendIdem(hbCtx, claim.Owner, claim.Key, claim.Token, time.Now().Add(cfg.Lease)); err != nil && hbCtx.Err() == nil {
+						s.Logger.WarnContext(hbCtx, "extend idempotency lease", "error", err)
+					}
 				}
 			}
-		}
-	}()
+		}()
+	} else {
+		close(hbDone)
+	}
 
 	if p := cfg.PauseBeforeRunPrefix; p != "" && strings.HasPrefix(claim.Key, p) {
 		fmt.Fprintf(os.Stderr, "lockstep: paused before running (Idempotency-Key %s)\n", claim.Key)
@@ -244,7 +308,10 @@ func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, cl
 				c.Writer = orig
 				stopHB()
 				<-hbDone
-				s.Store.ReleaseIdem(context.WithoutCancel(ctx), claim.Owner, claim.Key, claim.Token)
+				if deferred == nil {
+					s.Store.ReleaseIdem(context.WithoutCancel(ctx), claim.Owner, claim.Key, claim.Token)
+				}
+				release()
 				panic(r)
 			}
 		}()
@@ -262,12 +329,76 @@ func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, cl
 	status, body := cw.status, cw.buf.Bytes()
 	header := keptHeaders(orig.Header())
 	bg := context.WithoutCancel(ctx)
+
+	if deferred != nil {
+		commits := claim.Commits()
+		if len(commits) == 0 && !claim.Lost() {
+			// Nothing committed here. A duplicate on another replica that
+			// committed while this one ran may be why (a forced push found
+			// its tree already there, a refusal saw its effect): its record
+			// committed with that effect, so it is visible now, and its
+			// answer is the result.
+			if cur, err := s.Store.IdemByKey(bg, claim.Owner, claim.Key); err == nil && cur.Token != claim.Token &&
+				!(time.Now().After(cur.ExpiresAt) && !(cur.State == lockstep.IdemRunning && time.Now().Before(cur.LeaseUntil))) {
+				claim.MarkLost()
+			}
+		}
+		switch {
+		case claim.Lost():
+			// A duplicate (on another replica) committed first; this
+			// request's transaction failed on the key, or it found the
+			// other's effect done. The other's answer is ours.
+			release()
+			s.awaitFirst(c, cfg, claim)
+			return
+		case status < 400 && len(commits) == 1 && commits[0].State == lockstep.IdemDone &&
+			sameAnswer(status, header, body, commits[0].Status, commits[0].Header, commits[0].Body):
+			// The common case: the answer stored as done with the effect
+			// is this one, up to its duration_ms (measured to the
+			// commit): send exactly that, nothing more to store.
+			release()
+			s.send(c, commits[0].Status, commits[0].Header, commits[0].Body)
+			return
+		case len(commits) == 0 && status >= 400:
+			// Nothing committed, no record: a retry runs afresh.
+			release()
+			s.send(c, status, header, body)
+			return
+		case len(commits) == 0:
+			// A success that committed nothing (a push that changed
+			// nothing): claim the key now, before answering, so a
+			// duplicate committing elsewhere meanwhile loses to this
+			// answer; if one already holds it, its answer is ours.
+			deferred.LeaseUntil = time.Now().Add(cfg.Lease)
+			cur, err := s.Store.ClaimIdem(bg, deferred)
+			if err != nil {
+				release()
+				writeError(c, err)
+				return
+			}
+			if cur != nil {
+				release()
+				s.awaitFirst(c, cfg, claim)
+				return
+			}
+			// Held: stored like any held claim's answer (below).
+		}
+		// Otherwise (several commits, a refusal, an answer unlike the
+		// staged one): as for a held claim, the record is ours now.
+	}
+
 	if status >= 400 {
 		// A refusal is remembered only when something committed with it
 		// (a refused write's log entry); validation errors, 404s, 5xx
 		// before any commit leave the key free for a corrected retry.
 		cur, err := s.Store.IdemByKey(bg, claim.Owner, claim.Key)
 		switch {
+		case deferred != nil && lockstep.ErrorCode(err) == lockstep.ENOTFOUND:
+			// The commit noted did not stand (its transaction rolled
+			// back): nothing to remember.
+			release()
+			s.send(c, status, header, body)
+			return
 		case err != nil:
 			s.Logger.ErrorContext(ctx, "read idempotency key", "error", err)
 		case cur.State == lockstep.IdemRunning:
@@ -275,25 +406,164 @@ func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, cl
 			if err := s.Store.ReleaseIdem(bg, claim.Owner, claim.Key, claim.Token); err != nil {
 				s.Logger.ErrorContext(ctx, "release idempotency key", "error", err)
 			}
+			release()
 			s.send(c, status, header, body)
 			return
-		case status >= 500 && cur.State == lockstep.IdemCommitted && cur.Status != 0:
+		case status >= 500 && cur.State != lockstep.IdemRunning && cur.Token == claim.Token && cur.Status != 0:
 			// The effect is durable: its staged answer is the result.
 			status, header, body = cur.Status, cur.Header, cur.Body
 		}
 	}
-	stored := redact(body, idemRoutes[route].redact)
+	stored := redact(body, ir.redact)
 	s.send(c, status, header, body)
 	// Stored after the answer is on its way, off the request's path: a
-	// duplicate arriving meanwhile finds the claim alive and waits for
-	// it; if this process dies first, the answer staged in the commit's
-	// transaction (or, when nothing committed, a re-run once the lease
-	// ran out) answers the retry. Either way nothing runs twice.
+	// duplicate on this replica waits for release, one on another finds
+	// the claim alive and waits for it; if this process dies first, the
+	// answer staged in the commit's transaction (or, when nothing
+	// committed, a re-run once the lease ran out) answers the retry.
+	// Either way nothing runs twice.
 	go func() {
+		defer release()
 		if err := s.Store.FinishIdem(bg, claim.Owner, claim.Key, claim.Token, status, header, stored); err != nil {
 			s.Logger.ErrorContext(ctx, "store idempotent answer", "key", claim.Key, "error", err)
 		}
 	}()
+}
+
+// awaitFirst answers a request whose commit lost the key to a duplicate
+// that committed first: with that one's answer once it is stored (waiting
+// up to the configured wait), like any duplicate.
+func (s *Server) awaitFirst(c *gin.Context, cfg IdempotencyConfig, claim *lockstep.IdemClaim) {
+	ctx := c.Request.Context()
+	deadline := time.Now().Add(cfg.Wait)
+	delay := 2 * time.Millisecond
+	for {
+		cur, err := s.Store.IdemByKey(ctx, claim.Owner, claim.Key)
+		if err != nil && lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+			writeError(c, err)
+			return
+		}
+		if cur != nil && claim.Deferred != nil && cur.Fingerprint != claim.Deferred.Fingerprint {
+			writeError(c, lockstep.Errorf(lockstep.EIDEMREUSED, "Idempotency-Key %q was used for %s %s with different parameters or body: use a new key for a new operation", claim.Key, cur.Method, cur.Path).
+				WithDetails(map[string]any{"idempotency_key": claim.Key, "method": cur.Method, "path": cur.Path, "first_used_at": cur.CreatedAt.Format(time.RFC3339)}))
+			return
+		}
+		if cur != nil && (cur.State == lockstep.IdemDone || (cur.State == lockstep.IdemCommitted && !time.Now().Before(cur.LeaseUntil))) {
+			s.replay(c, cur)
+			return
+		}
+		if time.Now().Add(delay).After(deadline) {
+			c.Header("Retry-After", "1")
+			writeError(c, lockstep.Errorf(lockstep.EINPROGRESS, "the first request with Idempotency-Key %q is still running: retry later", claim.Key).
+				WithDetails(map[string]any{"idempotency_key": claim.Key}))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			writeError(c, lockstep.Errorf(lockstep.EINPROGRESS, "gave up waiting for the first request with Idempotency-Key %q", claim.Key))
+			return
+		case <-time.After(delay):
+		}
+		if delay < 100*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// sameAnswer reports whether the handler's answer is the one stored at
+// commit, apart from a top-level duration_ms (the stored one is measured
+// up to the commit).
+func sameAnswer(status int, header map[string]string, body []byte, cStatus int, cHeader map[string]string, cBody []byte) bool {
+	if status != cStatus || len(header) != len(cHeader) {
+		return false
+	}
+	for k, v := range header {
+		if cHeader[k] != v {
+			return false
+		}
+	}
+	if bytes.Equal(body, cBody) {
+		return true
+	}
+	var a, b map[string]json.RawMessage
+	if json.Unmarshal(body, &a) != nil || json.Unmarshal(cBody, &b) != nil || len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok {
+			return false
+		}
+		if k != "duration_ms" && !bytes.Equal(v, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// flightGroup serializes the requests of one replica that carry the same
+// (caller, Idempotency-Key): the first runs, the others wait for its
+// answer to be stored instead of polling the record.
+type flightGroup struct {
+	mu sync.Mutex
+	m  map[string]*flight
+}
+
+type flight struct {
+	sem  chan struct{}
+	refs int
+}
+
+var serverFlights sync.Map // *Server → *flightGroup
+
+func (s *Server) flights() *flightGroup {
+	if g, ok := serverFlights.Load(s); ok {
+		return g.(*flightGroup)
+	}
+	g, _ := serverFlights.LoadOrStore(s, &flightGroup{m: map[string]*flight{}})
+	return g.(*flightGroup)
+}
+
+// acquire waits until no other request of this replica holds id (until
+// deadline or ctx's end: ok false) and holds it; release lets the next in.
+func (g *flightGroup) acquire(ctx context.Context, id string, deadline time.Time) (release func(), ok bool) {
+	g.mu.Lock()
+	f := g.m[id]
+	if f == nil {
+		f = &flight{sem: make(chan struct{}, 1)}
+		g.m[id] = f
+	}
+	f.refs++
+	g.mu.Unlock()
+	done := func() {
+		g.mu.Lock()
+		if f.refs--; f.refs == 0 {
+			delete(g.m, id)
+		}
+		g.mu.Unlock()
+	}
+	select {
+	case f.sem <- struct{}{}:
+	default:
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		select {
+		case f.sem <- struct{}{}:
+		case <-t.C:
+			done()
+			return nil, false
+		case <-ctx.Done():
+			done()
+			return nil, false
+		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			<-f.sem
+			done()
+		})
+	}, true
 }
 
 func (s *Server) send(c *gin.Context, status int, header map[string]string, body []byte) {

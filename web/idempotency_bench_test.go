@@ -19,6 +19,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/internal/testenv"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -33,8 +34,8 @@ import (
 // difference (the cost of the key: body hash, claim, the record in the
 // commit's transaction; the answer is stored after it is sent).
 func BenchmarkIdempotentWrite(b *testing.B) {
-	{
-		{
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		b.Run(dialect, func(b *testing.B) {
 			base := ""
 			if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
 				base = "/dev/shm"
@@ -45,7 +46,11 @@ func BenchmarkIdempotentWrite(b *testing.B) {
 			}
 			defer os.RemoveAll(dir)
 			ctx := context.Background()
-			db, err := sqlstore.Open(ctx, dir+"/m.db", sqlstore.Options{Migrate: true})
+			dbURL := dir + "/m.db"
+			if dialect == "postgres" {
+				dbURL = testenv.MustPostgresDB(b)
+			}
+			db, err := sqlstore.Open(ctx, dbURL, sqlstore.Options{Migrate: true})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -119,6 +124,6 @@ func BenchmarkIdempotentWrite(b *testing.B) {
 			b.ReportMetric(p, "plain-ms")
 			b.ReportMetric(k, "keyed-ms")
 			b.ReportMetric(k-p, "overhead-ms")
-		}
+		})
 	}
 }
