@@ -32,7 +32,7 @@ import (
 func (s *Server) gitRepo(c *gin.Context) (string, bool) {
 	name := strings.TrimSuffix(c.Param("repo"), ".git")
 	if err := lockstep.ValidateName("repository name", name); err != nil {
-		writeError(c, err)
+		gitAdvertiseError(c, err)
 		return "", false
 	}
 	return name, true
@@ -84,7 +84,7 @@ func (s *Server) gitCommand(c *gin.Context, repoName string, args ...string) (*e
 func (s *Server) gitUploadPackAdvertise(c *gin.Context, name string) {
 	cmd, err := s.gitCommand(c, name, "-c", "uploadpack.allowFilter=true", "upload-pack", "--stateless-rpc", "--advertise-refs")
 	if err != nil {
-		writeError(c, err)
+		gitAdvertiseError(c, err)
 		return
 	}
 	out, err := cmd.Output()
@@ -148,12 +148,12 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 
 func (s *Server) gitReceivePackAdvertise(c *gin.Context, name string) {
 	if err := s.Repos.CanPush(c.Request.Context(), caller(c), name); err != nil {
-		writeError(c, err)
+		gitAdvertiseError(c, err)
 		return
 	}
 	refs, err := s.Repos.Refs(c.Request.Context(), name)
 	if err != nil {
-		writeError(c, err)
+		gitAdvertiseError(c, err)
 		return
 	}
 	caps := "report-status report-status-v2 delete-refs atomic ofs-delta quiet agent=lockstep"
@@ -193,7 +193,17 @@ func (s *Server) handleGitReceivePack() gin.HandlerFunc {
 		br := bufio.NewReaderSize(lb, 64<<10)
 		cmds, caps, err := readCommands(br)
 		if err != nil {
-			writeError(c, err)
+			if lockstep.ErrorCode(err) == "" || lockstep.ErrorCode(err) == lockstep.EINTERNAL {
+				writeError(c, err)
+				return
+			}
+			// git prints an ERR line as "fatal: remote error: <reason>"
+			// (an HTTP error status would read "RPC failed; HTTP 413").
+			io.Copy(io.Discard, br)
+			var out bytes.Buffer
+			writePkt(&out, "ERR "+oneLine(lockstep.ErrorMessage(err))+"\n")
+			noCache(c)
+			c.Data(http.StatusOK, "application/x-git-receive-pack-result", out.Bytes())
 			return
 		}
 		atomic := caps["atomic"]
@@ -209,7 +219,10 @@ func (s *Server) handleGitReceivePack() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		if pack != nil && unpackErr == nil {
+		if pack != nil {
+			// What was not read (a pack never ingested because every
+			// command was refused first) is drained, bounded by the upload
+			// limit, so that the client reads the report, not a reset.
 			io.Copy(io.Discard, br)
 		}
 		var out bytes.Buffer
@@ -235,6 +248,27 @@ func (s *Server) handleGitReceivePack() gin.HandlerFunc {
 	}
 }
 
+// gitAdvertiseError answers a refused ref advertisement. The HTTP status
+// stays (git asks for credentials on 401 and stops on 403 or 404); git
+// clients get the reason as text/plain, which git prints line by line as
+// "remote: <reason>" before its "fatal: unable to access" line. Other
+// clients get the JSON envelope.
+func gitAdvertiseError(c *gin.Context, err error) {
+	if !strings.HasPrefix(c.GetHeader("User-Agent"), "git/") {
+		writeError(c, err)
+		return
+	}
+	code := lockstep.ErrorCode(err)
+	msg := lockstep.ErrorMessage(err)
+	if code == lockstep.EINTERNAL {
+		msg = "internal error"
+	}
+	c.Set("error", err.Error())
+	c.Header("Content-Type", "text/plain; charset=utf-8")
+	c.AbortWithStatus(StatusOf(code))
+	c.Writer.WriteString(oneLine(msg) + "\n")
+}
+
 func refError(err error) string {
 	if lockstep.ErrorCode(err) == lockstep.EREFCONFLICT {
 		d := lockstep.ErrorDetails(err)
@@ -252,6 +286,9 @@ func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
 func writePkt(w *bytes.Buffer, line string) {
 	fmt.Fprintf(w, "%04x%s", len(line)+4, line)
 }
+
+// MaxPushRefs bounds the ref updates of one `git push`.
+const MaxPushRefs = 1000
 
 // readCommands parses the ref-update commands of a receive-pack request up
 // to the flush packet: "old new ref\0capabilities" on the first line.
@@ -292,8 +329,8 @@ func readCommands(r *bufio.Reader) ([]forks.RefCommand, map[string]bool, error) 
 			return nil, nil, lockstep.Errorf(lockstep.EINVALID, "malformed push command %q", s)
 		}
 		cmds = append(cmds, forks.RefCommand{Old: f[0], New: f[1], Ref: f[2]})
-		if len(cmds) > 1000 {
-			return nil, nil, lockstep.Errorf(lockstep.ETOOLARGE, "more than 1000 ref updates in one push")
+		if len(cmds) > MaxPushRefs {
+			return nil, nil, lockstep.Errorf(lockstep.ETOOLARGE, "more than %d ref updates in one push: push them in several pushes", MaxPushRefs)
 		}
 	}
 	return cmds, caps, nil
