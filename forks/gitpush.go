@@ -31,13 +31,15 @@ type RefResult struct {
 }
 
 // CanPush reports whether actor may push to the repository at all (checked
-// before the client uploads anything).
+// before the client uploads anything): CanWrite. A workspace that is no
+// longer active is refused per ref by GitPush instead, so that git prints
+// the reason beside each ref.
 func (s *Service) CanPush(ctx context.Context, actor *lockstep.Key, repoName string) error {
 	r, err := s.Repo(ctx, repoName)
 	if err != nil {
 		return err
 	}
-	return writable(actor, r)
+	return CanWrite(actor, r)
 }
 
 // GitPush applies a `git push`: every command is first checked for what
