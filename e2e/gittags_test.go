@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -154,4 +155,81 @@ func TestGitPushOplogCountsPackOnce(t *testing.T) {
 	if objects != 9 || withPack != 1 || bytes <= 0 {
 		t.Errorf("git.push entries: %d objects summed over %d entries carrying the pack, %d bytes; want 9 on exactly 1", objects, withPack, bytes)
 	}
+}
+
+// TestGitAdvertisementFromStore: the v0 ref advertisement and v2's
+// ls-refs are served from the store, byte for byte what git upload-pack
+// answers from the on-disk refs (the first v0 answer is git's own).
+func TestGitAdvertisementFromStore(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOpts{})
+	s.CreateRepo(t, "adv")
+	s.Push(t, s.AdminKey, "adv", zeroOID, map[string]string{"a.txt": "a\n"})
+	dir := s.clone(t, "adv", s.AdminKey)
+	e2ekit.Git(t, dir, "tag", "-a", "v1", "-m", "one")
+	e2ekit.Git(t, dir, "tag", "light")
+	e2ekit.Git(t, dir, "push", "-q", "origin", "HEAD:refs/heads/feature", "--tags")
+	get := func() string {
+		r, err := s.Try("GET", "/git/adv.git/info/refs?service=git-upload-pack", s.AdminKey, nil, "")
+		if err != nil || r.Status != 200 {
+			t.Fatalf("info/refs: %v %v", err, r)
+		}
+		return string(r.Body)
+	}
+	fromGit, fromStore := get(), get()
+	if fromGit != fromStore {
+		t.Errorf("v0 advertisement from the store differs from git's:\n git %q\nours %q", fromGit, fromStore)
+	}
+	for _, want := range []string{" HEAD\x00", "symref=HEAD:refs/heads/main", " refs/tags/v1^{}\n", " refs/tags/light\n", " refs/heads/feature\n"} {
+		if !strings.Contains(fromStore, want) {
+			t.Errorf("advertisement lacks %q:\n%q", want, fromStore)
+		}
+	}
+	// v2 ls-refs, as git asks it for ls-remote and for a clone.
+	lsRefs := func(args ...string) string {
+		var b strings.Builder
+		pkt := func(l string) { fmt.Fprintf(&b, "%04x%s", len(l)+4, l) }
+		pkt("command=ls-refs\n")
+		pkt("object-format=sha1\n")
+		b.WriteString("0001")
+		for _, a := range args {
+			pkt(a + "\n")
+		}
+		b.WriteString("0000")
+		r, err := s.Try("POST", "/git/adv.git/git-upload-pack", s.AdminKey, []byte(b.String()), "application/x-git-upload-pack-request", "Git-Protocol", "version=2")
+		if err != nil || r.Status != 200 {
+			t.Fatalf("ls-refs: %v %v", err, r)
+		}
+		return string(r.Body)
+	}
+	all := lsRefs("symrefs", "peel", "unborn")
+	main := s.Head(t, "adv")
+	v1 := e2ekit.Git(t, dir, "rev-parse", "v1")
+	want := pktLines(main+" HEAD symref-target:refs/heads/main\n", main+" refs/heads/feature\n", main+" refs/heads/main\n",
+		main+" refs/tags/light\n", v1+" refs/tags/v1 peeled:"+main+"\n") + "0000"
+	if all != want {
+		t.Errorf("ls-refs symrefs peel unborn:\n got %q\nwant %q", all, want)
+	}
+	if got, want := lsRefs("ref-prefix refs/tags/"), pktLines(main+" refs/tags/light\n", v1+" refs/tags/v1\n")+"0000"; got != want {
+		t.Errorf("ls-refs ref-prefix refs/tags/:\n got %q\nwant %q", got, want)
+	}
+	// An empty repository: HEAD is unborn.
+	s.CreateRepo(t, "adv-empty")
+	var b strings.Builder
+	for _, l := range []string{"command=ls-refs\n"} {
+		fmt.Fprintf(&b, "%04x%s", len(l)+4, l)
+	}
+	b.WriteString("0001000csymrefs\n000bunborn\n0000")
+	r, err := s.Try("POST", "/git/adv-empty.git/git-upload-pack", s.AdminKey, []byte(b.String()), "application/x-git-upload-pack-request", "Git-Protocol", "version=2")
+	if err != nil || r.Status != 200 || string(r.Body) != pktLines("unborn HEAD symref-target:refs/heads/main\n")+"0000" {
+		t.Errorf("ls-refs of an empty repository: %v %q", err, r.Body)
+	}
+}
+
+func pktLines(lines ...string) string {
+	var b strings.Builder
+	for _, l := range lines {
+		fmt.Fprintf(&b, "%04x%s", len(l)+4, l)
+	}
+	return b.String()
 }

@@ -218,6 +218,57 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 	return nil, results, nil
 }
 
+// AdvertisedRef is a ref as a fetch advertises it: Peeled is the object
+// an annotated tag (chain) points at, "" for any other ref.
+type AdvertisedRef struct {
+	Name   string
+	OID    string
+	Peeled string
+}
+
+// GitRefs returns what a fetch of repoName advertises, read from the store
+// (not the on-disk mirror, whose scan grows with the fork network): the
+// refs in git's order (bytewise by name) with annotated tags peeled, and
+// head, the default branch's full name when that branch exists ("" when
+// HEAD is unborn). Returns not_found for an unknown repository.
+func (s *Service) GitRefs(ctx context.Context, repoName string) (head string, refs []AdvertisedRef, err error) {
+	r, err := s.Repo(ctx, repoName)
+	if err != nil {
+		return "", nil, err
+	}
+	stored, err := s.store.Refs(ctx, r.ID)
+	if err != nil {
+		return "", nil, err
+	}
+	var n *repo.Network
+	refs = make([]AdvertisedRef, 0, len(stored))
+	for _, ref := range stored {
+		a := AdvertisedRef{Name: ref.Name, OID: ref.OID}
+		if strings.HasPrefix(ref.Name, "refs/tags/") {
+			if n == nil {
+				if n, err = s.Network(r.Network); err != nil {
+					return "", nil, err
+				}
+			}
+			h := plumbing.NewHash(ref.OID)
+			for range 10 {
+				t, err := object.GetTag(n.Objects(), h)
+				if err != nil {
+					break
+				}
+				h = t.Target
+				a.Peeled = h.String()
+			}
+		}
+		if ref.Name == branchRef(r.DefaultBranch) {
+			head = ref.Name
+		}
+		refs = append(refs, a)
+	}
+	sort.Slice(refs, func(i, j int) bool { return refs[i].Name < refs[j].Name })
+	return head, refs, nil
+}
+
 // refusal reports whether a store error refuses the command (a lost
 // compare-and-swap, a file/directory clash, a workspace whose status
 // changed since the check) rather than failing the request.
