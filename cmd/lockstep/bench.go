@@ -51,11 +51,12 @@ type benchOpts struct {
 	seed        uint64
 	fsyncOff    bool
 	branchDBURL string
+	fleetSizes  []int // workspace counts of the fleet rows (bench_fleet.go)
 }
 
 // benchGroups are the scenario groups --only selects (a row name such as
 // fork-20k or read-refs selects its group).
-var benchGroups = []string{"push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "fsync-off"}
+var benchGroups = []string{"push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "fsync-off", "fleet"}
 
 // benchRowNames are every row a full run prints, in order.
 var benchRowNames = []string{"push-incremental", "push-incremental:server", "push-tar-full", "rollback", "idempotency-rollback", "read-commit", "read-refs", "mcp-tool-call",
@@ -78,7 +79,12 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	f.fs.StringVar(&o.bin, "bin", "", "lockstep binary for the end-to-end scenarios (default: this executable, or go build)")
 	f.fs.Uint64Var(&o.seed, "seed", 1, "seed of the generated trees")
 	f.fs.BoolVar(&o.fsyncOff, "compare-fsync", true, "also measure push-incremental and rollback on a server with --fsync=false")
+	fleet := f.fs.String("fleet", "0,1000,10000", "workspace counts the fleet rows are measured at (comma-separated)")
 	if err := f.parse(args); err != nil {
+		return err
+	}
+	var err error
+	if o.fleetSizes, err = parseFleetSizes(*fleet); err != nil {
 		return err
 	}
 	if only != "" {
@@ -370,6 +376,7 @@ func (b *bencher) runAll() error {
 		{"checkpoint", b.benchCheckpoint},
 		{"run", b.benchRun},
 		{"fsync-off", b.benchFsyncOff},
+		{"fleet", b.benchFleet},
 	}
 	for _, s := range steps {
 		if !b.selected(s.group) {

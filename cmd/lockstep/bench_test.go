@@ -23,7 +23,7 @@ func TestBenchSmoke(t *testing.T) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	e := &env{getenv: func(string) string { return "" }, stdout: &stdout, stderr: &stderr}
-	err := cmdBench(ctx, e, []string{"--dir", t.TempDir(), "--files", "40", "--big-files", "50", "--iterations", "2", "--json"})
+	err := cmdBench(ctx, e, []string{"--dir", t.TempDir(), "--files", "40", "--big-files", "50", "--iterations", "2", "--fleet", "0,3", "--json"})
 	if err != nil {
 		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr.String())
 	}
@@ -38,7 +38,8 @@ func TestBenchSmoke(t *testing.T) {
 	for _, r := range out.Rows {
 		got[r.Name] = r
 	}
-	for _, name := range benchRowNames {
+	names := append(append([]string(nil), benchRowNames...), fleetRowNames([]int{0, 3})...)
+	for _, name := range names {
 		r, ok := got[name]
 		if !ok {
 			t.Errorf("no row %q", name)
@@ -52,8 +53,8 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("row %q: lockstep timings %+v", name, r.LS)
 		}
 	}
-	if len(out.Rows) != len(benchRowNames) {
-		t.Errorf("%d rows, want %d", len(out.Rows), len(benchRowNames))
+	if len(out.Rows) != len(names) {
+		t.Errorf("%d rows, want %d", len(out.Rows), len(names))
 	}
 	if out.Machine["fs"] == "" {
 		t.Errorf("machine description lacks the filesystem: %v", out.Machine)
