@@ -240,9 +240,26 @@ func (s *Service) GitRefs(ctx context.Context, repoName string) (head string, re
 	if err != nil {
 		return "", nil, err
 	}
+	sort.Slice(stored, func(i, j int) bool { return stored[i].Name < stored[j].Name })
+	s.problemsMu.Lock()
+	skip := map[string]bool{}
+	for _, p := range s.problems {
+		if p.Repo == r.Name {
+			skip[p.Ref] = true
+		}
+	}
+	s.problemsMu.Unlock()
 	var n *repo.Network
+	kept := map[string]bool{}
 	refs = make([]AdvertisedRef, 0, len(stored))
 	for _, ref := range stored {
+		// What the on-disk mirror could not hold (a name git refuses, the
+		// second of "a" and "a/b", which older servers let in) is not
+		// advertised either: git clients would refuse the whole list.
+		if skip[ref.Name] || repo.CheckRefName(ref.Name) != nil || underKept(kept, ref.Name) {
+			continue
+		}
+		kept[ref.Name] = true
 		a := AdvertisedRef{Name: ref.Name, OID: ref.OID}
 		if strings.HasPrefix(ref.Name, "refs/tags/") {
 			if n == nil {
@@ -265,8 +282,17 @@ func (s *Service) GitRefs(ctx context.Context, repoName string) (head string, re
 		}
 		refs = append(refs, a)
 	}
-	sort.Slice(refs, func(i, j int) bool { return refs[i].Name < refs[j].Name })
 	return head, refs, nil
+}
+
+// underKept reports whether a path prefix of ref ("a" of "a/b") is kept.
+func underKept(kept map[string]bool, ref string) bool {
+	for i := range len(ref) {
+		if ref[i] == '/' && kept[ref[:i]] {
+			return true
+		}
+	}
+	return false
 }
 
 // refusal reports whether a store error refuses the command (a lost

@@ -23,6 +23,8 @@ import (
 // upload-pack --stateless-rpc` on the network's repository with
 // GIT_NAMESPACE set to the repository, so protocol v2, shallow and partial
 // clones work as with any git server; it reads the on-disk ref mirror.
+// The ref advertisement itself (v0 info/refs, v2 ls-refs) is answered
+// from the store, whose cost does not grow with the fork network.
 // Pushes are NOT handed to git receive-pack (which would move refs
 // unconditionally, behind the store's back): we advertise refs from the
 // store, parse the commands and the pack ourselves, validate and store the
@@ -179,17 +181,24 @@ func (g *gitCaps) learn(adv []byte) {
 	if !ok {
 		return
 	}
-	i := strings.Index(caps, " symref=HEAD:")
-	if i <= 0 {
+	// Tokens before the first symref and after it, other symrefs dropped.
+	var before, after []string
+	seen := false
+	for _, cp := range strings.Fields(caps) {
+		switch {
+		case strings.HasPrefix(cp, "symref="):
+			seen = true
+		case seen:
+			after = append(after, " "+cp)
+		default:
+			before = append(before, cp)
+		}
+	}
+	if !seen || len(before) == 0 {
 		return
 	}
-	rest := caps[i+1:]
-	j := strings.IndexByte(rest, ' ')
-	if j < 0 {
-		j = len(rest)
-	}
 	g.mu.Lock()
-	g.before, g.after = caps[:i], rest[j:]
+	g.before, g.after = strings.Join(before, " "), strings.Join(after, "")
 	g.mu.Unlock()
 }
 
