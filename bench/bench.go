@@ -48,13 +48,14 @@ type benchOpts struct {
 	seed        uint64
 	fsyncOff    bool
 	branchDBURL string
+	fleetSizes  []int // workspace counts of the fleet rows (fleet.go)
 
 	startServer func(ctx context.Context, c ServerConfig) (*Server, error)
 }
 
 // benchGroups are the scenario groups --only selects (a row name such as
 // fork-20k or read-refs selects its group).
-var benchGroups = []string{"push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "fsync-off"}
+var benchGroups = []string{"push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "fsync-off", "fleet"}
 
 // benchRowNames are every row a full run prints, in order.
 var benchRowNames = []string{"push-incremental", "push-incremental:server", "push-tar-full", "rollback", "idempotency-rollback", "read-commit", "read-refs", "mcp-tool-call",
@@ -320,6 +321,7 @@ func (b *bencher) runAll() error {
 		{"checkpoint", b.benchCheckpoint},
 		{"run", b.benchRun},
 		{"fsync-off", b.benchFsyncOff},
+		{"fleet", b.benchFleet},
 	}
 	for _, s := range steps {
 		if !b.selected(s.group) {

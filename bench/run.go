@@ -60,6 +60,10 @@ type Options struct {
 	// BranchDatabaseURL is the Postgres server of the workspaces'
 	// database branches (LOCKSTEP_BRANCH_DATABASE_URL); empty: none.
 	BranchDatabaseURL string
+	// Fleet are the workspace counts the fleet rows are measured at,
+	// ascending (ParseFleetSizes reads the --fleet flag); empty: no
+	// fleet rows.
+	Fleet []int
 
 	// StartServer starts an in-process server with the defaults of
 	// `serve` and the given settings (required).
@@ -121,7 +125,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 	}
 	bo := benchOpts{dir: o.Dir, files: o.Files, bigFiles: o.BigFiles, iters: o.Iterations, asJSON: o.JSON, strict: o.Strict,
 		keep: o.Keep, only: o.Only, cpuDir: o.CPUProfileDir, bin: o.Bin, seed: o.Seed, fsyncOff: o.CompareFsync,
-		branchDBURL: o.BranchDatabaseURL, startServer: o.StartServer}
+		branchDBURL: o.BranchDatabaseURL, fleetSizes: o.Fleet, startServer: o.StartServer}
 	b, err := newBencher(ctx, &env{stdout: stdout, stderr: o.Stderr}, bo)
 	if err != nil {
 		return err

@@ -64,3 +64,34 @@ func TestGitPushGated(t *testing.T) {
 		t.Fatalf("git fetch base: main %s, want %s", got, pushed)
 	}
 }
+
+// TestGitTagPushHookEvent: a tag pushed with git raises the same signed
+// push event as a branch, naming the tag, its object and the commit it
+// peels to.
+func TestGitTagPushHookEvent(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t, false, 0)
+	s := startServer(t, serverOpts{})
+	s.CreateRepo(t, "tbase")
+	base0 := s.push(t, s.AdminKey, "tbase", zeroOID, map[string]string{"README": "hi\n"}).Commit
+	hookID := s.createHook(t, "tbase", rcv.srv.URL, []string{"push"})
+	agent := s.CreateKey(t, "agent", "agent")
+	s.fork(t, agent.Secret, "tbase", "tws")
+	dir := filepath.Join(t.TempDir(), "tws")
+	e2ekit.Git(t, "", "clone", "-q", s.GitURL("tws", agent.Secret), dir)
+	e2ekit.Git(t, dir, "tag", "-a", "v1", "-m", "release")
+	tagObj := e2ekit.Git(t, dir, "rev-parse", "v1")
+	e2ekit.Git(t, dir, "push", "-q", "origin", "v1")
+	eventually(t, 30*time.Second, "the tag push's delivery", func() bool {
+		ds := s.deliveries(t, "tbase", hookID)
+		return len(ds) == 1 && ds[0].Status == "succeeded"
+	})
+	calls, bad := rcv.snapshot()
+	if bad != 0 || len(calls) != 1 {
+		t.Fatalf("receiver: %d bad, calls %+v", bad, calls)
+	}
+	b := calls[0].Body
+	if b["event"] != "push" || b["tag"] != "v1" || b["ref"] != "refs/tags/v1" || b["object"] != tagObj || b["commit"] != base0 || b["branch"] != "" || b["workspace"] != "tws" {
+		t.Fatalf("tag push event: %+v, want tag v1 (object %s) peeled to %s", b, tagObj, base0)
+	}
+}

@@ -2,11 +2,15 @@ package repositories
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sort"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/repo"
@@ -27,91 +31,136 @@ type RefResult struct {
 }
 
 // CanPush reports whether actor may push to the repository at all (checked
-// before the client uploads anything).
+// before the client uploads anything): CanWrite. A workspace that is no
+// longer active is refused per ref by GitPush instead, so that git prints
+// the reason beside each ref.
 func (s *Service) CanPush(ctx context.Context, actor *lockstep.Key, repoName string) error {
 	r, err := s.Repo(ctx, repoName)
 	if err != nil {
 		return err
 	}
-	return writable(actor, r)
+	return CanWrite(actor, r)
 }
 
-// GitPush applies a `git push`: the pack is validated and stored first
-// (the same path rules as every upload), then each command moves its ref by
-// compare-and-swap against the client's old oid, with an operations-log
-// entry. With atomic, all commands apply or none does. unpackErr is
-// non-nil when the pack was refused (then no ref moves).
+// GitPush applies a `git push`: every command is first checked for what
+// needs no object (the caller may move the repository's refs, the
+// repository is active, the ref is a valid branch or tag name); when none
+// can apply (or, with atomic, one cannot) the pack is not read, so a
+// refused push leaves nothing behind. Otherwise the pack is validated and
+// stored (the same path rules as every upload), then each command moves
+// its ref by compare-and-swap against the client's old oid, with an
+// operations-log entry. With atomic, all commands apply or none does.
+// unpackErr is non-nil when the pack was refused (then no ref moves).
+// Refusals are per command (results[i].Err); err is returned only for a
+// missing repository or a failure of the store.
+//
+// Branches (refs/heads/*) and tags (refs/tags/*, lightweight or
+// annotated) can be pushed, created, moved and deleted under the same
+// rule; git's client refuses to move an existing tag unless forced, the
+// server checks the old value like for any ref. A non-atomic push logs
+// one entry per ref; the pack's object and byte counts are on the first
+// of them only (0 on the others), so summing entries counts the pack once.
 func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName string, cmds []RefCommand, atomic bool, pack io.Reader) (unpackErr error, results []RefResult, err error) {
 	start := s.now()
 	r, err := s.Repo(ctx, repoName)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := writable(actor, r); err != nil {
-		return nil, nil, err
-	}
 	n, err := s.Network(r.Network)
 	if err != nil {
 		return nil, nil, err
 	}
+	results = make([]RefResult, len(cmds))
+	for i, c := range cmds {
+		results[i].Ref = c.Ref
+	}
+	refuseRest := func(why error) {
+		for i := range results {
+			if results[i].Err == nil {
+				results[i].Err = why
+			}
+		}
+	}
+	// Refusals that need no object come before the pack is read.
+	if err := writable(actor, r); err != nil {
+		refuseRest(err)
+		return nil, results, nil
+	}
+	ok := 0
+	for i, c := range cmds {
+		if err := checkGitRef(r, c); err != nil {
+			results[i].Err = err
+		} else {
+			ok++
+		}
+	}
+	if ok == 0 {
+		return nil, results, nil
+	}
+	if atomic && ok < len(cmds) {
+		refuseRest(lockstep.Errorf(lockstep.EINVALID, "atomic push failed"))
+		return nil, results, nil
+	}
 	var stats repo.WriteStats
 	if pack != nil {
 		stats, unpackErr = n.ReceivePack(pack, s.cfg.Limits)
-		if unpackErr == nil {
-			s.afterWrite(r.Network, n)
-		}
 		if unpackErr != nil {
-			for _, c := range cmds {
-				results = append(results, RefResult{Ref: c.Ref, Err: lockstep.Errorf(lockstep.EINVALID, "unpacker error")})
+			for i := range results {
+				results[i].Err = lockstep.Errorf(lockstep.EINVALID, "unpacker error")
 			}
 			return unpackErr, results, nil
 		}
+		s.afterWrite(r.Network, n)
 	}
-	results = make([]RefResult, len(cmds))
 	var updates []lockstep.RefUpdate
 	var moves []lockstep.RefMove
 	var attempts []lockstep.AttemptRecord
 	for i, c := range cmds {
-		results[i].Ref = c.Ref
-		if err := s.checkGitCommand(r, n, c); err != nil {
+		if results[i].Err != nil {
+			continue
+		}
+		if err := checkGitObject(n, c); err != nil {
 			results[i].Err = err
 			continue
 		}
 		updates = append(updates, lockstep.RefUpdate{RepoID: r.ID, Repo: r.Name, Name: c.Ref, Old: c.Old, New: c.New})
 		moves = append(moves, lockstep.RefMove{Repo: r.Name, Ref: c.Ref, Old: c.Old, New: c.New})
-		if r.ForkOf != "" && c.New != lockstep.ZeroOID {
+		if b, isBranch := strings.CutPrefix(c.Ref, "refs/heads/"); isBranch && r.ForkOf != "" && c.New != lockstep.ZeroOID {
 			tree := ""
 			if ci, err := n.Commit(plumbing.NewHash(c.New)); err == nil {
 				tree = ci.Tree.String()
 			}
 			attempts = append(attempts, lockstep.AttemptRecord{RepoID: r.ID, Attempt: lockstep.Attempt{Commit: c.New, Tree: tree,
-				Branch: strings.TrimPrefix(c.Ref, "refs/heads/"), Op: "git.push", KeyName: actor.Name}})
+				Branch: b, Op: "git.push", KeyName: actor.Name}})
 		}
 	}
-	failed := len(updates) < len(cmds)
-	if atomic && failed {
-		for i := range results {
-			if results[i].Err == nil {
-				results[i].Err = lockstep.Errorf(lockstep.EINVALID, "atomic push failed")
-			}
-		}
+	if atomic && len(updates) < len(cmds) {
+		refuseRest(lockstep.Errorf(lockstep.EINVALID, "atomic push failed"))
 		return nil, results, nil
 	}
+	packLogged := false // a non-atomic push records the pack on its first entry
 	apply := func(ups []lockstep.RefUpdate, mv []lockstep.RefMove, at []lockstep.AttemptRecord) error {
 		entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "git.push", Repo: r.Name, TraceID: traceID(ctx),
-			Refs: mv, Objects: stats.Objects, Bytes: stats.Bytes, DurationUS: s.now().Sub(start).Microseconds()}
+			Refs: mv, DurationUS: s.now().Sub(start).Microseconds()}
+		if !packLogged {
+			entry.Objects, entry.Bytes = stats.Objects, stats.Bytes
+		}
 		var evs []lockstep.HookEvent
 		for _, u := range ups {
 			if u.New != lockstep.ZeroOID {
-				tree := ""
-				if ci, err := n.Commit(plumbing.NewHash(u.New)); err == nil {
-					tree = ci.Tree.String()
+				commit, tree := peel(n, u.New)
+				if tag, isTag := strings.CutPrefix(u.Name, "refs/tags/"); isTag {
+					evs = append(evs, s.HookEvent(r, "push", "", commit, tree, map[string]any{"ref": u.Name, "tag": tag, "object": u.New}))
+				} else {
+					evs = append(evs, s.hookEvents(r, "push", strings.TrimPrefix(u.Name, "refs/heads/"), commit, tree, nil)...)
 				}
-				evs = append(evs, s.hookEvents(r, "push", strings.TrimPrefix(u.Name, "refs/heads/"), u.New, tree, nil)...)
 			}
 		}
 		err := s.store.UpdateRefs(ctx, ups, at, evs, entry)
 		s.metrics.ObserveOp("git.push", resultOf(err), s.now().Sub(start))
+		if err == nil {
+			packLogged = true
+		}
 		return err
 	}
 	setErr := func(ref string, err error) {
@@ -123,7 +172,7 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 	}
 	if atomic {
 		if err := apply(updates, moves, attempts); err != nil {
-			if lockstep.ErrorCode(err) != lockstep.EREFCONFLICT {
+			if !refusal(err) {
 				return nil, nil, err
 			}
 			s.logFailure(ctx, actor, r, "git.push", "", start, err)
@@ -141,7 +190,7 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 				}
 			}
 			if err := apply(updates[i:i+1], moves[i:i+1], at); err != nil {
-				if lockstep.ErrorCode(err) != lockstep.EREFCONFLICT {
+				if !refusal(err) {
 					return nil, nil, err
 				}
 				s.logFailure(ctx, actor, r, "git.push", strings.TrimPrefix(u.Name, "refs/heads/"), start, err)
@@ -156,17 +205,122 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		if res.Err == nil {
 			s.mirror(ctx, r, res.Ref)
 			for _, c := range cmds {
-				if c.Ref == res.Ref && c.New != lockstep.ZeroOID {
+				if b, isBranch := strings.CutPrefix(c.Ref, "refs/heads/"); isBranch && c.Ref == res.Ref && c.New != lockstep.ZeroOID {
 					tree := ""
 					if ci, err := n.Commit(plumbing.NewHash(c.New)); err == nil {
 						tree = ci.Tree.String()
 					}
-					s.emit(ctx, Event{Type: "push", Repo: r, Branch: strings.TrimPrefix(c.Ref, "refs/heads/"), Commit: c.New, Tree: tree, KeyName: actor.Name})
+					s.emit(ctx, Event{Type: "push", Repo: r, Branch: b, Commit: c.New, Tree: tree, KeyName: actor.Name})
 				}
 			}
 		}
 	}
 	return nil, results, nil
+}
+
+// AdvertisedRef is a ref as a fetch advertises it: Peeled is the object
+// an annotated tag (chain) points at, "" for any other ref.
+type AdvertisedRef struct {
+	Name   string
+	OID    string
+	Peeled string
+}
+
+// GitRefs returns what a fetch of repoName advertises, read from the store
+// (not the on-disk mirror, whose scan grows with the fork network): the
+// refs in git's order (bytewise by name) with annotated tags peeled, and
+// head, the default branch's full name when that branch exists ("" when
+// HEAD is unborn). Returns not_found for an unknown repository.
+func (s *Service) GitRefs(ctx context.Context, repoName string) (head string, refs []AdvertisedRef, err error) {
+	r, err := s.Repo(ctx, repoName)
+	if err != nil {
+		return "", nil, err
+	}
+	stored, err := s.store.Refs(ctx, r.ID)
+	if err != nil {
+		return "", nil, err
+	}
+	sort.Slice(stored, func(i, j int) bool { return stored[i].Name < stored[j].Name })
+	s.problemsMu.Lock()
+	skip := map[string]bool{}
+	for _, p := range s.problems {
+		if p.Repo == r.Name {
+			skip[p.Ref] = true
+		}
+	}
+	s.problemsMu.Unlock()
+	var n ObjectStore
+	kept := map[string]bool{}
+	refs = make([]AdvertisedRef, 0, len(stored))
+	for _, ref := range stored {
+		// What the on-disk mirror could not hold (a name git refuses, the
+		// second of "a" and "a/b", which older servers let in) is not
+		// advertised either: git clients would refuse the whole list.
+		if skip[ref.Name] || repo.CheckRefName(ref.Name) != nil || underKept(kept, ref.Name) {
+			continue
+		}
+		kept[ref.Name] = true
+		a := AdvertisedRef{Name: ref.Name, OID: ref.OID}
+		if strings.HasPrefix(ref.Name, "refs/tags/") {
+			if n == nil {
+				if n, err = s.Network(r.Network); err != nil {
+					return "", nil, err
+				}
+			}
+			h := plumbing.NewHash(ref.OID)
+			for range 10 {
+				t, err := object.GetTag(n.Objects(), h)
+				if err != nil {
+					break
+				}
+				h = t.Target
+				a.Peeled = h.String()
+			}
+		}
+		if ref.Name == branchRef(r.DefaultBranch) {
+			head = ref.Name
+		}
+		refs = append(refs, a)
+	}
+	return head, refs, nil
+}
+
+// underKept reports whether a path prefix of ref ("a" of "a/b") is kept.
+func underKept(kept map[string]bool, ref string) bool {
+	for i := range len(ref) {
+		if ref[i] == '/' && kept[ref[:i]] {
+			return true
+		}
+	}
+	return false
+}
+
+// refusal reports whether a store error refuses the command (a lost
+// compare-and-swap, a file/directory clash, a workspace whose status
+// changed since the check) rather than failing the request.
+func refusal(err error) bool {
+	switch lockstep.ErrorCode(err) {
+	case lockstep.EREFCONFLICT, lockstep.EINVALID, lockstep.EFORBIDDEN:
+		return true
+	}
+	return false
+}
+
+// peel returns the commit (and its tree) an oid names: itself, or the
+// commit an annotated tag (chain) points at; "" when it is not a commit.
+func peel(n ObjectStore, oid string) (commit, tree string) {
+	h := plumbing.NewHash(oid)
+	for range 10 {
+		if ci, err := n.Commit(h); err == nil {
+			return h.String(), ci.Tree.String()
+		}
+		t, err := object.GetTag(n.Objects(), h)
+		if err != nil {
+			return "", ""
+		}
+		h = t.Target
+	}
+	return "", ""
 }
 
 func isDelete(cmds []RefCommand, ref string) bool {
@@ -178,24 +332,74 @@ func isDelete(cmds []RefCommand, ref string) bool {
 	return false
 }
 
-// checkGitCommand validates one pushed ref update.
-func (s *Service) checkGitCommand(r *lockstep.Repo, n ObjectStore, c RefCommand) error {
-	if !strings.HasPrefix(c.Ref, "refs/heads/") {
-		return lockstep.Errorf(lockstep.EINVALID, "only branches (refs/heads/*) can be pushed")
-	}
-	if err := lockstep.ValidateBranch(strings.TrimPrefix(c.Ref, "refs/heads/")); err != nil {
-		return err
+// checkGitRef validates what one pushed ref update says, before any
+// object is read: a branch or tag name git accepts, well-formed oids, not
+// a delete of the default branch.
+func checkGitRef(r *lockstep.Repo, c RefCommand) error {
+	switch {
+	case strings.HasPrefix(c.Ref, "refs/heads/"):
+		if err := lockstep.ValidateBranch(strings.TrimPrefix(c.Ref, "refs/heads/")); err != nil {
+			return err
+		}
+	case strings.HasPrefix(c.Ref, "refs/tags/"):
+		if err := validateTag(strings.TrimPrefix(c.Ref, "refs/tags/")); err != nil {
+			return err
+		}
+	default:
+		return lockstep.Errorf(lockstep.EINVALID, "only branches (refs/heads/*) and tags (refs/tags/*) can be pushed")
 	}
 	if !lockstep.IsOID(c.Old) || !lockstep.IsOID(c.New) {
 		return lockstep.Errorf(lockstep.EINVALID, "malformed command")
 	}
-	if c.New == lockstep.ZeroOID {
-		if c.Ref == branchRef(r.DefaultBranch) {
-			return lockstep.Errorf(lockstep.EFORBIDDEN, "the default branch cannot be deleted")
+	if c.New == lockstep.ZeroOID && c.Ref == branchRef(r.DefaultBranch) {
+		return lockstep.Errorf(lockstep.EFORBIDDEN, "the default branch cannot be deleted")
+	}
+	return nil
+}
+
+// validateTag checks a tag name with git's check-ref-format rules for
+// refs/tags/<name>, the length bound of branch names, and printable
+// characters only.
+func validateTag(name string) error {
+	bad := func(why string) error {
+		return lockstep.Errorf(lockstep.EINVALID, "invalid tag name %q: %s", name, why).WithDetails(map[string]any{"tag": name, "reason": why})
+	}
+	switch {
+	case name == "":
+		return bad("empty")
+	case len(name) > lockstep.MaxBranchBytes:
+		return bad(fmt.Sprintf("longer than %d bytes", lockstep.MaxBranchBytes))
+	case !utf8.ValidString(name):
+		return bad("not valid UTF-8")
+	}
+	if err := lockstep.CheckRefFormat("refs/tags/" + name); err != nil {
+		return bad(strings.TrimPrefix(lockstep.ErrorMessage(err), fmt.Sprintf("invalid ref name %q: ", "refs/tags/"+name)))
+	}
+	for _, c := range name {
+		if c >= utf8.RuneSelf && !unicode.IsPrint(c) {
+			return bad(fmt.Sprintf("character %U is not printable", c))
 		}
+	}
+	return nil
+}
+
+// checkGitObject checks that a pushed ref's new value is stored: a branch
+// names a commit whose tree and parents exist, a tag any stored object
+// (a tag object's target was checked when its pack was received).
+func checkGitObject(n ObjectStore, c RefCommand) error {
+	if c.New == lockstep.ZeroOID {
 		return nil
 	}
-	ci, err := n.Commit(plumbing.NewHash(c.New))
+	h := plumbing.NewHash(c.New)
+	if strings.HasPrefix(c.Ref, "refs/tags/") {
+		if !n.Has(h) {
+			return lockstep.Errorf(lockstep.EINVALID, "%s is not an object in this repository", c.New)
+		}
+		if _, err := n.Commit(h); err != nil {
+			return nil // an annotated tag, a tree or a blob
+		}
+	}
+	ci, err := n.Commit(h)
 	if err != nil {
 		return lockstep.Errorf(lockstep.EINVALID, "%s is not a commit in this repository", c.New)
 	}

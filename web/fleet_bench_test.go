@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/lockstep-hq/lockstep"
@@ -22,7 +23,8 @@ import (
 
 // BenchmarkFleet measures the routes an agent fleet leans on with 0, 1,000
 // and 10,000 workspaces forked from one repository: a page of the
-// workspace listing, a fork, and a workspace's refs. A page must cost the
+// workspace listing, a workspace's refs, its git ref advertisement, a
+// merge preflight of base into it, and a fork. A page must cost the
 // same however many workspaces exist.
 //
 //	go test -run XXX -bench Fleet ./web/
@@ -51,6 +53,11 @@ func BenchmarkFleet(b *testing.B) {
 			if _, err := repos.CreateRepo(ctx, admin, "app", "main"); err != nil {
 				b.Fatal(err)
 			}
+			// A tip on main, so that every fork holds a ref (a loose ref
+			// file per workspace in the network's repository).
+			if _, err := repos.EditFiles(ctx, admin, "app", []repositories.Edit{{Path: "README.md", Content: []byte("app\n")}}, repositories.WriteOptions{Branch: "main", Force: true}); err != nil {
+				b.Fatal(err)
+			}
 			for i := range size {
 				if _, err := s.Workspaces.Fork(ctx, admin, "app", fmt.Sprintf("ws-%05d", i), ""); err != nil {
 					b.Fatal(err)
@@ -66,6 +73,17 @@ func BenchmarkFleet(b *testing.B) {
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 			}
+			post := func(b *testing.B, path, body string) {
+				req, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+secret)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil || resp.StatusCode != 200 {
+					b.Fatalf("POST %s: %v %v", path, err, resp)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
 			b.Run("list-page-100", func(b *testing.B) {
 				for b.Loop() {
 					get(b, "/api/v1/repos/app/workspaces?limit=100")
@@ -74,6 +92,21 @@ func BenchmarkFleet(b *testing.B) {
 			b.Run("refs", func(b *testing.B) {
 				for b.Loop() {
 					get(b, "/api/v1/repos/app/refs")
+				}
+			})
+			// One workspace's ref advertisement, as `git fetch` asks for it.
+			target := "app"
+			if size > 0 {
+				target = "ws-00000"
+			}
+			b.Run("git-advertise", func(b *testing.B) {
+				for b.Loop() {
+					get(b, "/git/"+target+".git/info/refs?service=git-upload-pack")
+				}
+			})
+			b.Run("preflight", func(b *testing.B) {
+				for b.Loop() {
+					post(b, "/api/v1/repos/"+target+"/merges", `{"ours":"main","theirs":"app:main","preflight":true}`)
 				}
 			})
 			b.Run("fork", func(b *testing.B) {

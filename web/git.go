@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/gin-gonic/gin"
 
@@ -22,6 +23,8 @@ import (
 // upload-pack --stateless-rpc` on the network's repository with
 // GIT_NAMESPACE set to the repository, so protocol v2, shallow and partial
 // clones work as with any git server; it reads the on-disk ref mirror.
+// The ref advertisement itself (v0 info/refs, v2 ls-refs) is answered
+// from the store, whose cost does not grow with the fork network.
 // Pushes are NOT handed to git receive-pack (which would move refs
 // unconditionally, behind the store's back): we advertise refs from the
 // store, parse the commands and the pack ourselves, validate and store the
@@ -32,7 +35,7 @@ import (
 func (s *Server) gitRepo(c *gin.Context) (string, bool) {
 	name := strings.TrimSuffix(c.Param("repo"), ".git")
 	if err := lockstep.ValidateName("repository name", name); err != nil {
-		writeError(c, err)
+		gitAdvertiseError(c, err)
 		return "", false
 	}
 	return name, true
@@ -81,26 +84,122 @@ func (s *Server) gitCommand(c *gin.Context, repoName string, args ...string) (*e
 	return cmd, nil
 }
 
+// gitUploadPackAdvertise answers a fetch's ref advertisement. Protocol v2
+// asks only for git's capabilities (no refs: git answers them without a
+// ref scan). The v0 advertisement is built from the store's refs, not by
+// git upload-pack: git scans the loose refs of every repository of the
+// fork network to list one namespace (18 ms at 10,000 workspaces), the
+// store answers in the same time at any size. Its capabilities are those
+// of the installed git upload-pack, learned from its first answer.
 func (s *Server) gitUploadPackAdvertise(c *gin.Context, name string) {
-	cmd, err := s.gitCommand(c, name, "-c", "uploadpack.allowFilter=true", "upload-pack", "--stateless-rpc", "--advertise-refs")
-	if err != nil {
-		writeError(c, err)
-		return
-	}
-	out, err := cmd.Output()
-	if err != nil {
-		writeError(c, fmt.Errorf("git upload-pack --advertise-refs: %w", err))
-		return
-	}
-	noCache(c)
-	c.Header("Content-Type", "application/x-git-upload-pack-advertisement")
+	v2 := strings.Contains(c.GetHeader("Git-Protocol"), "version=2")
 	var buf bytes.Buffer
-	if !strings.Contains(c.GetHeader("Git-Protocol"), "version=2") {
+	if !v2 {
 		writePkt(&buf, "# service=git-upload-pack\n")
 		buf.WriteString("0000")
 	}
-	buf.Write(out)
+	learned := s.gitCaps.caps("") != ""
+	if v2 || !learned {
+		cmd, err := s.gitCommand(c, name, "-c", "uploadpack.allowFilter=true", "upload-pack", "--stateless-rpc", "--advertise-refs")
+		if err != nil {
+			gitAdvertiseError(c, err)
+			return
+		}
+		out, err := cmd.Output()
+		if err != nil {
+			writeError(c, fmt.Errorf("git upload-pack --advertise-refs: %w", err))
+			return
+		}
+		if !v2 {
+			s.gitCaps.learn(out)
+		}
+		buf.Write(out)
+	} else {
+		head, refs, err := s.Repos.GitRefs(c.Request.Context(), name)
+		if err != nil {
+			gitAdvertiseError(c, err)
+			return
+		}
+		caps := s.gitCaps.caps(head)
+		first := true
+		line := func(oid, ref string) {
+			if first {
+				ref += "\x00" + caps
+				first = false
+			}
+			writePkt(&buf, oid+" "+ref+"\n")
+		}
+		for _, r := range refs {
+			if r.Name == head {
+				line(r.OID, "HEAD")
+			}
+		}
+		for _, r := range refs {
+			line(r.OID, r.Name)
+			if r.Peeled != "" {
+				writePkt(&buf, r.Peeled+" "+r.Name+"^{}\n")
+			}
+		}
+		buf.WriteString("0000")
+	}
+	noCache(c)
 	c.Data(http.StatusOK, "application/x-git-upload-pack-advertisement", buf.Bytes())
+}
+
+// gitCaps remembers the capabilities git upload-pack advertises in
+// protocol v0, split around the per-repository symref: before + " symref=HEAD:<ref>" + after.
+type gitCaps struct {
+	mu            sync.Mutex
+	before, after string
+}
+
+// caps returns the capability string for a repository whose HEAD is head
+// (a full branch name, "" when unborn), or "" when none was learned yet.
+func (g *gitCaps) caps(head string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.before == "" {
+		return ""
+	}
+	if head == "" {
+		return g.before + g.after
+	}
+	return g.before + " symref=HEAD:" + head + g.after
+}
+
+// learn takes the capabilities from the first line of a v0 advertisement
+// ("<oid> HEAD\0<capabilities>\n"); only one with a symref is used.
+func (g *gitCaps) learn(adv []byte) {
+	if len(adv) < 4 {
+		return
+	}
+	n, err := strconv.ParseUint(string(adv[:4]), 16, 16)
+	if err != nil || n <= 4 || int(n) > len(adv) {
+		return
+	}
+	_, caps, ok := strings.Cut(strings.TrimSuffix(string(adv[4:n]), "\n"), "\x00")
+	if !ok {
+		return
+	}
+	// Tokens before the first symref and after it, other symrefs dropped.
+	var before, after []string
+	seen := false
+	for _, cp := range strings.Fields(caps) {
+		switch {
+		case strings.HasPrefix(cp, "symref="):
+			seen = true
+		case seen:
+			after = append(after, " "+cp)
+		default:
+			before = append(before, cp)
+		}
+	}
+	if !seen || len(before) == 0 {
+		return
+	}
+	g.mu.Lock()
+	g.before, g.after = strings.Join(before, " "), strings.Join(after, "")
+	g.mu.Unlock()
 }
 
 func requestBody(c *gin.Context) (io.Reader, error) {
@@ -121,12 +220,18 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 			writeError(c, lockstep.Errorf(lockstep.EINVALID, "bad gzip body: %v", err))
 			return
 		}
+		br := bufio.NewReader(body)
+		// Protocol v2's ls-refs is answered from the store (see
+		// gitUploadPackAdvertise); fetch and the rest go to git.
+		if head, _ := br.Peek(len("0014command=ls-refs\n")); string(head) == "0014command=ls-refs\n" {
+			s.gitLsRefs(c, name, br)
+			return
+		}
 		cmd, err := s.gitCommand(c, name, "-c", "uploadpack.allowFilter=true", "upload-pack", "--stateless-rpc")
 		if err != nil {
 			writeError(c, err)
 			return
 		}
-		br := bufio.NewReader(body)
 		cmd.Stdin = br
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -134,26 +239,136 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 		c.Header("Content-Type", "application/x-git-upload-pack-result")
 		c.Status(http.StatusOK)
 		cmd.Stdout = c.Writer
-		// git 2.39's ls-refs (protocol v2) under GIT_NAMESPACE lists the
-		// namespace's HEAD twice: once by name, once while walking the
-		// namespace's refs. Keep the first.
-		if head, _ := br.Peek(len("0014command=ls-refs\n")); string(head) == "0014command=ls-refs\n" {
-			cmd.Stdout = &onceHEAD{w: c.Writer}
-		}
 		if err := cmd.Run(); err != nil {
 			s.Logger.WarnContext(c.Request.Context(), "git upload-pack", "repo", name, "error", err, "stderr", stderr.String())
 		}
 	}
 }
 
+// gitLsRefs answers protocol v2's ls-refs command as git 2.39 does
+// (gitprotocol-v2: "ls-refs"), from the store: HEAD first (when its
+// branch exists, or "unborn HEAD" if asked), then every ref in name order,
+// filtered by the ref-prefix arguments, with symref-target and peeled
+// attributes when asked. Each namespace's HEAD is listed once (git's own
+// ls-refs under GIT_NAMESPACE lists it twice).
+func (s *Server) gitLsRefs(c *gin.Context, name string, br *bufio.Reader) {
+	var symrefs, peel, unborn bool
+	var prefixes []string
+	args := false
+	for {
+		line, flush, err := readPkt(br)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		if flush == "0000" {
+			break
+		}
+		if flush == "0001" {
+			args = true
+			continue
+		}
+		if !args {
+			continue // command, agent, object-format, server-option
+		}
+		switch {
+		case line == "symrefs":
+			symrefs = true
+		case line == "peel":
+			peel = true
+		case line == "unborn":
+			unborn = true
+		case strings.HasPrefix(line, "ref-prefix "):
+			prefixes = append(prefixes, strings.TrimPrefix(line, "ref-prefix "))
+		default:
+			writeError(c, lockstep.Errorf(lockstep.EINVALID, "ls-refs: unexpected argument %q", line))
+			return
+		}
+	}
+	if len(prefixes) > 10 {
+		prefixes = nil // git: too many prefixes, list everything
+	}
+	match := func(ref string) bool {
+		if len(prefixes) == 0 {
+			return true
+		}
+		for _, p := range prefixes {
+			if strings.HasPrefix(ref, p) {
+				return true
+			}
+		}
+		return false
+	}
+	head, refs, err := s.Repos.GitRefs(c.Request.Context(), name)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	var buf bytes.Buffer
+	if match("HEAD") {
+		line := ""
+		for _, r := range refs {
+			if r.Name == head {
+				line = r.OID + " HEAD"
+			}
+		}
+		if line == "" && unborn {
+			if def, err := s.Repos.Repo(c.Request.Context(), name); err == nil && def.DefaultBranch != "" {
+				line = "unborn HEAD"
+				head = "refs/heads/" + def.DefaultBranch
+			}
+		}
+		if line != "" {
+			if symrefs && head != "" {
+				line += " symref-target:" + head
+			}
+			writePkt(&buf, line+"\n")
+		}
+	}
+	for _, r := range refs {
+		if !match(r.Name) {
+			continue
+		}
+		line := r.OID + " " + r.Name
+		if peel && r.Peeled != "" {
+			line += " peeled:" + r.Peeled
+		}
+		writePkt(&buf, line+"\n")
+	}
+	buf.WriteString("0000")
+	noCache(c)
+	c.Data(http.StatusOK, "application/x-git-upload-pack-result", buf.Bytes())
+}
+
+// readPkt reads one pkt-line: its payload without the trailing newline,
+// or, for the special packets, flush "0000", "0001" or "0002".
+func readPkt(r *bufio.Reader) (line, special string, err error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return "", "", lockstep.Errorf(lockstep.EINVALID, "truncated request")
+	}
+	n, err := strconv.ParseUint(string(hdr[:]), 16, 16)
+	if err != nil {
+		return "", "", lockstep.Errorf(lockstep.EINVALID, "malformed pkt-line")
+	}
+	if n < 4 {
+		return "", string(hdr[:]), nil
+	}
+	b := make([]byte, n-4)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return "", "", lockstep.Errorf(lockstep.EINVALID, "truncated request")
+	}
+	return strings.TrimSuffix(string(b), "\n"), "", nil
+}
+
 func (s *Server) gitReceivePackAdvertise(c *gin.Context, name string) {
 	if err := s.Repos.CanPush(c.Request.Context(), caller(c), name); err != nil {
-		writeError(c, err)
+		gitAdvertiseError(c, err)
 		return
 	}
 	refs, err := s.Repos.Refs(c.Request.Context(), name)
 	if err != nil {
-		writeError(c, err)
+		gitAdvertiseError(c, err)
 		return
 	}
 	caps := "report-status report-status-v2 delete-refs atomic ofs-delta quiet agent=lockstep"
@@ -193,7 +408,17 @@ func (s *Server) handleGitReceivePack() gin.HandlerFunc {
 		br := bufio.NewReaderSize(lb, 64<<10)
 		cmds, caps, err := readCommands(br)
 		if err != nil {
-			writeError(c, err)
+			if lockstep.ErrorCode(err) == "" || lockstep.ErrorCode(err) == lockstep.EINTERNAL {
+				writeError(c, err)
+				return
+			}
+			// git prints an ERR line as "fatal: remote error: <reason>"
+			// (an HTTP error status would read "RPC failed; HTTP 413").
+			io.Copy(io.Discard, br)
+			var out bytes.Buffer
+			writePkt(&out, "ERR "+oneLine(lockstep.ErrorMessage(err))+"\n")
+			noCache(c)
+			c.Data(http.StatusOK, "application/x-git-receive-pack-result", out.Bytes())
 			return
 		}
 		atomic := caps["atomic"]
@@ -209,7 +434,10 @@ func (s *Server) handleGitReceivePack() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		if pack != nil && unpackErr == nil {
+		if pack != nil {
+			// What was not read (a pack never ingested because every
+			// command was refused first) is drained, bounded by the upload
+			// limit, so that the client reads the report, not a reset.
 			io.Copy(io.Discard, br)
 		}
 		var out bytes.Buffer
@@ -235,6 +463,27 @@ func (s *Server) handleGitReceivePack() gin.HandlerFunc {
 	}
 }
 
+// gitAdvertiseError answers a refused ref advertisement. The HTTP status
+// stays (git asks for credentials on 401 and stops on 403 or 404); git
+// clients get the reason as text/plain, which git prints line by line as
+// "remote: <reason>" before its "fatal: unable to access" line. Other
+// clients get the JSON envelope.
+func gitAdvertiseError(c *gin.Context, err error) {
+	if !strings.HasPrefix(c.GetHeader("User-Agent"), "git/") {
+		writeError(c, err)
+		return
+	}
+	code := lockstep.ErrorCode(err)
+	msg := lockstep.ErrorMessage(err)
+	if code == lockstep.EINTERNAL {
+		msg = "internal error"
+	}
+	c.Set("error", err.Error())
+	c.Header("Content-Type", "text/plain; charset=utf-8")
+	c.AbortWithStatus(StatusOf(code))
+	c.Writer.WriteString(oneLine(msg) + "\n")
+}
+
 func refError(err error) string {
 	if lockstep.ErrorCode(err) == lockstep.EREFCONFLICT {
 		d := lockstep.ErrorDetails(err)
@@ -252,6 +501,9 @@ func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
 func writePkt(w *bytes.Buffer, line string) {
 	fmt.Fprintf(w, "%04x%s", len(line)+4, line)
 }
+
+// MaxPushRefs bounds the ref updates of one `git push`.
+const MaxPushRefs = 1000
 
 // readCommands parses the ref-update commands of a receive-pack request up
 // to the flush packet: "old new ref\0capabilities" on the first line.
@@ -292,67 +544,9 @@ func readCommands(r *bufio.Reader) ([]repositories.RefCommand, map[string]bool, 
 			return nil, nil, lockstep.Errorf(lockstep.EINVALID, "malformed push command %q", s)
 		}
 		cmds = append(cmds, repositories.RefCommand{Old: f[0], New: f[1], Ref: f[2]})
-		if len(cmds) > 1000 {
-			return nil, nil, lockstep.Errorf(lockstep.ETOOLARGE, "more than 1000 ref updates in one push")
+		if len(cmds) > MaxPushRefs {
+			return nil, nil, lockstep.Errorf(lockstep.ETOOLARGE, "more than %d ref updates in one push: push them in several pushes", MaxPushRefs)
 		}
 	}
 	return cmds, caps, nil
-}
-
-// onceHEAD passes a protocol-v2 ls-refs answer through (pkt-lines up to a
-// flush) and drops every "<oid> HEAD…" line after the first.
-type onceHEAD struct {
-	w      io.Writer
-	buf    []byte
-	seen   bool
-	passed bool // the answer's flush went by: pass the rest as is
-}
-
-func (o *onceHEAD) Write(p []byte) (int, error) {
-	if o.passed {
-		return o.w.Write(p)
-	}
-	o.buf = append(o.buf, p...)
-	for len(o.buf) >= 4 {
-		n, err := strconv.ParseUint(string(o.buf[:4]), 16, 16)
-		if err != nil { // not a pkt-line: give up filtering
-			o.passed = true
-			_, err := o.w.Write(o.buf)
-			o.buf = nil
-			return len(p), err
-		}
-		size := int(n)
-		if size < 4 { // flush, delim, response-end
-			size = 4
-		}
-		if len(o.buf) < size {
-			break
-		}
-		line := o.buf[:size]
-		drop := false
-		if size > 4+41 {
-			payload := string(line[4:])
-			if rest, ok := strings.CutPrefix(payload[40:], " HEAD"); ok && (rest == "" || rest[0] == ' ' || rest[0] == '\n') {
-				drop, o.seen = o.seen, true
-			}
-		}
-		if !drop {
-			if _, err := o.w.Write(line); err != nil {
-				return len(p), err
-			}
-		}
-		if n == 0 {
-			o.passed = true
-			rest := o.buf[size:]
-			o.buf = nil
-			if len(rest) > 0 {
-				if _, err := o.w.Write(rest); err != nil {
-					return len(p), err
-				}
-			}
-			return len(p), nil
-		}
-		o.buf = o.buf[size:]
-	}
-	return len(p), nil
 }

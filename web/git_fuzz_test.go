@@ -39,3 +39,36 @@ func FuzzReadCommands(f *testing.F) {
 		}
 	})
 }
+
+// FuzzGitCapsLearn: any advertisement git (or a broken git) prints is
+// either learned as the capabilities around the symref or ignored, never
+// a panic; a learned set rebuilds the input's capabilities exactly.
+func FuzzGitCapsLearn(f *testing.F) {
+	pkt := func(s string) string { return fmt.Sprintf("%04x%s", len(s)+4, s) }
+	one := strings.Repeat("1", 40)
+	caps := "multi_ack thin-pack side-band no-done symref=HEAD:refs/heads/main filter object-format=sha1 agent=git/2.39.5"
+	f.Add([]byte(pkt(one + " HEAD\x00" + caps + "\n")))
+	f.Add([]byte(pkt(one+" HEAD\x00symref=HEAD:refs/heads/x\n") + "0000"))
+	f.Add([]byte(pkt(one + " refs/heads/main\x00ofs-delta\n")))
+	f.Add([]byte("0000"))
+	f.Add([]byte("00ff"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var g gitCaps
+		g.learn(data)
+		got := g.caps("refs/heads/main")
+		if got == "" {
+			return
+		}
+		if !strings.Contains(got, " symref=HEAD:refs/heads/main") || strings.Count(got, "symref=") != 1 {
+			t.Fatalf("learned %q from %q", got, data)
+		}
+	})
+	var g gitCaps
+	g.learn([]byte(pkt(one + " HEAD\x00" + caps + "\n")))
+	if got := g.caps("refs/heads/main"); got != caps {
+		f.Fatalf("caps(main) = %q, want git's %q", got, caps)
+	}
+	if got, want := g.caps("refs/heads/dev"), strings.Replace(caps, "refs/heads/main", "refs/heads/dev", 1); got != want {
+		f.Fatalf("caps(dev) = %q, want %q", got, want)
+	}
+}

@@ -75,6 +75,7 @@ type Server struct {
 	tracer     trace.Tracer
 	uiNotFound gin.HandlerFunc // the UI's HTML 404 for unknown /ui/ paths
 	uploads    chan struct{}   // one token per upload in progress (uploadSlot)
+	gitCaps    gitCaps         // upload-pack's v0 capabilities (git.go)
 }
 
 // DefaultEventsChannel is the Redis channel of the UI's live updates.

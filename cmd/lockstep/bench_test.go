@@ -26,7 +26,7 @@ func TestBenchSmoke(t *testing.T) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	e := &env{getenv: func(string) string { return "" }, stdout: &stdout, stderr: &stderr}
-	err := cmdBench(ctx, e, []string{"--dir", t.TempDir(), "--files", "40", "--big-files", "50", "--iterations", "2", "--json"})
+	err := cmdBench(ctx, e, []string{"--dir", t.TempDir(), "--files", "40", "--big-files", "50", "--iterations", "2", "--fleet", "0,3", "--json"})
 	if err != nil {
 		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr.String())
 	}
@@ -49,7 +49,7 @@ func TestBenchSmoke(t *testing.T) {
 	for i, r := range out.Rows {
 		got[r.Name] = i
 	}
-	names := bench.RowNames()
+	names := append(bench.RowNames(), bench.FleetRowNames([]int{0, 3})...)
 	for _, name := range names {
 		i, ok := got[name]
 		if !ok {

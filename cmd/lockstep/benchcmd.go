@@ -28,7 +28,12 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	f.fs.StringVar(&o.Bin, "bin", "", "lockstep binary for the end-to-end scenarios (default: this executable, or go build)")
 	f.fs.Uint64Var(&o.Seed, "seed", 1, "seed of the generated trees")
 	f.fs.BoolVar(&o.CompareFsync, "compare-fsync", true, "also measure push-incremental and rollback on a server with --fsync=false")
+	fleet := f.fs.String("fleet", "0,1000,10000", "workspace counts the fleet rows are measured at (comma-separated)")
 	if err := f.parse(args); err != nil {
+		return err
+	}
+	var err error
+	if o.Fleet, err = bench.ParseFleetSizes(*fleet); err != nil {
 		return err
 	}
 	if only != "" {
@@ -43,7 +48,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	o.StartServer = func(ctx context.Context, bc bench.ServerConfig) (*bench.Server, error) {
 		return benchServer(ctx, e, bc)
 	}
-	err := bench.Run(ctx, o, e.stdout)
+	err = bench.Run(ctx, o, e.stdout)
 	if errors.Is(err, bench.ErrTargetMissed) {
 		return exitError(1)
 	}

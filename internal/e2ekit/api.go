@@ -327,6 +327,8 @@ type OpEntry struct {
 	KeyName string         `json:"key_name"`
 	TraceID string         `json:"trace_id"`
 	Refs    []RefMove      `json:"refs"`
+	Objects int            `json:"objects"`
+	Bytes   int64          `json:"bytes"`
 	Details map[string]any `json:"details"`
 }
 
