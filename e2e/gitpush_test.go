@@ -71,7 +71,7 @@ func TestGitPushGated(t *testing.T) {
 func TestGitTagPushHookEvent(t *testing.T) {
 	t.Parallel()
 	rcv := newReceiver(t, false, 0)
-	s := startServer(t, serverOpts{})
+	s := startGateServer(t, serverOpts{})
 	s.CreateRepo(t, "tbase")
 	base0 := s.push(t, s.AdminKey, "tbase", zeroOID, map[string]string{"README": "hi\n"}).Commit
 	hookID := s.createHook(t, "tbase", rcv.srv.URL, []string{"push"})
