@@ -331,18 +331,7 @@ func (r *runner) run(ctx context.Context, p hookPayload) {
 		return
 	}
 	defer os.RemoveAll(dir)
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		_, err := extractTar(pr, dir)
-		pr.CloseWithError(err)
-		done <- err
-	}()
-	_, err = r.c.Archive(ctx, repo, p.Commit, pw)
-	pw.CloseWithError(err)
-	if xerr := <-done; err == nil {
-		err = xerr
-	}
+	_, _, err = r.c.Checkout(ctx, repo, p.Commit, dir, nil)
 	if err != nil {
 		r.post(ctx, repo, p.Commit, lockstep.CheckError, "runner: checkout failed: "+err.Error())
 		return

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"archive/tar"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -182,23 +180,9 @@ func cmdCheckout(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	start := time.Now()
-	pr, pw := io.Pipe()
-	var files int
-	done := make(chan error, 1)
-	go func() {
-		n, err := extractTar(pr, dir)
-		files = n
-		pr.CloseWithError(err)
-		done <- err
-	}()
-	prog := &progressWriter{w: pw, e: e, quiet: cf.json || quiet, verb: "downloading"}
-	commit, err := c.Archive(ctx, repoName, rev, prog)
-	pw.CloseWithError(err)
-	xerr := <-done
+	prog := &progressWriter{e: e, quiet: cf.json || quiet, verb: "downloading"}
+	commit, files, err := c.Checkout(ctx, repoName, rev, dir, func(w io.Writer) io.Writer { prog.w = w; return prog })
 	prog.end()
-	if err == nil {
-		err = xerr
-	}
 	if err != nil {
 		return err
 	}
@@ -206,63 +190,6 @@ func cmdCheckout(ctx context.Context, e *env, args []string) error {
 	return cf.out(e, res, func() {
 		fmt.Fprintf(e.stdout, "checked out %s@%s (%s) into %s: %d files\n", repoName, rev, short(commit), dir, files)
 	})
-}
-
-// extractTar writes an archive from the server into dir. Paths are checked
-// again here: a client never trusts a stream to stay inside dir.
-func extractTar(r io.Reader, dir string) (int, error) {
-	tr := tar.NewReader(r)
-	files := 0
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return files, nil
-		}
-		if err != nil {
-			return files, fmt.Errorf("read archive: %w", err)
-		}
-		name := filepath.Clean(h.Name)
-		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
-			return files, fmt.Errorf("archive entry %q escapes the directory", h.Name)
-		}
-		p := filepath.Join(dir, name)
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				return files, err
-			}
-		case tar.TypeSymlink:
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				return files, err
-			}
-			if err := os.Symlink(h.Linkname, p); err != nil {
-				return files, err
-			}
-			files++
-		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				return files, err
-			}
-			mode := os.FileMode(0o644)
-			if h.Mode&0o111 != 0 {
-				mode = 0o755
-			}
-			f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
-			if err != nil {
-				return files, err
-			}
-			_, err = io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return files, err
-			}
-			files++
-		default:
-			return files, fmt.Errorf("archive entry %q has unsupported type %q", h.Name, h.Typeflag)
-		}
-	}
 }
 
 func cmdMerge(ctx context.Context, e *env, args []string) error {
