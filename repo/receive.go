@@ -33,8 +33,9 @@ import (
 // entry it names (except gitlinks) must exist in the pack or the store
 // with the right type, symlink targets (the blobs of 120000 entries) must
 // be relative and must not leave the tree they are checked out in; every
-// commit and tag must pass fsck's header checks, and every commit's tree
-// and parents must exist. Returns invalid_argument for a
+// commit and tag must pass fsck's header checks, every commit's tree
+// and parents must exist, and a tag's target must exist with the type
+// its "type" header names. Returns invalid_argument for a
 // corrupt or invalid pack and too_large over lim (MaxUploadBytes for the
 // pack and for its inflated objects, MaxFileBytes per blob, MaxFiles
 // objects); nothing is written then.
@@ -277,8 +278,15 @@ func (n *Network) validateObjects(ov *overlay) error {
 			if err := t.Decode(obj); err != nil {
 				return invalidObject(h, "corrupt tag: %v", err)
 			}
-			if _, ok := ov.typeOf(t.Target); !ok {
+			got, ok := ov.typeOf(t.Target)
+			if !ok {
 				return invalidObject(h, "tag target %s is missing", t.Target)
+			}
+			// git fsck: "object X is a blob, not a commit" (bad tag
+			// pointer). upload-pack would record the target with the
+			// tag's type and refuse every fetch of refs naming it.
+			if got != t.TargetType {
+				return invalidObject(h, "bad tag: object %s is a %s, not a %s", t.Target, got, t.TargetType)
 			}
 		case plumbing.BlobObject:
 		default:
