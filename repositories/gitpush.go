@@ -267,13 +267,7 @@ func (s *Service) GitRefs(ctx context.Context, repoName string) (head string, re
 					return "", nil, err
 				}
 			}
-			h := plumbing.NewHash(ref.OID)
-			for range 10 {
-				t, err := object.GetTag(n.Objects(), h)
-				if err != nil {
-					break
-				}
-				h = t.Target
+			if h, tag := peelTags(n, plumbing.NewHash(ref.OID)); tag {
 				a.Peeled = h.String()
 			}
 		}
@@ -309,18 +303,30 @@ func refusal(err error) bool {
 // peel returns the commit (and its tree) an oid names: itself, or the
 // commit an annotated tag (chain) points at; "" when it is not a commit.
 func peel(n ObjectStore, oid string) (commit, tree string) {
-	h := plumbing.NewHash(oid)
-	for range 10 {
-		if ci, err := n.Commit(h); err == nil {
-			return h.String(), ci.Tree.String()
-		}
-		t, err := object.GetTag(n.Objects(), h)
-		if err != nil {
-			return "", ""
-		}
-		h = t.Target
+	h, _ := peelTags(n, plumbing.NewHash(oid))
+	if ci, err := n.Commit(h); err == nil {
+		return h.String(), ci.Tree.String()
 	}
 	return "", ""
+}
+
+// maxTagChain bounds peelTags. git peels a chain of tags to its end
+// whatever its length; a chain is at least as many objects as it is deep
+// (no tag can name itself), so the bound only stops a pathological one.
+const maxTagChain = 100000
+
+// peelTags follows h through annotated tags to the first object that is
+// not a tag, as git peels a ref ("^{}"); tag is false when h is not an
+// annotated tag (then h is returned).
+func peelTags(n ObjectStore, h plumbing.Hash) (peeled plumbing.Hash, tag bool) {
+	for range maxTagChain {
+		t, err := object.GetTag(n.Objects(), h)
+		if err != nil {
+			break
+		}
+		h, tag = t.Target, true
+	}
+	return h, tag
 }
 
 func isDelete(cmds []RefCommand, ref string) bool {
