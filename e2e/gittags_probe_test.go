@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"crypto/sha1"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/lockstep-hq/lockstep/internal/e2ekit"
@@ -33,4 +35,53 @@ func TestGitTagChainPeeled(t *testing.T) {
 			t.Errorf("ls-remote (protocol v%s):\n%s\nwant (git's own peeling):\n%s", v, got, want)
 		}
 	}
+}
+
+// TestGitPushDuplicateRef: a push naming one ref twice (git's client never
+// sends it; git's ref transaction refuses it: "multiple updates for ref
+// not allowed") moves the ref at most once, by the first command, and the
+// report says which command applied: without atomic the first is ok and
+// the second refused, with atomic both are refused and nothing moves.
+func TestGitPushDuplicateRef(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOpts{})
+	s.CreateRepo(t, "dupref")
+	c1 := s.Push(t, s.AdminKey, "dupref", zeroOID, map[string]string{"a.txt": "a\n"}).Commit
+	c2 := s.Push(t, s.AdminKey, "dupref", c1, map[string]string{"a.txt": "b\n"}).Commit
+	emptyPack := "PACK\x00\x00\x00\x02\x00\x00\x00\x00" + string(sha1Sum("PACK\x00\x00\x00\x02\x00\x00\x00\x00"))
+	push := func(caps string, cmds ...[3]string) string {
+		var lines []string
+		for i, c := range cmds {
+			l := c[0] + " " + c[1] + " " + c[2]
+			if i == 0 {
+				l += "\x00" + caps
+			}
+			lines = append(lines, l+"\n")
+		}
+		body := pktLines(lines...) + "0000" + emptyPack
+		r, err := s.Try("POST", "/git/dupref.git/git-receive-pack", s.AdminKey, []byte(body), "application/x-git-receive-pack-request")
+		if err != nil || r.Status != 200 {
+			t.Fatalf("receive-pack: %v %v", err, r)
+		}
+		return string(r.Body)
+	}
+	got := push("report-status", [3]string{zeroOID, c2, "refs/tags/d1"}, [3]string{zeroOID, c1, "refs/tags/d1"})
+	if !strings.Contains(got, pktLines("ok refs/tags/d1\n")+pktLines("ng refs/tags/d1 multiple updates for ref 'refs/tags/d1' not allowed\n")) {
+		t.Errorf("non-atomic duplicate: report %q, want the first ok and the second refused", got)
+	}
+	if ref := s.Refs(t, s.AdminKey, "dupref")["refs/tags/d1"]; ref != c2 {
+		t.Errorf("refs/tags/d1 = %s, want %s (the first command)", ref, c2)
+	}
+	got = push("report-status atomic", [3]string{zeroOID, c2, "refs/tags/d2"}, [3]string{c2, c1, "refs/tags/d2"})
+	if strings.Contains(got, "ok refs/tags/d2") {
+		t.Errorf("atomic duplicate: report %q, want both refused", got)
+	}
+	if ref, ok := s.Refs(t, s.AdminKey, "dupref")["refs/tags/d2"]; ok {
+		t.Errorf("refs/tags/d2 = %s after a refused atomic push", ref)
+	}
+}
+
+func sha1Sum(s string) []byte {
+	h := sha1.Sum([]byte(s))
+	return h[:]
 }

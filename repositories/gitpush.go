@@ -87,7 +87,15 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		return nil, results, nil
 	}
 	ok := 0
+	named := make(map[string]bool, len(cmds))
 	for i, c := range cmds {
+		if named[c.Ref] {
+			// git's ref transaction refuses it; applied, the report
+			// (matched by ref name) would say the wrong command moved.
+			results[i].Err = lockstep.Errorf(lockstep.EINVALID, "multiple updates for ref '%s' not allowed", c.Ref)
+			continue
+		}
+		named[c.Ref] = true
 		if err := checkGitRef(r, c); err != nil {
 			results[i].Err = err
 		} else {
