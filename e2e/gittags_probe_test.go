@@ -3,6 +3,8 @@ package e2e
 import (
 	"crypto/sha1"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -84,4 +86,45 @@ func TestGitPushDuplicateRef(t *testing.T) {
 func sha1Sum(s string) []byte {
 	h := sha1.Sum([]byte(s))
 	return h[:]
+}
+
+// TestGitAdvertisementFirstAnswerFromStore: the first v0 advertisement of
+// a server (the one it learns git's capabilities from) lists the store's
+// refs too, not the on-disk mirror's: a ref the mirror could not write is
+// left out, and a stray on-disk ref the store does not have is not
+// listed, on the first answer as on every later one.
+func TestGitAdvertisementFirstAnswerFromStore(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOpts{})
+	s.CreateRepo(t, "adv1")
+	s.Push(t, s.AdminKey, "adv1", zeroOID, map[string]string{"a.txt": "a\n"})
+	dir := s.clone(t, "adv1", s.AdminKey)
+	head := e2ekit.Git(t, dir, "rev-parse", "HEAD")
+	// A stray ref file where the mirror must write refs/tags/mf: the
+	// mirror of the pushed tag fails (a file/directory clash on disk).
+	stray := filepath.Join(s.Data, "networks", "adv1.git", "refs", "namespaces", "adv1", "refs", "tags", "mf")
+	if err := os.MkdirAll(stray, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stray, "x"), []byte(head+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e2ekit.Git(t, dir, "tag", "mf")
+	e2ekit.Git(t, dir, "push", "-q", "origin", "mf")
+	get := func() string {
+		r, err := s.Try("GET", "/git/adv1.git/info/refs?service=git-upload-pack", s.AdminKey, nil, "")
+		if err != nil || r.Status != 200 {
+			t.Fatalf("info/refs: %v %v", err, r)
+		}
+		return string(r.Body)
+	}
+	first, second := get(), get()
+	if first != second {
+		t.Errorf("the first v0 advertisement differs from the next:\nfirst  %q\nsecond %q", first, second)
+	}
+	for _, adv := range []string{first, second} {
+		if strings.Contains(adv, "refs/tags/mf") {
+			t.Errorf("advertisement lists a ref the store lacks or the mirror does not hold:\n%q", adv)
+		}
+	}
 }
