@@ -128,3 +128,43 @@ func TestGitAdvertisementFirstAnswerFromStore(t *testing.T) {
 		}
 	}
 }
+
+// TestGitAtomicPushStaleReason: an atomic push refused because one ref
+// lost its compare-and-swap reports that ref's reason on that ref only;
+// the other refs of the push are "atomic push failed", not the stale
+// ref's "expected …, actual …" (which named another ref's values).
+func TestGitAtomicPushStaleReason(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOpts{})
+	s.CreateRepo(t, "atomicr")
+	c1 := s.Push(t, s.AdminKey, "atomicr", zeroOID, map[string]string{"a.txt": "a\n"}).Commit
+	c2 := s.Push(t, s.AdminKey, "atomicr", c1, map[string]string{"a.txt": "b\n"}).Commit
+	emptyPack := "PACK\x00\x00\x00\x02\x00\x00\x00\x00" + string(sha1Sum("PACK\x00\x00\x00\x02\x00\x00\x00\x00"))
+	push := func(caps string, cmds ...[3]string) string {
+		var lines []string
+		for i, c := range cmds {
+			l := c[0] + " " + c[1] + " " + c[2]
+			if i == 0 {
+				l += "\x00" + caps
+			}
+			lines = append(lines, l+"\n")
+		}
+		r, err := s.Try("POST", "/git/atomicr.git/git-receive-pack", s.AdminKey, []byte(pktLines(lines...)+"0000"+emptyPack), "application/x-git-receive-pack-request")
+		if err != nil || r.Status != 200 {
+			t.Fatalf("receive-pack: %v %v", err, r)
+		}
+		return string(r.Body)
+	}
+	if got := push("report-status", [3]string{zeroOID, c1, "refs/tags/taken"}); !strings.Contains(got, "ok refs/tags/taken") {
+		t.Fatalf("create refs/tags/taken: %q", got)
+	}
+	got := push("report-status atomic", [3]string{zeroOID, c2, "refs/tags/fresh"}, [3]string{zeroOID, c2, "refs/tags/taken"})
+	want := pktLines("ng refs/tags/fresh atomic push failed\n") +
+		pktLines("ng refs/tags/taken stale info: ref moved (expected "+zeroOID+", actual "+c1+"); fetch first\n")
+	if !strings.Contains(got, want) {
+		t.Errorf("atomic push with a stale ref: report %q, want %q", got, want)
+	}
+	if ref, ok := s.Refs(t, s.AdminKey, "atomicr")["refs/tags/fresh"]; ok {
+		t.Errorf("refs/tags/fresh = %s after a refused atomic push", ref)
+	}
+}

@@ -184,8 +184,19 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 				return nil, nil, err
 			}
 			s.logFailure(ctx, actor, r, "git.push", "", start, err)
+			// The ref that failed gets the reason; the others of the
+			// push only failed with it (git: "atomic transaction failed").
+			failed, _ := lockstep.ErrorDetails(err)["ref"].(string)
+			named := false
 			for _, u := range updates {
-				setErr(u.Name, err)
+				named = named || u.Name == failed
+			}
+			for _, u := range updates {
+				if named && u.Name != failed {
+					setErr(u.Name, lockstep.Errorf(lockstep.EINVALID, "atomic push failed"))
+				} else {
+					setErr(u.Name, err)
+				}
 			}
 			return nil, results, nil
 		}
