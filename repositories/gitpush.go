@@ -270,6 +270,7 @@ func (s *Service) GitRefs(ctx context.Context, repoName string) (head string, re
 	s.problemsMu.Unlock()
 	var n ObjectStore
 	kept := map[string]bool{}
+	peeled := map[plumbing.Hash]plumbing.Hash{} // tag → the end of its chain, for this answer
 	refs = make([]AdvertisedRef, 0, len(stored))
 	for _, ref := range stored {
 		// What the on-disk mirror could not hold (a name git refuses, the
@@ -286,7 +287,7 @@ func (s *Service) GitRefs(ctx context.Context, repoName string) (head string, re
 					return "", nil, err
 				}
 			}
-			if h, tag := peelTags(n, plumbing.NewHash(ref.OID)); tag {
+			if h, tag := peelTagsMemo(n, plumbing.NewHash(ref.OID), peeled); tag {
 				a.Peeled = h.String()
 			}
 		}
@@ -338,12 +339,30 @@ const maxTagChain = 100000
 // not a tag, as git peels a ref ("^{}"); tag is false when h is not an
 // annotated tag (then h is returned).
 func peelTags(n ObjectStore, h plumbing.Hash) (peeled plumbing.Hash, tag bool) {
+	return peelTagsMemo(n, h, nil)
+}
+
+// peelTagsMemo is peelTags remembering in memo (when not nil) the end of
+// the chain of every tag it walked through, so that many refs naming tags
+// of one long chain cost one walk of it, not one each.
+func peelTagsMemo(n ObjectStore, h plumbing.Hash, memo map[plumbing.Hash]plumbing.Hash) (peeled plumbing.Hash, tag bool) {
+	var walked []plumbing.Hash
 	for range maxTagChain {
+		if end, ok := memo[h]; ok {
+			h, tag = end, true
+			break
+		}
 		t, err := object.GetTag(n.Objects(), h)
 		if err != nil {
 			break
 		}
+		walked = append(walked, h)
 		h, tag = t.Target, true
+	}
+	if memo != nil {
+		for _, w := range walked {
+			memo[w] = h
+		}
 	}
 	return h, tag
 }
