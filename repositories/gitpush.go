@@ -147,6 +147,7 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		return nil, results, nil
 	}
 	packLogged := false // a non-atomic push records the pack on its first entry
+	peeled := map[plumbing.Hash]plumbing.Hash{}
 	apply := func(ups []lockstep.RefUpdate, mv []lockstep.RefMove, at []lockstep.AttemptRecord) error {
 		entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "git.push", Repo: r.Name, TraceID: traceID(ctx),
 			Refs: mv, DurationUS: s.now().Sub(start).Microseconds()}
@@ -156,7 +157,7 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		var evs []lockstep.HookEvent
 		for _, u := range ups {
 			if u.New != lockstep.ZeroOID {
-				commit, tree := peel(n, u.New)
+				commit, tree := peelMemo(n, u.New, peeled)
 				if tag, isTag := strings.CutPrefix(u.Name, "refs/tags/"); isTag {
 					evs = append(evs, s.HookEvent(r, "push", "", commit, tree, map[string]any{"ref": u.Name, "tag": tag, "object": u.New}))
 				} else {
@@ -320,29 +321,27 @@ func refusal(err error) bool {
 	return false
 }
 
-// peel returns the commit (and its tree) an oid names: itself, or the
-// commit an annotated tag (chain) points at; "" when it is not a commit.
-func peel(n ObjectStore, oid string) (commit, tree string) {
-	h, _ := peelTags(n, plumbing.NewHash(oid))
+// peelMemo returns the commit (and its tree) an oid names: itself, or the
+// commit an annotated tag (chain) points at; "" when it is not a commit
+// (memo as for peelTagsMemo).
+func peelMemo(n ObjectStore, oid string, memo map[plumbing.Hash]plumbing.Hash) (commit, tree string) {
+	h, _ := peelTagsMemo(n, plumbing.NewHash(oid), memo)
 	if ci, err := n.Commit(h); err == nil {
 		return h.String(), ci.Tree.String()
 	}
 	return "", ""
 }
 
-// maxTagChain bounds peelTags. git peels a chain of tags to its end
+// maxTagChain bounds peelTagsMemo. git peels a chain of tags to its end
 // whatever its length; a chain is at least as many objects as it is deep
 // (no tag can name itself), so the bound only stops a pathological one.
 const maxTagChain = 100000
 
-// peelTags follows h through annotated tags to the first object that is
+// peelTagsMemo follows h through annotated tags to the first object that is
 // not a tag, as git peels a ref ("^{}"); tag is false when h is not an
 // annotated tag (then h is returned).
-func peelTags(n ObjectStore, h plumbing.Hash) (peeled plumbing.Hash, tag bool) {
-	return peelTagsMemo(n, h, nil)
-}
-
-// peelTagsMemo is peelTags remembering in memo (when not nil) the end of
+//
+// peelTagsMemo remembers in memo (when not nil) the end of
 // the chain of every tag it walked through, so that many refs naming tags
 // of one long chain cost one walk of it, not one each.
 func peelTagsMemo(n ObjectStore, h plumbing.Hash, memo map[plumbing.Hash]plumbing.Hash) (peeled plumbing.Hash, tag bool) {
