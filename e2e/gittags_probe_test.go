@@ -168,3 +168,51 @@ func TestGitAtomicPushStaleReason(t *testing.T) {
 		t.Errorf("refs/tags/fresh = %s after a refused atomic push", ref)
 	}
 }
+
+// TestGitTagOfSubtreeWithEscapingSymlink: a tree may be checked out as a
+// root (`git restore --source=<tag> .`, `git archive`), so a tag naming a
+// tree follows the rule of a commit's tree: no symlink in it may climb
+// above it. d/l -> ../x is fine inside a commit (it names x at the top);
+// a tag naming d itself, lightweight or annotated, is refused, and the
+// annotated tag's object is not stored.
+func TestGitTagOfSubtreeWithEscapingSymlink(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOpts{})
+	agent := s.CreateKey(t, "agent", "agent")
+	s.CreateRepo(t, "tsub")
+	s.Push(t, s.AdminKey, "tsub", zeroOID, map[string]string{"x": "x\n"})
+	s.fork(t, agent.Secret, "tsub", "ws-tsub")
+	dir := s.clone(t, "ws-tsub", agent.Secret)
+	if err := os.MkdirAll(filepath.Join(dir, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../x", filepath.Join(dir, "d", "l")); err != nil {
+		t.Fatal(err)
+	}
+	e2ekit.Git(t, dir, "add", "-A")
+	e2ekit.Git(t, dir, "commit", "-q", "-m", "link")
+	e2ekit.Git(t, dir, "push", "-q", "origin", "main")
+	sub := e2ekit.Git(t, dir, "rev-parse", "HEAD:d")
+	e2ekit.Git(t, dir, "tag", "light", sub)
+	e2ekit.Git(t, dir, "tag", "-a", "ann", "-m", "subtree", sub)
+	ann := e2ekit.Git(t, dir, "rev-parse", "ann")
+	for _, tag := range []string{"light", "ann"} {
+		out, err := e2ekit.GitCmd(t, dir, "push", "origin", tag)
+		if err == nil || !strings.Contains(out, "escapes the tree") {
+			t.Errorf("push of tag %s (a tree whose symlink climbs above it): err %v\n%s", tag, err, out)
+		}
+	}
+	refs := s.Refs(t, agent.Secret, "ws-tsub")
+	for _, ref := range []string{"refs/tags/light", "refs/tags/ann"} {
+		if oid, ok := refs[ref]; ok {
+			t.Errorf("%s = %s after a refused push", ref, oid)
+		}
+	}
+	if out, err := e2ekit.GitCmd(t, "", "--git-dir="+filepath.Join(s.Data, "networks", "tsub.git"), "cat-file", "-e", ann); err == nil {
+		t.Errorf("the refused annotated tag %s was stored %s", ann, out)
+	}
+	// A tag of the whole commit, or of a tree whose links stay inside it,
+	// is fine.
+	e2ekit.Git(t, dir, "tag", "whole", "HEAD^{tree}")
+	e2ekit.Git(t, dir, "push", "-q", "origin", "whole")
+}

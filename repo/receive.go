@@ -288,14 +288,17 @@ func (n *Network) validateObjects(ov *overlay) error {
 			if got != t.TargetType {
 				return invalidObject(h, "bad tag: object %s is a %s, not a %s", t.Target, got, t.TargetType)
 			}
+			if got == plumbing.TreeObject {
+				roots = append(roots, t.Target) // a tagged tree may be checked out as a root
+			}
 		case plumbing.BlobObject:
 		default:
 			return invalidObject(h, "unexpected object type %s", obj.Type())
 		}
 	}
 	// Symlinks must stay inside the tree at the depth they are checked
-	// out. A commit's tree (even one already stored, e.g. a former
-	// subtree) and any tree of the pack not contained in another one may
+	// out. A commit's or a tag's tree (even one already stored, e.g. a
+	// former subtree) and any tree of the pack not contained in another one may
 	// be checked out as a root, so nothing in it may climb above it.
 	for h := range trees {
 		if !referenced[h] {
@@ -467,4 +470,19 @@ func climb(target string) int {
 		}
 	}
 	return worst
+}
+
+// CheckRootTree refuses (invalid_argument) a tree h that may not be
+// checked out as a root: a symlink inside it climbs above it (see
+// ReceivePack). A ref naming a tree (a tag) makes it one.
+func (n *Network) CheckRootTree(h plumbing.Hash) error {
+	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}}
+	up, where, err := n.ascent(ov, h, 0)
+	if err != nil {
+		return err
+	}
+	if up > 0 {
+		return invalidObject(h, "symlink %q escapes the tree (as a root tree)", where)
+	}
+	return nil
 }

@@ -438,8 +438,14 @@ func checkGitObject(n ObjectStore, c RefCommand) error {
 		if !n.Has(h) {
 			return lockstep.Errorf(lockstep.EINVALID, "%s is not an object in this repository", c.New)
 		}
-		if _, err := n.Commit(h); err != nil {
-			return nil // an annotated tag, a tree or a blob
+		peeled, _ := peelTagsMemo(n, h, nil)
+		if _, err := n.Commit(peeled); err == nil {
+			h = peeled // a commit, checked below
+		} else if _, err := n.TreeEntries(peeled, ""); err == nil {
+			// A tagged tree may be checked out as a root, as a commit's.
+			return n.CheckRootTree(peeled)
+		} else {
+			return nil // a blob
 		}
 	}
 	ci, err := n.Commit(h)
