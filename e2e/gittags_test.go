@@ -3,6 +3,8 @@ package e2e
 import (
 	"fmt"
 	"net/url"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -159,7 +161,7 @@ func TestGitPushOplogCountsPackOnce(t *testing.T) {
 
 // TestGitAdvertisementFromStore: the v0 ref advertisement and v2's
 // ls-refs are served from the store, byte for byte what git upload-pack
-// answers from the on-disk refs (the first v0 answer is git's own).
+// answers from the on-disk refs.
 func TestGitAdvertisementFromStore(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
@@ -176,7 +178,10 @@ func TestGitAdvertisementFromStore(t *testing.T) {
 		}
 		return string(r.Body)
 	}
-	fromGit, fromStore := get(), get()
+	fromGit, fromStore := gitAdvertisement(t, s, "adv", "adv"), get()
+	if first := get(); first != fromStore {
+		t.Errorf("v0 advertisements differ:\nfirst  %q\nsecond %q", first, fromStore)
+	}
 	if fromGit != fromStore {
 		t.Errorf("v0 advertisement from the store differs from git's:\n git %q\nours %q", fromGit, fromStore)
 	}
@@ -232,4 +237,18 @@ func pktLines(lines ...string) string {
 		fmt.Fprintf(&b, "%04x%s", len(l)+4, l)
 	}
 	return b.String()
+}
+
+// gitAdvertisement is git's own v0 ref advertisement of repository repo
+// (network base), as http-backend would serve it: git upload-pack run on
+// the server's on-disk mirror in the repository's namespace.
+func gitAdvertisement(t *testing.T, s *server, base, repo string) string {
+	t.Helper()
+	cmd := exec.Command("git", "-c", "uploadpack.allowFilter=true", "upload-pack", "--stateless-rpc", "--advertise-refs", filepath.Join(s.Data, "networks", base+".git"))
+	cmd.Env = append(os.Environ(), "GIT_NAMESPACE="+repo, "GIT_CONFIG_NOSYSTEM=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git upload-pack --advertise-refs: %v", err)
+	}
+	return pktLines("# service=git-upload-pack\n") + "0000" + string(out)
 }

@@ -33,8 +33,9 @@ import (
 // entry it names (except gitlinks) must exist in the pack or the store
 // with the right type, symlink targets (the blobs of 120000 entries) must
 // be relative and must not leave the tree they are checked out in; every
-// commit and tag must pass fsck's header checks, and every commit's tree
-// and parents must exist. Returns invalid_argument for a
+// commit and tag must pass fsck's header checks, every commit's tree
+// and parents must exist, and a tag's target must exist with the type
+// its "type" header names. Returns invalid_argument for a
 // corrupt or invalid pack and too_large over lim (MaxUploadBytes for the
 // pack and for its inflated objects, MaxFileBytes per blob, MaxFiles
 // objects); nothing is written then.
@@ -277,8 +278,18 @@ func (n *Network) validateObjects(ov *overlay) error {
 			if err := t.Decode(obj); err != nil {
 				return invalidObject(h, "corrupt tag: %v", err)
 			}
-			if _, ok := ov.typeOf(t.Target); !ok {
+			got, ok := ov.typeOf(t.Target)
+			if !ok {
 				return invalidObject(h, "tag target %s is missing", t.Target)
+			}
+			// git fsck: "object X is a blob, not a commit" (bad tag
+			// pointer). upload-pack would record the target with the
+			// tag's type and refuse every fetch of refs naming it.
+			if got != t.TargetType {
+				return invalidObject(h, "bad tag: object %s is a %s, not a %s", t.Target, got, t.TargetType)
+			}
+			if got == plumbing.TreeObject {
+				roots = append(roots, t.Target) // a tagged tree may be checked out as a root
 			}
 		case plumbing.BlobObject:
 		default:
@@ -286,8 +297,8 @@ func (n *Network) validateObjects(ov *overlay) error {
 		}
 	}
 	// Symlinks must stay inside the tree at the depth they are checked
-	// out. A commit's tree (even one already stored, e.g. a former
-	// subtree) and any tree of the pack not contained in another one may
+	// out. A commit's or a tag's tree (even one already stored, e.g. a
+	// former subtree) and any tree of the pack not contained in another one may
 	// be checked out as a root, so nothing in it may climb above it.
 	for h := range trees {
 		if !referenced[h] {
@@ -459,4 +470,19 @@ func climb(target string) int {
 		}
 	}
 	return worst
+}
+
+// CheckRootTree refuses (invalid_argument) a tree h that may not be
+// checked out as a root: a symlink inside it climbs above it (see
+// ReceivePack). A ref naming a tree (a tag) makes it one.
+func (n *Network) CheckRootTree(h plumbing.Hash) error {
+	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}}
+	up, where, err := n.ascent(ov, h, 0)
+	if err != nil {
+		return err
+	}
+	if up > 0 {
+		return invalidObject(h, "symlink %q escapes the tree (as a root tree)", where)
+	}
+	return nil
 }

@@ -87,7 +87,15 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		return nil, results, nil
 	}
 	ok := 0
+	named := make(map[string]bool, len(cmds))
 	for i, c := range cmds {
+		if named[c.Ref] {
+			// git's ref transaction refuses it; applied, the report
+			// (matched by ref name) would say the wrong command moved.
+			results[i].Err = lockstep.Errorf(lockstep.EINVALID, "multiple updates for ref '%s' not allowed", c.Ref)
+			continue
+		}
+		named[c.Ref] = true
 		if err := checkGitRef(r, c); err != nil {
 			results[i].Err = err
 		} else {
@@ -139,6 +147,7 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		return nil, results, nil
 	}
 	packLogged := false // a non-atomic push records the pack on its first entry
+	peeled := map[plumbing.Hash]plumbing.Hash{}
 	apply := func(ups []lockstep.RefUpdate, mv []lockstep.RefMove, at []lockstep.AttemptRecord) error {
 		entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "git.push", Repo: r.Name, TraceID: traceID(ctx),
 			Refs: mv, DurationUS: s.now().Sub(start).Microseconds()}
@@ -148,7 +157,7 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		var evs []lockstep.HookEvent
 		for _, u := range ups {
 			if u.New != lockstep.ZeroOID {
-				commit, tree := peel(n, u.New)
+				commit, tree := peelMemo(n, u.New, peeled)
 				if tag, isTag := strings.CutPrefix(u.Name, "refs/tags/"); isTag {
 					evs = append(evs, s.HookEvent(r, "push", "", commit, tree, map[string]any{"ref": u.Name, "tag": tag, "object": u.New}))
 				} else {
@@ -176,8 +185,19 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 				return nil, nil, err
 			}
 			s.logFailure(ctx, actor, r, "git.push", "", start, err)
+			// The ref that failed gets the reason; the others of the
+			// push only failed with it (git: "atomic transaction failed").
+			failed, _ := lockstep.ErrorDetails(err)["ref"].(string)
+			named := false
 			for _, u := range updates {
-				setErr(u.Name, err)
+				named = named || u.Name == failed
+			}
+			for _, u := range updates {
+				if named && u.Name != failed {
+					setErr(u.Name, lockstep.Errorf(lockstep.EINVALID, "atomic push failed"))
+				} else {
+					setErr(u.Name, err)
+				}
 			}
 			return nil, results, nil
 		}
@@ -251,6 +271,7 @@ func (s *Service) GitRefs(ctx context.Context, repoName string) (head string, re
 	s.problemsMu.Unlock()
 	var n ObjectStore
 	kept := map[string]bool{}
+	peeled := map[plumbing.Hash]plumbing.Hash{} // tag → the end of its chain, for this answer
 	refs = make([]AdvertisedRef, 0, len(stored))
 	for _, ref := range stored {
 		// What the on-disk mirror could not hold (a name git refuses, the
@@ -267,13 +288,7 @@ func (s *Service) GitRefs(ctx context.Context, repoName string) (head string, re
 					return "", nil, err
 				}
 			}
-			h := plumbing.NewHash(ref.OID)
-			for range 10 {
-				t, err := object.GetTag(n.Objects(), h)
-				if err != nil {
-					break
-				}
-				h = t.Target
+			if h, tag := peelTagsMemo(n, plumbing.NewHash(ref.OID), peeled); tag {
 				a.Peeled = h.String()
 			}
 		}
@@ -306,21 +321,49 @@ func refusal(err error) bool {
 	return false
 }
 
-// peel returns the commit (and its tree) an oid names: itself, or the
-// commit an annotated tag (chain) points at; "" when it is not a commit.
-func peel(n ObjectStore, oid string) (commit, tree string) {
-	h := plumbing.NewHash(oid)
-	for range 10 {
-		if ci, err := n.Commit(h); err == nil {
-			return h.String(), ci.Tree.String()
+// peelMemo returns the commit (and its tree) an oid names: itself, or the
+// commit an annotated tag (chain) points at; "" when it is not a commit
+// (memo as for peelTagsMemo).
+func peelMemo(n ObjectStore, oid string, memo map[plumbing.Hash]plumbing.Hash) (commit, tree string) {
+	h, _ := peelTagsMemo(n, plumbing.NewHash(oid), memo)
+	if ci, err := n.Commit(h); err == nil {
+		return h.String(), ci.Tree.String()
+	}
+	return "", ""
+}
+
+// maxTagChain bounds peelTagsMemo. git peels a chain of tags to its end
+// whatever its length; a chain is at least as many objects as it is deep
+// (no tag can name itself), so the bound only stops a pathological one.
+const maxTagChain = 100000
+
+// peelTagsMemo follows h through annotated tags to the first object that is
+// not a tag, as git peels a ref ("^{}"); tag is false when h is not an
+// annotated tag (then h is returned).
+//
+// peelTagsMemo remembers in memo (when not nil) the end of
+// the chain of every tag it walked through, so that many refs naming tags
+// of one long chain cost one walk of it, not one each.
+func peelTagsMemo(n ObjectStore, h plumbing.Hash, memo map[plumbing.Hash]plumbing.Hash) (peeled plumbing.Hash, tag bool) {
+	var walked []plumbing.Hash
+	for range maxTagChain {
+		if end, ok := memo[h]; ok {
+			h, tag = end, true
+			break
 		}
 		t, err := object.GetTag(n.Objects(), h)
 		if err != nil {
-			return "", ""
+			break
 		}
-		h = t.Target
+		walked = append(walked, h)
+		h, tag = t.Target, true
 	}
-	return "", ""
+	if memo != nil {
+		for _, w := range walked {
+			memo[w] = h
+		}
+	}
+	return h, tag
 }
 
 func isDelete(cmds []RefCommand, ref string) bool {
@@ -395,8 +438,14 @@ func checkGitObject(n ObjectStore, c RefCommand) error {
 		if !n.Has(h) {
 			return lockstep.Errorf(lockstep.EINVALID, "%s is not an object in this repository", c.New)
 		}
-		if _, err := n.Commit(h); err != nil {
-			return nil // an annotated tag, a tree or a blob
+		peeled, _ := peelTagsMemo(n, h, nil)
+		if _, err := n.Commit(peeled); err == nil {
+			h = peeled // a commit, checked below
+		} else if _, err := n.TreeEntries(peeled, ""); err == nil {
+			// A tagged tree may be checked out as a root, as a commit's.
+			return n.CheckRootTree(peeled)
+		} else {
+			return nil // a blob
 		}
 	}
 	ci, err := n.Commit(h)

@@ -62,6 +62,9 @@ type ObjectStore interface {
 	IngestTar(ctx context.Context, r io.Reader, lim repo.Limits) (*repo.Ingest, error)
 	// ReceivePack validates and stores a git pack as received.
 	ReceivePack(r io.Reader, lim repo.Limits) (repo.WriteStats, error)
+	// CheckRootTree refuses a tree a ref may not name (a symlink in it
+	// climbs above it).
+	CheckRootTree(h plumbing.Hash) error
 
 	// PackCount is the length of the pack list; Compact folds the packs
 	// into one (cancelled with ctx).

@@ -111,10 +111,19 @@ func (s *Server) gitUploadPackAdvertise(c *gin.Context, name string) {
 			return
 		}
 		if !v2 {
+			// The refs come from the store on this answer too (git's
+			// list is the on-disk mirror's: a stray ref, or not the
+			// refs the mirror failed to write); git's own answer is
+			// served only while no capabilities could be learned (an
+			// unborn HEAD has no symref to learn them from).
 			s.gitCaps.learn(out)
+			learned = s.gitCaps.caps("") != ""
 		}
-		buf.Write(out)
-	} else {
+		if v2 || !learned {
+			buf.Write(out)
+		}
+	}
+	if !v2 && learned {
 		head, refs, err := s.Repos.GitRefs(c.Request.Context(), name)
 		if err != nil {
 			gitAdvertiseError(c, err)
