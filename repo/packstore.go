@@ -214,6 +214,24 @@ type quarantinedObject struct {
 	t    plumbing.ObjectType
 	size int64
 	data []byte // nil: content not loaded
+
+	// A tree's content decoded once, by loadQuarantine, for every later
+	// reader (validateObjects, ascent): tree, or the error decoding gave.
+	tree    *object.Tree
+	treeErr error
+}
+
+// decodedTree returns o's tree, decoding it on first use.
+func (o *quarantinedObject) decodedTree() (*object.Tree, error) {
+	if o.tree == nil && o.treeErr == nil {
+		t := &object.Tree{}
+		if err := t.Decode(o); err != nil {
+			o.treeErr = err
+		} else {
+			o.tree = t
+		}
+	}
+	return o.tree, o.treeErr
 }
 
 func (o *quarantinedObject) Hash() plumbing.Hash         { return o.h }
@@ -248,13 +266,14 @@ func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
 	}
 	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}, lim: lim}
 	var want []*quarantinedObject
+	loose := n.looseFanout()
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
 		if len(f) != 3 || !plumbing.IsHash(f[0]) {
 			continue
 		}
 		h := plumbing.NewHash(f[0])
-		if n.has1(h) {
+		if n.packFor(h) != nil || loose[h[0]] && n.has1(h) {
 			continue // a thin pack's base, or sent again: stored and checked before
 		}
 		t, err := plumbing.ParseObjectType(f[1])
@@ -285,8 +304,8 @@ func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
 		if o.t != plumbing.TreeObject {
 			continue
 		}
-		t := &object.Tree{}
-		if err := t.Decode(memObject(o)); err != nil {
+		t, err := o.decodedTree()
+		if err != nil {
 			continue // validateObjects reports it
 		}
 		for _, e := range t.Entries {
@@ -314,12 +333,28 @@ func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
 	return ov, nil
 }
 
-// memObject returns o's content as a plumbing.MemoryObject for decoding.
-func memObject(o *quarantinedObject) *plumbing.MemoryObject {
-	m := &plumbing.MemoryObject{}
-	m.SetType(o.t)
-	m.Write(o.data)
-	return m
+// looseFanout reports which objects/XX directories of loose objects
+// exist, read once per receive: an object whose directory is absent is
+// not stored loose, and needs no stat (a full-history push into a
+// network without loose objects otherwise stats every object). A
+// directory created meanwhile only makes an object stored since then be
+// validated as a new one. On an error reading objects/, every directory
+// is reported present (has1 stats as before).
+func (n *Network) looseFanout() *[256]bool {
+	var fan [256]bool
+	ents, err := os.ReadDir(filepath.Join(n.dir, "objects"))
+	if err != nil {
+		for i := range fan {
+			fan[i] = true
+		}
+		return &fan
+	}
+	for _, e := range ents {
+		if b, err := strconv.ParseUint(e.Name(), 16, 8); err == nil && len(e.Name()) == 2 {
+			fan[b] = true
+		}
+	}
+	return &fan
 }
 
 // catFile fills the content of objs with one `git cat-file --batch`.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -334,9 +335,19 @@ func rawObject(o plumbing.EncodedObject) []byte {
 // git writes: known modes, valid unique names, sorted.
 func decodeCanonicalTree(obj plumbing.EncodedObject) (*object.Tree, error) {
 	h := obj.Hash()
-	t := &object.Tree{}
-	if err := t.Decode(obj); err != nil {
-		return nil, invalidObject(h, "corrupt tree: %v", err)
+	var t *object.Tree
+	q, quarantined := obj.(*quarantinedObject)
+	quarantined = quarantined && (q.data != nil || q.size == 0)
+	if quarantined {
+		var err error
+		if t, err = q.decodedTree(); err != nil {
+			return nil, invalidObject(h, "corrupt tree: %v", err)
+		}
+	} else {
+		t = &object.Tree{}
+		if err := t.Decode(obj); err != nil {
+			return nil, invalidObject(h, "corrupt tree: %v", err)
+		}
 	}
 	prev := ""
 	names := make(map[string]bool, len(t.Entries))
@@ -367,11 +378,40 @@ func decodeCanonicalTree(obj plumbing.EncodedObject) (*object.Tree, error) {
 	}
 	// Modes like "040000" or "100664" decode to the same FileMode: the
 	// canonical encoding must hash back to the object.
+	// A quarantined tree's content is that of h (git hashed it, cat-file
+	// returned it for h), so comparing it with the canonical encoding is
+	// comparing their hashes, without encoding and hashing again.
+	if quarantined {
+		if !canonicalTree(t, q.data) {
+			return nil, invalidObject(h, "tree is not in canonical form (non-standard mode or encoding)")
+		}
+		return t, nil
+	}
 	re := &plumbing.MemoryObject{}
 	if err := t.Encode(re); err != nil || re.Hash() != h {
 		return nil, invalidObject(h, "tree is not in canonical form (non-standard mode or encoding)")
 	}
 	return t, nil
+}
+
+// canonicalTree reports whether raw is t's entries as object.Tree.Encode
+// writes them ("%o %s\x00" and the 20-byte id each; the order and names
+// were checked by decodeCanonicalTree).
+func canonicalTree(t *object.Tree, raw []byte) bool {
+	var mode [12]byte
+	for _, e := range t.Entries {
+		m := strconv.AppendUint(mode[:0], uint64(e.Mode), 8)
+		n := len(m) + 1 + len(e.Name) + 1 + len(e.Hash)
+		if len(raw) < n || string(raw[:len(m)]) != string(m) || raw[len(m)] != ' ' {
+			return false
+		}
+		r := raw[len(m)+1:]
+		if string(r[:len(e.Name)]) != e.Name || r[len(e.Name)] != 0 || string(r[len(e.Name)+1:len(e.Name)+1+len(e.Hash)]) != string(e.Hash[:]) {
+			return false
+		}
+		raw = raw[n:]
+	}
+	return len(raw) == 0
 }
 
 // ascent returns how many levels above tree h the symlinks inside it
@@ -397,8 +437,14 @@ func (n *Network) ascent(ov *overlay, h plumbing.Hash, depth int) (int, string, 
 	if err != nil {
 		return 0, "", invalidObject(h, "tree missing")
 	}
-	t := &object.Tree{}
-	if err := t.Decode(obj); err != nil {
+	var t *object.Tree
+	if q, ok := obj.(*quarantinedObject); ok && (q.data != nil || q.size == 0) {
+		t, err = q.decodedTree() // the pack's trees: decoded by loadQuarantine
+	} else {
+		t = &object.Tree{}
+		err = t.Decode(obj)
+	}
+	if err != nil {
 		return 0, "", invalidObject(h, "corrupt tree: %v", err)
 	}
 	up, where := 0, ""
