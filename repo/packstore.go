@@ -116,7 +116,7 @@ func (n *Network) indexReceived(f *os.File, size int64, lim Limits) (*quarantine
 	body := &countingReader{r: io.NewSectionReader(f, 0, size-20)}
 	feed := &feedWriter{w: stdin}
 	bw := bufio.NewWriterSize(feed, 1<<16)
-	scanErr := prescan(bufio.NewReaderSize(io.TeeReader(body, bw), 1<<16), lim)
+	scanErr := prescan(io.TeeReader(body, bw), lim)
 	if scanErr == nil {
 		scanErr = bw.Flush()
 	}

@@ -1,7 +1,9 @@
 package repo
 
 import (
+	"bufio"
 	"bytes"
+	"compress/zlib"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,11 +12,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	gobinary "github.com/go-git/go-git/v5/utils/binary"
 
 	"github.com/lockstep-hq/lockstep"
 )
@@ -107,34 +111,57 @@ func (n *Network) storeReceived(f *os.File, size int64, lim Limits) (WriteStats,
 // delta, the size of its result) against lim before anything is
 // inflated into memory: a small compressed pack may otherwise expand to
 // gigabytes. Objects are inflated to io.Discard here, bounded by their
-// declared sizes.
+// declared sizes. It parses the pack as go-git's packfile.Scanner does
+// (same header, object header and OFS-delta offset rules, inflated size
+// bounded by the declared one, the same errors), without the Scanner's
+// per-byte CRC32 and offset bookkeeping, which we do not use.
 func prescan(data io.Reader, lim Limits) error {
-	s := packfile.NewScanner(data)
-	_, count, err := s.Header()
+	cr := &countingReader{r: data}
+	br := bufio.NewReaderSize(cr, 1<<16)
+	offset := func() int64 { return cr.n - int64(br.Buffered()) }
+	count, err := prescanHeader(br)
 	if err != nil {
 		return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile: %v", err)
 	}
 	var total int64
 	var delta bytes.Buffer
+	var zr io.ReadCloser
+	defer func() {
+		if zr != nil {
+			zr.Close()
+		}
+	}()
 	for i := uint32(0); i < count; i++ {
-		oh, err := s.NextObjectHeader()
+		typ, length, err := prescanObjectHeader(br, offset())
 		if err != nil {
 			return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile (object %d): %v", i, err)
 		}
-		size := oh.Length
-		if oh.Length > lim.MaxFileBytes {
-			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d is %d bytes, over the %d-byte limit", i, oh.Length, lim.MaxFileBytes)
+		size := length
+		if length > lim.MaxFileBytes {
+			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d is %d bytes, over the %d-byte limit", i, length, lim.MaxFileBytes)
 		}
-		if oh.Type.IsDelta() {
+		var sink io.Writer = io.Discard
+		if typ.IsDelta() {
 			delta.Reset()
-			if _, _, err := s.NextObject(&delta); err != nil {
-				return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile (object %d): %v", i, err)
-			}
+			sink = &delta
+		}
+		if zr == nil {
+			zr, err = zlib.NewReader(br)
+		} else {
+			err = zr.(zlib.Resetter).Reset(br, nil)
+		}
+		if err != nil {
+			err = fmt.Errorf("zlib reset error: %s", err)
+		} else {
+			err = inflateBounded(&boundedSink{w: sink, limit: length}, zr)
+		}
+		if err != nil {
+			return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile (object %d): %v", i, err)
+		}
+		if typ.IsDelta() {
 			d := delta.Bytes()
 			_, d = deltaVarint(d) // base size
 			size, _ = deltaVarint(d)
-		} else if _, _, err := s.NextObject(io.Discard); err != nil {
-			return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile (object %d): %v", i, err)
 		}
 		if size > lim.MaxFileBytes {
 			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d inflates to %d bytes, over the %d-byte limit", i, size, lim.MaxFileBytes)
@@ -144,6 +171,110 @@ func prescan(data io.Reader, lim Limits) error {
 		}
 	}
 	return nil
+}
+
+// prescanBuf is inflateBounded's copy buffer, 16 KiB as go-git's
+// Scanner's: how much is inflated per read decides which of a size
+// overrun and a corruption after it is reported.
+var prescanBuf = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+func inflateBounded(w io.Writer, zr io.Reader) error {
+	buf := prescanBuf.Get().(*[]byte)
+	defer prescanBuf.Put(buf)
+	_, err := io.CopyBuffer(w, zr, *buf)
+	return err
+}
+
+// boundedSink is go-git's boundedWriter: at most limit bytes, then
+// packfile.ErrInflatedSizeMismatch.
+type boundedSink struct {
+	w     io.Writer
+	limit int64
+	n     int64
+}
+
+func (b *boundedSink) Write(p []byte) (int, error) {
+	if b.n+int64(len(p)) > b.limit {
+		remain := int(b.limit - b.n)
+		err := error(packfile.ErrInflatedSizeMismatch)
+		if remain > 0 {
+			n, werr := b.w.Write(p[:remain])
+			b.n += int64(n)
+			if werr != nil {
+				err = errors.Join(packfile.ErrInflatedSizeMismatch, werr)
+			}
+			return n, err
+		}
+		return 0, err
+	}
+	n, err := b.w.Write(p)
+	b.n += int64(n)
+	return n, err
+}
+
+// prescanHeader reads the pack header as packfile.Scanner.Header does and
+// returns the object count.
+func prescanHeader(br *bufio.Reader) (uint32, error) {
+	var sig [4]byte
+	if _, err := io.ReadFull(br, sig[:]); err != nil {
+		if err == io.EOF {
+			return 0, packfile.ErrEmptyPackfile
+		}
+		return 0, err
+	}
+	if string(sig[:]) != "PACK" {
+		return 0, packfile.ErrBadSignature
+	}
+	var v [4]byte
+	if _, err := io.ReadFull(br, v[:]); err != nil {
+		return 0, err
+	}
+	if version := binary.BigEndian.Uint32(v[:]); version != packfile.VersionSupported {
+		return 0, packfile.ErrUnsupportedVersion.AddDetails("%d", version)
+	}
+	if _, err := io.ReadFull(br, v[:]); err != nil {
+		return 0, err
+	}
+	return binary.BigEndian.Uint32(v[:]), nil
+}
+
+// prescanObjectHeader reads an object header at offset as
+// packfile.Scanner.NextObjectHeader does: type and declared length, then
+// an OFS delta's offset (which must point inside the pack, before the
+// object) or a REF delta's base id.
+func prescanObjectHeader(br *bufio.Reader, offset int64) (plumbing.ObjectType, int64, error) {
+	c, err := br.ReadByte()
+	if err != nil {
+		return 0, 0, err
+	}
+	typ := plumbing.ObjectType((c & 0x70) >> 4)
+	length := int64(c & 0x0f)
+	shift := uint(4)
+	for c&0x80 != 0 {
+		if shift > 64-7 {
+			return 0, 0, fmt.Errorf("%w: %w", packfile.ErrMalformedPackFile, packfile.ErrLengthOverflow)
+		}
+		if c, err = br.ReadByte(); err != nil {
+			return 0, 0, err
+		}
+		length += int64(c&0x7f) << shift
+		shift += 7
+	}
+	switch typ {
+	case plumbing.OFSDeltaObject:
+		no, err := gobinary.ReadVariableWidthInt(br)
+		if err != nil {
+			return 0, 0, err
+		}
+		if no <= 0 || no > offset {
+			return 0, 0, fmt.Errorf("%w: invalid OFS delta offset", packfile.ErrMalformedPackFile)
+		}
+	case plumbing.REFDeltaObject:
+		if _, err := gobinary.ReadHash(br); err != nil {
+			return 0, 0, err
+		}
+	}
+	return typ, length, nil
 }
 
 // deltaVarint reads a size from a delta header (little-endian base 128).
