@@ -260,42 +260,78 @@ func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
 	list.Dir, list.Env = n.dir, env
 	var stderr bytes.Buffer
 	list.Stderr = &stderr
-	out, err := list.Output()
+	lout, err := list.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("receive pack: git cat-file --batch-check: %v: %s", err, gitFatal(stderr.String()))
+		return nil, fmt.Errorf("receive pack: %w", err)
 	}
+	if err := list.Start(); err != nil {
+		return nil, fmt.Errorf("receive pack: git cat-file --batch-check: %w", err)
+	}
+	// The listing is read as git writes it, and the content of each
+	// commit, tree and tag is asked of a second cat-file at once, so
+	// both run together; the listing's errors come first, as when it
+	// was read whole before.
 	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}, lim: lim}
 	var want []*quarantinedObject
 	loose := n.looseFanout()
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 3 || !plumbing.IsHash(f[0]) {
-			continue
+	feed := make(chan *quarantinedObject, 1024)
+	var listErr, scanErr error
+	listed := make(chan struct{})
+	go func() {
+		defer close(listed)
+		defer close(feed)
+		sc := bufio.NewScanner(lout)
+		sc.Buffer(make([]byte, 0, 1<<16), 1<<20)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) != 3 || !plumbing.IsHash(f[0]) {
+				continue
+			}
+			h := plumbing.NewHash(f[0])
+			if n.packFor(h) != nil || loose[h[0]] && n.has1(h) {
+				continue // a thin pack's base, or sent again: stored and checked before
+			}
+			t, err := plumbing.ParseObjectType(f[1])
+			if err != nil {
+				listErr = invalidObject(h, "unexpected object type %s", f[1])
+				break
+			}
+			size, _ := strconv.ParseInt(f[2], 10, 64)
+			if t == plumbing.BlobObject && size > lim.MaxFileBytes {
+				listErr = lockstep.Errorf(lockstep.ETOOLARGE, "blob %s is %d bytes, over the %d-byte limit", h, size, lim.MaxFileBytes)
+				break
+			}
+			o := &quarantinedObject{h: h, t: t, size: size}
+			ov.objs[h] = o
+			ov.order = append(ov.order, o)
+			if t != plumbing.BlobObject {
+				want = append(want, o)
+				feed <- o
+			}
 		}
-		h := plumbing.NewHash(f[0])
-		if n.packFor(h) != nil || loose[h[0]] && n.has1(h) {
-			continue // a thin pack's base, or sent again: stored and checked before
+		scanErr = sc.Err()
+		io.Copy(io.Discard, lout)
+	}()
+	catErr := n.catFileStream(env, feed, func(o *quarantinedObject) {
+		if o.t == plumbing.TreeObject {
+			o.decodedTree() // while git reads the next ones
 		}
-		t, err := plumbing.ParseObjectType(f[1])
-		if err != nil {
-			return nil, invalidObject(h, "unexpected object type %s", f[1])
-		}
-		size, _ := strconv.ParseInt(f[2], 10, 64)
-		if t == plumbing.BlobObject && size > lim.MaxFileBytes {
-			return nil, lockstep.Errorf(lockstep.ETOOLARGE, "blob %s is %d bytes, over the %d-byte limit", h, size, lim.MaxFileBytes)
-		}
-		o := &quarantinedObject{h: h, t: t, size: size}
-		ov.objs[h] = o
-		ov.order = append(ov.order, o)
-		if t != plumbing.BlobObject {
-			want = append(want, o)
-		}
+	})
+	<-listed
+	if err := list.Wait(); err != nil {
+		return nil, fmt.Errorf("receive pack: git cat-file --batch-check: %v: %s", err, gitFatal(stderr.String()))
+	}
+	if scanErr != nil {
+		return nil, fmt.Errorf("receive pack: git cat-file --batch-check: %v", scanErr)
+	}
+	if listErr != nil {
+		return nil, listErr
+	}
+	if catErr != nil {
+		return nil, catErr
 	}
 	if len(ov.order) == 0 {
 		return ov, nil
-	}
-	if err := n.catFile(env, want); err != nil {
-		return nil, err
 	}
 	// The blobs whose content validateObjects reads: symlink targets and
 	// .gitmodules / .gitattributes files named by the new trees.
@@ -362,33 +398,69 @@ func (n *Network) catFile(env []string, objs []*quarantinedObject) error {
 	if len(objs) == 0 {
 		return nil
 	}
+	feed := make(chan *quarantinedObject, len(objs))
+	for _, o := range objs {
+		feed <- o
+	}
+	close(feed)
+	return n.catFileStream(env, feed, nil)
+}
+
+// catFileStream fills the content of the objects received from feed,
+// until it is closed, with one `git cat-file --batch`, calling loaded (if
+// not nil) on each once filled. feed is drained even on an error.
+func (n *Network) catFileStream(env []string, feed <-chan *quarantinedObject, loaded func(*quarantinedObject)) error {
+	drain := func() {
+		for range feed {
+		}
+	}
 	cmd := exec.Command("git", n.gitArgs("cat-file", "--batch")...)
 	cmd.Dir, cmd.Env = n.dir, env
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
+		drain()
 		return fmt.Errorf("receive pack: %w", err)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
+		drain()
 		return fmt.Errorf("receive pack: %w", err)
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
+		drain()
 		return fmt.Errorf("receive pack: git cat-file: %w", err)
 	}
+	// The writer passes each object on to the reader once asked for, in
+	// order; it flushes whenever feed has nothing ready, so git is never
+	// left waiting on a buffered request.
+	asked := make(chan *quarantinedObject, 1<<14)
 	go func() {
+		defer close(asked)
 		bw := bufio.NewWriterSize(stdin, 1<<16)
-		for _, o := range objs {
+		for {
+			var o *quarantinedObject
+			var ok bool
+			select {
+			case o, ok = <-feed:
+			default:
+				bw.Flush()
+				o, ok = <-feed
+			}
+			if !ok {
+				break
+			}
 			bw.WriteString(o.h.String())
 			bw.WriteByte('\n')
+			asked <- o
 		}
 		bw.Flush()
 		stdin.Close()
 	}()
 	br := bufio.NewReaderSize(stdout, 1<<16)
 	readErr := func() error {
-		for _, o := range objs {
+		for o := range asked {
 			hdr, err := br.ReadString('\n')
 			if err != nil {
 				return err
@@ -406,9 +478,19 @@ func (n *Network) catFile(env []string, objs []*quarantinedObject) error {
 				return err
 			}
 			o.data = o.data[:size]
+			if loaded != nil {
+				loaded(o)
+			}
 		}
 		return nil
 	}()
+	if readErr != nil { // let the writer finish: git may be blocked writing its output
+		discarded := make(chan struct{})
+		go func() { io.Copy(io.Discard, br); close(discarded) }()
+		for range asked {
+		}
+		<-discarded
+	}
 	io.Copy(io.Discard, br)
 	waitErr := cmd.Wait()
 	if readErr != nil {
