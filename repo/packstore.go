@@ -116,7 +116,7 @@ func (n *Network) indexReceived(f *os.File, size int64, lim Limits) (*quarantine
 	body := &countingReader{r: io.NewSectionReader(f, 0, size-20)}
 	feed := &feedWriter{w: stdin}
 	bw := bufio.NewWriterSize(feed, 1<<16)
-	scanErr := prescan(bufio.NewReaderSize(io.TeeReader(body, bw), 1<<16), lim)
+	scanErr := prescan(io.TeeReader(body, bw), lim)
 	if scanErr == nil {
 		scanErr = bw.Flush()
 	}
@@ -214,6 +214,24 @@ type quarantinedObject struct {
 	t    plumbing.ObjectType
 	size int64
 	data []byte // nil: content not loaded
+
+	// A tree's content decoded once, by loadQuarantine, for every later
+	// reader (validateObjects, ascent): tree, or the error decoding gave.
+	tree    *object.Tree
+	treeErr error
+}
+
+// decodedTree returns o's tree, decoding it on first use.
+func (o *quarantinedObject) decodedTree() (*object.Tree, error) {
+	if o.tree == nil && o.treeErr == nil {
+		t := &object.Tree{}
+		if err := t.Decode(o); err != nil {
+			o.treeErr = err
+		} else {
+			o.tree = t
+		}
+	}
+	return o.tree, o.treeErr
 }
 
 func (o *quarantinedObject) Hash() plumbing.Hash         { return o.h }
@@ -242,41 +260,78 @@ func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
 	list.Dir, list.Env = n.dir, env
 	var stderr bytes.Buffer
 	list.Stderr = &stderr
-	out, err := list.Output()
+	lout, err := list.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("receive pack: git cat-file --batch-check: %v: %s", err, gitFatal(stderr.String()))
+		return nil, fmt.Errorf("receive pack: %w", err)
 	}
+	if err := list.Start(); err != nil {
+		return nil, fmt.Errorf("receive pack: git cat-file --batch-check: %w", err)
+	}
+	// The listing is read as git writes it, and the content of each
+	// commit, tree and tag is asked of a second cat-file at once, so
+	// both run together; the listing's errors come first, as when it
+	// was read whole before.
 	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}, lim: lim}
 	var want []*quarantinedObject
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 3 || !plumbing.IsHash(f[0]) {
-			continue
+	loose := n.looseFanout()
+	feed := make(chan *quarantinedObject, 1024)
+	var listErr, scanErr error
+	listed := make(chan struct{})
+	go func() {
+		defer close(listed)
+		defer close(feed)
+		sc := bufio.NewScanner(lout)
+		sc.Buffer(make([]byte, 0, 1<<16), 1<<20)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) != 3 || !plumbing.IsHash(f[0]) {
+				continue
+			}
+			h := plumbing.NewHash(f[0])
+			if n.packFor(h) != nil || loose[h[0]] && n.has1(h) {
+				continue // a thin pack's base, or sent again: stored and checked before
+			}
+			t, err := plumbing.ParseObjectType(f[1])
+			if err != nil {
+				listErr = invalidObject(h, "unexpected object type %s", f[1])
+				break
+			}
+			size, _ := strconv.ParseInt(f[2], 10, 64)
+			if t == plumbing.BlobObject && size > lim.MaxFileBytes {
+				listErr = lockstep.Errorf(lockstep.ETOOLARGE, "blob %s is %d bytes, over the %d-byte limit", h, size, lim.MaxFileBytes)
+				break
+			}
+			o := &quarantinedObject{h: h, t: t, size: size}
+			ov.objs[h] = o
+			ov.order = append(ov.order, o)
+			if t != plumbing.BlobObject {
+				want = append(want, o)
+				feed <- o
+			}
 		}
-		h := plumbing.NewHash(f[0])
-		if n.has1(h) {
-			continue // a thin pack's base, or sent again: stored and checked before
+		scanErr = sc.Err()
+		io.Copy(io.Discard, lout)
+	}()
+	catErr := n.catFileStream(env, feed, func(o *quarantinedObject) {
+		if o.t == plumbing.TreeObject {
+			o.decodedTree() // while git reads the next ones
 		}
-		t, err := plumbing.ParseObjectType(f[1])
-		if err != nil {
-			return nil, invalidObject(h, "unexpected object type %s", f[1])
-		}
-		size, _ := strconv.ParseInt(f[2], 10, 64)
-		if t == plumbing.BlobObject && size > lim.MaxFileBytes {
-			return nil, lockstep.Errorf(lockstep.ETOOLARGE, "blob %s is %d bytes, over the %d-byte limit", h, size, lim.MaxFileBytes)
-		}
-		o := &quarantinedObject{h: h, t: t, size: size}
-		ov.objs[h] = o
-		ov.order = append(ov.order, o)
-		if t != plumbing.BlobObject {
-			want = append(want, o)
-		}
+	})
+	<-listed
+	if err := list.Wait(); err != nil {
+		return nil, fmt.Errorf("receive pack: git cat-file --batch-check: %v: %s", err, gitFatal(stderr.String()))
+	}
+	if scanErr != nil {
+		return nil, fmt.Errorf("receive pack: git cat-file --batch-check: %v", scanErr)
+	}
+	if listErr != nil {
+		return nil, listErr
+	}
+	if catErr != nil {
+		return nil, catErr
 	}
 	if len(ov.order) == 0 {
 		return ov, nil
-	}
-	if err := n.catFile(env, want); err != nil {
-		return nil, err
 	}
 	// The blobs whose content validateObjects reads: symlink targets and
 	// .gitmodules / .gitattributes files named by the new trees.
@@ -285,8 +340,8 @@ func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
 		if o.t != plumbing.TreeObject {
 			continue
 		}
-		t := &object.Tree{}
-		if err := t.Decode(memObject(o)); err != nil {
+		t, err := o.decodedTree()
+		if err != nil {
 			continue // validateObjects reports it
 		}
 		for _, e := range t.Entries {
@@ -314,12 +369,28 @@ func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
 	return ov, nil
 }
 
-// memObject returns o's content as a plumbing.MemoryObject for decoding.
-func memObject(o *quarantinedObject) *plumbing.MemoryObject {
-	m := &plumbing.MemoryObject{}
-	m.SetType(o.t)
-	m.Write(o.data)
-	return m
+// looseFanout reports which objects/XX directories of loose objects
+// exist, read once per receive: an object whose directory is absent is
+// not stored loose, and needs no stat (a full-history push into a
+// network without loose objects otherwise stats every object). A
+// directory created meanwhile only makes an object stored since then be
+// validated as a new one. On an error reading objects/, every directory
+// is reported present (has1 stats as before).
+func (n *Network) looseFanout() *[256]bool {
+	var fan [256]bool
+	ents, err := os.ReadDir(filepath.Join(n.dir, "objects"))
+	if err != nil {
+		for i := range fan {
+			fan[i] = true
+		}
+		return &fan
+	}
+	for _, e := range ents {
+		if b, err := strconv.ParseUint(e.Name(), 16, 8); err == nil && len(e.Name()) == 2 {
+			fan[b] = true
+		}
+	}
+	return &fan
 }
 
 // catFile fills the content of objs with one `git cat-file --batch`.
@@ -327,33 +398,69 @@ func (n *Network) catFile(env []string, objs []*quarantinedObject) error {
 	if len(objs) == 0 {
 		return nil
 	}
+	feed := make(chan *quarantinedObject, len(objs))
+	for _, o := range objs {
+		feed <- o
+	}
+	close(feed)
+	return n.catFileStream(env, feed, nil)
+}
+
+// catFileStream fills the content of the objects received from feed,
+// until it is closed, with one `git cat-file --batch`, calling loaded (if
+// not nil) on each once filled. feed is drained even on an error.
+func (n *Network) catFileStream(env []string, feed <-chan *quarantinedObject, loaded func(*quarantinedObject)) error {
+	drain := func() {
+		for range feed {
+		}
+	}
 	cmd := exec.Command("git", n.gitArgs("cat-file", "--batch")...)
 	cmd.Dir, cmd.Env = n.dir, env
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
+		drain()
 		return fmt.Errorf("receive pack: %w", err)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
+		drain()
 		return fmt.Errorf("receive pack: %w", err)
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
+		drain()
 		return fmt.Errorf("receive pack: git cat-file: %w", err)
 	}
+	// The writer passes each object on to the reader once asked for, in
+	// order; it flushes whenever feed has nothing ready, so git is never
+	// left waiting on a buffered request.
+	asked := make(chan *quarantinedObject, 1<<14)
 	go func() {
+		defer close(asked)
 		bw := bufio.NewWriterSize(stdin, 1<<16)
-		for _, o := range objs {
+		for {
+			var o *quarantinedObject
+			var ok bool
+			select {
+			case o, ok = <-feed:
+			default:
+				bw.Flush()
+				o, ok = <-feed
+			}
+			if !ok {
+				break
+			}
 			bw.WriteString(o.h.String())
 			bw.WriteByte('\n')
+			asked <- o
 		}
 		bw.Flush()
 		stdin.Close()
 	}()
 	br := bufio.NewReaderSize(stdout, 1<<16)
 	readErr := func() error {
-		for _, o := range objs {
+		for o := range asked {
 			hdr, err := br.ReadString('\n')
 			if err != nil {
 				return err
@@ -371,9 +478,19 @@ func (n *Network) catFile(env []string, objs []*quarantinedObject) error {
 				return err
 			}
 			o.data = o.data[:size]
+			if loaded != nil {
+				loaded(o)
+			}
 		}
 		return nil
 	}()
+	if readErr != nil { // let the writer finish: git may be blocked writing its output
+		discarded := make(chan struct{})
+		go func() { io.Copy(io.Discard, br); close(discarded) }()
+		for range asked {
+		}
+		<-discarded
+	}
 	io.Copy(io.Discard, br)
 	waitErr := cmd.Wait()
 	if readErr != nil {

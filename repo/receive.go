@@ -1,19 +1,24 @@
 package repo
 
 import (
+	"bufio"
 	"bytes"
+	"compress/zlib"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	gobinary "github.com/go-git/go-git/v5/utils/binary"
 
 	"github.com/lockstep-hq/lockstep"
 )
@@ -107,34 +112,57 @@ func (n *Network) storeReceived(f *os.File, size int64, lim Limits) (WriteStats,
 // delta, the size of its result) against lim before anything is
 // inflated into memory: a small compressed pack may otherwise expand to
 // gigabytes. Objects are inflated to io.Discard here, bounded by their
-// declared sizes.
+// declared sizes. It parses the pack as go-git's packfile.Scanner does
+// (same header, object header and OFS-delta offset rules, inflated size
+// bounded by the declared one, the same errors), without the Scanner's
+// per-byte CRC32 and offset bookkeeping, which we do not use.
 func prescan(data io.Reader, lim Limits) error {
-	s := packfile.NewScanner(data)
-	_, count, err := s.Header()
+	cr := &countingReader{r: data}
+	br := bufio.NewReaderSize(cr, 1<<16)
+	offset := func() int64 { return cr.n - int64(br.Buffered()) }
+	count, err := prescanHeader(br)
 	if err != nil {
 		return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile: %v", err)
 	}
 	var total int64
 	var delta bytes.Buffer
+	var zr io.ReadCloser
+	defer func() {
+		if zr != nil {
+			zr.Close()
+		}
+	}()
 	for i := uint32(0); i < count; i++ {
-		oh, err := s.NextObjectHeader()
+		typ, length, err := prescanObjectHeader(br, offset())
 		if err != nil {
 			return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile (object %d): %v", i, err)
 		}
-		size := oh.Length
-		if oh.Length > lim.MaxFileBytes {
-			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d is %d bytes, over the %d-byte limit", i, oh.Length, lim.MaxFileBytes)
+		size := length
+		if length > lim.MaxFileBytes {
+			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d is %d bytes, over the %d-byte limit", i, length, lim.MaxFileBytes)
 		}
-		if oh.Type.IsDelta() {
+		var sink io.Writer = io.Discard
+		if typ.IsDelta() {
 			delta.Reset()
-			if _, _, err := s.NextObject(&delta); err != nil {
-				return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile (object %d): %v", i, err)
-			}
+			sink = &delta
+		}
+		if zr == nil {
+			zr, err = zlib.NewReader(br)
+		} else {
+			err = zr.(zlib.Resetter).Reset(br, nil)
+		}
+		if err != nil {
+			err = fmt.Errorf("zlib reset error: %s", err)
+		} else {
+			err = inflateBounded(&boundedSink{w: sink, limit: length}, zr)
+		}
+		if err != nil {
+			return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile (object %d): %v", i, err)
+		}
+		if typ.IsDelta() {
 			d := delta.Bytes()
 			_, d = deltaVarint(d) // base size
 			size, _ = deltaVarint(d)
-		} else if _, _, err := s.NextObject(io.Discard); err != nil {
-			return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile (object %d): %v", i, err)
 		}
 		if size > lim.MaxFileBytes {
 			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d inflates to %d bytes, over the %d-byte limit", i, size, lim.MaxFileBytes)
@@ -144,6 +172,110 @@ func prescan(data io.Reader, lim Limits) error {
 		}
 	}
 	return nil
+}
+
+// prescanBuf is inflateBounded's copy buffer, 16 KiB as go-git's
+// Scanner's: how much is inflated per read decides which of a size
+// overrun and a corruption after it is reported.
+var prescanBuf = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+func inflateBounded(w io.Writer, zr io.Reader) error {
+	buf := prescanBuf.Get().(*[]byte)
+	defer prescanBuf.Put(buf)
+	_, err := io.CopyBuffer(w, zr, *buf)
+	return err
+}
+
+// boundedSink is go-git's boundedWriter: at most limit bytes, then
+// packfile.ErrInflatedSizeMismatch.
+type boundedSink struct {
+	w     io.Writer
+	limit int64
+	n     int64
+}
+
+func (b *boundedSink) Write(p []byte) (int, error) {
+	if b.n+int64(len(p)) > b.limit {
+		remain := int(b.limit - b.n)
+		err := error(packfile.ErrInflatedSizeMismatch)
+		if remain > 0 {
+			n, werr := b.w.Write(p[:remain])
+			b.n += int64(n)
+			if werr != nil {
+				err = errors.Join(packfile.ErrInflatedSizeMismatch, werr)
+			}
+			return n, err
+		}
+		return 0, err
+	}
+	n, err := b.w.Write(p)
+	b.n += int64(n)
+	return n, err
+}
+
+// prescanHeader reads the pack header as packfile.Scanner.Header does and
+// returns the object count.
+func prescanHeader(br *bufio.Reader) (uint32, error) {
+	var sig [4]byte
+	if _, err := io.ReadFull(br, sig[:]); err != nil {
+		if err == io.EOF {
+			return 0, packfile.ErrEmptyPackfile
+		}
+		return 0, err
+	}
+	if string(sig[:]) != "PACK" {
+		return 0, packfile.ErrBadSignature
+	}
+	var v [4]byte
+	if _, err := io.ReadFull(br, v[:]); err != nil {
+		return 0, err
+	}
+	if version := binary.BigEndian.Uint32(v[:]); version != packfile.VersionSupported {
+		return 0, packfile.ErrUnsupportedVersion.AddDetails("%d", version)
+	}
+	if _, err := io.ReadFull(br, v[:]); err != nil {
+		return 0, err
+	}
+	return binary.BigEndian.Uint32(v[:]), nil
+}
+
+// prescanObjectHeader reads an object header at offset as
+// packfile.Scanner.NextObjectHeader does: type and declared length, then
+// an OFS delta's offset (which must point inside the pack, before the
+// object) or a REF delta's base id.
+func prescanObjectHeader(br *bufio.Reader, offset int64) (plumbing.ObjectType, int64, error) {
+	c, err := br.ReadByte()
+	if err != nil {
+		return 0, 0, err
+	}
+	typ := plumbing.ObjectType((c & 0x70) >> 4)
+	length := int64(c & 0x0f)
+	shift := uint(4)
+	for c&0x80 != 0 {
+		if shift > 64-7 {
+			return 0, 0, fmt.Errorf("%w: %w", packfile.ErrMalformedPackFile, packfile.ErrLengthOverflow)
+		}
+		if c, err = br.ReadByte(); err != nil {
+			return 0, 0, err
+		}
+		length += int64(c&0x7f) << shift
+		shift += 7
+	}
+	switch typ {
+	case plumbing.OFSDeltaObject:
+		no, err := gobinary.ReadVariableWidthInt(br)
+		if err != nil {
+			return 0, 0, err
+		}
+		if no <= 0 || no > offset {
+			return 0, 0, fmt.Errorf("%w: invalid OFS delta offset", packfile.ErrMalformedPackFile)
+		}
+	case plumbing.REFDeltaObject:
+		if _, err := gobinary.ReadHash(br); err != nil {
+			return 0, 0, err
+		}
+	}
+	return typ, length, nil
 }
 
 // deltaVarint reads a size from a delta header (little-endian base 128).
@@ -345,9 +477,19 @@ func rawObject(o plumbing.EncodedObject) []byte {
 // git writes: known modes, valid unique names, sorted.
 func decodeCanonicalTree(obj plumbing.EncodedObject) (*object.Tree, error) {
 	h := obj.Hash()
-	t := &object.Tree{}
-	if err := t.Decode(obj); err != nil {
-		return nil, invalidObject(h, "corrupt tree: %v", err)
+	var t *object.Tree
+	q, quarantined := obj.(*quarantinedObject)
+	quarantined = quarantined && (q.data != nil || q.size == 0)
+	if quarantined {
+		var err error
+		if t, err = q.decodedTree(); err != nil {
+			return nil, invalidObject(h, "corrupt tree: %v", err)
+		}
+	} else {
+		t = &object.Tree{}
+		if err := t.Decode(obj); err != nil {
+			return nil, invalidObject(h, "corrupt tree: %v", err)
+		}
 	}
 	prev := ""
 	names := make(map[string]bool, len(t.Entries))
@@ -378,11 +520,40 @@ func decodeCanonicalTree(obj plumbing.EncodedObject) (*object.Tree, error) {
 	}
 	// Modes like "040000" or "100664" decode to the same FileMode: the
 	// canonical encoding must hash back to the object.
+	// A quarantined tree's content is that of h (git hashed it, cat-file
+	// returned it for h), so comparing it with the canonical encoding is
+	// comparing their hashes, without encoding and hashing again.
+	if quarantined {
+		if !canonicalTree(t, q.data) {
+			return nil, invalidObject(h, "tree is not in canonical form (non-standard mode or encoding)")
+		}
+		return t, nil
+	}
 	re := &plumbing.MemoryObject{}
 	if err := t.Encode(re); err != nil || re.Hash() != h {
 		return nil, invalidObject(h, "tree is not in canonical form (non-standard mode or encoding)")
 	}
 	return t, nil
+}
+
+// canonicalTree reports whether raw is t's entries as object.Tree.Encode
+// writes them ("%o %s\x00" and the 20-byte id each; the order and names
+// were checked by decodeCanonicalTree).
+func canonicalTree(t *object.Tree, raw []byte) bool {
+	var mode [12]byte
+	for _, e := range t.Entries {
+		m := strconv.AppendUint(mode[:0], uint64(e.Mode), 8)
+		n := len(m) + 1 + len(e.Name) + 1 + len(e.Hash)
+		if len(raw) < n || string(raw[:len(m)]) != string(m) || raw[len(m)] != ' ' {
+			return false
+		}
+		r := raw[len(m)+1:]
+		if string(r[:len(e.Name)]) != e.Name || r[len(e.Name)] != 0 || string(r[len(e.Name)+1:len(e.Name)+1+len(e.Hash)]) != string(e.Hash[:]) {
+			return false
+		}
+		raw = raw[n:]
+	}
+	return len(raw) == 0
 }
 
 // ascent returns how many levels above tree h the symlinks inside it
@@ -408,8 +579,14 @@ func (n *Network) ascent(ov *overlay, h plumbing.Hash, depth int) (int, string, 
 	if err != nil {
 		return 0, "", invalidObject(h, "tree missing")
 	}
-	t := &object.Tree{}
-	if err := t.Decode(obj); err != nil {
+	var t *object.Tree
+	if q, ok := obj.(*quarantinedObject); ok && (q.data != nil || q.size == 0) {
+		t, err = q.decodedTree() // the pack's trees: decoded by loadQuarantine
+	} else {
+		t = &object.Tree{}
+		err = t.Decode(obj)
+	}
+	if err != nil {
 		return 0, "", invalidObject(h, "corrupt tree: %v", err)
 	}
 	up, where := 0, ""
