@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"sort"
@@ -65,6 +67,7 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e))
 // error envelope {"error":{"code","message","details"}} goes to stdout
 // (scripts parse one stream), else a plain line to stderr.
 func report(args []string, err error, stdout, stderr io.Writer) int {
+	err = unreachable(err)
 	if wantsJSON(args) {
 		code := lockstep.ErrorCode(err)
 		msg := err.Error()
@@ -85,6 +88,31 @@ func report(args []string, err error, stdout, stderr io.Writer) int {
 
 // wantsJSON reports whether the command line asks for --json (before a
 // "--" that starts a wrapped command).
+// unreachable makes a server that does not answer at all (connection
+// refused, unknown host) an unavailable error that names the URL and what
+// to check, instead of an internal one with the dialer's text.
+func unreachable(err error) error {
+	var ue *url.Error
+	if lockstep.ErrorCode(err) != lockstep.EINTERNAL || !errors.As(err, &ue) {
+		return err
+	}
+	var dns *net.DNSError
+	why := ""
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		why = "connection refused"
+	case errors.As(err, &dns):
+		why = "unknown host " + dns.Name
+	default:
+		return err
+	}
+	server := ue.URL
+	if u, perr := url.Parse(ue.URL); perr == nil {
+		server = u.Scheme + "://" + u.Host
+	}
+	return lockstep.Errorf(lockstep.EUNAVAILABLE, "cannot reach the server at %s (%s): is `lockstep serve` running there? (LOCKSTEP_URL or --url)", server, why)
+}
+
 func wantsJSON(args []string) bool {
 	for _, a := range args {
 		switch a {
