@@ -14,9 +14,12 @@ import (
 // codes: invalid_argument, not_found, ref_conflict, …):
 //
 //	var e *client.Error
-//	if errors.As(err, &e) && e.Code == "ref_conflict" { ... e.Details["current"] ... }
+//	if errors.As(err, &e) && e.Code == "ref_conflict" { ... e.Details["actual"] ... }
 //
-// It unwraps to the equivalent *lockstep.Error, so lockstep.ErrorCode and
+// (ref_conflict's details are ref, expected and actual.) An error the
+// client decides before any request (PushDir of a path that is not a
+// directory, a local I/O error) is a *lockstep.Error, not an Error;
+// lockstep.ErrorCode reads the code of both. It unwraps to the equivalent *lockstep.Error, so lockstep.ErrorCode and
 // lockstep.ErrorDetails give the same answers as on the server. An answer
 // that is not an envelope (a proxy's HTML page) is code internal with the
 // status and the body's text as its message.

@@ -121,7 +121,9 @@ func scriptJSONValid(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 0 {
 		ts.Fatalf("usage: [!] jsonvalid")
 	}
-	if json.Valid([]byte(ts.ReadFile("stdout"))) == neg {
-		ts.Fatalf("stdout is valid JSON: %v, want %v", !neg, !neg)
+	out := ts.ReadFile("stdout")
+	if json.Valid([]byte(out)) == neg {
+		// json.Valid returned neg: the stdout's validity is neg.
+		ts.Fatalf("stdout is valid JSON: %v, want %v: %q", neg, !neg, out)
 	}
 }

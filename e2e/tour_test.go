@@ -43,6 +43,31 @@ func tourBlocks(t *testing.T) []string {
 	return blocks
 }
 
+// runItFlags are the flags of the README's "Run it" serve command.
+func runItFlags(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	start := strings.Index(readme, "\n## Run it\n")
+	if start < 0 {
+		t.Fatal("README has no Run it section")
+	}
+	const cmd = "go run ./cmd/lockstep serve"
+	i := strings.Index(readme[start:], cmd)
+	if i < 0 {
+		t.Fatalf("Run it has no %q", cmd)
+	}
+	line := readme[start+i+len(cmd):]
+	line = line[:strings.IndexByte(line, '\n')]
+	if j := strings.Index(line, "#"); j >= 0 {
+		line = line[:j]
+	}
+	return strings.Fields(line)
+}
+
 // TestReadmeTour (issue 14): the README's tour, run as a bash script
 // (set -euo pipefail) from the built binary against a real server with
 // database branching. The only substitutions are the server's address and
@@ -78,7 +103,11 @@ func TestReadmeTour(t *testing.T) {
 			c.Close(ctx)
 		}
 	})
-	s := startRunServer(t, "LOCKSTEP_BRANCH_DATABASE_URL="+adminURL, "LOCKSTEP_BRANCH_PREFIX="+prefix)
+	// The server runs as "Run it" starts it: its flags, and not the
+	// harness's loopback allowance for hooks (without the README's
+	// --hook-allow-hosts the runner could not register its hook).
+	s := &server{e2ekit.StartServer(t, e2ekit.ServerOpts{Args: runItFlags(t),
+		Env: []string{"LOCKSTEP_HOOK_ALLOW_HOSTS=", "LOCKSTEP_BRANCH_DATABASE_URL=" + adminURL, "LOCKSTEP_BRANCH_PREFIX=" + prefix}})}
 
 	// The reader's directory: lockstep-data/admin.key as the server
 	// wrote it, and lockstep on PATH as "Run it" puts it.

@@ -282,6 +282,8 @@ func end(c *call, err error) error {
 //   - a unique violation no method translated itself becomes
 //     already_exists;
 //   - no rows no method translated itself becomes not_found;
+//   - text PostgreSQL cannot hold (a NUL character, invalid UTF-8) becomes
+//     invalid_argument (SQLite stores it);
 //   - anything else becomes internal.
 //
 // An *Error a method returned keeps its code and message and gets op.
@@ -306,8 +308,19 @@ func translate(op string, err error) error {
 		return lockstep.E(op, lockstep.ECONFLICT, "already exists", err)
 	case errors.Is(err, sql.ErrNoRows):
 		return lockstep.E(op, lockstep.ENOTFOUND, "not found", err)
+	case isBadText(err):
+		return lockstep.E(op, lockstep.EINVALID, "a text value holds a NUL character (U+0000) or invalid UTF-8, which the metadata database cannot store or search", err)
 	}
 	return lockstep.E(op, lockstep.EINTERNAL, "internal error", err)
+}
+
+// isBadText reports whether PostgreSQL refused a text value a client sent:
+// a NUL character or a byte sequence that is not UTF-8 (22021
+// character_not_in_repertoire, 22P05 untranslatable_character). That is
+// the client's input, not a fault of the server.
+func isBadText(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (pg.Code == "22021" || pg.Code == "22P05")
 }
 
 func isOutage(err error) bool {

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"sort"
@@ -33,6 +35,13 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
+		var fe flagError
+		if errors.As(err, &fe) {
+			if wantsJSON(os.Args[1:]) {
+				report(os.Args[1:], fe.err, os.Stdout, os.Stderr)
+			}
+			os.Exit(2)
+		}
 		var ee exitError
 		if errors.As(err, &ee) {
 			os.Exit(int(ee))
@@ -44,12 +53,21 @@ func main() {
 // exitError ends the process with a status and no message.
 type exitError int
 
+// flagError is a command line the flag package refused (it already
+// printed the error and the usage on stderr): status 2, and under --json
+// the error envelope on stdout as for every other error.
+type flagError struct{ err error }
+
+func (e flagError) Error() string { return e.err.Error() }
+func (e flagError) Unwrap() error { return e.err }
+
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 // report prints err and returns the process status: with --json the
 // error envelope {"error":{"code","message","details"}} goes to stdout
 // (scripts parse one stream), else a plain line to stderr.
 func report(args []string, err error, stdout, stderr io.Writer) int {
+	err = unreachable(err)
 	if wantsJSON(args) {
 		code := lockstep.ErrorCode(err)
 		msg := err.Error()
@@ -70,6 +88,31 @@ func report(args []string, err error, stdout, stderr io.Writer) int {
 
 // wantsJSON reports whether the command line asks for --json (before a
 // "--" that starts a wrapped command).
+// unreachable makes a server that does not answer at all (connection
+// refused, unknown host) an unavailable error that names the URL and what
+// to check, instead of an internal one with the dialer's text.
+func unreachable(err error) error {
+	var ue *url.Error
+	if lockstep.ErrorCode(err) != lockstep.EINTERNAL || !errors.As(err, &ue) {
+		return err
+	}
+	var dns *net.DNSError
+	why := ""
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		why = "connection refused"
+	case errors.As(err, &dns):
+		why = "unknown host " + dns.Name
+	default:
+		return err
+	}
+	server := ue.URL
+	if u, perr := url.Parse(ue.URL); perr == nil {
+		server = u.Scheme + "://" + u.Host
+	}
+	return lockstep.Errorf(lockstep.EUNAVAILABLE, "cannot reach the server at %s (%s): is `lockstep serve` running there? (LOCKSTEP_URL or --url)", server, why)
+}
+
 func wantsJSON(args []string) bool {
 	for _, a := range args {
 		switch a {
@@ -135,7 +178,7 @@ func commands() map[string]command {
 		"checkpoints": {"list a workspace's checkpoints", cmdCheckpoints},
 		"restore":     {"restore a workspace to a checkpoint (code and database)", cmdRestore},
 		"database":    {"bind | show | refresh a repository's database (template, branch DSN)", cmdDatabase},
-		"snapshot":    {"take | restore | list | drop filesystem snapshots of a directory", cmdSnapshot},
+		"snapshot":    {"take | restore | list | drop | prune filesystem snapshots of a directory", cmdSnapshot},
 		"run":         {"run a command as a transaction: checkpoint, run, roll back everything on failure", cmdRun},
 		"runner":      {"a CI runner: receives gate hooks, runs a command, posts a check", cmdRunner},
 		"bench":       {"measure Lockstep side by side with the git CLI", cmdBench},
@@ -206,7 +249,15 @@ var synopsis = map[string]string{
 	"hooks delete":     "REPO HOOK_ID",
 	"run":              "--workspace W --dir DIR [--timeout D] -- COMMAND [ARGS...]",
 	"runner":           "--repo R --check NAME -- COMMAND [ARGS...]",
-	"snapshot prune":   "[--dir DIR] [--keep N] [--keep-failed D] [--dry-run]",
+	"snapshot prune":   "DIR [--keep N] [--keep-failed D] [--dry-run]",
+	"snapshot take":    "DIR [--quiet]",
+	"snapshot restore": "DIR SNAPSHOT_ID",
+	"snapshot list":    "DIR",
+	"snapshot drop":    "DIR SNAPSHOT_ID",
+	"sync":             "WORKSPACE [--expect OID]",
+	"rollback":         "--repo R --to REV (--expect OID | --expect-current | --force)",
+	"merge":            "--repo R --theirs REV [--ours B] [--preflight [--deep] | --materialize]",
+	"oplog":            "[verify] [--repo R] [--limit N] [--oldest-first]",
 }
 
 // subcommands answers a command that has subcommands when it got none or

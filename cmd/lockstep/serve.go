@@ -152,7 +152,9 @@ func (f *flagger) parse(args []string) error {
 			if errors.Is(err, flag.ErrHelp) {
 				return exitError(0)
 			}
-			return exitError(2)
+			// The flag package printed the error and the usage on
+			// stderr; under --json the caller also gets the envelope.
+			return flagError{lockstep.Errorf(lockstep.EINVALID, "%v", err)}
 		}
 		rest := f.fs.Args()
 		if len(rest) == 0 {

@@ -37,7 +37,21 @@ func version() string {
 	return v
 }
 
-func cmdVersion(_ context.Context, e *env, _ []string) error {
+// cmdVersion prints the version; --json as {"version": …} like every
+// other command's answer, -h its usage.
+func cmdVersion(_ context.Context, e *env, args []string) error {
+	f := newFlagger("version", e)
+	asJSON := f.fs.Bool("json", false, "print JSON (for agents and scripts)")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if len(f.pos) > 0 {
+		f.fs.Usage()
+		return exitError(2)
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, map[string]string{"version": version()})
+	}
 	_, err := fmt.Fprintln(e.stdout, "lockstep", version())
 	return err
 }
