@@ -1,0 +1,79 @@
+package lockstep
+
+import (
+	"context"
+	"time"
+)
+
+// PackRecord is one pack of a fork network registered in the metadata
+// store (object-storage mode, issue #11): the pack's bytes live in the
+// object store under its name (the pack checksum), the record says whether
+// it is live.
+type PackRecord struct {
+	Network string `json:"network"`
+	// Hash is the pack checksum (40 hex digits): the name of
+	// pack-<hash>.pack and .idx.
+	Hash      string `json:"hash"`
+	PackBytes int64  `json:"pack_bytes"`
+	IdxBytes  int64  `json:"idx_bytes"`
+	Objects   int    `json:"objects"`
+	// RegisteredAt is when the record was inserted (set by the store).
+	RegisteredAt time.Time `json:"registered_at"`
+	// RetiredAt is zero while the pack is live; set when a compaction
+	// replaced it (its objects are in a newer pack).
+	RetiredAt time.Time `json:"retired_at,omitzero"`
+}
+
+// Live reports whether the pack is in the network's live list.
+func (p PackRecord) Live() bool { return p.RetiredAt.IsZero() }
+
+// NetworkRef is one ref of one repository of a network.
+type NetworkRef struct {
+	Repo string
+	Ref
+}
+
+// PackStore keeps what several replicas must agree on about a network's
+// objects: its list of live packs and its generation, a counter that
+// every change a replica's cache must follow bumps (a pack registered or
+// retired, a ref of any repository of the network created, moved or
+// deleted — the ref changes bump it inside their own transaction), plus
+// named leases (one compaction per network, one GC at a time).
+//
+// Error contract: unknown networks are not errors (generation 0, no
+// packs); ReplacePacks returns ref_conflict when one of the packs it
+// retires is no longer live (someone else compacted first) and changes
+// nothing; other errors are the store's (unavailable, internal).
+type PackStore interface {
+	// RegisterPack inserts p as live (RegisteredAt is set by the store)
+	// and bumps the network's generation, in one transaction; it returns
+	// the new generation. Registering a pack that is already registered
+	// (live or retired) changes nothing and returns the current
+	// generation.
+	RegisterPack(ctx context.Context, p PackRecord) (int64, error)
+	// ReplacePacks registers p and retires every pack named in old, in one
+	// transaction, bumping the generation once; see the error contract.
+	ReplacePacks(ctx context.Context, p PackRecord, old []string) (int64, error)
+	// NetworkPacks returns every registered pack of network (live and
+	// retired), oldest first, and the generation read in the same
+	// transaction (snapshot).
+	NetworkPacks(ctx context.Context, network string) ([]PackRecord, int64, error)
+	// NetworkGeneration returns the network's generation (0 if never
+	// bumped): one indexed read, done before serving a network.
+	NetworkGeneration(ctx context.Context, network string) (int64, error)
+	// NetworkRefs returns every ref of every repository of network, by
+	// repository then ref name.
+	NetworkRefs(ctx context.Context, network string) ([]NetworkRef, error)
+	// PackNetworks lists the networks that have registered packs, by name.
+	PackNetworks(ctx context.Context) ([]string, error)
+	// DeletePackRecord removes a pack's record (GC, after its objects
+	// were deleted from the object store). Deleting a live pack is
+	// refused (invalid_argument); an unknown pack is not an error.
+	DeletePackRecord(ctx context.Context, network, hash string) error
+	// ClaimLease takes the named lease for holder until now+ttl and
+	// reports whether it holds it: true when the lease was free, expired
+	// or already holder's (then it is extended).
+	ClaimLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
+	// ReleaseLease frees the lease if holder holds it.
+	ReleaseLease(ctx context.Context, name, holder string) error
+}
