@@ -34,7 +34,9 @@ func TestParseObjstoreURL(t *testing.T) {
 		t.Errorf("s3 form: %+v own=%v err=%v", cfg, own, err)
 	}
 	// The setting the servers get parses back to the same place and keys.
-	back, err := s3packs.ParseConfig(objectStoreSetting(cfg), func(k string) string { return map[string]string{"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"}[k] })
+	back, err := s3packs.ParseConfig(objectStoreSetting(cfg), func(k string) string {
+		return map[string]string{"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"}[k]
+	})
 	if err != nil || back != cfg {
 		t.Errorf("objectStoreSetting round trip: %+v, %v; want %+v", back, err, cfg)
 	}
