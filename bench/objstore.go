@@ -277,6 +277,13 @@ func (oe *objEnv) createDB(name string) (string, error) {
 	return u.String(), nil
 }
 
+func fmtBytes(n int64) string {
+	if n < 100_000 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.2f MB", float64(n)/1e6)
+}
+
 func redactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		return u.Redacted()
@@ -931,10 +938,10 @@ func (oe *objEnv) fullPush(bundle string) error {
 		row.check(fmt.Sprintf("size %.2f× git's", ratio), ratio <= 1.2)
 		where := "objects/ of the network's repository in the data directory"
 		if mode == "object" {
-			where = fmt.Sprintf("bytes in the bucket for the network (the pushing replica's cache holds %.2f MB more on its disk)", float64(r.cache)/1e6)
+			where = fmt.Sprintf("bytes in the bucket for the network; the pushing replica's cache holds %s more on its disk", fmtBytes(r.cache))
 		}
 		row.note("`git push -q URL %s` from a --mirror clone of %s to a fresh repository over HTTP, %d rounds rotating object/local/file://; every branch and tag checked with ls-remote", strings.Join(fullPushSpecs, " "), filepath.Base(bundle), rounds)
-		row.note("stored %.2f MB (%s) vs git's %.2f MB (objects/ of the file:// target): %.2f×", float64(r.size)/1e6, where, float64(res["git"].size)/1e6, ratio)
+		row.note("stored %s (%s) vs git's %s (objects/ of the file:// target): %.2f×", fmtBytes(r.size), where, fmtBytes(res["git"].size), ratio)
 	}
 	return nil
 }
