@@ -849,7 +849,7 @@ func (oe *objEnv) fullPush(bundle string) error {
 		size  int64
 		cache int64 // object mode: the pushing replica's cache
 	}
-	res := map[string]*result{"object": {}, "local": {}, "git": {}}
+	res := map[string]*result{"object": {}, "local": {}, "git": {}, "sqlite": {}}
 	lsPush := func(mode string, s *benchServer, round int) error {
 		name := b.name("os-full-" + base)
 		if _, err := s.c.CreateRepo(b.ctx, name, defBranch); err != nil {
@@ -867,6 +867,9 @@ func (oe *objEnv) fullPush(bundle string) error {
 			return err
 		}
 		r := res[mode]
+		if mode == "sqlite" {
+			return nil // timing only (a note)
+		}
 		if mode == "object" {
 			if _, r.size, err = oe.bucketBytes(net); err != nil {
 				return err
@@ -913,12 +916,19 @@ func (oe *objEnv) fullPush(bundle string) error {
 		os.RemoveAll(dst)
 		return err
 	}
+	// The bench's main server (local-disk mode, embedded SQLite) for
+	// comparison: what the Postgres metadata costs.
+	sq, err := b.server(true)
+	if err != nil {
+		return err
+	}
 	rounds := max(2, b.o.iters/4)
 	for r := 0; r < rounds; r++ {
 		steps := []func() error{
 			func() error { return lsPush("object", oe.obj, r) },
 			func() error { return lsPush("local", oe.loc, r) },
 			func() error { return gitPush(r) },
+			func() error { return lsPush("sqlite", sq, r) },
 		}
 		for k := range steps {
 			if err := steps[(k+r)%len(steps)](); err != nil {
@@ -940,7 +950,10 @@ func (oe *objEnv) fullPush(bundle string) error {
 		if mode == "object" {
 			where = fmt.Sprintf("bytes in the bucket for the network; the pushing replica's cache holds %s more on its disk", fmtBytes(r.cache))
 		}
-		row.note("`git push -q URL %s` from a --mirror clone of %s to a fresh repository over HTTP, %d rounds rotating object/local/file://; every branch and tag checked with ls-remote", strings.Join(fullPushSpecs, " "), filepath.Base(bundle), rounds)
+		row.note("`git push -q URL %s` from a --mirror clone of %s to a fresh repository over HTTP, %d rounds rotating object/local/file:///SQLite; every branch and tag checked with ls-remote", strings.Join(fullPushSpecs, " "), filepath.Base(bundle), rounds)
+		if mode == "local" {
+			row.note("the same push to local-disk mode on the embedded SQLite (the bench's main server), same rounds: median %.0f ms (p90 %.0f)", newDist(res["sqlite"].ms).Median, newDist(res["sqlite"].ms).P90)
+		}
 		row.note("stored %s (%s) vs git's %s (objects/ of the file:// target): %.2f×", fmtBytes(r.size), where, fmtBytes(res["git"].size), ratio)
 	}
 	return nil
