@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -216,8 +217,6 @@ func (b *bencher) objSetup(o ObjstoreOptions) (*objEnv, error) {
 		if err != nil {
 			return oe, lockstep.E("bench objstore", lockstep.EUNAVAILABLE, fmt.Sprintf("create bucket %s on the S3 server at %s: %v", cfg.Bucket, cfg.Endpoint, err), err)
 		}
-	} else {
-		oe.ownBucket = false
 	}
 	oe.storeURL = objectStoreSetting(cfg)
 	if oe.store, err = s3packs.Open(b.ctx, cfg); err != nil {
@@ -569,13 +568,7 @@ func checkHead(b *bencher, s *benchServer, st *incState) error {
 }
 
 func routeMedians(ps *pushStats) string {
-	keys := slices.Sorted(func(yield func(string) bool) {
-		for k := range ps.routes {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+	keys := slices.Sorted(maps.Keys(ps.routes))
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s %.2f", k, newDist(ps.routes[k]).Median))
