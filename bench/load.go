@@ -197,24 +197,7 @@ func RunLoad(ctx context.Context, o LoadOptions, stdout io.Writer) (*LoadReport,
 	}
 	defer os.RemoveAll(tmp)
 
-	l := &loader{o: o, tmp: tmp, stats: map[string]*opStats{}, status5xx: map[int]int{}}
-	for _, op := range loadOps {
-		l.stats[op] = &opStats{}
-	}
-	l.rt = &roundRobin{base: o.URLs[0], urls: o.URLs, next: http.DefaultTransport, l: l, per: make([]LoadURLStats, len(o.URLs))}
-	for i, u := range o.URLs {
-		l.rt.per[i].URL = u
-	}
-	l.c = client.New(o.URLs[0], o.Key)
-	l.c.HTTP = &http.Client{Transport: l.rt}
-	l.c.Retry = o.Retry
-	l.c.OnRetry = func(string, string, int, time.Duration, error) { atomic.AddInt64(&l.retries, 1) }
-	var rb [3]byte
-	for i := range rb {
-		rb[i] = byte(rand.IntN(256))
-	}
-	l.run = fmt.Sprintf("%x", rb)
-
+	l := newLoader(o, tmp)
 	if err := l.c.WaitReady(ctxTimeout(ctx, 30*time.Second)); err != nil {
 		return nil, lockstep.Errorf(lockstep.EUNAVAILABLE, "load: %v", err)
 	}
@@ -252,6 +235,29 @@ func RunLoad(ctx context.Context, o LoadOptions, stdout io.Writer) (*LoadReport,
 		printLoad(stdout, rep)
 	}
 	return rep, nil
+}
+
+// newLoader wires the client (round-robin over o.URLs, counting answers)
+// and a fresh run id.
+func newLoader(o LoadOptions, tmp string) *loader {
+	l := &loader{o: o, tmp: tmp, stats: map[string]*opStats{}, status5xx: map[int]int{}}
+	for _, op := range loadOps {
+		l.stats[op] = &opStats{}
+	}
+	l.rt = &roundRobin{base: o.URLs[0], urls: o.URLs, next: http.DefaultTransport, l: l, per: make([]LoadURLStats, len(o.URLs))}
+	for i, u := range o.URLs {
+		l.rt.per[i].URL = u
+	}
+	l.c = client.New(o.URLs[0], o.Key)
+	l.c.HTTP = &http.Client{Transport: l.rt}
+	l.c.Retry = o.Retry
+	l.c.OnRetry = func(string, string, int, time.Duration, error) { atomic.AddInt64(&l.retries, 1) }
+	var rb [3]byte
+	for i := range rb {
+		rb[i] = byte(rand.IntN(256))
+	}
+	l.run = fmt.Sprintf("%x", rb)
+	return l
 }
 
 func ctxTimeout(ctx context.Context, d time.Duration) context.Context {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstep-hq/lockstep/client"
 	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
@@ -67,8 +68,45 @@ func TestLoad(t *testing.T) {
 			t.Errorf("no request reached %s", u.URL)
 		}
 	}
+	verifyCatchesLostUpdates(t, s, rep)
 	if !strings.Contains(out.String(), "lost_updates 0") || !strings.Contains(out.String(), "oplog verify: ok") {
 		t.Errorf("table lacks the verdicts:\n%s", out.String())
+	}
+}
+
+// verifyCatchesLostUpdates feeds the verification beliefs the server
+// contradicts: a workspace head older than its ref, and a "promoted"
+// commit that never reached the base. Both must be reported; a true
+// belief must not.
+func verifyCatchesLostUpdates(t *testing.T, s *e2ekit.Server, done *LoadReport) {
+	t.Helper()
+	ctx := context.Background()
+	l := newLoader(LoadOptions{URLs: []string{s.URL}, Key: s.AdminKey, Base: done.Base}, t.TempDir())
+	l.branch = "main"
+	fr, err := l.c.Fork(ctx, done.Base, "loadtest-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.c.EditFiles(ctx, "loadtest-probe", []client.Edit{client.WriteFile("probe.txt", "never promoted\n")},
+		client.WriteOptions{Branch: "main", ExpectOID: fr.BaseCommit, Message: "probe"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.records = []*wsRecord{
+		{name: "loadtest-probe", head: res.Commit},                     // true
+		{name: "loadtest-probe", head: fr.BaseCommit},                  // the ref moved past it: lost
+		{name: "loadtest-probe", head: fr.BaseCommit, uncertain: true}, // a later write may have landed: fine
+		{name: "loadtest-probe", head: res.Commit, promoted: true},     // not in the base: lost
+	}
+	rep := &LoadReport{}
+	l.verify(ctx, rep)
+	if rep.LostUpdates != 2 || len(rep.VerifyErrors) != 0 || rep.VerifiedWorkspaces != 4 || rep.VerifiedPromoted != 1 {
+		t.Errorf("verify of 2 false beliefs: lost %d %q, errors %v, verified %d workspaces, %d promoted", rep.LostUpdates, rep.Lost, rep.VerifyErrors, rep.VerifiedWorkspaces, rep.VerifiedPromoted)
+	}
+	for i, want := range []string{"is not reachable from loadtest:main", "its agent pushed " + short(fr.BaseCommit)} {
+		if len(rep.Lost) <= i || !strings.Contains(strings.Join(rep.Lost, "\n"), want) {
+			t.Errorf("lost updates %q lack %q", rep.Lost, want)
+		}
 	}
 }
 
