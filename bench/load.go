@@ -198,9 +198,15 @@ func RunLoad(ctx context.Context, o LoadOptions, stdout io.Writer) (*LoadReport,
 	defer os.RemoveAll(tmp)
 
 	l := newLoader(o, tmp)
-	if err := l.c.WaitReady(ctxTimeout(ctx, 30*time.Second)); err != nil {
-		return nil, lockstep.Errorf(lockstep.EUNAVAILABLE, "load: %v", err)
+	// Every URL must answer /healthz (within 30 s) before any agent starts.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	for _, u := range o.URLs {
+		if err := client.New(u, o.Key).WaitReady(wctx); err != nil {
+			cancel()
+			return nil, lockstep.Errorf(lockstep.EUNAVAILABLE, "load: %v", err)
+		}
 	}
+	cancel()
 	rep := &LoadReport{URLs: o.URLs, Agents: o.Agents, DurationS: o.Duration.Seconds(), Base: o.Base}
 	if err := l.prepare(ctx, rep); err != nil {
 		return nil, err
@@ -260,12 +266,6 @@ func newLoader(o LoadOptions, tmp string) *loader {
 	return l
 }
 
-func ctxTimeout(ctx context.Context, d time.Duration) context.Context {
-	c, cancel := context.WithTimeout(ctx, d)
-	context.AfterFunc(c, cancel)
-	return c
-}
-
 type loader struct {
 	o        LoadOptions
 	c        *client.Client
@@ -317,8 +317,12 @@ type roundRobin struct {
 
 func (t *roundRobin) RoundTrip(req *http.Request) (*http.Response, error) {
 	i := int(t.n.Add(1)-1) % len(t.urls)
+	rest, ok := strings.CutPrefix(req.URL.String(), t.base)
+	if !ok {
+		i = 0 // not a request of the client's base URL: sent as is
+	}
 	if i != 0 {
-		u, err := url.Parse(t.urls[i] + strings.TrimPrefix(req.URL.String(), t.base))
+		u, err := url.Parse(t.urls[i] + rest)
 		if err != nil {
 			return nil, err
 		}
