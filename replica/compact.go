@@ -81,9 +81,15 @@ func (n *Network) Compact(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	local, err := n.localPacks()
+	if err != nil {
+		return err
+	}
 	var live []string
 	for _, r := range recs {
-		if r.Live() {
+		// A pack registered since the catch-up (another replica's write)
+		// stays live: the next compaction folds it.
+		if r.Live() && local[r.Hash] {
 			live = append(live, r.Hash)
 		}
 	}
