@@ -19,6 +19,7 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
+	"github.com/lockstep-hq/lockstep/redislock"
 	"github.com/lockstep-hq/lockstep/replica"
 	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
@@ -416,3 +417,34 @@ func TestAdoptLocalObjects(t *testing.T) {
 	mustHave(t, fresh, append(hs, loose.Hash()), "a new replica after adoption")
 }
 
+
+// With Redis, a replica downloads another's write in the background as
+// soon as it is announced, before any request asks for it.
+func TestNotifierPrefetches(t *testing.T) {
+	e := newEnv(t)
+	rdb, _ := testenv.MustRedis(t)
+	prefix := fmt.Sprintf("lockstep-test-%d:net:", time.Now().UnixNano())
+	mk := func() *replicaT {
+		m := replica.New(replica.Config{Objects: e.objects, Packs: e.db, Grace: time.Hour,
+			Notify: redislock.NewNotifier(rdb, prefix), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		r := &replicaT{m: m, dir: t.TempDir()}
+		t.Cleanup(func() {
+			for _, n := range r.net {
+				n.Close()
+			}
+			m.Close()
+		})
+		return r
+	}
+	a, b := mk(), mk()
+	na, nb := a.open(t, "net"), b.open(t, "net")
+	time.Sleep(200 * time.Millisecond) // both subscribed
+	hs := writeBlobs(t, na, "announced", 3)
+	deadline := time.Now().Add(20 * time.Second)
+	for len(nb.Missing(hs)) > 0 { // Missing does not refresh
+		if time.Now().After(deadline) {
+			t.Fatal("replica b never downloaded the announced pack")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
