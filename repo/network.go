@@ -35,6 +35,47 @@ type Options struct {
 	// CacheBytes bounds the shared cache of decoded pack objects
 	// (default 32 MiB).
 	CacheBytes int64
+	// OnPack, when set, is called for every pack a write produces, with
+	// the pack and its index complete and durable in objects/pack, before
+	// the pack is visible to this Network's readers and before the write
+	// returns. An error fails the write: the pack's files are removed and
+	// the error is returned as is. With OnPack set, writes that would
+	// store a loose object (WriteCommit, Objects().SetEncodedObject) store
+	// a one-object pack instead, so every object reaches OnPack. Object
+	// storage uses it to upload and register the pack before any ref can
+	// name its objects.
+	OnPack func(PackFiles) error
+}
+
+// PackFiles describes a pack just written (Options.OnPack).
+type PackFiles struct {
+	Hash      plumbing.Hash
+	PackPath  string
+	IdxPath   string
+	PackBytes int64
+	IdxBytes  int64
+	Objects   int
+}
+
+// packHook runs Options.OnPack for pack h (files in objects/pack); on its
+// error the files are removed.
+func (n *Network) packHook(h plumbing.Hash, objects int) error {
+	if n.opts.OnPack == nil {
+		return nil
+	}
+	pf := PackFiles{Hash: h, PackPath: n.packPath(h, "pack"), IdxPath: n.packPath(h, "idx"), Objects: objects}
+	if fi, err := os.Stat(pf.PackPath); err == nil {
+		pf.PackBytes = fi.Size()
+	}
+	if fi, err := os.Stat(pf.IdxPath); err == nil {
+		pf.IdxBytes = fi.Size()
+	}
+	if err := n.opts.OnPack(pf); err != nil {
+		os.Remove(pf.IdxPath) // index first: a pack without one is invisible
+		os.Remove(pf.PackPath)
+		return err
+	}
+	return nil
 }
 
 // Network is one bare git repository holding the objects of a fork network

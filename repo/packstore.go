@@ -537,6 +537,14 @@ func (n *Network) publishReceived(q *quarantine) (int64, error) {
 	if err != nil {
 		return 0, diskError(fmt.Errorf("publish pack: %w", err))
 	}
+	objects := 0
+	if c, err := p.idx.Count(); err == nil {
+		objects = int(c)
+	}
+	if err := n.packHook(q.hash, objects); err != nil {
+		p.close()
+		return 0, err
+	}
 	if err := n.publish(p); err != nil {
 		return 0, diskError(fmt.Errorf("publish pack: %w", err))
 	}

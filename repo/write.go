@@ -66,6 +66,10 @@ func (n *Network) WriteObjects(objs []plumbing.EncodedObject) (WriteStats, error
 	if err != nil {
 		return WriteStats{}, diskError(fmt.Errorf("write objects: %w", err))
 	}
+	if err := n.packHook(p.hash, st.Objects); err != nil {
+		p.close()
+		return WriteStats{}, err
+	}
 	if err := n.publish(p); err != nil {
 		return WriteStats{}, diskError(fmt.Errorf("write objects: %w", err))
 	}
@@ -257,6 +261,10 @@ func (n *Network) writeLoose(o plumbing.EncodedObject) (WriteStats, error) {
 	h := o.Hash()
 	if n.has(h) {
 		return WriteStats{}, nil
+	}
+	if n.opts.OnPack != nil {
+		// Every object must reach OnPack: a one-object pack.
+		return n.WriteObjects([]plumbing.EncodedObject{o})
 	}
 	var buf bytes.Buffer
 	w := objfile.NewWriter(&buf)

@@ -69,6 +69,10 @@ type Config struct {
 	// TempGrace: temp files in a network older than this are taken as left
 	// by a crash and removed (SweepTemps); 0 = repo.DefaultTempGrace.
 	TempGrace time.Duration
+	// Shared: networks are shared by several replicas (object storage;
+	// OpenNetwork returns a Refresher). The ref mirror is then synced per
+	// repository before git serves it, not for every repository at start.
+	Shared bool
 }
 
 // Service implements repositories.
@@ -84,6 +88,7 @@ type Service struct {
 	networks map[string]ObjectStore
 
 	refLocks   sync.Map        // "repo\x00ref" → *sync.Mutex, orders mirror writes
+	repoLocks  sync.Map        // repo → *sync.Mutex, one PrepareGit mirror sync at a time
 	compacting sync.Map        // network name → struct{} while a Compact runs
 	bg         sync.WaitGroup  // background compactions
 	bgCtx      context.Context // cancelled by Close: stops a running compaction
@@ -136,6 +141,74 @@ func (s *Service) emit(ctx context.Context, ev Event) {
 // Network opens (once) the object storage of a fork network: the only
 // way the services and web reach objects.
 func (s *Service) Network(name string) (ObjectStore, error) {
+	n, err := s.openNetwork(name)
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := n.(Refresher); ok {
+		// Object storage: catch up with what other replicas wrote. When
+		// the database or the bucket cannot be reached the cache still
+		// serves what it holds (writes then fail on their upload).
+		ctx, cancel := context.WithTimeout(s.bgCtx, refreshTimeout)
+		defer cancel()
+		if err := r.Refresh(ctx); err != nil {
+			s.log.Warn("network cache not brought up to date", "network", name, "error", err)
+		}
+	}
+	return n, nil
+}
+
+// refreshTimeout bounds one catch-up of a shared network's cache.
+const refreshTimeout = 5 * time.Minute
+
+// Refresher is an ObjectStore whose objects are shared by several
+// replicas (replica.Network): Refresh brings its cache up to date with
+// what the others wrote, and git's ref mirror of a repository is synced
+// from the store before git serves it.
+type Refresher interface {
+	Refresh(ctx context.Context) error
+	Shared() bool
+}
+
+// Shared reports whether networks are shared by several replicas.
+func (s *Service) Shared() bool { return s.cfg.Shared }
+
+// PrepareGit returns the network of r for git to serve; with shared
+// networks it first rewrites r's ref mirror from the store (other
+// replicas moved refs this cache has not mirrored).
+func (s *Service) PrepareGit(ctx context.Context, r *lockstep.Repo) (ObjectStore, error) {
+	n, err := s.Network(r.Network)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := n.(Refresher); !ok {
+		return n, nil
+	}
+	refs, err := s.store.Refs(ctx, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]plumbing.Hash, len(refs))
+	for _, ref := range refs {
+		m[ref.Name] = plumbing.NewHash(ref.OID)
+	}
+	unlock := s.lockRepoMirror(r.Name)
+	defer unlock()
+	s.syncMirror(ctx, n, r.Name, m)
+	if err := n.MirrorHEAD(r.Name, r.DefaultBranch); err != nil {
+		s.mirrorFailed(ctx, r.Name, "HEAD", err)
+	}
+	return n, nil
+}
+
+func (s *Service) lockRepoMirror(repoName string) func() {
+	lk, _ := s.repoLocks.LoadOrStore(repoName, &sync.Mutex{})
+	mu := lk.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+func (s *Service) openNetwork(name string) (ObjectStore, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n, ok := s.networks[name]; ok {
@@ -179,6 +252,9 @@ func (s *Service) Close() error {
 // remembered (MirrorProblems, shown by /readyz) and skipped: the rest is
 // synced and served. Only an error of the store itself is returned.
 func (s *Service) ResyncMirrors(ctx context.Context) error {
+	if s.cfg.Shared {
+		return nil // per repository, before git serves it (PrepareGit)
+	}
 	repos, err := s.store.ListRepos(ctx, lockstep.RepoFilter{})
 	if err != nil {
 		return err

@@ -506,3 +506,21 @@ func (s *Store) DeletePack(ctx context.Context, network, h string) error {
 	}
 	return nil
 }
+
+// ListNetworks lists the networks that have objects in the bucket, by
+// name (GC also visits networks whose only packs were never registered).
+func (s *Store) ListNetworks(ctx context.Context) ([]string, error) {
+	dir := s.key("networks/")
+	var out []string
+	for obj := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: dir}) {
+		if obj.Err != nil {
+			return nil, s.translate("list "+dir, obj.Err)
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(obj.Key, dir), "/")
+		if checkNetwork(name) == nil && strings.HasSuffix(obj.Key, "/") {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}

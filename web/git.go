@@ -70,7 +70,7 @@ func (s *Server) gitCommand(c *gin.Context, repoName string, args ...string) (*e
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.Repos.Network(r.Network)
+	n, err := s.Repos.PrepareGit(c.Request.Context(), r)
 	if err != nil {
 		return nil, err
 	}

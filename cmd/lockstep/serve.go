@@ -25,6 +25,8 @@ import (
 	"github.com/lockstep-hq/lockstep/dbbranch"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/redislock"
+	"github.com/lockstep-hq/lockstep/replica"
+	"github.com/lockstep-hq/lockstep/s3packs"
 	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
@@ -73,6 +75,9 @@ type serveConfig struct {
 	IdemRetention time.Duration
 	IdemLease     time.Duration
 	IdemWait      time.Duration
+	ObjectStore   string
+	ObjectGrace   time.Duration
+	ObjectGC      time.Duration
 	// idemPausePrefix is test-only fault injection, read from
 	// LOCKSTEP_TEST_PAUSE_AFTER_COMMIT (not a setting).
 	idemPausePrefix string
@@ -222,6 +227,9 @@ func (c *serveConfig) declare(f *flagger) {
 	f.i64(&c.BodyMinRate, "body-min-rate", "LOCKSTEP_BODY_MIN_RATE", web.DefaultBodyMinRate, "slowest average rate (bytes/s) a request body may arrive at after the grace")
 	f.dur(&c.IdemRetention, "idempotency-retention", "LOCKSTEP_IDEMPOTENCY_RETENTION", 24*time.Hour, "how long an Idempotency-Key's answer is kept (then cleaned up)")
 	f.dur(&c.IdemLease, "idempotency-lease", "LOCKSTEP_IDEMPOTENCY_LEASE", 30*time.Second, "a running keyed request's lease (renewed while it runs); after a crash its key is free again once this passed, if nothing committed")
+	f.str(&c.ObjectStore, "object-store", s3packs.Setting, "", "s3://bucket/prefix?endpoint=host:port[&insecure=true&region=…&path_style=true]: keep each network's packs in this S3-compatible bucket (several replicas; needs --database-url, a shared --secret-key-file; keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); empty = the local disk")
+	f.dur(&c.ObjectGrace, "object-grace", "LOCKSTEP_OBJECT_GRACE", replica.DefaultGrace, "object store: a retired or never-registered pack is deleted only once older than this; a write whose upload takes over half of it fails (must exceed the longest upload)")
+	f.dur(&c.ObjectGC, "object-gc-interval", "LOCKSTEP_OBJECT_GC_INTERVAL", 10*time.Minute, "object store: how often garbage collection of the bucket runs (one replica at a time); 0 = never")
 	f.dur(&c.IdemWait, "idempotency-wait", "LOCKSTEP_IDEMPOTENCY_WAIT", 10*time.Second, "how long a concurrent duplicate waits for the first request before 409 in_progress")
 }
 
@@ -326,6 +334,26 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	if err := secureDataDir(c.Data, logger); err != nil {
 		return nil, err
 	}
+	var objCfg s3packs.Config
+	if c.ObjectStore != "" {
+		// Refused before anything starts: replicas cannot share these.
+		if c.DatabaseURL == "" {
+			return nil, fmt.Errorf("%s needs LOCKSTEP_DATABASE_URL (postgres://…): replicas share the metadata database, and the embedded SQLite cannot be shared", s3packs.Setting)
+		}
+		if c.SecretKeyFile == "" {
+			return nil, fmt.Errorf("%s needs LOCKSTEP_SECRET_KEY_FILE: every replica must encrypt hook secrets with the same key (64 hex digits, e.g. `openssl rand -hex 32`)", s3packs.Setting)
+		}
+		if c.ObjectGrace <= 0 {
+			return nil, fmt.Errorf("--object-grace (LOCKSTEP_OBJECT_GRACE) must be positive, got %s", c.ObjectGrace)
+		}
+		if c.ObjectGC < 0 {
+			return nil, fmt.Errorf("--object-gc-interval (LOCKSTEP_OBJECT_GC_INTERVAL) must not be negative, got %s", c.ObjectGC)
+		}
+		var err error
+		if objCfg, err = s3packs.ParseConfig(c.ObjectStore, os.Getenv); err != nil {
+			return nil, err
+		}
+	}
 	allow, err := gate.ParseAllowList(c.HookAllowHosts)
 	if err != nil {
 		return nil, fmt.Errorf("--hook-allow-hosts: %w", err)
@@ -368,6 +396,27 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 			return nil, fmt.Errorf("redis at LOCKSTEP_REDIS_URL does not answer: %w", err)
 		}
 	}
+	var openNetwork func(string, repo.Options) (repositories.ObjectStore, error)
+	if c.ObjectStore != "" {
+		vctx, cancel := context.WithTimeout(ctx, objCfg.Timeout*4+5*time.Second)
+		objects, err := s3packs.Open(vctx, objCfg)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		packs, ok := any(db).(lockstep.PackStore)
+		if !ok {
+			return nil, fmt.Errorf("%s: this metadata store keeps no pack lists", s3packs.Setting)
+		}
+		rc := replica.Config{Objects: objects, Packs: packs, Grace: c.ObjectGrace, GCInterval: c.ObjectGC, Log: logger}
+		if rdb != nil {
+			rc.Notify = redislock.NewNotifier(rdb, "lockstep:net:")
+		}
+		mgr := replica.New(rc)
+		a.closers = append(a.closers, mgr.Close)
+		openNetwork = mgr.Open
+		logger.Info("objects in object storage", "store", objCfg.String(), "grace", c.ObjectGrace.String(), "gc_interval", c.ObjectGC.String())
+	}
 	metrics := telemetry.NewMetrics()
 	keys := auth.New(db, nil)
 	a.adminKeyPath, err = keys.Bootstrap(ctx, c.Data)
@@ -376,6 +425,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	}
 	a.repos = repositories.New(repositories.Config{DataDir: c.Data, Fsync: c.Fsync, MergeRetries: c.MergeRetries,
 		MergeMaxFileBytes: c.MergeMaxFileBytes, MergeRenameLimit: c.MergeRenameLimit, ComparePatchBytes: c.ComparePatchBytes, CompactPacks: c.CompactPacks, TempGrace: c.TempGrace,
+		OpenNetwork: openNetwork, Shared: openNetwork != nil,
 		Limits: repo.Limits{MaxUploadBytes: c.MaxUploadBytes, MaxFileBytes: c.MaxFileBytes, MaxFiles: c.MaxFiles}},
 		db, logger, metrics, nil)
 	a.closers = append(a.closers, func() { a.repos.Close() })

@@ -1,0 +1,327 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/repo"
+)
+
+// Network is one network's cache in object-storage mode: a repo.Network
+// whose every new pack is uploaded and registered before the write
+// returns, and which catches up with the database's pack list before it
+// is served (Refresh).
+type Network struct {
+	*repo.Network
+	m    *Manager
+	name string
+
+	refreshMu sync.Mutex // one catch-up at a time
+
+	stateMu sync.Mutex
+	gen     int64     // generation the cache reflects (-1: none yet)
+	checked time.Time // start of the last successful check
+}
+
+// Shared reports that the network's truth is shared by several replicas
+// (repositories keeps git's ref mirror in step from the store before git
+// serves it).
+func (n *Network) Shared() bool { return true }
+
+func (n *Network) generation() int64 {
+	n.stateMu.Lock()
+	defer n.stateMu.Unlock()
+	return n.gen
+}
+
+func (n *Network) packPath(h, ext string) string {
+	return filepath.Join(n.Dir(), "objects", "pack", "pack-"+h+"."+ext)
+}
+
+// onPack is repo.Options.OnPack: upload, then register. Runs under the
+// cache's write lock, before the write returns.
+func (n *Network) onPack(pf repo.PackFiles) error {
+	cfg := n.m.cfg
+	start := time.Now()
+	limit := cfg.Grace / 2
+	ctx, cancel := context.WithTimeout(n.m.ctx, limit)
+	defer cancel()
+	h := pf.Hash.String()
+	if err := cfg.Objects.PutPack(ctx, n.name, h, pf.PackPath, pf.IdxPath); err != nil {
+		if ctx.Err() == context.DeadlineExceeded {
+			return lockstep.E("upload pack", lockstep.EUNAVAILABLE,
+				fmt.Sprintf("object store: uploading pack %s took longer than half the grace period (%s): the write is refused (LOCKSTEP_OBJECT_GRACE)", h, limit), err)
+		}
+		return unavailable("upload pack", err)
+	}
+	if took := time.Since(start); took > limit {
+		return lockstep.Errorf(lockstep.EUNAVAILABLE,
+			"object store: uploading pack %s took %s, longer than half the grace period (%s): the write is refused (LOCKSTEP_OBJECT_GRACE)", h, took.Round(time.Millisecond), limit)
+	}
+	gen, err := cfg.Packs.RegisterPack(ctx, lockstep.PackRecord{Network: n.name, Hash: h,
+		PackBytes: pf.PackBytes, IdxBytes: pf.IdxBytes, Objects: pf.Objects})
+	if err != nil {
+		return err
+	}
+	n.stateMu.Lock()
+	if gen == n.gen+1 {
+		n.gen = gen // nothing else changed: the cache is at gen
+	}
+	n.stateMu.Unlock()
+	n.publish(gen)
+	return nil
+}
+
+func (n *Network) publish(gen int64) {
+	if n.m.cfg.Notify == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(n.m.ctx, 2*time.Second)
+	defer cancel()
+	if err := n.m.cfg.Notify.Publish(ctx, n.name, gen); err != nil {
+		n.m.cfg.Log.Warn("object store: change notification not sent", "network", n.name, "error", err)
+	}
+}
+
+// Refresh brings the cache up to the database's generation: one indexed
+// read when nothing changed. Concurrent callers share one check, as long
+// as it started after they arrived (so a caller always sees every change
+// committed before it called).
+func (n *Network) Refresh(ctx context.Context) error {
+	arrived := time.Now()
+	n.refreshMu.Lock()
+	defer n.refreshMu.Unlock()
+	n.stateMu.Lock()
+	fresh := n.checked.After(arrived)
+	n.stateMu.Unlock()
+	if fresh {
+		return nil
+	}
+	start := time.Now()
+	gen, err := n.m.cfg.Packs.NetworkGeneration(ctx, n.name)
+	if err != nil {
+		return err
+	}
+	if gen != n.generation() {
+		if err := n.catchUp(ctx); err != nil {
+			return err
+		}
+	}
+	n.stateMu.Lock()
+	n.checked = start
+	n.stateMu.Unlock()
+	return nil
+}
+
+// localPacks lists the packs in the cache (index and pack present).
+func (n *Network) localPacks() (map[string]bool, error) {
+	dir := filepath.Join(n.Dir(), "objects", "pack")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, "pack-") || !strings.HasSuffix(name, ".idx") {
+			continue
+		}
+		h := strings.TrimSuffix(strings.TrimPrefix(name, "pack-"), ".idx")
+		if !plumbing.IsHash(h) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, "pack-"+h+".pack")); err == nil {
+			out[h] = true
+		}
+	}
+	return out, nil
+}
+
+// catchUp downloads the live packs the cache lacks and removes the
+// retired ones it holds, then records the generation of the list it
+// followed. A live pack missing from the bucket (GC removed it after a
+// compaction retired it meanwhile) makes it read the list once more.
+func (n *Network) catchUp(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		err := n.catchUpOnce(ctx)
+		if err == nil || attempt == 1 || lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+			return err
+		}
+	}
+}
+
+func (n *Network) catchUpOnce(ctx context.Context) error {
+	recs, gen, err := n.m.cfg.Packs.NetworkPacks(ctx, n.name)
+	if err != nil {
+		return err
+	}
+	local, err := n.localPacks()
+	if err != nil {
+		return fmt.Errorf("object store: list cache of %s: %w", n.name, err)
+	}
+	var missing, retired []string
+	for _, r := range recs {
+		switch {
+		case r.Live() && !local[r.Hash]:
+			missing = append(missing, r.Hash)
+		case !r.Live() && local[r.Hash]:
+			retired = append(retired, r.Hash)
+		}
+	}
+	if err := n.download(ctx, missing); err != nil {
+		return err
+	}
+	for _, h := range retired {
+		// The compacted pack that replaced it is live and local now
+		// (downloaded above, or ours).
+		os.Remove(n.packPath(h, "idx"))
+		os.Remove(n.packPath(h, "pack"))
+	}
+	if len(missing)+len(retired) > 0 {
+		if err := n.Reload(); err != nil {
+			return err
+		}
+	}
+	n.stateMu.Lock()
+	n.gen = gen
+	n.stateMu.Unlock()
+	return nil
+}
+
+// download fetches packs, four at a time.
+func (n *Network) download(ctx context.Context, hashes []string) error {
+	if len(hashes) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, 4)
+	errc := make(chan error, len(hashes))
+	var wg sync.WaitGroup
+	for _, h := range hashes {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := n.m.cfg.Objects.GetPack(ctx, n.name, h, n.packPath(h, "pack"), n.packPath(h, "idx"))
+			if err != nil {
+				os.Remove(n.packPath(h, "idx"))
+				cancel()
+			}
+			errc <- err
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	var first error
+	for err := range errc {
+		if err != nil && (first == nil || lockstep.ErrorCode(first) == "") {
+			first = err
+		}
+	}
+	if first != nil {
+		return unavailable("download pack", first)
+	}
+	return nil
+}
+
+// adopt makes the cache agree with the database at open: retired packs
+// are removed; packs the database does not know (a crash between upload
+// and registration, or a data directory that was in local mode) are
+// uploaded and registered; loose objects (local mode) are packed first.
+// Registering objects is always safe: at worst it keeps garbage.
+func (n *Network) adopt(ctx context.Context) error {
+	if loose := looseObjects(n.Dir()); len(loose) > 0 {
+		// Every loose object, reachable or not (git repack would pack only
+		// the reachable ones), into one pack; then drop the loose copies.
+		git := func(stdin string, args ...string) error {
+			cmd := exec.CommandContext(ctx, "git", append([]string{"-c", "gc.auto=0"}, args...)...)
+			cmd.Dir = n.Dir()
+			cmd.Env = append(os.Environ(), "GIT_DIR="+n.Dir(), "GIT_CONFIG_NOSYSTEM=1")
+			cmd.Stdin = strings.NewReader(stdin)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("object store: pack loose objects of %s: git %s: %v: %s", n.name, args[0], err, out)
+			}
+			return nil
+		}
+		if err := git(strings.Join(loose, "\n")+"\n", "pack-objects", "-q", filepath.Join(n.Dir(), "objects", "pack", "pack")); err != nil {
+			return err
+		}
+		if err := git("", "prune-packed", "-q"); err != nil {
+			return err
+		}
+		if err := n.Reload(); err != nil {
+			return err
+		}
+	}
+	recs, _, err := n.m.cfg.Packs.NetworkPacks(ctx, n.name)
+	if err != nil {
+		return err
+	}
+	known := map[string]lockstep.PackRecord{}
+	for _, r := range recs {
+		known[r.Hash] = r
+	}
+	local, err := n.localPacks()
+	if err != nil {
+		return fmt.Errorf("object store: list cache of %s: %w", n.name, err)
+	}
+	changed := false
+	for h := range local {
+		r, ok := known[h]
+		switch {
+		case ok && r.Live():
+		case ok:
+			os.Remove(n.packPath(h, "idx"))
+			os.Remove(n.packPath(h, "pack"))
+			changed = true
+		default:
+			pf := repo.PackFiles{Hash: plumbing.NewHash(h), PackPath: n.packPath(h, "pack"), IdxPath: n.packPath(h, "idx")}
+			if fi, err := os.Stat(pf.PackPath); err == nil {
+				pf.PackBytes = fi.Size()
+			}
+			if fi, err := os.Stat(pf.IdxPath); err == nil {
+				pf.IdxBytes = fi.Size()
+			}
+			if err := n.onPack(pf); err != nil {
+				return fmt.Errorf("object store: adopt pack %s of %s: %w", h, n.name, err)
+			}
+			n.m.cfg.Log.Info("object store: adopted a local pack", "network", n.name, "pack", h)
+		}
+	}
+	if changed {
+		return n.Reload()
+	}
+	return nil
+}
+
+// looseObjects lists the loose objects of the repository.
+func looseObjects(dir string) []string {
+	ents, err := os.ReadDir(filepath.Join(dir, "objects"))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if !e.IsDir() || len(e.Name()) != 2 {
+			continue
+		}
+		sub, _ := os.ReadDir(filepath.Join(dir, "objects", e.Name()))
+		for _, f := range sub {
+			if h := e.Name() + f.Name(); plumbing.IsHash(h) {
+				out = append(out, h)
+			}
+		}
+	}
+	return out
+}
