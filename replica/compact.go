@@ -153,7 +153,7 @@ func (n *Network) Compact(ctx context.Context) error {
 		rec.IdxBytes = fi.Size()
 	}
 	gen, err := n.m.cfg.Packs.ReplacePacks(ctx, rec, live)
-	if lockstep.ErrorCode(err) == lockstep.EREFCONFLICT {
+	if c := lockstep.ErrorCode(err); c == lockstep.EREFCONFLICT || c == lockstep.ECONFLICT {
 		return nil // another replica compacted first: ours is garbage for GC
 	}
 	if err != nil {
