@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/lockstep-hq/lockstep/client"
+	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
 	"github.com/lockstep-hq/lockstep/s3packs"
 )
@@ -67,10 +68,7 @@ func TestObjstoreGroup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute) // a hang guard, not a timing assertion
 	defer cancel()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "lockstep")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/lockstep-hq/lockstep/cmd/lockstep").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := e2ekit.Binary // built by TestMain (with -race under -race)
 	bundle := testBundle(t, filepath.Join(dir, "hist"))
 	scheme := "http"
 	if srv.Secure {
@@ -83,7 +81,7 @@ func TestObjstoreGroup(t *testing.T) {
 			AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
 			PostgresURL: pg, Bundles: []string{bundle},
 		},
-		StartServer: func(ctx context.Context, c ServerConfig) (*Server, error) { return startServeProcess(ctx, bin, c) },
+		StartServer: func(ctx context.Context, c ServerConfig) (*Server, error) { return startServeProcess(ctx, t, bin, c) },
 		Stderr:      &stderr,
 	}
 	if err := Run(ctx, o, &stdout); err != nil {
@@ -186,8 +184,11 @@ func testBundle(t *testing.T, dir string) string {
 }
 
 // startServeProcess runs `lockstep serve` with c's settings as a child
-// process and returns a Server whose Handler proxies to it.
-func startServeProcess(ctx context.Context, bin string, c ServerConfig) (*Server, error) {
+// process and returns a Server whose Handler proxies to it; a data race
+// the process reports fails the test. (e2ekit.StartServer needs an
+// admin.key in the data directory, which a replica sharing another's
+// database does not get.)
+func startServeProcess(ctx context.Context, t *testing.T, bin string, c ServerConfig) (*Server, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -195,8 +196,8 @@ func startServeProcess(ctx context.Context, bin string, c ServerConfig) (*Server
 	addr := ln.Addr().String()
 	ln.Close()
 	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LOCKSTEP_") && !strings.HasPrefix(kv, "AWS_") {
+	for _, kv := range e2ekit.CleanEnv() {
+		if !strings.HasPrefix(kv, "AWS_") {
 			env = append(env, kv)
 		}
 	}
@@ -209,8 +210,8 @@ func startServeProcess(ctx context.Context, bin string, c ServerConfig) (*Server
 	}
 	cmd := exec.Command(bin, "serve", "--data", c.Data, "--addr", addr, "--fsync="+strconv.FormatBool(c.Fsync), "--branch-prefix", c.BranchPrefix, "--log-level", "warn")
 	cmd.Env = env
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := &e2ekit.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -223,6 +224,9 @@ func startServeProcess(ctx context.Context, bin string, c ServerConfig) (*Server
 		case <-time.After(30 * time.Second):
 			cmd.Process.Kill()
 			<-done
+		}
+		if strings.Contains(logs.String(), "WARNING: DATA RACE") {
+			t.Errorf("lockstep serve on %s reported a data race:\n%s", c.Data, logs.String())
 		}
 	}
 	u, _ := url.Parse("http://" + addr)
