@@ -419,7 +419,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	}
 	metrics := telemetry.NewMetrics()
 	keys := auth.New(db, nil)
-	a.adminKeyPath, err = keys.Bootstrap(ctx, c.Data)
+	a.adminKeyPath, err = bootstrapAdmin(ctx, db, keys, c.Data)
 	if err != nil {
 		return nil, err
 	}
@@ -520,4 +520,35 @@ func branchSecret(c *serveConfig) ([]byte, error) {
 		return nil, fmt.Errorf("write branch secret: %w", err)
 	}
 	return enc, nil
+}
+
+// bootstrapAdmin creates the first admin key when the store has none.
+// Replicas starting together on one database take turns (a lease), so
+// exactly one of them creates it.
+func bootstrapAdmin(ctx context.Context, db *sqlstore.DB, keys *auth.Service, data string) (string, error) {
+	if db.Dialect() != "postgres" {
+		return keys.Bootstrap(ctx, data)
+	}
+	host, _ := os.Hostname()
+	holder := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), rand.Text())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, err := db.ClaimLease(ctx, "bootstrap-admin-key", holder, 30*time.Second)
+		if err != nil {
+			return "", fmt.Errorf("first admin key: %w", err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("first admin key: another replica has held the bootstrap lease for 30s")
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	defer db.ReleaseLease(context.WithoutCancel(ctx), "bootstrap-admin-key", holder)
+	return keys.Bootstrap(ctx, data)
 }
