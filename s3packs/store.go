@@ -524,3 +524,15 @@ func (s *Store) ListNetworks(ctx context.Context) ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
+
+// Ping checks that the bucket answers (one HEAD request), for /readyz.
+func (s *Store) Ping(ctx context.Context) error {
+	ok, err := s.client.BucketExists(ctx, s.cfg.Bucket)
+	if err != nil {
+		return s.translate("ping", err)
+	}
+	if !ok {
+		return lockstep.Errorf(lockstep.EUNAVAILABLE, "bucket %s does not exist", s.cfg.Bucket)
+	}
+	return nil
+}
