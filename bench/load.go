@@ -75,10 +75,12 @@ type LoadOpStats struct {
 	Count      int            `json:"count"`
 	Errors     int            `json:"errors"`
 	ErrorCodes map[string]int `json:"error_codes,omitempty"`
-	Status5xx  int            `json:"status_5xx"`
-	P50        float64        `json:"p50_ms"`
-	P99        float64        `json:"p99_ms"`
-	Max        float64        `json:"max_ms"`
+	// ErrorExamples holds the first message seen per error code.
+	ErrorExamples map[string]string `json:"error_examples,omitempty"`
+	Status5xx     int               `json:"status_5xx"`
+	P50           float64           `json:"p50_ms"`
+	P99           float64           `json:"p99_ms"`
+	Max           float64           `json:"max_ms"`
 }
 
 // LoadURLStats are the HTTP requests one base URL received.
@@ -288,6 +290,7 @@ type loader struct {
 type opStats struct {
 	ms     []float64
 	errors map[string]int
+	first  map[string]string
 	n5xx   int
 }
 
@@ -363,7 +366,14 @@ func (l *loader) op(ctx context.Context, name string, f func(context.Context) er
 		if s.errors == nil {
 			s.errors = map[string]int{}
 		}
-		s.errors[lockstep.ErrorCode(err)]++
+		code := lockstep.ErrorCode(err)
+		s.errors[code]++
+		if s.first == nil {
+			s.first = map[string]string{}
+		}
+		if _, ok := s.first[code]; !ok {
+			s.first[code] = err.Error()
+		}
 	}
 	l.mu.Unlock()
 	return err
@@ -643,7 +653,7 @@ func (l *loader) fill(rep *LoadReport) {
 	}
 	for _, op := range loadOps {
 		s := l.stats[op]
-		row := LoadOpStats{Op: op, Count: len(s.ms), Status5xx: s.n5xx, ErrorCodes: s.errors}
+		row := LoadOpStats{Op: op, Count: len(s.ms), Status5xx: s.n5xx, ErrorCodes: s.errors, ErrorExamples: s.first}
 		for _, n := range s.errors {
 			row.Errors += n
 		}
@@ -685,6 +695,9 @@ func printLoad(w io.Writer, r *LoadReport) {
 	for _, o := range r.Ops {
 		if len(o.ErrorCodes) > 0 {
 			fmt.Fprintf(w, "  %s errors: %v\n", o.Op, o.ErrorCodes)
+			for _, code := range sortedKeys(o.ErrorExamples) {
+				fmt.Fprintf(w, "    first %s: %s\n", code, o.ErrorExamples[code])
+			}
 		}
 	}
 	for _, u := range r.URLStats {
@@ -717,3 +730,12 @@ func printLoad(w io.Writer, r *LoadReport) {
 // ErrLoadFailed is what the command returns (after printing the report)
 // when a finished run's report is not OK.
 var ErrLoadFailed = errors.New("load: a promise did not hold (lost updates, stale reads, unverified writes or a broken oplog)")
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -92,6 +92,20 @@ func (n *Network) publish(gen int64) {
 	}
 }
 
+// onMiss is repo.Options.OnMiss: a lookup missed, maybe because another
+// replica wrote the object after this request's catch-up; catch up now
+// and say whether anything arrived.
+func (n *Network) onMiss() bool {
+	before := n.generation()
+	ctx, cancel := context.WithTimeout(n.m.ctx, time.Minute)
+	defer cancel()
+	if err := n.Refresh(ctx); err != nil {
+		n.m.cfg.Log.Warn("object store: catch-up after a missing object", "network", n.name, "error", err)
+		return false
+	}
+	return n.generation() != before
+}
+
 // Refresh brings the cache up to the database's generation: one indexed
 // read when nothing changed. Concurrent callers share one check, as long
 // as it started after they arrived (so a caller always sees every change

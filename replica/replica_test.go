@@ -448,3 +448,48 @@ func TestNotifierPrefetches(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A request catches up before it reads a ref, but another replica's write
+// can commit in between: the ref then names a commit the cache has not
+// downloaded. A lookup that misses catches up and tries again (found by
+// `lockstep load`: preflights answering "commit … not found").
+func TestMissingObjectCatchesUp(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.replica(time.Hour), e.replica(time.Hour)
+	na, nb := a.open(t, "net"), b.open(t, "net")
+	refresh(t, nb)
+	tree, objs, err := na.EditTree(plumbing.ZeroHash, []repo.TreeEdit{{Path: "f", Content: []byte("from a\n")}}, repo.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := na.WriteObjects(objs); err != nil {
+		t.Fatal(err)
+	}
+	sig := object.Signature{Name: "a", Email: "a@example.com", When: time.Unix(1e9, 0)}
+	c, _, err := na.WriteCommit(repo.CommitSpec{Tree: tree, Message: "m\n", Author: sig, Committer: sig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No Refresh on b: the reads themselves must find it.
+	if _, err := nb.Commit(c); err != nil {
+		t.Fatalf("commit written on a, read on b: %v", err)
+	}
+	if _, err := nb.TreeEntries(c, ""); err != nil {
+		t.Fatalf("tree: %v", err)
+	}
+	c2, _, err := na.WriteCommit(repo.CommitSpec{Tree: tree, Parents: []plumbing.Hash{c}, Message: "n\n", Author: sig, Committer: sig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nb.Has(c2) {
+		t.Fatal("Has on b of a commit just written on a")
+	}
+	// A commit on b whose parent b has not downloaded yet.
+	c3, _, err := na.WriteCommit(repo.CommitSpec{Tree: tree, Parents: []plumbing.Hash{c2}, Message: "o\n", Author: sig, Committer: sig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := nb.WriteCommit(repo.CommitSpec{Tree: tree, Parents: []plumbing.Hash{c3}, Message: "p\n", Author: sig, Committer: sig}); err != nil {
+		t.Fatalf("commit on b with a parent from a: %v", err)
+	}
+}
