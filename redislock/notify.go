@@ -33,12 +33,19 @@ func (n *Notifier) Publish(ctx context.Context, network string, gen int64) error
 func (n *Notifier) Subscribe(ctx context.Context, fn func(network string, gen int64)) error {
 	ps := n.rdb.PSubscribe(ctx, n.prefix+"*")
 	defer ps.Close()
+	// go-redis's blocking receive does not watch ctx: closing the
+	// subscription is what ends it (a replica's shutdown waits for this).
+	stop := context.AfterFunc(ctx, func() { ps.Close() })
+	defer stop()
 	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
 		return err
 	}
 	for {
 		msg, err := ps.ReceiveMessage(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			return err
 		}
 		gen, err := strconv.ParseInt(msg.Payload, 10, 64)
