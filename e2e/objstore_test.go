@@ -46,6 +46,7 @@ type objWorld struct {
 	args     []string
 	adminKey string
 	reps     []*server
+	all      []*server // every process started, restarts included
 }
 
 // objSecretKeyFile writes a fresh hook-secret key (64 hex digits, 0600)
@@ -115,7 +116,17 @@ func (w *objWorld) add(t *testing.T) *server {
 		w.adminKey = s.AdminKey
 	}
 	w.reps = append(w.reps, s)
+	w.all = append(w.all, s)
 	return s
+}
+
+// logged counts the log lines of every process of w that contain msg.
+func (w *objWorld) logged(msg string) int {
+	n := 0
+	for _, s := range w.all {
+		n += strings.Count(s.Stderr.String(), `"msg":"`+msg+`"`)
+	}
+	return n
 }
 
 // restart SIGKILLs (kill) or stops replica i and starts it again on its
@@ -128,6 +139,7 @@ func (w *objWorld) restart(t *testing.T, i int, kill bool) *server {
 		w.reps[i].Stop(syscall.SIGTERM)
 	}
 	w.reps[i] = w.reps[i].restart(t)
+	w.all = append(w.all, w.reps[i])
 	return w.reps[i]
 }
 
@@ -340,7 +352,7 @@ func TestObjectStoreCAS16(t *testing.T) {
 }
 
 // TestObjectStoreSIGKILL: rounds of SIGKILL of one replica while it
-// receives a large-ish push (about 1 MiB of noise) or right after a push
+// receives a large-ish push (4 MiB of noise) or right after a push
 // that makes it compact (--compact-packs 2), then a restart; meanwhile
 // another replica takes pushes. Afterwards every ref of every repository
 // names a commit that every replica serves complete (git clone, fsck) and
@@ -348,7 +360,7 @@ func TestObjectStoreCAS16(t *testing.T) {
 func TestObjectStoreSIGKILL(t *testing.T) {
 	t.Parallel()
 	const rounds = 10
-	w := newObjWorld(t, objOpts{Replicas: 3, Args: []string{"--compact-packs", "2"}})
+	w := newObjWorld(t, objOpts{Replicas: 3, Args: []string{"--compact-packs", "2", "--log-level", "info"}})
 	admin := w.adminKey
 	w.reps[0].CreateRepo(t, "crash")
 	files := map[string]string{"README": "crash test\n"}
@@ -359,7 +371,7 @@ func TestObjectStoreSIGKILL(t *testing.T) {
 		v := round % 3
 		victim, other := w.reps[v], w.reps[(v+1)%3]
 		head := other.Head(t, "crash")
-		big := with(files, map[string]string{"big.bin": randomBytes(1 << 20), "round.txt": fmt.Sprint(round, "\n")})
+		big := with(files, map[string]string{"big.bin": randomBytes(4 << 20), "round.txt": fmt.Sprint(round, "\n")})
 		side := other.Head(t, "side")
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -402,7 +414,8 @@ func TestObjectStoreSIGKILL(t *testing.T) {
 		wg.Wait()
 		w.restart(t, v, true)
 	}
-	t.Logf("%d rounds: %d kills during a push whose answer was lost, %d pushes answered before the kill, %d refused", rounds, unknown, landed, lost)
+	t.Logf("%d rounds: %d kills during a push whose answer was lost, %d pushes answered before the kill, %d refused; %d compactions finished, %d local packs adopted at restart",
+		rounds, unknown, landed, lost, w.logged("compacted network"), w.logged("object store: adopted a local pack"))
 
 	refs := w.reps[0].Refs(t, admin, "crash")
 	sideRefs := w.reps[0].Refs(t, admin, "side")
@@ -433,8 +446,9 @@ func TestObjectStoreSIGKILL(t *testing.T) {
 func TestObjectStoreOutage(t *testing.T) {
 	t.Parallel()
 	s3 := testenv.StartS3(t)
-	w := newObjWorld(t, objOpts{Replicas: 2, S3: s3, Timeout: "2s"})
-	r, admin := w.reps, w.adminKey
+	w := newObjWorld(t, objOpts{Replicas: 3, S3: s3, Timeout: "2s"})
+	r, admin := w.reps[:2], w.adminKey
+	cold := w.reps[2] // never reads the network before the outage
 	r[0].CreateRepo(t, "out")
 	files := map[string]string{"README": "before the outage\n"}
 	c1 := r[0].push(t, admin, "out", zeroOID, files).Commit
@@ -457,6 +471,8 @@ func TestObjectStoreOutage(t *testing.T) {
 		e2ekit.Git(t, d, "commit", "-q", "-m", "during the outage")
 		if out, err := e2ekit.GitCmd(t, d, "push", "origin", "main"); err == nil {
 			t.Errorf("replica %d: git push with the object store down succeeded:\n%s", i, out)
+		} else {
+			t.Logf("replica %d: git push with the object store down: %s", i, strings.TrimSpace(out))
 		}
 		if got := s.Head(t, "out"); got != c2 {
 			t.Errorf("replica %d: a refused write moved main to %s (want %s)", i, got, c2)
@@ -477,6 +493,15 @@ func TestObjectStoreOutage(t *testing.T) {
 		cloneComplete(t, s, admin, "out", c2, c1)
 	}
 
+	// A replica whose cache lacks the network cannot serve it without the
+	// bucket: 503, not a not_found for a commit that exists.
+	want503(t, "blob on a replica without the cache", cold.Call(t, "GET", "/api/v1/repos/out/blob/main/b.txt", admin, nil, ""))
+	if out, err := e2ekit.GitCmd(t, "", "clone", "-q", cold.GitURL("out", admin), filepath.Join(t.TempDir(), "cold")); err == nil {
+		t.Errorf("clone from a replica without the cache succeeded with the object store down:\n%s", out)
+	} else if !strings.Contains(out, "503") && !strings.Contains(out, "unavailable") {
+		t.Errorf("clone from a replica without the cache: want a 503 unavailable, got:\n%s", out)
+	}
+
 	port := s3.Endpoint
 	s3.Restart(t)
 	if s3.Endpoint != port {
@@ -489,7 +514,7 @@ func TestObjectStoreOutage(t *testing.T) {
 	e2ekit.Git(t, d, "commit", "-q", "-m", "after the outage")
 	e2ekit.Git(t, d, "push", "-q", "origin", "main")
 	c4 := e2ekit.Git(t, d, "rev-parse", "HEAD")
-	for i, s := range append(r[:2:2], w.add(t)) {
+	for i, s := range append(r[:2:2], cold, w.add(t)) {
 		if got := s.Head(t, "out"); got != c4 {
 			t.Errorf("replica %d: main %s after the outage, want %s", i, got, c4)
 		}
@@ -525,6 +550,9 @@ func TestObjectStoreWipedCache(t *testing.T) {
 	}
 	if err := os.RemoveAll(nets); err != nil {
 		t.Fatal(err)
+	}
+	if code := r[1].ExitCode(); code != 0 {
+		t.Errorf("replica 1 exited with status %d on SIGTERM, want 0", code)
 	}
 	r[1] = r[1].restart(t)
 	w.reps[1] = r[1]
@@ -671,7 +699,9 @@ func TestObjectStoreBadConfig(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-			cmd := exec.Command(e2ekit.Binary, "serve", "--data", t.TempDir(), "--addr", addr)
+			data := t.TempDir()
+			os.Chmod(data, 0o700) // no warning about its mode: stderr is the error alone
+			cmd := exec.Command(e2ekit.Binary, "serve", "--data", data, "--addr", addr)
 			cmd.Env = append(e2ekit.CleanEnv(), c.env...)
 			var stdout, stderr e2ekit.SyncBuffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -692,7 +722,7 @@ func TestObjectStoreBadConfig(t *testing.T) {
 				t.Errorf("exit status 0, want non-zero")
 			}
 			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
-			if len(lines) != 1 || lines[0] == "" {
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], "lockstep: ") {
 				t.Errorf("stderr is not one line (%d lines):\n%s", len(lines), &stderr)
 			}
 			if !strings.Contains(stderr.String(), c.want) {
