@@ -53,6 +53,10 @@ type PackStore interface {
 	RegisterPack(ctx context.Context, p PackRecord) (int64, error)
 	// ReplacePacks registers p and retires every pack named in old, in one
 	// transaction, bumping the generation once; see the error contract.
+	// p may already be live (kept as it is); p registered and retired is
+	// already_exists (a retired pack is never made live again: GC may be
+	// deleting its objects); p named in old, or a malformed name, is
+	// invalid_argument.
 	ReplacePacks(ctx context.Context, p PackRecord, old []string) (int64, error)
 	// NetworkPacks returns every registered pack of network (live and
 	// retired), oldest first, and the generation read in the same
@@ -72,7 +76,9 @@ type PackStore interface {
 	DeletePackRecord(ctx context.Context, network, hash string) error
 	// ClaimLease takes the named lease for holder until now+ttl and
 	// reports whether it holds it: true when the lease was free, expired
-	// or already holder's (then it is extended).
+	// or already holder's (then it is extended). Of concurrent claimants
+	// of a free lease exactly one gets true. An empty name or holder, or
+	// a ttl that is not positive, is invalid_argument.
 	ClaimLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
 	// ReleaseLease frees the lease if holder holds it.
 	ReleaseLease(ctx context.Context, name, holder string) error

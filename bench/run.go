@@ -6,6 +6,10 @@
 // medians, p90, the git median, the ratio and the target. Timings never
 // fail a run, except with [Options.Strict].
 //
+// [RunLoad] (`lockstep load`, load.go) is the other half: simulated agents
+// against running servers at any base URLs (one, or several replicas),
+// followed by a check that no acknowledged write was lost.
+//
 // The end-to-end scenarios (`lockstep run`) start a lockstep binary
 // ([Options.Bin]); benchmarks of single functions are `go test -bench` in
 // their packages.

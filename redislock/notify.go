@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -27,31 +28,28 @@ func (n *Notifier) Publish(ctx context.Context, network string, gen int64) error
 	return n.rdb.Publish(ctx, n.prefix+network, strconv.FormatInt(gen, 10)).Err()
 }
 
-// Subscribe calls fn for each announcement until ctx ends or the
-// subscription fails (then it returns the error; the caller subscribes
-// again).
+// Subscribe calls fn for each announcement until ctx ends (go-redis
+// re-subscribes by itself after a lost connection).
 func (n *Notifier) Subscribe(ctx context.Context, fn func(network string, gen int64)) error {
 	ps := n.rdb.PSubscribe(ctx, n.prefix+"*")
-	defer ps.Close()
-	// go-redis's blocking receive does not watch ctx: closing the
-	// subscription is what ends it (a replica's shutdown waits for this).
-	stop := context.AfterFunc(ctx, func() { ps.Close() })
-	defer stop()
+	defer ps.Close() // also what ends a blocked read when ctx ends
 	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
 		return err
 	}
+	ch := ps.Channel()
 	for {
-		msg, err := ps.ReceiveMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case msg, ok := <-ch:
+			if !ok {
+				return errors.New("redis: subscription closed")
 			}
-			return err
+			gen, err := strconv.ParseInt(msg.Payload, 10, 64)
+			if err != nil {
+				continue
+			}
+			fn(strings.TrimPrefix(msg.Channel, n.prefix), gen)
 		}
-		gen, err := strconv.ParseInt(msg.Payload, 10, 64)
-		if err != nil {
-			continue
-		}
-		fn(strings.TrimPrefix(msg.Channel, n.prefix), gen)
 	}
 }

@@ -81,9 +81,15 @@ func (n *Network) Compact(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	local, err := n.localPacks()
+	if err != nil {
+		return err
+	}
 	var live []string
 	for _, r := range recs {
-		if r.Live() {
+		// A pack registered since the catch-up (another replica's write)
+		// stays live: the next compaction folds it.
+		if r.Live() && local[r.Hash] {
 			live = append(live, r.Hash)
 		}
 	}
@@ -147,7 +153,7 @@ func (n *Network) Compact(ctx context.Context) error {
 		rec.IdxBytes = fi.Size()
 	}
 	gen, err := n.m.cfg.Packs.ReplacePacks(ctx, rec, live)
-	if lockstep.ErrorCode(err) == lockstep.EREFCONFLICT {
+	if c := lockstep.ErrorCode(err); c == lockstep.EREFCONFLICT || c == lockstep.ECONFLICT {
 		return nil // another replica compacted first: ours is garbage for GC
 	}
 	if err != nil {

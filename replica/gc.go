@@ -63,6 +63,11 @@ func (m *Manager) GC(ctx context.Context) (GCStats, error) {
 	return st, nil
 }
 
+// listingResolution is added to a listed object's modification time:
+// S3 servers report it to the second in listings (truncated), so a pack
+// uploaded 0.9 s ago can look 1.9 s old.
+const listingResolution = time.Second
+
 func (m *Manager) gcNetwork(ctx context.Context, network string, st *GCStats) error {
 	bucket, err := m.cfg.Objects.ListPacks(ctx, network) // first: see GC
 	if err != nil {
@@ -85,7 +90,7 @@ func (m *Manager) gcNetwork(ctx context.Context, network string, st *GCStats) er
 			continue
 		case registered && now.Sub(r.RetiredAt) <= grace:
 			continue
-		case !registered && now.Sub(b.Modified) <= grace:
+		case !registered && now.Sub(b.Modified.Add(listingResolution)) <= grace:
 			continue
 		}
 		if err := m.cfg.Objects.DeletePack(ctx, network, b.Hash); err != nil {

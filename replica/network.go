@@ -92,6 +92,20 @@ func (n *Network) publish(gen int64) {
 	}
 }
 
+// onMiss is repo.Options.OnMiss: a lookup missed, maybe because another
+// replica wrote the object after this request's catch-up; catch up now
+// and say whether anything arrived.
+func (n *Network) onMiss() bool {
+	before := n.generation()
+	ctx, cancel := context.WithTimeout(n.m.ctx, time.Minute)
+	defer cancel()
+	if err := n.Refresh(ctx); err != nil {
+		n.m.cfg.Log.Warn("object store: catch-up after a missing object", "network", n.name, "error", err)
+		return false
+	}
+	return n.generation() != before
+}
+
 // Refresh brings the cache up to the database's generation: one indexed
 // read when nothing changed. Concurrent callers share one check, as long
 // as it started after they arrived (so a caller always sees every change
@@ -241,12 +255,24 @@ func (n *Network) download(ctx context.Context, hashes []string) error {
 // uploaded and registered; loose objects (local mode) are packed first.
 // Registering objects is always safe: at worst it keeps garbage.
 func (n *Network) adopt(ctx context.Context) error {
-	if hasLoose(n.Dir()) {
-		cmd := exec.CommandContext(ctx, "git", "-c", "gc.auto=0", "repack", "-d", "-q")
-		cmd.Dir = n.Dir()
-		cmd.Env = append(os.Environ(), "GIT_DIR="+n.Dir(), "GIT_CONFIG_NOSYSTEM=1")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("object store: pack loose objects of %s: %v: %s", n.name, err, out)
+	if loose := looseObjects(n.Dir()); len(loose) > 0 {
+		// Every loose object, reachable or not (git repack would pack only
+		// the reachable ones), into one pack; then drop the loose copies.
+		git := func(stdin string, args ...string) error {
+			cmd := exec.CommandContext(ctx, "git", append([]string{"-c", "gc.auto=0"}, args...)...)
+			cmd.Dir = n.Dir()
+			cmd.Env = append(os.Environ(), "GIT_DIR="+n.Dir(), "GIT_CONFIG_NOSYSTEM=1")
+			cmd.Stdin = strings.NewReader(stdin)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("object store: pack loose objects of %s: git %s: %v: %s", n.name, args[0], err, out)
+			}
+			return nil
+		}
+		if err := git(strings.Join(loose, "\n")+"\n", "pack-objects", "-q", filepath.Join(n.Dir(), "objects", "pack", "pack")); err != nil {
+			return err
+		}
+		if err := git("", "prune-packed", "-q"); err != nil {
+			return err
 		}
 		if err := n.Reload(); err != nil {
 			return err
@@ -293,22 +319,23 @@ func (n *Network) adopt(ctx context.Context) error {
 	return nil
 }
 
-// hasLoose reports whether the repository holds loose objects.
-func hasLoose(dir string) bool {
+// looseObjects lists the loose objects of the repository.
+func looseObjects(dir string) []string {
 	ents, err := os.ReadDir(filepath.Join(dir, "objects"))
 	if err != nil {
-		return false
+		return nil
 	}
+	var out []string
 	for _, e := range ents {
 		if !e.IsDir() || len(e.Name()) != 2 {
 			continue
 		}
 		sub, _ := os.ReadDir(filepath.Join(dir, "objects", e.Name()))
 		for _, f := range sub {
-			if len(f.Name()) == 38 && !strings.HasPrefix(f.Name(), ".") {
-				return true
+			if h := e.Name() + f.Name(); plumbing.IsHash(h) {
+				out = append(out, h)
 			}
 		}
 	}
-	return false
+	return out
 }

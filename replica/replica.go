@@ -193,6 +193,7 @@ func (m *Manager) Open(dir string, opts repo.Options) (repositories.ObjectStore,
 	name := strings.TrimSuffix(filepath.Base(dir), ".git")
 	n := &Network{m: m, name: name, gen: -1}
 	opts.OnPack = n.onPack
+	opts.OnMiss = n.onMiss
 	rn, err := repo.Open(dir, opts)
 	if err != nil {
 		return nil, err

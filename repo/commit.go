@@ -56,7 +56,7 @@ func (n *Network) WriteCommit(spec CommitSpec) (plumbing.Hash, WriteStats, error
 		return plumbing.ZeroHash, WriteStats{}, err
 	}
 	for _, p := range spec.Parents {
-		if !n.has(p) {
+		if !n.Has(p) {
 			return plumbing.ZeroHash, WriteStats{}, lockstep.Errorf(lockstep.ENOTFOUND, "parent commit %s not found", p)
 		}
 	}

@@ -40,6 +40,9 @@ func (n *Network) Compact(ctx context.Context) error {
 // (file times are coarse, so a repack's last rename can keep the mtime
 // an earlier reload already saw).
 func (n *Network) reloadOnMiss() bool {
+	if n.opts.OnMiss != nil && n.opts.OnMiss() {
+		return true
+	}
 	if n.compacting.Load() > 0 {
 		return n.Reload() == nil
 	}

@@ -45,6 +45,14 @@ type Options struct {
 	// storage uses it to upload and register the pack before any ref can
 	// name its objects.
 	OnPack func(PackFiles) error
+	// OnMiss, when set, is called when a lookup of an object that should
+	// exist misses (a read, a commit's parents, Has); true means objects
+	// may have arrived and the lookup is tried once more. Object storage
+	// uses it to catch up with another replica's write that committed
+	// after this request's own catch-up (a ref read later in the request
+	// can name it). Lookups that expect misses (Missing, the dedup of
+	// writes) do not call it.
+	OnMiss func() bool
 }
 
 // PackFiles describes a pack just written (Options.OnPack).

@@ -194,7 +194,12 @@ func (n *Network) Missing(oids []plumbing.Hash) []plumbing.Hash {
 }
 
 // Has reports whether object h is stored.
-func (n *Network) Has(h plumbing.Hash) bool { return n.has(h) }
+func (n *Network) Has(h plumbing.Hash) bool {
+	if n.has(h) {
+		return true
+	}
+	return n.opts.OnMiss != nil && n.opts.OnMiss() && n.has1(h)
+}
 
 // Objects returns a goroutine-safe storer.EncodedObjectStorer over the
 // network's objects, for go-git code such as the merge package.

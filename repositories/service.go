@@ -183,14 +183,16 @@ func (s *Service) Shared() bool { return s.cfg.Shared }
 // networks it first rewrites r's ref mirror from the store (other
 // replicas moved refs this cache has not mirrored).
 func (s *Service) PrepareGit(ctx context.Context, r *lockstep.Repo) (ObjectStore, error) {
-	n, err := s.Network(r.Network)
+	if !s.cfg.Shared {
+		return s.Network(r.Network)
+	}
+	// Refs first, then the catch-up: every pack is registered before the
+	// ref naming it commits, so the cache then holds what the refs name.
+	refs, err := s.store.Refs(ctx, r.ID)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := n.(Refresher); !ok {
-		return n, nil
-	}
-	refs, err := s.store.Refs(ctx, r.ID)
+	n, err := s.Network(r.Network)
 	if err != nil {
 		return nil, err
 	}

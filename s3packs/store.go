@@ -272,7 +272,7 @@ func (s *Store) packKeys(network, h string) (string, string, error) {
 // PutPack uploads the pack file at packPath and its index at idxPath as
 // pack-<hash>.pack and pack-<hash>.idx of network, streaming both from
 // disk. hash must be the pack's checksum (its last 20 bytes), which is
-// checked. The pack goes first and the index second, each written once
+// checked. Pack and index are uploaded concurrently, each written once
 // with If-None-Match: * (a pack already stored under its hash holds the
 // same bytes and is left as it is). Returns invalid_argument if the files
 // do not match hash, unavailable if the store cannot be reached,
@@ -282,15 +282,16 @@ func (s *Store) PutPack(ctx context.Context, network, h, packPath, idxPath strin
 	if err != nil {
 		return err
 	}
-	for _, f := range []struct {
-		path, key string
-		trailer   int // offset from the end of the pack checksum
-	}{{packPath, packKey, 20}, {idxPath, idxKey, 40}} {
-		if err := s.putFile(ctx, f.path, f.key, h, f.trailer); err != nil {
-			return err
-		}
+	// Both at once: one round trip of latency instead of two. Which of
+	// the two a crash leaves does not matter: until the pack is
+	// registered in the metadata database it is garbage either way.
+	errc := make(chan error, 1)
+	go func() { errc <- s.putFile(ctx, idxPath, idxKey, h, 40) }()
+	err = s.putFile(ctx, packPath, packKey, h, 20)
+	if ierr := <-errc; err == nil {
+		err = ierr
 	}
-	return nil
+	return err
 }
 
 func (s *Store) putFile(ctx context.Context, path, key, h string, trailer int) error {
@@ -343,14 +344,31 @@ func (s *Store) GetPack(ctx context.Context, network, h, packPath, idxPath strin
 		return err
 	}
 	want, _ := hex.DecodeString(h)
-	if err := s.getFile(ctx, packKey, packPath, func(tail []byte, sum []byte) bool {
+	// Both at once; the index reaches its name only after the pack did
+	// (a reader takes a pack as present once its index is).
+	tmpIdx := filepath.Join(filepath.Dir(idxPath), ".tmp_get-"+filepath.Base(idxPath))
+	errc := make(chan error, 1)
+	go func() {
+		errc <- s.getFile(ctx, idxKey, tmpIdx, func(tail []byte, sum []byte) bool {
+			return bytes.Equal(tail[20:], sum) && bytes.Equal(tail[:20], want)
+		})
+	}()
+	err = s.getFile(ctx, packKey, packPath, func(tail []byte, sum []byte) bool {
 		return bytes.Equal(tail[20:], sum) && bytes.Equal(sum, want)
-	}); err != nil {
+	})
+	ierr := <-errc
+	if err == nil {
+		err = ierr
+	}
+	if err != nil {
+		os.Remove(tmpIdx)
 		return err
 	}
-	return s.getFile(ctx, idxKey, idxPath, func(tail []byte, sum []byte) bool {
-		return bytes.Equal(tail[20:], sum) && bytes.Equal(tail[:20], want)
-	})
+	if err := os.Rename(tmpIdx, idxPath); err != nil {
+		os.Remove(tmpIdx)
+		return fmt.Errorf("get %s: %w", idxKey, err)
+	}
+	return nil
 }
 
 func (s *Store) getFile(ctx context.Context, key, dst string, ok func(tail, sum []byte) bool) error {
@@ -523,4 +541,16 @@ func (s *Store) ListNetworks(ctx context.Context) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// Ping checks that the bucket answers (one HEAD request), for /readyz.
+func (s *Store) Ping(ctx context.Context) error {
+	ok, err := s.client.BucketExists(ctx, s.cfg.Bucket)
+	if err != nil {
+		return s.translate("ping", err)
+	}
+	if !ok {
+		return lockstep.Errorf(lockstep.EUNAVAILABLE, "bucket %s does not exist", s.cfg.Bucket)
+	}
+	return nil
 }

@@ -342,3 +342,23 @@ func TestServerStopped(t *testing.T) {
 		}
 	}
 }
+
+// Ping (for /readyz) answers ok while the server is up and unavailable
+// once it is gone.
+func TestPing(t *testing.T) {
+	own := testenv.StartS3(t)
+	own.MakeBucket(t, "ping")
+	s, err := Open(context.Background(), configFor(own.S3Server, "ping", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	own.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Ping(ctx); lockstep.ErrorCode(err) != lockstep.EUNAVAILABLE {
+		t.Fatalf("ping with the server stopped: %v (code %q), want unavailable", err, lockstep.ErrorCode(err))
+	}
+}

@@ -39,6 +39,17 @@ func (s *Server) handleReadyz() gin.HandlerFunc {
 				checks["redis"] = "ok"
 			}
 		}
+		// The object store down does not make the replica unready: reads
+		// the cache can answer go on, writes answer 503 on their own.
+		if s.ObjectStore != nil {
+			if err := s.ObjectStore.Ping(ctx); err != nil {
+				checks["object_store"] = "unavailable (writes fail; cached reads are served)"
+				errs = append(errs, "object store: "+err.Error())
+				c.Set("error", "object store: "+err.Error())
+			} else {
+				checks["object_store"] = "ok"
+			}
+		}
 		// Refs the on-disk mirror cannot hold (git clients do not see them)
 		// are reported, not fatal: everything else is served.
 		if s.Repos != nil {

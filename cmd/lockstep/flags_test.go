@@ -19,7 +19,7 @@ func TestHelpNeverShowsSecrets(t *testing.T) {
 		"LOCKSTEP_REDIS_URL":           "redis://:redisPASSWORD@redis:6379/0",
 	}
 	getenv := func(k string) string { return env[k] }
-	for _, args := range [][]string{{"oplog", "-h"}, {"push", "-h"}, {"serve", "-h"}} {
+	for _, args := range [][]string{{"oplog", "-h"}, {"push", "-h"}, {"serve", "-h"}, {"load", "-h"}} {
 		var out, errb bytes.Buffer
 		if err := run(context.Background(), args, getenv, strings.NewReader(""), &out, &errb); err != nil && err != exitError(0) {
 			t.Fatalf("%v: %v", args, err)

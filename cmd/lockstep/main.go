@@ -182,6 +182,7 @@ func commands() map[string]command {
 		"run":         {"run a command as a transaction: checkpoint, run, roll back everything on failure", cmdRun},
 		"runner":      {"a CI runner: receives gate hooks, runs a command, posts a check", cmdRunner},
 		"bench":       {"measure Lockstep side by side with the git CLI", cmdBench},
+		"load":        {"simulated agents against running servers (fork, push, preflight, promote), then a lost-update check", cmdLoad},
 		"mcp":         {"serve the MCP tools over stdio for an agent on this machine", cmdMCP},
 		"version":     {"print the version", cmdVersion},
 		"whoami":      {"show the key the client uses (id, name, role)", cmdWhoami},

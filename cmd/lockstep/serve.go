@@ -397,6 +397,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		}
 	}
 	var openNetwork func(string, repo.Options) (repositories.ObjectStore, error)
+	var objectStore *s3packs.Store
 	if c.ObjectStore != "" {
 		vctx, cancel := context.WithTimeout(ctx, objCfg.Timeout*4+5*time.Second)
 		objects, err := s3packs.Open(vctx, objCfg)
@@ -404,6 +405,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		if err != nil {
 			return nil, err
 		}
+		objectStore = objects
 		packs, ok := any(db).(lockstep.PackStore)
 		if !ok {
 			return nil, fmt.Errorf("%s: this metadata store keeps no pack lists", s3packs.Setting)
@@ -419,7 +421,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	}
 	metrics := telemetry.NewMetrics()
 	keys := auth.New(db, nil)
-	a.adminKeyPath, err = keys.Bootstrap(ctx, c.Data)
+	a.adminKeyPath, err = bootstrapAdmin(ctx, db, keys, c.Data)
 	if err != nil {
 		return nil, err
 	}
@@ -489,7 +491,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	srv := &web.Server{
 		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate, MaxConcurrentUploads: c.MaxUploads,
 			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
-		Store: db, Keys: keys, Redis: rdb, Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps,
+		Store: db, Keys: keys, Redis: rdb, ObjectStore: readyzObjects(objectStore), Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps,
 		MCP: func(api http.Handler) http.Handler {
 			return agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{Version: version(), MaxRequestBytes: c.MaxEditBytes})
 		},
@@ -520,4 +522,43 @@ func branchSecret(c *serveConfig) ([]byte, error) {
 		return nil, fmt.Errorf("write branch secret: %w", err)
 	}
 	return enc, nil
+}
+
+// bootstrapAdmin creates the first admin key when the store has none.
+// Replicas starting together on one database take turns (a lease), so
+// exactly one of them creates it.
+func bootstrapAdmin(ctx context.Context, db *sqlstore.DB, keys *auth.Service, data string) (string, error) {
+	if db.Dialect() != "postgres" {
+		return keys.Bootstrap(ctx, data)
+	}
+	host, _ := os.Hostname()
+	holder := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), rand.Text())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, err := db.ClaimLease(ctx, "bootstrap-admin-key", holder, 30*time.Second)
+		if err != nil {
+			return "", fmt.Errorf("first admin key: %w", err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("first admin key: another replica has held the bootstrap lease for 30s")
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	defer db.ReleaseLease(context.WithoutCancel(ctx), "bootstrap-admin-key", holder)
+	return keys.Bootstrap(ctx, data)
+}
+
+// readyzObjects keeps a nil *s3packs.Store a nil interface.
+func readyzObjects(s *s3packs.Store) interface{ Ping(context.Context) error } {
+	if s == nil {
+		return nil
+	}
+	return s
 }

@@ -1,7 +1,9 @@
 // Package storetest is the contract suite of the metadata store: one test
 // per method of lockstep.Store and of every interface it is made of
 // (KeyStore, OpStore, RepoStore, GateStore, CheckpointStore,
-// IdempotencyStore), written against those interfaces only, so that every
+// IdempotencyStore), and of lockstep.PackStore for the stores that
+// implement it (object-storage mode: pack list, generation, leases),
+// written against those interfaces only, so that every
 // implementation is held to the same promises: the error codes named in
 // the method comments, the transactions (UpdateRefs all-or-nothing,
 // UpdateRefsAndStatus moving both or neither, the hook outbox written with
@@ -47,13 +49,16 @@ func Interfaces() []reflect.Type {
 		reflect.TypeOf((*lockstep.GateStore)(nil)).Elem(),
 		reflect.TypeOf((*lockstep.CheckpointStore)(nil)).Elem(),
 		reflect.TypeOf((*lockstep.IdempotencyStore)(nil)).Elem(),
+		// Not part of Store (only object-storage mode needs it): its tests
+		// skip on a store that does not implement it.
+		reflect.TypeOf((*lockstep.PackStore)(nil)).Elem(),
 	}
 }
 
 // tests maps every method name to its contract test.
 func tests() map[string]test {
 	all := map[string]test{}
-	for _, part := range []map[string]test{keyTests(), opTests(), repoTests(), gateTests(), checkpointTests(), idemTests(), storeTests()} {
+	for _, part := range []map[string]test{keyTests(), opTests(), repoTests(), gateTests(), checkpointTests(), idemTests(), packTests(), storeTests()} {
 		for name, fn := range part {
 			if _, dup := all[name]; dup {
 				panic("storetest: two tests for " + name)

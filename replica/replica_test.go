@@ -1,0 +1,495 @@
+package replica_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/minio/minio-go/v7"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/internal/testenv"
+	"github.com/lockstep-hq/lockstep/redislock"
+	"github.com/lockstep-hq/lockstep/replica"
+	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/repositories"
+	"github.com/lockstep-hq/lockstep/s3packs"
+	"github.com/lockstep-hq/lockstep/sqlstore"
+)
+
+// env is one shared truth (a Postgres database and a bucket) that several
+// replicas (Managers with their own cache directories) use.
+type env struct {
+	t       *testing.T
+	db      *sqlstore.DB
+	objects *s3packs.Store
+	cfg     s3packs.Config
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv, bucket := testenv.MustS3Bucket(t)
+	return newEnvOn(t, srv, bucket)
+}
+
+func newEnvOn(t *testing.T, srv testenv.S3Server, bucket string) *env {
+	t.Helper()
+	db, err := sqlstore.Open(context.Background(), testenv.MustPostgresDB(t), sqlstore.Options{Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	cfg := s3packs.Config{Bucket: bucket, Prefix: "lockstep", Endpoint: srv.Endpoint, Region: "us-east-1",
+		Insecure: !srv.Secure, Timeout: 5 * time.Second, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
+	objects, err := s3packs.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, db: db, objects: objects, cfg: cfg}
+}
+
+// replica is one Manager and its cache directory.
+type replicaT struct {
+	m   *replica.Manager
+	dir string
+	mu  sync.Mutex
+	net []repositories.ObjectStore
+}
+
+func (e *env) replica(grace time.Duration) *replicaT {
+	e.t.Helper()
+	m := replica.New(replica.Config{Objects: e.objects, Packs: e.db, Grace: grace,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	r := &replicaT{m: m, dir: e.t.TempDir()}
+	e.t.Cleanup(func() {
+		r.mu.Lock()
+		for _, n := range r.net {
+			n.Close()
+		}
+		r.mu.Unlock()
+		m.Close()
+	})
+	return r
+}
+
+func (r *replicaT) open(t *testing.T, network string) repositories.ObjectStore {
+	t.Helper()
+	n, err := r.m.Open(filepath.Join(r.dir, network+".git"), repo.Options{Fsync: true})
+	if err != nil {
+		t.Fatalf("open %s: %v", network, err)
+	}
+	r.mu.Lock()
+	r.net = append(r.net, n)
+	r.mu.Unlock()
+	return n
+}
+
+func refresh(t *testing.T, n repositories.ObjectStore) {
+	t.Helper()
+	if err := n.(repositories.Refresher).Refresh(context.Background()); err != nil {
+		t.Fatalf("refresh: %v", err)
+	}
+}
+
+func blob(s string) plumbing.EncodedObject {
+	o := &plumbing.MemoryObject{}
+	o.SetType(plumbing.BlobObject)
+	o.Write([]byte(s))
+	return o
+}
+
+// writeBlobs writes count blobs as one pack and returns their hashes.
+func writeBlobs(t *testing.T, n repositories.ObjectStore, tag string, count int) []plumbing.Hash {
+	t.Helper()
+	var objs []plumbing.EncodedObject
+	var hs []plumbing.Hash
+	for i := 0; i < count; i++ {
+		o := blob(fmt.Sprintf("%s %d\n%s", tag, i, strings.Repeat("x", i)))
+		objs = append(objs, o)
+		hs = append(hs, o.Hash())
+	}
+	if _, err := n.WriteObjects(objs); err != nil {
+		t.Fatalf("write %s: %v", tag, err)
+	}
+	return hs
+}
+
+func mustHave(t *testing.T, n repositories.ObjectStore, hs []plumbing.Hash, where string) {
+	t.Helper()
+	if miss := n.Missing(hs); len(miss) > 0 {
+		t.Fatalf("%s: %d of %d objects missing, first %s", where, len(miss), len(hs), miss[0])
+	}
+}
+
+func livePacks(t *testing.T, e *env, network string) (live, retired []string) {
+	t.Helper()
+	recs, _, err := e.db.NetworkPacks(context.Background(), network)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Live() {
+			live = append(live, r.Hash)
+		} else {
+			retired = append(retired, r.Hash)
+		}
+	}
+	return live, retired
+}
+
+func fsck(t *testing.T, dir string) {
+	t.Helper()
+	cmd := exec.Command("git", "fsck", "--no-dangling", "--strict")
+	cmd.Env = append(os.Environ(), "GIT_DIR="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git fsck %s: %v\n%s", dir, err, out)
+	}
+}
+
+// A write on one replica is registered before it returns: another
+// replica's next refresh downloads it; a replica opened later (a wiped
+// cache) rebuilds everything from the bucket.
+func TestWriteOnOneReadOnAnother(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.replica(time.Hour), e.replica(time.Hour)
+	na, nb := a.open(t, "net1"), b.open(t, "net1")
+	hs := writeBlobs(t, na, "a", 10)
+	live, _ := livePacks(t, e, "net1")
+	if len(live) != 1 {
+		t.Fatalf("live packs after one write: %d, want 1", len(live))
+	}
+	if len(nb.Missing(hs)) != len(hs) {
+		t.Fatalf("replica b has objects before its refresh")
+	}
+	refresh(t, nb)
+	mustHave(t, nb, hs, "replica b after refresh")
+
+	// Writes on both, then a commit built on b from a's blob.
+	hb := writeBlobs(t, nb, "b", 5)
+	refresh(t, na)
+	mustHave(t, na, hb, "replica a")
+	c := e.replica(time.Hour)
+	nc := c.open(t, "net1")
+	mustHave(t, nc, append(hs, hb...), "a new replica")
+
+	// Wiped cache: the same directory emptied and opened again.
+	nc.Close()
+	if err := os.RemoveAll(c.dir); err != nil {
+		t.Fatal(err)
+	}
+	nc2 := c.open(t, "net1")
+	mustHave(t, nc2, append(hs, hb...), "a wiped cache")
+	fsck(t, nc2.Dir())
+
+	// A commit (a loose write in local mode) is a pack here, registered.
+	tree, objs, err := nc2.EditTree(plumbing.ZeroHash, []repo.TreeEdit{{Path: "f.txt", Content: []byte("hi\n")}}, repo.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc2.WriteObjects(objs); err != nil {
+		t.Fatal(err)
+	}
+	sig := object.Signature{Name: "a", Email: "a@example.com", When: time.Unix(1e9, 0)}
+	commit, _, err := nc2.WriteCommit(repo.CommitSpec{Tree: tree, Message: "m\n", Author: sig, Committer: sig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refresh(t, na)
+	if _, err := na.Commit(commit); err != nil {
+		t.Fatalf("commit written on c not readable on a: %v", err)
+	}
+}
+
+// The object store down: a write fails with unavailable, registers
+// nothing and leaves no pack in the cache; reads from the cache go on; the
+// store back, writes succeed and nothing was lost.
+func TestObjectStoreOutage(t *testing.T) {
+	own := testenv.StartS3(t)
+	c := own.Client(t)
+	if err := c.MakeBucket(context.Background(), "outage", minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvOn(t, own.S3Server, "outage")
+	a := e.replica(time.Hour)
+	n := a.open(t, "net")
+	before := writeBlobs(t, n, "before", 4)
+	packsBefore := n.PackCount()
+
+	own.Kill()
+	_, err := n.WriteObjects([]plumbing.EncodedObject{blob("during the outage")})
+	if lockstep.ErrorCode(err) != lockstep.EUNAVAILABLE {
+		t.Fatalf("write with the store down: %v (code %q), want unavailable", err, lockstep.ErrorCode(err))
+	}
+	if !n.Has(before[0]) {
+		t.Fatal("cached object unreadable during the outage")
+	}
+	if n.PackCount() != packsBefore {
+		t.Fatalf("pack count %d after a failed write, want %d", n.PackCount(), packsBefore)
+	}
+	if n.Has(blob("during the outage").Hash()) {
+		t.Fatal("the failed write's object is readable from the cache")
+	}
+	live, _ := livePacks(t, e, "net")
+	if len(live) != 1 {
+		t.Fatalf("live packs %d after the failed write, want 1", len(live))
+	}
+
+	own.Restart(t)
+	after := writeBlobs(t, n, "after", 2)
+	fresh := e.replica(time.Hour).open(t, "net")
+	mustHave(t, fresh, append(before, after...), "a new replica after the outage")
+}
+
+// Compaction folds every live pack written by several replicas into one,
+// keeps every object (referenced or not), retires the old packs in the
+// database, and the other replicas follow; two compactions at once do
+// not lose anything.
+func TestCompactionAcrossReplicas(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.replica(time.Hour), e.replica(time.Hour)
+	na, nb := a.open(t, "net"), b.open(t, "net")
+	var all []plumbing.Hash
+	for i := 0; i < 4; i++ {
+		all = append(all, writeBlobs(t, na, fmt.Sprintf("a%d", i), 3)...)
+		all = append(all, writeBlobs(t, nb, fmt.Sprintf("b%d", i), 3)...)
+	}
+	live, _ := livePacks(t, e, "net")
+	if len(live) != 8 {
+		t.Fatalf("live packs %d, want 8", len(live))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, n := range []repositories.ObjectStore{na, nb} {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = n.Compact(context.Background()) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("compact %d: %v", i, err)
+		}
+	}
+	live, retired := livePacks(t, e, "net")
+	if len(live) != 1 || len(retired) != 8 {
+		t.Fatalf("after compaction: %d live, %d retired; want 1 and 8", len(live), len(retired))
+	}
+	for _, n := range []repositories.ObjectStore{na, nb} {
+		refresh(t, n)
+		mustHave(t, n, all, "after compaction")
+		if n.PackCount() != 1 {
+			t.Fatalf("cache holds %d packs after following a compaction, want 1", n.PackCount())
+		}
+	}
+	mustHave(t, e.replica(time.Hour).open(t, "net"), all, "a new replica after compaction")
+}
+
+// GC with a tiny grace period, racing with writes and compactions:
+// retired and never-registered packs go, live ones stay; every object
+// written stays readable from a wiped cache.
+func TestGCRacingWritesAndCompaction(t *testing.T) {
+	e := newEnv(t)
+	const grace = 400 * time.Millisecond
+	a, b := e.replica(grace), e.replica(grace)
+	na, nb := a.open(t, "net"), b.open(t, "net")
+
+	// An unregistered pack: uploaded by a write that crashed before its
+	// registration.
+	orphanDir := t.TempDir()
+	orphan, err := repo.Open(orphanDir, repo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := orphan.WriteObjects([]plumbing.EncodedObject{blob("orphan")}); err != nil {
+		t.Fatal(err)
+	}
+	packs, _ := filepath.Glob(filepath.Join(orphanDir, "objects", "pack", "pack-*.pack"))
+	oh := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(packs[0]), "pack-"), ".pack")
+	if err := e.objects.PutPack(context.Background(), "net", oh, packs[0], strings.TrimSuffix(packs[0], ".pack")+".idx"); err != nil {
+		t.Fatal(err)
+	}
+	orphan.Close()
+
+	var mu sync.Mutex
+	var all []plumbing.Hash
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w, n := range []repositories.ObjectStore{na, nb} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				hs := writeBlobs(t, n, fmt.Sprintf("w%d-%d", w, i), 2)
+				mu.Lock()
+				all = append(all, hs...)
+				mu.Unlock()
+				if i%5 == 4 {
+					if err := n.Compact(context.Background()); err != nil {
+						t.Errorf("compact: %v", err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	var deleted int
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			st, err := a.m.GC(context.Background())
+			if err != nil {
+				t.Errorf("gc: %v", err)
+				return
+			}
+			deleted += st.Deleted
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	wg.Wait()
+	time.Sleep(grace + 100*time.Millisecond)
+	st, err := b.m.GC(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted += st.Deleted
+	if deleted == 0 {
+		t.Fatal("gc deleted nothing")
+	}
+	inBucket, err := e.objects.ListPacks(context.Background(), "net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, retired := livePacks(t, e, "net")
+	if len(retired) != 0 {
+		t.Fatalf("%d retired records left after GC past the grace period", len(retired))
+	}
+	liveSet := map[string]bool{}
+	for _, h := range live {
+		liveSet[h] = true
+	}
+	for _, p := range inBucket {
+		if !liveSet[p.Hash] {
+			t.Errorf("bucket still holds pack %s, neither live nor young", p.Hash)
+		}
+		if p.Hash == oh {
+			t.Errorf("the unregistered pack survived GC")
+		}
+	}
+	if len(inBucket) != len(live) {
+		t.Fatalf("bucket has %d packs, %d live", len(inBucket), len(live))
+	}
+	fresh := e.replica(grace).open(t, "net")
+	mustHave(t, fresh, all, "a new replica after GC")
+	fsck(t, fresh.Dir())
+}
+
+// A data directory from local mode (packs and loose objects) is adopted:
+// its objects are uploaded and registered when opened in object-storage
+// mode.
+func TestAdoptLocalObjects(t *testing.T) {
+	e := newEnv(t)
+	a := e.replica(time.Hour)
+	dir := filepath.Join(a.dir, "net.git")
+	local, err := repo.Open(dir, repo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := writeBlobs(t, local, "local", 3)
+	loose := blob("loose")
+	if _, err := local.Objects().SetEncodedObject(loose); err != nil {
+		t.Fatal(err)
+	}
+	local.Close()
+	n := a.open(t, "net")
+	mustHave(t, n, append(hs, loose.Hash()), "adopted")
+	fresh := e.replica(time.Hour).open(t, "net")
+	mustHave(t, fresh, append(hs, loose.Hash()), "a new replica after adoption")
+}
+
+
+// With Redis, a replica downloads another's write in the background as
+// soon as it is announced, before any request asks for it.
+func TestNotifierPrefetches(t *testing.T) {
+	e := newEnv(t)
+	rdb, _ := testenv.MustRedis(t)
+	prefix := fmt.Sprintf("lockstep-test-%d:net:", time.Now().UnixNano())
+	mk := func() *replicaT {
+		m := replica.New(replica.Config{Objects: e.objects, Packs: e.db, Grace: time.Hour,
+			Notify: redislock.NewNotifier(rdb, prefix), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		r := &replicaT{m: m, dir: t.TempDir()}
+		t.Cleanup(func() {
+			for _, n := range r.net {
+				n.Close()
+			}
+			m.Close()
+		})
+		return r
+	}
+	a, b := mk(), mk()
+	na, nb := a.open(t, "net"), b.open(t, "net")
+	time.Sleep(200 * time.Millisecond) // both subscribed
+	hs := writeBlobs(t, na, "announced", 3)
+	deadline := time.Now().Add(20 * time.Second)
+	for len(nb.Missing(hs)) > 0 { // Missing does not refresh
+		if time.Now().After(deadline) {
+			t.Fatal("replica b never downloaded the announced pack")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A request catches up before it reads a ref, but another replica's write
+// can commit in between: the ref then names a commit the cache has not
+// downloaded. A lookup that misses catches up and tries again (found by
+// `lockstep load`: preflights answering "commit … not found").
+func TestMissingObjectCatchesUp(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.replica(time.Hour), e.replica(time.Hour)
+	na, nb := a.open(t, "net"), b.open(t, "net")
+	refresh(t, nb)
+	tree, objs, err := na.EditTree(plumbing.ZeroHash, []repo.TreeEdit{{Path: "f", Content: []byte("from a\n")}}, repo.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := na.WriteObjects(objs); err != nil {
+		t.Fatal(err)
+	}
+	sig := object.Signature{Name: "a", Email: "a@example.com", When: time.Unix(1e9, 0)}
+	c, _, err := na.WriteCommit(repo.CommitSpec{Tree: tree, Message: "m\n", Author: sig, Committer: sig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No Refresh on b: the reads themselves must find it.
+	if _, err := nb.Commit(c); err != nil {
+		t.Fatalf("commit written on a, read on b: %v", err)
+	}
+	if _, err := nb.TreeEntries(c, ""); err != nil {
+		t.Fatalf("tree: %v", err)
+	}
+	c2, _, err := na.WriteCommit(repo.CommitSpec{Tree: tree, Parents: []plumbing.Hash{c}, Message: "n\n", Author: sig, Committer: sig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nb.Has(c2) {
+		t.Fatal("Has on b of a commit just written on a")
+	}
+	// A commit on b whose parent b has not downloaded yet.
+	c3, _, err := na.WriteCommit(repo.CommitSpec{Tree: tree, Parents: []plumbing.Hash{c2}, Message: "o\n", Author: sig, Committer: sig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := nb.WriteCommit(repo.CommitSpec{Tree: tree, Parents: []plumbing.Hash{c3}, Message: "p\n", Author: sig, Committer: sig}); err != nil {
+		t.Fatalf("commit on b with a parent from a: %v", err)
+	}
+}

@@ -1,0 +1,344 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// The pack list, generation and leases of object-storage mode (issue #11,
+// docs/replicas.md; tables of migration 0010). Ref changes bump the
+// generation through triggers on refs, so every writer of refs (CreateRepo,
+// UpdateRefs, UpdateRefsAndStatus, any later one) does it inside its own
+// transaction without knowing about it.
+//
+// Times are the store's clock (Options.Now), like every other timestamp
+// here: replicas' clocks must agree to well within a lease's ttl.
+
+var _ lockstep.PackStore = (*DB)(nil)
+
+// checkPack refuses a record the object store could not name.
+func checkPack(p lockstep.PackRecord) error {
+	if p.Network == "" {
+		return lockstep.Errorf(lockstep.EINVALID, "pack %s: the network is empty", p.Hash)
+	}
+	if err := checkPackHash(p.Hash); err != nil {
+		return err
+	}
+	if p.PackBytes < 0 || p.IdxBytes < 0 || p.Objects < 0 {
+		return lockstep.Errorf(lockstep.EINVALID, "pack %s: negative size or object count (pack %d bytes, index %d bytes, %d objects)", p.Hash, p.PackBytes, p.IdxBytes, p.Objects)
+	}
+	return nil
+}
+
+// checkPackHash refuses anything but a 40-lowercase-hex-digit pack name
+// (the rule of s3packs, which names the bucket's objects after it).
+func checkPackHash(h string) error {
+	if len(h) != 40 {
+		return lockstep.Errorf(lockstep.EINVALID, "pack hash %q: want 40 hex digits", h)
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return lockstep.Errorf(lockstep.EINVALID, "pack hash %q: want 40 lowercase hex digits", h)
+		}
+	}
+	return nil
+}
+
+// bumpGeneration adds one to network's generation inside tx and returns
+// it (1 for a network never bumped). On PostgreSQL the upsert holds the
+// row until commit, so concurrent bumps queue and each sees the last.
+func bumpGeneration(ctx context.Context, tx *sql.Tx, network string) (int64, error) {
+	var g int64
+	err := tx.QueryRowContext(ctx, `INSERT INTO network_state (network, generation) VALUES ($1, 1)
+		ON CONFLICT (network) DO UPDATE SET generation = network_state.generation + 1
+		RETURNING generation`, network).Scan(&g)
+	if err != nil {
+		return 0, fmt.Errorf("bump generation of %s: %w", network, err)
+	}
+	return g, nil
+}
+
+// generation reads network's generation (0 if never bumped).
+func generation(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, network string) (int64, error) {
+	var g int64
+	err := q.QueryRowContext(ctx, `SELECT generation FROM network_state WHERE network = $1`, network).Scan(&g)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read generation of %s: %w", network, err)
+	}
+	return g, nil
+}
+
+// insertPack inserts p as live unless a record of it exists; it reports
+// whether it inserted and, if not, whether the existing record is retired.
+func insertPack(ctx context.Context, tx *sql.Tx, p lockstep.PackRecord, now int64) (inserted, retired bool, err error) {
+	res, err := tx.ExecContext(ctx, `INSERT INTO network_packs (network, hash, pack_bytes, idx_bytes, objects, registered_at)
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (network, hash) DO NOTHING`,
+		p.Network, p.Hash, p.PackBytes, p.IdxBytes, p.Objects, now)
+	if err != nil {
+		return false, false, fmt.Errorf("insert pack %s: %w", p.Hash, err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return true, false, nil
+	}
+	var r sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT retired_at FROM network_packs WHERE network = $1 AND hash = $2`, p.Network, p.Hash).Scan(&r); err != nil {
+		return false, false, fmt.Errorf("read pack %s: %w", p.Hash, err)
+	}
+	return false, r.Valid, nil
+}
+
+// RegisterPack inserts p as live and bumps its network's generation in one
+// transaction; a pack already registered (live or retired) changes nothing
+// and the current generation is returned.
+func (s *DB) RegisterPack(ctx context.Context, p lockstep.PackRecord) (g int64, err error) {
+	ctx, span := s.start(ctx, "RegisterPack")
+	defer func() { err = end(span, err) }()
+	if err := checkPack(p); err != nil {
+		return 0, err
+	}
+	now := micros(s.now())
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		inserted, _, err := insertPack(ctx, tx, p, now)
+		if err != nil {
+			return err
+		}
+		if inserted {
+			g, err = bumpGeneration(ctx, tx, p.Network)
+		} else {
+			g, err = generation(ctx, tx, p.Network)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return g, nil
+}
+
+// ReplacePacks registers p and retires every pack of old, in one
+// transaction bumping the generation once. A pack of old that is not live
+// (retired, or never registered) is ref_conflict and nothing changes.
+// p already registered live is kept as it is; p registered and retired is
+// already_exists (reviving it could race the GC deleting its objects), as
+// is p named in old (invalid_argument).
+func (s *DB) ReplacePacks(ctx context.Context, p lockstep.PackRecord, old []string) (g int64, err error) {
+	ctx, span := s.start(ctx, "ReplacePacks")
+	defer func() { err = end(span, err) }()
+	if err := checkPack(p); err != nil {
+		return 0, err
+	}
+	// Retire in one order (sorted, once each): two compactions of one
+	// network lock the rows they share in the same order and never
+	// deadlock on PostgreSQL.
+	old = slices.Clone(old)
+	slices.Sort(old)
+	old = slices.Compact(old)
+	for _, h := range old {
+		if err := checkPackHash(h); err != nil {
+			return 0, err
+		}
+		if h == p.Hash {
+			return 0, lockstep.Errorf(lockstep.EINVALID, "pack %s of network %s cannot replace itself", p.Hash, p.Network)
+		}
+	}
+	now := micros(s.now())
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		inserted, retired, err := insertPack(ctx, tx, p, now)
+		if err != nil {
+			return err
+		}
+		if retired {
+			return lockstep.Errorf(lockstep.ECONFLICT, "pack %s of network %s is registered and retired: a retired pack is never made live again", p.Hash, p.Network)
+		}
+		for _, h := range old {
+			res, err := tx.ExecContext(ctx, `UPDATE network_packs SET retired_at = $1 WHERE network = $2 AND hash = $3 AND retired_at IS NULL`, now, p.Network, h)
+			if err != nil {
+				return fmt.Errorf("retire pack %s: %w", h, err)
+			}
+			if n, _ := res.RowsAffected(); n != 1 {
+				return lockstep.Errorf(lockstep.EREFCONFLICT, "pack %s of network %s is no longer live (another compaction replaced it, or it was never registered): nothing was changed", h, p.Network).
+					WithDetails(map[string]any{"network": p.Network, "pack": h})
+			}
+		}
+		if inserted || len(old) > 0 {
+			g, err = bumpGeneration(ctx, tx, p.Network)
+		} else {
+			g, err = generation(ctx, tx, p.Network)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return g, nil
+}
+
+// NetworkPacks returns every pack record of network, oldest first, with the
+// generation, in one statement: one snapshot on both engines (two SELECTs
+// in a READ COMMITTED transaction on PostgreSQL would not be).
+func (s *DB) NetworkPacks(ctx context.Context, network string) (out []lockstep.PackRecord, g int64, err error) {
+	ctx, span := s.start(ctx, "NetworkPacks")
+	defer func() { err = end(span, err) }()
+	// One row with a NULL hash when the network has no packs.
+	rows, err := s.db.QueryContext(ctx, `SELECT st.g, p.hash, p.pack_bytes, p.idx_bytes, p.objects, p.registered_at, p.retired_at
+		FROM (SELECT COALESCE((SELECT generation FROM network_state WHERE network = $1), 0) AS g) st
+		LEFT JOIN network_packs p ON p.network = $1
+		ORDER BY p.registered_at, p.hash`, network)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var hash sql.NullString
+		var pb, ib, objs, reg sql.NullInt64
+		var ret sql.NullInt64
+		if err := rows.Scan(&g, &hash, &pb, &ib, &objs, &reg, &ret); err != nil {
+			return nil, 0, err
+		}
+		if !hash.Valid {
+			continue
+		}
+		p := lockstep.PackRecord{Network: network, Hash: hash.String, PackBytes: pb.Int64, IdxBytes: ib.Int64, Objects: int(objs.Int64), RegisteredAt: fromMicros(reg.Int64)}
+		if ret.Valid {
+			p.RetiredAt = fromMicros(ret.Int64)
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	return out, g, nil
+}
+
+// NetworkGeneration returns network's generation (0 if never bumped): one
+// primary-key read.
+func (s *DB) NetworkGeneration(ctx context.Context, network string) (g int64, err error) {
+	ctx, span := s.start(ctx, "NetworkGeneration")
+	defer func() { err = end(span, err) }()
+	return generation(ctx, s.db, network)
+}
+
+// NetworkRefs returns every ref of every repository of network, by
+// repository then ref name.
+func (s *DB) NetworkRefs(ctx context.Context, network string) (out []lockstep.NetworkRef, err error) {
+	ctx, span := s.start(ctx, "NetworkRefs")
+	defer func() { err = end(span, err) }()
+	rows, err := s.db.QueryContext(ctx, `SELECT r.name, f.name, f.oid, f.updated_at FROM repos r JOIN refs f ON f.repo_id = r.id
+		WHERE r.network = $1 ORDER BY r.name, f.name`, network)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var nr lockstep.NetworkRef
+		var u int64
+		if err := rows.Scan(&nr.Repo, &nr.Name, &nr.OID, &u); err != nil {
+			return nil, err
+		}
+		nr.UpdatedAt = fromMicros(u)
+		out = append(out, nr)
+	}
+	return out, rows.Err()
+}
+
+// PackNetworks lists the networks with at least one pack record (live or
+// retired), by name.
+func (s *DB) PackNetworks(ctx context.Context) (out []string, err error) {
+	ctx, span := s.start(ctx, "PackNetworks")
+	defer func() { err = end(span, err) }()
+	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT network FROM network_packs ORDER BY network`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// DeletePackRecord removes a retired pack's record; a live one is refused
+// (invalid_argument), an unknown one is not an error. The generation does
+// not move: the live list is the same.
+func (s *DB) DeletePackRecord(ctx context.Context, network, hash string) (err error) {
+	ctx, span := s.start(ctx, "DeletePackRecord")
+	defer func() { err = end(span, err) }()
+	if err := checkPackHash(hash); err != nil {
+		return err
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM network_packs WHERE network = $1 AND hash = $2 AND retired_at IS NOT NULL`, network, hash)
+		if err != nil {
+			return fmt.Errorf("delete pack %s: %w", hash, err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			return nil
+		}
+		var one int
+		err = tx.QueryRowContext(ctx, `SELECT 1 FROM network_packs WHERE network = $1 AND hash = $2`, network, hash).Scan(&one)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil
+		case err != nil:
+			return fmt.Errorf("read pack %s: %w", hash, err)
+		}
+		return lockstep.Errorf(lockstep.EINVALID, "pack %s of network %s is live: only a retired pack's record can be deleted", hash, network)
+	})
+}
+
+// ClaimLease takes the named lease for holder until now+ttl in one
+// statement: an upsert that replaces the row only when it is holder's or
+// has expired (expires_at <= now). On PostgreSQL the conflicting row is
+// locked and the condition read from its latest version, so of several
+// claimants exactly one wins.
+func (s *DB) ClaimLease(ctx context.Context, name, holder string, ttl time.Duration) (ok bool, err error) {
+	ctx, span := s.start(ctx, "ClaimLease")
+	defer func() { err = end(span, err) }()
+	switch {
+	case name == "":
+		return false, lockstep.Errorf(lockstep.EINVALID, "lease name is empty")
+	case holder == "":
+		return false, lockstep.Errorf(lockstep.EINVALID, "lease %s: the holder is empty", name)
+	case ttl <= 0:
+		return false, lockstep.Errorf(lockstep.EINVALID, "lease %s: ttl %v is not positive", name, ttl)
+	}
+	now := s.now()
+	var got string
+	err = s.db.QueryRowContext(ctx, `INSERT INTO leases (name, holder, expires_at) VALUES ($1, $2, $3)
+		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+		WHERE leases.holder = excluded.holder OR leases.expires_at <= $4
+		RETURNING holder`, name, holder, micros(now.Add(ttl)), micros(now)).Scan(&got)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("claim lease %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// ReleaseLease frees the lease if holder holds it; otherwise nothing
+// changes.
+func (s *DB) ReleaseLease(ctx context.Context, name, holder string) (err error) {
+	ctx, span := s.start(ctx, "ReleaseLease")
+	defer func() { err = end(span, err) }()
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM leases WHERE name = $1 AND holder = $2`, name, holder); err != nil {
+		return fmt.Errorf("release lease %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,224 @@
+package sqlstore_test
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/internal/testenv"
+	"github.com/lockstep-hq/lockstep/migrations"
+	"github.com/lockstep-hq/lockstep/sqlstore"
+)
+
+// clock is an injected store clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *clock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+func openAt(t *testing.T, url string, c *clock) *sqlstore.DB {
+	t.Helper()
+	db, err := sqlstore.Open(context.Background(), url, sqlstore.Options{Migrate: true, Now: c.Now})
+	if err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func packRec(network string, n int) lockstep.PackRecord {
+	return lockstep.PackRecord{Network: network, Hash: fmt.Sprintf("%040x", n), PackBytes: 10, IdxBytes: 2, Objects: 1}
+}
+
+// TestPacksAndLeasesOnTheStoreClock: registration and retirement times and
+// lease expiry are the store's clock (Options.Now), to the microsecond; a
+// lease is free from the instant it expires.
+func TestPacksAndLeasesOnTheStoreClock(t *testing.T) {
+	for name, url := range backendURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			t0 := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
+			c := &clock{t: t0}
+			db := openAt(t, url, c)
+
+			if _, err := db.RegisterPack(ctx, packRec("net", 1)); err != nil {
+				t.Fatal(err)
+			}
+			c.Set(t0.Add(time.Minute))
+			if _, err := db.ReplacePacks(ctx, packRec("net", 2), []string{packRec("net", 1).Hash}); err != nil {
+				t.Fatal(err)
+			}
+			list, g, err := db.NetworkPacks(ctx, "net")
+			if err != nil {
+				t.Fatal(err)
+			}
+			micro := t0.Truncate(time.Microsecond)
+			if g != 2 || len(list) != 2 || !list[0].RegisteredAt.Equal(micro) || !list[0].RetiredAt.Equal(micro.Add(time.Minute)) ||
+				!list[1].RegisteredAt.Equal(micro.Add(time.Minute)) || !list[1].Live() {
+				t.Fatalf("records %+v gen %d: want registered at %v, retired and replaced at %v", list, g, micro, micro.Add(time.Minute))
+			}
+
+			claim := func(holder string, want bool) {
+				t.Helper()
+				ok, err := db.ClaimLease(ctx, "compact:net", holder, 10*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok != want {
+					t.Fatalf("at %v %s claims: %v, want %v", c.Now(), holder, ok, want)
+				}
+			}
+			c.Set(t0)
+			claim("r1", true)
+			c.Set(t0.Add(10*time.Second - time.Microsecond))
+			claim("r2", false)
+			c.Set(t0.Add(10 * time.Second))
+			claim("r2", true)
+			claim("r1", false)
+		})
+	}
+}
+
+// TestMigration0010DownAndUp: the down migration removes the tables, the
+// triggers and the index (refs move again without them) and the up
+// migration applies again on top.
+func TestMigration0010DownAndUp(t *testing.T) {
+	for name, url := range backendURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			db := mustOpen(t, url)
+			files, err := migrations.FS(db.Dialect())
+			if err != nil {
+				t.Fatal(err)
+			}
+			run := func(file string) {
+				t.Helper()
+				b, err := fs.ReadFile(files, file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := db.SQL().ExecContext(ctx, string(b)); err != nil {
+					t.Fatalf("%s: %v", file, err)
+				}
+			}
+			r := &lockstep.Repo{Name: "base", Network: "base", DefaultBranch: "main"}
+			oidN := func(n int) string { return fmt.Sprintf("%040x", n) }
+			if err := db.CreateRepo(ctx, r, []lockstep.Ref{{Name: "refs/heads/main", OID: oidN(1)}}, entry("repo.create")); err != nil {
+				t.Fatal(err)
+			}
+			run("0010_packs.down.sql")
+			if _, err := db.NetworkGeneration(ctx, "base"); lockstep.ErrorCode(err) != lockstep.EINTERNAL {
+				t.Fatalf("network_state after the down migration: %v, want it gone", err)
+			}
+			move := lockstep.RefUpdate{RepoID: r.ID, Repo: r.Name, Name: "refs/heads/main", Old: oidN(1), New: oidN(2)}
+			if err := db.UpdateRefs(ctx, []lockstep.RefUpdate{move}, nil, nil, entry("push")); err != nil {
+				t.Fatalf("a ref move without the triggers: %v", err)
+			}
+			run("0010_packs.up.sql")
+			move.Old, move.New = oidN(2), oidN(3)
+			if err := db.UpdateRefs(ctx, []lockstep.RefUpdate{move}, nil, nil, entry("push")); err != nil {
+				t.Fatal(err)
+			}
+			if g, err := db.NetworkGeneration(ctx, "base"); err != nil || g != 1 {
+				t.Fatalf("generation after the up migration and one move: %d, %v; want 1", g, err)
+			}
+		})
+	}
+}
+
+// benchURL is a fresh store of one implementation for one benchmark run.
+// "postgres-nosync" commits without waiting for the WAL flush
+// (synchronous_commit=off for its connections): the fsync that dominates
+// and blurs a commit's time on a small machine is gone, what remains is
+// the statements' own cost.
+func benchURL(b *testing.B, name string) string {
+	switch name {
+	case "postgres":
+		return testenv.MustPostgresDB(b)
+	case "postgres-nosync":
+		return testenv.MustPostgresDB(b) + "?synchronous_commit=off"
+	}
+	return filepath.Join(b.TempDir(), "meta.db")
+}
+
+// BenchmarkNetworkGeneration is the read a replica does before serving a
+// network.
+func BenchmarkNetworkGeneration(b *testing.B) {
+	for _, name := range []string{"sqlite", "postgres"} {
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			db := mustOpen(b, benchURL(b, name))
+			for i := 0; i < 100; i++ {
+				if _, err := db.RegisterPack(ctx, packRec(fmt.Sprintf("net%03d", i), i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := db.NetworkGeneration(ctx, "net042"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkUpdateRefs moves one ref (or ten in one transaction) with the
+// generation triggers of migration 0010 and, for comparison, with them
+// dropped: the difference is what the triggers add to every ref write.
+func BenchmarkUpdateRefs(b *testing.B) {
+	for _, name := range []string{"sqlite", "postgres", "postgres-nosync"} {
+		for _, triggers := range []bool{true, false} {
+			for _, refs := range []int{1, 10} {
+				label := fmt.Sprintf("%s/triggers=%v/refs=%d", name, triggers, refs)
+				b.Run(label, func(b *testing.B) {
+					ctx := context.Background()
+					db := mustOpen(b, benchURL(b, name))
+					if !triggers {
+						for _, op := range []string{"insert", "update", "delete"} {
+							q := "DROP TRIGGER refs_bump_generation_" + op
+							if db.Dialect() == "postgres" {
+								q += " ON refs"
+							}
+							if _, err := db.SQL().ExecContext(ctx, q); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+					r := &lockstep.Repo{Name: fmt.Sprintf("bench-%v-%d", triggers, refs), DefaultBranch: "main"}
+					r.Network = r.Name
+					var init []lockstep.Ref
+					cur := make([]string, refs)
+					for j := 0; j < refs; j++ {
+						cur[j] = fmt.Sprintf("%040x", 1)
+						init = append(init, lockstep.Ref{Name: fmt.Sprintf("refs/heads/b%02d", j), OID: cur[j]})
+					}
+					if err := db.CreateRepo(ctx, r, init, entry("repo.create")); err != nil {
+						b.Fatal(err)
+					}
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						ups := make([]lockstep.RefUpdate, refs)
+						for j := range ups {
+							next := fmt.Sprintf("%040x", i+2)
+							ups[j] = lockstep.RefUpdate{RepoID: r.ID, Repo: r.Name, Name: init[j].Name, Old: cur[j], New: next}
+							cur[j] = next
+						}
+						if err := db.UpdateRefs(ctx, ups, nil, nil, entry("push")); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		}
+	}
+}
