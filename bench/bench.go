@@ -49,13 +49,14 @@ type benchOpts struct {
 	fsyncOff    bool
 	branchDBURL string
 	fleetSizes  []int // workspace counts of the fleet rows (fleet.go)
+	objstore    ObjstoreOptions
 
 	startServer func(ctx context.Context, c ServerConfig) (*Server, error)
 }
 
 // benchGroups are the scenario groups --only selects (a row name such as
 // fork-20k or read-refs selects its group).
-var benchGroups = []string{"push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "fsync-off", "fleet"}
+var benchGroups = []string{"push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "fsync-off", "fleet", "objstore"}
 
 // benchRowNames are every row a full run prints, in order.
 var benchRowNames = []string{"push-incremental", "push-incremental:server", "push-tar-full", "rollback", "idempotency-rollback", "read-commit", "read-refs", "mcp-tool-call",
@@ -322,6 +323,7 @@ func (b *bencher) runAll() error {
 		{"run", b.benchRun},
 		{"fsync-off", b.benchFsyncOff},
 		{"fleet", b.benchFleet},
+		{"objstore", b.benchObjstore},
 	}
 	for _, s := range steps {
 		if !b.selected(s.group) {
@@ -365,21 +367,37 @@ func (b *bencher) server(fsync bool) (*benchServer, error) {
 	if !fsync {
 		name = "data-nofsync"
 	}
-	data := b.path(name)
-	s := &benchServer{name: name, data: data}
-	a, err := b.o.startServer(b.ctx, ServerConfig{Data: data, Fsync: fsync, BranchPrefix: "lsbench", BranchDatabaseURL: b.o.branchDBURL, Logger: b.logger})
+	s, err := b.startServer(name, ServerConfig{Data: b.path(name), Fsync: fsync, BranchPrefix: "lsbench", BranchDatabaseURL: b.o.branchDBURL, Logger: b.logger}, "")
+	if err != nil {
+		return nil, err
+	}
+	b.servers[fsync] = s
+	return s, nil
+}
+
+// startServer starts an in-process server (Options.StartServer) behind a
+// request timer on 127.0.0.1 and waits until it is ready. key is the
+// admin key to use; empty: the one the server wrote into its data
+// directory (a fresh metadata database). The caller closes it.
+func (b *bencher) startServer(name string, c ServerConfig, key string) (*benchServer, error) {
+	s := &benchServer{name: name, data: c.Data}
+	a, err := b.o.startServer(b.ctx, c)
 	if err != nil {
 		return nil, err
 	}
 	s.app = a
-	b.servers[fsync] = s
-	key, err := os.ReadFile(filepath.Join(data, "admin.key"))
-	if err != nil {
-		return nil, fmt.Errorf("read admin key: %w", err)
+	if key == "" {
+		k, err := os.ReadFile(filepath.Join(c.Data, "admin.key"))
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("read admin key: %w", err)
+		}
+		key = strings.TrimSpace(string(k))
 	}
-	s.key = strings.TrimSpace(string(key))
+	s.key = key
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		s.close()
 		return nil, err
 	}
 	s.timer = &reqTimer{h: a.Handler}
@@ -388,6 +406,7 @@ func (b *bencher) server(fsync bool) (*benchServer, error) {
 	s.url = "http://" + ln.Addr().String()
 	s.c = client.New(s.url, s.key)
 	if err := s.c.WaitReady(b.ctx); err != nil {
+		s.close()
 		return nil, err
 	}
 	return s, nil
@@ -639,7 +658,18 @@ func (b *bencher) inc(fsync bool) (*incState, error) {
 	if err != nil {
 		return nil, err
 	}
-	tag := map[bool]string{true: "inc", false: "inc-nofsync"}[fsync]
+	st, err := b.newInc(s, map[bool]string{true: "inc", false: "inc-nofsync"}[fsync])
+	if err != nil {
+		return nil, err
+	}
+	b.incs[fsync] = st
+	return st, nil
+}
+
+// newInc creates repository tag on s from the small tree (two commits)
+// with a worktree of its own.
+func (b *bencher) newInc(s *benchServer, tag string) (*incState, error) {
+	var err error
 	st := &incState{repo: tag, dir: b.path(tag + "-ls"), cache: b.path("statcache", tag)}
 	if st.bytes, err = b.small.write(st.dir); err != nil {
 		return nil, err
@@ -658,7 +688,6 @@ func (b *bencher) inc(fsync bool) (*incState, error) {
 	if _, err := b.pushDir(s.c, st.dir, st.repo, client.WriteOptions{Message: "second"}, true, st.cache); err != nil {
 		return nil, err
 	}
-	b.incs[fsync] = st
 	return st, nil
 }
 
@@ -727,44 +756,9 @@ func (b *bencher) pushIncremental(fsync bool, name string) (*pushStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	var puts, handlers, servers, scans, totals []float64
-	ps := &pushStats{routes: map[string][]float64{}}
+	rec := newPushRec()
 	wall, gd, err := b.measurePair(name, 2, b.o.iters, func(i int) (time.Duration, error) {
-		if _, err := editLine(st.dir, b.small, 7, 3, fmt.Sprintf("push %d", i)); err != nil {
-			return 0, err
-		}
-		s.timer.reset()
-		c := b.cmd(st.dir, b.bin, "push", st.dir, "--repo", st.repo, "--expect-current", "--json")
-		c.Env = append(slices.Clone(b.env), "LOCKSTEP_URL="+s.url, "LOCKSTEP_KEY="+s.key)
-		var stderr bytes.Buffer
-		c.Stderr = &stderr
-		t := time.Now()
-		out, err := c.Output()
-		d := time.Since(t)
-		if err != nil {
-			return 0, fmt.Errorf("lockstep push: %v: %s", err, stderr.String())
-		}
-		var rep pushOutput
-		if err := json.Unmarshal(out, &rep); err != nil {
-			return 0, fmt.Errorf("push report: %w: %s", err, out)
-		}
-		if !rep.Changed {
-			return 0, fmt.Errorf("push %d did not change the branch", i)
-		}
-		put, total, _ := s.timer.read()
-		if i >= 2 {
-			puts = append(puts, float64(put.Microseconds())/1000)
-			handlers = append(handlers, float64(total.Microseconds())/1000)
-			servers = append(servers, rep.ServerMS)
-			scans = append(scans, rep.ScanMS)
-			totals = append(totals, rep.TotalMS)
-			ps.maxBytes = max(ps.maxBytes, rep.BytesSent)
-			ps.hashed, ps.files, ps.roundTrips = rep.Hashed, rep.Files, rep.RoundTrips
-			for k, v := range s.timer.routes() {
-				ps.routes[k] = append(ps.routes[k], float64(v.Microseconds())/1000)
-			}
-		}
-		return d, nil
+		return b.lsPush(s, st, i, 2, rec)
 	}, func(i int) (time.Duration, error) {
 		if _, err := editLine(g.dir, b.small, 7, 3, fmt.Sprintf("push %s %d", name, i)); err != nil {
 			return 0, err
@@ -774,9 +768,66 @@ func (b *bencher) pushIncremental(fsync bool, name string) (*pushStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	ps.wall, ps.git, ps.put, ps.handlers, ps.serverMS = wall, gd, newDist(puts), newDist(handlers), newDist(servers)
-	ps.scan, ps.total = newDist(scans), newDist(totals)
-	return ps, nil
+	return rec.stats(wall, gd), nil
+}
+
+// pushRec collects what the recorded iterations of lsPush report.
+type pushRec struct {
+	puts, handlers, servers, scans, totals []float64
+	ps                                     *pushStats
+}
+
+func newPushRec() *pushRec { return &pushRec{ps: &pushStats{routes: map[string][]float64{}}} }
+
+// stats are the collected distributions with the wall times of the
+// measure loop (wall) and of the other column (other).
+func (r *pushRec) stats(wall, other *dist) *pushStats {
+	ps := r.ps
+	ps.wall, ps.git, ps.put, ps.handlers, ps.serverMS = wall, other, newDist(r.puts), newDist(r.handlers), newDist(r.servers)
+	ps.scan, ps.total = newDist(r.scans), newDist(r.totals)
+	return ps
+}
+
+// lsPush changes one file of st's worktree and runs the real `lockstep
+// push` binary against s once; iterations from warm on are recorded in
+// rec.
+func (b *bencher) lsPush(s *benchServer, st *incState, i, warm int, rec *pushRec) (time.Duration, error) {
+	if _, err := editLine(st.dir, b.small, 7, 3, fmt.Sprintf("push %d", i)); err != nil {
+		return 0, err
+	}
+	s.timer.reset()
+	c := b.cmd(st.dir, b.bin, "push", st.dir, "--repo", st.repo, "--expect-current", "--json")
+	c.Env = append(slices.Clone(b.env), "LOCKSTEP_URL="+s.url, "LOCKSTEP_KEY="+s.key)
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	t := time.Now()
+	out, err := c.Output()
+	d := time.Since(t)
+	if err != nil {
+		return 0, fmt.Errorf("lockstep push: %v: %s", err, stderr.String())
+	}
+	var rep pushOutput
+	if err := json.Unmarshal(out, &rep); err != nil {
+		return 0, fmt.Errorf("push report: %w: %s", err, out)
+	}
+	if !rep.Changed {
+		return 0, fmt.Errorf("push %d did not change the branch", i)
+	}
+	put, total, _ := s.timer.read()
+	if i >= warm {
+		ps := rec.ps
+		rec.puts = append(rec.puts, float64(put.Microseconds())/1000)
+		rec.handlers = append(rec.handlers, float64(total.Microseconds())/1000)
+		rec.servers = append(rec.servers, rep.ServerMS)
+		rec.scans = append(rec.scans, rep.ScanMS)
+		rec.totals = append(rec.totals, rep.TotalMS)
+		ps.maxBytes = max(ps.maxBytes, rep.BytesSent)
+		ps.hashed, ps.files, ps.roundTrips = rep.Hashed, rep.Files, rep.RoundTrips
+		for k, v := range s.timer.routes() {
+			ps.routes[k] = append(ps.routes[k], float64(v.Microseconds())/1000)
+		}
+	}
+	return d, nil
 }
 
 var gitPushCmd = "git add -A && git commit -q -m x && git push -q (file:// bare)"

@@ -68,6 +68,9 @@ type Options struct {
 	// ascending (ParseFleetSizes reads the --fleet flag); empty: no
 	// fleet rows.
 	Fleet []int
+	// Objstore configures the objstore group (object-storage mode beside
+	// local-disk mode, issue #11); its zero value skips the group.
+	Objstore ObjstoreOptions
 
 	// StartServer starts an in-process server with the defaults of
 	// `serve` and the given settings (required).
@@ -83,6 +86,22 @@ type ServerConfig struct {
 	BranchPrefix      string // prefix of the database branches' names
 	BranchDatabaseURL string
 	Logger            *slog.Logger
+
+	// The objstore group's servers (empty: serve's defaults).
+	//
+	// DatabaseURL is the postgres:// metadata database
+	// (LOCKSTEP_DATABASE_URL; empty: the embedded SQLite).
+	DatabaseURL string
+	// ObjectStore is LOCKSTEP_OBJECT_STORE (s3://bucket/prefix?endpoint=…),
+	// with its keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY): the bench
+	// passes them here, not through the process environment.
+	ObjectStore           string
+	S3AccessKey, S3Secret string
+	// SecretKeyFile is LOCKSTEP_SECRET_KEY_FILE (object mode needs one
+	// shared by the replicas).
+	SecretKeyFile string
+	// RedisURL is LOCKSTEP_REDIS_URL (empty: none).
+	RedisURL string
 }
 
 // Server is a started in-process server: Handler serves the HTTP API,
@@ -129,7 +148,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 	}
 	bo := benchOpts{dir: o.Dir, files: o.Files, bigFiles: o.BigFiles, iters: o.Iterations, asJSON: o.JSON, strict: o.Strict,
 		keep: o.Keep, only: o.Only, cpuDir: o.CPUProfileDir, bin: o.Bin, seed: o.Seed, fsyncOff: o.CompareFsync,
-		branchDBURL: o.BranchDatabaseURL, fleetSizes: o.Fleet, startServer: o.StartServer}
+		branchDBURL: o.BranchDatabaseURL, fleetSizes: o.Fleet, objstore: o.Objstore, startServer: o.StartServer}
 	b, err := newBencher(ctx, &env{stdout: stdout, stderr: o.Stderr}, bo)
 	if err != nil {
 		return err

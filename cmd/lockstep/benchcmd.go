@@ -29,6 +29,14 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	f.fs.Uint64Var(&o.Seed, "seed", 1, "seed of the generated trees")
 	f.fs.BoolVar(&o.CompareFsync, "compare-fsync", true, "also measure push-incremental and rollback on a server with --fsync=false")
 	fleet := f.fs.String("fleet", "0,1000,10000", "workspace counts the fleet rows are measured at (comma-separated)")
+	ob := &o.Objstore
+	f.url(&ob.S3URL, "objstore-url", "LOCKSTEP_BENCH_S3_URL", envOr(e.getenv, "LOCKSTEP_TEST_S3_URL", ""),
+		"objstore group: the S3 server, http://ACCESS:SECRET@host:port (the bench creates and removes a bucket; default LOCKSTEP_TEST_S3_URL) or s3://bucket/prefix?endpoint=host:port[&insecure=true] (keys AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; the bench works under prefix/lsbench-<hex>/); empty: the group is skipped")
+	f.url(&ob.PostgresURL, "postgres-url", "LOCKSTEP_BENCH_POSTGRES_URL", envOr(e.getenv, "LOCKSTEP_TEST_POSTGRES_URL", ""),
+		"objstore group: admin postgres:// URL where the bench creates (and drops) a fresh metadata database per mode (default LOCKSTEP_TEST_POSTGRES_URL); empty: the group is skipped")
+	f.url(&ob.RedisURL, "objstore-redis-url", "LOCKSTEP_BENCH_REDIS_URL", "", "objstore group: redis:// URL given to both modes' servers (change notifications); empty: none")
+	bundles := ""
+	f.str(&bundles, "bundles", "LOCKSTEP_BENCH_BUNDLES", "", "objstore group: comma-separated git bundles whose branches and tags the full-history rows push (e.g. /work/shared/corpus/echo.bundle); empty: those rows are skipped")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -36,6 +44,13 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	if o.Fleet, err = bench.ParseFleetSizes(*fleet); err != nil {
 		return err
 	}
+	for _, p := range strings.Split(bundles, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			ob.Bundles = append(ob.Bundles, p)
+		}
+	}
+	ob.AccessKey, ob.SecretKey = e.getenv("AWS_ACCESS_KEY_ID"), e.getenv("AWS_SECRET_ACCESS_KEY")
+	ob.Missing = "no object store or Postgres server: give --objstore-url and --postgres-url (or LOCKSTEP_BENCH_S3_URL / LOCKSTEP_TEST_S3_URL and LOCKSTEP_BENCH_POSTGRES_URL / LOCKSTEP_TEST_POSTGRES_URL)"
 	if only != "" {
 		for _, s := range strings.Split(only, ",") {
 			if s = strings.TrimSpace(s); s != "" {
@@ -56,18 +71,34 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 }
 
 // benchServer starts an in-process server with the defaults of `serve`
-// (from no environment but the branch database) and bc's settings.
+// (from no environment: bc's settings only, the object store's keys
+// included).
 func benchServer(ctx context.Context, e *env, bc bench.ServerConfig) (*bench.Server, error) {
 	var c serveConfig
-	f := newFlagger("serve", &env{getenv: func(k string) string {
-		if k == "LOCKSTEP_BRANCH_DATABASE_URL" {
-			return bc.BranchDatabaseURL
-		}
-		return ""
-	}, stdout: io.Discard, stderr: e.stderr})
+	settings := map[string]string{
+		"LOCKSTEP_BRANCH_DATABASE_URL": bc.BranchDatabaseURL,
+		"LOCKSTEP_DATABASE_URL":        bc.DatabaseURL,
+		"LOCKSTEP_REDIS_URL":           bc.RedisURL,
+		"LOCKSTEP_SECRET_KEY_FILE":     bc.SecretKeyFile,
+		"LOCKSTEP_OBJECT_STORE":        bc.ObjectStore,
+	}
+	if bc.ObjectStore != "" {
+		// The bench's background GC would only add noise.
+		settings["LOCKSTEP_OBJECT_GC_INTERVAL"] = "0s"
+	}
+	f := newFlagger("serve", &env{getenv: func(k string) string { return settings[k] }, stdout: io.Discard, stderr: e.stderr})
 	c.declare(f)
 	if err := f.parse([]string{"--data", bc.Data, "--addr", "127.0.0.1:0", "--fsync=" + strconv.FormatBool(bc.Fsync), "--branch-prefix", bc.BranchPrefix}); err != nil {
 		return nil, err
+	}
+	c.objEnv = func(k string) string {
+		switch k {
+		case "AWS_ACCESS_KEY_ID":
+			return bc.S3AccessKey
+		case "AWS_SECRET_ACCESS_KEY":
+			return bc.S3Secret
+		}
+		return ""
 	}
 	a, err := startApp(ctx, &c, bc.Logger)
 	if err != nil {

@@ -26,9 +26,9 @@ import (
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/redislock"
 	"github.com/lockstep-hq/lockstep/replica"
-	"github.com/lockstep-hq/lockstep/s3packs"
 	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
+	"github.com/lockstep-hq/lockstep/s3packs"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
 	"github.com/lockstep-hq/lockstep/web"
@@ -82,7 +82,10 @@ type serveConfig struct {
 	// LOCKSTEP_TEST_PAUSE_AFTER_COMMIT (not a setting).
 	idemPausePrefix string
 	idemPauseRun    string // LOCKSTEP_TEST_PAUSE_BEFORE_RUN
-	TempGrace       time.Duration
+	// objEnv gives the object store's keys (AWS_ACCESS_KEY_ID, …); nil:
+	// the process environment (lockstep bench passes its own).
+	objEnv    func(string) string
+	TempGrace time.Duration
 }
 
 // flagger declares flags whose defaults come from the environment.
@@ -349,8 +352,12 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		if c.ObjectGC < 0 {
 			return nil, fmt.Errorf("--object-gc-interval (LOCKSTEP_OBJECT_GC_INTERVAL) must not be negative, got %s", c.ObjectGC)
 		}
+		getenv := c.objEnv
+		if getenv == nil {
+			getenv = os.Getenv
+		}
 		var err error
-		if objCfg, err = s3packs.ParseConfig(c.ObjectStore, os.Getenv); err != nil {
+		if objCfg, err = s3packs.ParseConfig(c.ObjectStore, getenv); err != nil {
 			return nil, err
 		}
 	}
