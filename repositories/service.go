@@ -146,12 +146,18 @@ func (s *Service) Network(name string) (ObjectStore, error) {
 		return nil, err
 	}
 	if r, ok := n.(Refresher); ok {
-		// Object storage: catch up with what other replicas wrote. When
-		// the database or the bucket cannot be reached the cache still
-		// serves what it holds (writes then fail on their upload).
+		// Object storage: catch up with what other replicas wrote. An
+		// up-to-date cache needs only the database (one read), so it
+		// serves while the bucket is down. A cache that is behind and
+		// cannot catch up (unavailable: the bucket or the database cannot
+		// be reached) is not served: it lacks objects the refs name, and
+		// would answer not_found for commits that exist.
 		ctx, cancel := context.WithTimeout(s.bgCtx, refreshTimeout)
 		defer cancel()
 		if err := r.Refresh(ctx); err != nil {
+			if lockstep.ErrorCode(err) == lockstep.EUNAVAILABLE {
+				return nil, err
+			}
 			s.log.Warn("network cache not brought up to date", "network", name, "error", err)
 		}
 	}
