@@ -32,7 +32,7 @@ func (n *Notifier) Publish(ctx context.Context, network string, gen int64) error
 // re-subscribes by itself after a lost connection).
 func (n *Notifier) Subscribe(ctx context.Context, fn func(network string, gen int64)) error {
 	ps := n.rdb.PSubscribe(ctx, n.prefix+"*")
-	defer ps.Close() // also what ends a blocked read when ctx ends
+	defer ps.Close()                           // also what ends a blocked read when ctx ends
 	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
 		return err
 	}

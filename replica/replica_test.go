@@ -298,7 +298,9 @@ func TestCompactionAcrossReplicas(t *testing.T) {
 // written stays readable from a wiped cache.
 func TestGCRacingWritesAndCompaction(t *testing.T) {
 	e := newEnv(t)
-	const grace = 400 * time.Millisecond
+	// Small, but large enough that a registration on a loaded machine
+	// stays within half of it (a write past that fails, by design).
+	const grace = 3 * time.Second
 	a, b := e.replica(grace), e.replica(grace)
 	na, nb := a.open(t, "net"), b.open(t, "net")
 
@@ -321,7 +323,7 @@ func TestGCRacingWritesAndCompaction(t *testing.T) {
 
 	var mu sync.Mutex
 	var all []plumbing.Hash
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	for w, n := range []repositories.ObjectStore{na, nb} {
@@ -329,9 +331,13 @@ func TestGCRacingWritesAndCompaction(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; ctx.Err() == nil; i++ {
-				hs := writeBlobs(t, n, fmt.Sprintf("w%d-%d", w, i), 2)
+				objs := []plumbing.EncodedObject{blob(fmt.Sprintf("w%d-%d a", w, i)), blob(fmt.Sprintf("w%d-%d b", w, i))}
+				if _, err := n.WriteObjects(objs); err != nil {
+					t.Errorf("write: %v", err)
+					return
+				}
 				mu.Lock()
-				all = append(all, hs...)
+				all = append(all, objs[0].Hash(), objs[1].Hash())
 				mu.Unlock()
 				if i%5 == 4 {
 					if err := n.Compact(context.Background()); err != nil {
@@ -416,7 +422,6 @@ func TestAdoptLocalObjects(t *testing.T) {
 	fresh := e.replica(time.Hour).open(t, "net")
 	mustHave(t, fresh, append(hs, loose.Hash()), "a new replica after adoption")
 }
-
 
 // With Redis, a replica downloads another's write in the background as
 // soon as it is announced, before any request asks for it.

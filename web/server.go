@@ -61,7 +61,9 @@ type Server struct {
 	Redis  *redis.Client // nil when not configured
 	// ObjectStore is the bucket in object-storage mode (nil: local disk),
 	// reported by /readyz.
-	ObjectStore interface{ Ping(ctx context.Context) error }
+	ObjectStore interface {
+		Ping(ctx context.Context) error
+	}
 	// EventsChannel is the Redis pub/sub channel of the UI's live
 	// updates (default DefaultEventsChannel; replicas must agree).
 	EventsChannel string

@@ -67,4 +67,3 @@ func cmdLoad(ctx context.Context, e *env, args []string) error {
 	}
 	return nil
 }
-
