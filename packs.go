@@ -24,6 +24,20 @@ type PackRecord struct {
 	RetiredAt time.Time `json:"retired_at,omitzero"`
 }
 
+// CheckPackHash refuses anything but a pack name: 40 lowercase hex
+// digits (the pack checksum; the bucket's object names are made of it).
+func CheckPackHash(h string) error {
+	if len(h) != 40 {
+		return Errorf(EINVALID, "pack hash %q: want 40 hex digits", h)
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return Errorf(EINVALID, "pack hash %q: want 40 lowercase hex digits", h)
+		}
+	}
+	return nil
+}
+
 // Live reports whether the pack is in the network's live list.
 func (p PackRecord) Live() bool { return p.RetiredAt.IsZero() }
 

@@ -32,11 +32,6 @@ type Network struct {
 	checked time.Time // start of the last successful check
 }
 
-// Shared reports that the network's truth is shared by several replicas
-// (repositories keeps git's ref mirror in step from the store before git
-// serves it).
-func (n *Network) Shared() bool { return true }
-
 func (n *Network) generation() int64 {
 	n.stateMu.Lock()
 	defer n.stateMu.Unlock()

@@ -173,11 +173,7 @@ const refreshTimeout = 5 * time.Minute
 // from the store before git serves it.
 type Refresher interface {
 	Refresh(ctx context.Context) error
-	Shared() bool
 }
-
-// Shared reports whether networks are shared by several replicas.
-func (s *Service) Shared() bool { return s.cfg.Shared }
 
 // PrepareGit returns the network of r for git to serve; with shared
 // networks it first rewrites r's ref mirror from the store (other

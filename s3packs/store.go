@@ -245,24 +245,11 @@ func checkNetwork(network string) error {
 	return nil
 }
 
-// checkHash refuses anything but a 40-hex-digit pack name.
-func checkHash(h string) error {
-	if len(h) != 40 {
-		return lockstep.Errorf(lockstep.EINVALID, "pack hash %q: want 40 hex digits", h)
-	}
-	for i := 0; i < len(h); i++ {
-		if c := h[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return lockstep.Errorf(lockstep.EINVALID, "pack hash %q: want 40 lowercase hex digits", h)
-		}
-	}
-	return nil
-}
-
 func (s *Store) packKeys(network, h string) (string, string, error) {
 	if err := checkNetwork(network); err != nil {
 		return "", "", err
 	}
-	if err := checkHash(h); err != nil {
+	if err := lockstep.CheckPackHash(h); err != nil {
 		return "", "", err
 	}
 	base := s.networkDir(network) + "pack-" + h
@@ -479,7 +466,7 @@ func (s *Store) ListPacks(ctx context.Context, network string) ([]PackInfo, erro
 		}
 		name := strings.TrimPrefix(obj.Key, dir)
 		h, ext, found := strings.Cut(strings.TrimPrefix(name, "pack-"), ".")
-		if !found || !strings.HasPrefix(name, "pack-") || checkHash(h) != nil || (ext != "pack" && ext != "idx") {
+		if !found || !strings.HasPrefix(name, "pack-") || lockstep.CheckPackHash(h) != nil || (ext != "pack" && ext != "idx") {
 			continue
 		}
 		p := byHash[h]

@@ -27,25 +27,11 @@ func checkPack(p lockstep.PackRecord) error {
 	if p.Network == "" {
 		return lockstep.Errorf(lockstep.EINVALID, "pack %s: the network is empty", p.Hash)
 	}
-	if err := checkPackHash(p.Hash); err != nil {
+	if err := lockstep.CheckPackHash(p.Hash); err != nil {
 		return err
 	}
 	if p.PackBytes < 0 || p.IdxBytes < 0 || p.Objects < 0 {
 		return lockstep.Errorf(lockstep.EINVALID, "pack %s: negative size or object count (pack %d bytes, index %d bytes, %d objects)", p.Hash, p.PackBytes, p.IdxBytes, p.Objects)
-	}
-	return nil
-}
-
-// checkPackHash refuses anything but a 40-lowercase-hex-digit pack name
-// (the rule of s3packs, which names the bucket's objects after it).
-func checkPackHash(h string) error {
-	if len(h) != 40 {
-		return lockstep.Errorf(lockstep.EINVALID, "pack hash %q: want 40 hex digits", h)
-	}
-	for i := 0; i < len(h); i++ {
-		if c := h[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return lockstep.Errorf(lockstep.EINVALID, "pack hash %q: want 40 lowercase hex digits", h)
-		}
 	}
 	return nil
 }
@@ -145,7 +131,7 @@ func (s *DB) ReplacePacks(ctx context.Context, p lockstep.PackRecord, old []stri
 	slices.Sort(old)
 	old = slices.Compact(old)
 	for _, h := range old {
-		if err := checkPackHash(h); err != nil {
+		if err := lockstep.CheckPackHash(h); err != nil {
 			return 0, err
 		}
 		if h == p.Hash {
@@ -278,7 +264,7 @@ func (s *DB) PackNetworks(ctx context.Context) (out []string, err error) {
 func (s *DB) DeletePackRecord(ctx context.Context, network, hash string) (err error) {
 	ctx, span := s.start(ctx, "DeletePackRecord")
 	defer func() { err = end(span, err) }()
-	if err := checkPackHash(hash); err != nil {
+	if err := lockstep.CheckPackHash(hash); err != nil {
 		return err
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
