@@ -77,7 +77,7 @@ func (m *Manager) gcNetwork(ctx context.Context, network string, st *GCStats) er
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := m.cfg.Now()
 	grace := m.cfg.Grace
 	inBucket := map[string]bool{}
 	for _, b := range bucket {

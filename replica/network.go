@@ -223,19 +223,18 @@ func (n *Network) download(ctx context.Context, hashes []string) error {
 			defer wg.Done()
 			defer func() { <-sem }()
 			err := n.m.cfg.Objects.GetPack(ctx, n.name, h, n.packPath(h, "pack"), n.packPath(h, "idx"))
+			errc <- err
 			if err != nil {
-				os.Remove(n.packPath(h, "idx"))
 				cancel()
 			}
-			errc <- err
 		}()
 	}
 	wg.Wait()
 	close(errc)
 	var first error
 	for err := range errc {
-		if err != nil && (first == nil || lockstep.ErrorCode(first) == "") {
-			first = err
+		if err != nil && first == nil {
+			first = err // the cause; the others were cancelled after it
 		}
 	}
 	if first != nil {

@@ -80,6 +80,8 @@ type Config struct {
 	Holder string
 	// Log receives what goes wrong in the background.
 	Log *slog.Logger
+	// Now is GC's clock (tests; nil = time.Now).
+	Now func() time.Time
 }
 
 // Manager opens networks in object-storage mode (its Open is a
@@ -107,6 +109,9 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{cfg: cfg, nets: map[string]*Network{}, ctx: ctx, cancel: cancel}

@@ -498,3 +498,51 @@ func TestMissingObjectCatchesUp(t *testing.T) {
 		t.Fatalf("commit on b with a parent from a: %v", err)
 	}
 }
+
+// S3 listings give modification times to the second (truncated): a pack
+// listed as older than the grace period by less than a second may be
+// younger than it, and an unregistered pack that young belongs to a
+// write still registering it. GC keeps it; a second later it goes.
+func TestGCAllowsForListingResolution(t *testing.T) {
+	e := newEnv(t)
+	const grace = 10 * time.Second
+	var now time.Time
+	m := replica.New(replica.Config{Objects: e.objects, Packs: e.db, Grace: grace,
+		Now: func() time.Time { return now }, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(m.Close)
+
+	dir := t.TempDir()
+	local, err := repo.Open(dir, repo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	if _, err := local.WriteObjects([]plumbing.EncodedObject{blob("being registered")}); err != nil {
+		t.Fatal(err)
+	}
+	packs, _ := filepath.Glob(filepath.Join(dir, "objects", "pack", "pack-*.pack"))
+	h := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(packs[0]), "pack-"), ".pack")
+	if err := e.objects.PutPack(context.Background(), "net", h, packs[0], strings.TrimSuffix(packs[0], ".pack")+".idx"); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := e.objects.ListPacks(context.Background(), "net")
+	if err != nil || len(listed) != 1 {
+		t.Fatalf("list: %v %v", listed, err)
+	}
+	gc := func() int {
+		t.Helper()
+		st, err := m.GC(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Deleted
+	}
+	now = listed[0].Modified.Add(grace + 500*time.Millisecond)
+	if d := gc(); d != 0 {
+		t.Fatalf("GC deleted %d packs listed %s past the grace period: within the listing's resolution", d, 500*time.Millisecond)
+	}
+	now = listed[0].Modified.Add(grace + 1500*time.Millisecond)
+	if d := gc(); d != 1 {
+		t.Fatalf("GC deleted %d packs past the grace period and the resolution, want 1", d)
+	}
+}
