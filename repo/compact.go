@@ -35,6 +35,14 @@ func (n *Network) Compact(ctx context.Context) error {
 	return n.Reload()
 }
 
+// retryMiss reports whether a lookup that began when n.reloads was epoch
+// and missed should look again: a Reload finished meanwhile (the object
+// may have moved from a loose file into a pack the lookup did not see),
+// or reloadOnMiss reloaded now.
+func (n *Network) retryMiss(epoch uint64) bool {
+	return n.reloads.Load() != epoch || n.reloadOnMiss()
+}
+
 // reloadOnMiss reloads the pack list after a lookup missed, when it may
 // have changed: the pack directory's mtime moved, or a Compact is running
 // (file times are coarse, so a repack's last rename can keep the mtime

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
 // TestCompactKeepsEveryObject: many pushes leave many packs; Compact folds
@@ -104,5 +106,90 @@ func TestLooseWriteSurvivesPrunedDirectory(t *testing.T) {
 	}
 	if removed != 2 || !n.Has(o.Hash()) {
 		t.Fatalf("removed %d times; stored %v", removed, n.Has(o.Hash()))
+	}
+}
+
+// looseBlobInTree writes a loose blob and a packed tree naming it (what a
+// merge's SetEncodedObject and a later push leave).
+func looseBlobInTree(t *testing.T, n *Network, body string) (blob, tree plumbing.Hash) {
+	t.Helper()
+	b := &plumbing.MemoryObject{}
+	b.SetType(plumbing.BlobObject)
+	b.Write([]byte(body))
+	if _, err := n.writeLoose(b); err != nil {
+		t.Fatal(err)
+	}
+	tr := &object.Tree{Entries: []object.TreeEntry{{Name: "f.txt", Mode: filemode.Regular, Hash: b.Hash()}}}
+	to := &plumbing.MemoryObject{}
+	if err := tr.Encode(to); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.WriteObjects([]plumbing.EncodedObject{to}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Hash(), to.Hash()
+}
+
+// TestTreeEntriesAfterExternalRepack: a repack by another process packs a
+// loose blob and prunes the loose file; listing a tree that names it
+// must find it in the new pack (the size lookup reloads on a miss, as
+// every object read does). It answered "blob … not found".
+func TestTreeEntriesAfterExternalRepack(t *testing.T) {
+	n := MustOpen(t)
+	blob, tree := looseBlobInTree(t, n, "packed by someone else\n")
+	git(t, n.Dir(), nil, "-c", "gc.auto=0", "repack", "-a", "-d", "--keep-unreachable", "-q")
+	if _, err := os.Stat(n.loosePath(blob)); !os.IsNotExist(err) {
+		t.Fatalf("the repack left the loose blob (stat: %v)", err)
+	}
+	es, err := n.TreeEntries(tree, "")
+	if err != nil {
+		t.Fatalf("TreeEntries after an external repack: %v", err)
+	}
+	if len(es) != 1 || es[0].Size != int64(len("packed by someone else\n")) {
+		t.Fatalf("entries %+v", es)
+	}
+}
+
+// TestLookupRacingCompactionEnd: a lookup finds no pack holding a loose
+// object; before it reads the loose file, a whole compaction runs (packs
+// the object, prunes the loose file, reloads, ends). The lookup must
+// still find the object: the Reload it missed is noticed (n.reloads),
+// where the old rule (reload only while a compaction runs, or when the
+// pack directory changed since the last reload) answered not found —
+// seen as "tree … not found: upload its objects first" on a push racing
+// a compaction in the load test.
+func TestLookupRacingCompactionEnd(t *testing.T) {
+	for _, op := range []string{"object", "size", "has"} {
+		t.Run(op, func(t *testing.T) {
+			n := MustOpen(t)
+			blob, _ := looseBlobInTree(t, n, "compacted under a reader: "+op+"\n")
+			ran := false
+			n.beforeLooseRead = func(h plumbing.Hash) {
+				if h != blob || ran {
+					return
+				}
+				ran = true
+				if err := n.Compact(context.Background()); err != nil {
+					t.Errorf("compact: %v", err)
+				}
+			}
+			var err error
+			switch op {
+			case "object":
+				_, err = n.object(blob)
+			case "size":
+				_, err = n.objectSize(blob)
+			case "has":
+				if !n.has(blob) {
+					err = plumbing.ErrObjectNotFound
+				}
+			}
+			if !ran {
+				t.Fatal("the hook never ran: the blob was not loose")
+			}
+			if err != nil {
+				t.Fatalf("%s of a blob compacted during the lookup: %v", op, err)
+			}
+		})
 	}
 }

@@ -101,13 +101,21 @@ type Network struct {
 
 	packDirMod atomic.Int64 // objects/pack mtime (ns) seen by the last Reload
 	compacting atomic.Int32 // Compacts running: a lookup miss reloads
-	refMu      sync.Mutex   // serialises ref mirror writes
+	// reloads counts completed Reloads. A lookup reads it before it
+	// looks, and a miss retries when it moved: between a pack-map miss
+	// and the read of the loose file, a compaction may have packed the
+	// object, pruned the loose copy and reloaded (see retryMiss).
+	reloads atomic.Uint64
+	refMu   sync.Mutex // serialises ref mirror writes
 
 	cache cache.Object // goroutine-safe LRU shared by all packs
 
 	// beforeLooseRename, set by tests only, runs between creating a loose
 	// object's fan-out directory and renaming the object into it.
 	beforeLooseRename func(dir string)
+	// beforeLooseRead, set by tests only, runs after a lookup found no
+	// pack holding the object and before it reads the loose file.
+	beforeLooseRead func(h plumbing.Hash)
 
 	ascentMu    sync.Mutex
 	ascentCache map[plumbing.Hash]ascentInfo // see ascent in receive.go
@@ -253,6 +261,7 @@ func (n *Network) Reload() error {
 	}
 	n.packs, n.where = packs, where
 	n.mu.Unlock()
+	n.reloads.Add(1)
 	for _, p := range removed {
 		p.close()
 	}

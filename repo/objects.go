@@ -29,8 +29,9 @@ func (n *Network) loosePath(h plumbing.Hash) string {
 // plumbing.ErrObjectNotFound. The returned object may be shared with the
 // cache: callers must not modify it.
 func (n *Network) object(h plumbing.Hash) (plumbing.EncodedObject, error) {
+	epoch := n.reloads.Load()
 	obj, err := n.object1(h)
-	if errors.Is(err, plumbing.ErrObjectNotFound) && n.reloadOnMiss() {
+	if errors.Is(err, plumbing.ErrObjectNotFound) && n.retryMiss(epoch) {
 		obj, err = n.object1(h)
 	}
 	return obj, err
@@ -49,6 +50,9 @@ func (n *Network) object1(h plumbing.Hash) (plumbing.EncodedObject, error) {
 			continue
 		}
 		return obj, err
+	}
+	if n.beforeLooseRead != nil {
+		n.beforeLooseRead(h)
 	}
 	return n.looseObject(h)
 }
@@ -114,8 +118,12 @@ func (n *Network) looseObject(h plumbing.Hash) (plumbing.EncodedObject, error) {
 
 // has reports whether h is stored (in a pack or loose).
 func (n *Network) has(h plumbing.Hash) bool {
+	epoch := n.reloads.Load()
 	if n.has1(h) {
 		return true
+	}
+	if n.reloads.Load() != epoch {
+		return n.has1(h) // a Reload finished meanwhile: see retryMiss
 	}
 	// A running Compact may have moved a loose object into a pack not
 	// loaded yet. (Outside one, a miss is the common case — new objects —
@@ -127,11 +135,25 @@ func (n *Network) has1(h plumbing.Hash) bool {
 	if n.packFor(h) != nil {
 		return true
 	}
+	if n.beforeLooseRead != nil {
+		n.beforeLooseRead(h)
+	}
 	_, err := os.Stat(n.loosePath(h))
 	return err == nil
 }
 
+// objectSize returns the size of object h, or plumbing.ErrObjectNotFound;
+// a miss reloads as object does.
 func (n *Network) objectSize(h plumbing.Hash) (int64, error) {
+	epoch := n.reloads.Load()
+	sz, err := n.objectSize1(h)
+	if errors.Is(err, plumbing.ErrObjectNotFound) && n.retryMiss(epoch) {
+		sz, err = n.objectSize1(h)
+	}
+	return sz, err
+}
+
+func (n *Network) objectSize1(h plumbing.Hash) (int64, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		p := n.packFor(h)
 		if p == nil {
@@ -142,6 +164,9 @@ func (n *Network) objectSize(h plumbing.Hash) (int64, error) {
 			continue
 		}
 		return sz, err
+	}
+	if n.beforeLooseRead != nil {
+		n.beforeLooseRead(h)
 	}
 	f, err := os.Open(n.loosePath(h))
 	if err != nil {

@@ -2,6 +2,7 @@ package repositories
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/mail"
@@ -89,8 +90,14 @@ func (s *Service) PushTree(ctx context.Context, actor *lockstep.Key, repoName, t
 	if err := lockstep.ValidateOID("tree", tree); err != nil {
 		return nil, err
 	}
-	if _, err := n.TreeEntries(plumbing.NewHash(tree), ""); err != nil {
-		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "tree %s not found: upload its objects first", tree)
+	// Only the tree itself: an uploaded tree's closure was checked when
+	// its pack was received. Any other error than a miss is reported as
+	// it is, not as a missing tree.
+	if _, err := n.Objects().EncodedObject(plumbing.TreeObject, plumbing.NewHash(tree)); err != nil {
+		if errors.Is(err, plumbing.ErrObjectNotFound) {
+			return nil, lockstep.Errorf(lockstep.ENOTFOUND, "tree %s not found: upload its objects first", tree)
+		}
+		return nil, fmt.Errorf("read tree %s: %w", tree, err)
 	}
 	return s.commitTreeWith(ctx, actor, r, "push", plumbing.NewHash(tree), repo.WriteStats{}, opts, start, nil)
 }
