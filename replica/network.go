@@ -105,8 +105,14 @@ func (n *Network) onMiss() bool {
 // read when nothing changed. Concurrent callers share one check, as long
 // as it started after they arrived (so a caller always sees every change
 // committed before it called).
+//
+// A ctx from lockstep.WithRequestStart counts as arrived when its
+// request did: a check since then serves every step of that request.
 func (n *Network) Refresh(ctx context.Context) error {
 	arrived := time.Now()
+	if t, ok := lockstep.RequestStart(ctx); ok && t.Before(arrived) {
+		arrived = t
+	}
 	n.refreshMu.Lock()
 	defer n.refreshMu.Unlock()
 	n.stateMu.Lock()

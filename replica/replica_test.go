@@ -546,3 +546,101 @@ func TestGCAllowsForListingResolution(t *testing.T) {
 		t.Fatalf("GC deleted %d packs past the grace period and the resolution, want 1", d)
 	}
 }
+
+// countingPacks counts the generation reads and pack-list reads a
+// replica makes on the real store.
+type countingPacks struct {
+	lockstep.PackStore
+	mu         sync.Mutex
+	gens, list int
+}
+
+func (c *countingPacks) NetworkGeneration(ctx context.Context, network string) (int64, error) {
+	c.mu.Lock()
+	c.gens++
+	c.mu.Unlock()
+	return c.PackStore.NetworkGeneration(ctx, network)
+}
+
+func (c *countingPacks) NetworkPacks(ctx context.Context, network string) ([]lockstep.PackRecord, int64, error) {
+	c.mu.Lock()
+	c.list++
+	c.mu.Unlock()
+	return c.PackStore.NetworkPacks(ctx, network)
+}
+
+func (c *countingPacks) counts() (gens, list int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gens, c.list
+}
+
+// TestRefreshOncePerRequest: the steps of one request (a ctx from
+// lockstep.WithRequestStart) share one generation check, made after the
+// request arrived, so the request still sees every write committed
+// before it began; the next request checks again and sees what was
+// written meanwhile. A replica's own writes leave its cache current: no
+// pack-list read follows them.
+func TestRefreshOncePerRequest(t *testing.T) {
+	e := newEnv(t)
+	cp := &countingPacks{PackStore: e.db}
+	m := replica.New(replica.Config{Objects: e.objects, Packs: cp, Grace: time.Hour,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(func() { m.Close() })
+	na, err := m.Open(filepath.Join(t.TempDir(), "net.git"), repo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { na.Close() })
+	b := e.replica(time.Hour)
+	nb := b.open(t, "net")
+	first := writeBlobs(t, nb, "before request 1", 3)
+
+	g0, _ := cp.counts()
+	req1 := lockstep.WithRequestStart(context.Background(), time.Now())
+	for step := 0; step < 4; step++ {
+		if err := na.(repositories.Refresher).Refresh(req1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g, _ := cp.counts(); g != g0+1 {
+		t.Fatalf("4 steps of one request made %d generation reads, want 1", g-g0)
+	}
+	mustHave(t, na, first, "request 1")
+
+	// Written after request 1 began: a later step of request 1 need not
+	// check again; a lookup that misses still catches up.
+	later := writeBlobs(t, nb, "during request 1", 2)
+	if err := na.(repositories.Refresher).Refresh(req1); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := cp.counts(); g != g0+1 {
+		t.Fatalf("a later step of request 1 read the generation again (%d reads)", g-g0)
+	}
+	if !na.Has(later[0]) {
+		t.Fatal("a lookup in request 1 of an object written during it did not catch up")
+	}
+
+	// Request 2 checks (once) and needs nothing more.
+	g1, _ := cp.counts()
+	req2 := lockstep.WithRequestStart(context.Background(), time.Now())
+	if err := na.(repositories.Refresher).Refresh(req2); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := cp.counts(); g != g1+1 {
+		t.Fatalf("request 2 made %d generation reads, want 1", g-g1)
+	}
+	mustHave(t, na, later, "request 2")
+
+	// Own writes: the next request's check finds the cache current and
+	// reads no pack list.
+	writeBlobs(t, na, "own write", 2)
+	writeBlobs(t, na, "own write 2", 2)
+	_, l0 := cp.counts()
+	if err := na.(repositories.Refresher).Refresh(lockstep.WithRequestStart(context.Background(), time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if _, l := cp.counts(); l != l0 {
+		t.Fatalf("a check after the replica's own writes read the pack list %d times, want 0", l-l0)
+	}
+}

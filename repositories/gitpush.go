@@ -66,7 +66,7 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 	if err != nil {
 		return nil, nil, err
 	}
-	n, err := s.Network(r.Network)
+	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return nil, nil, err
 	}

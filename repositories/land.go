@@ -56,7 +56,7 @@ func (s *Service) LandCommit(ctx context.Context, actor *lockstep.Key, r *lockst
 // on-disk mirror; a failure is remembered (MirrorProblems), not returned:
 // the store already holds the truth.
 func (s *Service) MirrorNew(ctx context.Context, r *lockstep.Repo, refs []lockstep.Ref) {
-	n, err := s.Network(r.Network)
+	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		s.mirrorFailed(ctx, r.Name, "", err)
 		return

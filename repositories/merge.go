@@ -115,7 +115,7 @@ func (s *Service) mergeOptions(req MergeRequest, markers bool) merge.Options {
 }
 
 func (s *Service) preflight(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs plumbing.Hash, start time.Time) (*MergeResponse, error) {
-	n, err := s.Network(r.Network)
+	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +174,7 @@ func hashStr(h plumbing.Hash) string {
 // MergeRetries times.
 func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs plumbing.Hash,
 	op string, start time.Time, details map[string]any, change *lockstep.StatusChange) (*MergeResponse, error) {
-	n, err := s.Network(r.Network)
+	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return nil, err
 	}

@@ -121,7 +121,7 @@ func (s *Service) Missing(ctx context.Context, actor *lockstep.Key, repoName str
 		}
 		hs[i] = plumbing.NewHash(o)
 	}
-	n, err := s.Network(r.Network)
+	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (s *Service) UploadPack(ctx context.Context, actor *lockstep.Key, repoName 
 	if err := writable(actor, r); err != nil {
 		return repo.WriteStats{}, err
 	}
-	n, err := s.Network(r.Network)
+	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return repo.WriteStats{}, err
 	}
@@ -177,7 +177,7 @@ func (s *Service) writeTarget(ctx context.Context, actor *lockstep.Key, repoName
 			return nil, nil, err
 		}
 	}
-	n, err := s.Network(r.Network)
+	n, err := s.network(ctx, r.Network)
 	return r, n, err
 }
 
@@ -247,7 +247,7 @@ func (s *Service) commitTreeWith(ctx context.Context, actor *lockstep.Key, r *lo
 	if t0.IsZero() {
 		t0 = s.now()
 	}
-	n, err := s.Network(r.Network)
+	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return nil, err
 	}

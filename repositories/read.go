@@ -17,7 +17,7 @@ func (s *Service) open(ctx context.Context, repoName, rev string) (*lockstep.Rep
 	if err != nil {
 		return nil, nil, plumbing.ZeroHash, err
 	}
-	n, err := s.Network(r.Network)
+	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return nil, nil, plumbing.ZeroHash, err
 	}
@@ -129,7 +129,7 @@ func (s *Service) Compare(ctx context.Context, repoName, base, head string) (*Co
 // with base (full patches): a review's view of a branch's own work. The
 // merge base is ZeroHash when the histories share none.
 func (s *Service) ChangesSinceMergeBase(ctx context.Context, r *lockstep.Repo, base, head plumbing.Hash) (plumbing.Hash, []repo.FileChange, error) {
-	n, err := s.Network(r.Network)
+	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return plumbing.ZeroHash, nil, err
 	}

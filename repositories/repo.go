@@ -31,7 +31,7 @@ func (s *Service) CreateRepo(ctx context.Context, actor *lockstep.Key, name, def
 	start := s.now()
 	r := &lockstep.Repo{Name: name, Network: name, DefaultBranch: defaultBranch, Status: lockstep.StatusActive,
 		OwnerKeyID: actor.ID, OwnerName: actor.Name}
-	n, err := s.Network(r.Network)
+	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +166,7 @@ func writable(actor *lockstep.Key, r *lockstep.Repo) error { return CanMoveRefs(
 // prefix is the branch, as in git. Errors: not_found, invalid_argument
 // (malformed, or an ambiguous abbreviation).
 func (s *Service) Resolve(ctx context.Context, r *lockstep.Repo, rev string) (plumbing.Hash, error) {
-	n, err := s.Network(r.Network)
+	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}

@@ -61,7 +61,7 @@ func (s *Service) BranchTip(ctx context.Context, r *lockstep.Repo, branch string
 	if err != nil {
 		return "", "", err
 	}
-	n, err := s.Network(r.Network)
+	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return "", "", err
 	}
@@ -94,7 +94,7 @@ func (s *Service) RestoreTree(ctx context.Context, actor *lockstep.Key, wsName, 
 	if expect != "" && expect != tipCommit {
 		return nil, refConflict(r.Name, branchRef(branch), expect, tipCommit)
 	}
-	n, err := s.Network(r.Network)
+	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return nil, err
 	}

@@ -141,6 +141,13 @@ func (s *Service) emit(ctx context.Context, ev Event) {
 // Network opens (once) the object storage of a fork network: the only
 // way the services and web reach objects.
 func (s *Service) Network(name string) (ObjectStore, error) {
+	return s.network(context.Background(), name)
+}
+
+// network is Network for a step of the request of ctx: a shared network
+// checked since that request arrived (lockstep.WithRequestStart) is not
+// checked again.
+func (s *Service) network(ctx context.Context, name string) (ObjectStore, error) {
 	n, err := s.openNetwork(name)
 	if err != nil {
 		return nil, err
@@ -152,9 +159,12 @@ func (s *Service) Network(name string) (ObjectStore, error) {
 		// cannot catch up (unavailable: the bucket or the database cannot
 		// be reached) is not served: it lacks objects the refs name, and
 		// would answer not_found for commits that exist.
-		ctx, cancel := context.WithTimeout(s.bgCtx, refreshTimeout)
+		rctx, cancel := context.WithTimeout(s.bgCtx, refreshTimeout)
 		defer cancel()
-		if err := r.Refresh(ctx); err != nil {
+		if t, ok := lockstep.RequestStart(ctx); ok {
+			rctx = lockstep.WithRequestStart(rctx, t)
+		}
+		if err := r.Refresh(rctx); err != nil {
 			if lockstep.ErrorCode(err) == lockstep.EUNAVAILABLE {
 				return nil, err
 			}
@@ -188,6 +198,8 @@ func (s *Service) PrepareGit(ctx context.Context, r *lockstep.Repo) (ObjectStore
 	if err != nil {
 		return nil, err
 	}
+	// A check after the refs read, even when this request checked
+	// before: git reads the cache directly, with no catch-up on a miss.
 	n, err := s.Network(r.Network)
 	if err != nil {
 		return nil, err
@@ -362,7 +374,7 @@ func (s *Service) mirror(ctx context.Context, r *lockstep.Repo, ref string) {
 	mu := lk.(*sync.Mutex)
 	mu.Lock()
 	defer mu.Unlock()
-	n, err := s.Network(r.Network)
+	n, err := s.network(ctx, r.Network)
 	if err == nil {
 		oid := plumbing.ZeroHash
 		cur, rerr := s.store.Ref(ctx, r.ID, ref)

@@ -12,10 +12,9 @@ import (
 )
 
 // The pack list, generation and leases of object-storage mode (issue #11,
-// docs/replicas.md; tables of migration 0010). Ref changes bump the
-// generation through triggers on refs, so every writer of refs (CreateRepo,
-// UpdateRefs, UpdateRefsAndStatus, any later one) does it inside its own
-// transaction without knowing about it.
+// docs/replicas.md; tables of migration 0010). The generation follows the
+// pack list only: ref moves leave it (a cache that misses an object a new
+// ref names catches up then).
 //
 // Times are the store's clock (Options.Now), like every other timestamp
 // here: replicas' clocks must agree to well within a lease's ttl.

@@ -156,7 +156,10 @@ func (s *Server) requestID(c *gin.Context) {
 		id = hex.EncodeToString(b[:])
 	}
 	c.Header("X-Request-Id", id)
-	c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), requestIDKey{}, id))
+	ctx := context.WithValue(c.Request.Context(), requestIDKey{}, id)
+	// Object-storage mode: one cache check per request (see
+	// lockstep.WithRequestStart).
+	c.Request = c.Request.WithContext(lockstep.WithRequestStart(ctx, time.Now()))
 	c.Next()
 }
 

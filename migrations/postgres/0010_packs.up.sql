@@ -15,10 +15,11 @@ CREATE TABLE network_packs (
 -- The live list of a network, oldest first.
 CREATE INDEX network_packs_live ON network_packs (network, registered_at) WHERE retired_at IS NULL;
 
--- generation is bumped by every transaction that changes what a replica's
--- cache of the network must follow: a pack registered or retired, a ref of
--- any repository of the network created, moved or deleted (the triggers
--- below). A network without a row is at generation 0.
+-- generation is bumped by every transaction that changes the network's
+-- pack list (a pack registered, or packs replaced by a compaction): what a
+-- replica's cache must follow. Ref moves do not bump it: every ref names
+-- objects of packs registered before it moved, and a cache that misses
+-- an object catches up. A network without a row is at generation 0.
 CREATE TABLE network_state (
     network     TEXT PRIMARY KEY,
     generation  BIGINT NOT NULL
@@ -32,28 +33,3 @@ CREATE TABLE leases (
 
 -- NetworkRefs reads every ref of a network.
 CREATE INDEX repos_network ON repos (network, name);
-
--- A ref change bumps its network's generation inside its own transaction,
--- whichever statement made it: no writer can forget to.
-CREATE FUNCTION refs_bump_generation() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    rid BIGINT;
-BEGIN
-    IF TG_OP = 'DELETE' THEN
-        rid := OLD.repo_id;
-    ELSE
-        rid := NEW.repo_id;
-    END IF;
-    INSERT INTO network_state (network, generation)
-        SELECT network, 1 FROM repos WHERE id = rid
-        ON CONFLICT (network) DO UPDATE SET generation = network_state.generation + 1;
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER refs_bump_generation_insert AFTER INSERT ON refs
-    FOR EACH ROW EXECUTE FUNCTION refs_bump_generation();
-CREATE TRIGGER refs_bump_generation_update AFTER UPDATE OF oid ON refs
-    FOR EACH ROW WHEN (OLD.oid IS DISTINCT FROM NEW.oid) EXECUTE FUNCTION refs_bump_generation();
-CREATE TRIGGER refs_bump_generation_delete AFTER DELETE ON refs
-    FOR EACH ROW EXECUTE FUNCTION refs_bump_generation();

@@ -16,10 +16,11 @@ CREATE TABLE network_packs (
 -- The live list of a network, oldest first.
 CREATE INDEX network_packs_live ON network_packs (network, registered_at) WHERE retired_at IS NULL;
 
--- generation is bumped by every transaction that changes what a replica's
--- cache of the network must follow: a pack registered or retired, a ref of
--- any repository of the network created, moved or deleted (the triggers
--- below). A network without a row is at generation 0.
+-- generation is bumped by every transaction that changes the network's
+-- pack list (a pack registered, or packs replaced by a compaction): what a
+-- replica's cache must follow. Ref moves do not bump it: every ref names
+-- objects of packs registered before it moved, and a cache that misses
+-- an object catches up. A network without a row is at generation 0.
 CREATE TABLE network_state (
     network     TEXT PRIMARY KEY,
     generation  BIGINT NOT NULL
@@ -33,29 +34,3 @@ CREATE TABLE leases (
 
 -- NetworkRefs reads every ref of a network.
 CREATE INDEX repos_network ON repos (network, name);
-
--- A ref change bumps its network's generation inside its own transaction,
--- whichever statement made it: no writer can forget to. (The WHERE of
--- each SELECT also keeps SQLite's upsert parser from reading ON CONFLICT
--- as a join constraint.)
-CREATE TRIGGER refs_bump_generation_insert AFTER INSERT ON refs
-BEGIN
-    INSERT INTO network_state (network, generation)
-        SELECT network, 1 FROM repos WHERE id = NEW.repo_id
-        ON CONFLICT (network) DO UPDATE SET generation = network_state.generation + 1;
-END;
-
-CREATE TRIGGER refs_bump_generation_update AFTER UPDATE OF oid ON refs
-WHEN OLD.oid IS NOT NEW.oid
-BEGIN
-    INSERT INTO network_state (network, generation)
-        SELECT network, 1 FROM repos WHERE id = NEW.repo_id
-        ON CONFLICT (network) DO UPDATE SET generation = network_state.generation + 1;
-END;
-
-CREATE TRIGGER refs_bump_generation_delete AFTER DELETE ON refs
-BEGIN
-    INSERT INTO network_state (network, generation)
-        SELECT network, 1 FROM repos WHERE id = OLD.repo_id
-        ON CONFLICT (network) DO UPDATE SET generation = network_state.generation + 1;
-END;
