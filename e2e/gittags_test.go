@@ -124,8 +124,10 @@ func TestGitTags(t *testing.T) {
 	}
 }
 
-// TestGitPushOplogCountsPackOnce: a non-atomic push of several refs logs
-// one entry per ref, and the pack's objects are counted once across them.
+// TestGitPushOplogCountsPackOnce: a non-atomic push of several refs that
+// all apply is one transaction and one entry with every move, carrying the
+// pack's objects once (repositories.TestGitPushWholeThenRefByRef covers a
+// push with a refused ref: an entry per ref, the pack on the first).
 func TestGitPushOplogCountsPackOnce(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
@@ -142,8 +144,8 @@ func TestGitPushOplogCountsPackOnce(t *testing.T) {
 	}
 	e2ekit.Git(t, dir, "push", "-q", "origin", "b1", "b2", "b3")
 	entries := s.Oplog(t, url.Values{"repo": {"pk"}, "op": {"git.push"}})
-	if len(entries) != 3 {
-		t.Fatalf("%d git.push entries, want one per ref (3): %+v", len(entries), entries)
+	if len(entries) != 1 || len(entries[0].Refs) != 3 {
+		t.Fatalf("%d git.push entries, want one with the 3 moves: %+v", len(entries), entries)
 	}
 	objects, withPack := 0, 0
 	var bytes int64

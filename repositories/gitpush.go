@@ -57,9 +57,12 @@ func (s *Service) CanPush(ctx context.Context, actor *lockstep.Key, repoName str
 // Branches (refs/heads/*) and tags (refs/tags/*, lightweight or
 // annotated) can be pushed, created, moved and deleted under the same
 // rule; git's client refuses to move an existing tag unless forced, the
-// server checks the old value like for any ref. A non-atomic push logs
-// one entry per ref; the pack's object and byte counts are on the first
-// of them only (0 on the others), so summing entries counts the pack once.
+// server checks the old value like for any ref. A push whose commands
+// all apply is one transaction and one operations-log entry (atomic or
+// not); when a command of a non-atomic push is refused, the others are
+// applied one by one, an entry each, and the pack's object and byte
+// counts are on the first entry that moved a ref only (0 on the others),
+// so summing entries counts the pack once.
 func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName string, cmds []RefCommand, atomic bool, pack io.Reader) (unpackErr error, results []RefResult, err error) {
 	start := s.now()
 	r, err := s.Repo(ctx, repoName)
@@ -148,7 +151,7 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 	}
 	packLogged := false // a non-atomic push records the pack on its first entry
 	peeled := map[plumbing.Hash]plumbing.Hash{}
-	apply := func(ups []lockstep.RefUpdate, mv []lockstep.RefMove, at []lockstep.AttemptRecord) error {
+	apply := func(ups []lockstep.RefUpdate, mv []lockstep.RefMove, at []lockstep.AttemptRecord, whole bool) error {
 		entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "git.push", Repo: r.Name, TraceID: traceID(ctx),
 			Refs: mv, DurationUS: s.now().Sub(start).Microseconds()}
 		if !packLogged {
@@ -166,7 +169,11 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 			}
 		}
 		err := s.store.UpdateRefs(ctx, ups, at, evs, entry)
-		s.metrics.ObserveOp("git.push", resultOf(err), s.now().Sub(start))
+		if err == nil || !whole || atomic {
+			// (A refused first try of a whole non-atomic push is not an
+			// operation: it goes on ref by ref.)
+			s.metrics.ObserveOp("git.push", resultOf(err), s.now().Sub(start))
+		}
 		if err == nil {
 			packLogged = true
 		}
@@ -180,7 +187,7 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		}
 	}
 	if atomic {
-		if err := apply(updates, moves, attempts); err != nil {
+		if err := apply(updates, moves, attempts, true); err != nil {
 			if !refusal(err) {
 				return nil, nil, err
 			}
@@ -201,7 +208,14 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 			}
 			return nil, results, nil
 		}
-	} else {
+	} else if err := apply(updates, moves, attempts, true); err != nil {
+		// Every command at once first (one transaction: a push of many
+		// refs costs one commit, not one per ref); when one is refused
+		// (a lost compare-and-swap), nothing moved, and each ref is
+		// applied on its own, as git's non-atomic push does.
+		if !refusal(err) {
+			return nil, nil, err
+		}
 		for i, u := range updates {
 			var at []lockstep.AttemptRecord
 			for _, a := range attempts {
@@ -209,7 +223,7 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 					at = append(at, a)
 				}
 			}
-			if err := apply(updates[i:i+1], moves[i:i+1], at); err != nil {
+			if err := apply(updates[i:i+1], moves[i:i+1], at, false); err != nil {
 				if !refusal(err) {
 					return nil, nil, err
 				}
