@@ -56,6 +56,12 @@ func (s *Service) LandCommit(ctx context.Context, actor *lockstep.Key, r *lockst
 // on-disk mirror; a failure is remembered (MirrorProblems), not returned:
 // the store already holds the truth.
 func (s *Service) MirrorNew(ctx context.Context, r *lockstep.Repo, refs []lockstep.Ref) {
+	if s.cfg.Shared {
+		// Shared networks: the mirror is rewritten from the store before
+		// git serves r (PrepareGit), so a fork touches neither the cache
+		// nor the object store.
+		return
+	}
 	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		s.mirrorFailed(ctx, r.Name, "", err)

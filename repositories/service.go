@@ -370,6 +370,9 @@ func (s *Service) clearMirrorProblems(repoName string) {
 // store under a per-ref lock so that two updates finishing out of order
 // never leave the older value on disk.
 func (s *Service) mirror(ctx context.Context, r *lockstep.Repo, ref string) {
+	if s.cfg.Shared {
+		return // rewritten from the store before git serves r (PrepareGit)
+	}
 	lk, _ := s.refLocks.LoadOrStore(r.Name+"\x00"+ref, &sync.Mutex{})
 	mu := lk.(*sync.Mutex)
 	mu.Lock()

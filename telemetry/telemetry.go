@@ -44,6 +44,9 @@ type Metrics struct {
 	Requests        *prometheus.CounterVec
 	RequestDuration *prometheus.HistogramVec
 	OpDuration      *prometheus.HistogramVec
+	// Uploads is the uploads in progress (tar worktrees, object packs,
+	// git pushes): how close the server is to --max-concurrent-uploads.
+	Uploads prometheus.Gauge
 }
 
 // NewMetrics registers the collectors.
@@ -63,8 +66,11 @@ func NewMetrics() *Metrics {
 			Name: "lockstep_operation_duration_seconds", Help: "Latency of domain operations (push, rollback, merge, checkpoint, restore …) by operation and result.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"op", "result"}),
+		Uploads: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "lockstep_uploads_in_progress", Help: "Uploads (tar worktrees, object packs, git pushes) being served; at --max-concurrent-uploads further ones are answered 503.",
+		}),
 	}
-	reg.MustRegister(m.Requests, m.RequestDuration, m.OpDuration)
+	reg.MustRegister(m.Requests, m.RequestDuration, m.OpDuration, m.Uploads)
 	return m
 }
 

@@ -19,6 +19,10 @@ const DefaultMaxConcurrentUploads = 8
 func (s *Server) uploadSlot(c *gin.Context) {
 	select {
 	case s.uploads <- struct{}{}:
+		if s.Metrics != nil {
+			s.Metrics.Uploads.Inc()
+			defer s.Metrics.Uploads.Dec()
+		}
 		defer func() { <-s.uploads }()
 		c.Next()
 	default:

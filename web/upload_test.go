@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,7 @@ func TestConcurrentUploadsBounded(t *testing.T) {
 	// Upload 1 holds the only slot: its body arrives slowly.
 	tarBytes := oneFileTar(t, "a.txt", "hello\n")
 	pr, pw := io.Pipe()
+	defer pw.CloseWithError(io.ErrUnexpectedEOF) // a failed test does not leave the upload hanging
 	req, _ := http.NewRequest("PUT", f.srv.URL+"/api/v1/repos/up/worktree?branch=main&expect_oid="+lockstep.ZeroOID, pr)
 	req.Header.Set("Authorization", "Bearer "+f.admin)
 	req.Header.Set("Content-Type", "application/x-tar")
@@ -85,21 +87,23 @@ func TestConcurrentUploadsBounded(t *testing.T) {
 		first <- resp.StatusCode
 	}()
 	pw.Write(tarBytes[:512]) // the header: the handler is reading
-	// Wait (not a timing assertion) until the first upload holds the slot:
-	// a probe upload is then refused.
-	var hdr http.Header
-	var m map[string]any
-	busy := false
-	for i := 0; i < 500 && !busy; i++ {
-		var code int
-		code, m, hdr = f.do(t, "POST", "/api/v1/repos/up/objects", f.admin, "")
-		busy = code == http.StatusServiceUnavailable
-		if !busy {
+	// Wait (not a timing assertion) until the first upload holds the slot,
+	// seen on /metrics (a probe upload would compete for the slot: one
+	// that arrives first makes the first upload the refused one); a probe
+	// upload is then refused.
+	held := false
+	for i := 0; i < 3000 && !held; i++ {
+		held = uploadsInProgress(t, f) == 1
+		if !held {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	if !busy {
-		t.Fatal("a second upload was never refused while the first held the only slot")
+	if !held {
+		t.Fatal("the first upload never held the slot (lockstep_uploads_in_progress never 1)")
+	}
+	code, m, hdr := f.do(t, "POST", "/api/v1/repos/up/objects", f.admin, "")
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("a second upload while the first holds the only slot: %d %v, want 503", code, m)
 	}
 	if errCode(m) != "unavailable" || hdr.Get("Retry-After") == "" || !strings.Contains(errMessage(m), "max-concurrent-uploads") {
 		t.Fatalf("refusal: %v, Retry-After %q", m, hdr.Get("Retry-After"))
@@ -108,6 +112,9 @@ func TestConcurrentUploadsBounded(t *testing.T) {
 	pw.Close()
 	if code := <-first; code != http.StatusCreated {
 		t.Fatalf("first upload: %d", code)
+	}
+	if n := uploadsInProgress(t, f); n != 0 {
+		t.Fatalf("lockstep_uploads_in_progress %d after the upload ended, want 0", n)
 	}
 	// The slot was returned: an upload goes through (400 for an empty
 	// pack, not 503).
@@ -120,4 +127,26 @@ func errMessage(m map[string]any) string {
 	e, _ := m["error"].(map[string]any)
 	s, _ := e["message"].(string)
 	return s
+}
+
+// uploadsInProgress reads lockstep_uploads_in_progress from /metrics.
+func uploadsInProgress(t *testing.T, f *fixture) int {
+	t.Helper()
+	resp, err := http.Get(f.srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "lockstep_uploads_in_progress "); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatalf("lockstep_uploads_in_progress %q", v)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no lockstep_uploads_in_progress in /metrics:\n%s", b)
+	return 0
 }

@@ -255,6 +255,12 @@ func (r *Run) terminate() {
 		select {
 		case <-r.done:
 		case <-time.After(r.spec.KillGrace):
+			// The leader first (os.Process signals through a pidfd: never
+			// a reused pid), then the tree: killed after one of its
+			// children, a shell would see that child die and exit 137
+			// itself, and the status would say it exited rather than that
+			// it was killed.
+			r.proc.Kill()
 			r.KillAll()
 		}
 	}()
