@@ -88,9 +88,9 @@ func TestPacksAndLeasesOnTheStoreClock(t *testing.T) {
 	}
 }
 
-// TestMigration0010DownAndUp: the down migration removes the tables, the
-// triggers and the index (refs move again without them) and the up
-// migration applies again on top.
+// TestMigration0010DownAndUp: the down migration removes the tables and
+// the index (refs still move without them) and the up migration applies
+// again on top; the generation follows packs, not refs.
 func TestMigration0010DownAndUp(t *testing.T) {
 	for name, url := range backendURLs(t) {
 		t.Run(name, func(t *testing.T) {
@@ -121,15 +121,21 @@ func TestMigration0010DownAndUp(t *testing.T) {
 			}
 			move := lockstep.RefUpdate{RepoID: r.ID, Repo: r.Name, Name: "refs/heads/main", Old: oidN(1), New: oidN(2)}
 			if err := db.UpdateRefs(ctx, []lockstep.RefUpdate{move}, nil, nil, entry("push")); err != nil {
-				t.Fatalf("a ref move without the triggers: %v", err)
+				t.Fatalf("a ref move after the down migration: %v", err)
 			}
 			run("0010_packs.up.sql")
 			move.Old, move.New = oidN(2), oidN(3)
 			if err := db.UpdateRefs(ctx, []lockstep.RefUpdate{move}, nil, nil, entry("push")); err != nil {
 				t.Fatal(err)
 			}
+			if g, err := db.NetworkGeneration(ctx, "base"); err != nil || g != 0 {
+				t.Fatalf("generation after the up migration and one ref move: %d, %v; want 0 (refs do not move it)", g, err)
+			}
+			if _, err := db.RegisterPack(ctx, lockstep.PackRecord{Network: "base", Hash: oidN(9), PackBytes: 10, IdxBytes: 10, Objects: 1}); err != nil {
+				t.Fatal(err)
+			}
 			if g, err := db.NetworkGeneration(ctx, "base"); err != nil || g != 1 {
-				t.Fatalf("generation after the up migration and one move: %d, %v; want 1", g, err)
+				t.Fatalf("generation after the up migration and one pack: %d, %v; want 1", g, err)
 			}
 		})
 	}
