@@ -193,3 +193,41 @@ func TestLookupRacingCompactionEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestLookupMissingAReloadThatCameTooEarly: during a lookup a Reload
+// finishes, but before the object's new pack exists; then a repack by
+// another process packs the object and prunes the loose file. Looking
+// again once (the Reload moved the epoch) misses too; the lookup must
+// then reload by itself (the pack directory changed) and find it. Before,
+// one look again after a moved epoch was all, and it answered not found.
+func TestLookupMissingAReloadThatCameTooEarly(t *testing.T) {
+	for _, op := range []string{"object", "size"} {
+		t.Run(op, func(t *testing.T) {
+			n := MustOpen(t)
+			blob, _ := looseBlobInTree(t, n, "reloaded too early: "+op+"\n")
+			ran := false
+			n.beforeLooseRead = func(h plumbing.Hash) {
+				if h != blob || ran {
+					return
+				}
+				ran = true
+				if err := n.Reload(); err != nil {
+					t.Errorf("reload: %v", err)
+				}
+				git(t, n.Dir(), nil, "-c", "gc.auto=0", "repack", "-a", "-d", "--keep-unreachable", "-q")
+			}
+			var err error
+			if op == "object" {
+				_, err = n.object(blob)
+			} else {
+				_, err = n.objectSize(blob)
+			}
+			if !ran {
+				t.Fatal("the hook never ran: the blob was not loose")
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", op, err)
+			}
+		})
+	}
+}

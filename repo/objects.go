@@ -29,13 +29,20 @@ func (n *Network) loosePath(h plumbing.Hash) string {
 // plumbing.ErrObjectNotFound. The returned object may be shared with the
 // cache: callers must not modify it.
 func (n *Network) object(h plumbing.Hash) (plumbing.EncodedObject, error) {
-	epoch := n.reloads.Load()
-	obj, err := n.object1(h)
-	if errors.Is(err, plumbing.ErrObjectNotFound) && n.retryMiss(epoch) {
-		obj, err = n.object1(h)
+	for attempt := 0; ; attempt++ {
+		epoch := n.reloads.Load()
+		obj, err := n.object1(h)
+		if !errors.Is(err, plumbing.ErrObjectNotFound) || attempt == maxMissRetries || !n.retryMiss(epoch) {
+			return obj, err
+		}
 	}
-	return obj, err
 }
+
+// maxMissRetries bounds the looks again after a miss (see retryMiss): a
+// Reload that finished during a lookup may itself have run before the
+// object's new pack existed, so the next look may need a reload of its
+// own.
+const maxMissRetries = 3
 
 func (n *Network) object1(h plumbing.Hash) (plumbing.EncodedObject, error) {
 	// A pack closed by a concurrent Reload (after a repack) is retried
@@ -122,8 +129,8 @@ func (n *Network) has(h plumbing.Hash) bool {
 	if n.has1(h) {
 		return true
 	}
-	if n.reloads.Load() != epoch {
-		return n.has1(h) // a Reload finished meanwhile: see retryMiss
+	if n.reloads.Load() != epoch && n.has1(h) {
+		return true // a Reload finished meanwhile: see retryMiss
 	}
 	// A running Compact may have moved a loose object into a pack not
 	// loaded yet. (Outside one, a miss is the common case — new objects —
@@ -145,12 +152,13 @@ func (n *Network) has1(h plumbing.Hash) bool {
 // objectSize returns the size of object h, or plumbing.ErrObjectNotFound;
 // a miss reloads as object does.
 func (n *Network) objectSize(h plumbing.Hash) (int64, error) {
-	epoch := n.reloads.Load()
-	sz, err := n.objectSize1(h)
-	if errors.Is(err, plumbing.ErrObjectNotFound) && n.retryMiss(epoch) {
-		sz, err = n.objectSize1(h)
+	for attempt := 0; ; attempt++ {
+		epoch := n.reloads.Load()
+		sz, err := n.objectSize1(h)
+		if !errors.Is(err, plumbing.ErrObjectNotFound) || attempt == maxMissRetries || !n.retryMiss(epoch) {
+			return sz, err
+		}
 	}
-	return sz, err
 }
 
 func (n *Network) objectSize1(h plumbing.Hash) (int64, error) {
