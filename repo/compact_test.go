@@ -173,17 +173,7 @@ func TestLookupRacingCompactionEnd(t *testing.T) {
 					t.Errorf("compact: %v", err)
 				}
 			}
-			var err error
-			switch op {
-			case "object":
-				_, err = n.object(blob)
-			case "size":
-				_, err = n.objectSize(blob)
-			case "has":
-				if !n.has(blob) {
-					err = plumbing.ErrObjectNotFound
-				}
-			}
+			err := lookupOp(n, op, blob)
 			if !ran {
 				t.Fatal("the hook never ran: the blob was not loose")
 			}
@@ -216,12 +206,7 @@ func TestLookupMissingAReloadThatCameTooEarly(t *testing.T) {
 				}
 				git(t, n.Dir(), nil, "-c", "gc.auto=0", "repack", "-a", "-d", "--keep-unreachable", "-q")
 			}
-			var err error
-			if op == "object" {
-				_, err = n.object(blob)
-			} else {
-				_, err = n.objectSize(blob)
-			}
+			err := lookupOp(n, op, blob)
 			if !ran {
 				t.Fatal("the hook never ran: the blob was not loose")
 			}
@@ -230,4 +215,20 @@ func TestLookupMissingAReloadThatCameTooEarly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lookupOp runs one kind of object lookup: "object", "size" or "has".
+func lookupOp(n *Network, op string, h plumbing.Hash) error {
+	var err error
+	switch op {
+	case "object":
+		_, err = n.object(h)
+	case "size":
+		_, err = n.objectSize(h)
+	case "has":
+		if !n.has(h) {
+			err = plumbing.ErrObjectNotFound
+		}
+	}
+	return err
 }
