@@ -94,8 +94,9 @@ func gitCommit(t *testing.T, gitDir string, files map[string]string, parent stri
 // TestEveryWritePathRefusesBadTrees enumerates the ways a tree enters the
 // store or a branch — tar push, object pack upload (+ push of the tree),
 // git push (a pack; an existing commit on a branch and on a tag), edits,
-// rollback, checkpoint restore, merge (fast-forward and materialized),
-// landing (promote) — and shows that each refuses every bad tree with
+// rollback, checkpoint restore, merge (fast-forward, merge commit,
+// squash, conflict markers on the side branch), workspace sync, landing
+// (promote) — and shows that each refuses every bad tree with
 // invalid_argument and moves no ref. The old commit they are offered is
 // written into the network with git's plumbing, as a commit stored
 // before the rules (or by a path that skipped them) would be.
@@ -117,28 +118,51 @@ func TestEveryWritePathRefusesBadTrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refs := func() string {
+	// A branch that changes a.txt too, for a merge with conflict markers.
+	conf, err := w.Repos.EditFiles(ctx, w.Admin, "app", []repositories.Edit{{Path: "a.txt", Content: []byte("ours\n")}},
+		repositories.WriteOptions{Branch: "conf", ExpectOID: lockstep.ZeroOID, From: base.Commit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A workspace, for a sync that would bring a bad base commit in.
+	if _, err := w.Workspaces.Fork(ctx, w.Admin, "app", "app-ws", ""); err != nil {
+		t.Fatal(err)
+	}
+	setRef := func(repo *lockstep.Repo, ref, old, new string) {
 		t.Helper()
-		rs, err := w.Repos.Refs(ctx, "app")
-		if err != nil {
+		if err := w.Store.UpdateRefs(ctx, []lockstep.RefUpdate{{RepoID: repo.ID, Repo: repo.Name, Name: ref, Old: old, New: new}}, nil, nil,
+			&lockstep.OpEntry{KeyID: w.Admin.ID, KeyName: w.Admin.Name, Op: "push", Repo: repo.Name}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	refs := func() string {
+		t.Helper()
 		var b strings.Builder
-		for _, ref := range rs {
-			fmt.Fprintf(&b, "%s=%s\n", ref.Name, ref.OID)
+		for _, name := range []string{"app", "app-ws"} {
+			rs, err := w.Repos.Refs(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ref := range rs {
+				fmt.Fprintf(&b, "%s %s=%s\n", name, ref.Name, ref.OID)
+			}
 		}
 		return b.String()
 	}
 
 	for i, bad := range badTrees {
-		files := map[string]string{"a.txt": "a\n", "ok.txt": "ok\n"}
+		files := map[string]string{"a.txt": "theirs\n", "ok.txt": "ok\n"}
 		for p, c := range bad.files {
 			files[p] = c
 		}
 		// The same tree as a client-built pack (a root commit)...
 		scratch := t.TempDir()
 		gitIn(t, scratch, "", "init", "-q", "--bare", scratch)
-		packCommit, _ := gitCommit(t, scratch, files, "")
+		packFiles := map[string]string{"pack.txt": "new trees, not the stored ones below\n"}
+		for p, c := range files {
+			packFiles[p] = c
+		}
+		packCommit, _ := gitCommit(t, scratch, packFiles, "")
 		pack := func() []byte {
 			cmd := exec.Command("git", "pack-objects", "--revs", "--stdout")
 			cmd.Env = append(os.Environ(), "GIT_DIR="+scratch)
@@ -152,10 +176,7 @@ func TestEveryWritePathRefusesBadTrees(t *testing.T) {
 		// ...and as a commit already stored on top of main.
 		oldCommit, oldTree := gitCommit(t, n.Dir(), files, base.Commit)
 		oldRef := fmt.Sprintf("refs/heads/old%d", i)
-		if err := w.Store.UpdateRefs(ctx, []lockstep.RefUpdate{{RepoID: r.ID, Repo: r.Name, Name: oldRef, Old: lockstep.ZeroOID, New: oldCommit}}, nil, nil,
-			&lockstep.OpEntry{KeyID: w.Admin.ID, KeyName: w.Admin.Name, Op: "push", Repo: r.Name}); err != nil {
-			t.Fatal(err)
-		}
+		setRef(r, oldRef, lockstep.ZeroOID, oldCommit)
 		var edits []repositories.Edit
 		for p, c := range files {
 			edits = append(edits, repositories.Edit{Path: p, Content: []byte(c)})
@@ -223,6 +244,22 @@ func TestEveryWritePathRefusesBadTrees(t *testing.T) {
 			}},
 			{"squash merge", func() error {
 				_, err := w.Repos.Merge(ctx, w.Admin, "app", repositories.MergeRequest{Ours: "main", Theirs: oldRef, Materialize: true, Mode: "squash"})
+				return err
+			}},
+			{"merge with conflict markers", func() error {
+				res, err := w.Repos.Merge(ctx, w.Admin, "app", repositories.MergeRequest{Ours: "conf", Theirs: oldRef, Materialize: true,
+					ExpectOID: conf.Commit, OnConflict: "markers"})
+				if err == nil && res.SideRef == "" {
+					return fmt.Errorf("no conflict: %+v", res)
+				}
+				return err
+			}},
+			{"workspace sync", func() error {
+				// The base's main holds the old commit (as if it had been
+				// stored there before the rules): a sync would bring it in.
+				setRef(r, "refs/heads/main", base.Commit, oldCommit)
+				defer setRef(r, "refs/heads/main", oldCommit, base.Commit)
+				_, err := w.Workspaces.Sync(ctx, w.Admin, "app-ws", "", "")
 				return err
 			}},
 			{"land on a new branch (promote)", func() error {
