@@ -28,7 +28,8 @@ type TreeEdit struct {
 // the edited paths, not to the tree. Directories left empty disappear, as
 // git cannot store them.
 //
-// Errors: invalid_argument for a path that fails ValidatePath, a write
+// Errors: invalid_argument for a path that fails ValidatePath, a
+// .gitmodules or .gitattributes git fsck would refuse, a write
 // through a path component that is a file, or a write onto a directory;
 // not_found for a delete of a path that does not exist; too_large when a
 // file exceeds lim.MaxFileBytes or the edits lim.MaxUploadBytes in all.
@@ -57,6 +58,13 @@ func (n *Network) EditTree(base plumbing.Hash, edits []TreeEdit, lim Limits) (pl
 		}
 		if total += size; total > lim.MaxUploadBytes {
 			return plumbing.ZeroHash, nil, lockstep.Errorf(lockstep.ETOOLARGE, "edits: more than %d bytes of content in all", lim.MaxUploadBytes)
+		}
+		// Also checked when the objects are written (checkWrite); here
+		// the error names the edit.
+		if special, _ := checkSpecialEntry(e.Path, comps[len(comps)-1], "file"); special != "" {
+			if err := checkSpecialContent(special, size, e.Content); err != nil {
+				return plumbing.ZeroHash, nil, lockstep.Errorf(lockstep.EINVALID, "edit %d: %s: %v", i, e.Path, err)
+			}
 		}
 		blob := &plumbing.MemoryObject{}
 		blob.SetType(plumbing.BlobObject)

@@ -8,13 +8,19 @@ import (
 	"github.com/lockstep-hq/lockstep"
 )
 
-// MaxPathBytes bounds the length of a path in a tree (and of one tree
-// entry name: git fsck flags longer names as largePathname).
+// MaxPathBytes bounds the length of a path in a tree (git fsck flags
+// longer names as largePathname).
 const MaxPathBytes = 4096
+
+// MaxNameBytes bounds one path component (a tree entry name): 255 bytes,
+// the NAME_MAX of the filesystems a checkout lands on. git stores longer
+// names, but no clone or `lockstep checkout` can write them.
+const MaxNameBytes = 255
 
 // ValidatePath checks that p is a clean relative path that may appear in
 // a Lockstep tree: non-empty, valid UTF-8 without NUL, not absolute, no
-// empty, "." or ".." components, at most MaxPathBytes bytes, and no
+// empty, "." or ".." components, at most MaxPathBytes bytes (each
+// component at most MaxNameBytes), and no
 // component that git refuses (see validateComponent: ".git" and every name
 // that NTFS or HFS+ resolve to it, ".git::$INDEX_ALLOCATION", "git~1",
 // ".g\u200cit", ...). A directory component may not be ".gitmodules" or
@@ -60,8 +66,8 @@ func ValidatePath(p string) error {
 // validateComponent checks one path component (a tree entry name) against
 // the name rules of git fsck (fsck_tree: emptyName, hasDot, hasDotdot,
 // hasDotgit with its HFS+ and NTFS variants, fullPathname,
-// largePathname), plus ours: valid UTF-8, and ".git" followed by any
-// Unicode space (".git\u00a0") is refused too.
+// largePathname), plus ours: at most MaxNameBytes bytes, valid UTF-8,
+// and ".git" followed by any Unicode space (".git\u00a0") is refused too.
 func validateComponent(c string) *lockstep.Error {
 	switch {
 	case c == "":
@@ -70,8 +76,8 @@ func validateComponent(c string) *lockstep.Error {
 		return lockstep.Errorf(lockstep.EINVALID, `"." component`)
 	case c == "..":
 		return lockstep.Errorf(lockstep.EINVALID, `".." component (path traversal)`)
-	case len(c) > MaxPathBytes:
-		return lockstep.Errorf(lockstep.EINVALID, "name longer than %d bytes", MaxPathBytes)
+	case len(c) > MaxNameBytes:
+		return lockstep.Errorf(lockstep.EINVALID, "name of %d bytes: a path component may be at most %d bytes (a checkout could not create it)", len(c), MaxNameBytes)
 	case strings.IndexByte(c, 0) >= 0:
 		return lockstep.Errorf(lockstep.EINVALID, "NUL byte in name")
 	case strings.IndexByte(c, '/') >= 0:

@@ -301,6 +301,10 @@ type overlay struct {
 	order  []plumbing.EncodedObject
 	lim    Limits
 	ascent map[plumbing.Hash]ascentInfo
+	// storedExist: an entry naming a stored object is only checked to
+	// exist, not read for its type (a batch of our own writes, whose
+	// entries come from stored trees; see checkWrite).
+	storedExist bool
 }
 
 func (o *overlay) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
@@ -347,42 +351,12 @@ func (n *Network) validateObjects(ov *overlay) error {
 				return err
 			}
 			for _, e := range t.Entries {
-				if e.Mode == filemode.Submodule {
-					if _, err := checkSpecialEntry(e.Name, e.Name, "submodule"); err != nil {
-						return invalidObject(h, "%s", lockstep.ErrorMessage(err))
-					}
-					continue
-				}
-				want := plumbing.BlobObject
 				if e.Mode == filemode.Dir {
-					want = plumbing.TreeObject
 					referenced[e.Hash] = true
 				}
-				got, ok := ov.typeOf(e.Hash)
-				if !ok {
-					return invalidObject(h, "entry %q names %s, which is neither in the pack nor stored", e.Name, e.Hash)
-				}
-				if got != want {
-					return invalidObject(h, "entry %q (mode %s) names a %s", e.Name, e.Mode, got)
-				}
-				if special, err := checkSpecialEntry(e.Name, e.Name, entryKind(e.Mode)); err != nil {
-					return invalidObject(h, "%s", lockstep.ErrorMessage(err))
-				} else if special != "" {
-					blob, _ := ov.EncodedObject(plumbing.BlobObject, e.Hash)
-					var data []byte
-					if blob.Size() <= maxGitmodulesBytes || special == ".gitattributes" && blob.Size() <= maxAttributesBytes {
-						data = []byte(symlinkTarget(blob))
-					}
-					if err := checkSpecialContent(special, blob.Size(), data); err != nil {
-						return invalidObject(h, "entry %q: %v", e.Name, err)
-					}
-				}
-				if e.Mode == filemode.Symlink {
-					target, _ := ov.EncodedObject(plumbing.BlobObject, e.Hash)
-					if err := checkSymlinkTarget(e.Name, symlinkTarget(target)); err != nil {
-						return invalidObject(h, "%s", lockstep.ErrorMessage(err))
-					}
-				}
+			}
+			if err := ov.checkTreeEntries(h, t, true); err != nil {
+				return err
 			}
 			trees[h] = t
 		case plumbing.CommitObject:
@@ -444,6 +418,67 @@ func (n *Network) validateObjects(ov *overlay) error {
 		}
 		if up > 0 {
 			return invalidObject(h, "symlink %q escapes the tree (as a root tree)", where)
+		}
+	}
+	return nil
+}
+
+// checkTreeEntries applies the entry rules of a tree t (already decoded
+// by decodeCanonicalTree, so its names passed validateComponent):
+// .gitmodules and .gitattributes (and their aliases) are regular files
+// with content git accepts, .gitignore and .mailmap are not symlinks,
+// symlink targets are relative without NUL. With types, every entry
+// (except gitlinks) must also exist with the type its mode names; without,
+// only the blobs those rules read are looked at (a stored tree: its
+// entries were stored with it).
+func (ov *overlay) checkTreeEntries(h plumbing.Hash, t *object.Tree, types bool) error {
+	for _, e := range t.Entries {
+		if e.Mode == filemode.Submodule {
+			if _, err := checkSpecialEntry(e.Name, e.Name, "submodule"); err != nil {
+				return invalidObject(h, "%s", lockstep.ErrorMessage(err))
+			}
+			continue
+		}
+		if _, inBatch := ov.objs[e.Hash]; types && !inBatch && ov.storedExist {
+			if !ov.n.has(e.Hash) {
+				return invalidObject(h, "entry %q names %s, which is neither in the batch nor stored", e.Name, e.Hash)
+			}
+		} else if types {
+			want := plumbing.BlobObject
+			if e.Mode == filemode.Dir {
+				want = plumbing.TreeObject
+			}
+			got, ok := ov.typeOf(e.Hash)
+			if !ok {
+				return invalidObject(h, "entry %q names %s, which is neither in the pack nor stored", e.Name, e.Hash)
+			}
+			if got != want {
+				return invalidObject(h, "entry %q (mode %s) names a %s", e.Name, e.Mode, got)
+			}
+		}
+		if special, err := checkSpecialEntry(e.Name, e.Name, entryKind(e.Mode)); err != nil {
+			return invalidObject(h, "%s", lockstep.ErrorMessage(err))
+		} else if special != "" {
+			blob, err := ov.EncodedObject(plumbing.BlobObject, e.Hash)
+			if err != nil {
+				return invalidObject(h, "entry %q: blob %s missing", e.Name, e.Hash)
+			}
+			var data []byte
+			if blob.Size() <= maxGitmodulesBytes || special == ".gitattributes" && blob.Size() <= maxAttributesBytes {
+				data = []byte(symlinkTarget(blob))
+			}
+			if err := checkSpecialContent(special, blob.Size(), data); err != nil {
+				return invalidObject(h, "entry %q: %v", e.Name, err)
+			}
+		}
+		if e.Mode == filemode.Symlink {
+			target, err := ov.EncodedObject(plumbing.BlobObject, e.Hash)
+			if err != nil {
+				return invalidObject(h, "symlink %q: target blob missing", e.Name)
+			}
+			if err := checkSymlinkTarget(e.Name, symlinkTarget(target)); err != nil {
+				return invalidObject(h, "%s", lockstep.ErrorMessage(err))
+			}
 		}
 	}
 	return nil
@@ -558,8 +593,10 @@ func canonicalTree(t *object.Tree, raw []byte) bool {
 
 // ascent returns how many levels above tree h the symlinks inside it
 // (at any depth) reach, resolved lexically from each link's directory, and
-// the path of the worst link. Results of trees already stored are cached
-// (trees are immutable).
+// the path of the worst link. A stored tree (not in ov) is checked on the
+// way as a new one is (decodeCanonicalTree, checkTreeEntries): an error
+// anywhere in the closure is returned. Results of trees already stored
+// are cached (trees are immutable), so the cache holds valid trees only.
 func (n *Network) ascent(ov *overlay, h plumbing.Hash, depth int) (int, string, error) {
 	if depth > 1000 {
 		return 0, "", invalidObject(h, "trees nested too deeply")
@@ -580,7 +617,18 @@ func (n *Network) ascent(ov *overlay, h plumbing.Hash, depth int) (int, string, 
 		return 0, "", invalidObject(h, "tree missing")
 	}
 	var t *object.Tree
-	if q, ok := obj.(*quarantinedObject); ok && (q.data != nil || q.size == 0) {
+	if _, inPack := ov.objs[h]; !inPack {
+		// A stored tree, met for the first time since the network was
+		// opened: it gets the entry rules of a new one (it may predate
+		// them, or have come through a path that skipped them). Only a
+		// tree whose whole closure passed lands in ascentCache.
+		if t, err = decodeCanonicalTree(obj); err != nil {
+			return 0, "", err
+		}
+		if err := ov.checkTreeEntries(h, t, false); err != nil {
+			return 0, "", err
+		}
+	} else if q, ok := obj.(*quarantinedObject); ok && (q.data != nil || q.size == 0) {
 		t, err = q.decodedTree() // the pack's trees: decoded by loadQuarantine
 	} else {
 		t = &object.Tree{}
@@ -650,8 +698,11 @@ func climb(target string) int {
 }
 
 // CheckRootTree refuses (invalid_argument) a tree h that may not be
-// checked out as a root: a symlink inside it climbs above it (see
-// ReceivePack). A ref naming a tree (a tag) makes it one.
+// checked out as a root: a tree in its closure breaks a rule of
+// ReceivePack (names, .gitmodules, .gitattributes, symlink targets), or
+// a symlink inside it climbs above it. A ref naming a tree or a commit
+// makes the tree a root; every ref move checks it (cached per tree, so a
+// tree is walked once per process).
 func (n *Network) CheckRootTree(h plumbing.Hash) error {
 	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}}
 	up, where, err := n.ascent(ov, h, 0)

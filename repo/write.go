@@ -41,8 +41,13 @@ const packCompression = zlib.BestSpeed
 // WriteObjects stores objs, skipping those already stored, as one packfile
 // plus its .idx (never loose objects). When Options.Fsync is set, pack,
 // index and the pack directory are fsynced before it returns, so the
-// caller can move a ref to them afterwards. Delta objects are refused.
+// caller can move a ref to them afterwards. Delta objects are refused,
+// and so is any batch checkWrite refuses (invalid_argument; nothing is
+// written then).
 func (n *Network) WriteObjects(objs []plumbing.EncodedObject) (WriteStats, error) {
+	if err := n.checkWrite(objs); err != nil {
+		return WriteStats{}, err
+	}
 	n.writeMu.Lock()
 	defer n.writeMu.Unlock()
 
@@ -74,6 +79,39 @@ func (n *Network) WriteObjects(objs []plumbing.EncodedObject) (WriteStats, error
 		return WriteStats{}, diskError(fmt.Errorf("write objects: %w", err))
 	}
 	return st, nil
+}
+
+// checkWrite is the content check of every object our own code writes
+// (WriteObjects: tar pushes, edits, merges; writeLoose: WriteCommit for
+// pushes, rollbacks and checkpoint restores, Objects().SetEncodedObject),
+// and it is the one ReceivePack applies to a pushed pack
+// (validateObjects): canonical trees whose names pass ValidatePath's
+// component rules (".git" and its aliases, at most MaxNameBytes bytes),
+// .gitmodules and .gitattributes content git fsck accepts, relative
+// symlinks that stay inside every root, well-formed commits and tags
+// whose trees and parents exist. A commit's tree is checked whole, stored
+// subtrees included (CheckRootTree, cached): a rollback to a tree stored
+// before these rules is refused like an upload of it. Blobs alone are
+// not checked (what they are depends on the tree naming them).
+// Errors: invalid_argument naming the object and the rule.
+func (n *Network) checkWrite(objs []plumbing.EncodedObject) error {
+	ov := &overlay{n: n, objs: make(map[plumbing.Hash]plumbing.EncodedObject, len(objs)), storedExist: true}
+	structural := false
+	for _, o := range objs {
+		h := o.Hash()
+		if _, dup := ov.objs[h]; dup {
+			continue
+		}
+		ov.objs[h] = o
+		if o.Type() != plumbing.BlobObject {
+			structural = true
+			ov.order = append(ov.order, o)
+		}
+	}
+	if !structural {
+		return nil
+	}
+	return n.validateObjects(ov)
 }
 
 // packEntry is one compressed pack entry.
@@ -261,6 +299,9 @@ func (n *Network) writeLoose(o plumbing.EncodedObject) (WriteStats, error) {
 	h := o.Hash()
 	if n.has(h) {
 		return WriteStats{}, nil
+	}
+	if err := n.checkWrite([]plumbing.EncodedObject{o}); err != nil {
+		return WriteStats{}, err
 	}
 	if n.opts.OnPack != nil {
 		// Every object must reach OnPack: a one-object pack.

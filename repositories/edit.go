@@ -3,6 +3,8 @@ package repositories
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
@@ -23,7 +25,7 @@ const MaxEditPaths = 50
 // alone. The edits apply to the branch's current tree (or, for a branch
 // that does not exist yet, to the tree it would start from). A forced
 // batch is re-applied when the branch moves under it, never committed on
-// a stale tree.
+// a stale tree, until it lands (ForcedEditAttempts, ForcedEditTime).
 //
 // Errors: those of PushTar, plus invalid_argument for a bad path or a
 // write through a file, not_found for a delete of a missing path.
@@ -62,10 +64,45 @@ func (s *Service) EditFiles(ctx context.Context, actor *lockstep.Key, repoName s
 		pinned := opts
 		pinned.ExpectOID = cur // the tree was built on cur: never commit it on another tip
 		res, err := s.commitTreeWith(ctx, actor, r, "edit", tree, stats, pinned, start, details)
-		if err != nil && lockstep.ErrorCode(err) == lockstep.EREFCONFLICT && opts.ExpectOID == "" && opts.Force && attempt < 5 {
+		if err != nil && lockstep.ErrorCode(err) == lockstep.EREFCONFLICT && opts.ExpectOID == "" && opts.Force &&
+			attempt+1 < ForcedEditAttempts && s.now().Sub(start) < ForcedEditTime {
+			// Another write landed first: wait a little (more the more
+			// often it happened, jittered so the losers do not collide
+			// again in step) and re-apply the batch on the new tip.
+			if err := sleepCtx(ctx, forcedEditBackoff(attempt)); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		return res, err
+	}
+}
+
+// A forced edit batch (force true, no expect_oid) retries its own
+// compare-and-swap until it lands, re-applied on the new tip each time,
+// for at most ForcedEditAttempts attempts and ForcedEditTime: only then
+// does it answer ref_conflict. 24 agents editing one branch at once all
+// land.
+const (
+	ForcedEditAttempts = 100
+	ForcedEditTime     = 30 * time.Second
+)
+
+// forcedEditBackoff is the pause before retry attempt+1: up to 1 ms per
+// attempt so far (at most 50 ms), jittered.
+func forcedEditBackoff(attempt int) time.Duration {
+	limit := time.Duration(min(attempt+1, 50)) * time.Millisecond
+	return time.Duration(rand.Int64N(int64(limit)) + 1)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

@@ -469,6 +469,11 @@ func checkGitObject(n ObjectStore, c RefCommand) error {
 	if _, err := n.TreeEntries(ci.Tree, ""); err != nil {
 		return lockstep.Errorf(lockstep.EINVALID, "commit %s has no tree %s", c.New, ci.Tree)
 	}
+	// The content rules of every upload (see checkLanding): a commit
+	// stored before them is refused as a new one would be.
+	if err := n.CheckRootTree(ci.Tree); err != nil {
+		return lockstep.Errorf(lockstep.EINVALID, "commit %s: %s", c.New, lockstep.ErrorMessage(err))
+	}
 	for _, p := range ci.Parents {
 		if !n.Has(p) {
 			return lockstep.Errorf(lockstep.EINVALID, "commit %s: parent %s missing", c.New, p)

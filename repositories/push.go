@@ -342,6 +342,9 @@ func (s *Service) moveRef(ctx context.Context, actor *lockstep.Key, r *lockstep.
 func (s *Service) moveRefWith(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, op, branch, old, new, tree string,
 	stats repo.WriteStats, t0 time.Time, details map[string]any, change *lockstep.StatusChange) error {
 	ref := branchRef(branch)
+	if err := s.checkLanding(ctx, r, new); err != nil {
+		return err
+	}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: op, Repo: r.Name, TraceID: traceID(ctx),
 		Refs:    []lockstep.RefMove{{Repo: r.Name, Ref: ref, Old: old, New: new}},
 		Objects: stats.Objects, Bytes: stats.Bytes, Details: details}
@@ -373,6 +376,31 @@ func (s *Service) moveRefWith(ctx context.Context, actor *lockstep.Key, r *locks
 	}
 	s.mirror(ctx, r, ref)
 	s.emit(ctx, Event{Type: op, Repo: r, Branch: branch, Commit: new, Tree: tree, KeyName: actor.Name})
+	return nil
+}
+
+// checkLanding refuses (invalid_argument) to move a branch to a commit
+// whose tree breaks the content rules every upload obeys
+// (repo.Network.CheckRootTree: names, .gitmodules, .gitattributes,
+// symlinks; cached per tree). New trees were checked when written; this
+// catches a commit already stored that predates the rules, on the paths
+// that write no tree of their own (a fast-forward merge or promote, a
+// branch created at an existing commit).
+func (s *Service) checkLanding(ctx context.Context, r *lockstep.Repo, commit string) error {
+	if commit == lockstep.ZeroOID || commit == "" {
+		return nil
+	}
+	n, err := s.network(ctx, r.Network)
+	if err != nil {
+		return err
+	}
+	ci, err := n.Commit(plumbing.NewHash(commit))
+	if err != nil {
+		return err
+	}
+	if err := n.CheckRootTree(ci.Tree); err != nil {
+		return lockstep.Errorf(lockstep.EINVALID, "commit %s: %s", commit, lockstep.ErrorMessage(err))
+	}
 	return nil
 }
 

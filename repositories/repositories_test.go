@@ -2,12 +2,14 @@ package repositories_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/internal/servicetest"
+	"github.com/lockstep-hq/lockstep/internal/testenv"
 	"github.com/lockstep-hq/lockstep/repositories"
 )
 
@@ -121,5 +123,58 @@ func TestPushTarDurationIncludesIngest(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no push entry in %+v", ops)
+	}
+}
+
+// TestForcedEditsUnderContention: 24 forced edit batches to different
+// files of one branch, all at once, all land (each retries its own
+// compare-and-swap on the new tip) and the final tree has every file, on
+// SQLite and on Postgres.
+func TestForcedEditsUnderContention(t *testing.T) {
+	for _, db := range []string{"sqlite", "postgres"} {
+		t.Run(db, func(t *testing.T) {
+			ctx := context.Background()
+			o := servicetest.Options{}
+			if db == "postgres" {
+				o.DB = testenv.MustPostgresDB(t)
+			}
+			w := servicetest.MustWorld(t, o)
+			w.MustRepo(t, "app", map[string]string{"a.txt": "a\n"})
+			const agents = 24
+			errs := make([]error, agents)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range agents {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					_, errs[i] = w.Repos.EditFiles(ctx, w.Admin, "app",
+						[]repositories.Edit{{Path: fmt.Sprintf("f/%02d.txt", i), Content: []byte(fmt.Sprintf("%d\n", i))}},
+						repositories.WriteOptions{Branch: "main", Force: true})
+				}()
+			}
+			close(start)
+			wg.Wait()
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("forced edit %d: %v (%s)", i, err, lockstep.ErrorCode(err))
+				}
+			}
+			entries, err := w.Repos.Tree(ctx, "app", "main", "f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(entries) != agents {
+				t.Fatalf("main's f/ has %d files, want %d: %+v", len(entries), agents, entries)
+			}
+			log, err := w.Repos.Log(ctx, "app", "main", 0, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(log) != agents+1 {
+				t.Fatalf("main has %d commits, want %d (the push and one per edit)", len(log), agents+1)
+			}
+		})
 	}
 }

@@ -43,14 +43,22 @@ type Options struct {
 	Now      func() time.Time  // nil: time.Now
 	Brancher lockstep.Brancher // nil: database branching off
 	Repos    repositories.Config
+	// DB is the metadata store's URL (sqlstore.Open): "" for SQLite in
+	// the temp dir; a Postgres URL (testenv.MustPostgresDB) for Postgres.
+	DB string
 }
 
-// MustWorld wires the services on a fresh SQLite store in t.TempDir().
+// MustWorld wires the services on a fresh SQLite store in t.TempDir()
+// (or the store at o.DB).
 func MustWorld(tb testing.TB, o Options) *World {
 	tb.Helper()
 	ctx := context.Background()
 	dir := tb.TempDir()
-	db, err := sqlstore.Open(ctx, filepath.Join(dir, "m.db"), sqlstore.Options{Migrate: true})
+	dbURL := o.DB
+	if dbURL == "" {
+		dbURL = filepath.Join(dir, "m.db")
+	}
+	db, err := sqlstore.Open(ctx, dbURL, sqlstore.Options{Migrate: true})
 	if err != nil {
 		tb.Fatal(err)
 	}
