@@ -30,6 +30,7 @@ var statuses = map[string]int{
 	// idempotent writes (idempotency.go)
 	lockstep.EIDEMREUSED: http.StatusUnprocessableEntity,
 	lockstep.EINPROGRESS: http.StatusConflict,
+	lockstep.ERATELIMITED: http.StatusTooManyRequests,
 }
 
 // StatusOf returns the HTTP status of an error code.
