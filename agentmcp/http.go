@@ -21,10 +21,10 @@ import (
 
 // Defaults of HTTPOptions' session settings.
 const (
-	DefaultSessionTimeout     = 10 * time.Minute
-	DefaultMaxSessions        = 1000
-	DefaultMaxSessionsPerKey  = 64
-	sessionRetryAfterSeconds  = 30
+	DefaultSessionTimeout    = 10 * time.Minute
+	DefaultMaxSessions       = 1000
+	DefaultMaxSessionsPerKey = 64
+	sessionRetryAfterSeconds = 30
 	outerRequestContextExtra = "lockstep.request"
 )
 

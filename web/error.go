@@ -28,8 +28,8 @@ var statuses = map[string]int{
 	lockstep.EUNAVAILABLE:   http.StatusServiceUnavailable,
 	lockstep.EINTERNAL:      http.StatusInternalServerError,
 	// idempotent writes (idempotency.go)
-	lockstep.EIDEMREUSED: http.StatusUnprocessableEntity,
-	lockstep.EINPROGRESS: http.StatusConflict,
+	lockstep.EIDEMREUSED:  http.StatusUnprocessableEntity,
+	lockstep.EINPROGRESS:  http.StatusConflict,
 	lockstep.ERATELIMITED: http.StatusTooManyRequests,
 }
 
