@@ -3,9 +3,11 @@ package agentmcp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -28,6 +30,32 @@ func (t *tools) resources(s *mcp.Server) {
 		Description: "The operations-log entries of a workspace, newest first (100, or limit up to 1000); next_before pages back: lockstep://{workspace}/oplog?before={next_before}.",
 		MIMEType:    "application/json",
 		URITemplate: "lockstep://{workspace}/oplog{?before,limit}"}, t.readOplogResource)
+}
+
+// safeErrors is the server's receiving middleware: a resources/read whose
+// URI holds control characters or invalid UTF-8 is refused as invalid
+// params before anything else sees it, and an error whose data is not
+// valid JSON (the SDK's "resource not found" quotes the URI with Go
+// syntax, which for a NUL is not JSON) gets JSON data: an answer that
+// cannot be encoded would otherwise end the session's connection, and a
+// stateful session then answers every later request with an empty 200.
+func safeErrors(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		uri := ""
+		if rr, ok := req.(*mcp.ReadResourceRequest); ok && rr.Params != nil {
+			uri = rr.Params.URI
+			if !utf8.ValidString(uri) || strings.IndexFunc(uri, unicode.IsControl) >= 0 {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "invalid resource URI: it holds control characters or invalid UTF-8"}
+			}
+		}
+		res, err := next(ctx, method, req)
+		var je *jsonrpc.Error
+		if errors.As(err, &je) && len(je.Data) > 0 && !json.Valid(je.Data) {
+			data, _ := json.Marshal(map[string]string{"uri": strings.ToValidUTF8(uri, "\uFFFD")})
+			return nil, &jsonrpc.Error{Code: je.Code, Message: je.Message, Data: data}
+		}
+		return res, err
+	}
 }
 
 // parseURI splits lockstep://ws/kind/rest.

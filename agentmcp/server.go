@@ -59,6 +59,7 @@ func New(o Options) *mcp.Server {
 		&mcp.ServerOptions{Instructions: instructions})
 	t := &tools{o: o}
 	t.register(s)
+	s.AddReceivingMiddleware(safeErrors) // resources.go
 	return s
 }
 
