@@ -132,5 +132,5 @@ func (t *tools) oplog(ctx context.Context, c *client.Client, ws, before, limit s
 	if page.NextAfter > 0 {
 		out["next_before"] = page.NextAfter
 	}
-	return json.MarshalIndent(out, "", "  ")
+	return json.Marshal(out)
 }

@@ -174,11 +174,11 @@ func TestMCPAgentSession(t *testing.T) {
 		t.Fatalf("checkpoint_create: id %q", cp.ID)
 	}
 	mustTool(t, cs, "file_write", map[string]any{"workspace": "t1", "path": "app.txt", "content": "BROKEN\n", "expect_oid": w1.Commit}, nil)
-	mustTool(t, cs, "file_delete", map[string]any{"workspace": "t1", "path": "docs"}, nil)
+	mustTool(t, cs, "file_delete", map[string]any{"workspace": "t1", "path": "docs", "force": true}, nil)
 	if got, _ := toolCall(t, cs, "file_read", map[string]any{"workspace": "t1", "path": "app.txt"}); got != "BROKEN\n" {
 		t.Fatalf("after the break app.txt = %q", got)
 	}
-	mustTool(t, cs, "checkpoint_restore", map[string]any{"workspace": "t1", "id": cp.ID}, nil)
+	mustTool(t, cs, "checkpoint_restore", map[string]any{"workspace": "t1", "id": cp.ID, "force": true}, nil)
 	if got, _ := toolCall(t, cs, "file_read", map[string]any{"workspace": "t1", "path": "app.txt"}); got != "v2\n" {
 		t.Fatalf("after restore app.txt = %q, want v2", got)
 	}
@@ -187,7 +187,7 @@ func TestMCPAgentSession(t *testing.T) {
 	}
 
 	// Touch a protected path: the gate refuses and says which rule.
-	mustTool(t, cs, "file_write", map[string]any{"workspace": "t1", "path": "migrations/001.sql", "content": "DROP TABLE users;\n"}, nil)
+	mustTool(t, cs, "file_write", map[string]any{"workspace": "t1", "path": "migrations/001.sql", "content": "DROP TABLE users;\n", "force": true}, nil)
 	var ev struct {
 		Passed  bool
 		Reasons []struct{ Rule string }
@@ -206,7 +206,7 @@ func TestMCPAgentSession(t *testing.T) {
 		t.Errorf("merge_preflight: not clean")
 	}
 	// Fix it and land.
-	mustTool(t, cs, "file_delete", map[string]any{"workspace": "t1", "path": "migrations"}, nil)
+	mustTool(t, cs, "file_delete", map[string]any{"workspace": "t1", "path": "migrations", "force": true}, nil)
 	mustTool(t, cs, "gate_status", map[string]any{"workspace": "t1"}, &ev)
 	if !ev.Passed {
 		t.Fatalf("gate_status after the fix: %+v", ev)
@@ -272,19 +272,18 @@ func TestMCPKeysAndRoles(t *testing.T) {
 	csA := mcpHTTP(t, s, a.Secret)
 	mustTool(t, csA, "workspace_create", map[string]any{"repo": "shop", "name": "a1"}, nil)
 	csB := mcpHTTP(t, s, b.Secret)
-	mustToolError(t, csB, "file_write", map[string]any{"workspace": "a1", "path": "x", "content": "y"}, "permission_denied")
+	mustToolError(t, csB, "file_write", map[string]any{"workspace": "a1", "path": "x", "content": "y", "force": true}, "permission_denied")
 	mustToolError(t, csB, "file_read", map[string]any{"workspace": "nope", "path": "x"}, "not_found")
 
-	// B cannot use A's session id.
-	sid := csA.ID()
-	r, err = s.Try("POST", "/mcp", b.Secret, map[string]any{"jsonrpc": "2.0", "id": 9, "method": "tools/list"}, "application/json",
-		"Mcp-Session-Id", sid, "Accept", "application/json, text/event-stream")
-	if err != nil || r.Status != http.StatusForbidden {
-		t.Fatalf("another key on A's session: %v %v, want 403", err, r)
+	// The endpoint is stateless by default: no session to share (web's
+	// TestMCPErrorsAreJSON checks that a stateful session is refused to
+	// another key).
+	if sid := csA.ID(); sid != "" {
+		t.Fatalf("stateless /mcp gave a session id %q", sid)
 	}
 	// Bad arguments come back as tool errors the model can act on.
-	mustToolError(t, csA, "files_edit", map[string]any{"workspace": "a1", "edits": []map[string]any{{"op": "write", "path": "../x", "content": "y"}}}, "invalid_argument")
-	mustToolError(t, csA, "files_edit", map[string]any{"workspace": "a1", "edits": []map[string]any{{"op": "delete", "path": "missing.txt"}}}, "not_found")
+	mustToolError(t, csA, "files_edit", map[string]any{"workspace": "a1", "edits": []map[string]any{{"op": "write", "path": "../x", "content": "y"}}, "force": true}, "invalid_argument")
+	mustToolError(t, csA, "files_edit", map[string]any{"workspace": "a1", "edits": []map[string]any{{"op": "delete", "path": "missing.txt"}}, "force": true}, "not_found")
 }
 
 // TestMCPStdio runs `lockstep mcp` as an agent's MCP client would start it
