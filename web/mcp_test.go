@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -588,7 +590,24 @@ func TestMCPSurvivesRestart(t *testing.T) {
 // graceful server shutdown does not wait for them.
 func TestMCPShutdownEndsStreams(t *testing.T) {
 	f := mcpServer(t, web.Config{}, agentmcp.HTTPOptions{Stateful: true})
-	srv := &http.Server{Handler: *f.current.Load()}
+	var mu sync.Mutex
+	states := map[net.Conn]http.ConnState{}
+	activeConns := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, st := range states {
+			if st == http.StateActive {
+				n++
+			}
+		}
+		return n
+	}
+	srv := &http.Server{Handler: *f.current.Load(), ConnState: func(c net.Conn, st http.ConnState) {
+		mu.Lock()
+		states[c] = st
+		mu.Unlock()
+	}}
 	srv.RegisterOnShutdown(f.mcp.Shutdown)
 	ts := httptest.NewUnstartedServer(nil)
 	ts.Config = srv
@@ -601,10 +620,16 @@ func TestMCPShutdownEndsStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	// The standalone stream (GET) is open once a session exists; wait for
-	// it on the server's connection count.
 	if _, err := cs.ListTools(ctx, nil); err != nil {
 		t.Fatal(err)
+	}
+	// The client opens its standalone stream (GET) after initializing:
+	// wait until a request stays active on the server.
+	for i := 0; activeConns() < 1; i++ {
+		if i > 3000 {
+			t.Fatal("the client never opened its event stream")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer scancel()
