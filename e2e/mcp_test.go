@@ -4,12 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -404,3 +409,75 @@ func TestEditsConcurrent(t *testing.T) {
 type httpStatusError struct{ s string }
 
 func (e *httpStatusError) Error() string { return e.s }
+
+// TestMCPLoopAcrossRestart: an HTTP-only MCP client drives an agent's loop
+// through a load balancer while the server behind it is restarted: write
+// with compare-and-swap (a write without expect_oid is refused and names
+// the tip), the base moves, the server restarts, and the client — without
+// re-initializing — follows the merge_conflict advice (sync with markers,
+// resolve, sync resolved) to a clean preflight and promotes (issue 24
+// items 3, 4 and 5).
+func TestMCPLoopAcrossRestart(t *testing.T) {
+	s := e2ekit.StartServer(t, e2ekit.ServerOpts{})
+	s.CreateRepo(t, "shop")
+	s.PushWith(t, s.AdminKey, "shop", e2ekit.PushQuery("main", "", "force=true"), map[string]string{"app.txt": "one\ntwo\nthree\n"})
+	agent := s.CreateKey(t, "agent-loop", "agent")
+	var target atomic.Pointer[url.URL]
+	u, _ := url.Parse(s.URL)
+	target.Store(u)
+	lb := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target.Load()) }})
+	defer lb.Close()
+	lbServer := *s
+	lbServer.URL = lb.URL
+	cs := mcpHTTP(t, &lbServer, agent.Secret)
+
+	mustTool(t, cs, "workspace_create", map[string]any{"repo": "shop", "name": "loop"}, nil)
+	text := mustToolError(t, cs, "file_write", map[string]any{"workspace": "loop", "path": "app.txt", "content": "x\n"}, "precondition_required")
+	m := regexp.MustCompile(`expect_oid=([0-9a-f]{40})`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("the refusal names no tip:\n%s", text)
+	}
+	var w struct{ Commit string }
+	mustTool(t, cs, "file_write", map[string]any{"workspace": "loop", "path": "app.txt", "content": "one\nTWO (agent)\nthree\n", "expect_oid": m[1]}, &w)
+	// The base moves with a conflicting change.
+	s.PushWith(t, s.AdminKey, "shop", e2ekit.PushQuery("main", "", "force", "true"), map[string]string{"app.txt": "one\ntwo (base)\nthree\n"})
+
+	// Restart behind the load balancer.
+	if code := s.Stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("graceful stop: exit %d", code)
+	}
+	s2 := s.Restart(t)
+	u2, _ := url.Parse(s2.URL)
+	target.Store(u2)
+
+	text = mustToolError(t, cs, "sync", map[string]any{"workspace": "loop", "expect_oid": w.Commit}, "merge_conflict")
+	if !strings.Contains(text, `on_conflict="markers"`) {
+		t.Fatalf("merge_conflict advice:\n%s", text)
+	}
+	var synced struct {
+		Clean  bool
+		Commit string
+	}
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "sync", Arguments: map[string]any{"workspace": "loop", "expect_oid": w.Commit, "on_conflict": "markers"}})
+	if err != nil || res.IsError {
+		t.Fatalf("sync with markers: %v %+v", err, res)
+	}
+	if err := json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &synced); err != nil || synced.Clean || synced.Commit == "" {
+		t.Fatalf("sync with markers: %v %+v", err, synced)
+	}
+	if got, _ := toolCall(t, cs, "file_read", map[string]any{"workspace": "loop", "path": "app.txt", "rev": "conflicts/main"}); !strings.Contains(got, "<<<<<<<") {
+		t.Fatalf("no conflict markers on conflicts/main:\n%s", got)
+	}
+	mustTool(t, cs, "files_edit", map[string]any{"workspace": "loop", "branch": "conflicts/main", "expect_oid": synced.Commit,
+		"edits": []map[string]any{{"op": "write", "path": "app.txt", "content": "one\nTWO (agent, after base)\nthree\n"}}}, nil)
+	mustTool(t, cs, "sync", map[string]any{"workspace": "loop", "resolved": true}, nil)
+	var pre struct{ Clean bool }
+	mustTool(t, cs, "merge_preflight", map[string]any{"workspace": "loop"}, &pre)
+	if !pre.Clean {
+		t.Fatal("merge_preflight not clean after following the advice")
+	}
+	mustTool(t, cs, "promote", map[string]any{"workspace": "loop"}, nil)
+	if got := s2.Blob(t, "shop", "main", "app.txt"); got != "one\nTWO (agent, after base)\nthree\n" {
+		t.Fatalf("base after promote: %q", got)
+	}
+}
