@@ -32,6 +32,10 @@ const (
 	EINPROGRESS = "in_progress"
 )
 
+// ERATELIMITED (429): over a per-key or server-wide bound of open
+// sessions or streams; retry after Retry-After.
+const ERATELIMITED = "rate_limited"
+
 // Error is the one application error type, after upspin's: Code and
 // Message are for clients (the code is the API contract, the message is
 // written for the caller and never carries driver text); Op and Err are for

@@ -9,10 +9,14 @@
 package agentmcp
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -40,18 +44,22 @@ type Options struct {
 	MaxReadBytes int64
 }
 
+// DefaultMaxReadBytes is Options.MaxReadBytes when zero.
+const DefaultMaxReadBytes = 1 << 20
+
 // New returns an MCP server with every tool and resource registered.
 func New(o Options) *mcp.Server {
 	if o.Version == "" {
 		o.Version = "dev"
 	}
 	if o.MaxReadBytes <= 0 {
-		o.MaxReadBytes = 1 << 20
+		o.MaxReadBytes = DefaultMaxReadBytes
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "lockstep", Title: "Lockstep workspaces", Version: o.Version},
 		&mcp.ServerOptions{Instructions: instructions})
 	t := &tools{o: o}
 	t.register(s)
+	s.AddReceivingMiddleware(safeErrors) // resources.go
 	return s
 }
 
@@ -87,7 +95,11 @@ func jsonResult(raw json.RawMessage) *mcp.CallToolResult {
 	if text == "" {
 		text = "{}"
 	}
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+	r := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+	if strings.HasPrefix(text, "{") && json.Valid([]byte(text)) {
+		r.StructuredContent = json.RawMessage(text) // the same answer, for clients that read structured content
+	}
+	return r
 }
 
 func textResult(text string) *mcp.CallToolResult {
@@ -126,13 +138,13 @@ func nextStep(code string, details map[string]any) string {
 		return "the branch moved: re-read (workspace_status, file_read), re-apply your edits and retry with the new expect_oid"
 	case lockstep.EPRECONDITION:
 		if a, ok := details["actual"].(string); ok && a != "" {
-			return fmt.Sprintf("pass expect_oid=%s (the branch's current tip) after checking it is the state you read", a)
+			return fmt.Sprintf("pass expect_oid=%s (the branch's current tip) after checking it is the state you read (file_read, diff); force=true instead applies onto whatever is current", a)
 		}
-		return "pass expect_oid: the branch tip you last read (workspace_status shows it)"
+		return "pass expect_oid: the branch tip you last read (workspace_status shows it); force=true instead applies onto whatever is current"
 	case lockstep.EGATEFAILED:
 		return "the gate refused: fix each unmet rule listed in details.gate.reasons (e.g. make failing checks pass, stay under the file/line limits, leave protected paths alone), then call gate_status and promote again"
 	case lockstep.EMERGECONFLICT:
-		return "the workspace conflicts with its base: call merge_preflight to see the conflicting files and hunks, edit them to resolve, then retry"
+		return syncAdvice
 	case lockstep.ENOTFOUND:
 		return "check the name: workspace_list lists workspaces of a repository, file_list lists files"
 	case lockstep.EFORBIDDEN:
@@ -213,6 +225,8 @@ type fileReadIn struct {
 	Workspace string `json:"workspace" jsonschema:"the workspace name"`
 	Path      string `json:"path" jsonschema:"file path relative to the repository root"`
 	Rev       string `json:"rev,omitempty" jsonschema:"branch, commit oid or revision; default: the default branch"`
+	StartLine int    `json:"start_line,omitempty" jsonschema:"first line to return (1-based); default 1"`
+	EndLine   int    `json:"end_line,omitempty" jsonschema:"last line to return (inclusive); default: the end of the file"`
 }
 
 type editIn struct {
@@ -226,7 +240,8 @@ type editIn struct {
 type filesEditIn struct {
 	Workspace string   `json:"workspace" jsonschema:"the workspace name"`
 	Edits     []editIn `json:"edits" jsonschema:"the edits, applied in order and committed together"`
-	ExpectOID string   `json:"expect_oid,omitempty" jsonschema:"the branch tip you last read; the commit is refused (ref_conflict) if the branch moved since. Omit to apply onto whatever is current"`
+	ExpectOID string   `json:"expect_oid,omitempty" jsonschema:"required (or force): the branch tip you last read (workspace_status shows it; every write returns the new one); the commit is refused (ref_conflict) if the branch moved since"`
+	Force     bool     `json:"force,omitempty" jsonschema:"instead of expect_oid: apply onto whatever the branch is now (last writer wins on the files you write)"`
 	Message   string   `json:"message,omitempty" jsonschema:"commit message saying what and why"`
 	Branch    string   `json:"branch,omitempty" jsonschema:"branch to commit to; default: the default branch"`
 }
@@ -236,14 +251,16 @@ type fileWriteIn struct {
 	Path       string `json:"path" jsonschema:"file path relative to the repository root"`
 	Content    string `json:"content" jsonschema:"the whole new file content (UTF-8 text)"`
 	Executable bool   `json:"executable,omitempty" jsonschema:"make the file executable"`
-	ExpectOID  string `json:"expect_oid,omitempty" jsonschema:"the branch tip you last read (compare-and-swap); omit to apply onto whatever is current"`
+	ExpectOID  string `json:"expect_oid,omitempty" jsonschema:"required (or force): the branch tip you last read (compare-and-swap)"`
+	Force      bool   `json:"force,omitempty" jsonschema:"instead of expect_oid: apply onto whatever the branch is now"`
 	Message    string `json:"message,omitempty" jsonschema:"commit message"`
 }
 
 type fileDeleteIn struct {
 	Workspace string `json:"workspace" jsonschema:"the workspace name"`
 	Path      string `json:"path" jsonschema:"file or directory to delete"`
-	ExpectOID string `json:"expect_oid,omitempty" jsonschema:"the branch tip you last read (compare-and-swap); omit to apply onto whatever is current"`
+	ExpectOID string `json:"expect_oid,omitempty" jsonschema:"required (or force): the branch tip you last read (compare-and-swap)"`
+	Force     bool   `json:"force,omitempty" jsonschema:"instead of expect_oid: apply onto whatever the branch is now"`
 	Message   string `json:"message,omitempty" jsonschema:"commit message"`
 }
 
@@ -255,13 +272,15 @@ type checkpointCreateIn struct {
 type checkpointRestoreIn struct {
 	Workspace string `json:"workspace" jsonschema:"the workspace name"`
 	ID        string `json:"id" jsonschema:"the checkpoint id (cp-…) from checkpoint_create or checkpoint_list"`
-	ExpectOID string `json:"expect_oid,omitempty" jsonschema:"the branch tip you last read; omit to restore whatever is current"`
+	ExpectOID string `json:"expect_oid,omitempty" jsonschema:"required (or force): the branch tip you last read"`
+	Force     bool   `json:"force,omitempty" jsonschema:"instead of expect_oid: restore over whatever the branch is now"`
 }
 
 type rollbackIn struct {
 	Workspace string `json:"workspace" jsonschema:"the workspace name"`
 	To        string `json:"to" jsonschema:"commit oid (or revision) whose tree to bring back as a new commit"`
-	ExpectOID string `json:"expect_oid,omitempty" jsonschema:"the branch tip you last read; omit to roll back whatever is current"`
+	ExpectOID string `json:"expect_oid,omitempty" jsonschema:"required (or force): the branch tip you last read"`
+	Force     bool   `json:"force,omitempty" jsonschema:"instead of expect_oid: roll back whatever the branch is now"`
 }
 
 type logIn struct {
@@ -328,15 +347,15 @@ func (t *tools) register(s *mcp.Server) {
 		})
 	mcp.AddTool(s, add("files_edit", "Write and delete files in a workspace as ONE commit (compare-and-swap on expect_oid). Each edit is {op: write, path, content} or {op: delete, path}; a write replaces the whole file. Returns the new commit: use it as expect_oid next time.", nil),
 		func(ctx context.Context, req *mcp.CallToolRequest, in filesEditIn) (*mcp.CallToolResult, any, error) {
-			return t.edit(ctx, req, in.Workspace, in.Branch, in.ExpectOID, in.Message, in.Edits)
+			return t.edit(ctx, req, in.Workspace, in.Branch, in.ExpectOID, in.Force, in.Message, in.Edits)
 		})
 	mcp.AddTool(s, add("file_write", "Write one file of a workspace (the whole content) as a commit. For several files use files_edit.", nil),
 		func(ctx context.Context, req *mcp.CallToolRequest, in fileWriteIn) (*mcp.CallToolResult, any, error) {
-			return t.edit(ctx, req, in.Workspace, "", in.ExpectOID, in.Message, []editIn{{Op: "write", Path: in.Path, Content: in.Content, Executable: in.Executable}})
+			return t.edit(ctx, req, in.Workspace, "", in.ExpectOID, in.Force, in.Message, []editIn{{Op: "write", Path: in.Path, Content: in.Content, Executable: in.Executable}})
 		})
 	mcp.AddTool(s, add("file_delete", "Delete a file or a whole directory of a workspace as a commit.", &mcp.ToolAnnotations{DestructiveHint: ptr(true)}),
 		func(ctx context.Context, req *mcp.CallToolRequest, in fileDeleteIn) (*mcp.CallToolResult, any, error) {
-			return t.edit(ctx, req, in.Workspace, "", in.ExpectOID, in.Message, []editIn{{Op: "delete", Path: in.Path}})
+			return t.edit(ctx, req, in.Workspace, "", in.ExpectOID, in.Force, in.Message, []editIn{{Op: "delete", Path: in.Path}})
 		})
 	mcp.AddTool(s, add("checkpoint_create", "Checkpoint a workspace before a risky step: its code (and its database branch, if it has one) can be restored together later.", nil),
 		func(ctx context.Context, req *mcp.CallToolRequest, in checkpointCreateIn) (*mcp.CallToolResult, any, error) {
@@ -351,6 +370,8 @@ func (t *tools) register(s *mcp.Server) {
 			body := map[string]string{}
 			if in.ExpectOID != "" {
 				body["expect_oid"] = in.ExpectOID
+			} else if !in.Force {
+				return t.needExpect(ctx, req, in.Workspace, "")
 			}
 			return t.call(ctx, req, http.MethodPost, repoPath(in.Workspace, "checkpoints", url.PathEscape(in.ID), "restore"), body)
 		})
@@ -359,8 +380,10 @@ func (t *tools) register(s *mcp.Server) {
 			body := map[string]any{"to": in.To}
 			if in.ExpectOID != "" {
 				body["expect_oid"] = in.ExpectOID
-			} else {
+			} else if in.Force {
 				body["force"] = true
+			} else {
+				return t.needExpect(ctx, req, in.Workspace, "")
 			}
 			return t.call(ctx, req, http.MethodPost, repoPath(in.Workspace, "rollback"), body)
 		})
@@ -418,6 +441,7 @@ func (t *tools) register(s *mcp.Server) {
 				return t.local(ctx, append(append(args, "--"), in.Command...))
 			})
 	}
+	t.registerMore(s) // more.go
 	t.resources(s)
 }
 
@@ -460,19 +484,86 @@ func (t *tools) read(ctx context.Context, req *mcp.CallToolRequest, in fileReadI
 	if err != nil {
 		return nil, nil, err
 	}
-	var body []byte
-	resp, err := c.Request(ctx, http.MethodGet, repoPath(in.Workspace, "blob", url.PathEscape(revOr(in.Rev)), escapePath(in.Path)), nil, nil, "", &body)
+	if in.StartLine < 0 || in.EndLine < 0 || (in.EndLine > 0 && in.EndLine < in.StartLine) {
+		return toolError(lockstep.Errorf(lockstep.EINVALID, "start_line %d, end_line %d: want 1 <= start_line <= end_line", in.StartLine, in.EndLine)), nil, nil
+	}
+	body, hdr, err := t.readBlob(ctx, c, in.Workspace, revOr(in.Rev), in.Path, in.StartLine, in.EndLine)
 	if err != nil {
 		return toolError(err), nil, nil
 	}
-	if int64(len(body)) > t.o.MaxReadBytes {
-		return toolError(lockstep.Errorf(lockstep.ETOOLARGE, "%s is %d bytes: file_read returns at most %d", in.Path, len(body), t.o.MaxReadBytes)), nil, nil
-	}
-	blob := resp.Header.Get("X-Lockstep-Blob")
 	if utf8.Valid(body) {
 		return textResult(string(body)), nil, nil
 	}
-	return textResult(fmt.Sprintf("binary file %s (blob %s, %d bytes), base64:\n%s", in.Path, blob, len(body), base64.StdEncoding.EncodeToString(body))), nil, nil
+	return textResult(fmt.Sprintf("binary file %s (blob %s, %d bytes), base64:\n%s", in.Path, hdr.Get("X-Lockstep-Blob"), len(body), base64.StdEncoding.EncodeToString(body))), nil, nil
+}
+
+// readBlob reads a file, or the lines start..end of it (1-based,
+// inclusive; 0: from the start, to the end), at most MaxReadBytes of
+// it: a larger file is refused (too_large) after MaxReadBytes were read,
+// and the rest is never produced.
+func (t *tools) readBlob(ctx context.Context, c *client.Client, ws, rev, path string, start, end int) ([]byte, http.Header, error) {
+	lw := &lineWriter{max: t.o.MaxReadBytes, start: max(start, 1), end: end, line: 1}
+	resp, err := c.Request(ctx, http.MethodGet, repoPath(ws, "blob", url.PathEscape(rev), escapePath(path)), nil, nil, "", io.Writer(lw))
+	switch {
+	case errors.Is(err, errEnough):
+	case errors.Is(err, errTooLarge):
+		size := ""
+		if resp != nil && resp.ContentLength >= 0 {
+			size = fmt.Sprintf(" is %d bytes:", resp.ContentLength)
+		}
+		hint := "read a line range (start_line, end_line)"
+		if start > 0 || end > 0 {
+			hint = "read fewer lines"
+		}
+		return nil, nil, lockstep.Errorf(lockstep.ETOOLARGE, "%s%s reads return at most %d bytes (--mcp-max-read-bytes): %s", path, size, t.o.MaxReadBytes, hint).
+			WithDetails(map[string]any{"limit": t.o.MaxReadBytes})
+	case err != nil:
+		return nil, nil, err
+	}
+	hdr := http.Header{}
+	if resp != nil {
+		hdr = resp.Header
+	}
+	return lw.buf.Bytes(), hdr, nil
+}
+
+var (
+	errTooLarge = errors.New("over the read limit")
+	errEnough   = errors.New("the lines asked for are read")
+)
+
+// lineWriter keeps the lines start..end (end 0: all) of what is written,
+// up to max bytes.
+type lineWriter struct {
+	buf        bytes.Buffer
+	max        int64
+	start, end int
+	line       int
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		if w.end > 0 && w.line > w.end {
+			return n - len(p), errEnough
+		}
+		i := bytes.IndexByte(p, '\n')
+		chunk := p
+		if i >= 0 {
+			chunk = p[:i+1]
+		}
+		if w.line >= w.start {
+			if int64(w.buf.Len()+len(chunk)) > w.max {
+				return n - len(p), errTooLarge
+			}
+			w.buf.Write(chunk)
+		}
+		if i >= 0 {
+			w.line++
+		}
+		p = p[len(chunk):]
+	}
+	return n, nil
 }
 
 func escapePath(p string) string {
@@ -483,32 +574,130 @@ func escapePath(p string) string {
 	return strings.Join(parts, "/")
 }
 
-func (t *tools) edit(ctx context.Context, req *mcp.CallToolRequest, ws, branch, expect, msg string, edits []editIn) (*mcp.CallToolResult, any, error) {
-	list := make([]map[string]any, len(edits))
-	for i, e := range edits {
-		m := map[string]any{"op": e.Op, "path": e.Path}
-		if e.Op == "write" {
-			if e.ContentBase64 != "" {
-				m["content_base64"] = e.ContentBase64
-			} else {
-				m["content"] = e.Content
-			}
-			if e.Executable {
-				m["executable"] = true
-			}
-		}
-		list[i] = m
+func (t *tools) edit(ctx context.Context, req *mcp.CallToolRequest, ws, branch, expect string, force bool, msg string, edits []editIn) (*mcp.CallToolResult, any, error) {
+	if expect == "" && !force {
+		return t.needExpect(ctx, req, ws, branch)
 	}
-	body := map[string]any{"edits": list, "message": msg}
+	c, err := t.client(ctx, req.Extra)
+	if err != nil {
+		return nil, nil, err
+	}
+	head := map[string]any{"message": msg}
 	if branch != "" {
-		body["branch"] = branch
+		head["branch"] = branch
 	}
 	if expect != "" {
-		body["expect_oid"] = expect
+		head["expect_oid"] = expect
 	} else {
-		body["force"] = true // applied onto the current tip, re-applied if it moves: never a stale tree
+		head["force"] = true // applied onto the current tip, re-applied if it moves: never a stale tree
 	}
-	return t.call(ctx, req, http.MethodPost, repoPath(ws, "edits"), body)
+	// The body is streamed to the edits route: file contents are not
+	// copied into one more buffer on their way.
+	body := client.BodyFunc(func() (io.Reader, error) {
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(writeEdits(pw, head, edits)) }()
+		return pr, nil
+	})
+	var raw []byte
+	if _, err := c.Request(ctx, http.MethodPost, repoPath(ws, "edits"), nil, body, "application/json", &raw); err != nil {
+		return toolError(err), nil, nil
+	}
+	return jsonResult(raw), nil, nil
+}
+
+// writeEdits writes the edits request as JSON: the small fields of head,
+// then "edits" with each content escaped piece by piece.
+func writeEdits(w io.Writer, head map[string]any, edits []editIn) error {
+	b, err := json.Marshal(head)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.Write(b[:len(b)-1]) // without the closing brace
+	bw.WriteString(`,"edits":[`)
+	for i, e := range edits {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		m := map[string]any{"op": e.Op, "path": e.Path}
+		if e.Op == "write" && e.Executable {
+			m["executable"] = true
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		bw.Write(b[:len(b)-1])
+		if e.Op == "write" {
+			if e.ContentBase64 != "" {
+				bw.WriteString(`,"content_base64":`)
+				writeJSONString(bw, e.ContentBase64)
+			} else {
+				bw.WriteString(`,"content":`)
+				writeJSONString(bw, e.Content)
+			}
+		}
+		bw.WriteByte('}')
+	}
+	bw.WriteString("]}")
+	return bw.Flush()
+}
+
+// writeJSONString writes s as a JSON string, escaping 64 KiB at a time.
+func writeJSONString(w *bufio.Writer, s string) {
+	w.WriteByte('"')
+	for len(s) > 0 {
+		n := min(len(s), 64<<10)
+		for n < len(s) && !utf8.RuneStart(s[n]) {
+			n++
+		}
+		b, _ := json.Marshal(s[:n])
+		w.Write(b[1 : len(b)-1])
+		s = s[n:]
+	}
+	w.WriteByte('"')
+}
+
+// needExpect refuses a write without expect_oid or force, naming the tip
+// to pass.
+func (t *tools) needExpect(ctx context.Context, req *mcp.CallToolRequest, ws, branch string) (*mcp.CallToolResult, any, error) {
+	c, err := t.client(ctx, req.Extra)
+	if err != nil {
+		return nil, nil, err
+	}
+	tip, name := "", branch
+	if r, err := t.repo(ctx, c, ws); err == nil {
+		if name == "" {
+			name = r.DefaultBranch
+		}
+		var refs struct {
+			Refs []struct {
+				Name string `json:"name"`
+				OID  string `json:"oid"`
+			} `json:"refs"`
+		}
+		if raw, err := c.Do(ctx, http.MethodGet, repoPath(ws, "refs"), nil); err == nil && json.Unmarshal(raw, &refs) == nil {
+			for _, rf := range refs.Refs {
+				if rf.Name == "refs/heads/"+name || rf.Name == name {
+					tip = rf.OID
+				}
+			}
+		}
+	} else {
+		return toolError(err), nil, nil
+	}
+	e := lockstep.Errorf(lockstep.EPRECONDITION, "writes are compare-and-swap: pass expect_oid (the tip of %s you last read) or force=true", orDefault(name, "the branch"))
+	if tip != "" {
+		e = e.WithDetails(map[string]any{"ref": "refs/heads/" + name, "actual": tip})
+	}
+	return toolError(e), nil, nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // repoInfo is the part of a repository answer the tools use.

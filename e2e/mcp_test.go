@@ -4,12 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -174,11 +179,11 @@ func TestMCPAgentSession(t *testing.T) {
 		t.Fatalf("checkpoint_create: id %q", cp.ID)
 	}
 	mustTool(t, cs, "file_write", map[string]any{"workspace": "t1", "path": "app.txt", "content": "BROKEN\n", "expect_oid": w1.Commit}, nil)
-	mustTool(t, cs, "file_delete", map[string]any{"workspace": "t1", "path": "docs"}, nil)
+	mustTool(t, cs, "file_delete", map[string]any{"workspace": "t1", "path": "docs", "force": true}, nil)
 	if got, _ := toolCall(t, cs, "file_read", map[string]any{"workspace": "t1", "path": "app.txt"}); got != "BROKEN\n" {
 		t.Fatalf("after the break app.txt = %q", got)
 	}
-	mustTool(t, cs, "checkpoint_restore", map[string]any{"workspace": "t1", "id": cp.ID}, nil)
+	mustTool(t, cs, "checkpoint_restore", map[string]any{"workspace": "t1", "id": cp.ID, "force": true}, nil)
 	if got, _ := toolCall(t, cs, "file_read", map[string]any{"workspace": "t1", "path": "app.txt"}); got != "v2\n" {
 		t.Fatalf("after restore app.txt = %q, want v2", got)
 	}
@@ -187,7 +192,7 @@ func TestMCPAgentSession(t *testing.T) {
 	}
 
 	// Touch a protected path: the gate refuses and says which rule.
-	mustTool(t, cs, "file_write", map[string]any{"workspace": "t1", "path": "migrations/001.sql", "content": "DROP TABLE users;\n"}, nil)
+	mustTool(t, cs, "file_write", map[string]any{"workspace": "t1", "path": "migrations/001.sql", "content": "DROP TABLE users;\n", "force": true}, nil)
 	var ev struct {
 		Passed  bool
 		Reasons []struct{ Rule string }
@@ -206,7 +211,7 @@ func TestMCPAgentSession(t *testing.T) {
 		t.Errorf("merge_preflight: not clean")
 	}
 	// Fix it and land.
-	mustTool(t, cs, "file_delete", map[string]any{"workspace": "t1", "path": "migrations"}, nil)
+	mustTool(t, cs, "file_delete", map[string]any{"workspace": "t1", "path": "migrations", "force": true}, nil)
 	mustTool(t, cs, "gate_status", map[string]any{"workspace": "t1"}, &ev)
 	if !ev.Passed {
 		t.Fatalf("gate_status after the fix: %+v", ev)
@@ -272,19 +277,18 @@ func TestMCPKeysAndRoles(t *testing.T) {
 	csA := mcpHTTP(t, s, a.Secret)
 	mustTool(t, csA, "workspace_create", map[string]any{"repo": "shop", "name": "a1"}, nil)
 	csB := mcpHTTP(t, s, b.Secret)
-	mustToolError(t, csB, "file_write", map[string]any{"workspace": "a1", "path": "x", "content": "y"}, "permission_denied")
+	mustToolError(t, csB, "file_write", map[string]any{"workspace": "a1", "path": "x", "content": "y", "force": true}, "permission_denied")
 	mustToolError(t, csB, "file_read", map[string]any{"workspace": "nope", "path": "x"}, "not_found")
 
-	// B cannot use A's session id.
-	sid := csA.ID()
-	r, err = s.Try("POST", "/mcp", b.Secret, map[string]any{"jsonrpc": "2.0", "id": 9, "method": "tools/list"}, "application/json",
-		"Mcp-Session-Id", sid, "Accept", "application/json, text/event-stream")
-	if err != nil || r.Status != http.StatusForbidden {
-		t.Fatalf("another key on A's session: %v %v, want 403", err, r)
+	// The endpoint is stateless by default: no session to share (web's
+	// TestMCPErrorsAreJSON checks that a stateful session is refused to
+	// another key).
+	if sid := csA.ID(); sid != "" {
+		t.Fatalf("stateless /mcp gave a session id %q", sid)
 	}
 	// Bad arguments come back as tool errors the model can act on.
-	mustToolError(t, csA, "files_edit", map[string]any{"workspace": "a1", "edits": []map[string]any{{"op": "write", "path": "../x", "content": "y"}}}, "invalid_argument")
-	mustToolError(t, csA, "files_edit", map[string]any{"workspace": "a1", "edits": []map[string]any{{"op": "delete", "path": "missing.txt"}}}, "not_found")
+	mustToolError(t, csA, "files_edit", map[string]any{"workspace": "a1", "edits": []map[string]any{{"op": "write", "path": "../x", "content": "y"}}, "force": true}, "invalid_argument")
+	mustToolError(t, csA, "files_edit", map[string]any{"workspace": "a1", "edits": []map[string]any{{"op": "delete", "path": "missing.txt"}}, "force": true}, "not_found")
 }
 
 // TestMCPStdio runs `lockstep mcp` as an agent's MCP client would start it
@@ -405,3 +409,75 @@ func TestEditsConcurrent(t *testing.T) {
 type httpStatusError struct{ s string }
 
 func (e *httpStatusError) Error() string { return e.s }
+
+// TestMCPLoopAcrossRestart: an HTTP-only MCP client drives an agent's loop
+// through a load balancer while the server behind it is restarted: write
+// with compare-and-swap (a write without expect_oid is refused and names
+// the tip), the base moves, the server restarts, and the client — without
+// re-initializing — follows the merge_conflict advice (sync with markers,
+// resolve, sync resolved) to a clean preflight and promotes (issue 24
+// items 3, 4 and 5).
+func TestMCPLoopAcrossRestart(t *testing.T) {
+	s := e2ekit.StartServer(t, e2ekit.ServerOpts{})
+	s.CreateRepo(t, "shop")
+	s.PushWith(t, s.AdminKey, "shop", e2ekit.PushQuery("main", "", "force=true"), map[string]string{"app.txt": "one\ntwo\nthree\n"})
+	agent := s.CreateKey(t, "agent-loop", "agent")
+	var target atomic.Pointer[url.URL]
+	u, _ := url.Parse(s.URL)
+	target.Store(u)
+	lb := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target.Load()) }})
+	defer lb.Close()
+	lbServer := *s
+	lbServer.URL = lb.URL
+	cs := mcpHTTP(t, &lbServer, agent.Secret)
+
+	mustTool(t, cs, "workspace_create", map[string]any{"repo": "shop", "name": "loop"}, nil)
+	text := mustToolError(t, cs, "file_write", map[string]any{"workspace": "loop", "path": "app.txt", "content": "x\n"}, "precondition_required")
+	m := regexp.MustCompile(`expect_oid=([0-9a-f]{40})`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("the refusal names no tip:\n%s", text)
+	}
+	var w struct{ Commit string }
+	mustTool(t, cs, "file_write", map[string]any{"workspace": "loop", "path": "app.txt", "content": "one\nTWO (agent)\nthree\n", "expect_oid": m[1]}, &w)
+	// The base moves with a conflicting change.
+	s.PushWith(t, s.AdminKey, "shop", e2ekit.PushQuery("main", "", "force", "true"), map[string]string{"app.txt": "one\ntwo (base)\nthree\n"})
+
+	// Restart behind the load balancer.
+	if code := s.Stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("graceful stop: exit %d", code)
+	}
+	s2 := s.Restart(t)
+	u2, _ := url.Parse(s2.URL)
+	target.Store(u2)
+
+	text = mustToolError(t, cs, "sync", map[string]any{"workspace": "loop", "expect_oid": w.Commit}, "merge_conflict")
+	if !strings.Contains(text, `on_conflict="markers"`) {
+		t.Fatalf("merge_conflict advice:\n%s", text)
+	}
+	var synced struct {
+		Clean  bool
+		Commit string
+	}
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "sync", Arguments: map[string]any{"workspace": "loop", "expect_oid": w.Commit, "on_conflict": "markers"}})
+	if err != nil || res.IsError {
+		t.Fatalf("sync with markers: %v %+v", err, res)
+	}
+	if err := json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &synced); err != nil || synced.Clean || synced.Commit == "" {
+		t.Fatalf("sync with markers: %v %+v", err, synced)
+	}
+	if got, _ := toolCall(t, cs, "file_read", map[string]any{"workspace": "loop", "path": "app.txt", "rev": "conflicts/main"}); !strings.Contains(got, "<<<<<<<") {
+		t.Fatalf("no conflict markers on conflicts/main:\n%s", got)
+	}
+	mustTool(t, cs, "files_edit", map[string]any{"workspace": "loop", "branch": "conflicts/main", "expect_oid": synced.Commit,
+		"edits": []map[string]any{{"op": "write", "path": "app.txt", "content": "one\nTWO (agent, after base)\nthree\n"}}}, nil)
+	mustTool(t, cs, "sync", map[string]any{"workspace": "loop", "resolved": true}, nil)
+	var pre struct{ Clean bool }
+	mustTool(t, cs, "merge_preflight", map[string]any{"workspace": "loop"}, &pre)
+	if !pre.Clean {
+		t.Fatal("merge_preflight not clean after following the advice")
+	}
+	mustTool(t, cs, "promote", map[string]any{"workspace": "loop"}, nil)
+	if got := s2.Blob(t, "shop", "main", "app.txt"); got != "one\nTWO (agent, after base)\nthree\n" {
+		t.Fatalf("base after promote: %q", got)
+	}
+}

@@ -28,8 +28,9 @@ var statuses = map[string]int{
 	lockstep.EUNAVAILABLE:   http.StatusServiceUnavailable,
 	lockstep.EINTERNAL:      http.StatusInternalServerError,
 	// idempotent writes (idempotency.go)
-	lockstep.EIDEMREUSED: http.StatusUnprocessableEntity,
-	lockstep.EINPROGRESS: http.StatusConflict,
+	lockstep.EIDEMREUSED:  http.StatusUnprocessableEntity,
+	lockstep.EINPROGRESS:  http.StatusConflict,
+	lockstep.ERATELIMITED: http.StatusTooManyRequests,
 }
 
 // StatusOf returns the HTTP status of an error code.

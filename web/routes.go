@@ -16,7 +16,7 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	if s.MCP != nil {
 		// Model Context Protocol (streamable HTTP): the same keys and roles.
 		mcp := gin.WrapH(s.MCP(e))
-		e.POST("/mcp", s.authenticate, mcp)
+		e.POST("/mcp", s.authenticate, s.mcpSlot, s.mcpHoldSlot, mcp) // upload.go: the slot of a large request
 		e.GET("/mcp", s.authenticate, mcp)
 		e.DELETE("/mcp", s.authenticate, mcp)
 	}

@@ -232,22 +232,27 @@ func (s *Server) authenticate(c *gin.Context) {
 			secret = p
 		}
 	case strings.HasPrefix(h, "Basic "):
+		c.Header("WWW-Authenticate", `Bearer realm="lockstep"`)
 		writeError(c, lockstep.Errorf(lockstep.EUNAUTH, "basic auth is for /git only: send Authorization: Bearer <key>"))
 		c.Abort()
 		return
 	}
+	// RFC 6750: a 401 names its scheme, so that clients (MCP SDKs) know
+	// an API key is wanted, not an interactive OAuth flow.
+	scheme := `Bearer realm="lockstep"`
+	if git {
+		scheme = `Basic realm="lockstep"`
+	}
 	if secret == "" {
-		if git {
-			c.Header("WWW-Authenticate", `Basic realm="lockstep"`)
-		}
+		c.Header("WWW-Authenticate", scheme)
 		writeError(c, lockstep.Errorf(lockstep.EUNAUTH, "missing API key: send Authorization: Bearer <key>"))
 		c.Abort()
 		return
 	}
 	k, err := s.Keys.Authenticate(c.Request.Context(), secret)
 	if err != nil {
-		if git {
-			c.Header("WWW-Authenticate", `Basic realm="lockstep"`)
+		if git || lockstep.ErrorCode(err) == lockstep.EUNAUTH {
+			c.Header("WWW-Authenticate", scheme)
 		}
 		writeError(c, err)
 		c.Abort()

@@ -1,6 +1,9 @@
 package web
 
 import (
+	"context"
+	"net/http"
+
 	"github.com/gin-gonic/gin"
 
 	"github.com/lockstep-hq/lockstep"
@@ -17,6 +20,12 @@ const DefaultMaxConcurrentUploads = 8
 // is 503 unavailable with Retry-After, at once (never queued: a queued
 // request still holds its connection and body).
 func (s *Server) uploadSlot(c *gin.Context) {
+	if c.Request.Context().Value(heldSlot{}) != nil {
+		// An MCP request that holds a slot calls this route in-process
+		// (mcpSlot): its slot covers the call.
+		c.Next()
+		return
+	}
 	select {
 	case s.uploads <- struct{}{}:
 		if s.Metrics != nil {
@@ -30,4 +39,29 @@ func (s *Server) uploadSlot(c *gin.Context) {
 		writeError(c, lockstep.Errorf(lockstep.EUNAVAILABLE, "%d uploads in progress, the server's limit (--max-concurrent-uploads); retry shortly", cap(s.uploads)))
 		c.Abort()
 	}
+}
+
+// heldSlot marks a request context whose MCP request holds an upload slot.
+type heldSlot struct{}
+
+// mcpSlot admits a POST /mcp that may carry file contents the way
+// uploadSlot admits an upload, before a byte of its body is read: a body
+// over --max-json-bytes (or of unknown length) takes an upload slot, and
+// the tool calls it carries run the API in-process under that slot. A
+// smaller request takes none; its writes take a slot of their own on the
+// edits route (a tool error, not a retry, when none is free).
+func (s *Server) mcpSlot(c *gin.Context) {
+	if c.Request.Method != http.MethodPost || (c.Request.ContentLength >= 0 && c.Request.ContentLength <= s.Config.MaxJSONBytes) {
+		c.Next()
+		return
+	}
+	s.uploadSlot(c)
+}
+
+// mcpHoldSlot runs after mcpSlot took a slot: the in-process calls see it.
+func (s *Server) mcpHoldSlot(c *gin.Context) {
+	if c.Request.Method == http.MethodPost && (c.Request.ContentLength < 0 || c.Request.ContentLength > s.Config.MaxJSONBytes) {
+		c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), heldSlot{}, true))
+	}
+	c.Next()
 }

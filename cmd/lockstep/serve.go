@@ -86,6 +86,12 @@ type serveConfig struct {
 	// the process environment (lockstep bench passes its own).
 	objEnv    func(string) string
 	TempGrace time.Duration
+	// MCP over HTTP (agentmcp.HTTPOptions).
+	MCPStateful       bool
+	MCPMaxSessions    int
+	MCPMaxSessionsKey int
+	MCPSessionIdle    time.Duration
+	MCPMaxReadBytes   int64
 }
 
 // flagger declares flags whose defaults come from the environment.
@@ -233,6 +239,11 @@ func (c *serveConfig) declare(f *flagger) {
 	f.str(&c.ObjectStore, "object-store", s3packs.Setting, "", "s3://bucket/prefix?endpoint=host:port[&insecure=true&region=…&path_style=true]: keep each network's packs in this S3-compatible bucket (several replicas; needs --database-url, a shared --secret-key-file; keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); empty = the local disk")
 	f.dur(&c.ObjectGrace, "object-grace", "LOCKSTEP_OBJECT_GRACE", replica.DefaultGrace, "object store: a retired or never-registered pack is deleted only once older than this; a write whose upload takes over half of it fails (must exceed the longest upload)")
 	f.dur(&c.ObjectGC, "object-gc-interval", "LOCKSTEP_OBJECT_GC_INTERVAL", 10*time.Minute, "object store: how often garbage collection of the bucket runs (one replica at a time); 0 = never")
+	f.bool(&c.MCPStateful, "mcp-stateful", "LOCKSTEP_MCP_STATEFUL", false, "keep MCP sessions (Mcp-Session-Id, SSE on GET) in this process; default stateless: every /mcp POST stands alone, so restarts and replicas are invisible to clients")
+	f.int(&c.MCPMaxSessions, "mcp-max-sessions", "LOCKSTEP_MCP_MAX_SESSIONS", agentmcp.DefaultMaxSessions, "stateful MCP sessions open at once; more answer 429 rate_limited with Retry-After")
+	f.int(&c.MCPMaxSessionsKey, "mcp-max-sessions-per-key", "LOCKSTEP_MCP_MAX_SESSIONS_PER_KEY", agentmcp.DefaultMaxSessionsPerKey, "stateful MCP sessions one API key may have open; more answer 429 rate_limited with Retry-After")
+	f.dur(&c.MCPSessionIdle, "mcp-session-idle-timeout", "LOCKSTEP_MCP_SESSION_IDLE_TIMEOUT", agentmcp.DefaultSessionTimeout, "a stateful MCP session without requests for this long is closed")
+	f.i64(&c.MCPMaxReadBytes, "mcp-max-read-bytes", "LOCKSTEP_MCP_MAX_READ_BYTES", agentmcp.DefaultMaxReadBytes, "largest file the MCP file_read tool and file resource return")
 	f.dur(&c.IdemWait, "idempotency-wait", "LOCKSTEP_IDEMPOTENCY_WAIT", 10*time.Second, "how long a concurrent duplicate waits for the first request before 409 in_progress")
 }
 
@@ -290,6 +301,9 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: c.ReadHeaderTimeout, IdleTimeout: c.IdleTimeout,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	errc := make(chan error, 1)
+	for _, f := range a.onShutdown {
+		srv.RegisterOnShutdown(f) // MCP sessions' streams end, so Shutdown need not wait for them
+	}
 	go func() { errc <- srv.Serve(ln) }()
 	logger.Info("lockstep serving", "addr", ln.Addr().String(), "data", c.Data, "metadata", a.store.Dialect(),
 		"redis", c.RedisURL != "", "database_branching", c.BranchDatabaseURL != "")
@@ -318,6 +332,7 @@ type app struct {
 	handler      http.Handler
 	adminKeyPath string
 	closers      []func()
+	onShutdown   []func()
 }
 
 func (a *app) close() {
@@ -500,7 +515,10 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
 		Store: db, Keys: keys, Redis: rdb, ObjectStore: readyzObjects(objectStore), Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps,
 		MCP: func(api http.Handler) http.Handler {
-			return agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{Version: version(), MaxRequestBytes: c.MaxEditBytes})
+			h := agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{Version: version(), MaxRequestBytes: c.MaxEditBytes, MaxReadBytes: c.MCPMaxReadBytes,
+				Stateful: c.MCPStateful, MaxSessions: c.MCPMaxSessions, MaxSessionsPerKey: c.MCPMaxSessionsKey, SessionTimeout: c.MCPSessionIdle})
+			a.onShutdown = append(a.onShutdown, h.Shutdown)
+			return h
 		},
 	}
 	a.handler = srv.Handler()
