@@ -30,6 +30,8 @@ var statuses = map[string]int{
 	// idempotent writes (idempotency.go)
 	lockstep.EIDEMREUSED: http.StatusUnprocessableEntity,
 	lockstep.EINPROGRESS: http.StatusConflict,
+	// a feature not configured on this server: final, not retried
+	lockstep.ENOTCONFIGURED: http.StatusNotImplemented,
 }
 
 // StatusOf returns the HTTP status of an error code.

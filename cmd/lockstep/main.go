@@ -137,6 +137,8 @@ func exitCode(err error) int {
 		return 4
 	case lockstep.EGATEFAILED:
 		return 5
+	case lockstep.ENOTCONFIGURED:
+		return 6
 	}
 	return 1
 }
