@@ -70,6 +70,11 @@ type Spec struct {
 	// CgroupRoot is the cgroup v2 directory under which per-run cgroups
 	// are created. "" detects one; "off" forces the subreaper mode.
 	CgroupRoot string
+	// Cloneflags are namespace flags the command is started with (e.g.
+	// CLONE_NEWNS for a contained run). With CLONE_NEWNS every process
+	// in the run's mount namespace belongs to the run, whatever it does
+	// (setsid, double fork, a cleared environment).
+	Cloneflags uintptr
 }
 
 // Status is how a run ended.
@@ -105,6 +110,8 @@ type Run struct {
 	cg   string // cgroup directory (cgroup mode)
 	proc *os.Process
 	pgid int
+
+	mntns string // the run's own mount namespace (Cloneflags CLONE_NEWNS), e.g. "mnt:[4026532]"
 
 	mu    sync.Mutex
 	seen  map[int]bool // every pid ever attributed to the run, to reap it
@@ -148,7 +155,7 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 			files[i] = dn
 		}
 	}
-	sys := &syscall.SysProcAttr{Setpgid: true}
+	sys := &syscall.SysProcAttr{Setpgid: true, Cloneflags: spec.Cloneflags}
 	if cg, err := r.makeCgroup(); err == nil && cg != "" {
 		fd, err := unix.Open(cg, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err == nil {
@@ -182,8 +189,19 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "start %s: %v", spec.Args[0], err)
 	}
 	r.proc, r.pgid = p, p.Pid
+	if spec.Cloneflags&unix.CLONE_NEWNS != 0 {
+		// The namespace was made by clone itself: the child is in it now.
+		r.mntns, _ = os.Readlink("/proc/" + strconv.Itoa(p.Pid) + "/ns/mnt")
+		if self, _ := os.Readlink("/proc/self/ns/mnt"); self == r.mntns {
+			r.mntns = "" // already exited (or not ours): nothing to match
+		}
+	}
 	return r, nil
 }
+
+// MountNS is the run's own mount namespace ("mnt:[N]") when it was
+// started with CLONE_NEWNS, else "".
+func (r *Run) MountNS() string { return r.mntns }
 
 // Mode is "cgroup" or "subreaper".
 func (r *Run) Mode() string { return r.mode }
@@ -526,7 +544,7 @@ func (r *Run) scan() []Process {
 		if pid == os.Getpid() {
 			continue
 		}
-		if p.pgid == r.pgid || pid == r.proc.Pid || hasMarker(pid, marker) {
+		if p.pgid == r.pgid || pid == r.proc.Pid || hasMarker(pid, marker) || r.inMountNS(pid) {
 			in[pid] = true
 			queue = append(queue, pid)
 		}
@@ -546,6 +564,15 @@ func (r *Run) scan() []Process {
 		out = append(out, all[pid].Process)
 	}
 	return out
+}
+
+// inMountNS reports whether pid lives in the run's own mount namespace.
+func (r *Run) inMountNS(pid int) bool {
+	if r.mntns == "" {
+		return false
+	}
+	ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/mnt")
+	return err == nil && ns == r.mntns
 }
 
 func hasMarker(pid int, marker []byte) bool {
