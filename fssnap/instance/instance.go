@@ -259,9 +259,9 @@ func (r *Report) walk(start time.Time, cfg Config) {
 			}
 			ct := time.Unix(st.Ctim.Unix())
 			if fi.ModTime().After(since) || ct.After(since) {
-				det := "modified"
+				det := "written during the run"
 				if d.IsDir() {
-					det = "directory changed"
+					det = "directory changed during the run"
 				}
 				r.Items = append(r.Items, Item{Kind: KindFile, Path: p, Detail: det})
 			}

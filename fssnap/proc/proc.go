@@ -293,6 +293,13 @@ func (r *Run) KillAll() (int, error) {
 	var n int
 	if r.mode == ModeCgroup {
 		n, err = r.killCgroup()
+		if r.mntns != "" && err == nil {
+			// A process of the run's mount namespace that moved itself
+			// out of the cgroup (root may) is still the run's.
+			var m int
+			m, err = r.killScan()
+			n += m
+		}
 	} else {
 		n, err = r.killScan()
 	}
@@ -463,6 +470,12 @@ var subreaperOnce struct {
 	sync.Once
 	err error
 }
+
+// EnableSubreaper makes this process the child subreaper of everything it
+// starts (process-wide and permanent): orphans of a run are re-parented to
+// it instead of init, so a whole-instance verification can attribute a
+// daemon that double-forked, cleared its environment and left its cgroup.
+func EnableSubreaper() error { return enableSubreaper() }
 
 func enableSubreaper() error {
 	subreaperOnce.Do(func() {

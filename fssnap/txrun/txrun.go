@@ -257,7 +257,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		icfg.Exclude = append(append(append(icfg.Exclude, opts.Dir, stateRoot), opts.Share...), nonEmpty(opts.Snap.DataRoot)...)
 		rep.step("capture_instance", func() error {
 			pre = instance.Capture(icfg)
-			return nil
+			// Orphans of the run come to us, not init: attributable.
+			return proc.EnableSubreaper()
 		})
 	}
 	args := opts.Args
