@@ -200,11 +200,21 @@ func depth(p string) int {
 
 // Plan decides, for each mount, how the contained tree shows it.
 func Plan(mounts []MountInfo, share, exclude []string) []Mount {
-	sorted := append([]MountInfo(nil), mounts...)
+	// Of mounts stacked on one path only the last (the visible one) counts.
+	last := map[string]int{}
+	for i, m := range mounts {
+		last[m.Path] = i
+	}
+	var sorted []MountInfo
+	for i, m := range mounts {
+		if last[m.Path] == i {
+			sorted = append(sorted, m)
+		}
+	}
 	sort.SliceStable(sorted, func(i, j int) bool { return depth(sorted[i].Path) < depth(sorted[j].Path) })
 	var out []Mount
 	skip := func(p string) bool {
-		for _, d := range []string{"/proc", "/sys", "/dev"} {
+		for _, d := range []string{"/proc", "/sys"} {
 			if under(p, d) && p != d {
 				return true
 			}
@@ -227,8 +237,8 @@ func Plan(mounts []MountInfo, share, exclude []string) []Mount {
 		}
 		e := Mount{Path: m.Path, FSType: m.FSType}
 		switch {
-		case m.Path == "/proc" || m.Path == "/sys" || m.Path == "/dev":
-			e.Mode = ModeRBind
+		case m.Path == "/proc" || m.Path == "/sys":
+			e.Mode = ModeRBind // kernel state, with everything under it
 		case m.RO:
 			e.Mode = ModeBind
 		case pseudo[m.FSType]:
