@@ -166,6 +166,9 @@ func Check(pre *State, cfg Config, mntns string, walkFiles bool) Report {
 		if !ours {
 			continue
 		}
+		if cl, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/cmdline"); err == nil && len(cl) > 0 {
+			p.cmdline = strings.TrimSpace(strings.ReplaceAll(string(cl), "\x00", " "))
+		}
 		r.Items = append(r.Items, Item{Kind: KindProcess, PID: p.pid, Detail: p.cmdline})
 		for _, l := range listeners(p.pid) {
 			r.Items = append(r.Items, Item{Kind: KindSocket, PID: p.pid, Detail: l})
@@ -323,9 +326,6 @@ func readProcs() []proc {
 		p := proc{pid: pid, ppid: ppid, start: start, state: f[0]}
 		if j := strings.IndexByte(s, '('); j >= 0 && j < i {
 			p.cmdline = s[j+1 : i]
-		}
-		if cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && len(cl) > 0 {
-			p.cmdline = strings.TrimSpace(strings.ReplaceAll(string(cl), "\x00", " "))
 		}
 		out = append(out, p)
 	}
