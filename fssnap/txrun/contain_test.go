@@ -129,7 +129,7 @@ func TestRandomizedContainedRuns(t *testing.T) {
 		if !rep.Purity.Clean || !rep.Purity.Instance || len(rep.Residue) > 0 {
 			t.Fatalf("run %d: purity %+v residue %v", i, rep.Purity, rep.Residue)
 		}
-		if len(rep.Outside) == 0 {
+		if len(rep.Outside) == 0 && !rep.Status.TimedOut { // a timeout may strike before the first write
 			t.Fatalf("run %d: the report lists no write outside --dir", i)
 		}
 		for _, p := range outs {
