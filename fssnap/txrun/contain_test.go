@@ -65,7 +65,13 @@ func TestRandomizedContainedRuns(t *testing.T) {
 	if testing.Short() {
 		runs = 20
 	}
-	drv, dir, opts := fstest.Driver(t, fssnap.NameCopy, func(d string) { fstest.GenTree(t, d, 10, 40, 7) })
+	t.Run(fssnap.NameCopy, func(t *testing.T) { containedRuns(t, fssnap.NameCopy, runs) })
+	// --dir on its own overlay inside the run's namespace: fewer rounds.
+	t.Run(fssnap.NameOverlay, func(t *testing.T) { containedRuns(t, fssnap.NameOverlay, max(runs/4, 10)) })
+}
+
+func containedRuns(t *testing.T, name string, runs int) {
+	drv, dir, opts := fstest.Driver(t, name, func(d string) { fstest.GenTree(t, d, 10, 40, 7) })
 	initial, err := fssnap.BuildManifest(dir, nil)
 	if err != nil {
 		t.Fatal(err)

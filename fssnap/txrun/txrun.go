@@ -452,9 +452,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}()
 	}
 	if opts.Forensics != "" {
-		if err := rep.step("forensics", func() error { return keepForensics(opts, rep, m, sess) }); err != nil {
-			addErr(err)
-		}
+		// A record that cannot be kept is said in the step, but does not
+		// stop or fail the rollback.
+		rep.step("forensics", func() error { return keepForensics(opts, rep, m, sess) })
 	}
 	if sess != nil {
 		if err := rep.step("discard_layers", func() error {
