@@ -137,8 +137,13 @@ func remote(fstype string) bool {
 type MountInfo struct {
 	Path   string
 	FSType string
+	Source string
 	RO     bool
 }
+
+// tmpfsSource names the tmpfs of every contained run: another run's
+// layers are never part of this run's tree.
+const tmpfsSource = "lockstep-contain"
 
 // ReadMounts parses /proc/self/mountinfo.
 func ReadMounts() ([]MountInfo, error) {
@@ -160,7 +165,11 @@ func ReadMounts() ([]MountInfo, error) {
 			continue
 		}
 		opts := strings.Split(fl[5], ",")
-		out = append(out, MountInfo{Path: unescape(fl[4]), FSType: fl[sep+1], RO: len(opts) > 0 && opts[0] == "ro"})
+		mi := MountInfo{Path: unescape(fl[4]), FSType: fl[sep+1], RO: len(opts) > 0 && opts[0] == "ro"}
+		if sep+2 < len(fl) {
+			mi.Source = unescape(fl[sep+2])
+		}
+		out = append(out, mi)
 	}
 	return out, sc.Err()
 }
@@ -232,7 +241,7 @@ func Plan(mounts []MountInfo, share, exclude []string) []Mount {
 		return false
 	}
 	for _, m := range sorted {
-		if skip(m.Path) {
+		if skip(m.Path) || m.Source == tmpfsSource {
 			continue
 		}
 		e := Mount{Path: m.Path, FSType: m.FSType}
@@ -289,7 +298,7 @@ func Prepare(opts Options) (*Session, error) {
 	if opts.TmpfsSize != "" {
 		data += ",size=" + opts.TmpfsSize
 	}
-	if err := unix.Mount("lockstep-contain", s.Base, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+	if err := unix.Mount(tmpfsSource, s.Base, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
 		os.Remove(s.Base)
 		return nil, fmt.Errorf("mount the run's tmpfs at %s: %w", s.Base, err)
 	}

@@ -38,6 +38,7 @@ func TestPlan(t *testing.T) {
 		{Path: "/var/lib/state/contain/x", FSType: "tmpfs"},
 		{Path: file, FSType: "ext4"},
 		{Path: "/tmp", FSType: "tmpfs"},
+		{Path: "/tmp/other-run/contain/y", FSType: "tmpfs", Source: "lockstep-contain"}, // another run's layers
 	}
 	got := map[string]string{}
 	for _, m := range Plan(mounts, []string{"/work/dir"}, []string{"/var/lib/state"}) {
