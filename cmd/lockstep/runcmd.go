@@ -672,7 +672,9 @@ func printRunReport(e *env, rep *txrun.Report) {
 		}
 	}
 	for _, m := range rep.Uncontained {
-		fmt.Fprintf(e.stderr, "  written through: %s (%s)\n", m.Path, m.Reason)
+		if !strings.HasPrefix(m.Reason, "pseudo") { // /dev, /dev/pts…: in the JSON report only
+			fmt.Fprintf(e.stderr, "  written through: %s (%s)\n", m.Path, m.Reason)
+		}
 	}
 	if rep.Forensics != "" {
 		fmt.Fprintf(e.stderr, "  what it wrote: lockstep run show %s\n", filepath.Base(rep.Forensics))
