@@ -78,6 +78,7 @@ func prepare(tb testing.TB) *Session {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	tb.Cleanup(func() { s.Discard() }) // before TempDir's removal
 	return s
 }
 

@@ -2,6 +2,7 @@ package contain
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -46,7 +47,13 @@ func Helper(args []string) error {
 		if m.Path == "/" {
 			target = s.Root
 		}
+		if _, err := os.Lstat(m.Path); errors.Is(err, os.ErrNotExist) {
+			continue // unmounted and removed since the plan: nothing to show
+		}
 		if err := ensureTarget(m.Path, target); err != nil {
+			if gone(err) {
+				continue
+			}
 			return fmt.Errorf("mount point %s: %w", target, err)
 		}
 		switch m.Mode {
@@ -56,13 +63,16 @@ func Helper(args []string) error {
 				// Refused (a lower overlayfs cannot stack, an odd
 				// filesystem): written through, and said so.
 				if berr := unix.Mount(m.Path, target, "", unix.MS_BIND, ""); berr != nil {
+					if gone(berr) {
+						continue
+					}
 					return fmt.Errorf("overlay %s: %v; bind: %w", m.Path, err, berr)
 				}
 				m.Mode, m.Reason = ModeBind, "overlay refused: "+err.Error()
 				fallback = append(fallback, m)
 			}
 		case ModeBind:
-			if err := unix.Mount(m.Path, target, "", unix.MS_BIND, ""); err != nil {
+			if err := unix.Mount(m.Path, target, "", unix.MS_BIND, ""); err != nil && !gone(err) {
 				return fmt.Errorf("bind %s: %w", m.Path, err)
 			}
 		case ModeRBind:
@@ -104,6 +114,10 @@ func Helper(args []string) error {
 	}
 	return syscall.Exec(path, cmd, os.Environ())
 }
+
+// gone reports an error of a mount removed since the plan (another
+// process's temporary mount): it is skipped, not fatal.
+func gone(err error) bool { return errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOENT) }
 
 // ensureTarget makes the mount point exist in the staging tree with the
 // source's kind (a directory, or a file for a file mount).
