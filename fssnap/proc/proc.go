@@ -112,6 +112,10 @@ type Run struct {
 	pgid int
 
 	mntns string // the run's own mount namespace (Cloneflags CLONE_NEWNS), e.g. "mnt:[4026532]"
+	// nsfd holds the namespace until Close: while it is open its inode
+	// number cannot be given to another run's namespace (whose processes
+	// would then look like ours).
+	nsfd *os.File
 
 	mu    sync.Mutex
 	seen  map[int]bool // every pid ever attributed to the run, to reap it
@@ -191,9 +195,16 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 	r.proc, r.pgid = p, p.Pid
 	if spec.Cloneflags&unix.CLONE_NEWNS != 0 {
 		// The namespace was made by clone itself: the child is in it now.
-		r.mntns, _ = os.Readlink("/proc/" + strconv.Itoa(p.Pid) + "/ns/mnt")
-		if self, _ := os.Readlink("/proc/self/ns/mnt"); self == r.mntns {
-			r.mntns = "" // already exited (or not ours): nothing to match
+		nsPath := "/proc/" + strconv.Itoa(p.Pid) + "/ns/mnt"
+		if f, err := os.Open(nsPath); err == nil {
+			r.mntns, _ = os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd()))) // the namespace we hold
+			self, _ := os.Readlink("/proc/self/ns/mnt")
+			if r.mntns == "" || r.mntns == self {
+				f.Close()
+				r.mntns = "" // already exited (or not ours): nothing to match
+			} else {
+				r.nsfd = f
+			}
 		}
 	}
 	return r, nil
@@ -328,8 +339,13 @@ func (r *Run) Residue() []Process {
 	return out
 }
 
-// Close removes the run's cgroup. Call it after Wait.
+// Close removes the run's cgroup and releases its mount namespace. Call
+// it after Wait.
 func (r *Run) Close() error {
+	if r.nsfd != nil {
+		r.nsfd.Close()
+		r.nsfd = nil
+	}
 	if r.cg == "" {
 		return nil
 	}
