@@ -309,6 +309,7 @@ type instanceFlags struct {
 	roots, crontabDir, atSpool, userUnits, size string
 	share                                       stringList
 	window                                      time.Duration
+	getenv                                      func(string) string
 }
 
 type stringList []string
@@ -319,7 +320,8 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 func (i *instanceFlags) declare(f *flagger) {
 	f.str(&i.contain, "contain", "LOCKSTEP_RUN_CONTAIN", txrun.ContainInstance, "instance: the command's writes anywhere go to copy-on-write layers (root needed); dir: only --dir is protected")
 	f.str(&i.outside, "outside", "LOCKSTEP_RUN_OUTSIDE", txrun.OutsideKeep, "a contained run that succeeds: keep (apply its writes outside --dir) or discard them")
-	f.fs.Var(&i.share, "share", "a path written through under containment (repeatable), e.g. a package cache")
+	f.fs.Var(&i.share, "share", "a path written through under containment (repeatable), e.g. a package cache (env LOCKSTEP_RUN_SHARE, colon-separated, when no --share is given)")
+	i.getenv = f.getenv
 	f.str(&i.onResidue, "on-residue", "LOCKSTEP_RUN_ON_RESIDUE", "fail", "after an impure rollback: fail, or quarantine (mark the machine dirty: later runs refuse until `lockstep run unquarantine`, and run --quarantine-command)")
 	f.str(&i.quarantineCmd, "quarantine-command", "LOCKSTEP_RUN_QUARANTINE_COMMAND", "", "shell command run when the machine is quarantined (e.g. destroy and recreate it); LOCKSTEP_RESIDUE_FILE names the residue")
 	f.str(&i.roots, "instance-roots", "LOCKSTEP_INSTANCE_ROOTS", "", "colon-separated directories walked for files changed by a --contain=dir run (default /tmp:/var/tmp:/opt:$HOME)")
@@ -339,6 +341,13 @@ func (i *instanceFlags) check() error {
 	}
 	if i.onResidue != "fail" && i.onResidue != "quarantine" {
 		return lockstep.Errorf(lockstep.EINVALID, "--on-residue %q: fail or quarantine", i.onResidue)
+	}
+	if len(i.share) == 0 && i.getenv != nil {
+		for _, p := range strings.Split(i.getenv("LOCKSTEP_RUN_SHARE"), ":") {
+			if p != "" {
+				i.share = append(i.share, p)
+			}
+		}
 	}
 	for k, p := range i.share {
 		a, err := filepath.Abs(p)
