@@ -47,38 +47,20 @@ func Helper(args []string) error {
 		if m.Path == "/" {
 			target = s.Root
 		}
-		if _, err := os.Lstat(m.Path); errors.Is(err, os.ErrNotExist) {
-			continue // unmounted and removed since the plan: nothing to show
-		}
-		if err := ensureTarget(m.Path, target); err != nil {
-			if gone(err) {
-				continue
+		fb, err := mountOne(m, target)
+		switch {
+		case err == nil:
+			if fb != nil {
+				fallback = append(fallback, *fb)
 			}
-			return fmt.Errorf("mount point %s: %w", target, err)
-		}
-		switch m.Mode {
-		case ModeOverlay:
-			opts := "lowerdir=" + m.Path + ",upperdir=" + m.Upper + ",workdir=" + m.Work
-			if err := unix.Mount("lockstep-run", target, "overlay", 0, opts); err != nil {
-				// Refused (a lower overlayfs cannot stack, an odd
-				// filesystem): written through, and said so.
-				if berr := unix.Mount(m.Path, target, "", unix.MS_BIND, ""); berr != nil {
-					if gone(berr) {
-						continue
-					}
-					return fmt.Errorf("overlay %s: %v; bind: %w", m.Path, err, berr)
-				}
-				m.Mode, m.Reason = ModeBind, "overlay refused: "+err.Error()
-				fallback = append(fallback, m)
-			}
-		case ModeBind:
-			if err := unix.Mount(m.Path, target, "", unix.MS_BIND, ""); err != nil && !gone(err) {
-				return fmt.Errorf("bind %s: %w", m.Path, err)
-			}
-		case ModeRBind:
-			if err := unix.Mount(m.Path, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-				return fmt.Errorf("rbind %s: %w", m.Path, err)
-			}
+		case m.Path == "/":
+			return err
+		default:
+			// A mount that changed under us (another process's temporary
+			// mount going away): not shown. Writes to its path stay in the
+			// parent's layer, so it is still contained.
+			m.Mode, m.Reason = "hidden", "not shown in the run: "+err.Error()
+			fallback = append(fallback, m)
 		}
 	}
 	if len(fallback) > 0 {
@@ -113,6 +95,45 @@ func Helper(args []string) error {
 		return fmt.Errorf("command %q: %w", cmd[0], err)
 	}
 	return syscall.Exec(path, cmd, os.Environ())
+}
+
+// mountOne shows mount m at target; fb, when not nil, is m written
+// through because the kernel refused the overlay.
+func mountOne(m Mount, target string) (fb *Mount, err error) {
+	if _, err := os.Lstat(m.Path); errors.Is(err, os.ErrNotExist) {
+		return nil, nil // unmounted and removed since the plan: nothing to show
+	}
+	if err := ensureTarget(m.Path, target); err != nil {
+		if gone(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("mount point %s: %w", target, err)
+	}
+	switch m.Mode {
+	case ModeOverlay:
+		opts := "lowerdir=" + m.Path + ",upperdir=" + m.Upper + ",workdir=" + m.Work
+		if err := unix.Mount("lockstep-run", target, "overlay", 0, opts); err != nil {
+			// Refused (a lower overlayfs cannot stack, an odd
+			// filesystem): written through, and said so.
+			if berr := unix.Mount(m.Path, target, "", unix.MS_BIND, ""); berr != nil {
+				if gone(berr) {
+					return nil, nil
+				}
+				return nil, fmt.Errorf("overlay %s: %v; bind: %w", m.Path, err, berr)
+			}
+			m.Mode, m.Reason = ModeBind, "overlay refused: "+err.Error()
+			return &m, nil
+		}
+	case ModeBind:
+		if err := unix.Mount(m.Path, target, "", unix.MS_BIND, ""); err != nil && !gone(err) {
+			return nil, fmt.Errorf("bind %s: %w", m.Path, err)
+		}
+	case ModeRBind:
+		if err := unix.Mount(m.Path, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil && !gone(err) {
+			return nil, fmt.Errorf("rbind %s: %w", m.Path, err)
+		}
+	}
+	return nil, nil
 }
 
 // gone reports an error of a mount removed since the plan (another

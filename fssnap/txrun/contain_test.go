@@ -136,7 +136,7 @@ func containedRuns(t *testing.T, name string, runs int) {
 			t.Fatalf("run %d: purity %+v residue %v", i, rep.Purity, rep.Residue)
 		}
 		if len(rep.Outside) == 0 && !rep.Status.TimedOut { // a timeout may strike before the first write
-			t.Fatalf("run %d: the report lists no write outside --dir", i)
+			t.Fatalf("run %d: the report lists no write outside --dir (status %+v, stderr %q)", i, rep.Status, rep.StderrTail)
 		}
 		for _, p := range outs {
 			if _, err := os.Lstat(p); err == nil {
