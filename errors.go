@@ -36,6 +36,12 @@ const (
 // sessions or streams; retry after Retry-After.
 const ERATELIMITED = "rate_limited"
 
+// ENOTCONFIGURED (501): the feature asked for is not configured on this
+// server (e.g. database branching without --branch-database-url). It is a
+// final answer, never retried: asking again changes nothing until the
+// operator restarts the server with the setting.
+const ENOTCONFIGURED = "not_configured"
+
 // Error is the one application error type, after upspin's: Code and
 // Message are for clients (the code is the API contract, the message is
 // written for the caller and never carries driver text); Op and Err are for

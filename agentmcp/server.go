@@ -155,6 +155,8 @@ func nextStep(code string, details map[string]any) string {
 		return "split the change into smaller batches or files"
 	case lockstep.EUNAVAILABLE:
 		return "a dependency of the server is down: wait a few seconds and retry the same call"
+	case lockstep.ENOTCONFIGURED:
+		return "this feature is not configured on the server: do not retry; carry on without it or ask the operator to enable it"
 	case lockstep.EUNAUTH:
 		return "the API key is missing or revoked: ask the operator for a valid LOCKSTEP_KEY"
 	}

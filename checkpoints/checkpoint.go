@@ -68,9 +68,9 @@ func (s *Service) Close() error {
 }
 
 // ErrBranchingOff is the answer of every database route without a branch
-// server.
+// server: not_configured (501), a final answer clients do not retry.
 func ErrBranchingOff() error {
-	return lockstep.Errorf(lockstep.EUNAVAILABLE, "database branching is off: start lockstep serve with LOCKSTEP_BRANCH_DATABASE_URL (or --branch-database-url) set to a Postgres server where Lockstep may create databases and roles")
+	return lockstep.Errorf(lockstep.ENOTCONFIGURED, "database branching is off: start lockstep serve with LOCKSTEP_BRANCH_DATABASE_URL (or --branch-database-url) set to a Postgres server where Lockstep may create databases and roles")
 }
 
 var fsIDRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)

@@ -326,6 +326,9 @@ func (c *Client) attempt(ctx context.Context, pol RetryPolicy, method, u string,
 
 // retryStatus: statuses another attempt may change.
 func retryStatus(status int, code string) bool {
+	if code == lockstep.ENOTCONFIGURED {
+		return false // a feature not configured stays so: final
+	}
 	switch status {
 	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return true

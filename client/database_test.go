@@ -4,8 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +17,7 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
+	"github.com/lockstep-hq/lockstep/client"
 	"github.com/lockstep-hq/lockstep/dbbranch"
 )
 
@@ -120,5 +125,48 @@ func dropPrefix(t *testing.T, adm *pgx.Conn, prefix string) {
 		if _, err := adm.Exec(ctx, `DROP ROLE IF EXISTS "`+r+`"`); err != nil {
 			t.Errorf("cleanup: drop role %s: %v", r, err)
 		}
+	}
+}
+
+// TestBranchingOffIsFinal: issue 22 item 6. On a server without database
+// branching, asking for a workspace's database is answered at once with
+// not_configured (501) and never retried; a not_configured that a proxy
+// turned into a 503 is not retried either.
+func TestBranchingOffIsFinal(t *testing.T) {
+	ctx := context.Background()
+	s := mustServer(t)
+	admin := mustClient(t, s, s.Admin)
+	if _, err := admin.CreateRepo(ctx, "base", "main"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Fork(ctx, "base", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	var retries int
+	admin.OnRetry = func(string, string, int, time.Duration, error) { retries++ }
+	_, err := admin.Database(ctx, "ws")
+	wantCode(t, "Database without branching", err, lockstep.ENOTCONFIGURED)
+	var ae *client.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusNotImplemented {
+		t.Fatalf("Database without branching: %v, want HTTP 501", err)
+	}
+	if retries != 0 {
+		t.Fatalf("not_configured was retried %d times", retries)
+	}
+
+	var hits atomic.Int32
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "5")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"error":{"code":"not_configured","message":"database branching is off"}}`))
+	}))
+	defer proxy.Close()
+	c := client.New(proxy.URL, s.Admin)
+	_, err = c.Database(ctx, "ws")
+	wantCode(t, "not_configured behind a proxy's 503", err, lockstep.ENOTCONFIGURED)
+	if n := hits.Load(); n != 1 {
+		t.Fatalf("not_configured in a 503 was asked %d times, want 1", n)
 	}
 }

@@ -340,11 +340,11 @@ func TestMethods(t *testing.T) {
 
 	// database branching is off on this server: every call says so
 	_, err = admin.BindDatabase(ctx, "base", "tpl")
-	wantCode(t, "BindDatabase without branching", err, lockstep.EUNAVAILABLE)
+	wantCode(t, "BindDatabase without branching", err, lockstep.ENOTCONFIGURED)
 	_, err = admin.Database(ctx, "base")
-	wantCode(t, "Database without branching", err, lockstep.EUNAVAILABLE)
+	wantCode(t, "Database without branching", err, lockstep.ENOTCONFIGURED)
 	_, err = admin.RefreshDatabase(ctx, "base")
-	wantCode(t, "RefreshDatabase without branching", err, lockstep.EUNAVAILABLE)
+	wantCode(t, "RefreshDatabase without branching", err, lockstep.ENOTCONFIGURED)
 
 	// rollback, promote, status, abandon
 	rb := must[*client.PushResult](t, "Rollback")(agent.Rollback(ctx, "ws1", first.Commit, client.WriteOptions{ExpectOID: must[string](t, "Ref")(agent.Ref(ctx, "ws1", "main"))}))

@@ -243,6 +243,6 @@ func TestNoLandingInAnotherAgentsWorkspace(t *testing.T) {
 		// Branching is off here: the permission check still comes first.
 		e2ekit.RequireError(t, "agent binds", w.Call(t, "PUT", "/api/v1/repos/shop/database", w.a.Secret, map[string]any{"template": "x"}, ""), 403, "permission_denied")
 		e2ekit.RequireError(t, "agent refreshes", w.Call(t, "POST", "/api/v1/repos/shop/database/refresh", w.a.Secret, nil, ""), 403, "permission_denied")
-		e2ekit.RequireError(t, "admin binds", w.Call(t, "PUT", "/api/v1/repos/shop/database", w.AdminKey, map[string]any{"template": "x"}, ""), 503, "unavailable")
+		e2ekit.RequireError(t, "admin binds", w.Call(t, "PUT", "/api/v1/repos/shop/database", w.AdminKey, map[string]any{"template": "x"}, ""), 501, "not_configured")
 	})
 }

@@ -272,10 +272,10 @@ func TestDatabaseRoutesWithoutBranchServer(t *testing.T) {
 	t.Parallel()
 	s := startRunServer(t)
 	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
-	m := s.api(t, s.AdminKey, "PUT", "/repos/app/database", map[string]string{"template": "x"}, 503)
+	m := s.api(t, s.AdminKey, "PUT", "/repos/app/database", map[string]string{"template": "x"}, 501)
 	msg := m["error"].(map[string]any)["message"].(string)
 	if !strings.Contains(msg, "LOCKSTEP_BRANCH_DATABASE_URL") {
 		t.Fatalf("message does not say how to enable it: %s", msg)
 	}
-	s.api(t, s.AdminKey, "GET", "/repos/app/database", nil, 503)
+	s.api(t, s.AdminKey, "GET", "/repos/app/database", nil, 501)
 }

@@ -31,6 +31,8 @@ var statuses = map[string]int{
 	lockstep.EIDEMREUSED:  http.StatusUnprocessableEntity,
 	lockstep.EINPROGRESS:  http.StatusConflict,
 	lockstep.ERATELIMITED: http.StatusTooManyRequests,
+	// a feature not configured on this server: final, not retried
+	lockstep.ENOTCONFIGURED: http.StatusNotImplemented,
 }
 
 // StatusOf returns the HTTP status of an error code.

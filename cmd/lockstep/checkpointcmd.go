@@ -148,7 +148,7 @@ func cmdDatabase(ctx context.Context, e *env, args []string) error {
 // the steps to take: the setting is read at start, so the server must be
 // restarted with it.
 func branchingOffHint(err error, sub, repo, template string) error {
-	if lockstep.ErrorCode(err) != lockstep.EUNAVAILABLE || !strings.Contains(err.Error(), "LOCKSTEP_BRANCH_DATABASE_URL") {
+	if lockstep.ErrorCode(err) != lockstep.ENOTCONFIGURED || !strings.Contains(err.Error(), "LOCKSTEP_BRANCH_DATABASE_URL") {
 		return err
 	}
 	var le *lockstep.Error

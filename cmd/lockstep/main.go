@@ -18,9 +18,11 @@ import (
 	"syscall"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/fssnap/contain"
 )
 
 func main() {
+	contain.MaybeHelper() // a contained run's namespace helper (lockstep __contain …)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// The first signal asks for a clean stop (in-flight requests
@@ -137,6 +139,8 @@ func exitCode(err error) int {
 		return 4
 	case lockstep.EGATEFAILED:
 		return 5
+	case lockstep.ENOTCONFIGURED:
+		return 6
 	}
 	return 1
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
 	"github.com/lockstep-hq/lockstep/fssnap"
+	"github.com/lockstep-hq/lockstep/fssnap/contain"
+	"github.com/lockstep-hq/lockstep/fssnap/instance"
 	"github.com/lockstep-hq/lockstep/fssnap/proc"
 	"github.com/lockstep-hq/lockstep/fssnap/txrun"
 )
@@ -293,12 +296,102 @@ func (s *serverCheckpointer) Commit(ctx context.Context) error {
 	return err
 }
 
+// Exit statuses of `lockstep run` beyond the command's own.
+const (
+	exitResidue     = 10 // the rollback left residue (ROLLBACK IMPURE)
+	exitQuarantined = 11 // the machine is quarantined: run refused
+)
+
+// instanceFlags are the whole-instance containment and verification
+// settings of `lockstep run`.
+type instanceFlags struct {
+	contain, outside, onResidue, quarantineCmd  string
+	roots, crontabDir, atSpool, userUnits, size string
+	share                                       stringList
+	window                                      time.Duration
+	getenv                                      func(string) string
+}
+
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+func (i *instanceFlags) declare(f *flagger) {
+	f.str(&i.contain, "contain", "LOCKSTEP_RUN_CONTAIN", txrun.ContainInstance, "instance: the command's writes anywhere go to copy-on-write layers (root needed); dir: only --dir is protected")
+	f.str(&i.outside, "outside", "LOCKSTEP_RUN_OUTSIDE", txrun.OutsideKeep, "a contained run that succeeds: keep (apply its writes outside --dir) or discard them")
+	f.fs.Var(&i.share, "share", "a path written through under containment (repeatable), e.g. a package cache (env LOCKSTEP_RUN_SHARE, colon-separated, when no --share is given)")
+	i.getenv = f.getenv
+	f.str(&i.onResidue, "on-residue", "LOCKSTEP_RUN_ON_RESIDUE", "fail", "after an impure rollback: fail, or quarantine (mark the machine dirty: later runs refuse until `lockstep run unquarantine`, and run --quarantine-command)")
+	f.str(&i.quarantineCmd, "quarantine-command", "LOCKSTEP_RUN_QUARANTINE_COMMAND", "", "shell command run when the machine is quarantined (e.g. destroy and recreate it); LOCKSTEP_RESIDUE_FILE names the residue")
+	f.str(&i.roots, "instance-roots", "LOCKSTEP_INSTANCE_ROOTS", "", "colon-separated directories walked for files changed by a --contain=dir run (default /tmp:/var/tmp:/opt:$HOME)")
+	f.str(&i.crontabDir, "crontab-dir", "LOCKSTEP_CRONTAB_DIR", "/var/spool/cron/crontabs", "crontab spool compared before and after a run")
+	f.str(&i.atSpool, "at-spool", "LOCKSTEP_AT_SPOOL", "/var/spool/cron/atjobs", "at job spool compared before and after a run")
+	f.str(&i.userUnits, "user-units-dir", "LOCKSTEP_USER_UNITS_DIR", "", "systemd user units compared before and after a run (default $HOME/.config/systemd/user)")
+	f.str(&i.size, "contain-tmpfs-size", "LOCKSTEP_RUN_CONTAIN_TMPFS_SIZE", "", "size of the tmpfs holding a contained run's writes (tmpfs size=, e.g. 25% or 4g; default the kernel's, half of RAM)")
+	f.dur(&i.window, "forensics-window", "LOCKSTEP_RUN_FORENSICS_WINDOW", txrun.DefaultForensicsWindow, "how long a failed run's record (what it wrote, its overlay layers) is kept for `lockstep run show`")
+}
+
+func (i *instanceFlags) check() error {
+	if i.contain != txrun.ContainInstance && i.contain != txrun.ContainDir {
+		return lockstep.Errorf(lockstep.EINVALID, "--contain %q: instance or dir", i.contain)
+	}
+	if i.outside != txrun.OutsideKeep && i.outside != txrun.OutsideDiscard {
+		return lockstep.Errorf(lockstep.EINVALID, "--outside %q: keep or discard", i.outside)
+	}
+	if i.onResidue != "fail" && i.onResidue != "quarantine" {
+		return lockstep.Errorf(lockstep.EINVALID, "--on-residue %q: fail or quarantine", i.onResidue)
+	}
+	if len(i.share) == 0 && i.getenv != nil {
+		for _, p := range strings.Split(i.getenv("LOCKSTEP_RUN_SHARE"), ":") {
+			if p != "" {
+				i.share = append(i.share, p)
+			}
+		}
+	}
+	for k, p := range i.share {
+		a, err := filepath.Abs(p)
+		if err != nil || a == "/" {
+			return lockstep.Errorf(lockstep.EINVALID, "--share %q: an absolute path other than /", p)
+		}
+		i.share[k] = a
+	}
+	return nil
+}
+
+func (i *instanceFlags) config(e *env) *instance.Config {
+	home := e.getenv("HOME")
+	cfg := instance.Defaults(home)
+	cfg.CrontabDir, cfg.AtSpool = i.crontabDir, i.atSpool
+	if i.userUnits != "" {
+		cfg.UserUnits = i.userUnits
+	}
+	if i.roots != "" {
+		cfg.Roots = nil
+		for _, r := range strings.Split(i.roots, ":") {
+			if r != "" {
+				cfg.Roots = append(cfg.Roots, r)
+			}
+		}
+	}
+	return &cfg
+}
+
+// quarantinePath is the marker of a machine a run left dirty.
+func quarantinePath(stateRoot string) string { return filepath.Join(stateRoot, "quarantine.json") }
+
+func forensicsDir(stateRoot string) string { return filepath.Join(stateRoot, "forensics") }
+
 func cmdRun(ctx context.Context, e *env, args []string) error {
+	if len(args) > 0 && (args[0] == "show" || args[0] == "unquarantine") {
+		return cmdRunSub(e, args)
+	}
 	var ws, dir string
 	var timeout time.Duration
 	var commit, noServer bool
 	var sf snapFlags
 	var pol retention
+	var inst instanceFlags
 	cf, c, rest, err := setup("run", e, args, func(f *flagger) {
 		pol.declare(f)
 		f.fs.StringVar(&ws, "workspace", "", "workspace the run belongs to (required unless --no-server)")
@@ -307,17 +400,30 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		f.fs.BoolVar(&commit, "commit-on-success", false, "push the result when the command succeeds")
 		f.fs.BoolVar(&noServer, "no-server", false, "filesystem-only transaction (no push, no checkpoint)")
 		sf.declare(f)
+		inst.declare(f)
 	})
 	if err != nil && !(noServer && lockstep.ErrorCode(err) == lockstep.EUNAUTH) {
 		return err
 	}
 	if len(rest) == 0 || (ws == "" && !noServer) {
-		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep run --workspace WS --dir DIR [--timeout D] [--commit-on-success] -- COMMAND [ARGS...]")
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep run --workspace WS --dir DIR [--timeout D] [--commit-on-success] [--contain instance|dir] [--share P]... -- COMMAND [ARGS...] | run show RUNID | run unquarantine")
+	}
+	if err := inst.check(); err != nil {
+		return err
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return err
 	}
+	stateRoot := stateRootOr(e, sf.stateRoot)
+	if q, err := os.ReadFile(quarantinePath(stateRoot)); err == nil {
+		fmt.Fprintf(e.stderr, "lockstep run: REFUSED: this machine is quarantined after a run left residue (%s); inspect it, then `lockstep run unquarantine --state-root %s`\n%s\n", quarantinePath(stateRoot), stateRoot, q)
+		return exitError(exitQuarantined)
+	}
+	if _, err := txrun.PruneRecords(forensicsDir(stateRoot), inst.window, time.Now()); err != nil {
+		fmt.Fprintf(e.stderr, "lockstep run: forensics retention: %v\n", err)
+	}
+	sf.stateRoot = stateRoot
 	drv, sopts, err := sf.driverFor(abs)
 	if err != nil {
 		return err
@@ -332,7 +438,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		rest = append([]string{a}, rest[1:]...)
 	}
 	opts := txrun.Options{Workspace: ws, Dir: abs, Args: rest, Timeout: timeout, CommitOnSuccess: commit, Driver: drv, Snap: sopts,
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Env: runEnv(ctx, e, c, cf, ws, noServer)}
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Env: runEnv(ctx, e, c, cf, ws, noServer),
+		Contain: inst.contain, Share: inst.share, Outside: inst.outside, Instance: inst.config(e),
+		Forensics: forensicsDir(stateRoot), ContainTmpfsSize: inst.size}
 	if cf.json {
 		opts.Stdout = os.Stderr // keep stdout for the report
 	}
@@ -340,13 +448,19 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		opts.Checkpointer = &serverCheckpointer{c: c, ws: ws, dir: abs, command: rest, cache: statCachePath(abs)}
 	}
 	rep, err := txrun.Run(ctx, opts)
+	if rep != nil && rep.ContainNote != "" {
+		fmt.Fprintln(e.stderr, "lockstep run: WARNING:", rep.ContainNote)
+	}
 	if rep != nil {
 		cf.out(e, rep, func() { printRunReport(e, rep) })
-		keepSnapshots(e, drv, rep, ws, stateRootOr(e, sf.stateRoot), pol)
+		keepSnapshots(e, drv, rep, ws, stateRoot, pol)
 	}
 	if err != nil {
 		if errors.Is(err, txrun.ErrResidue) {
 			fmt.Fprintln(e.stderr, "lockstep run: ROLLBACK IMPURE: residue left behind (see report)")
+			onResidue(ctx, e, c, ws, noServer, rep, inst, stateRoot)
+			fmt.Fprintln(e.stderr, "lockstep:", err)
+			return exitError(exitResidue)
 		}
 		if cf.json && rep != nil {
 			// The report (with the error in its steps) is the one JSON
@@ -362,6 +476,110 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 			code = 1
 		}
 		return exitError(code)
+	}
+	return nil
+}
+
+// onResidue is the actuator of an impure rollback: the workspace is
+// marked failed with the residue named (when there is a server), and with
+// --on-residue quarantine the machine is marked dirty (later runs refuse)
+// and --quarantine-command runs.
+func onResidue(ctx context.Context, e *env, c *client.Client, ws string, noServer bool, rep *txrun.Report, inst instanceFlags, stateRoot string) {
+	var names []string
+	if rep != nil {
+		for _, it := range rep.Residue {
+			names = append(names, it.String())
+		}
+		for _, p := range rep.Purity.Processes {
+			names = append(names, fmt.Sprintf("process pid %d: %s", p.PID, p.Cmdline))
+		}
+		if !rep.Purity.Files.Clean() {
+			names = append(names, "files in --dir: "+rep.Purity.Files.String())
+		}
+	}
+	if !noServer && c != nil && ws != "" {
+		reason := clip("rollback left residue: "+strings.Join(names, "; "), 1000)
+		if _, err := c.SetStatus(ctx, ws, "failed", reason); err != nil {
+			fmt.Fprintf(e.stderr, "lockstep run: could not record the residue on workspace %s: %v\n", ws, err)
+		}
+	}
+	if inst.onResidue != "quarantine" {
+		return
+	}
+	q := map[string]any{"at": time.Now().UTC(), "workspace": ws, "residue": names}
+	if rep != nil {
+		q["run_id"], q["dir"], q["command"] = rep.RunID, rep.Dir, rep.Command
+	}
+	data, _ := json.MarshalIndent(q, "", "  ")
+	p := quarantinePath(stateRoot)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err == nil {
+		err = os.WriteFile(p, data, 0o600)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "lockstep run: could not quarantine the machine (%s): %v\n", p, err)
+		}
+	}
+	fmt.Fprintf(e.stderr, "lockstep run: machine QUARANTINED (%s): later runs refuse until `lockstep run unquarantine`\n", p)
+	if inst.quarantineCmd != "" {
+		cmd := exec.CommandContext(context.WithoutCancel(ctx), "sh", "-c", inst.quarantineCmd)
+		cmd.Env = append(os.Environ(), "LOCKSTEP_RESIDUE_FILE="+p)
+		cmd.Stdout, cmd.Stderr = e.stderr, e.stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(e.stderr, "lockstep run: --quarantine-command: %v\n", err)
+		}
+	}
+}
+
+// cmdRunSub is `lockstep run show RUNID` and `lockstep run unquarantine`.
+func cmdRunSub(e *env, args []string) error {
+	var stateRoot string
+	var asJSON bool
+	f := newFlagger("run "+args[0], e)
+	f.str(&stateRoot, "state-root", "LOCKSTEP_SNAPSHOT_STATE", "", "where snapshot records live")
+	f.fs.BoolVar(&asJSON, "json", false, "print JSON")
+	if err := f.parse(args[1:]); err != nil {
+		return err
+	}
+	stateRoot = stateRootOr(e, stateRoot)
+	if args[0] == "unquarantine" {
+		p := quarantinePath(stateRoot)
+		err := os.Remove(p)
+		if errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintf(e.stdout, "not quarantined (%s)\n", p)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "quarantine cleared (%s)\n", p)
+		return nil
+	}
+	if len(f.pos) != 1 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep run show RUNID [--json] [--state-root P]")
+	}
+	rec, err := txrun.LoadRecord(forensicsDir(stateRoot), f.pos[0])
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(e.stdout, rec)
+	}
+	fmt.Fprintf(e.stdout, "run %s: %s, failed at %s (%s)\n  command: %s\n  dir: %s (contain=%s, snapshot %s)\n", rec.RunID, rec.Status,
+		rec.FailedAt.Format(time.RFC3339), time.Since(rec.FailedAt).Round(time.Second), strings.Join(rec.Command, " "), rec.Dir, rec.Contain, rec.FSSnapshot)
+	for _, part := range []struct {
+		name string
+		cs   []contain.Change
+	}{{"inside --dir", rec.Inside}, {"outside --dir", rec.Outside}} {
+		fmt.Fprintf(e.stdout, "\n%s: %d\n", part.name, len(part.cs))
+		rows := [][]string{{"KIND", "TYPE", "SIZE", "PATH"}}
+		for _, c := range part.cs {
+			rows = append(rows, []string{c.Kind, c.Type, fmt.Sprint(c.Size), c.Path})
+		}
+		if len(part.cs) > 0 {
+			table(e, rows)
+		}
+	}
+	if rec.Upper != "" {
+		fmt.Fprintf(e.stdout, "\nthe run's overlay layers are kept in %s\n", rec.Upper)
 	}
 	return nil
 }
@@ -407,7 +625,7 @@ func runEnv(ctx context.Context, e *env, c *client.Client, cf *clientFlags, ws s
 	env = append(env, "LOCKSTEP_URL="+cf.url)
 	db, err := c.Database(ctx, ws)
 	if err != nil {
-		if code := lockstep.ErrorCode(err); code != lockstep.EUNAVAILABLE && code != lockstep.ENOTFOUND {
+		if code := lockstep.ErrorCode(err); code != lockstep.EUNAVAILABLE && code != lockstep.ENOTFOUND && code != lockstep.ENOTCONFIGURED {
 			fmt.Fprintf(e.stderr, "lockstep run: no DATABASE_URL for the command: %v\n", err)
 		}
 		return env
@@ -443,7 +661,32 @@ func printRunReport(e *env, rep *txrun.Report) {
 		fmt.Fprintf(e.stderr, "  code restored to %s, database restored: %v\n", short(rep.Restored.Commit), rep.Restored.DBRestored)
 	}
 	if rep.Purity.Checked {
-		fmt.Fprintf(e.stderr, "  purity: clean=%v\n", rep.Purity.Clean)
+		fmt.Fprintf(e.stderr, "  purity: clean=%v (contain=%s, whole instance verified: %v)\n", rep.Purity.Clean, rep.Contain, rep.Purity.Instance)
+	}
+	for _, it := range rep.Residue {
+		fmt.Fprintf(e.stderr, "  RESIDUE %s\n", it)
+	}
+	if len(rep.Outside) > 0 {
+		verb := "discarded"
+		if rep.OutsideApplied {
+			verb = "applied"
+		}
+		fmt.Fprintf(e.stderr, "  writes outside --dir (%s): %d\n", verb, len(rep.Outside))
+		for i, c := range rep.Outside {
+			if i == 20 {
+				fmt.Fprintf(e.stderr, "    … %d more\n", len(rep.Outside)-20)
+				break
+			}
+			fmt.Fprintf(e.stderr, "    %-8s %8d  %s\n", c.Kind, c.Size, c.Path)
+		}
+	}
+	for _, m := range rep.Uncontained {
+		if !strings.HasPrefix(m.Reason, "pseudo") { // /dev, /dev/pts…: in the JSON report only
+			fmt.Fprintf(e.stderr, "  written through: %s (%s)\n", m.Path, m.Reason)
+		}
+	}
+	if rep.Forensics != "" {
+		fmt.Fprintf(e.stderr, "  what it wrote: lockstep run show %s\n", filepath.Base(rep.Forensics))
 	}
 	fmt.Fprintf(e.stderr, "  total %.1f ms\n", rep.TotalMs)
 }

@@ -70,6 +70,11 @@ type Spec struct {
 	// CgroupRoot is the cgroup v2 directory under which per-run cgroups
 	// are created. "" detects one; "off" forces the subreaper mode.
 	CgroupRoot string
+	// Cloneflags are namespace flags the command is started with (e.g.
+	// CLONE_NEWNS for a contained run). With CLONE_NEWNS every process
+	// in the run's mount namespace belongs to the run, whatever it does
+	// (setsid, double fork, a cleared environment).
+	Cloneflags uintptr
 }
 
 // Status is how a run ended.
@@ -105,6 +110,12 @@ type Run struct {
 	cg   string // cgroup directory (cgroup mode)
 	proc *os.Process
 	pgid int
+
+	mntns string // the run's own mount namespace (Cloneflags CLONE_NEWNS), e.g. "mnt:[4026532]"
+	// nsfd holds the namespace until Close: while it is open its inode
+	// number cannot be given to another run's namespace (whose processes
+	// would then look like ours).
+	nsfd *os.File
 
 	mu    sync.Mutex
 	seen  map[int]bool // every pid ever attributed to the run, to reap it
@@ -148,7 +159,7 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 			files[i] = dn
 		}
 	}
-	sys := &syscall.SysProcAttr{Setpgid: true}
+	sys := &syscall.SysProcAttr{Setpgid: true, Cloneflags: spec.Cloneflags}
 	if cg, err := r.makeCgroup(); err == nil && cg != "" {
 		fd, err := unix.Open(cg, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err == nil {
@@ -182,8 +193,26 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "start %s: %v", spec.Args[0], err)
 	}
 	r.proc, r.pgid = p, p.Pid
+	if spec.Cloneflags&unix.CLONE_NEWNS != 0 {
+		// The namespace was made by clone itself: the child is in it now.
+		nsPath := "/proc/" + strconv.Itoa(p.Pid) + "/ns/mnt"
+		if f, err := os.Open(nsPath); err == nil {
+			r.mntns, _ = os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd()))) // the namespace we hold
+			self, _ := os.Readlink("/proc/self/ns/mnt")
+			if r.mntns == "" || r.mntns == self {
+				f.Close()
+				r.mntns = "" // already exited (or not ours): nothing to match
+			} else {
+				r.nsfd = f
+			}
+		}
+	}
 	return r, nil
 }
+
+// MountNS is the run's own mount namespace ("mnt:[N]") when it was
+// started with CLONE_NEWNS, else "".
+func (r *Run) MountNS() string { return r.mntns }
 
 // Mode is "cgroup" or "subreaper".
 func (r *Run) Mode() string { return r.mode }
@@ -275,6 +304,13 @@ func (r *Run) KillAll() (int, error) {
 	var n int
 	if r.mode == ModeCgroup {
 		n, err = r.killCgroup()
+		if r.mntns != "" && err == nil {
+			// A process of the run's mount namespace that moved itself
+			// out of the cgroup (root may) is still the run's.
+			var m int
+			m, err = r.killScan()
+			n += m
+		}
 	} else {
 		n, err = r.killScan()
 	}
@@ -303,8 +339,13 @@ func (r *Run) Residue() []Process {
 	return out
 }
 
-// Close removes the run's cgroup. Call it after Wait.
+// Close removes the run's cgroup and releases its mount namespace. Call
+// it after Wait.
 func (r *Run) Close() error {
+	if r.nsfd != nil {
+		r.nsfd.Close()
+		r.nsfd = nil
+	}
 	if r.cg == "" {
 		return nil
 	}
@@ -446,6 +487,12 @@ var subreaperOnce struct {
 	err error
 }
 
+// EnableSubreaper makes this process the child subreaper of everything it
+// starts (process-wide and permanent): orphans of a run are re-parented to
+// it instead of init, so a whole-instance verification can attribute a
+// daemon that double-forked, cleared its environment and left its cgroup.
+func EnableSubreaper() error { return enableSubreaper() }
+
 func enableSubreaper() error {
 	subreaperOnce.Do(func() {
 		subreaperOnce.err = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -526,7 +573,7 @@ func (r *Run) scan() []Process {
 		if pid == os.Getpid() {
 			continue
 		}
-		if p.pgid == r.pgid || pid == r.proc.Pid || hasMarker(pid, marker) {
+		if p.pgid == r.pgid || pid == r.proc.Pid || hasMarker(pid, marker) || r.inMountNS(pid) {
 			in[pid] = true
 			queue = append(queue, pid)
 		}
@@ -546,6 +593,15 @@ func (r *Run) scan() []Process {
 		out = append(out, all[pid].Process)
 	}
 	return out
+}
+
+// inMountNS reports whether pid lives in the run's own mount namespace.
+func (r *Run) inMountNS(pid int) bool {
+	if r.mntns == "" {
+		return false
+	}
+	ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/mnt")
+	return err == nil && ns == r.mntns
 }
 
 func hasMarker(pid int, marker []byte) bool {

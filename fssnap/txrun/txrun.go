@@ -27,11 +27,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"sync"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/fssnap"
+	"github.com/lockstep-hq/lockstep/fssnap/contain"
+	"github.com/lockstep-hq/lockstep/fssnap/instance"
 	"github.com/lockstep-hq/lockstep/fssnap/proc"
 )
 
@@ -100,7 +103,41 @@ type Options struct {
 	// (default 4 KiB; negative: none). The command then writes to pipes
 	// that are copied to Stdout and Stderr as it runs.
 	OutputTail int
+
+	// Contain runs the command in its own mount namespace with every
+	// writable local filesystem behind a copy-on-write overlay
+	// (ContainInstance); ContainDir (or "") protects only Dir. When
+	// containment is asked for but unavailable, the run goes on with Dir
+	// only and the report says so (Report.ContainNote).
+	Contain string
+	// Share are paths written through under containment (Dir always is).
+	Share []string
+	// Outside says what a successful contained run's writes outside Dir
+	// become: OutsideKeep (applied, the default) or OutsideDiscard.
+	Outside string
+	// Helper is the binary started as the namespace's helper (default:
+	// this executable; it must call contain.MaybeHelper first thing).
+	Helper string
+	// Instance configures the whole-instance verification after a
+	// rollback; nil skips it (only Dir and the run's processes are
+	// checked).
+	Instance *instance.Config
+	// ContainTmpfsSize bounds the tmpfs holding the run's writes (see
+	// contain.Options.TmpfsSize).
+	ContainTmpfsSize string
+	// Forensics, when set, is the directory a failed run's record is kept
+	// in (<Forensics>/<run id>/): what it wrote inside and outside Dir,
+	// the overlay upper directories.
+	Forensics string
 }
+
+// Containment modes and --outside choices.
+const (
+	ContainInstance = "instance"
+	ContainDir      = "dir"
+	OutsideKeep     = "keep"
+	OutsideDiscard  = "discard"
+)
 
 // DefaultOutputTail is what Options.OutputTail 0 keeps of each stream.
 const DefaultOutputTail = 4 << 10
@@ -118,6 +155,13 @@ type Purity struct {
 	Clean     bool           `json:"clean"`
 	Files     fssnap.Residue `json:"files"`
 	Processes []proc.Process `json:"processes,omitempty"`
+	// Instance is true when the whole instance was verified (not only
+	// Dir): processes, sockets, crontabs, at jobs, user units, files.
+	Instance bool `json:"instance"`
+	// Scanned and Truncated describe the bounded file walk of a
+	// dir-only run.
+	Scanned   int  `json:"scanned,omitempty"`
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // Report describes a run.
@@ -141,6 +185,25 @@ type Report struct {
 	Evidence   string         `json:"evidence,omitempty"` // the commit keeping a failed run's worktree
 	StartedAt  time.Time      `json:"started_at"`
 	TotalMs    float64        `json:"total_ms"`
+
+	// Contain is "instance" or "dir": what was contained.
+	Contain string `json:"contain"`
+	// ContainNote says why a run asked to contain the instance protects
+	// only Dir (no root, no overlayfs): verification is then the only
+	// guard outside Dir.
+	ContainNote string `json:"contain_note,omitempty"`
+	// Uncontained lists what a contained run could write through: shared
+	// paths, read-only/pseudo/remote mounts, overlays the kernel refused.
+	Uncontained []contain.Mount `json:"uncontained,omitempty"`
+	// Outside is what the run wrote outside Dir (contained runs): applied
+	// or discarded (OutsideApplied says which).
+	Outside        []contain.Change `json:"outside,omitempty"`
+	OutsideApplied bool             `json:"outside_applied"`
+	// Residue names everything a rollback left behind; not empty means
+	// Purity.Clean is false.
+	Residue []instance.Item `json:"residue,omitempty"`
+	// Forensics is the directory keeping a failed run's record.
+	Forensics string `json:"forensics,omitempty"`
 }
 
 // ErrResidue is wrapped by the error Run returns when a rollback left files
@@ -182,6 +245,51 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 	rep.Driver = drv.Name()
+	rep.Contain = ContainDir
+	stateRoot := opts.Snap.StateRoot
+	if stateRoot == "" {
+		stateRoot = fssnap.DefaultStateRoot(os.Getenv)
+	}
+	var icfg instance.Config
+	var pre *instance.State
+	if opts.Instance != nil {
+		icfg = *opts.Instance
+		icfg.Exclude = append(append(append(icfg.Exclude, opts.Dir, stateRoot), opts.Share...), nonEmpty(opts.Snap.DataRoot)...)
+		rep.step("capture_instance", func() error {
+			pre = instance.Capture(icfg)
+			// Orphans of the run come to us, not init: attributable.
+			return proc.EnableSubreaper()
+		})
+	}
+	args := opts.Args
+	var clone uintptr
+	var sess *contain.Session
+	if opts.Contain == ContainInstance {
+		if err := contain.Available(); err != nil {
+			rep.ContainNote = "only --dir is contained (" + err.Error() + "): writes elsewhere are not undone, verification is the only guard"
+		} else {
+			if _, err := exec.LookPath(opts.Args[0]); err != nil {
+				return rep, lockstep.Errorf(lockstep.EINVALID, "command %q: %v", opts.Args[0], err)
+			}
+			helper := opts.Helper
+			if helper == "" {
+				var err error
+				if helper, err = os.Executable(); err != nil {
+					return rep, err
+				}
+			}
+			if err := rep.step("contain", func() (err error) {
+				sess, err = contain.Prepare(contain.Options{StateRoot: stateRoot, Share: append([]string{opts.Dir}, opts.Share...),
+					Exclude: nonEmpty(opts.Snap.DataRoot), Cwd: opts.Dir, TmpfsSize: opts.ContainTmpfsSize})
+				return err
+			}); err != nil {
+				return rep, err
+			}
+			defer sess.Discard() // idempotent; every path below discards itself first
+			args, clone = sess.Wrap(helper, opts.Args), sess.Cloneflags()
+			rep.Contain = ContainInstance
+		}
+	}
 
 	var snap fssnap.Snapshot
 	if err := rep.step("snapshot", func() (err error) {
@@ -232,7 +340,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	rep.step("run", func() error {
 		run, runErr = proc.Start(ctx, proc.Spec{
-			Args: opts.Args, Dir: opts.Dir, Env: opts.Env,
+			Args: args, Dir: opts.Dir, Env: opts.Env, Cloneflags: clone,
 			Stdin: opts.Stdin, Stdout: stdout, Stderr: stderr,
 			Timeout: opts.Timeout, KillGrace: opts.KillGrace, CgroupRoot: opts.CgroupRoot,
 		})
@@ -257,8 +365,35 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 
 	// From here on, cancellation of ctx must not stop the rollback.
 	ctx = context.WithoutCancel(ctx)
+	mntns := ""
+	if run != nil {
+		mntns = run.MountNS()
+	}
+	if sess != nil {
+		for _, m := range sess.Uncontained() {
+			if m.Path != opts.Dir { // Dir has its own driver
+				rep.Uncontained = append(rep.Uncontained, m)
+			}
+		}
+	}
 	if rep.Succeeded {
 		var errs []error
+		if sess != nil {
+			if err := rep.step("outside", func() (err error) {
+				if opts.Outside == OutsideDiscard {
+					rep.Outside, err = sess.Changes()
+				} else {
+					rep.Outside, err = sess.Apply()
+					rep.OutsideApplied = err == nil
+				}
+				if derr := sess.Discard(); err == nil {
+					err = derr
+				}
+				return err
+			}); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if res := run.Residue(); len(res) > 0 {
 			rep.Purity.Processes = res
 			errs = append(errs, fmt.Errorf("%w: %w", ErrResidue, lockstep.Errorf(lockstep.EINTERNAL, "%d processes of the run survived it", len(res))))
@@ -316,6 +451,21 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			rep.Restored = &rr
 		}()
 	}
+	if opts.Forensics != "" {
+		// A record that cannot be kept is said in the step, but does not
+		// stop or fail the rollback.
+		rep.step("forensics", func() error { return keepForensics(opts, rep, m, sess) })
+	}
+	if sess != nil {
+		if err := rep.step("discard_layers", func() error {
+			if rep.Outside == nil {
+				rep.Outside, _ = sess.Changes()
+			}
+			return sess.Discard()
+		}); err != nil {
+			addErr(err)
+		}
+	}
 	if err := rep.step("restore_fs", func() error { return drv.Restore(ctx, opts.Dir, snap.ID) }); err != nil {
 		addErr(err)
 	}
@@ -330,10 +480,20 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		if run != nil {
 			rep.Purity.Processes = run.Residue()
 		}
-		rep.Purity.Clean = res.Clean() && len(rep.Purity.Processes) == 0
+		if sess != nil {
+			if err := sess.Discarded(); err != nil {
+				rep.Residue = append(rep.Residue, instance.Item{Kind: instance.KindLayer, Path: sess.Base, Detail: err.Error()})
+			}
+		}
+		if pre != nil {
+			ir := instance.Check(pre, icfg, mntns, sess == nil)
+			rep.Residue = append(rep.Residue, ir.Items...)
+			rep.Purity.Instance, rep.Purity.Scanned, rep.Purity.Truncated = true, ir.Scanned, ir.Truncated
+		}
+		rep.Purity.Clean = res.Clean() && len(rep.Purity.Processes) == 0 && len(rep.Residue) == 0
 		if !rep.Purity.Clean {
-			err := lockstep.Errorf(lockstep.EINTERNAL, "rollback of %s left %s and %d processes", opts.Dir, res, len(rep.Purity.Processes)).
-				WithDetails(map[string]any{"files": res, "processes": rep.Purity.Processes})
+			err := lockstep.Errorf(lockstep.EINTERNAL, "rollback of %s left %s, %d processes of the run and %d residue items on the instance", opts.Dir, res, len(rep.Purity.Processes), len(rep.Residue)).
+				WithDetails(map[string]any{"files": res, "processes": rep.Purity.Processes, "residue": rep.Residue})
 			addErr(fmt.Errorf("%w: %w", ErrResidue, err))
 			return err
 		}
@@ -359,6 +519,16 @@ func previousManifest(drv fssnap.Driver, opts Options) *fssnap.Manifest {
 		}
 	}
 	return nil
+}
+
+func nonEmpty(ss ...string) []string {
+	var out []string
+	for _, s := range ss {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

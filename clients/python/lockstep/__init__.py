@@ -24,6 +24,7 @@ from .errors import (
     InvalidArgument,
     LockstepError,
     MergeConflict,
+    NotConfigured,
     NotFound,
     PermissionDenied,
     PreconditionRequired,
@@ -61,5 +62,6 @@ __all__ = [
     "IdempotencyKeyReused",
     "PreconditionRequired",
     "Unavailable",
+    "NotConfigured",
     "Internal",
 ]

@@ -161,7 +161,8 @@ class Client:
                 except ValueError:
                     env = None
                 err = error_from(e.code, env, method, path, out)
-                if e.code not in RETRY_STATUSES or attempt >= self.retries:
+                # not_configured is final whatever the status a proxy gave it
+                if e.code not in RETRY_STATUSES or err.code == "not_configured" or attempt >= self.retries:
                     raise err from None
                 retry_after = _retry_after(e.headers.get("Retry-After") if e.headers else None)
             except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError, http.client.HTTPException) as e:

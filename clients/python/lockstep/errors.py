@@ -134,6 +134,12 @@ class Unavailable(LockstepError):
     code = "unavailable"
 
 
+class NotConfigured(LockstepError):
+    """501: the feature is not configured on this server (e.g. database branching); final, never retried."""
+
+    code = "not_configured"
+
+
 class Internal(LockstepError):
     """500: anything else; the server logged the details."""
 
@@ -156,6 +162,7 @@ ERRORS: Dict[str, Type[LockstepError]] = {
         IdempotencyKeyReused,
         PreconditionRequired,
         Unavailable,
+        NotConfigured,
         Internal,
     )
 }
@@ -170,6 +177,7 @@ _BY_STATUS: Dict[int, Type[LockstepError]] = {
     413: TooLarge,
     422: IdempotencyKeyReused,
     428: PreconditionRequired,
+    501: NotConfigured,
     503: Unavailable,
 }
 

@@ -300,6 +300,17 @@ class RetryTest(unittest.TestCase):
         self.assertEqual((cm.exception.expected, cm.exception.actual), ("a", "b"))
         self.assertEqual(len(_Flaky.seen), 1)
 
+    def test_not_configured_is_final(self) -> None:
+        # Issue 22 item 6: a feature the server does not have is not retried,
+        # even behind a proxy that turned the 501 into a 503.
+        off = {"error": {"code": "not_configured", "message": "database branching is off"}}
+        for status in (501, 503):
+            c = self.serve([(status, {"Retry-After": "5"}, off)] * 4)
+            with self.assertRaises(lockstep.NotConfigured):
+                c.create_repo("r")
+            self.assertEqual(len(_Flaky.seen), 1, f"{status} not_configured was retried")
+            self.assertEqual(self.delays, [])
+
     def test_connection_refused_is_retried_then_unavailable(self) -> None:
         import socket
 

@@ -1,0 +1,585 @@
+// Package contain runs a command in its own mount namespace in which every
+// writable local filesystem it can reach is an overlayfs with a per-run
+// upper directory: whatever the command writes outside the directories
+// declared shared (the run's --dir, --share paths) lands in the upper
+// directories and nowhere else. After the run the upper directories are
+// read (the list of what the run wrote), applied to the real filesystems
+// (whiteouts become deletions, opaque directories replace) or discarded.
+//
+// The namespace is made with clone(CLONE_NEWNS) by the process that starts
+// the command (proc.Spec.Cloneflags); that process is the lockstep binary
+// itself re-executed as a helper (HelperArg), which makes propagation
+// private, builds the contained tree in a staging directory (an overlay per
+// writable mount, bind mounts for read-only and pseudo filesystems, the
+// shared paths bound over it), chroots into it and execs the command.
+//
+// The upper directories live on a tmpfs mounted (in the caller's namespace)
+// under the state root, never inside an overlaid tree: overlayfs refuses
+// overlapping layers, and the tmpfs survives the namespace so the caller can
+// read it after the run.
+//
+// Requires root (CAP_SYS_ADMIN) and overlayfs. Not contained: the network,
+// other namespaces (IPC, UTS, pid), kernel state (sysctl, modules), /proc,
+// /sys and /dev (bound through), remote filesystems (NFS, FUSE…), and the
+// shared paths.
+package contain
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// HelperArg is the hidden first argument that makes the lockstep binary
+// the namespace's helper (see Helper).
+const HelperArg = "__contain"
+
+// Mount modes.
+const (
+	ModeOverlay = "overlay" // copy-on-write: writes land in the upper directory
+	ModeBind    = "bind"    // written through (read-only, pseudo or remote filesystem)
+	ModeRBind   = "rbind"   // /proc, /sys, /dev with everything under them
+	ModeShare   = "share"   // declared shared: the real path bound over the overlay
+)
+
+// Mount is one entry of the contained tree.
+type Mount struct {
+	Path   string `json:"path"`
+	FSType string `json:"fstype,omitempty"`
+	Mode   string `json:"mode"`
+	Upper  string `json:"upper,omitempty"`
+	Work   string `json:"work,omitempty"`
+	// Reason says why a writable mount is written through.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Options configure one contained run.
+type Options struct {
+	// StateRoot holds the per-run directory <StateRoot>/contain/<id>
+	// (a tmpfs with the upper directories).
+	StateRoot string
+	// Share are paths written through (the run's --dir first).
+	Share []string
+	// Exclude are paths left out of the contained tree entirely (the
+	// service's own state): mounts under them are neither overlaid nor
+	// bound; the command sees the underlying directory.
+	Exclude []string
+	// Cwd is the command's working directory.
+	Cwd string
+	// TmpfsSize bounds the tmpfs holding the upper directories (mount
+	// option size=, e.g. "50%" or "4g"); "" is the kernel's default (half
+	// of RAM).
+	TmpfsSize string
+}
+
+// Session is one prepared containment.
+type Session struct {
+	ID     string  `json:"id"`
+	Base   string  `json:"base"` // the tmpfs: spec.json, root/, u/<i>, w/<i>
+	Root   string  `json:"root"`
+	Cwd    string  `json:"cwd"`
+	Mounts []Mount `json:"mounts"`
+	Share  []string
+}
+
+// Available reports why containment cannot be used here (nil: it can).
+func Available() error {
+	if os.Geteuid() != 0 {
+		return errors.New("not root (a mount namespace with overlays needs CAP_SYS_ADMIN)")
+	}
+	data, err := os.ReadFile("/proc/filesystems")
+	if err != nil {
+		return fmt.Errorf("read /proc/filesystems: %w", err)
+	}
+	if !strings.Contains(string(data), "\toverlay\n") {
+		if err := exec.Command("modprobe", "overlay").Run(); err != nil {
+			return errors.New("the kernel has no overlayfs")
+		}
+	}
+	return nil
+}
+
+// pseudo filesystems are bound through (their content is kernel state).
+var pseudo = map[string]bool{
+	"proc": true, "sysfs": true, "devtmpfs": true, "devpts": true, "mqueue": true, "cgroup": true, "cgroup2": true,
+	"securityfs": true, "debugfs": true, "tracefs": true, "bpf": true, "pstore": true, "configfs": true,
+	"fusectl": true, "hugetlbfs": true, "autofs": true, "binfmt_misc": true, "efivarfs": true, "nsfs": true,
+	"rpc_pipefs": true, "nfsd": true, "selinuxfs": true,
+}
+
+// remote filesystems are written through: an overlay over them would
+// not stop other machines from seeing the writes anyway.
+func remote(fstype string) bool {
+	switch fstype {
+	case "nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre", "afs", "virtiofs":
+		return true
+	}
+	return strings.HasPrefix(fstype, "fuse")
+}
+
+// MountInfo is one line of /proc/self/mountinfo.
+type MountInfo struct {
+	Path   string
+	FSType string
+	Source string
+	RO     bool
+}
+
+// tmpfsSource names the tmpfs of every contained run: another run's
+// layers are never part of this run's tree.
+const tmpfsSource = "lockstep-contain"
+
+// ReadMounts parses /proc/self/mountinfo.
+func ReadMounts() ([]MountInfo, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []MountInfo
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fl := strings.Fields(sc.Text())
+		sep := 6
+		for sep < len(fl) && fl[sep] != "-" {
+			sep++
+		}
+		if sep+1 >= len(fl) || len(fl) < 6 {
+			continue
+		}
+		opts := strings.Split(fl[5], ",")
+		mi := MountInfo{Path: unescape(fl[4]), FSType: fl[sep+1], RO: len(opts) > 0 && opts[0] == "ro"}
+		if sep+2 < len(fl) {
+			mi.Source = unescape(fl[sep+2])
+		}
+		out = append(out, mi)
+	}
+	return out, sc.Err()
+}
+
+// unescape decodes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func under(p, dir string) bool {
+	if dir == "/" {
+		return true
+	}
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+func depth(p string) int {
+	if p == "/" {
+		return 0
+	}
+	return strings.Count(p, "/")
+}
+
+// Plan decides, for each mount, how the contained tree shows it.
+func Plan(mounts []MountInfo, share, exclude []string) []Mount {
+	// Of mounts stacked on one path only the last (the visible one) counts.
+	last := map[string]int{}
+	for i, m := range mounts {
+		last[m.Path] = i
+	}
+	var sorted []MountInfo
+	for i, m := range mounts {
+		if last[m.Path] == i {
+			sorted = append(sorted, m)
+		}
+	}
+	sort.SliceStable(sorted, func(i, j int) bool { return depth(sorted[i].Path) < depth(sorted[j].Path) })
+	var out []Mount
+	skip := func(p string) bool {
+		for _, d := range []string{"/proc", "/sys"} {
+			if under(p, d) && p != d {
+				return true
+			}
+		}
+		for _, d := range exclude {
+			if under(p, d) {
+				return true
+			}
+		}
+		for _, d := range share {
+			if under(p, d) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, m := range sorted {
+		if skip(m.Path) || m.Source == tmpfsSource {
+			continue
+		}
+		e := Mount{Path: m.Path, FSType: m.FSType}
+		switch {
+		case m.Path == "/proc" || m.Path == "/sys":
+			e.Mode = ModeRBind // kernel state, with everything under it
+		case m.RO:
+			e.Mode = ModeBind
+		case pseudo[m.FSType]:
+			e.Mode, e.Reason = ModeBind, "pseudo filesystem "+m.FSType
+		case remote(m.FSType):
+			e.Mode, e.Reason = ModeBind, "remote filesystem "+m.FSType
+		case strings.ContainsAny(m.Path, ",:\\"):
+			e.Mode, e.Reason = ModeBind, "path not expressible as an overlay layer"
+		default:
+			if fi, err := os.Stat(m.Path); err != nil || !fi.IsDir() {
+				e.Mode, e.Reason = ModeBind, "a file mount"
+			} else {
+				e.Mode = ModeOverlay
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// Prepare mounts the run's tmpfs under opts.StateRoot and plans the
+// contained tree. The caller runs the command with Wrap and Cloneflags,
+// then reads Changes, calls Apply or Keep, and always Discard.
+func Prepare(opts Options) (*Session, error) {
+	if opts.StateRoot == "" {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "containment needs a state root")
+	}
+	mounts, err := ReadMounts()
+	if err != nil {
+		return nil, fmt.Errorf("read mounts: %w", err)
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	s := &Session{ID: hex.EncodeToString(b[:]), Cwd: opts.Cwd}
+	s.Base = filepath.Join(opts.StateRoot, "contain", s.ID)
+	s.Root = filepath.Join(s.Base, "root")
+	for _, p := range opts.Share {
+		if p = filepath.Clean(p); filepath.IsAbs(p) && p != "/" {
+			s.Share = append(s.Share, p)
+		}
+	}
+	exclude := append([]string{filepath.Join(opts.StateRoot, "contain")}, opts.Exclude...)
+	s.Mounts = Plan(mounts, s.Share, exclude)
+	if err := os.MkdirAll(s.Base, 0o700); err != nil {
+		return nil, err
+	}
+	data := "mode=0700"
+	if opts.TmpfsSize != "" {
+		data += ",size=" + opts.TmpfsSize
+	}
+	if err := unix.Mount(tmpfsSource, s.Base, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		os.Remove(s.Base)
+		return nil, fmt.Errorf("mount the run's tmpfs at %s: %w", s.Base, err)
+	}
+	for i := range s.Mounts {
+		m := &s.Mounts[i]
+		if m.Mode != ModeOverlay {
+			continue
+		}
+		m.Upper = filepath.Join(s.Base, "u", strconv.Itoa(i))
+		m.Work = filepath.Join(s.Base, "w", strconv.Itoa(i))
+		for _, d := range []string{m.Upper, m.Work} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				s.Discard()
+				return nil, err
+			}
+		}
+	}
+	if err := os.MkdirAll(s.Root, 0o755); err != nil {
+		s.Discard()
+		return nil, err
+	}
+	spec, _ := json.Marshal(s)
+	if err := os.WriteFile(filepath.Join(s.Base, "spec.json"), spec, 0o600); err != nil {
+		s.Discard()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Cloneflags is what the helper must be started with.
+func (s *Session) Cloneflags() uintptr { return unix.CLONE_NEWNS }
+
+// Wrap turns a command into the helper's command line.
+func (s *Session) Wrap(helper string, args []string) []string {
+	return append([]string{helper, HelperArg, filepath.Join(s.Base, "spec.json"), "--"}, args...)
+}
+
+// Uncontained lists the writable mounts written through (not overlaid),
+// with the reason, and the shared paths.
+func (s *Session) Uncontained() []Mount {
+	var out []Mount
+	for _, m := range s.Mounts {
+		if m.Reason != "" {
+			out = append(out, m)
+		}
+	}
+	if data, err := os.ReadFile(filepath.Join(s.Base, "fallback.json")); err == nil {
+		var fb []Mount
+		if json.Unmarshal(data, &fb) == nil {
+			out = append(out, fb...)
+		}
+	}
+	for _, p := range s.Share {
+		out = append(out, Mount{Path: p, Mode: ModeShare, Reason: "declared shared"})
+	}
+	return out
+}
+
+// Discard unmounts the run's tmpfs (every upper directory with it) and
+// removes its directory.
+func (s *Session) Discard() error {
+	err := unix.Unmount(s.Base, unix.MNT_DETACH)
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", s.Base, err)
+	}
+	if err := os.RemoveAll(s.Base); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Discarded proves the upper directories are gone: the tmpfs is not
+// mounted and its directory does not exist.
+func (s *Session) Discarded() error {
+	if _, err := os.Lstat(s.Base); err == nil {
+		return fmt.Errorf("%s still exists", s.Base)
+	}
+	mounts, err := ReadMounts()
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		if under(m.Path, s.Base) {
+			return fmt.Errorf("%s still mounted", m.Path)
+		}
+	}
+	return nil
+}
+
+// Change is one path the run wrote.
+type Change struct {
+	Path string `json:"path"`
+	Kind string `json:"kind"` // created, modified, deleted
+	Type string `json:"type"` // file, dir, symlink, other
+	Size int64  `json:"size"`
+}
+
+// Changes lists what the run wrote in the overlaid filesystems, read
+// from the upper directories (a whiteout is a deletion).
+func (s *Session) Changes() ([]Change, error) {
+	var out []Change
+	err := s.walk(func(real, upper string, fi fs.FileInfo, whiteout, opaque bool) error {
+		c := Change{Path: real, Type: typeOf(fi)}
+		rfi, rerr := os.Lstat(real)
+		switch {
+		case whiteout:
+			c.Kind, c.Type = "deleted", "other"
+			if rerr != nil {
+				return nil // nothing there to delete (created and removed again)
+			}
+			c.Type, c.Size = typeOf(rfi), sizeOf(rfi)
+		case rerr != nil:
+			c.Kind, c.Size = "created", sizeOf(fi)
+		case fi.IsDir() && rfi.IsDir() && !opaque:
+			return nil // a directory copied up for its content: its entries say what changed
+		default:
+			c.Kind, c.Size = "modified", sizeOf(fi)
+		}
+		out = append(out, c)
+		return nil
+	})
+	return out, err
+}
+
+func typeOf(fi fs.FileInfo) string {
+	switch {
+	case fi.Mode().IsRegular():
+		return "file"
+	case fi.IsDir():
+		return "dir"
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return "symlink"
+	}
+	return "other"
+}
+
+func sizeOf(fi fs.FileInfo) int64 {
+	if fi.Mode().IsRegular() {
+		return fi.Size()
+	}
+	return 0
+}
+
+func isWhiteout(fi fs.FileInfo) bool {
+	if fi.Mode()&fs.ModeCharDevice == 0 {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Rdev == 0
+}
+
+func isOpaque(path string) bool {
+	buf := make([]byte, 4)
+	n, err := unix.Lgetxattr(path, "trusted.overlay.opaque", buf)
+	return err == nil && n > 0 && buf[0] == 'y'
+}
+
+// walk visits every entry of every upper directory, parents first.
+func (s *Session) walk(fn func(real, upper string, fi fs.FileInfo, whiteout, opaque bool) error) error {
+	for _, m := range s.Mounts {
+		if m.Mode != ModeOverlay {
+			continue
+		}
+		err := filepath.Walk(m.Upper, func(p string, fi fs.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			if p == m.Upper {
+				return nil
+			}
+			rel, _ := filepath.Rel(m.Upper, p)
+			real := filepath.Join(m.Path, rel)
+			wo := isWhiteout(fi)
+			op := fi.IsDir() && isOpaque(p)
+			return fn(real, p, fi, wo, op)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Apply writes the run's changes to the real filesystems (a whiteout
+// deletes, an opaque directory replaces the real one) and returns them.
+func (s *Session) Apply() ([]Change, error) {
+	changes, err := s.Changes()
+	if err != nil {
+		return nil, err
+	}
+	err = s.walk(func(real, upper string, fi fs.FileInfo, whiteout, opaque bool) error {
+		switch {
+		case whiteout:
+			return os.RemoveAll(real)
+		case fi.IsDir():
+			if rfi, err := os.Lstat(real); err == nil && (!rfi.IsDir() || opaque) {
+				if err := os.RemoveAll(real); err != nil {
+					return err
+				}
+			}
+			if err := os.MkdirAll(real, fi.Mode().Perm()); err != nil {
+				return err
+			}
+			return chmodOwn(real, fi)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(upper)
+			if err != nil {
+				return err
+			}
+			os.RemoveAll(real)
+			return os.Symlink(target, real)
+		case fi.Mode().IsRegular():
+			return copyFile(upper, real, fi)
+		}
+		return nil // devices, fifos, sockets: not applied
+	})
+	return changes, err
+}
+
+func chmodOwn(p string, fi fs.FileInfo) error {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		os.Lchown(p, int(st.Uid), int(st.Gid))
+	}
+	return os.Chmod(p, fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky))
+}
+
+// copyFile replaces dst with src's content atomically (a temporary file
+// in dst's directory renamed over it).
+func copyFile(src, dst string, fi fs.FileInfo) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if rfi, err := os.Lstat(dst); err == nil && rfi.IsDir() {
+		if err := os.RemoveAll(dst); err != nil {
+			return err
+		}
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".lockstep-apply-*")
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	chmodOwn(tmp.Name(), fi)
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}
+
+// Keep copies the upper directories to dst (forensics of a failed run):
+// dst/<i> for mount i, with mounts.json naming each.
+func (s *Session) Keep(dst string) error {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return err
+	}
+	var kept []Mount
+	for i, m := range s.Mounts {
+		if m.Mode != ModeOverlay {
+			continue
+		}
+		ents, _ := os.ReadDir(m.Upper)
+		if len(ents) == 0 {
+			continue
+		}
+		to := filepath.Join(dst, strconv.Itoa(i))
+		if out, err := exec.Command("cp", "-a", m.Upper, to).CombinedOutput(); err != nil {
+			return fmt.Errorf("keep %s: %v: %s", m.Upper, err, out)
+		}
+		kept = append(kept, Mount{Path: m.Path, Mode: m.Mode, Upper: to})
+	}
+	data, _ := json.MarshalIndent(kept, "", "  ")
+	return os.WriteFile(filepath.Join(dst, "mounts.json"), data, 0o600)
+}

@@ -1,0 +1,59 @@
+package txrun_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/fssnap"
+	"github.com/lockstep-hq/lockstep/fssnap/internal/fstest"
+	"github.com/lockstep-hq/lockstep/fssnap/txrun"
+)
+
+// TestForensicsRecordAndRetention: a failed run (dir only) keeps what it
+// wrote inside --dir — created, modified, deleted, with sizes — readable
+// by run id; records older than the window are pruned, newer ones kept.
+func TestForensicsRecordAndRetention(t *testing.T) {
+	drv, dir, opts := fstest.Driver(t, fssnap.NameCopy, func(d string) {
+		os.WriteFile(filepath.Join(d, "a"), []byte("a"), 0o644)
+		os.WriteFile(filepath.Join(d, "gone"), []byte("12345"), 0o644)
+	})
+	keep := t.TempDir()
+	rep, err := txrun.Run(context.Background(), txrun.Options{Dir: dir, Args: []string{"sh", "-c", "echo more >> a; rm gone; printf 123 > new; exit 3"},
+		Driver: drv, Snap: opts, Forensics: keep})
+	if err != nil || rep.Succeeded || rep.Forensics == "" {
+		t.Fatalf("run: %v %+v", err, rep)
+	}
+	rec, err := txrun.LoadRecord(keep, rep.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	sizes := map[string]int64{}
+	for _, c := range rec.Inside {
+		got[filepath.Base(c.Path)] = c.Kind
+		sizes[filepath.Base(c.Path)] = c.Size
+	}
+	if got["a"] != "modified" || got["gone"] != "deleted" || got["new"] != "created" || sizes["new"] != 3 || sizes["gone"] != 5 || rec.Status != "exit code 3" {
+		t.Fatalf("record %+v", rec)
+	}
+	if _, err := txrun.LoadRecord(keep, "../etc"); lockstep.ErrorCode(err) != lockstep.EINVALID {
+		t.Fatalf("a path as run id: %v", err)
+	}
+	if _, err := txrun.LoadRecord(keep, "nosuch"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		t.Fatalf("unknown run: %v", err)
+	}
+	// Retention: within the window kept, beyond it dropped.
+	if n, err := txrun.PruneRecords(keep, time.Hour, time.Now()); err != nil || n != 0 {
+		t.Fatalf("prune within the window: %d %v", n, err)
+	}
+	if n, err := txrun.PruneRecords(keep, time.Hour, time.Now().Add(2*time.Hour)); err != nil || n != 1 {
+		t.Fatalf("prune beyond the window: %d %v", n, err)
+	}
+	if _, err := txrun.LoadRecord(keep, rep.RunID); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		t.Fatalf("after prune: %v", err)
+	}
+}
