@@ -174,3 +174,17 @@ func EffectDiscardFrom(ctx context.Context) *TxDiscard {
 	d, _ := ctx.Value(txDiscardKey{}).(*TxDiscard)
 	return d
 }
+
+// CompensationOffer is a released effect whose promoted commit a rollback
+// of the base undid: its compensation can be run (POST
+// /repos/{base}/effects/compensate). Running it is a new event, not an
+// erasure of the first.
+type CompensationOffer struct {
+	Effect       string `json:"effect"`
+	Workspace    string `json:"workspace"`
+	Commit       string `json:"commit"`
+	Request      string `json:"request"`
+	Compensation string `json:"compensation"`
+	Label        string `json:"label,omitempty"`
+	Consuming    bool   `json:"consuming"`
+}

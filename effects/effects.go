@@ -519,4 +519,3 @@ func (s *Service) Offered(ctx context.Context, base *lockstep.Repo, commits []st
 	}
 	return out, nil
 }
-
