@@ -34,7 +34,10 @@ func IdempotencyKey(e *lockstep.Effect, kind string) string {
 // staging order (compensations newest first).
 func (s *Service) Run(ctx context.Context) {
 	guarded, open := gate.Clients(s.cfg.Timeout, s.cfg.AllowHosts)
-	lease := s.cfg.Timeout + 30*time.Second
+	// A live worker holds a row for one request (Timeout) and its record;
+	// a row whose worker died is sent again once the lease ends, with
+	// the same Idempotency-Key.
+	lease := 2*s.cfg.Timeout + 5*time.Second
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
 	for {
