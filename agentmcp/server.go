@@ -52,6 +52,7 @@ func New(o Options) *mcp.Server {
 		&mcp.ServerOptions{Instructions: instructions})
 	t := &tools{o: o}
 	t.register(s)
+	t.registerEffects(s) // effects.go
 	return s
 }
 
