@@ -19,6 +19,7 @@ package effects
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"log/slog"
 	"net"
 	"net/http"
@@ -363,8 +364,7 @@ func (s *Service) Discard(ctx context.Context, actor *lockstep.Key, wsName strin
 	}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "effect.discard", Repo: ws.Name, TraceID: telemetry.TraceID(ctx),
 		Details: map[string]any{"after_seq": req.AfterSeq, "run_id": req.RunID}}
-	res := &api.EffectDiscardResult{Discarded: []string{}}
-	lockstep.StageResult(ctx, res)
+	lockstep.StageResult(ctx, discardAnswer{entry})
 	ids, err := s.store.DiscardEffects(ctx, lockstep.EffectFilter{RepoID: ws.ID, AfterSeq: req.AfterSeq, RunID: req.RunID, Reason: reason}, entry)
 	if err != nil {
 		return nil, err
@@ -518,4 +518,17 @@ func (s *Service) Offered(ctx context.Context, base *lockstep.Repo, commits []st
 		out[i], out[j] = out[j], out[i]
 	}
 	return out, nil
+}
+
+// discardAnswer is a discard's answer staged before the store knows the
+// ids: rendered at commit, from the entry the store filled in.
+type discardAnswer struct{ e *lockstep.OpEntry }
+
+// MarshalJSON encodes api.EffectDiscardResult.
+func (d discardAnswer) MarshalJSON() ([]byte, error) {
+	ids, _ := d.e.Details["effects"].([]string)
+	if ids == nil {
+		ids = []string{}
+	}
+	return json.Marshal(api.EffectDiscardResult{Discarded: ids})
 }

@@ -256,6 +256,12 @@ func (s *DB) DiscardEffects(ctx context.Context, f lockstep.EffectFilter, entry 
 // discardTx discards the staged effects f selects inside tx and appends
 // entry (with their ids) when there were any.
 func (s *DB) discardTx(ctx context.Context, tx *sql.Tx, f lockstep.EffectFilter, entry *lockstep.OpEntry) ([]string, error) {
+	// The workspace's row first (held already when a status change or a
+	// restore's ref move calls this), then the effects, then the log head:
+	// the order a promote takes them in, so the two never deadlock.
+	if _, err := tx.ExecContext(ctx, `UPDATE repos SET status = status WHERE id = $1`, f.RepoID); err != nil {
+		return nil, fmt.Errorf("lock repository: %w", err)
+	}
 	after := f.AfterSeq
 	if f.AfterOp != "" {
 		var seq int64
