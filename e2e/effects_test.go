@@ -487,3 +487,27 @@ func TestEffectsTwoReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestEffectsMCP: an agent stages and lists effects through the MCP
+// tools; a refused target is a tool error with the code.
+func TestEffectsMCP(t *testing.T) {
+	t.Parallel()
+	s := effectServer(t, serverOpts{})
+	s.CreateRepo(t, "shop")
+	s.push(t, s.AdminKey, "shop", zeroOID, map[string]string{"README": "shop\n"})
+	agent := s.CreateKey(t, "agent-mcp", "agent")
+	s.forkTip(t, agent.Secret, "shop", "ws")
+	cs := mcpHTTP(t, s.Server, agent.Secret)
+	var staged api.Effect
+	mustTool(t, cs, "effect_stage", map[string]any{"workspace": "ws", "method": "POST", "url": "http://127.0.0.1:9/orders",
+		"body": `{"n":1}`, "headers": map[string]string{"X-Api-Key": "k3y"}, "consuming": true, "compensate_method": "DELETE", "compensate_url": "http://127.0.0.1:9/orders/1"}, &staged)
+	if staged.Status != "staged" || staged.Headers["X-Api-Key"] != "[redacted]" || staged.Compensation == nil || !staged.Consuming {
+		t.Fatalf("effect_stage answered %+v", staged)
+	}
+	var list api.EffectList
+	mustTool(t, cs, "effect_list", map[string]any{"workspace": "ws"}, &list)
+	if len(list.Effects) != 1 || list.Effects[0].ID != staged.ID {
+		t.Fatalf("effect_list answered %+v", list)
+	}
+	mustToolError(t, cs, "effect_stage", map[string]any{"workspace": "ws", "method": "POST", "url": "http://169.254.169.254/"}, "invalid_argument")
+}
