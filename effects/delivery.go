@@ -33,7 +33,7 @@ func IdempotencyKey(e *lockstep.Effect, kind string) string {
 // sends them and records every attempt. Rows of one workspace go in
 // staging order (compensations newest first).
 func (s *Service) Run(ctx context.Context) {
-	guarded, open := gate.Clients(s.cfg.Timeout, s.cfg.AllowHosts)
+	guarded, open := gate.Clients(s.cfg.Timeout, s.cfg.AllowHosts, "--effect-allow-hosts")
 	// A live worker holds a row for one request (Timeout) and its record;
 	// a row whose worker died is sent again once the lease ends, with
 	// the same Idempotency-Key.

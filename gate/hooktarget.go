@@ -147,8 +147,8 @@ func CheckTargetURL(ctx context.Context, raw string, allow AllowList, resolver *
 
 // Clients returns delivery clients with the hook rules (hookClients):
 // guarded checks every dialed address, open is for hosts allowed by name.
-func Clients(timeout time.Duration, allow AllowList) (guarded, open *http.Client) {
-	return hookClients(timeout, allow)
+func Clients(timeout time.Duration, allow AllowList, setting string) (guarded, open *http.Client) {
+	return targetClients(timeout, allow, setting)
 }
 
 // HostAllowed reports whether host is on the list by name.
@@ -246,6 +246,11 @@ func looksNumeric(h string) bool {
 // for hosts allowed by name. Neither follows redirects nor uses a proxy
 // from the environment (the dialed address would be the proxy's).
 func hookClients(timeout time.Duration, allow AllowList) (guarded, open *http.Client) {
+	return targetClients(timeout, allow, "--hook-allow-hosts")
+}
+
+// targetClients is hookClients naming setting in a refusal.
+func targetClients(timeout time.Duration, allow AllowList, setting string) (guarded, open *http.Client) {
 	mk := func(control func(ctx context.Context, network, address string, c syscall.RawConn) error) *http.Client {
 		d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, ControlContext: control}
 		tr := &http.Transport{
@@ -266,7 +271,7 @@ func hookClients(timeout time.Duration, allow AllowList) (guarded, open *http.Cl
 			return fmt.Errorf("hook target %s: %w", address, err)
 		}
 		if why := internalAddr(ap.Addr()); why != "" && !allow.ipAllowed(ap.Addr()) {
-			return &blockedError{addr: ap.Addr(), why: why}
+			return &blockedError{addr: ap.Addr(), why: why, setting: setting}
 		}
 		return nil
 	})
@@ -276,10 +281,11 @@ func hookClients(timeout time.Duration, allow AllowList) (guarded, open *http.Cl
 
 // blockedError is a dial refused because the resolved address is internal.
 type blockedError struct {
-	addr netip.Addr
-	why  string
+	addr    netip.Addr
+	why     string
+	setting string
 }
 
 func (e *blockedError) Error() string {
-	return fmt.Sprintf("refused to connect to %s: %s (not on --hook-allow-hosts)", e.addr, e.why)
+	return fmt.Sprintf("refused to connect to %s: %s (not on %s)", e.addr, e.why, e.setting)
 }

@@ -12,11 +12,12 @@ import (
 // be among them (issue 9: they ended up on screen and in recordings).
 func TestHelpNeverShowsSecrets(t *testing.T) {
 	env := map[string]string{
-		"LOCKSTEP_KEY":                   "lsk_deadbeef_SECRETSECRETSECRET",
-		"LOCKSTEP_BRANCH_SECRET":         "branch-SECRET-value",
-		"LOCKSTEP_DATABASE_URL":          "postgres://lockstep:dbPASSWORD@db:5432/lockstep",
-		"LOCKSTEP_BRANCH_DATABASE_URL":   "postgres://admin:branchPASSWORD@db:5432/postgres",
-		"LOCKSTEP_REDIS_URL":             "redis://:redisPASSWORD@redis:6379/0",
+		"LOCKSTEP_KEY":                 "lsk_deadbeef_SECRETSECRETSECRET",
+		"LOCKSTEP_BRANCH_SECRET":       "branch-SECRET-value",
+		"LOCKSTEP_DATABASE_URL":        "postgres://lockstep:dbPASSWORD@db:5432/lockstep",
+		"LOCKSTEP_BRANCH_DATABASE_URL": "postgres://admin:branchPASSWORD@db:5432/postgres",
+		"LOCKSTEP_REDIS_URL":           "redis://:redisPASSWORD@redis:6379/0",
+
 		"LOCKSTEP_EFFECT_SIGNING_SECRET": "whsec_EFFECTSECRETvalue",
 	}
 	getenv := func(k string) string { return env[k] }

@@ -68,20 +68,10 @@ type serveConfig struct {
 	BranchMaxSnaps    int
 	HookAllowHosts    string
 	SecretKeyFile     string
-	// The effects outbox (effects/).
-	EffectAllowHosts    string
-	EffectMaxBodyBytes  int
-	EffectMaxStaged     int
-	EffectTimeout       time.Duration
-	EffectMaxAttempts   int
-	EffectBackoff       time.Duration
-	EffectMaxBackoff    time.Duration
-	EffectSigningSecret string
-	EffectDelivery      bool
-	ReadHeaderTimeout   time.Duration
-	IdleTimeout         time.Duration
-	BodyTimeout         time.Duration
-	BodyMinRate         int64
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+	BodyTimeout       time.Duration
+	BodyMinRate       int64
 	// Idempotent writes (web/idempotency.go, docs/idempotency.md).
 	IdemRetention time.Duration
 	IdemLease     time.Duration
@@ -97,6 +87,17 @@ type serveConfig struct {
 	// the process environment (lockstep bench passes its own).
 	objEnv    func(string) string
 	TempGrace time.Duration
+
+	// The effects outbox (effects/).
+	EffectAllowHosts    string
+	EffectMaxBodyBytes  int
+	EffectMaxStaged     int
+	EffectTimeout       time.Duration
+	EffectMaxAttempts   int
+	EffectBackoff       time.Duration
+	EffectMaxBackoff    time.Duration
+	EffectSigningSecret string
+	EffectDelivery      bool
 }
 
 // flagger declares flags whose defaults come from the environment.
