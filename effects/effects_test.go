@@ -4,9 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
@@ -175,4 +179,61 @@ func TestSecretHeadersSealed(t *testing.T) {
 	if strings.Contains(raw, "sup3rs3cret") || !strings.Contains(raw, "lsenc1:") || !strings.Contains(raw, "visible") {
 		t.Fatalf("stored request %s", raw)
 	}
+}
+
+// BenchmarkReleaseLatency is the time from a promote's commit (the
+// outbox rows written with the base ref move) to the receiver getting the
+// effect, with the worker running and woken as the server wakes it;
+// reported as p50 and p99 (ms).
+func BenchmarkReleaseLatency(b *testing.B) {
+	allow, _ := gate.ParseAllowList("127.0.0.1")
+	f := mustFixture(b, effects.Config{AllowHosts: allow, PollInterval: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan struct{}, 1)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		got <- struct{}{}
+	}))
+	defer rcv.Close()
+	done := make(chan struct{})
+	go func() { f.svc.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	base, err := f.store.RepoByName(ctx, "base")
+	if err != nil {
+		b.Fatal(err)
+	}
+	oid := func(i int) string { return fmt.Sprintf("%040x", i+1) }
+	if err := f.store.UpdateRefs(ctx, []lockstep.RefUpdate{{RepoID: base.ID, Repo: "base", Name: "refs/heads/main", Old: lockstep.ZeroOID, New: oid(0)}}, nil, nil, nil); err != nil {
+		b.Fatal(err)
+	}
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		ws := &lockstep.Repo{Name: fmt.Sprintf("ws-%d", i), Network: "base", ForkOf: "base", DefaultBranch: "main", Status: lockstep.StatusActive, OwnerKeyID: f.owner.ID}
+		if err := f.store.CreateRepo(ctx, ws, nil, nil); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := f.svc.Stage(ctx, f.owner, ws, api.EffectRequest{Method: "POST", URL: rcv.URL + "/e", Body: "x"}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		if err := f.store.UpdateRefsAndStatus(ctx, []lockstep.RefUpdate{{RepoID: base.ID, Repo: "base", Name: "refs/heads/main", Old: oid(i), New: oid(i + 1)}}, nil, nil, nil,
+			lockstep.StatusChange{RepoID: ws.ID, Repo: ws.Name, From: lockstep.StatusActive, To: lockstep.StatusPromoted,
+				Effects: &lockstep.EffectRelease{Into: "base", IntoID: base.ID}}); err != nil {
+			b.Fatal(err)
+		}
+		f.svc.Wake()
+		<-got
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
 }
