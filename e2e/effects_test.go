@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -510,4 +511,36 @@ func TestEffectsMCP(t *testing.T) {
 		t.Fatalf("effect_list answered %+v", list)
 	}
 	mustToolError(t, cs, "effect_stage", map[string]any{"workspace": "ws", "method": "POST", "url": "http://169.254.169.254/"}, "invalid_argument")
+}
+
+// TestEffectsCLI: lockstep effects stage, list, approve and reject.
+func TestEffectsCLI(t *testing.T) {
+	t.Parallel()
+	s := effectServer(t, serverOpts{})
+	s.CreateRepo(t, "base")
+	s.push(t, s.AdminKey, "base", zeroOID, map[string]string{"README": "hi\n"})
+	agent := s.CreateKey(t, "agent", "agent")
+	s.forkTip(t, agent.Secret, "base", "ws")
+	r := s.CLI(t, agent.Secret, "", "effects", "stage", "ws", "--method", "POST", "--target", "http://127.0.0.1:9/orders", "--body", `{"n":1}`,
+		"--header", "Authorization: Bearer cli-secret", "--class", "payment", "--consuming", "--compensate-method", "DELETE", "--compensate-target", "http://127.0.0.1:9/orders/1")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "staged eff_") || !strings.Contains(r.Stdout, "sent only when ws is promoted") {
+		t.Fatalf("effects stage: %s", r)
+	}
+	r = s.CLI(t, agent.Secret, "", "effects", "list", "ws", "--json")
+	var list api.EffectList
+	if r.Code != 0 {
+		t.Fatalf("effects list: %s", r)
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &list); err != nil || len(list.Effects) != 1 || list.Effects[0].Class != "payment" ||
+		list.Effects[0].Headers["Authorization"] != "[redacted]" || list.Effects[0].Compensation == nil {
+		t.Fatalf("effects list --json: %v %s", err, r.Stdout)
+	}
+	r = s.CLI(t, agent.Secret, "", "effects", "stage", "ws", "--method", "GET", "--target", "http://127.0.0.1:9/")
+	if r.Code != 2 || !strings.Contains(r.Stderr, "reads are not effects") {
+		t.Fatalf("a read staged: %s", r)
+	}
+	r = s.CLI(t, agent.Secret, "", "effects", "approve", "ws", list.Effects[0].ID)
+	if r.Code != 1 || !strings.Contains(r.Stderr, "permission") {
+		t.Fatalf("an agent approving: %s", r)
+	}
 }

@@ -24,7 +24,7 @@ func (h headerList) Set(v string) error {
 }
 
 func cmdEffects(ctx context.Context, e *env, args []string) error {
-	const use = "usage: lockstep effects stage WORKSPACE --method M --url U [--body B] | list REPO | approve REPO ID | reject REPO ID | compensate REPO (ID | --commit OID)"
+	const use = "usage: lockstep effects stage WORKSPACE --method M --target URL [--body B] | list REPO | approve REPO ID | reject REPO ID | compensate REPO (ID | --commit OID)"
 	if done, err := subcommands(e, "effects", use, args); done {
 		return err
 	}
@@ -36,7 +36,7 @@ func cmdEffects(ctx context.Context, e *env, args []string) error {
 		switch sub {
 		case "stage":
 			f.fs.StringVar(&method, "method", "POST", "POST, PUT, PATCH or DELETE")
-			f.fs.StringVar(&url, "url", "", "the target (public, or on the server's --effect-allow-hosts)")
+			f.fs.StringVar(&url, "target", "", "the URL to send to (public, or on the server's --effect-allow-hosts)")
 			f.fs.StringVar(&body, "body", "", "the request body")
 			f.fs.Var(headers, "header", "a header \"Name: value\" (repeatable; Authorization, Cookie and X-Api-Key are stored encrypted)")
 			f.fs.StringVar(&label, "label", "", "a note for reviewers")
@@ -44,7 +44,7 @@ func cmdEffects(ctx context.Context, e *env, args []string) error {
 			f.fs.StringVar(&runID, "run-id", "", "the run that stages it (a failed run discards its effects)")
 			f.fs.BoolVar(&consuming, "consuming", false, "it spends something that does not come back (quota, messages to people)")
 			f.fs.StringVar(&compMethod, "compensate-method", "", "the compensating request's method (e.g. DELETE)")
-			f.fs.StringVar(&compURL, "compensate-url", "", "the compensating request's URL")
+			f.fs.StringVar(&compURL, "compensate-target", "", "the compensating request's URL")
 			f.fs.StringVar(&compBody, "compensate-body", "", "the compensating request's body")
 		case "approve", "reject":
 			f.fs.StringVar(&reason, "reason", "", "why (in the operations log)")
@@ -58,7 +58,7 @@ func cmdEffects(ctx context.Context, e *env, args []string) error {
 	switch sub {
 	case "stage":
 		if len(rest) != 1 {
-			return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep effects stage WORKSPACE --method M --url U [--body B] [--header H]...")
+			return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep effects stage WORKSPACE --method M --target URL [--body B] [--header H]...")
 		}
 		req := api.EffectRequest{Method: method, URL: url, Body: body, Label: label, Class: class, RunID: runID, Consuming: consuming}
 		if len(headers) > 0 {

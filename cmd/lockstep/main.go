@@ -262,7 +262,7 @@ var synopsis = map[string]string{
 	"oplog":            "[verify] [--repo R] [--limit N] [--oldest-first]",
 
 	// The effects outbox (effectscmd.go).
-	"effects stage":      "WORKSPACE --method M --url U [--body B] [--header H]...",
+	"effects stage":      "WORKSPACE --method M --target URL [--body B] [--header H]...",
 	"effects list":       "REPO",
 	"effects approve":    "REPO EFFECT_ID [--reason R]",
 	"effects reject":     "REPO EFFECT_ID [--reason R]",
