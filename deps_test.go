@@ -11,7 +11,7 @@ import (
 // (Store, Brancher, Locker, …), so none of them may depend, even
 // indirectly, on a driver or on the packages that adapt one.
 func TestDomainImportsNoDriver(t *testing.T) {
-	domain := []string{".", "./repositories", "./workspaces", "./gate", "./checkpoints", "./merge"}
+	domain := []string{".", "./repositories", "./workspaces", "./gate", "./checkpoints", "./merge", "./effects"}
 	forbidden := []string{
 		"github.com/lockstep-hq/lockstep/sqlstore",
 		"github.com/lockstep-hq/lockstep/dbbranch",

@@ -9,6 +9,7 @@ package lockstep
 //	workspaces     fork, status, attempts, sync, the workspace's database branch
 //	gate           policies, checks, hook outbox, promote: landing queue + landing
 //	checkpoints    code + database + filesystem checkpoints
+//	effects        the effects outbox: outward requests staged, released by promote
 //	merge          merge base, tree merge, diff3
 //	repo           git objects of a fork network, the ref mirror
 //	dbbranch       Postgres template branching (lockstep.Brancher)

@@ -15,6 +15,9 @@ type Policy struct {
 	ProtectedPaths    []string `json:"protected_paths"`
 	RequireCleanMerge *bool    `json:"require_clean_merge,omitempty"`
 	PromoteMode       string   `json:"promote_mode"`
+	// HoldEffectClasses are effect classes a promote does not release
+	// until a reviewer approves each effect.
+	HoldEffectClasses []string `json:"hold_effect_classes,omitempty"`
 }
 
 // CleanMergeRequired applies the default (true).

@@ -17,6 +17,7 @@ type Store interface {
 	GateStore
 	CheckpointStore
 	IdempotencyStore
+	EffectStore
 	// Ping checks that the store answers (used by /readyz).
 	Ping(ctx context.Context) error
 	Close() error
@@ -127,6 +128,9 @@ type StatusChange struct {
 	From   string
 	To     string
 	Entry  *OpEntry
+	// Effects, on a promote, releases the workspace's staged effects in
+	// the same transaction (nil: they stay as they are).
+	Effects *EffectRelease
 }
 
 // AttemptRecord is an attempt to record with a ref update.

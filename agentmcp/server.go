@@ -60,6 +60,7 @@ func New(o Options) *mcp.Server {
 	t := &tools{o: o}
 	t.register(s)
 	s.AddReceivingMiddleware(safeErrors) // resources.go
+	t.registerEffects(s)                 // effects.go
 	return s
 }
 

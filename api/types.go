@@ -272,6 +272,20 @@ type PushResult struct {
 	ObjectsWritten int     `json:"objects_written"`
 	BytesWritten   int64   `json:"bytes_written"`
 	DurationMS     float64 `json:"duration_ms"`
+	// Compensations: on a rollback of a base, the released effects of the
+	// undone promoted commits with a compensation to run, newest first.
+	Compensations []CompensationOffer `json:"compensations,omitempty"`
+}
+
+// CompensationOffer is one effect a rollback offers to compensate.
+type CompensationOffer struct {
+	Effect       string `json:"effect"`
+	Workspace    string `json:"workspace"`
+	Commit       string `json:"commit"`
+	Request      string `json:"request"`
+	Compensation string `json:"compensation"`
+	Label        string `json:"label,omitempty"`
+	Consuming    bool   `json:"consuming"`
 }
 
 // MissingRequest is the body of POST /repos/{repo}/objects/missing.
@@ -482,6 +496,8 @@ type Policy struct {
 	ProtectedPaths    []string `json:"protected_paths"`
 	RequireCleanMerge *bool    `json:"require_clean_merge,omitempty"`
 	PromoteMode       string   `json:"promote_mode"`
+	// HoldEffectClasses: effect classes held for a reviewer at promote.
+	HoldEffectClasses []string `json:"hold_effect_classes,omitempty"`
 }
 
 // Reason is one rule a gate evaluation failed.

@@ -292,7 +292,12 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 	})()
 	t := s.now()
 	_, cspan := s.tracer.Start(ctx, "restore.code")
-	pr, err := s.repos.RestoreTree(ctx, actor, ws.Name, c.Branch, c.Commit, req.ExpectOID, follows,
+	// The effects staged after the checkpoint are discarded in the
+	// transaction that restores the code (never released by a promote).
+	rctx := lockstep.WithEffectDiscard(ctx, lockstep.EffectFilter{RepoID: ws.ID, AfterOp: c.OpID, Reason: "checkpoint " + c.ID + " restored"},
+		&lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "effect.discard", Repo: ws.Name, TraceID: traceID(ctx), Follows: c.OpID,
+			Details: map[string]any{"checkpoint": c.ID}})
+	pr, err := s.repos.RestoreTree(rctx, actor, ws.Name, c.Branch, c.Commit, req.ExpectOID, follows,
 		map[string]any{"checkpoint": c.ID, "db_snapshot": c.DBSnapshot, "fs_snapshot": c.FSSnapshot})
 	cspan.End()
 	res.CodeMS = msSince(s.now(), t)
@@ -304,6 +309,12 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 	res.Code = PartResult{Restored: true}
 	if !pr.Changed {
 		res.Code.Skipped = "the branch already had the checkpoint's tree"
+		// No ref moved, so nothing carried the discard: make it alone.
+		if d := lockstep.EffectDiscardFrom(rctx); d != nil {
+			if _, err := s.store.DiscardEffects(ctx, d.Filter, d.Entry); err != nil {
+				return nil, err
+			}
+		}
 	}
 	var dbErr error
 	switch {

@@ -63,6 +63,14 @@ var routeMethods = map[string]string{
 	"POST /api/v1/repos/:repo/checkpoints":             "CreateCheckpoint",
 	"GET /api/v1/repos/:repo/checkpoints":              "Checkpoints",
 	"POST /api/v1/repos/:repo/checkpoints/:id/restore": "RestoreCheckpoint",
+	"POST /api/v1/repos/:repo/effects":                 "StageEffect",
+	"GET /api/v1/repos/:repo/effects":                  "Effects",
+	"POST /api/v1/repos/:repo/effects/discard":         "DiscardEffects",
+	"POST /api/v1/repos/:repo/effects/compensate":      "CompensateCommit",
+	"GET /api/v1/repos/:repo/effects/:id":              "Effect",
+	"POST /api/v1/repos/:repo/effects/:id/approve":     "ApproveEffect",
+	"POST /api/v1/repos/:repo/effects/:id/reject":      "RejectEffect",
+	"POST /api/v1/repos/:repo/effects/:id/compensate":  "CompensateEffect",
 }
 
 // notForThisClient are routes other clients speak: the git smart-HTTP

@@ -205,6 +205,24 @@ func TestEveryWriteTwiceOneEffect(t *testing.T) {
 				t.Errorf("checkpoints after two keyed posts: %+v, want only %s", cps.Checkpoints, cp.ID)
 			}
 
+			// stage an effect (its secret header redacted in the stored answer)
+			var eff struct {
+				ID      string            `json:"id"`
+				Headers map[string]string `json:"headers"`
+			}
+			r = twice(t, s, "POST", "/api/v1/repos/ws/effects", agent, "k-effect",
+				map[string]any{"method": "POST", "url": "https://example.com/hook", "body": "x", "headers": map[string]string{"Authorization": "Bearer secret-in-idem"}}, "", 201)
+			r.Decode(t, &eff)
+			var effs struct {
+				Effects []struct {
+					ID string `json:"id"`
+				} `json:"effects"`
+			}
+			s.MustJSON(t, "GET", "/api/v1/repos/ws/effects", agent, nil, 200, &effs)
+			if len(effs.Effects) != 1 || effs.Effects[0].ID != eff.ID || eff.Headers["Authorization"] != "[redacted]" {
+				t.Errorf("effects after two keyed posts: %+v (answer %+v), want only %s, redacted", effs.Effects, eff, eff.ID)
+			}
+
 			// check post (ci) on the workspace tip
 			var ck struct {
 				ID int64 `json:"id"`
@@ -252,6 +270,7 @@ func TestEveryWriteTwiceOneEffect(t *testing.T) {
 			oneEffect(t, es, "k-tree", "push")
 			oneEffect(t, es, "k-rollback", "rollback")
 			oneEffect(t, es, "k-checkpoint", "checkpoint")
+			oneEffect(t, es, "k-effect", "effect.stage")
 			oneEffect(t, es, "k-check", "check")
 			oneEffect(t, es, "k-merge", "merge")
 			oneEffect(t, es, "k-promote", "promote")

@@ -146,6 +146,11 @@ func (s *Service) SetPolicy(ctx context.Context, actor *lockstep.Key, repoName s
 	default:
 		return nil, lockstep.Errorf(lockstep.EINVALID, "promote_mode %q: want merge, squash or fast_forward", p.PromoteMode)
 	}
+	for _, c := range p.HoldEffectClasses {
+		if !validEffectClass(c) {
+			return nil, lockstep.Errorf(lockstep.EINVALID, "hold_effect_classes: %q is not an effect class (1-64 of a-z, 0-9, '.', '_' and '-')", c)
+		}
+	}
 	if p.RequiredChecks == nil {
 		p.RequiredChecks = []string{}
 	}
@@ -159,6 +164,9 @@ func (s *Service) SetPolicy(ctx context.Context, actor *lockstep.Key, repoName s
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "gate.set", Repo: r.Name,
 		Details: map[string]any{"branch": p.Branch, "required_checks": p.RequiredChecks, "max_changed_files": p.MaxChangedFiles,
 			"max_changed_lines": p.MaxChangedLines, "protected_paths": p.ProtectedPaths, "require_clean_merge": *p.RequireCleanMerge, "promote_mode": p.PromoteMode}}
+	if len(p.HoldEffectClasses) > 0 {
+		entry.Details["hold_effect_classes"] = p.HoldEffectClasses
+	}
 	lockstep.StageResult(ctx, &p)
 	if err := s.store.SetPolicy(ctx, r.ID, p, entry); err != nil {
 		return nil, err
@@ -461,6 +469,7 @@ func (s *Service) Promote(ctx context.Context, actor *lockstep.Key, wsName strin
 	if mode == "" {
 		mode = p.PromoteMode
 	}
+	t.HoldEffectClasses = p.HoldEffectClasses
 	// Under an Idempotency-Key the landing's commit stores this answer.
 	defer lockstep.StageWrap(ctx, func(inner any) any {
 		if mr, ok := inner.(*repositories.MergeResponse); ok {
@@ -480,3 +489,17 @@ func (s *Service) Promote(ctx context.Context, actor *lockstep.Key, wsName strin
 }
 
 var traceID = telemetry.TraceID
+
+// validEffectClass is effects.ValidClass (the gate cannot import effects,
+// which builds on it).
+func validEffectClass(c string) bool {
+	if c == "" || len(c) > 64 {
+		return false
+	}
+	for _, r := range c {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}

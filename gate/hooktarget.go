@@ -135,29 +135,54 @@ func internalAddr(ip netip.Addr) string {
 // allow list. A name that does not resolve yet is accepted: every delivery
 // re-checks the address it dials.
 func checkHookURL(ctx context.Context, raw string, allow AllowList, resolver *net.Resolver) error {
+	return checkTargetURL(ctx, raw, allow, resolver, "hook", "--hook-allow-hosts (LOCKSTEP_HOOK_ALLOW_HOSTS)")
+}
+
+// CheckTargetURL applies the hook-target rules to another kind of outward
+// request (what names it in errors: "effect"; flag is the setting that
+// allows internal hosts).
+func CheckTargetURL(ctx context.Context, raw string, allow AllowList, resolver *net.Resolver, what, flag string) error {
+	return checkTargetURL(ctx, raw, allow, resolver, what, flag)
+}
+
+// Clients returns delivery clients with the hook rules (hookClients):
+// guarded checks every dialed address, open is for hosts allowed by name.
+func Clients(timeout time.Duration, allow AllowList, setting string) (guarded, open *http.Client) {
+	return targetClients(timeout, allow, setting)
+}
+
+// HostAllowed reports whether host is on the list by name.
+func (a AllowList) HostAllowed(host string) bool { return a.hostAllowed(host) }
+
+func checkTargetURL(ctx context.Context, raw string, allow AllowList, resolver *net.Resolver, what, flag string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
-		return lockstep.Errorf(lockstep.EINVALID, "hook url %q: want an absolute http(s) URL", raw)
+		return lockstep.Errorf(lockstep.EINVALID, "%s url %q: want an absolute http(s) URL", what, raw)
 	}
 	if u.User != nil {
 		bare := *u
 		bare.User = nil
-		return lockstep.Errorf(lockstep.EINVALID, "hook url %s: credentials in the URL (userinfo) are refused; the hook secret signs every delivery", bare.String())
+		why := "the hook secret signs every delivery"
+		if what != "hook" {
+			why = "send them in a header (Authorization is stored encrypted)"
+		}
+		return lockstep.Errorf(lockstep.EINVALID, "%s url %s: credentials in the URL (userinfo) are refused; %s", what, bare.String(), why)
 	}
 	host := u.Hostname()
 	if host == "" {
-		return lockstep.Errorf(lockstep.EINVALID, "hook url %q: no host", raw)
+		return lockstep.Errorf(lockstep.EINVALID, "%s url %q: no host", what, raw)
 	}
 	if allow.hostAllowed(host) {
 		return nil
 	}
+	kind := what
 	refuse := func(ip netip.Addr, why string) error {
 		what := "host " + host + " is"
 		if ip.String() != host {
 			what = "host " + host + " resolves to " + ip.String() + ", which is"
 		}
-		return lockstep.Errorf(lockstep.EINVALID, "hook url %s: %s %s; hooks may only target public addresses unless the host is listed in --hook-allow-hosts (LOCKSTEP_HOOK_ALLOW_HOSTS)",
-			u.Redacted(), what, why)
+		return lockstep.Errorf(lockstep.EINVALID, "%s url %s: %s %s; %ss may only target public addresses unless the host is listed in %s",
+			kind, u.Redacted(), what, why, kind, flag)
 	}
 	if ip, err := netip.ParseAddr(host); err == nil {
 		if why := internalAddr(ip); why != "" && !allow.ipAllowed(ip) {
@@ -167,10 +192,10 @@ func checkHookURL(ctx context.Context, raw string, allow AllowList, resolver *ne
 	}
 	if looksNumeric(host) {
 		// 0x7f.1, 2130706433, 127.1: forms resolvers read as IPv4.
-		return lockstep.Errorf(lockstep.EINVALID, "hook url %s: host %q is a numeric address in a non-standard form; write the address as a.b.c.d", u.Redacted(), host)
+		return lockstep.Errorf(lockstep.EINVALID, "%s url %s: host %q is a numeric address in a non-standard form; write the address as a.b.c.d", what, u.Redacted(), host)
 	}
 	if h := strings.ToLower(strings.TrimSuffix(host, ".")); h == "localhost" || strings.HasSuffix(h, ".localhost") {
-		return lockstep.Errorf(lockstep.EINVALID, "hook url %s: host %s is loopback; hooks may only target public addresses unless the host is listed in --hook-allow-hosts (LOCKSTEP_HOOK_ALLOW_HOSTS)", u.Redacted(), host)
+		return lockstep.Errorf(lockstep.EINVALID, "%s url %s: host %s is loopback; %ss may only target public addresses unless the host is listed in %s", what, u.Redacted(), host, what, flag)
 	}
 	if resolver == nil {
 		resolver = net.DefaultResolver
@@ -221,6 +246,11 @@ func looksNumeric(h string) bool {
 // for hosts allowed by name. Neither follows redirects nor uses a proxy
 // from the environment (the dialed address would be the proxy's).
 func hookClients(timeout time.Duration, allow AllowList) (guarded, open *http.Client) {
+	return targetClients(timeout, allow, "--hook-allow-hosts")
+}
+
+// targetClients is hookClients naming setting in a refusal.
+func targetClients(timeout time.Duration, allow AllowList, setting string) (guarded, open *http.Client) {
 	mk := func(control func(ctx context.Context, network, address string, c syscall.RawConn) error) *http.Client {
 		d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, ControlContext: control}
 		tr := &http.Transport{
@@ -241,7 +271,7 @@ func hookClients(timeout time.Duration, allow AllowList) (guarded, open *http.Cl
 			return fmt.Errorf("hook target %s: %w", address, err)
 		}
 		if why := internalAddr(ap.Addr()); why != "" && !allow.ipAllowed(ap.Addr()) {
-			return &blockedError{addr: ap.Addr(), why: why}
+			return &blockedError{addr: ap.Addr(), why: why, setting: setting}
 		}
 		return nil
 	})
@@ -251,10 +281,11 @@ func hookClients(timeout time.Duration, allow AllowList) (guarded, open *http.Cl
 
 // blockedError is a dial refused because the resolved address is internal.
 type blockedError struct {
-	addr netip.Addr
-	why  string
+	addr    netip.Addr
+	why     string
+	setting string
 }
 
 func (e *blockedError) Error() string {
-	return fmt.Sprintf("refused to connect to %s: %s (not on --hook-allow-hosts)", e.addr, e.why)
+	return fmt.Sprintf("refused to connect to %s: %s (not on %s)", e.addr, e.why, e.setting)
 }

@@ -19,6 +19,9 @@ type PromoteTarget struct {
 	Branch    string
 	Commit    plumbing.Hash
 	Tree      plumbing.Hash
+	// HoldEffectClasses are the effect classes the base branch's policy
+	// holds for a reviewer (set by Promote from the policy).
+	HoldEffectClasses []string
 }
 
 // PromoteTarget resolves what a promote of commit (default: the
@@ -139,7 +142,9 @@ func (s *Service) land(ctx context.Context, actor *lockstep.Key, t *PromoteTarge
 	// could land again), never a promoted one whose commit did not land.
 	change := &lockstep.StatusChange{RepoID: t.Workspace.ID, Repo: t.Workspace.Name, From: lockstep.StatusActive, To: lockstep.StatusPromoted,
 		Entry: &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace.promoted", Repo: t.Workspace.Name, TraceID: traceID(ctx),
-			Details: map[string]any{"into": t.Base.Name + ":" + t.Branch, "commit": t.Commit.String()}}}
+			Details: map[string]any{"into": t.Base.Name + ":" + t.Branch, "commit": t.Commit.String()}},
+		// The workspace's staged effects go to the outbox with the move.
+		Effects: &lockstep.EffectRelease{Into: t.Base.Name, IntoID: t.Base.ID, Hold: t.HoldEffectClasses}}
 	res, err := s.repos.LandCommit(ctx, actor, t.Base, t.Branch, t.Commit, t.Tree, mode, message, "promote", start, d, change)
 	if err != nil {
 		return nil, err

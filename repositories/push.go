@@ -50,6 +50,10 @@ type PushResult struct {
 	ObjectsWritten int     `json:"objects_written"`
 	BytesWritten   int64   `json:"bytes_written"`
 	DurationMS     float64 `json:"duration_ms"`
+	// Compensations, on a rollback of a base, are the released effects of
+	// the promoted commits it undid that have a compensation to run,
+	// newest first.
+	Compensations []lockstep.CompensationOffer `json:"compensations,omitempty"`
 }
 
 // PushTar ingests a tar (or tar.gz) worktree and commits it onto a branch

@@ -7,6 +7,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/merge"
 	"github.com/lockstep-hq/lockstep/repo"
 )
 
@@ -43,7 +44,61 @@ func (s *Service) rollback(ctx context.Context, actor *lockstep.Key, repoName, t
 		opts.Message = fmt.Sprintf("Roll back %s to %s\n\nRestores the tree of %s (%s).", opts.Branch, target.String()[:12], target, firstLine(c.Message))
 	}
 	opts.AllowEmpty = true // a rollback to the current tree still records the decision
-	return s.commitTreeWith(ctx, actor, r, op, c.Tree, repo.WriteStats{}, opts, start, details)
+	var offers []lockstep.CompensationOffer
+	if op == "rollback" && r.ForkOf == "" {
+		offers = s.compensationOffers(ctx, r, n, opts, target)
+		defer lockstep.StageWrap(ctx, func(inner any) any {
+			if pr, ok := inner.(*PushResult); ok {
+				pr.Compensations = offers
+			}
+			return inner
+		})()
+	}
+	res, err := s.commitTreeWith(ctx, actor, r, op, c.Tree, repo.WriteStats{}, opts, start, details)
+	if res != nil {
+		res.Compensations = offers
+	}
+	return res, err
+}
+
+// maxUndoneWalk bounds the first-parent walk of compensationOffers.
+const maxUndoneWalk = 1000
+
+// compensationOffers lists the released effects with a compensation of the
+// commits a rollback of base's branch to target undoes: the first-parent
+// chain from the tip down to the merge base with target (where promotes
+// land), newest first. Best effort: a failure to read offers nothing.
+func (s *Service) compensationOffers(ctx context.Context, r *lockstep.Repo, n ObjectStore, opts WriteOptions, target plumbing.Hash) []lockstep.CompensationOffer {
+	tip, err := s.branchTip(ctx, r, opts.Branch)
+	if err != nil || tip == target {
+		return nil
+	}
+	mb, err := merge.MergeBase(ctx, n.Objects(), tip, target)
+	if err != nil {
+		return nil
+	}
+	var out []lockstep.CompensationOffer
+	h := tip
+	for i := 0; i < maxUndoneWalk && h != mb && !h.IsZero(); i++ {
+		list, err := s.store.EffectsReleasedBy(ctx, r.ID, h.String())
+		if err != nil {
+			return out
+		}
+		for j := len(list) - 1; j >= 0; j-- {
+			e := list[j]
+			if e.Compensation == nil || e.Status != lockstep.EffectReleased || e.CompensationStatus != "" {
+				continue
+			}
+			out = append(out, lockstep.CompensationOffer{Effect: e.ID, Workspace: e.Repo, Commit: h.String(), Request: e.Request.Method + " " + e.Request.URL,
+				Compensation: e.Compensation.Method + " " + e.Compensation.URL, Label: e.Label, Consuming: e.Consuming})
+		}
+		ci, err := n.Commit(h)
+		if err != nil || len(ci.Parents) == 0 {
+			break
+		}
+		h = ci.Parents[0]
+	}
+	return out
 }
 
 func firstLine(s string) string {

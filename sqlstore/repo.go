@@ -128,7 +128,20 @@ func (s *DB) SetRepoStatus(ctx context.Context, repoID int64, status string, ent
 		if n, _ := res.RowsAffected(); n == 0 {
 			return lockstep.Errorf(lockstep.ENOTFOUND, "repository not found")
 		}
-		return s.appendOp(ctx, tx, entry)
+		if err := s.appendOp(ctx, tx, entry); err != nil {
+			return err
+		}
+		if status != lockstep.StatusFailed && status != lockstep.StatusAbandoned {
+			return nil
+		}
+		// A failed or abandoned workspace is never promoted: its staged
+		// effects are discarded with the status change (one more entry).
+		d := &lockstep.OpEntry{Op: "effect.discard", Repo: "", Details: map[string]any{}}
+		if entry != nil {
+			d.KeyID, d.KeyName, d.Repo, d.TraceID, d.Follows = entry.KeyID, entry.KeyName, entry.Repo, entry.TraceID, entry.ID
+		}
+		_, err = s.discardTx(ctx, tx, lockstep.EffectFilter{RepoID: repoID, Reason: "workspace " + status}, d)
+		return err
 	})
 }
 
@@ -225,6 +238,29 @@ func (s *DB) UpdateRefsAndStatus(ctx context.Context, updates []lockstep.RefUpda
 		if err := s.updateRefs(ctx, tx, updates, attempts, events, entry); err != nil {
 			return err
 		}
+		if rel := change.Effects; rel != nil {
+			// A promote releases the workspace's staged effects with the
+			// base branch's move: the outbox rows commit with it or not at
+			// all, so a server killed after the commit delivers at restart.
+			commit := ""
+			for _, u := range updates {
+				if u.RepoID == rel.IntoID && u.New != lockstep.ZeroOID {
+					commit = u.New
+				}
+			}
+			released, held, err := s.releaseTx(ctx, tx, change.RepoID, rel, commit)
+			if err != nil {
+				return err
+			}
+			if change.Entry != nil && released+held > 0 {
+				d := make(map[string]any, len(change.Entry.Details)+2)
+				for k, v := range change.Entry.Details {
+					d[k] = v
+				}
+				d["effects_released"], d["effects_held"] = released, held
+				change.Entry.Details = d
+			}
+		}
 		return s.appendOp(ctx, tx, change.Entry)
 	})
 }
@@ -319,7 +355,19 @@ func (s *DB) updateRefs(ctx context.Context, tx *sql.Tx, updates []lockstep.RefU
 	if err := s.enqueue(ctx, tx, events); err != nil {
 		return err
 	}
-	return s.appendOp(ctx, tx, entry)
+	if err := s.appendOp(ctx, tx, entry); err != nil {
+		return err
+	}
+	// A checkpoint restore discards the effects staged after the
+	// checkpoint in the transaction that restores the code.
+	if d := lockstep.EffectDiscardFrom(ctx); d != nil && locked[d.Filter.RepoID] {
+		ids, err := s.discardTx(ctx, tx, d.Filter, d.Entry)
+		if err != nil {
+			return err
+		}
+		d.Discarded = ids
+	}
+	return nil
 }
 
 // checkRefClash refuses to create u.Name when a ref of the repository is a

@@ -79,6 +79,7 @@ var idemRoutes = map[string]idemRoute{
 	"DELETE /api/v1/keys/:id":                      {status: http.StatusNoContent},
 	"POST /api/v1/repos":                           {status: http.StatusCreated},
 	"POST /api/v1/repos/:repo/forks":               {status: http.StatusCreated},
+	"POST /api/v1/repos/:repo/effects":             {status: http.StatusCreated, oneTx: true},
 	"PUT /api/v1/repos/:repo/worktree":             {status: http.StatusCreated, oneTx: true},
 	"POST /api/v1/repos/:repo/edits":               {status: http.StatusCreated, oneTx: true},
 	"POST /api/v1/repos/:repo/rollback":            {status: http.StatusCreated, oneTx: true},

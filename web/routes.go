@@ -69,6 +69,15 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	api.POST("/repos/:repo/checkpoints", s.handleCheckpointCreate())
 	api.GET("/repos/:repo/checkpoints", s.handleCheckpointList())
 	api.POST("/repos/:repo/checkpoints/:id/restore", s.handleCheckpointRestore())
+	// The effects outbox (effects.go).
+	api.POST("/repos/:repo/effects", s.handleEffectStage())
+	api.GET("/repos/:repo/effects", s.handleEffectList())
+	api.POST("/repos/:repo/effects/discard", s.handleEffectDiscard())
+	api.POST("/repos/:repo/effects/compensate", s.handleEffectCompensateCommit())
+	api.GET("/repos/:repo/effects/:id", s.handleEffectGet())
+	api.POST("/repos/:repo/effects/:id/approve", s.handleEffectDecide(true))
+	api.POST("/repos/:repo/effects/:id/reject", s.handleEffectDecide(false))
+	api.POST("/repos/:repo/effects/:id/compensate", s.handleEffectCompensate())
 
 	git := e.Group("/git", s.authenticate)
 	git.GET("/:repo/info/refs", s.handleGitInfoRefs())

@@ -27,6 +27,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/checkpoints"
+	"github.com/lockstep-hq/lockstep/effects"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -73,6 +74,7 @@ type Server struct {
 	Workspaces    *workspaces.Service
 	Gate          *gate.Service
 	Checkpoints   *checkpoints.Service
+	Effects       *effects.Service // the effects outbox (nil: its routes answer 503)
 	// MCP, when set, builds the handler served at /mcp (behind the API's
 	// authentication) from the API handler its tools call in-process.
 	MCP func(api http.Handler) http.Handler

@@ -41,7 +41,9 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/effects"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
@@ -100,6 +102,8 @@ func (s *Server) registerUI(e *gin.Engine) {
 	a.GET("/", u.handleIndex)
 	a.GET("/repos/:repo", u.handleRepo)
 	a.POST("/repos/:repo/fail", u.handleMarkFailed)
+	a.POST("/repos/:repo/effects/:id/approve", u.handleEffectDecide(true))
+	a.POST("/repos/:repo/effects/:id/reject", u.handleEffectDecide(false))
 	a.GET("/repos/:repo/commits/:oid", u.handleCommit)
 	a.GET("/repos/:repo/compare", u.handleCompare)
 	a.GET("/repos/:repo/tasks/:task", u.handleTask)
@@ -508,6 +512,10 @@ type workspaceData struct {
 	// workspace, who marked it and why.
 	Runs   []failedRun
 	Marked *lockstep.OpEntry
+	// The effects outbox: what the workspace would send (or sent), and
+	// whether this key may approve or reject held effects.
+	Effects   []api.Effect
+	CanDecide bool
 }
 
 // failedRun is one failed `lockstep run` as its run.failed entry records it.
@@ -663,6 +671,15 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 			d.Marked = marks[0]
 		}
 	}
+	if u.s.Effects != nil {
+		list, _, err := u.s.Effects.List(ctx, info.Name, 0, 1000)
+		if err != nil {
+			u.fail(c, err)
+			return
+		}
+		d.Effects = effects.Views(list)
+		d.CanDecide = auth.Require(me, lockstep.RoleAdmin, lockstep.RoleReviewer) == nil
+	}
 	d.CanFail = info.Status == lockstep.StatusActive && auth.Require(me, lockstep.RoleAdmin, lockstep.RoleReviewer, lockstep.RoleCI) == nil
 	d.CompareURL = "/ui/repos/" + url.PathEscape(info.Name) + "/compare?" + url.Values{
 		"base": {info.ForkOf + ":" + info.DefaultBranch}, "head": {info.DefaultBranch}, "from": {"merge-base"}}.Encode()
@@ -684,6 +701,27 @@ func (u *uiServer) handleMarkFailed(c *gin.Context) {
 		return
 	}
 	c.Redirect(http.StatusSeeOther, "/ui/repos/"+url.PathEscape(name))
+}
+
+// handleEffectDecide approves or rejects a held effect from the
+// workspace page (reviewer or admin; the form's CSRF token).
+func (u *uiServer) handleEffectDecide(approve bool) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if err := u.checkCSRF(c, true); err != nil {
+			u.fail(c, err)
+			return
+		}
+		if u.s.Effects == nil {
+			u.fail(c, lockstep.Errorf(lockstep.EUNAVAILABLE, "the effects outbox is not configured on this server"))
+			return
+		}
+		name := c.Param("repo")
+		if _, err := u.s.Effects.Decide(c.Request.Context(), auth.FromContext(c.Request.Context()), name, c.Param("id"), approve, c.PostForm("reason")); err != nil {
+			u.fail(c, err)
+			return
+		}
+		c.Redirect(http.StatusSeeOther, "/ui/repos/"+url.PathEscape(name)+"#effects")
+	}
 }
 
 // --- commits and diffs --------------------------------------------------

@@ -45,6 +45,16 @@ type taskAttempt struct {
 	Removed     int
 	DiffErr     string
 	CompareBase string // the attempt's full diff against the base
+	// World is what the attempt would do (or did) to the outside world:
+	// its effects by status ("staged", "released", …) and how many.
+	World     []effectCount
+	Consuming int // effects flagged consuming, not discarded
+}
+
+// effectCount is how many of an attempt's effects have one status.
+type effectCount struct {
+	Status string
+	N      int
 }
 
 type matrixRow struct {
@@ -155,6 +165,25 @@ func (u *uiServer) handleTask(c *gin.Context) {
 		}
 		for _, e := range runs {
 			a.Runs = append(a.Runs, newFailedRun(e))
+		}
+		if u.s.Effects != nil {
+			list, _, err := u.s.Effects.List(ctx, ws.Name, 0, 1000)
+			if err != nil {
+				u.fail(c, err)
+				return
+			}
+			by := map[string]int{}
+			for _, e := range list {
+				by[e.Status]++
+				if e.Consuming && e.Status != lockstep.EffectDiscarded {
+					a.Consuming++
+				}
+			}
+			for _, st := range []string{lockstep.EffectStaged, lockstep.EffectHeld, lockstep.EffectReleasing, lockstep.EffectReleased, lockstep.EffectFailed, lockstep.EffectDiscarded} {
+				if by[st] > 0 {
+					a.World = append(a.World, effectCount{Status: st, N: by[st]})
+				}
+			}
 		}
 		d.Attempts = append(d.Attempts, a)
 	}

@@ -17,6 +17,8 @@ func TestHelpNeverShowsSecrets(t *testing.T) {
 		"LOCKSTEP_DATABASE_URL":        "postgres://lockstep:dbPASSWORD@db:5432/lockstep",
 		"LOCKSTEP_BRANCH_DATABASE_URL": "postgres://admin:branchPASSWORD@db:5432/postgres",
 		"LOCKSTEP_REDIS_URL":           "redis://:redisPASSWORD@redis:6379/0",
+
+		"LOCKSTEP_EFFECT_SIGNING_SECRET": "whsec_EFFECTSECRETvalue",
 	}
 	getenv := func(k string) string { return env[k] }
 	for _, args := range [][]string{{"oplog", "-h"}, {"push", "-h"}, {"serve", "-h"}, {"load", "-h"}} {
@@ -25,7 +27,7 @@ func TestHelpNeverShowsSecrets(t *testing.T) {
 			t.Fatalf("%v: %v", args, err)
 		}
 		help := out.String() + errb.String()
-		for _, secret := range []string{"SECRETSECRET", "branch-SECRET", "dbPASSWORD", "branchPASSWORD", "redisPASSWORD"} {
+		for _, secret := range []string{"SECRETSECRET", "branch-SECRET", "dbPASSWORD", "branchPASSWORD", "redisPASSWORD", "EFFECTSECRET"} {
 			if strings.Contains(help, secret) {
 				t.Errorf("lockstep %s shows %q:\n%s", strings.Join(args, " "), secret, help)
 			}

@@ -181,6 +181,7 @@ func commands() map[string]command {
 		"checkpoint":  {"record a checkpoint of a workspace (code, database, filesystem snapshot id)", cmdCheckpoint},
 		"checkpoints": {"list a workspace's checkpoints", cmdCheckpoints},
 		"restore":     {"restore a workspace to a checkpoint (code and database)", cmdRestore},
+		"effects":     {"stage | list | approve | reject | compensate outward effects (sent when a workspace is promoted)", cmdEffects},
 		"database":    {"bind | show | refresh a repository's database (template, branch DSN)", cmdDatabase},
 		"snapshot":    {"take | restore | list | drop | prune filesystem snapshots of a directory", cmdSnapshot},
 		"run":         {"run a command as a transaction: checkpoint, run, roll back everything on failure", cmdRun},
@@ -263,6 +264,13 @@ var synopsis = map[string]string{
 	"rollback":         "--repo R --to REV (--expect OID | --expect-current | --force)",
 	"merge":            "--repo R --theirs REV [--ours B] [--preflight [--deep] | --materialize]",
 	"oplog":            "[verify] [--repo R] [--limit N] [--oldest-first]",
+
+	// The effects outbox (effectscmd.go).
+	"effects stage":      "WORKSPACE --method M --target URL [--body B] [--header H]...",
+	"effects list":       "REPO",
+	"effects approve":    "REPO EFFECT_ID [--reason R]",
+	"effects reject":     "REPO EFFECT_ID [--reason R]",
+	"effects compensate": "REPO (EFFECT_ID | --commit OID)",
 }
 
 // subcommands answers a command that has subcommands when it got none or

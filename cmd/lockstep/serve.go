@@ -23,6 +23,7 @@ import (
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/dbbranch"
+	"github.com/lockstep-hq/lockstep/effects"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/redislock"
 	"github.com/lockstep-hq/lockstep/replica"
@@ -92,6 +93,17 @@ type serveConfig struct {
 	MCPMaxSessionsKey int
 	MCPSessionIdle    time.Duration
 	MCPMaxReadBytes   int64
+
+	// The effects outbox (effects/).
+	EffectAllowHosts    string
+	EffectMaxBodyBytes  int
+	EffectMaxStaged     int
+	EffectTimeout       time.Duration
+	EffectMaxAttempts   int
+	EffectBackoff       time.Duration
+	EffectMaxBackoff    time.Duration
+	EffectSigningSecret string
+	EffectDelivery      bool
 }
 
 // flagger declares flags whose defaults come from the environment.
@@ -229,6 +241,15 @@ func (c *serveConfig) declare(f *flagger) {
 	f.dur(&c.TempGrace, "temp-grace", "LOCKSTEP_TEMP_GRACE", 15*time.Minute, "temp files in the data directory untouched this long are taken as left by a crash and removed (at start-up, then every grace/2)")
 	f.dur(&c.HookMaxBackoff, "hook-max-backoff", "LOCKSTEP_HOOK_MAX_BACKOFF", 10*time.Minute, "longest retry delay")
 	f.str(&c.HookAllowHosts, "hook-allow-hosts", "LOCKSTEP_HOOK_ALLOW_HOSTS", "", "hook targets allowed although internal (loopback, private, link-local): comma-separated host names, IPs, CIDRs")
+	f.str(&c.EffectAllowHosts, "effect-allow-hosts", "LOCKSTEP_EFFECT_ALLOW_HOSTS", "", "effect targets allowed although internal (loopback, private, link-local): comma-separated host names, IPs, CIDRs (as --hook-allow-hosts)")
+	f.int(&c.EffectMaxBodyBytes, "effect-max-body-bytes", "LOCKSTEP_EFFECT_MAX_BODY_BYTES", 1<<20, "largest body of a staged effect (and of its compensation)")
+	f.int(&c.EffectMaxStaged, "effect-max-staged", "LOCKSTEP_EFFECT_MAX_STAGED", 1000, "most staged (not yet released or discarded) effects per workspace")
+	f.dur(&c.EffectTimeout, "effect-timeout", "LOCKSTEP_EFFECT_TIMEOUT", 10*time.Second, "timeout of one effect delivery")
+	f.int(&c.EffectMaxAttempts, "effect-max-attempts", "LOCKSTEP_EFFECT_MAX_ATTEMPTS", 8, "attempts before a released effect is marked failed")
+	f.dur(&c.EffectBackoff, "effect-backoff", "LOCKSTEP_EFFECT_BACKOFF", 2*time.Second, "first retry delay of a failed effect delivery (doubles, ±20% jitter)")
+	f.dur(&c.EffectMaxBackoff, "effect-max-backoff", "LOCKSTEP_EFFECT_MAX_BACKOFF", 10*time.Minute, "longest effect retry delay")
+	f.secret(&c.EffectSigningSecret, "effect-signing-secret", "LOCKSTEP_EFFECT_SIGNING_SECRET", "secret signing every effect delivery (Standard Webhooks webhook-signature; a whsec_ secret is base64 of the key); empty = unsigned")
+	f.bool(&c.EffectDelivery, "effect-delivery", "LOCKSTEP_EFFECT_DELIVERY", true, "run the effects outbox worker on this replica (false: this replica stages and releases, others deliver)")
 	f.str(&c.SecretKeyFile, "secret-key-file", "LOCKSTEP_SECRET_KEY_FILE", "", "file with the key (64 hex digits) that encrypts hook secrets at rest (default: generated once into <data>/secret.key; replicas must share it)")
 	f.dur(&c.ReadHeaderTimeout, "read-header-timeout", "LOCKSTEP_READ_HEADER_TIMEOUT", 10*time.Second, "time a client gets to send a request's headers")
 	f.dur(&c.IdleTimeout, "idle-timeout", "LOCKSTEP_IDLE_TIMEOUT", 2*time.Minute, "an idle keep-alive connection is closed after this")
@@ -509,11 +530,23 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	a.closers = append(a.closers, func() { wss.Close() })
 	cps := checkpoints.New(db, a.repos, brancher, logger, metrics, nil)
 	a.closers = append(a.closers, func() { cps.Close() })
-	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) { cps.AfterPromote(ctx, base.Name) }
+	effectAllow, err := gate.ParseAllowList(c.EffectAllowHosts)
+	if err != nil {
+		return nil, fmt.Errorf("--effect-allow-hosts: %w", err)
+	}
+	fx := effects.New(effects.Config{AllowHosts: effectAllow, MaxBodyBytes: c.EffectMaxBodyBytes, MaxStaged: c.EffectMaxStaged, Timeout: c.EffectTimeout,
+		MaxAttempts: c.EffectMaxAttempts, Backoff: c.EffectBackoff, MaxBackoff: c.EffectMaxBackoff, SigningSecret: c.EffectSigningSecret}, db, a.repos, logger, metrics, nil)
+	if c.EffectDelivery {
+		ectx, stopEffects := context.WithCancel(context.Background())
+		effectsDone := make(chan struct{})
+		go func() { fx.Run(ectx); close(effectsDone) }()
+		a.closers = append(a.closers, func() { stopEffects(); <-effectsDone })
+	}
+	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) { cps.AfterPromote(ctx, base.Name); fx.Wake() }
 	srv := &web.Server{
 		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate, MaxConcurrentUploads: c.MaxUploads,
 			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
-		Store: db, Keys: keys, Redis: rdb, ObjectStore: readyzObjects(objectStore), Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps,
+		Store: db, Keys: keys, Redis: rdb, ObjectStore: readyzObjects(objectStore), Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps, Effects: fx,
 		MCP: func(api http.Handler) http.Handler {
 			h := agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{Version: version(), MaxRequestBytes: c.MaxEditBytes, MaxReadBytes: c.MCPMaxReadBytes,
 				Stateful: c.MCPStateful, MaxSessions: c.MCPMaxSessions, MaxSessionsPerKey: c.MCPMaxSessionsKey, SessionTimeout: c.MCPSessionIdle})

@@ -49,6 +49,7 @@ func Interfaces() []reflect.Type {
 		reflect.TypeOf((*lockstep.GateStore)(nil)).Elem(),
 		reflect.TypeOf((*lockstep.CheckpointStore)(nil)).Elem(),
 		reflect.TypeOf((*lockstep.IdempotencyStore)(nil)).Elem(),
+		reflect.TypeOf((*lockstep.EffectStore)(nil)).Elem(),
 		// Not part of Store (only object-storage mode needs it): its tests
 		// skip on a store that does not implement it.
 		reflect.TypeOf((*lockstep.PackStore)(nil)).Elem(),
@@ -58,7 +59,7 @@ func Interfaces() []reflect.Type {
 // tests maps every method name to its contract test.
 func tests() map[string]test {
 	all := map[string]test{}
-	for _, part := range []map[string]test{keyTests(), opTests(), repoTests(), gateTests(), checkpointTests(), idemTests(), packTests(), storeTests()} {
+	for _, part := range []map[string]test{keyTests(), opTests(), repoTests(), gateTests(), checkpointTests(), idemTests(), packTests(), effectTests(), storeTests()} {
 		for name, fn := range part {
 			if _, dup := all[name]; dup {
 				panic("storetest: two tests for " + name)

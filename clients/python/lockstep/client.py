@@ -383,6 +383,83 @@ class Client:
         body: JSON = {"expect_oid": expect_oid} if expect_oid else {}
         return self._post(self._repo(workspace, "checkpoints", checkpoint_id, "restore"), body)
 
+    # ------------------------------------------------------------ effects
+
+    def stage_effect(
+        self,
+        workspace: str,
+        method: str,
+        url: str,
+        *,
+        headers: Optional[Mapping[str, str]] = None,
+        body: Union[str, bytes, None] = None,
+        label: str = "",
+        effect_class: str = "",
+        run_id: str = "",
+        consuming: bool = False,
+        compensation: Optional[Mapping[str, Any]] = None,
+        secret_headers: Sequence[str] = (),
+    ) -> JSON:
+        """Stage an outward HTTP request on a workspace: it is sent only when
+        the workspace is promoted (discarded by a checkpoint restore to
+        before it, a failed run or a failed workspace)."""
+        req: JSON = {"method": method, "url": url}
+        if headers:
+            req["headers"] = dict(headers)
+        if isinstance(body, bytes):
+            req["body_base64"] = base64.b64encode(body).decode()
+        elif body:
+            req["body"] = body
+        for k, v in (("label", label), ("class", effect_class), ("run_id", run_id)):
+            if v:
+                req[k] = v
+        if consuming:
+            req["consuming"] = True
+        if compensation:
+            req["compensation"] = dict(compensation)
+        if secret_headers:
+            req["secret_headers"] = list(secret_headers)
+        return self._post(self._repo(workspace, "effects"), req)
+
+    def effects(self, repo: str) -> List[JSON]:
+        """Every effect of a workspace, in staging order (all pages)."""
+        out: List[JSON] = []
+        after = 0
+        while True:
+            page = self._get(self._repo(repo, "effects"), after=after or None, limit=1000)
+            out.extend(page.get("effects") or [])
+            after = page.get("next_after") or 0
+            if not after:
+                return out
+
+    def effect(self, repo: str, effect_id: str) -> JSON:
+        return self._get(self._repo(repo, "effects", effect_id))
+
+    def discard_effects(self, workspace: str, *, after_seq: int = 0, run_id: str = "", reason: str = "") -> List[str]:
+        """Discard staged effects (after a seq, of a run); returns their ids."""
+        body: JSON = {}
+        if after_seq:
+            body["after_seq"] = after_seq
+        if run_id:
+            body["run_id"] = run_id
+        if reason:
+            body["reason"] = reason
+        return self._post(self._repo(workspace, "effects", "discard"), body)["discarded"]
+
+    def approve_effect(self, repo: str, effect_id: str, reason: str = "") -> JSON:
+        return self._post(self._repo(repo, "effects", effect_id, "approve"), {"reason": reason} if reason else {})
+
+    def reject_effect(self, repo: str, effect_id: str, reason: str = "") -> JSON:
+        return self._post(self._repo(repo, "effects", effect_id, "reject"), {"reason": reason} if reason else {})
+
+    def compensate_effect(self, repo: str, effect_id: str) -> JSON:
+        """Queue a released effect's compensation: a new request, not an erasure."""
+        return self._post(self._repo(repo, "effects", effect_id, "compensate"))
+
+    def compensate_commit(self, base: str, commit: str) -> List[JSON]:
+        """Queue the compensations of every effect a promoted commit released."""
+        return self._post(self._repo(base, "effects", "compensate"), {"commit": commit})["effects"]
+
     # ------------------------------------------------------- merge and gate
 
     def merge(

@@ -213,6 +213,22 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(self.c.read_file(repo, "main", "src/app.py"), b"print('v2')\n")
         self.assertEqual(a.status(ws)["status"], "promoted")
 
+    def test_effects_staged_listed_discarded(self) -> None:
+        repo = self.base()
+        ws = name("fx")
+        self.c.fork(repo, ws)
+        e = self.c.stage_effect(ws, "POST", "https://example.com/hook", body='{"a":1}', label="notify",
+                                headers={"Authorization": "Bearer t0ken"}, run_id="run-1", consuming=True)
+        self.assertEqual(e["status"], "staged")
+        self.assertEqual(e["headers"]["Authorization"], "[redacted]")
+        other = self.c.stage_effect(ws, "PUT", "https://example.com/x", body=b"\x00\x01", run_id="run-2")
+        listed = self.c.effects(ws)
+        self.assertEqual([x["id"] for x in listed], [e["id"], other["id"]])
+        self.assertEqual(self.c.discard_effects(ws, run_id="run-1", reason="run failed"), [e["id"]])
+        self.assertEqual(self.c.effect(ws, e["id"])["status"], "discarded")
+        with self.assertRaises(lockstep.InvalidArgument):
+            self.c.stage_effect(ws, "GET", "https://example.com/")
+
     def test_merge_conflict_and_rollback(self) -> None:
         repo = self.base()
         ws = name("ws")

@@ -1,0 +1,3 @@
+DROP TABLE effect_attempts;
+DROP TABLE effect_outbox;
+DROP TABLE effects;
