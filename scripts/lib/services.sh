@@ -358,7 +358,7 @@ find_versitygw() {
 			echo "$bin"; return 0
 		fi
 	done
-	log "s3: installing versitygw $VERSITYGW_VERSION into $gobin (go install; about a minute, once)"
+	log "s3: installing versitygw $VERSITYGW_VERSION into $gobin (go install, once: 2-3 minutes on a fresh machine, longer on a busy one)"
 	local out
 	out=$(mktemp /tmp/lockstep-versitygw.XXXXXX)
 	if ! GOBIN=$gobin go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" >"$out" 2>&1; then
