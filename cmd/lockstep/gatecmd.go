@@ -263,13 +263,16 @@ func cmdPromote(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		if !cf.json {
 			if d := lockstep.ErrorDetails(err); d != nil {
-				if reasons, ok := d["reasons"].([]any); ok {
-					fmt.Fprintln(e.stderr, "gate refused the promote:")
+				if reasons, ok := d["reasons"].([]any); ok && len(reasons) > 0 {
+					fmt.Fprintln(e.stderr, "lockstep: gate refused the promote:")
 					for _, r := range reasons {
 						if m, ok := r.(map[string]any); ok {
 							fmt.Fprintf(e.stderr, "  - [%v] %v\n", m["rule"], m["message"])
 						}
 					}
+					// The error's message repeats the reasons (a failing
+					// check's output): they were just printed, once.
+					return exitError(exitCode(err))
 				}
 			}
 		}

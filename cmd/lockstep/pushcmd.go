@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -236,16 +235,16 @@ func cmdSync(ctx context.Context, e *env, args []string) error {
 	return printMerge(e, cf, res)
 }
 
+// printMerge prints a merge's answer; a merge with conflicts (a preflight
+// that found them, markers written to a side ref) ends with exit status 4,
+// as a refused materialize does, so scripts can test `lockstep merge
+// --preflight` directly.
 func printMerge(e *env, cf *clientFlags, m *api.MergeResponse) error {
 	if cf.json {
-		// The server's answer as it came (compact): api.MergeResponse
-		// encodes to the same bytes.
-		raw, err := json.Marshal(m)
-		if err != nil {
+		if err := writeJSON(e.stdout, m); err != nil {
 			return err
 		}
-		_, err = e.stdout.Write(append(raw, '\n'))
-		return err
+		return mergeStatus(m)
 	}
 	state := "clean"
 	switch {
@@ -267,5 +266,13 @@ func printMerge(e *env, cf *clientFlags, m *api.MergeResponse) error {
 		fmt.Fprintf(e.stdout, "  %-14s %s\n", cfl.Kind, cfl.Path)
 	}
 	fmt.Fprintf(e.stdout, "time   %.2f ms\n", m.DurationMS)
+	return mergeStatus(m)
+}
+
+// mergeStatus is exit status 4 for a merge with conflicts.
+func mergeStatus(m *api.MergeResponse) error {
+	if !m.Clean {
+		return exitError(exitCode(lockstep.Errorf(lockstep.EMERGECONFLICT, "conflicts")))
+	}
 	return nil
 }
