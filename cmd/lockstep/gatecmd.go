@@ -111,6 +111,13 @@ func humanValue(v any) string {
 		if x == "" {
 			return "-"
 		}
+		// A time from the API (RFC 3339, nanoseconds) reads as keys list
+		// and oplog print times.
+		if len(x) >= 20 && x[4] == '-' && x[10] == 'T' {
+			if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
+				return t.Format("2006-01-02 15:04:05")
+			}
+		}
 		return x
 	case []any:
 		if len(x) == 0 {

@@ -168,6 +168,7 @@ func commands() map[string]command {
 		"refs":        {"list a repository's refs", cmdRefs},
 		"fork":        {"create a workspace (a ref-only fork)", cmdFork},
 		"workspaces":  {"list a base repository's workspaces", cmdWorkspaces},
+		"workspace":   {"fail | abandon a workspace", cmdWorkspace},
 		"merge":       {"preflight or materialize a merge", cmdMerge},
 		"sync":        {"merge the base branch into a workspace", cmdSync},
 		"gate":        {"show | set a branch's gate policy", cmdGate},
@@ -196,14 +197,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		usage(stderr, cmds)
 		return exitError(2)
 	}
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if args[0] == "-h" || args[0] == "--help" {
 		usage(stdout, cmds)
 		return nil
 	}
+	if args[0] == "help" {
+		return cmdHelp(e, args[1:])
+	}
 	c, ok := cmds[args[0]]
 	if !ok {
-		usage(stderr, cmds)
-		return lockstep.Errorf(lockstep.EINVALID, "unknown command %q", args[0])
+		return unknownCommand(e, args[0])
 	}
 	return c.run(ctx, e, args[1:])
 }
@@ -218,47 +221,49 @@ func usage(w io.Writer, cmds map[string]command) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-11s %s\n", n, cmds[n].summary)
 	}
-	fmt.Fprintln(w, "\nclient commands read LOCKSTEP_URL (default http://127.0.0.1:7070) and LOCKSTEP_KEY;\nrun `lockstep <command> -h` for its flags.")
+	fmt.Fprintln(w, "\nclient commands read LOCKSTEP_URL (default http://127.0.0.1:7070) and LOCKSTEP_KEY;\nrun `lockstep help <command>` (or `lockstep <command> -h`) for its flags and examples,\n`lockstep help client` for the flags every client command takes.")
 }
 
 // synopsis is each command's positional arguments, shown by -h.
 var synopsis = map[string]string{
-	"keys create":      "--name N --role R",
-	"keys revoke":      "KEY_ID",
-	"repo create":      "NAME [--default-branch B]",
-	"repo show":        "NAME",
-	"refs":             "REPO",
-	"log":              "REPO [--ref B] [--limit N]",
-	"fork":             "[--task T] BASE NAME",
-	"workspaces":       "[--task T] BASE",
-	"checkout":         "REPO[@REV] DIR",
-	"push":             "DIR --repo R (--expect OID | --expect-current | --force)",
-	"promote":          "WORKSPACE [--commit OID] [--mode M]",
-	"restore":          "WORKSPACE CHECKPOINT [--expect OID]",
-	"checkpoint":       "WORKSPACE [--fs-snapshot ID] [--label L]",
-	"checkpoints":      "WORKSPACE",
-	"checks":           "REPO COMMIT [--post NAME --status S]",
-	"gate show":        "REPO [--branch B]",
-	"gate set":         "REPO [--require-check N]... [--protect GLOB]...",
-	"database bind":    "REPO --template DB",
-	"database show":    "REPO",
-	"database refresh": "REPO",
-	"hooks list":       "REPO",
-	"hooks create":     "REPO --hook-url U --secret S [--event E]...",
-	"hooks rotate":     "REPO HOOK_ID [--secret S] [--overlap D]",
-	"hooks deliveries": "REPO HOOK_ID",
-	"hooks delete":     "REPO HOOK_ID",
-	"run":              "--workspace W --dir DIR [--timeout D] -- COMMAND [ARGS...]",
-	"runner":           "--repo R --check NAME -- COMMAND [ARGS...]",
-	"snapshot prune":   "DIR [--keep N] [--keep-failed D] [--dry-run]",
-	"snapshot take":    "DIR [--quiet]",
-	"snapshot restore": "DIR SNAPSHOT_ID",
-	"snapshot list":    "DIR",
-	"snapshot drop":    "DIR SNAPSHOT_ID",
-	"sync":             "WORKSPACE [--expect OID]",
-	"rollback":         "--repo R --to REV (--expect OID | --expect-current | --force)",
-	"merge":            "--repo R --theirs REV [--ours B] [--preflight [--deep] | --materialize]",
-	"oplog":            "[verify] [--repo R] [--limit N] [--oldest-first]",
+	"keys create":       "--name N --role R",
+	"keys revoke":       "KEY_ID",
+	"repo create":       "NAME [--default-branch B]",
+	"repo show":         "NAME",
+	"refs":              "REPO",
+	"log":               "REPO [--ref B] [--limit N]",
+	"fork":              "[--task T] BASE NAME",
+	"workspaces":        "[--task T] BASE",
+	"checkout":          "REPO[@REV] DIR",
+	"push":              "DIR --repo R (--expect OID | --expect-current | --force)",
+	"promote":           "WORKSPACE [--commit OID] [--mode M]",
+	"restore":           "WORKSPACE CHECKPOINT [--expect OID]",
+	"checkpoint":        "WORKSPACE [--fs-snapshot ID] [--label L]",
+	"checkpoints":       "WORKSPACE",
+	"checks":            "REPO COMMIT [--post NAME --status S]",
+	"gate show":         "REPO [--branch B]",
+	"gate set":          "REPO [--require-check N]... [--protect GLOB]...",
+	"database bind":     "REPO --template DB",
+	"database show":     "REPO",
+	"database refresh":  "REPO",
+	"hooks list":        "REPO",
+	"hooks create":      "REPO --hook-url U --secret S [--event E]...",
+	"hooks rotate":      "REPO HOOK_ID [--secret S] [--overlap D]",
+	"hooks deliveries":  "REPO HOOK_ID",
+	"hooks delete":      "REPO HOOK_ID",
+	"run":               "--workspace W --dir DIR [--timeout D] -- COMMAND [ARGS...]",
+	"runner":            "--repo R --check NAME -- COMMAND [ARGS...]",
+	"snapshot prune":    "DIR [--keep N] [--keep-failed D] [--dry-run]",
+	"snapshot take":     "DIR [--quiet]",
+	"snapshot restore":  "DIR SNAPSHOT_ID",
+	"snapshot list":     "DIR",
+	"snapshot drop":     "DIR SNAPSHOT_ID",
+	"sync":              "WORKSPACE [--expect OID]",
+	"rollback":          "--repo R --to REV (--expect OID | --expect-current | --force)",
+	"merge":             "--repo R --theirs REV [--ours B] [--preflight [--deep] | --materialize]",
+	"oplog":             "[verify] [--repo R] [--limit N] [--oldest-first]",
+	"workspace fail":    "WORKSPACE --reason R",
+	"workspace abandon": "WORKSPACE [--reason R]",
 }
 
 // subcommands answers a command that has subcommands when it got none or
