@@ -316,7 +316,8 @@ _redis_start() {
 	rm -f "$_svc_dir/redis.pid"
 	"$_svc_redis_bin" --port "$1" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
 		--dir "$_svc_dir" --pidfile "$_svc_dir/redis.pid" --logfile "$_svc_dir/redis.log" >/dev/null 2>&1 || return 1
-	for i in $(seq 1 50); do
+	# Generous: a loaded CI machine can take seconds.
+	for i in $(seq 1 300); do
 		if tcp_open 127.0.0.1 "$1" && [[ -s $_svc_dir/redis.pid ]]; then
 			_svc_redis_pid=$(cat "$_svc_dir/redis.pid")
 			_svc_redis_port=$1
@@ -324,6 +325,8 @@ _redis_start() {
 		fi
 		sleep 0.1
 	done
+	# Do not leave a late starter behind.
+	[[ -s $_svc_dir/redis.pid ]] && kill "$(cat "$_svc_dir/redis.pid")" 2>/dev/null
 	return 1
 }
 
@@ -405,7 +408,7 @@ _s3_start() {
 		>>"$_svc_dir/versitygw.log" 2>&1 &
 	_svc_s3_pid=$!
 	export LOCKSTEP_TEST_S3_URL="http://$key:$_svc_s3_secret@127.0.0.1:$1"
-	for i in $(seq 1 100); do
+	for i in $(seq 1 300); do
 		kill -0 "$_svc_s3_pid" 2>/dev/null || break
 		if s3_reachable; then
 			_svc_s3_port=$1
