@@ -12,9 +12,12 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 # Pure Go (SQLite is modernc.org/sqlite): a static binary runs on any base.
+# .git stays out of the context, so `lockstep version` learns the commit
+# from --build-arg REVISION=$(git rev-parse HEAD).
+ARG REVISION=""
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/lockstep ./cmd/lockstep
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.revision=${REVISION}" -o /out/lockstep ./cmd/lockstep
 
 # --- runtime ----------------------------------------------------------------
 FROM debian:bookworm-slim

@@ -28,6 +28,9 @@ type PushDirOptions struct {
 	// Progress, when set, is called as the pack is written with the
 	// objects and bytes sent so far.
 	Progress func(objects int, bytes int64)
+	// ToSend, when set, is called once before the upload with the number
+	// of objects the server lacks (the total Progress counts towards).
+	ToSend func(objects int)
 	// StatCache is the file of the stat cache (file stat → blob oid, and
 	// the trees the server is known to hold); "" means
 	// DefaultStatCachePath of the directory. It is kept outside the
@@ -146,6 +149,9 @@ func (c *Client) PushDir(ctx context.Context, repo, dir string, o PushDirOptions
 	}, &worktree.PlanOptions{Known: cache.Known()})
 	if err != nil {
 		return nil, err
+	}
+	if len(missing) > 0 && o.ToSend != nil {
+		o.ToSend(len(missing))
 	}
 	if len(missing) > 0 {
 		// The pack is streamed, and built again if the upload is retried;

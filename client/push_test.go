@@ -43,9 +43,9 @@ func TestPushDir(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"a.txt": "a\n", "src/b.go": "package b\n", "src/deep/c.go": "package c\n", "docs/d.md": "# d\n"})
 	cache := filepath.Join(t.TempDir(), "statcache")
-	var progressCalls int
+	var progressCalls, toSend int
 	opts := client.PushDirOptions{WriteOptions: client.WriteOptions{Message: "one"}, ExpectCurrent: true, StatCache: cache,
-		Progress: func(int, int64) { progressCalls++ }}
+		Progress: func(int, int64) { progressCalls++ }, ToSend: func(n int) { toSend = n }}
 
 	one, err := c.PushDir(ctx, "r", dir, opts)
 	if err != nil {
@@ -57,6 +57,9 @@ func TestPushDir(t *testing.T) {
 	}
 	if progressCalls == 0 {
 		t.Fatal("the progress callback was never called")
+	}
+	if toSend != 8 {
+		t.Fatalf("ToSend said %d objects, want the 8 sent (progress shows them as a total)", toSend)
 	}
 	if head, _ := c.Ref(ctx, "r", "main"); head != one.Commit {
 		t.Fatalf("main at %s, want %s", head, one.Commit)

@@ -51,6 +51,9 @@ func TestScripts(t *testing.T) {
 			// the script's directory.
 			env.Setenv("XDG_CACHE_HOME", filepath.Join(env.WorkDir, ".cache"))
 			env.Setenv("XDG_STATE_HOME", filepath.Join(env.WorkDir, ".state"))
+			// As root the snapshot records would go to /var/lib/lockstep.
+			env.Setenv("LOCKSTEP_SNAPSHOT_STATE", filepath.Join(env.WorkDir, ".state", "snapshots"))
+			env.Setenv("LOCKSTEP_SNAPSHOT_DATA", filepath.Join(env.WorkDir, ".state", "snapshot-data"))
 			env.Setenv("LOCKSTEP_URL", "http://127.0.0.1:1") // until serve
 			// serve's server lives as long as this script's subtest.
 			env.Values[tbKey{}] = env.T()

@@ -3,10 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -26,6 +30,7 @@ type clientFlags struct {
 }
 
 func (c *clientFlags) declare(f *flagger) {
+	f.client = true
 	f.str(&c.url, "url", "LOCKSTEP_URL", "http://127.0.0.1:7070", "server URL")
 	f.secret(&c.key, "key", "LOCKSTEP_KEY", "API key")
 	f.str(&c.keyFile, "key-file", "LOCKSTEP_KEY_FILE", "", "file holding the API key (e.g. lockstep-data/admin.key)")
@@ -49,9 +54,15 @@ func (c *clientFlags) client() (*client.Client, error) {
 	}
 	cl := client.New(c.url, key)
 	cl.Retry = client.RetryPolicy{MaxAttempts: c.retries, BaseDelay: c.retryDelay, AttemptTimeout: c.attemptTimeout}
-	if e := c.e; e != nil {
+	if e := c.e; e != nil && !c.json {
+		// One friendly line while retrying, not one raw dialer error per
+		// attempt; the final error (if every attempt fails) follows.
+		var said atomic.Bool
 		cl.OnRetry = func(method, path string, attempt int, delay time.Duration, reason error) {
-			fmt.Fprintf(e.stderr, "lockstep: %s %s: %v; retrying in %s (attempt %d of %d)\n", method, path, reason, delay.Round(time.Millisecond), attempt+1, max(c.retries, 1))
+			if said.Swap(true) {
+				return
+			}
+			fmt.Fprintf(e.stderr, "lockstep: %s; retrying (up to %d attempts)…\n", retryReason(c.url, reason), max(c.retries, 1))
 		}
 	}
 	return cl, nil
@@ -413,4 +424,23 @@ func cmdWhoami(ctx context.Context, e *env, args []string) error {
 	return cf.out(e, k, func() {
 		fmt.Fprintf(e.stdout, "key %s (%s), role %s, server %s\n", k.ID, k.Name, k.Role, cf.url)
 	})
+}
+
+// retryReason says in words why a request is retried: the server does not
+// answer, or answered busy / timed out.
+func retryReason(server string, err error) string {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "the server at " + server + " refuses connections (is `lockstep serve` running?)"
+	case errors.Is(err, context.DeadlineExceeded) || os.IsTimeout(err):
+		return "the server at " + server + " did not answer in time"
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return "unknown host " + dns.Name
+	}
+	if code := lockstep.ErrorCode(err); code != lockstep.EINTERNAL {
+		return "the server at " + server + " is busy (" + code + ")"
+	}
+	return "the server at " + server + " did not answer"
 }

@@ -111,6 +111,13 @@ func humanValue(v any) string {
 		if x == "" {
 			return "-"
 		}
+		// A time from the API (RFC 3339, nanoseconds) reads as keys list
+		// and oplog print times.
+		if len(x) >= 20 && x[4] == '-' && x[10] == 'T' {
+			if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
+				return t.Format("2006-01-02 15:04:05")
+			}
+		}
 		return x
 	case []any:
 		if len(x) == 0 {
@@ -263,13 +270,16 @@ func cmdPromote(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		if !cf.json {
 			if d := lockstep.ErrorDetails(err); d != nil {
-				if reasons, ok := d["reasons"].([]any); ok {
-					fmt.Fprintln(e.stderr, "gate refused the promote:")
+				if reasons, ok := d["reasons"].([]any); ok && len(reasons) > 0 {
+					fmt.Fprintln(e.stderr, "lockstep: gate refused the promote:")
 					for _, r := range reasons {
 						if m, ok := r.(map[string]any); ok {
 							fmt.Fprintf(e.stderr, "  - [%v] %v\n", m["rule"], m["message"])
 						}
 					}
+					// The error's message repeats the reasons (a failing
+					// check's output): they were just printed, once.
+					return exitError(exitCode(err))
 				}
 			}
 		}

@@ -25,30 +25,17 @@ func pushWords(err error, repo string) error {
 	return &out
 }
 
-// progressWriter counts the bytes written through it and, past 1 MiB,
-// shows a progress line on stderr (as push does) unless quiet.
+// progressWriter counts the bytes written through it for a progress
+// line (as push shows one) unless p is nil.
 type progressWriter struct {
-	w     io.Writer
-	e     *env
-	quiet bool
-	verb  string
-	n     int64
-	shown int64 // MiB last shown
+	w io.Writer
+	p *progress
+	n int64
 }
 
-func (p *progressWriter) Write(b []byte) (int, error) {
-	n, err := p.w.Write(b)
-	p.n += int64(n)
-	if !p.quiet && p.n>>20 > p.shown {
-		p.shown = p.n >> 20
-		fmt.Fprintf(p.e.stderr, "\r%s: %.1f MiB ", p.verb, float64(p.n)/(1<<20))
-	}
+func (pw *progressWriter) Write(b []byte) (int, error) {
+	n, err := pw.w.Write(b)
+	pw.n += int64(n)
+	pw.p.update(0, pw.n)
 	return n, err
-}
-
-// end finishes the progress line, if one was shown.
-func (p *progressWriter) end() {
-	if p.shown > 0 {
-		fmt.Fprintf(p.e.stderr, "\r%s: %.1f MiB, done\n", p.verb, float64(p.n)/(1<<20))
-	}
 }

@@ -172,6 +172,7 @@ func commands() map[string]command {
 		"refs":        {"list a repository's refs", cmdRefs},
 		"fork":        {"create a workspace (a ref-only fork)", cmdFork},
 		"workspaces":  {"list a base repository's workspaces", cmdWorkspaces},
+		"workspace":   {"fail | abandon a workspace", cmdWorkspace},
 		"merge":       {"preflight or materialize a merge", cmdMerge},
 		"sync":        {"merge the base branch into a workspace", cmdSync},
 		"gate":        {"show | set a branch's gate policy", cmdGate},
@@ -201,14 +202,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		usage(stderr, cmds)
 		return exitError(2)
 	}
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if args[0] == "-h" || args[0] == "--help" {
 		usage(stdout, cmds)
 		return nil
 	}
+	if args[0] == "help" {
+		return cmdHelp(e, args[1:])
+	}
 	c, ok := cmds[args[0]]
 	if !ok {
-		usage(stderr, cmds)
-		return lockstep.Errorf(lockstep.EINVALID, "unknown command %q", args[0])
+		return unknownCommand(e, args[0])
 	}
 	return c.run(ctx, e, args[1:])
 }
@@ -223,7 +226,7 @@ func usage(w io.Writer, cmds map[string]command) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-11s %s\n", n, cmds[n].summary)
 	}
-	fmt.Fprintln(w, "\nclient commands read LOCKSTEP_URL (default http://127.0.0.1:7070) and LOCKSTEP_KEY;\nrun `lockstep <command> -h` for its flags.")
+	fmt.Fprintln(w, "\nclient commands read LOCKSTEP_URL (default http://127.0.0.1:7070) and LOCKSTEP_KEY;\nrun `lockstep help <command>` (or `lockstep <command> -h`) for its flags and examples,\n`lockstep help client` for the flags every client command takes.")
 }
 
 // synopsis is each command's positional arguments, shown by -h.
@@ -271,6 +274,8 @@ var synopsis = map[string]string{
 	"effects approve":    "REPO EFFECT_ID [--reason R]",
 	"effects reject":     "REPO EFFECT_ID [--reason R]",
 	"effects compensate": "REPO (EFFECT_ID | --commit OID)",
+	"workspace fail":     "WORKSPACE --reason R",
+	"workspace abandon":  "WORKSPACE [--reason R]",
 }
 
 // subcommands answers a command that has subcommands when it got none or

@@ -32,7 +32,7 @@ func cmdMCP(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("find own binary: %w", err)
 	}
 	srv := agentmcp.New(agentmcp.Options{
-		Version: version(),
+		Version: readVersion().short(),
 		Client:  func(context.Context, *mcp.RequestExtra) (*client.Client, error) { return c, nil },
 		Local: func(ctx context.Context, args []string) ([]byte, error) {
 			return runSelf(ctx, self, cf.url, c.Key, args)

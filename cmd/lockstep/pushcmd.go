@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -55,44 +54,27 @@ func cmdPush(ctx context.Context, e *env, args []string) error {
 		return lockstep.Errorf(lockstep.EINVALID, "--expect and --expect-current exclude each other")
 	}
 	start := time.Now()
+	prog := newProgress(e, cf.json || quiet, "uploading")
 	rep, err := pushDir(ctx, c, rest[0], repoName, client.WriteOptions{Branch: branch, ExpectOID: expect, Force: force,
-		Message: message, Author: author, AllowEmpty: allowEmpty, From: from}, expectCurrent, progressTo(e, cf.json || quiet))
+		Message: message, Author: author, AllowEmpty: allowEmpty, From: from}, expectCurrent, prog)
 	if err != nil {
 		return pushWords(err, repoName)
 	}
-	endProgress(e, cf.json || quiet, rep.BytesSent)
+	prog.end()
 	rep.TotalMS = msSince(start)
 	return cf.out(e, rep, func() {
 		verb := "pushed"
 		if !rep.Changed {
 			verb = "unchanged"
 		}
-		fmt.Fprintf(e.stdout, "%s %s@%s\ncommit  %s\ntree    %s\nobjects %d sent (%d B), %d written on the server (%d B)\nfiles   %d scanned, %d hashed\ntime    %.1f ms (scan %.1f ms, server %.1f ms, %d round trips)\n",
-			verb, repoName, rep.Branch, rep.Commit, rep.Tree, rep.ObjectsSent, rep.BytesSent, rep.ObjectsWritten, rep.BytesWritten,
+		fmt.Fprintf(e.stdout, "%s %s@%s\ncommit  %s\ntree    %s\nobjects %d sent (%s), %d written on the server (%s)\nfiles   %d scanned, %d hashed\ntime    %.1f ms (scan %.1f ms, server %.1f ms, %d round trips)\n",
+			verb, repoName, rep.Branch, rep.Commit, rep.Tree, rep.ObjectsSent, humanBytes(rep.BytesSent), rep.ObjectsWritten, humanBytes(rep.BytesWritten),
 			rep.Files, rep.Hashed, rep.TotalMS, rep.ScanMS, rep.ServerMS, rep.RoundTrips)
 	})
 }
 
-func progressTo(e *env, quiet bool) func(objects int, bytes int64) {
-	if quiet {
-		return nil
-	}
-	return func(objects int, bytes int64) {
-		if bytes >= 1<<20 {
-			fmt.Fprintf(e.stderr, "\ruploading: %d objects, %.1f MiB ", objects, float64(bytes)/(1<<20))
-		}
-	}
-}
-
-// endProgress ends the progress line, if one was printed.
-func endProgress(e *env, quiet bool, bytes int64) {
-	if !quiet && bytes >= 1<<20 {
-		fmt.Fprintln(e.stderr)
-	}
-}
-
 // pushDir runs client.PushDir on dir with the stat cache outside it.
-func pushDir(ctx context.Context, c *client.Client, dir, repoName string, o client.WriteOptions, expectCurrent bool, progress func(int, int64)) (*pushReport, error) {
+func pushDir(ctx context.Context, c *client.Client, dir, repoName string, o client.WriteOptions, expectCurrent bool, progress *progress) (*pushReport, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -102,8 +84,13 @@ func pushDir(ctx context.Context, c *client.Client, dir, repoName string, o clie
 
 // pushDirCache is client.PushDir with an explicit stat cache file, its
 // result as `lockstep push` prints it.
-func pushDirCache(ctx context.Context, c *client.Client, dir, repoName string, o client.WriteOptions, expectCurrent bool, progress func(int, int64), cachePath string) (*pushReport, error) {
-	res, err := c.PushDir(ctx, repoName, dir, client.PushDirOptions{WriteOptions: o, ExpectCurrent: expectCurrent, Progress: progress, StatCache: cachePath})
+func pushDirCache(ctx context.Context, c *client.Client, dir, repoName string, o client.WriteOptions, expectCurrent bool, progress *progress, cachePath string) (*pushReport, error) {
+	po := client.PushDirOptions{WriteOptions: o, ExpectCurrent: expectCurrent, StatCache: cachePath}
+	if progress != nil {
+		po.Progress = progress.update
+		po.ToSend = func(n int) { progress.total = n }
+	}
+	res, err := c.PushDir(ctx, repoName, dir, po)
 	if err != nil {
 		return nil, err
 	}
@@ -180,8 +167,8 @@ func cmdCheckout(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	start := time.Now()
-	prog := &progressWriter{e: e, quiet: cf.json || quiet, verb: "downloading"}
-	commit, files, err := c.Checkout(ctx, repoName, rev, dir, func(w io.Writer) io.Writer { prog.w = w; return prog })
+	prog := newProgress(e, cf.json || quiet, "downloading")
+	commit, files, err := c.Checkout(ctx, repoName, rev, dir, func(w io.Writer) io.Writer { return &progressWriter{w: w, p: prog} })
 	prog.end()
 	if err != nil {
 		return err
@@ -236,16 +223,16 @@ func cmdSync(ctx context.Context, e *env, args []string) error {
 	return printMerge(e, cf, res)
 }
 
+// printMerge prints a merge's answer; a merge with conflicts (a preflight
+// that found them, markers written to a side ref) ends with exit status 4,
+// as a refused materialize does, so scripts can test `lockstep merge
+// --preflight` directly.
 func printMerge(e *env, cf *clientFlags, m *api.MergeResponse) error {
 	if cf.json {
-		// The server's answer as it came (compact): api.MergeResponse
-		// encodes to the same bytes.
-		raw, err := json.Marshal(m)
-		if err != nil {
+		if err := writeJSON(e.stdout, m); err != nil {
 			return err
 		}
-		_, err = e.stdout.Write(append(raw, '\n'))
-		return err
+		return mergeStatus(m)
 	}
 	state := "clean"
 	switch {
@@ -267,5 +254,13 @@ func printMerge(e *env, cf *clientFlags, m *api.MergeResponse) error {
 		fmt.Fprintf(e.stdout, "  %-14s %s\n", cfl.Kind, cfl.Path)
 	}
 	fmt.Fprintf(e.stdout, "time   %.2f ms\n", m.DurationMS)
+	return mergeStatus(m)
+}
+
+// mergeStatus is exit status 4 for a merge with conflicts.
+func mergeStatus(m *api.MergeResponse) error {
+	if !m.Clean {
+		return exitError(exitCode(lockstep.Errorf(lockstep.EMERGECONFLICT, "conflicts")))
+	}
 	return nil
 }

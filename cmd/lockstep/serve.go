@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -108,10 +109,15 @@ type serveConfig struct {
 
 // flagger declares flags whose defaults come from the environment.
 type flagger struct {
-	fs     *flag.FlagSet
-	getenv func(string) string
-	errs   []error
-	pos    []string
+	fs      *flag.FlagSet
+	getenv  func(string) string
+	errs    []error
+	pos     []string
+	name    string    // "checkpoint", "keys create"
+	client  bool      // the client flags are declared (help names them in one line)
+	stdout  io.Writer // -h
+	stderr  io.Writer // errors
+	parsing bool      // inside fs.Parse: its calls of Usage print nothing
 }
 
 func (f *flagger) str(p *string, name, env, def, help string) {
@@ -174,13 +180,17 @@ func (f *flagger) dur(p *time.Duration, name, env string, def time.Duration, hel
 func (f *flagger) parse(args []string) error {
 	var pos []string
 	for {
-		if err := f.fs.Parse(args); err != nil {
+		f.parsing = true
+		err := f.fs.Parse(args)
+		f.parsing = false
+		if err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				f.printHelp(f.stdout)
 				return exitError(0)
 			}
-			// The flag package printed the error and the usage on
-			// stderr; under --json the caller also gets the envelope.
-			return flagError{lockstep.Errorf(lockstep.EINVALID, "%v", err)}
+			// One line with the nearest flag and the usage on stderr;
+			// under --json the caller also gets the envelope.
+			return f.flagFailure(err)
 		}
 		rest := f.fs.Args()
 		if len(rest) == 0 {
@@ -199,16 +209,16 @@ func (f *flagger) parse(args []string) error {
 
 func newFlagger(name string, e *env) *flagger {
 	fs := flag.NewFlagSet("lockstep "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	// The flag package's own messages and usage are replaced by ours
+	// (help.go): help on stdout, one-line errors with a suggestion.
+	fs.SetOutput(io.Discard)
+	f := &flagger{fs: fs, getenv: e.getenv, name: name, stdout: e.stdout, stderr: e.stderr}
 	fs.Usage = func() {
-		syn := synopsis[name]
-		if syn == "" {
-			syn = "[flags]"
+		if !f.parsing {
+			f.printHelp(e.stderr)
 		}
-		fmt.Fprintf(fs.Output(), "usage: lockstep %s %s\n\nflags:\n", name, syn)
-		fs.PrintDefaults()
 	}
-	return &flagger{fs: fs, getenv: e.getenv}
+	return f
 }
 
 func (c *serveConfig) declare(f *flagger) {
@@ -278,7 +288,9 @@ func (c *serveConfig) metadataURL() string {
 func cmdMigrate(ctx context.Context, e *env, args []string) error {
 	var c serveConfig
 	f := newFlagger("migrate", e)
-	c.declare(f)
+	// Only what migrate uses (serve's ~40 others would only confuse -h).
+	f.str(&c.Data, "data", "LOCKSTEP_DATA", "./lockstep-data", "data directory (its SQLite metadata when --database-url is empty)")
+	f.url(&c.DatabaseURL, "database-url", "LOCKSTEP_DATABASE_URL", "", "postgres:// URL for metadata; empty = embedded SQLite in the data directory")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -548,7 +560,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
 		Store: db, Keys: keys, Redis: rdb, ObjectStore: readyzObjects(objectStore), Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps, Effects: fx,
 		MCP: func(api http.Handler) http.Handler {
-			h := agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{Version: version(), MaxRequestBytes: c.MaxEditBytes, MaxReadBytes: c.MCPMaxReadBytes,
+			h := agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{Version: readVersion().short(), MaxRequestBytes: c.MaxEditBytes, MaxReadBytes: c.MCPMaxReadBytes,
 				Stateful: c.MCPStateful, MaxSessions: c.MCPMaxSessions, MaxSessionsPerKey: c.MCPMaxSessionsKey, SessionTimeout: c.MCPSessionIdle})
 			a.onShutdown = append(a.onShutdown, h.Shutdown)
 			return h

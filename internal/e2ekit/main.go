@@ -3,10 +3,15 @@ package e2ekit
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strings"
 	"testing"
+
+	"github.com/lockstep-hq/lockstep/fssnap"
 )
 
 var (
@@ -64,10 +69,77 @@ func Main(m *testing.M, s Suite) int {
 			return 1
 		}
 	}
+	// Filesystem snapshots (lockstep run, checkpoint --fs-snapshot, the MCP
+	// server's runs) keep their records and data in the suite's temp dir,
+	// never in the machine's /var/lib/lockstep/snapshots (as root) or
+	// ~/.local/state: CleanEnv passes these on, and so does os.Environ.
+	realState := fssnap.DefaultStateRoot(os.Getenv)
+	os.Setenv("LOCKSTEP_SNAPSHOT_STATE", filepath.Join(dir, "snapshot-state"))
+	os.Setenv("LOCKSTEP_SNAPSHOT_DATA", filepath.Join(dir, "snapshot-data"))
+	before := listDir(realState)
 	if s.Setup != nil {
 		s.Setup()
 	}
-	return m.Run()
+	code := m.Run()
+	if leaked := leakedSnapshots(realState, before, dir); len(leaked) > 0 {
+		fmt.Fprintf(os.Stderr, "%s: the tests left snapshot records outside their temp dirs, in %s: %s\n"+
+			"(a child process ran without LOCKSTEP_SNAPSHOT_STATE: start it with e2ekit.CleanEnv)\n",
+			s.Name, realState, strings.Join(leaked, ", "))
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// SnapshotEnv is the environment that keeps a child's filesystem snapshots
+// in the suite's temp dir (part of CleanEnv).
+func SnapshotEnv() []string {
+	var env []string
+	for _, k := range []string{"LOCKSTEP_SNAPSHOT_STATE", "LOCKSTEP_SNAPSHOT_DATA"} {
+		if v := os.Getenv(k); v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// listDir returns the names in dir (none if it does not exist).
+func listDir(dir string) map[string]bool {
+	names := map[string]bool{}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		names[e.Name()] = true
+	}
+	return names
+}
+
+// leakedSnapshots returns the entries of the real state root that appeared
+// during the run and record a directory under tmp: this suite's. (Other
+// processes on the machine may add their own meanwhile; those are not
+// ours to judge.)
+func leakedSnapshots(state string, before map[string]bool, tmp string) []string {
+	var leaked []string
+	for name := range listDir(state) {
+		if before[name] {
+			continue
+		}
+		found := false
+		filepath.WalkDir(filepath.Join(state, name), func(p string, d fs.DirEntry, err error) error {
+			if found || err != nil || d.IsDir() || !strings.HasSuffix(p, ".json") {
+				return nil
+			}
+			if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), tmp) {
+				found = true
+			}
+			return nil
+		})
+		if found {
+			leaked = append(leaked, name)
+		}
+	}
+	sort.Strings(leaked)
+	return leaked
 }
 
 // build compiles ./cmd/lockstep of the enclosing module into out and sets

@@ -148,8 +148,13 @@ func launch(t testing.TB, opts ServerOpts) (*Server, string) {
 }
 
 // CleanEnv is the environment of every child process: no LOCKSTEP_*,
-// GIT_* or OTEL_* settings leak in from the developer's shell.
+// GIT_* or OTEL_* settings leak in from the developer's shell, and
+// filesystem snapshots stay in the suite's temp dir (SnapshotEnv).
 func CleanEnv() []string {
+	return append(cleanEnv(), SnapshotEnv()...)
+}
+
+func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "LOCKSTEP_") || strings.HasPrefix(kv, "GIT_") || strings.HasPrefix(kv, "OTEL_") {

@@ -17,6 +17,12 @@
 //	LOCKSTEP_TEST_REDIS_URL     Redis URL (default redis://127.0.0.1:6379/0)
 //	LOCKSTEP_TEST_S3_URL        S3 server with its keys, http://ACCESS:SECRET@host:port (no default)
 //	LOCKSTEP_TEST_VERSITYGW     the versitygw binary, for tests that run (and kill) their own
+//	LOCKSTEP_TEST_HELPERS       a file listing the helpers scripts/test started ("name pid url log")
+//
+// Under scripts/test a helper that cannot reach its service says what is
+// true: the throwaway server scripts/test started for that URL died (and
+// where its log is kept), or it runs but refused, or scripts/test did not
+// start it.
 //
 // Every resource a helper creates is released in tb.Cleanup, so tests may run
 // in parallel and against a shared server without seeing each other's data.

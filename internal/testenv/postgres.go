@@ -52,7 +52,7 @@ func MustPostgresDB(tb testing.TB) string {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
-		tb.Fatalf("testenv: cannot reach Postgres at %s: %v\n%s", redact(admin), err, installHint)
+		tb.Fatalf("testenv: cannot reach Postgres at %s: %v\n%s", redact(admin), err, hint("postgres", admin, installHint))
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {

@@ -45,7 +45,7 @@ func MustRedis(tb testing.TB) (*redis.Client, string) {
 	defer cancel()
 	if err := client.Ping(ctx).Err(); err != nil {
 		client.Close()
-		tb.Fatalf("testenv: cannot reach Redis at %s: %v\n%s", redact(raw), err, installHint)
+		tb.Fatalf("testenv: cannot reach Redis at %s: %v\n%s", redact(raw), err, hint("redis", raw, installHint))
 	}
 	prefix := "lockstep_test:" + randomHex(tb, 8) + ":"
 	tb.Cleanup(func() {

@@ -87,7 +87,7 @@ func MustS3Bucket(tb testing.TB) (S3Server, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := c.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
-		tb.Fatalf("testenv: create bucket %s on the S3 server at %s: %v\n%s", bucket, srv.Endpoint, err, s3Hint)
+		tb.Fatalf("testenv: create bucket %s on the S3 server at %s: %v\n%s", bucket, srv.Endpoint, err, hint("versitygw", "http://"+srv.Endpoint, s3Hint))
 	}
 	tb.Cleanup(func() {
 		if err := removeBucket(c, bucket); err != nil {

@@ -159,6 +159,7 @@ func TestUnreachableServicesFailWithInstructions(t *testing.T) {
 	port := closedPort(t)
 	t.Setenv("LOCKSTEP_TEST_POSTGRES_URL", fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?connect_timeout=2", port))
 	t.Setenv("LOCKSTEP_TEST_REDIS_URL", fmt.Sprintf("redis://127.0.0.1:%d/0", port))
+	t.Setenv("LOCKSTEP_TEST_HELPERS", "") // as outside scripts/test
 	// The pool logs every failed dial; expected here, so keep the output clean.
 	redis.SetLogger(discardLogger{})
 

@@ -9,8 +9,18 @@
 #                     the same for an S3 server at LOCKSTEP_TEST_S3_URL
 #                     (versitygw, installed with `go install` if missing)
 #   stop_services     stops and removes whatever ensure_services started
+#   services_watch    starts a background watcher: a throwaway helper that
+#                     dies mid-run is named at once (pid, exit status, URL),
+#                     its log is copied to LOCKSTEP_TEST_LOG_DIR and its tail
+#                     printed
+#   services_check STAGE  after a stage: names every helper that died during
+#                     it (returns 1) and starts it again on the same port
+#   services_summary  at the end: one line per helper that died in the run
 #
 # Callers must `trap stop_services EXIT` (done by services_init).
+# The helpers started here are listed in $LOCKSTEP_TEST_HELPERS (a file, one
+# "name pid url log" line each), which internal/testenv reads to say, when a
+# test cannot reach one, whether it died.
 #
 # Knobs:
 #   LOCKSTEP_TEST_NO_INSTALL=1   never run apt-get
@@ -20,6 +30,9 @@
 #   LOCKSTEP_TEST_VERSITYGW=PATH  the versitygw binary (default: PATH, then
 #                                $(go env GOPATH)/bin, else go install
 #                                versitygw@$VERSITYGW_VERSION into GOPATH/bin)
+#   LOCKSTEP_TEST_LOG_DIR=DIR    where the log of a helper that died is kept
+#                                (default ${TMPDIR:-/tmp}/lockstep-test-logs;
+#                                never deleted by these scripts)
 
 : "${LOCKSTEP_TEST_POSTGRES_URL:=postgres://postgres@127.0.0.1:5432/postgres}"
 : "${LOCKSTEP_TEST_REDIS_URL:=redis://127.0.0.1:6379/0}"
@@ -31,6 +44,14 @@ _svc_pg_bin=""     # directory holding initdb/pg_ctl/postgres
 _svc_pg_user=""    # OS user running the throwaway postgres ("" = current user)
 _svc_redis_pid=""  # pid of the throwaway redis-server
 _svc_s3_pid=""     # pid of the throwaway versitygw
+_svc_pg_port=""    # ports and S3 keys, to start a helper that died again
+_svc_redis_port="" # on the same URL
+_svc_redis_bin=""
+_svc_s3_port=""
+_svc_s3_secret=""
+_svc_s3_bin=""
+_svc_watch_pid=""  # pid of the background watcher
+_svc_deaths=()     # "name (pid N): exit …; log kept at …" of every death seen
 
 # The S3 server of the tests (issue #11): versitygw serves a directory over
 # the S3 protocol. Pinned: a new release must not change the suite under us.
@@ -201,7 +222,7 @@ redact() {
 
 _svc_mkdir() {
 	[[ -n $_svc_dir ]] && return 0
-	_svc_dir=$(mktemp -d /tmp/lockstep-test.XXXXXX)
+	_svc_dir=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-test.XXXXXX")
 	chmod 755 "$_svc_dir"
 }
 
@@ -243,12 +264,10 @@ start_postgres() {
 	local port try
 	for try in 1 2 3; do
 		port=$(free_port) || { log "postgres: no free port"; return 1; }
-		# Durability off: this cluster lives for one test run.
-		if _as_pg_user "$_svc_pg_bin/pg_ctl" -D "$_svc_pg_data" -l "$_svc_pg_data/server.log" -w -t 60 \
-			-o "-p $port -k $_svc_pg_data -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c dynamic_shared_memory_type=mmap" \
-			start >/dev/null 2>&1; then
+		if _pg_start "$port"; then
 			export LOCKSTEP_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
-			log "postgres: started throwaway $("$_svc_pg_bin/postgres" --version | awk '{print $3}') at $LOCKSTEP_TEST_POSTGRES_URL (data $_svc_pg_data)"
+			log "postgres: started throwaway $("$_svc_pg_bin/postgres" --version | awk '{print $3}') at $LOCKSTEP_TEST_POSTGRES_URL (pid $(_pg_pid), data $_svc_pg_data)"
+			_svc_register
 			return 0
 		fi
 	done
@@ -256,30 +275,58 @@ start_postgres() {
 	return 1
 }
 
+# _pg_start PORT: start the throwaway cluster (already initdb'd) on PORT.
+_pg_start() {
+	# Durability off: this cluster lives for one test run.
+	_as_pg_user "$_svc_pg_bin/pg_ctl" -D "$_svc_pg_data" -l "$_svc_pg_data/server.log" -w -t 60 \
+		-o "-p $1 -k $_svc_pg_data -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c dynamic_shared_memory_type=mmap" \
+		start >/dev/null 2>&1 || return 1
+	_svc_pg_port=$1
+}
+
+# _pg_pid: the postmaster's pid (first line of postmaster.pid), if running.
+_pg_pid() { head -n 1 "$_svc_pg_data/postmaster.pid" 2>/dev/null || true; }
+
 start_redis() {
 	log "redis: nothing reachable at $LOCKSTEP_TEST_REDIS_URL; starting a throwaway instance"
 	local bin
 	bin=$(command -v redis-server || true)
 	[[ -z $bin && -x /usr/sbin/redis-server ]] && bin=/usr/sbin/redis-server
 	[[ -n $bin ]] || { log "redis: no redis-server binary found"; return 1; }
+	_svc_redis_bin=$bin
 	_svc_mkdir
-	local port try i
+	local port try
 	for try in 1 2 3; do
 		port=$(free_port) || { log "redis: no free port"; return 1; }
-		rm -f "$_svc_dir/redis.pid"
-		"$bin" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
-			--dir "$_svc_dir" --pidfile "$_svc_dir/redis.pid" --logfile "$_svc_dir/redis.log" >/dev/null 2>&1 || continue
-		for i in $(seq 1 50); do
-			if tcp_open 127.0.0.1 "$port" && [[ -s $_svc_dir/redis.pid ]]; then
-				_svc_redis_pid=$(cat "$_svc_dir/redis.pid")
-				export LOCKSTEP_TEST_REDIS_URL="redis://127.0.0.1:$port/0"
-				log "redis: started throwaway $("$bin" --version | grep -o 'v=[^ ]*') at $LOCKSTEP_TEST_REDIS_URL (pid $_svc_redis_pid)"
-				return 0
-			fi
-			sleep 0.1
-		done
+		if _redis_start "$port"; then
+			export LOCKSTEP_TEST_REDIS_URL="redis://127.0.0.1:$port/0"
+			log "redis: started throwaway $("$bin" --version | grep -o 'v=[^ ]*') at $LOCKSTEP_TEST_REDIS_URL (pid $_svc_redis_pid)"
+			_svc_register
+			return 0
+		fi
 	done
 	log "redis: failed to start:"; tail -n 20 "$_svc_dir/redis.log" >&2 2>/dev/null
+	return 1
+}
+
+# _redis_start PORT: start the throwaway redis-server on PORT and wait
+# until it answers.
+_redis_start() {
+	local i
+	rm -f "$_svc_dir/redis.pid"
+	"$_svc_redis_bin" --port "$1" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
+		--dir "$_svc_dir" --pidfile "$_svc_dir/redis.pid" --logfile "$_svc_dir/redis.log" >/dev/null 2>&1 || return 1
+	# Generous: a loaded CI machine can take seconds.
+	for i in $(seq 1 300); do
+		if tcp_open 127.0.0.1 "$1" && [[ -s $_svc_dir/redis.pid ]]; then
+			_svc_redis_pid=$(cat "$_svc_dir/redis.pid")
+			_svc_redis_port=$1
+			return 0
+		fi
+		sleep 0.1
+	done
+	# Do not leave a late starter behind.
+	[[ -s $_svc_dir/redis.pid ]] && kill "$(cat "$_svc_dir/redis.pid")" 2>/dev/null
 	return 1
 }
 
@@ -314,7 +361,7 @@ find_versitygw() {
 			echo "$bin"; return 0
 		fi
 	done
-	log "s3: installing versitygw $VERSITYGW_VERSION into $gobin (go install; about a minute, once)"
+	log "s3: installing versitygw $VERSITYGW_VERSION into $gobin (go install, once: 2-3 minutes on a fresh machine, longer on a busy one)"
 	local out
 	out=$(mktemp /tmp/lockstep-versitygw.XXXXXX)
 	if ! GOBIN=$gobin go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" >"$out" 2>&1; then
@@ -335,31 +382,162 @@ start_s3() {
 	local bin
 	bin=$(find_versitygw) || return 1
 	export LOCKSTEP_TEST_VERSITYGW=$bin
+	_svc_s3_bin=$bin
 	_svc_mkdir
 	mkdir -p "$_svc_dir/s3"
-	local port try i key=lockstep-test secret
-	secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+	_svc_s3_secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+	local port try
 	for try in 1 2 3; do
 		port=$(free_port) || { log "s3: no free port"; return 1; }
-		"$bin" --quiet --access "$key" --secret "$secret" --port "127.0.0.1:$port" posix "$_svc_dir/s3" \
-			>"$_svc_dir/versitygw.log" 2>&1 &
-		_svc_s3_pid=$!
-		export LOCKSTEP_TEST_S3_URL="http://$key:$secret@127.0.0.1:$port"
-		for i in $(seq 1 100); do
-			kill -0 "$_svc_s3_pid" 2>/dev/null || break
-			if s3_reachable; then
-				log "s3: started throwaway versitygw $VERSITYGW_VERSION at http://127.0.0.1:$port (pid $_svc_s3_pid, data $_svc_dir/s3)"
-				return 0
-			fi
-			sleep 0.1
-		done
-		kill "$_svc_s3_pid" 2>/dev/null
-		wait "$_svc_s3_pid" 2>/dev/null
-		_svc_s3_pid=""
+		if _s3_start "$port"; then
+			log "s3: started throwaway versitygw $VERSITYGW_VERSION at http://127.0.0.1:$port (pid $_svc_s3_pid, data $_svc_dir/s3)"
+			_svc_register
+			return 0
+		fi
 	done
 	unset LOCKSTEP_TEST_S3_URL
 	log "s3: versitygw failed to start:"; tail -n 20 "$_svc_dir/versitygw.log" >&2
 	return 1
+}
+
+# _s3_start PORT: start the throwaway versitygw on PORT (same keys and data
+# directory every time) and wait until it answers.
+_s3_start() {
+	local i key=lockstep-test
+	"$_svc_s3_bin" --quiet --access "$key" --secret "$_svc_s3_secret" --port "127.0.0.1:$1" posix "$_svc_dir/s3" \
+		>>"$_svc_dir/versitygw.log" 2>&1 &
+	_svc_s3_pid=$!
+	export LOCKSTEP_TEST_S3_URL="http://$key:$_svc_s3_secret@127.0.0.1:$1"
+	for i in $(seq 1 300); do
+		kill -0 "$_svc_s3_pid" 2>/dev/null || break
+		if s3_reachable; then
+			_svc_s3_port=$1
+			return 0
+		fi
+		sleep 0.1
+	done
+	kill "$_svc_s3_pid" 2>/dev/null || true
+	wait "$_svc_s3_pid" 2>/dev/null || true
+	_svc_s3_pid=""
+	return 1
+}
+
+# _svc_helpers: one "name pid url log" line per throwaway helper started.
+_svc_helpers() {
+	local pg
+	pg=$(_pg_pid)
+	[[ -n $_svc_pg_port && -n $pg ]] && echo "postgres $pg $LOCKSTEP_TEST_POSTGRES_URL $_svc_pg_data/server.log"
+	[[ -n $_svc_redis_port && -n $_svc_redis_pid ]] && echo "redis $_svc_redis_pid $LOCKSTEP_TEST_REDIS_URL $_svc_dir/redis.log"
+	[[ -n $_svc_s3_port && -n $_svc_s3_pid ]] && echo "versitygw $_svc_s3_pid http://127.0.0.1:$_svc_s3_port $_svc_dir/versitygw.log"
+	return 0
+}
+
+# _svc_register: (re)write the list of helpers that tests read
+# ($LOCKSTEP_TEST_HELPERS) to name a helper that died.
+_svc_register() {
+	[[ -n $_svc_dir ]] || return 0
+	_svc_helpers >"$_svc_dir/helpers"
+	export LOCKSTEP_TEST_HELPERS=$_svc_dir/helpers
+}
+
+# _svc_keep_log NAME LOG: copy a dead helper's log where it is kept and
+# print the copy's path.
+_svc_keep_log() {
+	local dir=${LOCKSTEP_TEST_LOG_DIR:-${TMPDIR:-/tmp}/lockstep-test-logs} kept
+	mkdir -p "$dir" 2>/dev/null || dir=${TMPDIR:-/tmp}
+	kept=$dir/$(date -u +%Y%m%dT%H%M%SZ)-$$-$1.log
+	cp "$2" "$kept" 2>/dev/null || { echo "$2 (could not copy it)"; return 0; }
+	echo "$kept"
+}
+
+# _svc_alive PID: the process exists and is not a zombie.
+_svc_alive() {
+	[[ -n $1 ]] && kill -0 "$1" 2>/dev/null || return 1
+	[[ $(ps -o stat= -p "$1" 2>/dev/null) != Z* ]]
+}
+
+# services_watch: start a background loop that checks every 2 s that each
+# throwaway helper still runs; the first time one is gone it says so on
+# stderr (name, pid, URL, kept log and its last lines) and leaves a
+# marker in $_svc_dir/dead/ for services_check.
+services_watch() {
+	[[ -n $_svc_dir && -z $_svc_watch_pid ]] || return 0
+	mkdir -p "$_svc_dir/dead"
+	local parent=$$
+	(
+		trap - EXIT INT TERM
+		set +e
+		while kill -0 "$parent" 2>/dev/null && [[ -d $_svc_dir/dead ]]; do
+			while read -r name pid url logf; do
+				[[ -e $_svc_dir/dead/$name.$pid ]] && continue
+				_svc_alive "$pid" && continue
+				kept=$(_svc_keep_log "$name" "$logf")
+				log "HELPER DIED: the throwaway $name (pid $pid, $(redact "$url")) stopped while the tests ran; tests that need it fail with \"connection refused\"; its log is kept at $kept; last lines:"
+				tail -n 20 "$kept" 2>/dev/null | sed 's/^/    /' >&2
+				echo "$kept" >"$_svc_dir/dead/$name.$pid"
+			done <"$_svc_dir/helpers"
+			sleep 2
+		done
+	) &
+	_svc_watch_pid=$!
+}
+
+# services_check STAGE [norevive]: name every throwaway helper that died
+# during STAGE (with its exit status when known and where its log is kept),
+# start it again on the same URL for the next stage (unless norevive), and
+# return 1 if any died.
+services_check() {
+	[[ -n $_svc_dir && -f $_svc_dir/helpers ]] || return 0
+	local name pid url logf kept status died=0 why lines
+	lines=$(cat "$_svc_dir/helpers")
+	while read -r name pid url logf; do
+		[[ -n $name ]] || continue
+		_svc_alive "$pid" && continue
+		[[ -e $_svc_dir/dead/$name.$pid.reported ]] && continue
+		died=1
+		why="exit status unknown"
+		if [[ $name == versitygw ]]; then
+			# Our child: wait tells how it ended.
+			status=0
+			wait "$pid" 2>/dev/null || status=$?
+			((status > 128)) && why="killed by signal $((status - 128))" || why="exit status $status"
+		fi
+		kept=""
+		[[ -f $_svc_dir/dead/$name.$pid ]] && kept=$(cat "$_svc_dir/dead/$name.$pid")
+		if [[ -z $kept ]]; then
+			kept=$(_svc_keep_log "$name" "$logf")
+			log "last lines of the $name log:"
+			tail -n 20 "$kept" 2>/dev/null | sed 's/^/    /' >&2
+		fi
+		mkdir -p "$_svc_dir/dead" && echo "$kept" >"$_svc_dir/dead/$name.$pid" && : >"$_svc_dir/dead/$name.$pid.reported"
+		_svc_deaths+=("$name (pid $pid, $(redact "$url")) died during $1 ($why); log kept at $kept")
+		log "HELPER DIED during $1: the throwaway $name (pid $pid, $(redact "$url"), $why); its log is kept at $kept"
+		[[ ${2:-} == norevive ]] || _svc_revive "$name"
+	done <<<"$lines"
+	_svc_register
+	((died == 0))
+}
+
+# _svc_revive NAME: start a helper that died again on its port.
+_svc_revive() {
+	local ok=1
+	case $1 in
+	postgres) rm -f "$_svc_pg_data/postmaster.pid"; _pg_start "$_svc_pg_port" || ok=0 ;;
+	redis) _redis_start "$_svc_redis_port" || ok=0 ;;
+	versitygw) _s3_start "$_svc_s3_port" || ok=0 ;;
+	esac
+	if ((ok)); then
+		log "$1: started again on the same URL for the next stage"
+	else
+		log "$1: could not start it again; later stages that need it will fail"
+	fi
+}
+
+# services_summary: one line per helper that died during the run.
+services_summary() {
+	local d
+	for d in "${_svc_deaths[@]}"; do log "helper died: $d"; done
+	return 0
 }
 
 # stop_services: stop and delete the throwaway instances. Safe to call twice.
@@ -369,6 +547,14 @@ stop_services() {
 		log "keeping throwaway services in $_svc_dir (LOCKSTEP_TEST_KEEP_SERVICES=1)"
 		return 0
 	fi
+	if [[ -n $_svc_watch_pid ]]; then
+		kill "$_svc_watch_pid" 2>/dev/null || true
+		wait "$_svc_watch_pid" 2>/dev/null || true
+		_svc_watch_pid=""
+	fi
+	# A helper that died and was not reported yet (the run was cut short)
+	# keeps its log: never delete the only trace of why it died.
+	services_check "the run" norevive || true
 	local stopped=()
 	if [[ -n $_svc_redis_pid ]]; then
 		kill "$_svc_redis_pid" 2>/dev/null && stopped+=("redis pid $_svc_redis_pid")
@@ -378,7 +564,7 @@ stop_services() {
 	fi
 	if [[ -n $_svc_s3_pid ]]; then
 		kill "$_svc_s3_pid" 2>/dev/null && stopped+=("versitygw pid $_svc_s3_pid")
-		wait "$_svc_s3_pid" 2>/dev/null
+		wait "$_svc_s3_pid" 2>/dev/null || true
 		_svc_s3_pid=""
 	fi
 	if [[ -n $_svc_pg_data && -f $_svc_pg_data/postmaster.pid ]]; then
