@@ -73,7 +73,7 @@ func (w *landWorld) tip(t *testing.T, name string) string {
 	return c
 }
 
-func (w *landWorld) status(t *testing.T, name string) string {
+func (w *landWorld) status(t *testing.T, name string) lockstep.Status {
 	t.Helper()
 	r, err := w.repos.Repo(context.Background(), name)
 	if err != nil {
