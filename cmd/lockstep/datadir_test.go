@@ -93,8 +93,8 @@ func TestSecureDataDirTree(t *testing.T) {
 	}
 	files := map[string]os.FileMode{
 		filepath.Join(dir, "networks", "r.git", "config"): 0o644,
-		filepath.Join(pack, "pack-1.pack"):                 0o444,
-		filepath.Join(pack, "pack-1.idx"):                  0o444,
+		filepath.Join(pack, "pack-1.pack"):                0o444,
+		filepath.Join(pack, "pack-1.idx"):                 0o444,
 	}
 	for p, mode := range files {
 		os.WriteFile(p, []byte("x"), mode)
