@@ -76,7 +76,7 @@ type RepoFilter struct {
 	ForkOf  string // only forks of this repository
 	Network string // only repositories of this fork network
 	Task    string // only workspaces with this task label
-	Status  string // only repositories with this status
+	Status  Status // only repositories with this status
 	After   string // only names after this one (paging)
 	Limit   int    // at most this many (0: all)
 }
@@ -93,8 +93,14 @@ type RepoStore interface {
 	// Tasks lists the distinct task labels of a base's workspaces after
 	// the label after, by name, at most limit, with counts by status.
 	Tasks(ctx context.Context, forkOf, after string, limit int) ([]TaskCount, error)
-	// SetRepoStatus changes a repository's status and appends entry.
-	SetRepoStatus(ctx context.Context, repoID int64, status string, entry *OpEntry) error
+	// SetRepoStatus moves a repository from change.From to change.To and
+	// appends change.Entry, as a compare-and-swap on the status: when the
+	// repository is no longer in change.From (its status changed since it
+	// was read) nothing changes and the error is StatusConflict
+	// (ref_conflict, details expected/actual); not_found for an unknown
+	// repository. The table of allowed changes (StatusTransitions) is the
+	// caller's rule; the store keeps the swap atomic.
+	SetRepoStatus(ctx context.Context, change StatusChange) error
 	// Refs lists a repository's refs ordered by name.
 	Refs(ctx context.Context, repoID int64) ([]Ref, error)
 	// AllRefs lists every ref of every repository (used to re-sync the
@@ -125,8 +131,8 @@ type RepoStore interface {
 type StatusChange struct {
 	RepoID int64
 	Repo   string
-	From   string
-	To     string
+	From   Status
+	To     Status
 	Entry  *OpEntry
 	// Effects, on a promote, releases the workspace's staged effects in
 	// the same transaction (nil: they stay as they are).

@@ -71,15 +71,6 @@ type OpEntry struct {
 	Hash     string `json:"hash"`
 }
 
-// Repo statuses. A base repository is "active"; a workspace moves from
-// active to promoted, failed or abandoned.
-const (
-	StatusActive    = "active"
-	StatusPromoted  = "promoted"
-	StatusFailed    = "failed"
-	StatusAbandoned = "abandoned"
-)
-
 // Repo is a repository: a named set of refs in a fork network.
 type Repo struct {
 	ID            int64  `json:"-"`
@@ -87,7 +78,7 @@ type Repo struct {
 	Network       string `json:"network"`
 	ForkOf        string `json:"fork_of,omitempty"`
 	DefaultBranch string `json:"default_branch"`
-	Status        string `json:"status"`
+	Status        Status `json:"status"`
 	OwnerKeyID    string `json:"owner_key_id,omitempty"`
 	OwnerName     string `json:"owner,omitempty"`
 	BaseCommit    string `json:"base_commit,omitempty"`

@@ -104,7 +104,7 @@ func (s *Service) Get(ctx context.Context, actor *lockstep.Key, repoName string)
 		}
 		return &Database{Repo: r.Name, Template: t.Source}, nil
 	}
-	if r.Status != lockstep.StatusActive {
+	if !r.Movable() {
 		// Never re-create the database of a finished workspace (an
 		// abandoned one's was dropped): show the branch if it still exists.
 		b, err := s.dbs.Branch(ctx, r.Name)

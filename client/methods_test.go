@@ -362,13 +362,13 @@ func TestMethods(t *testing.T) {
 		t.Fatalf("promote %+v", pr)
 	}
 	ws2 := must[*client.ForkResult](t, "Fork")(agent.Fork(ctx, "base", "ws2"))
-	if st := must[*api.Repo](t, "SetStatus")(admin.SetStatus(ctx, ws2.Name, lockstep.StatusFailed, "broken")); st.Status != lockstep.StatusFailed {
+	if st := must[*api.Repo](t, "SetStatus")(admin.SetStatus(ctx, ws2.Name, string(lockstep.StatusFailed), "broken")); st.Status != string(lockstep.StatusFailed) {
 		t.Fatalf("status %+v", st)
 	}
 	_, err = admin.SetStatus(ctx, ws2.Name, "sleepy", "")
 	wantCode(t, "SetStatus with a bad status", err, lockstep.EINVALID)
 	ws3 := must[*client.ForkResult](t, "Fork")(agent.Fork(ctx, "base", "ws3"))
-	if ab := must[*api.Repo](t, "Abandon")(agent.Abandon(ctx, ws3.Name, "not needed")); ab.Status != lockstep.StatusAbandoned {
+	if ab := must[*api.Repo](t, "Abandon")(agent.Abandon(ctx, ws3.Name, "not needed")); ab.Status != string(lockstep.StatusAbandoned) {
 		t.Fatalf("abandon %+v", ab)
 	}
 	_, err = agent.Abandon(ctx, "nope", "")

@@ -37,7 +37,8 @@ func ParseAllowList(s string) (AllowList, error) {
 			continue
 		}
 		if ip, err := netip.ParseAddr(strings.Trim(f, "[]")); err == nil {
-			a.prefixes = append(a.prefixes, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+			ip = carriedV4(ip)
+			a.prefixes = append(a.prefixes, netip.PrefixFrom(ip, ip.BitLen()))
 			continue
 		}
 		if strings.ContainsAny(f, "/:@ ") {
@@ -55,7 +56,7 @@ func (a AllowList) hostAllowed(host string) bool {
 
 // ipAllowed reports whether an address is on the list.
 func (a AllowList) ipAllowed(ip netip.Addr) bool {
-	ip = ip.Unmap()
+	ip = carriedV4(ip)
 	for _, p := range a.prefixes {
 		if p.Contains(ip) {
 			return true
@@ -64,9 +65,30 @@ func (a AllowList) ipAllowed(ip netip.Addr) bool {
 	return false
 }
 
+// carriedV4 returns the IPv4 address an IPv6 address carries in its last
+// 32 bits when it is IPv4-mapped (::ffff:a.b.c.d) or IPv4-compatible
+// (::a.b.c.d, the deprecated ::/96 form), and ip itself otherwise, so that
+// both forms are checked like the IPv4 address they carry: ::127.0.0.1 is
+// loopback, ::169.254.169.254 link-local. (:: and ::1 become 0.0.0.0 and
+// 0.0.0.1, inside the refused 0.0.0.0/8.)
+func carriedV4(ip netip.Addr) netip.Addr {
+	ip = ip.Unmap()
+	if !ip.Is6() || ip.Zone() != "" {
+		return ip
+	}
+	b := ip.As16()
+	for _, x := range b[:12] {
+		if x != 0 {
+			return ip
+		}
+	}
+	return netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+}
+
 // blockedPrefixes are the internal, special-purpose and non-unicast ranges
-// a hook may not reach unless allowed (IPv4-mapped IPv6 addresses are
-// unmapped first, so ::ffff:127.0.0.1 is loopback).
+// a hook may not reach unless allowed (IPv4-mapped and IPv4-compatible IPv6
+// addresses are reduced to the IPv4 address they carry first, so
+// ::ffff:127.0.0.1 and ::127.0.0.1 are loopback).
 var blockedPrefixes = func() []netip.Prefix {
 	var out []netip.Prefix
 	for _, s := range []string{
@@ -106,7 +128,7 @@ var blockedPrefixes = func() []netip.Prefix {
 // internalAddr reports why ip is not a public unicast address ("" when it
 // is).
 func internalAddr(ip netip.Addr) string {
-	ip = ip.Unmap()
+	ip = carriedV4(ip)
 	switch {
 	case !ip.IsValid():
 		return "an invalid address"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +79,58 @@ func TestHookURLRefusesInternalTargets(t *testing.T) {
 	}
 	if _, err := ParseAllowList("http://x/"); err == nil {
 		t.Error("an allow list entry with a scheme should not parse")
+	}
+}
+
+// TestHookURLEmbeddedIPv4: IPv4-compatible (::a.b.c.d, the deprecated
+// ::/96 form) and IPv4-mapped (::ffff:a.b.c.d) IPv6 hosts are judged like
+// the IPv4 address they carry, at registration and when dialed; an allow
+// list entry matches whichever form is written.
+func TestHookURLEmbeddedIPv4(t *testing.T) {
+	ctx := context.Background()
+	none, _ := ParseAllowList("")
+	for _, c := range []struct {
+		url    string
+		accept bool
+	}{
+		{"http://[::127.0.0.1]/", false},
+		{"http://[::7f00:1]/", false},
+		{"http://[::127.1.2.3]:8080/h", false},
+		{"http://[::169.254.169.254]/", false},
+		{"http://[::a9fe:a9fe]/", false},
+		{"http://[::10.0.0.1]/", false},
+		{"http://[::192.168.1.1]/", false},
+		{"http://[::100.64.0.1]/", false},
+		{"http://[::0.0.0.0]/", false},
+		{"http://[::224.0.0.1]/", false},
+		{"http://[::ffff:10.0.0.1]/", false},
+		{"http://[::ffff:192.168.1.1]/", false},
+		{"http://[::ffff:0.0.0.0]/", false},
+		{"http://[::8.8.8.8]/", true},
+		{"http://[::ffff:8.8.8.8]/", true},
+		{"http://[::1:0:0:1]/", true}, // outside ::/96: not an embedded address
+	} {
+		err := checkHookURL(ctx, c.url, none, nil)
+		if c.accept && err != nil {
+			t.Errorf("%s: %v, want accepted", c.url, err)
+		}
+		if !c.accept && lockstep.ErrorCode(err) != lockstep.EINVALID {
+			t.Errorf("%s: %v, want invalid_argument", c.url, err)
+		}
+	}
+	for _, s := range []string{"::127.0.0.1", "::ffff:169.254.169.254", "::10.0.0.1"} {
+		if why := internalAddr(netip.MustParseAddr(s)); why == "" {
+			t.Errorf("the delivery dialer would connect to %s", s)
+		}
+	}
+	allow, err := ParseAllowList("::127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"http://127.0.0.1:9/h", "http://[::127.0.0.1]:9/h", "http://[::ffff:127.0.0.1]:9/h"} {
+		if err := checkHookURL(ctx, u, allow, nil); err != nil {
+			t.Errorf("%s with ::127.0.0.1 allowed: %v", u, err)
+		}
 	}
 }
 

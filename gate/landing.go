@@ -33,10 +33,10 @@ func (s *Service) Target(ctx context.Context, wsName, commit string) (*PromoteTa
 	if err != nil {
 		return nil, err
 	}
-	if ws.ForkOf == "" {
+	if !ws.IsWorkspace() {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "%s is a base repository, not a workspace: only workspaces are promoted", ws.Name)
 	}
-	if ws.Status != lockstep.StatusActive {
+	if !ws.Movable() {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s, not active", ws.Name, ws.Status)
 	}
 	base, err := s.repos.Repo(ctx, ws.ForkOf)
@@ -140,7 +140,9 @@ func (s *Service) land(ctx context.Context, actor *lockstep.Key, t *PromoteTarge
 	// The base branch moves and the workspace becomes promoted in one
 	// transaction: never a landed workspace that is still active (and
 	// could land again), never a promoted one whose commit did not land.
-	change := &lockstep.StatusChange{RepoID: t.Workspace.ID, Repo: t.Workspace.Name, From: lockstep.StatusActive, To: lockstep.StatusPromoted,
+	// The change is the lifecycle's one landing transition (active →
+	// promoted), a compare-and-swap from the status the target was read in.
+	change := &lockstep.StatusChange{RepoID: t.Workspace.ID, Repo: t.Workspace.Name, From: t.Workspace.Status, To: lockstep.StatusPromoted,
 		Entry: &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace.promoted", Repo: t.Workspace.Name, TraceID: traceID(ctx),
 			Details: map[string]any{"into": t.Base.Name + ":" + t.Branch, "commit": t.Commit.String()}},
 		// The workspace's staged effects go to the outbox with the move.

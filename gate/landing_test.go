@@ -25,9 +25,16 @@ type landWorld struct {
 // mustLandWorld: base "app" with one commit, workspace "ws" with one more.
 func mustLandWorld(t *testing.T) *landWorld {
 	t.Helper()
+	return mustLandWorldOn(t, filepath.Join(t.TempDir(), "m.db"), nil)
+}
+
+// mustLandWorldOn is mustLandWorld on the store at url; wrap, if set,
+// wraps the store the workspaces service uses.
+func mustLandWorldOn(t *testing.T, url string, wrap func(lockstep.Store) lockstep.Store) *landWorld {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	db, err := sqlstore.Open(ctx, filepath.Join(dir, "m.db"), sqlstore.Options{Migrate: true})
+	db, err := sqlstore.Open(ctx, url, sqlstore.Options{Migrate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +46,11 @@ func mustLandWorld(t *testing.T) *landWorld {
 	m := telemetry.NewMetrics()
 	w.repos = repositories.New(repositories.Config{DataDir: dir}, db, nil, m, nil)
 	t.Cleanup(func() { w.repos.Close() })
-	w.wss = workspaces.New(db, w.repos, nil, nil, m, nil)
+	var wssStore lockstep.Store = db
+	if wrap != nil {
+		wssStore = wrap(db)
+	}
+	w.wss = workspaces.New(wssStore, w.repos, nil, nil, m, nil)
 	w.gate = New(Config{}, db, w.repos, nil, m, nil)
 	if _, err := w.repos.CreateRepo(ctx, w.admin, "app", "main"); err != nil {
 		t.Fatal(err)
@@ -73,7 +84,7 @@ func (w *landWorld) tip(t *testing.T, name string) string {
 	return c
 }
 
-func (w *landWorld) status(t *testing.T, name string) string {
+func (w *landWorld) status(t *testing.T, name string) lockstep.Status {
 	t.Helper()
 	r, err := w.repos.Repo(context.Background(), name)
 	if err != nil {

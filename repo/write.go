@@ -207,9 +207,9 @@ func (n *Network) writePack(objs []plumbing.EncodedObject) (WriteStats, *pack, e
 		return WriteStats{}, nil, err
 	}
 	tmp = nil
-	os.Chmod(packPath, 0o444)
+	os.Chmod(packPath, 0o400) // read-only, the owner's only (as the data directory's files)
 	// Index last: git and Reload consider a pack present once its .idx is.
-	if err := n.writeFileAtomicMode(n.packPath(checksum, "idx"), "", ib.Bytes(), 0o444, false); err != nil {
+	if err := n.writeFileAtomicMode(n.packPath(checksum, "idx"), "", ib.Bytes(), 0o400, false); err != nil {
 		return WriteStats{}, nil, err
 	}
 	if n.opts.Fsync {
@@ -345,7 +345,7 @@ func (n *Network) writeLoose(o plumbing.EncodedObject) (WriteStats, error) {
 		}
 		// The temp file lives in objects/ (same filesystem), where Open can
 		// find and remove what a crash leaves behind.
-		err := n.writeFileAtomicMode(path, filepath.Join(n.dir, "objects"), buf.Bytes(), 0o444, n.opts.Fsync)
+		err := n.writeFileAtomicMode(path, filepath.Join(n.dir, "objects"), buf.Bytes(), 0o400, n.opts.Fsync)
 		if err != nil && errors.Is(err, fs.ErrNotExist) && attempt < 8 {
 			// A compaction's `git prune-packed` removed the (empty)
 			// fan-out directory between our mkdir and the rename: again.
@@ -361,7 +361,7 @@ func (n *Network) writeLoose(o plumbing.EncodedObject) (WriteStats, error) {
 // writeFileAtomic writes data to path via a temp file in the same
 // directory and a rename, fsyncing file and directory when Options.Fsync.
 func (n *Network) writeFileAtomic(path string, data []byte) error {
-	return n.writeFileAtomicMode(path, "", data, 0o644, n.opts.Fsync)
+	return n.writeFileAtomicMode(path, "", data, 0o600, n.opts.Fsync)
 }
 
 // writeFileAtomicMode writes data to a temp file in tmpDir (default: the

@@ -120,7 +120,7 @@ func CanMoveRefs(actor *lockstep.Key, r *lockstep.Repo) error {
 	if err := CanWrite(actor, r); err != nil {
 		return err
 	}
-	if r.Status != lockstep.StatusActive {
+	if !r.Movable() {
 		return lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s: its refs are kept for review and never move again; create a new workspace to continue", r.Name, r.Status)
 	}
 	return nil
@@ -134,17 +134,17 @@ func CanMoveRefs(actor *lockstep.Key, r *lockstep.Repo) error {
 // directly — otherwise any agent could fork another agent's workspace
 // and land into it.
 func CanPromote(actor *lockstep.Key, ws, base *lockstep.Repo) error {
-	if ws.ForkOf == "" {
+	if !ws.IsWorkspace() {
 		return lockstep.Errorf(lockstep.EINVALID, "%s is a base repository, not a workspace: only workspaces are promoted", ws.Name)
 	}
 	if err := CanWrite(actor, ws); err != nil {
 		return lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner or an admin may promote %s", ws.Name)
 	}
-	if ws.Status != lockstep.StatusActive {
+	if _, ok := lockstep.Transition(ws.Status, lockstep.StatusPromoted); !ok {
 		return lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s, not active", ws.Name, ws.Status)
 	}
-	if base.ForkOf == "" {
-		if base.Status != lockstep.StatusActive {
+	if !base.IsWorkspace() {
+		if !base.Movable() {
 			return lockstep.Errorf(lockstep.EINVALID, "repository %s is %s", base.Name, base.Status)
 		}
 		return nil

@@ -266,7 +266,7 @@ func (r *runner) queueCurrentTips(ctx context.Context, base string) (int, error)
 		return 0, err
 	}
 	for _, w := range ws {
-		if w.Status == lockstep.StatusActive && lockstep.IsOID(w.Tip) {
+		if lockstep.Status(w.Status).Movable() && lockstep.IsOID(w.Tip) {
 			todo = append(todo, hookPayload{Event: "startup", Repository: base, Workspace: w.Name, Commit: w.Tip})
 		}
 	}

@@ -38,7 +38,7 @@ func (s *DB) CreateRepo(ctx context.Context, r *lockstep.Repo, refs []lockstep.R
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		err := tx.QueryRowContext(ctx, `INSERT INTO repos (name, network, fork_of, default_branch, status, owner_key_id, owner_name, base_commit, task, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
-			r.Name, r.Network, r.ForkOf, r.DefaultBranch, r.Status, r.OwnerKeyID, r.OwnerName, r.BaseCommit, r.Task, micros(r.CreatedAt), micros(r.UpdatedAt)).Scan(&r.ID)
+			r.Name, r.Network, r.ForkOf, r.DefaultBranch, string(r.Status), r.OwnerKeyID, r.OwnerName, r.BaseCommit, r.Task, micros(r.CreatedAt), micros(r.UpdatedAt)).Scan(&r.ID)
 		if isUnique(err) {
 			return because(err, lockstep.ECONFLICT, "repository %s already exists", r.Name)
 		}
@@ -85,7 +85,7 @@ func (s *DB) ListRepos(ctx context.Context, f lockstep.RepoFilter) (out []*locks
 		where = append(where, fmt.Sprintf("task = $%d", len(args)))
 	}
 	if f.Status != "" {
-		args = append(args, f.Status)
+		args = append(args, string(f.Status))
 		where = append(where, fmt.Sprintf("status = $%d", len(args)))
 	}
 	if f.After != "" {
@@ -116,22 +116,29 @@ func (s *DB) ListRepos(ctx context.Context, f lockstep.RepoFilter) (out []*locks
 	return out, rows.Err()
 }
 
-// SetRepoStatus changes a repository's status and appends entry.
-func (s *DB) SetRepoStatus(ctx context.Context, repoID int64, status string, entry *lockstep.OpEntry) (err error) {
+// SetRepoStatus moves a repository from change.From to change.To, a
+// compare-and-swap on the status, and appends change.Entry.
+func (s *DB) SetRepoStatus(ctx context.Context, change lockstep.StatusChange) (err error) {
 	ctx, span := s.start(ctx, "SetRepoStatus")
 	defer func() { err = end(span, err) }()
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE repos SET status = $1, updated_at = $2 WHERE id = $3`, status, micros(s.now()), repoID)
+		res, err := tx.ExecContext(ctx, `UPDATE repos SET status = $1, updated_at = $2 WHERE id = $3 AND status = $4`,
+			string(change.To), micros(s.now()), change.RepoID, string(change.From))
 		if err != nil {
-			return err
+			return fmt.Errorf("set status of %s: %w", change.Repo, err)
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return lockstep.Errorf(lockstep.ENOTFOUND, "repository not found")
+		if n, _ := res.RowsAffected(); n != 1 {
+			cur, err := s.statusOf(ctx, tx, change.RepoID, change.Repo)
+			if err != nil {
+				return err
+			}
+			return lockstep.StatusConflict(change.Repo, change.From, cur)
 		}
+		entry := change.Entry
 		if err := s.appendOp(ctx, tx, entry); err != nil {
 			return err
 		}
-		if status != lockstep.StatusFailed && status != lockstep.StatusAbandoned {
+		if change.To != lockstep.StatusFailed && change.To != lockstep.StatusAbandoned {
 			return nil
 		}
 		// A failed or abandoned workspace is never promoted: its staged
@@ -140,9 +147,22 @@ func (s *DB) SetRepoStatus(ctx context.Context, repoID int64, status string, ent
 		if entry != nil {
 			d.KeyID, d.KeyName, d.Repo, d.TraceID, d.Follows = entry.KeyID, entry.KeyName, entry.Repo, entry.TraceID, entry.ID
 		}
-		_, err = s.discardTx(ctx, tx, lockstep.EffectFilter{RepoID: repoID, Reason: "workspace " + status}, d)
+		_, err = s.discardTx(ctx, tx, lockstep.EffectFilter{RepoID: change.RepoID, Reason: "workspace " + string(change.To)}, d)
 		return err
 	})
+}
+
+// statusOf reads a repository's status inside tx (not_found when it is
+// gone).
+func (s *DB) statusOf(ctx context.Context, tx *sql.Tx, repoID int64, name string) (lockstep.Status, error) {
+	var cur string
+	if err := tx.QueryRowContext(ctx, `SELECT status FROM repos WHERE id = $1`, repoID).Scan(&cur); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", because(err, lockstep.ENOTFOUND, "repository %s not found", name)
+		}
+		return "", fmt.Errorf("read status of %s: %w", name, err)
+	}
+	return lockstep.Status(cur), nil
 }
 
 // Refs lists a repository's refs.
@@ -221,18 +241,18 @@ func (s *DB) UpdateRefsAndStatus(ctx context.Context, updates []lockstep.RefUpda
 		// The workspace's row first, then the base's (updateRefs), then the
 		// log head: the order every other writer takes them in (a child
 		// before its base), so two transactions never wait on each other.
-		res, err := tx.ExecContext(ctx, `UPDATE repos SET status = $1, updated_at = $2 WHERE id = $3 AND status = $4`, change.To, micros(s.now()), change.RepoID, change.From)
+		res, err := tx.ExecContext(ctx, `UPDATE repos SET status = $1, updated_at = $2 WHERE id = $3 AND status = $4`,
+			string(change.To), micros(s.now()), change.RepoID, string(change.From))
 		if err != nil {
 			return fmt.Errorf("set status of %s: %w", change.Repo, err)
 		}
 		if n, _ := res.RowsAffected(); n != 1 {
-			var cur string
-			if err := tx.QueryRowContext(ctx, `SELECT status FROM repos WHERE id = $1`, change.RepoID).Scan(&cur); err != nil {
-				if errors.Is(err, sql.ErrNoRows) {
-					return because(err, lockstep.ENOTFOUND, "repository %s not found", change.Repo)
-				}
-				return fmt.Errorf("read status of %s: %w", change.Repo, err)
+			cur, err := s.statusOf(ctx, tx, change.RepoID, change.Repo)
+			if err != nil {
+				return err
 			}
+			// A landing needs a movable workspace: one that is no longer
+			// active is refused like any ref move of it.
 			return lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s, not %s", change.Repo, cur, change.From)
 		}
 		if err := s.updateRefs(ctx, tx, updates, attempts, events, entry); err != nil {
@@ -275,19 +295,16 @@ func (s *DB) lockActive(ctx context.Context, tx *sql.Tx, updates []lockstep.RefU
 			continue
 		}
 		seen[u.RepoID] = true
-		res, err := tx.ExecContext(ctx, `UPDATE repos SET status = status WHERE id = $1 AND status = $2`, u.RepoID, lockstep.StatusActive)
+		res, err := tx.ExecContext(ctx, `UPDATE repos SET status = status WHERE id = $1 AND status = $2`, u.RepoID, string(lockstep.StatusActive))
 		if err != nil {
 			return fmt.Errorf("lock repository %s: %w", u.Repo, err)
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
 			continue
 		}
-		var cur string
-		if err := tx.QueryRowContext(ctx, `SELECT status FROM repos WHERE id = $1`, u.RepoID).Scan(&cur); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return because(err, lockstep.ENOTFOUND, "repository %s not found", u.Repo)
-			}
-			return fmt.Errorf("read status of %s: %w", u.Repo, err)
+		cur, err := s.statusOf(ctx, tx, u.RepoID, u.Repo)
+		if err != nil {
+			return err
 		}
 		return lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s: its refs are kept for review and never move again", u.Repo, cur)
 	}

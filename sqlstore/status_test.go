@@ -23,7 +23,7 @@ func TestRefsOfAFinishedWorkspaceNeverMove(t *testing.T) {
 		if err := db.CreateRepo(ctx, ws, []lockstep.Ref{{Name: "refs/heads/main", OID: old}}, entry("fork")); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.SetRepoStatus(ctx, ws.ID, lockstep.StatusAbandoned, entry("workspace.abandoned")); err != nil {
+		if err := db.SetRepoStatus(ctx, lockstep.StatusChange{RepoID: ws.ID, Repo: ws.Name, From: lockstep.StatusActive, To: lockstep.StatusAbandoned, Entry: entry("workspace.abandoned")}); err != nil {
 			t.Fatal(err)
 		}
 		err := db.UpdateRefs(ctx, []lockstep.RefUpdate{{RepoID: ws.ID, Repo: ws.Name, Name: "refs/heads/main", Old: old, New: fmt.Sprintf("%040x", 2)}}, nil, nil, entry("push"))
@@ -61,7 +61,7 @@ func TestPromoteIsOneTransaction(t *testing.T) {
 			return db.UpdateRefsAndStatus(ctx, []lockstep.RefUpdate{{RepoID: base.ID, Repo: base.Name, Name: "refs/heads/main", Old: old, New: new}}, nil, nil,
 				entry("promote"), lockstep.StatusChange{RepoID: ws.ID, Repo: ws.Name, From: lockstep.StatusActive, To: lockstep.StatusPromoted, Entry: entry("workspace.promoted")})
 		}
-		status := func(name string) string {
+		status := func(name string) lockstep.Status {
 			r, err := db.RepoByName(ctx, name)
 			if err != nil {
 				t.Fatal(err)
@@ -83,7 +83,7 @@ func TestPromoteIsOneTransaction(t *testing.T) {
 		}
 		// The workspace was abandoned meanwhile: the ref does not move.
 		b := mk("ws-b")
-		if err := db.SetRepoStatus(ctx, b.ID, lockstep.StatusAbandoned, entry("workspace.abandoned")); err != nil {
+		if err := db.SetRepoStatus(ctx, lockstep.StatusChange{RepoID: b.ID, Repo: b.Name, From: lockstep.StatusActive, To: lockstep.StatusAbandoned, Entry: entry("workspace.abandoned")}); err != nil {
 			t.Fatal(err)
 		}
 		if err := land(b, tip, fmt.Sprintf("%040x", 3)); lockstep.ErrorCode(err) != lockstep.EINVALID {

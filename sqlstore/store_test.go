@@ -323,7 +323,7 @@ func TestReposAndStatus(t *testing.T) {
 		if len(forks) != 1 || forks[0].Name != "ws-1" || forks[0].Status != lockstep.StatusActive || forks[0].OwnerName != "agent" {
 			t.Fatalf("forks: %+v", forks)
 		}
-		if err := db.SetRepoStatus(ctx, ws.ID, lockstep.StatusFailed, entry("workspace.failed")); err != nil {
+		if err := db.SetRepoStatus(ctx, lockstep.StatusChange{RepoID: ws.ID, Repo: ws.Name, From: lockstep.StatusActive, To: lockstep.StatusFailed, Entry: entry("workspace.failed")}); err != nil {
 			t.Fatal(err)
 		}
 		got, _ := db.RepoByName(ctx, "ws-1")

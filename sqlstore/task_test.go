@@ -23,7 +23,10 @@ func TestTasksAttemptNumbersOpHook(t *testing.T) {
 			t.Fatal(err)
 		}
 		ws := map[string]*lockstep.Repo{}
-		for _, w := range []struct{ name, task, status string }{
+		for _, w := range []struct {
+			name, task string
+			status     lockstep.Status
+		}{
 			{"a1", "t-1", lockstep.StatusActive}, {"a2", "t-1", lockstep.StatusFailed}, {"b1", "t-2", lockstep.StatusActive}, {"c1", "", lockstep.StatusActive},
 		} {
 			r := &lockstep.Repo{Name: w.name, Network: "base", ForkOf: "base", DefaultBranch: "main", Task: w.task}
@@ -31,14 +34,14 @@ func TestTasksAttemptNumbersOpHook(t *testing.T) {
 				t.Fatal(err)
 			}
 			if w.status != lockstep.StatusActive {
-				if err := db.SetRepoStatus(ctx, r.ID, w.status, entry("workspace."+w.status)); err != nil {
+				if err := db.SetRepoStatus(ctx, lockstep.StatusChange{RepoID: r.ID, Repo: r.Name, From: lockstep.StatusActive, To: w.status, Entry: entry("workspace." + string(w.status))}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			ws[w.name] = r
 		}
 		tasks, err := db.Tasks(ctx, "base", "", 10)
-		if err != nil || len(tasks) != 2 || tasks[0].Task != "t-1" || tasks[0].Total != 2 || tasks[0].ByStatus[lockstep.StatusFailed] != 1 || tasks[1].Task != "t-2" {
+		if err != nil || len(tasks) != 2 || tasks[0].Task != "t-1" || tasks[0].Total != 2 || tasks[0].ByStatus[string(lockstep.StatusFailed)] != 1 || tasks[1].Task != "t-2" {
 			t.Fatalf("tasks %+v %v", tasks, err)
 		}
 		if page, err := db.Tasks(ctx, "base", "t-1", 1); err != nil || len(page) != 1 || page[0].Task != "t-2" {

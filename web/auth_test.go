@@ -70,7 +70,7 @@ func TestUICSRFTokenIsBoundToTheSession(t *testing.T) {
 	if s := post("lockstep_session="+w.reviewer+"; lockstep_csrf="+other, other); s != http.StatusForbidden {
 		t.Fatalf("another session's token: %d, want 403", s)
 	}
-	if m := w.api(t, "GET", "/api/v1/repos/task-1", w.reviewer, "", 200); m["status"] != lockstep.StatusActive {
+	if m := w.api(t, "GET", "/api/v1/repos/task-1", w.reviewer, "", 200); m["status"] != string(lockstep.StatusActive) {
 		t.Fatalf("refused forms changed the status to %v", m["status"])
 	}
 	rev := w.login(t, w.reviewer)

@@ -63,8 +63,7 @@ const IdempotentReplayedHeader = "Idempotent-Replayed"
 
 // idemRoute is how a route's staged result becomes its answer.
 type idemRoute struct {
-	status int      // success status (200 when not listed)
-	redact []string // top-level JSON fields never stored (secrets)
+	status int // success status (200 when not listed)
 	// oneTx: the route's effect is one metadata transaction (through
 	// appendOp) with nothing outside the database that matters before it
 	// (objects are content-addressed), and a success commits once. Its key
@@ -75,7 +74,7 @@ type idemRoute struct {
 
 // idemRoutes lists the mutating routes whose success is not a plain 200.
 var idemRoutes = map[string]idemRoute{
-	"POST /api/v1/keys":                            {status: http.StatusCreated, redact: []string{"secret"}},
+	"POST /api/v1/keys":                            {status: http.StatusCreated},
 	"DELETE /api/v1/keys/:id":                      {status: http.StatusNoContent},
 	"POST /api/v1/repos":                           {status: http.StatusCreated},
 	"POST /api/v1/repos/:repo/forks":               {status: http.StatusCreated},
@@ -415,7 +414,7 @@ func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, cl
 			status, header, body = cur.Status, cur.Header, cur.Body
 		}
 	}
-	stored := redact(body, ir.redact)
+	stored := redact(body)
 	s.send(c, status, header, body)
 	// Stored after the answer is on its way, off the request's path: a
 	// duplicate on this replica waits for release, one on another finds
@@ -641,39 +640,68 @@ func renderStaged(ir idemRoute, v any, staged bool) (int, map[string]string, []b
 	if err != nil {
 		return 0, nil, nil, false
 	}
-	return ir.status, jsonHeader(), redact(b, ir.redact), true
+	return ir.status, jsonHeader(), redact(b), true
 }
 
 func jsonHeader() map[string]string {
 	return map[string]string{"Content-Type": "application/json; charset=utf-8"}
 }
 
-// redact drops secret top-level fields from a stored JSON answer and says
-// so ("secret_withheld": true): secrets are shown once, never stored.
-func redact(body []byte, fields []string) []byte {
-	if len(fields) == 0 || len(body) == 0 {
+// secretFields are the JSON field names that carry a secret shown once
+// (a new API key's secret, a rotated hook secret). Whatever the route, a
+// stored answer never holds them.
+var secretFields = map[string]bool{"secret": true}
+
+// redact is the one place a stored answer loses its secrets: every field
+// named in secretFields, at any depth of the JSON answer, is dropped and
+// replaced by "<field>_withheld": true, so a replay says the secret was
+// shown once and is not kept. Used for every route, on the staged answer
+// and on the answer the handler wrote alike.
+func redact(body []byte) []byte {
+	if len(body) == 0 || !bytes.Contains(body, []byte(`"secret`)) {
 		return body
 	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil {
+	var v any
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
+	if d.Decode(&v) != nil {
 		return body
 	}
-	changed := false
-	for _, f := range fields {
-		if _, ok := m[f]; ok {
-			delete(m, f)
-			m[f+"_withheld"] = json.RawMessage("true")
-			changed = true
-		}
-	}
-	if !changed {
+	if !redactValue(v) {
 		return body
 	}
-	b, err := json.Marshal(m)
+	b, err := json.Marshal(v)
 	if err != nil {
 		return body
 	}
 	return b
+}
+
+// redactValue drops secret fields from a decoded JSON value in place and
+// reports whether it dropped any.
+func redactValue(v any) bool {
+	changed := false
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if secretFields[k] {
+				delete(x, k)
+				x[k+"_withheld"] = true
+				changed = true
+				continue
+			}
+			if redactValue(e) {
+				changed = true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if redactValue(e) {
+				changed = true
+			}
+		}
+	}
+	return changed
 }
 
 // keptHeaders are the answer headers a replay repeats.

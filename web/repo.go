@@ -88,7 +88,7 @@ func (s *Server) handleWorkspaces() gin.HandlerFunc {
 			return
 		}
 		ws, next, err := s.Workspaces.Workspaces(c.Request.Context(), c.Param("repo"),
-			workspaces.WorkspaceQuery{Task: c.Query("task"), Status: c.Query("status"), After: c.Query("after"), Limit: limit})
+			workspaces.WorkspaceQuery{Task: c.Query("task"), Status: lockstep.Status(c.Query("status")), After: c.Query("after"), Limit: limit})
 		if err != nil {
 			writeError(c, err)
 			return
@@ -131,7 +131,7 @@ func (s *Server) handleStatus() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		ws, err := s.Workspaces.SetStatus(c.Request.Context(), caller(c), c.Param("repo"), req.Status, req.Reason)
+		ws, err := s.Workspaces.SetStatus(c.Request.Context(), caller(c), c.Param("repo"), lockstep.Status(req.Status), req.Reason)
 		if err != nil {
 			writeError(c, err)
 			return

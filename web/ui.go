@@ -428,7 +428,15 @@ type repoRow struct {
 // uiWorkspacePage is how many workspaces a repository page shows at once.
 const uiWorkspacePage = 100
 
-var workspaceStatuses = []string{lockstep.StatusActive, lockstep.StatusPromoted, lockstep.StatusFailed, lockstep.StatusAbandoned}
+// workspaceStatuses are the lifecycle's statuses (lockstep.Statuses) as
+// the templates show them.
+var workspaceStatuses = func() []string {
+	out := make([]string, 0, len(lockstep.Statuses))
+	for _, st := range lockstep.Statuses {
+		out = append(out, string(st))
+	}
+	return out
+}()
 
 func (u *uiServer) handleIndex(c *gin.Context) {
 	ctx := c.Request.Context()
@@ -443,7 +451,7 @@ func (u *uiServer) handleIndex(c *gin.Context) {
 			if counts[r.ForkOf] == nil {
 				counts[r.ForkOf] = map[string]int{}
 			}
-			counts[r.ForkOf][r.Status]++
+			counts[r.ForkOf][string(r.Status)]++
 		}
 	}
 	var rows []repoRow
@@ -574,7 +582,7 @@ func (u *uiServer) handleRepo(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
-	d.WSQuery = workspaces.WorkspaceQuery{Task: c.Query("task"), Status: c.Query("status"), After: c.Query("after"), Limit: uiWorkspacePage}
+	d.WSQuery = workspaces.WorkspaceQuery{Task: c.Query("task"), Status: lockstep.Status(c.Query("status")), After: c.Query("after"), Limit: uiWorkspacePage}
 	d.Statuses = workspaceStatuses
 	if d.Workspaces, d.NextAfter, err = u.s.Workspaces.Workspaces(ctx, info.Name, d.WSQuery); err != nil {
 		u.fail(c, err)
@@ -642,8 +650,8 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 	switch {
 	case info.Head == "":
 		d.EvalError = "the workspace has no commit yet"
-	case info.Status != lockstep.StatusActive:
-		d.EvalError = "the workspace is " + info.Status + ": it can no longer be promoted"
+	case !info.Movable():
+		d.EvalError = "the workspace is " + string(info.Status) + ": it can no longer be promoted"
 	default:
 		t, err := u.s.Gate.Target(ctx, info.Name, "")
 		if err == nil {
@@ -662,7 +670,7 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 		d.Runs = append(d.Runs, newFailedRun(e))
 	}
 	if info.Status == lockstep.StatusFailed {
-		marks, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: info.Name, Op: "workspace." + lockstep.StatusFailed, Newest: true, Limit: 1})
+		marks, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: info.Name, Op: "workspace." + string(lockstep.StatusFailed), Newest: true, Limit: 1})
 		if err != nil {
 			u.fail(c, err)
 			return
@@ -680,7 +688,7 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 		d.Effects = effects.Views(list)
 		d.CanDecide = auth.Require(me, lockstep.RoleAdmin, lockstep.RoleReviewer) == nil
 	}
-	d.CanFail = info.Status == lockstep.StatusActive && auth.Require(me, lockstep.RoleAdmin, lockstep.RoleReviewer, lockstep.RoleCI) == nil
+	d.CanFail = info.Movable() && lockstep.CheckTransition(me, info.Repo, lockstep.StatusFailed) == nil
 	d.CompareURL = "/ui/repos/" + url.PathEscape(info.Name) + "/compare?" + url.Values{
 		"base": {info.ForkOf + ":" + info.DefaultBranch}, "head": {info.DefaultBranch}, "from": {"merge-base"}}.Encode()
 	if info.Task != "" {

@@ -137,8 +137,8 @@ func (u *uiServer) handleTask(c *gin.Context) {
 		switch {
 		case ws.Tip == "":
 			a.EvalNote = "no commit yet"
-		case ws.Status != lockstep.StatusActive:
-			a.EvalNote = ws.Status + ": not promotable"
+		case !ws.Status.Movable():
+			a.EvalNote = string(ws.Status) + ": not promotable"
 		default:
 			t, err := u.s.Gate.Target(ctx, ws.Name, "")
 			if err == nil {

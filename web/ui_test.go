@@ -452,7 +452,7 @@ func TestUIMarkFailed(t *testing.T) {
 		t.Fatalf("mark failed: %d", r.StatusCode)
 	}
 	m := w.api(t, "GET", "/api/v1/repos/task-1", w.reviewer, "", 200)
-	if m["status"] != lockstep.StatusFailed {
+	if m["status"] != string(lockstep.StatusFailed) {
 		t.Fatalf("status %v, want failed", m["status"])
 	}
 	_, body, _ = w.get(t, rev, "/ui/repos/task-1")

@@ -27,6 +27,7 @@ type fixture struct {
 	srv          *httptest.Server
 	handler      http.Handler
 	admin, agent string
+	db           *sqlstore.DB
 }
 
 func mustServer(t *testing.T) *fixture {
@@ -50,7 +51,7 @@ func mustServer(t *testing.T) *fixture {
 	h := s.Handler()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &fixture{srv: srv, handler: h, admin: admin, agent: agent}
+	return &fixture{srv: srv, handler: h, admin: admin, agent: agent, db: db}
 }
 
 func (f *fixture) do(t *testing.T, method, path, key, body string) (int, map[string]any, http.Header) {

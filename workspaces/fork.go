@@ -103,24 +103,24 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name,
 
 // WorkspaceInfo is one workspace in a base's listing.
 type WorkspaceInfo struct {
-	Name       string `json:"name"`
-	Owner      string `json:"owner"`
-	Status     string `json:"status"`
-	Task       string `json:"task,omitempty"`
-	Tip        string `json:"tip"`
-	BaseCommit string `json:"base_commit"`
-	Ahead      int    `json:"ahead"`
-	Behind     int    `json:"behind"`
-	CreatedAt  string `json:"created_at"`
-	UpdatedAt  string `json:"updated_at"`
+	Name       string          `json:"name"`
+	Owner      string          `json:"owner"`
+	Status     lockstep.Status `json:"status"`
+	Task       string          `json:"task,omitempty"`
+	Tip        string          `json:"tip"`
+	BaseCommit string          `json:"base_commit"`
+	Ahead      int             `json:"ahead"`
+	Behind     int             `json:"behind"`
+	CreatedAt  string          `json:"created_at"`
+	UpdatedAt  string          `json:"updated_at"`
 }
 
 // WorkspaceQuery selects a page of a base's workspaces, by name.
 type WorkspaceQuery struct {
-	Task   string // only this task label
-	Status string // only this status (active, promoted, failed, abandoned)
-	After  string // names after this one
-	Limit  int    // page size (default 100, at most MaxWorkspacePage)
+	Task   string          // only this task label
+	Status lockstep.Status // only this status (lockstep.Statuses)
+	After  string          // names after this one
+	Limit  int             // page size (default 100, at most MaxWorkspacePage)
 }
 
 // MaxWorkspacePage bounds one page of a workspace listing.
@@ -138,10 +138,8 @@ func (s *Service) Workspaces(ctx context.Context, baseName string, q WorkspaceQu
 	if q.Limit < 0 || q.Limit > MaxWorkspacePage {
 		return nil, "", lockstep.Errorf(lockstep.EINVALID, "limit %d: want 1 to %d", q.Limit, MaxWorkspacePage)
 	}
-	switch q.Status {
-	case "", lockstep.StatusActive, lockstep.StatusPromoted, lockstep.StatusFailed, lockstep.StatusAbandoned:
-	default:
-		return nil, "", lockstep.Errorf(lockstep.EINVALID, "status %q: want active, promoted, failed or abandoned", q.Status)
+	if q.Status != "" && !q.Status.Valid() {
+		return nil, "", lockstep.Errorf(lockstep.EINVALID, "status %q: want one of %v", q.Status, lockstep.Statuses)
 	}
 	base, err := s.repos.Repo(ctx, baseName)
 	if err != nil {
@@ -202,49 +200,39 @@ func (s *Service) Attempts(ctx context.Context, wsName string, limit int) ([]loc
 	return a, err
 }
 
-// SetStatus changes a workspace's status. Abandoning (DELETE) is for the
-// owner or an admin; marking failed is for reviewers, CI and admins;
-// refs are always kept for review.
-func (s *Service) SetStatus(ctx context.Context, actor *lockstep.Key, wsName, status, reason string) (*lockstep.Repo, error) {
-	ws, err := s.repos.Repo(ctx, wsName)
-	if err != nil {
-		return nil, err
-	}
-	if ws.ForkOf == "" {
-		return nil, lockstep.Errorf(lockstep.EINVALID, "%s is a base repository, not a workspace", ws.Name)
-	}
-	switch status {
-	case lockstep.StatusAbandoned:
-		if actor.Role != lockstep.RoleAdmin && actor.ID != ws.OwnerKeyID {
-			return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner or an admin may abandon it")
-		}
-	case lockstep.StatusFailed:
-		if err := auth.Require(actor, lockstep.RoleAdmin, lockstep.RoleReviewer, lockstep.RoleCI); err != nil {
+// SetStatus changes a workspace's status by the lifecycle table
+// (lockstep.StatusTransitions, lockstep.CheckTransition): abandoning
+// (DELETE) is for the owner or an admin; marking failed is for reviewers,
+// CI and admins; an admin may reopen a failed workspace; promoted and
+// abandoned are final; refs are always kept for review. The store swaps
+// the status only if it is still the one the rule was checked on; when
+// it changed meanwhile (a promote landed, someone else marked it), the
+// change is decided again on the new status.
+func (s *Service) SetStatus(ctx context.Context, actor *lockstep.Key, wsName string, status lockstep.Status, reason string) (*lockstep.Repo, error) {
+	for attempt := 0; ; attempt++ {
+		ws, err := s.repos.Repo(ctx, wsName)
+		if err != nil {
 			return nil, err
 		}
-	case lockstep.StatusActive, lockstep.StatusPromoted:
-		if err := auth.Require(actor, lockstep.RoleAdmin); err != nil {
+		if err := lockstep.CheckTransition(actor, ws, status); err != nil {
 			return nil, err
 		}
-	default:
-		return nil, lockstep.Errorf(lockstep.EINVALID, "invalid status %q: want active, failed, abandoned or promoted", status)
+		entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace." + string(status), Repo: ws.Name, TraceID: traceID(ctx),
+			Details: map[string]any{"from": string(ws.Status), "to": string(status), "reason": reason}}
+		staged := *ws
+		staged.Status = status
+		lockstep.StageResult(ctx, &staged)
+		err = s.store.SetRepoStatus(ctx, lockstep.StatusChange{RepoID: ws.ID, Repo: ws.Name, From: ws.Status, To: status, Entry: entry})
+		if lockstep.ErrorCode(err) == lockstep.EREFCONFLICT && attempt < 3 {
+			continue // the status changed since it was read: decide again
+		}
+		if err != nil {
+			return nil, err
+		}
+		ws.Status = status
+		if status == lockstep.StatusAbandoned {
+			s.dropAfterAbandon(ctx, ws.Name)
+		}
+		return ws, nil
 	}
-	// Promoted and abandoned are final: reopening one would let its refs
-	// move again (and a promoted workspace could land twice).
-	if ws.Status == lockstep.StatusPromoted || ws.Status == lockstep.StatusAbandoned {
-		return nil, lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s: that status is final (fork a new workspace to continue)", ws.Name, ws.Status)
-	}
-	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace." + status, Repo: ws.Name, TraceID: traceID(ctx),
-		Details: map[string]any{"from": ws.Status, "to": status, "reason": reason}}
-	staged := *ws
-	staged.Status = status
-	lockstep.StageResult(ctx, &staged)
-	if err := s.store.SetRepoStatus(ctx, ws.ID, status, entry); err != nil {
-		return nil, err
-	}
-	ws.Status = status
-	if status == lockstep.StatusAbandoned {
-		s.dropAfterAbandon(ctx, ws.Name)
-	}
-	return ws, nil
 }

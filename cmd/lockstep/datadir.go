@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,8 +14,10 @@ import (
 // secureDataDir creates the data directory with mode 0700, and restricts an
 // existing one: the directory to 0700 and every regular file directly in it
 // (lockstep.db and its -wal/-shm, admin.key, branch.secret, secret.key) to
-// 0600, logging each change. Everything below (the git networks) is then
-// out of other users' reach through the directory's mode.
+// 0600, logging each change; below it (the git networks) every directory
+// open to others becomes 0700 and every such file loses its group and
+// other bits (a pack 0444 becomes 0400), counted in one log line. New
+// files are private through the server's umask (privateUmask).
 func secureDataDir(dir string, logger *slog.Logger) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create data directory: %w", err)
@@ -48,6 +51,46 @@ func secureDataDir(dir string, logger *slog.Logger) error {
 			}
 			logger.Warn("data file was readable by others: mode set to 0600", "file", p, "was", fmt.Sprintf("%04o", info.Mode().Perm()))
 		}
+	}
+	fixed := 0
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		err := filepath.WalkDir(filepath.Join(dir, e.Name()), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if os.IsNotExist(err) {
+					return nil // removed meanwhile (a repack's old pack)
+				}
+				return err
+			}
+			if !d.IsDir() && !d.Type().IsRegular() {
+				return nil
+			}
+			info, err := d.Info()
+			if err != nil {
+				return nil
+			}
+			perm := info.Mode().Perm()
+			want := perm &^ 0o077
+			if d.IsDir() {
+				want = 0o700
+			}
+			if perm == want || (!d.IsDir() && perm&0o077 == 0) {
+				return nil
+			}
+			if err := os.Chmod(p, want); err != nil && !os.IsNotExist(err) {
+				return fmt.Errorf("restrict %s to its owner: %w", p, err)
+			}
+			fixed++
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if fixed > 0 {
+		logger.Warn("data files and directories were readable by others: group and other access removed", "dir", dir, "count", fixed)
 	}
 	return nil
 }

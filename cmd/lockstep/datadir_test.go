@@ -80,3 +80,48 @@ func TestSecureDataDir(t *testing.T) {
 		t.Errorf("%d log lines, want 5:\n%s", n, logs.String())
 	}
 }
+
+// TestSecureDataDirTree: a data directory from before the server ran
+// with umask 077 (git's 0755 directories, 0644 files, 0444 packs) is made
+// private at start: directories 0700, files without group and other
+// access, in one log line.
+func TestSecureDataDirTree(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	pack := filepath.Join(dir, "networks", "r.git", "objects", "pack")
+	if err := os.MkdirAll(pack, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]os.FileMode{
+		filepath.Join(dir, "networks", "r.git", "config"): 0o644,
+		filepath.Join(pack, "pack-1.pack"):                0o444,
+		filepath.Join(pack, "pack-1.idx"):                 0o444,
+	}
+	for p, mode := range files {
+		os.WriteFile(p, []byte("x"), mode)
+		os.Chmod(p, mode)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "networks"), filepath.Join(dir, "networks", "r.git"), filepath.Join(dir, "networks", "r.git", "objects"), pack} {
+		os.Chmod(d, 0o755)
+	}
+	var logs bytes.Buffer
+	if err := secureDataDir(dir, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+		t.Fatal(err)
+	}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, _ := d.Info()
+		perm := info.Mode().Perm()
+		if d.IsDir() && perm != 0o700 || !d.IsDir() && perm != 0o600 && perm != 0o400 {
+			t.Errorf("%s is %04o", p, perm)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "count=7") {
+		t.Errorf("want one log line counting 7 changes (4 directories, 3 files):\n%s", logs.String())
+	}
+}

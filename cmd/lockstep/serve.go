@@ -382,6 +382,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 			a.close()
 		}
 	}()
+	privateUmask()
 	if err := secureDataDir(c.Data, logger); err != nil {
 		return nil, err
 	}

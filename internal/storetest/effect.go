@@ -70,7 +70,7 @@ func effectTests() map[string]test {
 			// A duplicate id is refused.
 			wantCode(t, s.StageEffect(bg, e2, 0, ent("effect.stage")), lockstep.ECONFLICT)
 			// A workspace that is not active takes none.
-			must(t, s.SetRepoStatus(bg, ws.ID, lockstep.StatusFailed, ent("workspace.failed")))
+			must(t, s.SetRepoStatus(bg, lockstep.StatusChange{RepoID: ws.ID, Repo: ws.Name, From: lockstep.StatusActive, To: lockstep.StatusFailed, Entry: ent("workspace.failed")}))
 			wantCode(t, s.StageEffect(bg, e3, 0, ent("effect.stage")), lockstep.EINVALID)
 			wantOps(t, s, "effect.stage", 2)
 		},
@@ -153,7 +153,7 @@ func effectTests() map[string]test {
 				t.Fatalf("restore discarded %v", d.Discarded)
 			}
 			// A workspace marked failed discards what is left.
-			must(t, s.SetRepoStatus(bg, ws.ID, lockstep.StatusFailed, ent("workspace.failed")))
+			must(t, s.SetRepoStatus(bg, lockstep.StatusChange{RepoID: ws.ID, Repo: ws.Name, From: lockstep.StatusActive, To: lockstep.StatusFailed, Entry: ent("workspace.failed")}))
 			if effectStatus(t, s, e1.ID) != lockstep.EffectDiscarded {
 				t.Fatal("a failed workspace kept a staged effect")
 			}

@@ -24,11 +24,17 @@ func refOID(t *testing.T, s lockstep.Store, r *lockstep.Repo, name string) strin
 	return ref.OID
 }
 
-func status(t *testing.T, s lockstep.Store, name string) string {
+func status(t *testing.T, s lockstep.Store, name string) lockstep.Status {
 	t.Helper()
 	r, err := s.RepoByName(bg, name)
 	must(t, err)
 	return r.Status
+}
+
+// setStatus moves r from its status active to st.
+func setStatus(t *testing.T, s lockstep.Store, r *lockstep.Repo, st lockstep.Status, op string) {
+	t.Helper()
+	must(t, s.SetRepoStatus(bg, lockstep.StatusChange{RepoID: r.ID, Repo: r.Name, From: lockstep.StatusActive, To: st, Entry: ent(op)}))
 }
 
 func names(rs []*lockstep.Repo) string {
@@ -99,7 +105,7 @@ func repoTests() map[string]test {
 				must(t, s.CreateRepo(bg, r, nil, ent("fork")))
 			}
 			ws2, _ := s.RepoByName(bg, "ws-2")
-			must(t, s.SetRepoStatus(bg, ws2.ID, lockstep.StatusFailed, ent("workspace.failed")))
+			setStatus(t, s, ws2, lockstep.StatusFailed, "workspace.failed")
 			mustRepo(t, s, "ws-x", "a-other")
 			list := func(f lockstep.RepoFilter) string {
 				t.Helper()
@@ -141,13 +147,13 @@ func repoTests() map[string]test {
 			mk("w4", "base", "gamma")
 			mk("w5", "base", "") // no label: not a task
 			mk("w6", "other", "alpha")
-			must(t, s.SetRepoStatus(bg, w2.ID, lockstep.StatusPromoted, ent("promote")))
+			setStatus(t, s, w2, lockstep.StatusPromoted, "promote")
 			got, err := s.Tasks(bg, "base", "", 0)
 			must(t, err)
 			if len(got) != 3 || got[0].Task != "alpha" || got[1].Task != "beta" || got[2].Task != "gamma" {
 				t.Fatalf("Tasks = %+v, want alpha beta gamma", got)
 			}
-			if a := got[0]; a.Total != 2 || a.ByStatus[lockstep.StatusActive] != 1 || a.ByStatus[lockstep.StatusPromoted] != 1 {
+			if a := got[0]; a.Total != 2 || a.ByStatus[string(lockstep.StatusActive)] != 1 || a.ByStatus[string(lockstep.StatusPromoted)] != 1 {
 				t.Fatalf("alpha counts %+v (the other base's alpha must not count)", a)
 			}
 			got, err = s.Tasks(bg, "base", "alpha", 1)
@@ -164,7 +170,7 @@ func repoTests() map[string]test {
 		"SetRepoStatus": func(t *testing.T, s lockstep.Store) {
 			mustRepo(t, s, "base", "")
 			ws := mustRepo(t, s, "ws", "base")
-			must(t, s.SetRepoStatus(bg, ws.ID, lockstep.StatusAbandoned, ent("workspace.abandon")))
+			setStatus(t, s, ws, lockstep.StatusAbandoned, "workspace.abandon")
 			if got := status(t, s, "ws"); got != lockstep.StatusAbandoned {
 				t.Fatalf("status %s", got)
 			}
@@ -172,6 +178,59 @@ func repoTests() map[string]test {
 				t.Fatal("the base's status changed")
 			}
 			wantOps(t, s, "workspace.abandon", 1)
+			// Unknown repository: not_found, nothing logged.
+			err := s.SetRepoStatus(bg, lockstep.StatusChange{RepoID: 1 << 40, Repo: "gone", From: lockstep.StatusActive, To: lockstep.StatusFailed, Entry: ent("workspace.failed")})
+			wantCode(t, err, lockstep.ENOTFOUND)
+			wantOps(t, s, "workspace.failed", 0)
+		},
+		"SetRepoStatus/compare-and-swap": func(t *testing.T, s lockstep.Store) {
+			// A change decided on a status that is no longer current loses:
+			// nothing changes, nothing is logged, and the error names both.
+			mustRepo(t, s, "base", "")
+			ws := mustRepo(t, s, "ws", "base")
+			setStatus(t, s, ws, lockstep.StatusFailed, "workspace.failed")
+			err := s.SetRepoStatus(bg, lockstep.StatusChange{RepoID: ws.ID, Repo: ws.Name, From: lockstep.StatusActive, To: lockstep.StatusAbandoned, Entry: ent("workspace.abandoned")})
+			wantCode(t, err, lockstep.EREFCONFLICT)
+			if d := lockstep.ErrorDetails(err); d["expected"] != "active" || d["actual"] != "failed" {
+				t.Fatalf("conflict details %v, want expected active, actual failed", d)
+			}
+			if got := status(t, s, "ws"); got != lockstep.StatusFailed {
+				t.Fatalf("status %s after a lost compare-and-swap", got)
+			}
+			wantOps(t, s, "workspace.abandoned", 0)
+			// From the current status it lands.
+			must(t, s.SetRepoStatus(bg, lockstep.StatusChange{RepoID: ws.ID, Repo: ws.Name, From: lockstep.StatusFailed, To: lockstep.StatusActive, Entry: ent("workspace.active")}))
+			// Racing changes from one status: exactly one wins.
+			const n = 8
+			var wg sync.WaitGroup
+			errs := make(chan error, n)
+			for i := 0; i < n; i++ {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					to := []lockstep.Status{lockstep.StatusFailed, lockstep.StatusAbandoned}[i%2]
+					errs <- s.SetRepoStatus(bg, lockstep.StatusChange{RepoID: ws.ID, Repo: ws.Name, From: lockstep.StatusActive, To: to, Entry: ent("workspace.race")})
+				}(i)
+			}
+			wg.Wait()
+			close(errs)
+			wins := 0
+			for err := range errs {
+				switch lockstep.ErrorCode(err) {
+				case "":
+					wins++
+				case lockstep.EREFCONFLICT:
+				default:
+					t.Fatalf("racing status changes: %v", err)
+				}
+			}
+			if wins != 1 {
+				t.Fatalf("%d racing status changes won, want 1", wins)
+			}
+			wantOps(t, s, "workspace.race", 1)
+			if got := status(t, s, "ws"); got != lockstep.StatusFailed && got != lockstep.StatusAbandoned {
+				t.Fatalf("status %s after the race", got)
+			}
 		},
 		"Refs": func(t *testing.T, s lockstep.Store) {
 			r := mustRepo(t, s, "base", "", lockstep.Ref{Name: "refs/heads/z", OID: oid(1)}, lockstep.Ref{Name: "refs/heads/a", OID: oid(2)}, lockstep.Ref{Name: "refs/tags/m", OID: oid(3)})
@@ -303,9 +362,9 @@ func repoTests() map[string]test {
 		},
 		"UpdateRefs/inactive": func(t *testing.T, s lockstep.Store) {
 			mustRepo(t, s, "base", "")
-			for _, st := range []string{lockstep.StatusPromoted, lockstep.StatusFailed, lockstep.StatusAbandoned} {
-				ws := mustRepo(t, s, "ws-"+st, "base", lockstep.Ref{Name: mainRef, OID: oid(1)})
-				must(t, s.SetRepoStatus(bg, ws.ID, st, ent("status")))
+			for _, st := range []lockstep.Status{lockstep.StatusPromoted, lockstep.StatusFailed, lockstep.StatusAbandoned} {
+				ws := mustRepo(t, s, "ws-"+string(st), "base", lockstep.Ref{Name: mainRef, OID: oid(1)})
+				setStatus(t, s, ws, st, "status")
 				err := s.UpdateRefs(bg, []lockstep.RefUpdate{upd(ws, mainRef, oid(1), oid(2))}, nil, nil, ent("push"))
 				wantCode(t, err, lockstep.EINVALID)
 				if refOID(t, s, ws, mainRef) != oid(1) {
@@ -348,7 +407,7 @@ func repoTests() map[string]test {
 			base := mustRepo(t, s, "base", "", lockstep.Ref{Name: mainRef, OID: oid(1)})
 			ws := mustRepo(t, s, "ws", "base", lockstep.Ref{Name: mainRef, OID: oid(2)})
 			hookOn(t, s, base, "hook_all", "*")
-			change := func(from string) lockstep.StatusChange {
+			change := func(from lockstep.Status) lockstep.StatusChange {
 				return lockstep.StatusChange{RepoID: ws.ID, Repo: ws.Name, From: from, To: lockstep.StatusPromoted, Entry: ent("workspace.promoted")}
 			}
 			ev := []lockstep.HookEvent{{Repos: []string{"base"}, Event: "workspace.promoted"}}

@@ -39,6 +39,7 @@ from .types import (
     PushResult,
     Ref,
     Repo,
+    RepoStatus,
     RestoreResult,
     WorkspaceInfo,
 )
@@ -231,7 +232,7 @@ class Client:
     def attempts(self, workspace: str, limit: int = 0) -> List[JSON]:
         return self._get(self._repo(workspace, "attempts"), limit=limit or None)["attempts"] or []
 
-    def set_status(self, workspace: str, status: str, reason: str = "") -> Repo:
+    def set_status(self, workspace: str, status: RepoStatus, reason: str = "") -> Repo:
         return self._post(self._repo(workspace, "status"), {"status": status, "reason": reason})
 
     def abandon(self, workspace: str, reason: str = "") -> Repo:

@@ -10,9 +10,16 @@ import sys
 from typing import Any, Dict, List
 
 if sys.version_info >= (3, 8):
-    from typing import TypedDict
+    from typing import Literal, TypedDict
 else:  # pragma: no cover
     TypedDict = dict
+
+# RepoStatus is a repository's lifecycle status: the server's table
+# (lockstep.Statuses, status.go); a Go test keeps this list in step with it.
+if sys.version_info >= (3, 8):
+    RepoStatus = Literal["active", "promoted", "failed", "abandoned"]
+else:  # pragma: no cover
+    RepoStatus = str
 
 
 class Repo(TypedDict, total=False):
@@ -20,7 +27,7 @@ class Repo(TypedDict, total=False):
     network: str
     fork_of: str
     default_branch: str
-    status: str  # active, promoted, failed, abandoned
+    status: RepoStatus
     owner_key_id: str
     owner: str
     base_commit: str
@@ -43,7 +50,7 @@ class ForkResult(TypedDict, total=False):
 class WorkspaceInfo(TypedDict, total=False):
     name: str
     owner: str
-    status: str
+    status: RepoStatus
     tip: str
     base_commit: str
     ahead: int
