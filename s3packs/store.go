@@ -57,9 +57,9 @@ func newStore(cfg Config, wrap func(http.RoundTripper) http.RoundTripper) (*Stor
 		cfg.Timeout = DefaultTimeout
 	}
 	tr := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
-		TLSHandshakeTimeout:   cfg.Timeout,
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: cfg.Timeout,
 		// A server that accepted the request but does not answer (frozen,
 		// overloaded) is given Timeout, not more: one write must fail
 		// within attempts×Timeout, not hang (issue 21 item 10).
