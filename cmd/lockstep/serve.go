@@ -86,6 +86,9 @@ type serveConfig struct {
 	// the process environment (lockstep bench passes its own).
 	objEnv    func(string) string
 	TempGrace time.Duration
+	// A Redis outage fails fast (issue 21 item 14): redislock.NewClient.
+	RedisTimeout  time.Duration
+	RedisCooldown time.Duration
 }
 
 // flagger declares flags whose defaults come from the environment.
@@ -233,6 +236,8 @@ func (c *serveConfig) declare(f *flagger) {
 	f.str(&c.ObjectStore, "object-store", s3packs.Setting, "", "s3://bucket/prefix?endpoint=host:port[&insecure=true&region=…&path_style=true]: keep each network's packs in this S3-compatible bucket (several replicas; needs --database-url, a shared --secret-key-file; keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); empty = the local disk")
 	f.dur(&c.ObjectGrace, "object-grace", "LOCKSTEP_OBJECT_GRACE", replica.DefaultGrace, "object store: a retired or never-registered pack is deleted only once older than this; a write whose upload takes over half of it fails (must exceed the longest upload)")
 	f.dur(&c.ObjectGC, "object-gc-interval", "LOCKSTEP_OBJECT_GC_INTERVAL", 10*time.Minute, "object store: how often garbage collection of the bucket runs (one replica at a time); 0 = never")
+	f.dur(&c.RedisTimeout, "redis-timeout", "LOCKSTEP_REDIS_TIMEOUT", redislock.DefaultTimeout, "bound of one Redis dial, read or write (a command is tried twice at most)")
+	f.dur(&c.RedisCooldown, "redis-cooldown", "LOCKSTEP_REDIS_COOLDOWN", redislock.DefaultCooldown, "after Redis fails, how long it is skipped (notifications not sent, promotes 503) before it is tried again")
 	f.dur(&c.IdemWait, "idempotency-wait", "LOCKSTEP_IDEMPOTENCY_WAIT", 10*time.Second, "how long a concurrent duplicate waits for the first request before 409 in_progress")
 }
 
@@ -394,7 +399,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		if err != nil {
 			return nil, fmt.Errorf("LOCKSTEP_REDIS_URL: %w", err)
 		}
-		rdb = redis.NewClient(opt)
+		rdb, _ = redislock.NewClient(opt, redislock.ClientOptions{Timeout: c.RedisTimeout, Cooldown: c.RedisCooldown})
 		a.closers = append(a.closers, func() { rdb.Close() })
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err = rdb.Ping(pctx).Err()
