@@ -282,6 +282,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	raiseFileLimit(logger)
 	a, err := startApp(ctx, &c, logger)
 	if err != nil {
 		return err
