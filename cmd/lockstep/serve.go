@@ -282,7 +282,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level}))
-	raiseFileLimit(logger)
+	fdLimit := raiseFileLimit()
 	a, err := startApp(ctx, &c, logger)
 	if err != nil {
 		return err
@@ -297,6 +297,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	fdLimit.log(logger)
 	logger.Info("lockstep serving", "addr", ln.Addr().String(), "data", c.Data, "metadata", a.store.Dialect(),
 		"redis", c.RedisURL != "", "database_branching", c.BranchDatabaseURL != "")
 	if a.adminKeyPath != "" {
