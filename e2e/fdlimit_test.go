@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -152,7 +153,19 @@ func TestFileDescriptorExhaustion(t *testing.T) {
 		t.Errorf("no start-up log line about the descriptor limit:\n%s", s.Stderr)
 	}
 
-	push, refs, gitRefs, edit, editFrom, ready := pin(t, s), pin(t, s), pin(t, s), pin(t, s), pin(t, s), pin(t, s)
+	// A git push's request, built before: a commit on main and its pack.
+	d := s.clone(t, "fds", s.AdminKey)
+	writeFile(t, filepath.Join(d, "g.txt"), "git push out of descriptors\n")
+	e2ekit.Git(t, d, "add", ".")
+	e2ekit.Git(t, d, "commit", "-q", "-m", "git push")
+	newOID := e2ekit.Git(t, d, "rev-parse", "HEAD")
+	pack, err := e2ekit.GitRunBytes(d, newOID+"\n^"+p.Commit+"\n", "pack-objects", "--revs", "--stdout", "-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	receive := append([]byte(pktLines(p.Commit+" "+newOID+" refs/heads/main\x00report-status\n")+"0000"), pack...)
+
+	push, gitPush, refs, gitRefs, edit, editFrom, ready := pin(t, s), pin(t, s), pin(t, s), pin(t, s), pin(t, s), pin(t, s), pin(t, s)
 	release := exhaust(t, s)
 
 	check := func(what string, r *e2ekit.Response) {
@@ -176,6 +189,8 @@ func TestFileDescriptorExhaustion(t *testing.T) {
 	tarball := e2ekit.TarOf(t, map[string]string{"a.txt": "b\n", "big.bin": randomText(7, 64<<10)})
 	check("push", push.do(t, "PUT", "/api/v1/repos/fds/worktree"+e2ekit.PushQuery("main", p.Commit), s.AdminKey, tarball,
 		map[string]string{"Content-Type": "application/x-tar"}))
+	check("git push", gitPush.do(t, "POST", "/git/fds.git/git-receive-pack", s.AdminKey, receive,
+		map[string]string{"Content-Type": "application/x-git-receive-pack-request", "User-Agent": "git/2.39.5"}))
 	check("ref listing (v2)", refs.do(t, "GET", "/git/fds.git/info/refs?service=git-upload-pack", s.AdminKey, nil,
 		map[string]string{"Git-Protocol": "version=2"}))
 	check("ref listing (git client)", gitRefs.do(t, "GET", "/git/fds.git/info/refs?service=git-upload-pack", s.AdminKey, nil,
