@@ -220,7 +220,9 @@ func (m *Manager) Open(dir string, opts repo.Options) (repositories.ObjectStore,
 	return n, nil
 }
 
-// unavailable wraps an object-store failure of op as a 503.
+// unavailable wraps an object-store failure of op as a 503. The message
+// names the operation only: the cause (which may name the endpoint's host
+// and port) is kept for the log.
 func unavailable(op string, err error) error {
 	if lockstep.ErrorCode(err) == lockstep.EUNAVAILABLE {
 		return err
@@ -229,5 +231,5 @@ func unavailable(op string, err error) error {
 	if errors.As(err, &le) {
 		return err
 	}
-	return lockstep.E(op, lockstep.EUNAVAILABLE, "object store: "+err.Error(), err)
+	return lockstep.E(op, lockstep.EUNAVAILABLE, "object store: "+op+" failed; retry later", err)
 }

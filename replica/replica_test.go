@@ -250,6 +250,39 @@ func TestObjectStoreOutage(t *testing.T) {
 	mustHave(t, fresh, append(before, after...), "a new replica after the outage")
 }
 
+// TestObjectStoreFrozen: issue 21 item 10. The object store frozen
+// (SIGSTOP: connections accepted, nothing answered), a write fails as
+// unavailable instead of stalling for 3 attempts of 4 timeouts each, and
+// its message names neither the store's host nor its port.
+func TestObjectStoreFrozen(t *testing.T) {
+	own := testenv.StartS3(t)
+	t.Cleanup(own.Thaw)
+	own.MakeBucket(t, "frozen")
+	e := newEnvOn(t, own.S3Server, "frozen")
+	n := e.replica(time.Hour).open(t, "net")
+	writeBlobs(t, n, "before", 1)
+
+	own.Freeze(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.WriteObjects([]plumbing.EncodedObject{blob("while frozen")})
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * e.cfg.Timeout): // a hang detector: 2 attempts of one timeout each are expected
+		t.Fatalf("a write to a frozen object store still running after %s", 10*e.cfg.Timeout)
+	}
+	if lockstep.ErrorCode(err) != lockstep.EUNAVAILABLE {
+		t.Fatalf("write with the store frozen: %v (code %q), want unavailable", err, lockstep.ErrorCode(err))
+	}
+	host, port, _ := strings.Cut(own.Endpoint, ":")
+	if msg := lockstep.ErrorMessage(err); strings.Contains(msg, host) || strings.Contains(msg, port) {
+		t.Errorf("the message names the object store's endpoint %s: %q", own.Endpoint, msg)
+	}
+}
+
 // Compaction folds every live pack written by several replicas into one,
 // keeps every object (referenced or not), retires the old packs in the
 // database, and the other replicas follow; two compactions at once do

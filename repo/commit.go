@@ -2,6 +2,7 @@ package repo
 
 import (
 	"container/heap"
+	"errors"
 	"fmt"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -110,8 +111,10 @@ func (n *Network) commitObject(h plumbing.Hash) (*object.Commit, error) {
 // treeOf resolves a commit or tree hash to a tree hash.
 func (n *Network) treeOf(h plumbing.Hash) (plumbing.Hash, error) {
 	obj, err := n.object(h)
-	if err != nil {
+	if errors.Is(err, plumbing.ErrObjectNotFound) {
 		return plumbing.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "object %s not found", h)
+	} else if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("read object %s: %w", h, err) // not a miss: out of descriptors, I/O
 	}
 	switch obj.Type() {
 	case plumbing.TreeObject:

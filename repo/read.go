@@ -3,6 +3,7 @@ package repo
 import (
 	"archive/tar"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -132,8 +133,10 @@ func (n *Network) TreeEntries(treeOrCommit plumbing.Hash, path string) ([]TreeEn
 	for _, te := range t.Entries {
 		x := TreeEntry{Name: te.Name, Path: prefix + te.Name, Mode: modeString(te.Mode), Type: entryType(te.Mode), Hash: te.Hash}
 		if te.Mode.IsFile() {
-			if x.Size, err = n.objectSize(te.Hash); err != nil {
+			if x.Size, err = n.objectSize(te.Hash); errors.Is(err, plumbing.ErrObjectNotFound) {
 				return nil, lockstep.Errorf(lockstep.ENOTFOUND, "blob %s of %q not found", te.Hash, x.Path)
+			} else if err != nil {
+				return nil, fmt.Errorf("size of blob %s of %q: %w", te.Hash, x.Path, err)
 			}
 		}
 		out = append(out, x)

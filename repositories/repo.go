@@ -2,6 +2,7 @@ package repositories
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -182,7 +183,7 @@ func (s *Service) Resolve(ctx context.Context, r *lockstep.Repo, rev string) (pl
 		for range st.count {
 			c, err := n.Commit(h)
 			if err != nil {
-				return plumbing.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", h, r.Name)
+				return plumbing.ZeroHash, missingOr(err, lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", h, r.Name))
 			}
 			p := 1
 			if st.op == '^' {
@@ -247,12 +248,22 @@ func splitRevSuffix(rev string) (string, []revStep, error) {
 	return base, steps, nil
 }
 
+// missingOr returns nf when err says an object is missing (not_found), and
+// err itself otherwise: a read that failed (out of file descriptors, an
+// I/O error) is never answered as a missing commit.
+func missingOr(err, nf error) error {
+	if lockstep.ErrorCode(err) == lockstep.ENOTFOUND || errors.Is(err, plumbing.ErrObjectNotFound) {
+		return nf
+	}
+	return err
+}
+
 // resolveBase resolves a revision without ancestry suffixes.
 func (s *Service) resolveBase(ctx context.Context, n ObjectStore, r *lockstep.Repo, rev, full string) (plumbing.Hash, error) {
 	if lockstep.IsOID(rev) {
 		h := plumbing.NewHash(rev)
 		if _, err := n.Commit(h); err != nil {
-			return plumbing.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", rev, r.Name)
+			return plumbing.ZeroHash, missingOr(err, lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", rev, r.Name))
 		}
 		return h, nil
 	}

@@ -33,8 +33,9 @@ type Config struct {
 	// PathStyle forces path-style bucket addressing
 	// (http://endpoint/bucket/key) even where virtual hosts would be used.
 	PathStyle bool
-	// Timeout bounds each start-up check and the connection set-up of
-	// every request (default DefaultTimeout).
+	// Timeout bounds each start-up check, and the connection set-up and
+	// the wait for the answer's headers of every request, which is tried
+	// twice at most (default DefaultTimeout).
 	Timeout time.Duration
 	// AccessKey, SecretKey and SessionToken are the credentials
 	// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN).
@@ -54,7 +55,8 @@ type Config struct {
 //	insecure    1 or true: plain HTTP (local servers such as versitygw or MinIO)
 //	path_style  1 or true: path-style requests (most non-AWS servers need none:
 //	            the client picks path style for endpoints that are not AWS's)
-//	timeout     a Go duration bounding each start-up check (default 5s)
+//	timeout     a Go duration bounding each start-up check, and each request's
+//	            connection and wait for an answer (default 5s)
 //
 // Any other key, a malformed URL or missing credentials is an error whose
 // one-line message names the setting.

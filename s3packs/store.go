@@ -43,14 +43,27 @@ type Store struct {
 // New returns a Store for cfg without checking anything: use Open at
 // start-up.
 func New(cfg Config) (*Store, error) {
+	return newStore(cfg, nil)
+}
+
+// attempts is how many times one request is sent: once, and one retry
+// (a frozen server costs a write at most 2×Timeout plus a short backoff).
+const attempts = 2
+
+// newStore is New; wrap (tests only) wraps the HTTP transport, to count
+// the requests a frozen server receives.
+func newStore(cfg Config, wrap func(http.RoundTripper) http.RoundTripper) (*Store, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
 	tr := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
-		TLSHandshakeTimeout:   cfg.Timeout,
-		ResponseHeaderTimeout: 4 * cfg.Timeout,
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: cfg.Timeout,
+		// A server that accepted the request but does not answer (frozen,
+		// overloaded) is given Timeout, not more: one write must fail
+		// within attempts×Timeout, not hang (issue 21 item 10).
+		ResponseHeaderTimeout: cfg.Timeout,
 		MaxIdleConnsPerHost:   16,
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
@@ -60,13 +73,17 @@ func New(cfg Config) (*Store, error) {
 	if cfg.PathStyle {
 		lookup = minio.BucketLookupPath
 	}
+	var rt http.RoundTripper = tr
+	if wrap != nil {
+		rt = wrap(tr)
+	}
 	c, err := minio.New(cfg.Endpoint, &minio.Options{
 		Creds:        credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, cfg.SessionToken),
 		Secure:       !cfg.Insecure,
 		Region:       cfg.Region,
-		Transport:    tr,
+		Transport:    rt,
 		BucketLookup: lookup,
-		MaxRetries:   3,
+		MaxRetries:   attempts, // minio-go counts attempts, not retries
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: endpoint %q: %v", Setting, cfg.Endpoint, err)
@@ -209,11 +226,13 @@ func (s *Store) translate(op string, err error) error {
 	case resp.StatusCode == http.StatusNotFound || resp.Code == "NoSuchKey" || resp.Code == "NoSuchBucket":
 		return lockstep.Errorf(lockstep.ENOTFOUND, "object store: %s: not found", op)
 	case resp.StatusCode == http.StatusForbidden:
-		return lockstep.Errorf(lockstep.EFORBIDDEN, "object store: %s: access denied (%s); check the permissions of AWS_ACCESS_KEY_ID on %s", op, resp.Code, s.cfg)
+		return lockstep.E("s3packs.Store", lockstep.EFORBIDDEN, fmt.Sprintf("object store: %s: access denied (%s); check the permissions of AWS_ACCESS_KEY_ID on bucket %s", op, resp.Code, s.cfg.Bucket), err)
 	case resp.StatusCode >= 500:
-		return lockstep.Errorf(lockstep.EUNAVAILABLE, "object store: %s: server error %d %s", op, resp.StatusCode, resp.Code)
+		return lockstep.E("s3packs.Store", lockstep.EUNAVAILABLE, fmt.Sprintf("object store: %s: server error %d %s", op, resp.StatusCode, resp.Code), err)
 	case resp.StatusCode == 0 && isNetwork(err):
-		return lockstep.Errorf(lockstep.EUNAVAILABLE, "object store: %s: %s unreachable", op, s.cfg.Endpoint)
+		// The endpoint (host, port) stays in the log: clients see that
+		// the object store did not answer, not where it is.
+		return lockstep.E("s3packs.Store", lockstep.EUNAVAILABLE, fmt.Sprintf("object store: %s: unreachable or not answering", op), err)
 	}
 	return fmt.Errorf("object store: %s: %w", op, err)
 }

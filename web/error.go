@@ -68,6 +68,7 @@ func writeErrorStatus(c *gin.Context, status int, err error) {
 	if slow := slowBodyError(c); slow != nil {
 		status, err = 0, slow
 	}
+	err = exhaustedError(c, err)
 	code := lockstep.ErrorCode(err)
 	if status == 0 {
 		status = StatusOf(code)
@@ -83,6 +84,20 @@ func writeErrorStatus(c *gin.Context, status int, err error) {
 	}
 	c.AbortWithStatusJSON(status, errorBody{Error: errorDetail{Code: code, Message: lockstep.ErrorMessage(err), Details: lockstep.ErrorDetails(err)}})
 }
+
+// exhaustedError makes resource exhaustion (out of file descriptors or
+// memory) a 503 whatever an inner layer called it, and marks the request
+// so that /readyz reports it for a while (Server.logging records it).
+func exhaustedError(c *gin.Context, err error) error {
+	if !lockstep.Exhausted(err) {
+		return err
+	}
+	c.Set(exhaustedKey, true)
+	return lockstep.ResourceError(err)
+}
+
+// exhaustedKey marks a request that failed for want of a resource.
+const exhaustedKey = "resource_exhausted"
 
 // decodeJSON reads a JSON body strictly: size-limited, unknown fields and
 // trailing data refused, every failure an invalid_argument envelope.

@@ -107,7 +107,7 @@ func (s *Server) gitUploadPackAdvertise(c *gin.Context, name string) {
 		}
 		out, err := cmd.Output()
 		if err != nil {
-			writeError(c, fmt.Errorf("git upload-pack --advertise-refs: %w", err))
+			gitAdvertiseError(c, fmt.Errorf("git upload-pack --advertise-refs: %w", err))
 			return
 		}
 		if !v2 {
@@ -449,6 +449,13 @@ func (s *Server) handleGitReceivePack() gin.HandlerFunc {
 			// limit, so that the client reads the report, not a reset.
 			io.Copy(io.Discard, br)
 		}
+		if lockstep.Exhausted(unpackErr) {
+			// Out of descriptors or memory: nothing moved; a 503 (git
+			// prints "RPC failed; HTTP 503") says to retry, an "unpack"
+			// line would read as a bad pack.
+			writeError(c, unpackErr)
+			return
+		}
 		var out bytes.Buffer
 		if unpackErr != nil {
 			msg := lockstep.ErrorMessage(unpackErr)
@@ -482,12 +489,16 @@ func gitAdvertiseError(c *gin.Context, err error) {
 		writeError(c, err)
 		return
 	}
+	err = exhaustedError(c, err)
 	code := lockstep.ErrorCode(err)
 	msg := lockstep.ErrorMessage(err)
 	if code == lockstep.EINTERNAL {
 		msg = "internal error"
 	}
 	c.Set("error", err.Error())
+	if code == lockstep.EUNAVAILABLE {
+		c.Header("Retry-After", retryAfterSeconds)
+	}
 	c.Header("Content-Type", "text/plain; charset=utf-8")
 	c.AbortWithStatus(StatusOf(code))
 	c.Writer.WriteString(oneLine(msg) + "\n")

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -39,6 +40,18 @@ func (s *Server) handleReadyz() gin.HandlerFunc {
 				checks["redis"] = "ok"
 			}
 		}
+		// Out of file descriptors or memory: this check cannot open a file
+		// and a pipe (what every write and git verb needs), or a request
+		// failed for want of them moments ago.
+		if err := resourceCheck(); err != nil {
+			checks["resources"], ok = "exhausted", false
+			errs = append(errs, "resources: "+err.Error())
+		} else if at := s.exhaustedAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < exhaustedWindow {
+			checks["resources"], ok = "exhausted recently", false
+			errs = append(errs, "resources: a request failed for want of file descriptors or memory in the last "+exhaustedWindow.String())
+		} else {
+			checks["resources"] = "ok"
+		}
 		// The object store down does not make the replica unready: reads
 		// the cache can answer go on, writes answer 503 on their own.
 		if s.ObjectStore != nil {
@@ -67,4 +80,24 @@ func (s *Server) handleReadyz() gin.HandlerFunc {
 		}
 		c.JSON(status, api.Readiness{Ready: ok, Checks: checks})
 	}
+}
+
+// exhaustedWindow is how long /readyz stays 503 after a request failed for
+// want of file descriptors or memory.
+const exhaustedWindow = 10 * time.Second
+
+// resourceCheck opens a file and a pipe and closes them.
+func resourceCheck() error {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	r.Close()
+	w.Close()
+	return nil
 }

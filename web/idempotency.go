@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -135,6 +136,14 @@ func (s *Server) idempotency(c *gin.Context) {
 	limit := s.routeBodyLimit(c) // the route's own body limit (limits.go)
 	sp, err := spoolBody(c.Request.Body, limit)
 	if err != nil {
+		var te *spoolTempError
+		if errors.As(err, &te) {
+			// The server's temp directory (full, read-only, out of
+			// descriptors), not the request: 503, and no path shown.
+			writeError(c, lockstep.E("web.spoolBody", lockstep.EUNAVAILABLE,
+				"the server has no room to hold the request body (its temp directory is full or failing): nothing was changed; retry later", te.err))
+			return
+		}
 		writeError(c, lockstep.Errorf(lockstep.EINVALID, "reading the request body: %v", err))
 		return
 	}
@@ -768,17 +777,21 @@ func spoolBody(r io.Reader, limit int64) (*spooled, error) {
 	if n == spoolMem {
 		f, err := os.CreateTemp("", "lockstep-body-*")
 		if err != nil {
-			return nil, err
+			return nil, &spoolTempError{err}
 		}
 		os.Remove(f.Name())
 		sp.file = f
 		if _, err := f.Write(buf.Bytes()); err != nil {
 			sp.close()
-			return nil, err
+			return nil, &spoolTempError{err}
 		}
-		m, err := io.Copy(f, io.TeeReader(lr, h))
+		tw := &tempWriter{f: f}
+		m, err := io.Copy(tw, io.TeeReader(lr, h))
 		if err != nil {
 			sp.close()
+			if tw.err != nil {
+				return nil, &spoolTempError{tw.err}
+			}
 			return nil, err
 		}
 		total += m
@@ -792,6 +805,28 @@ func spoolBody(r io.Reader, limit int64) (*spooled, error) {
 	}
 	copy(sp.sum[:], h.Sum(nil))
 	return sp, nil
+}
+
+// spoolTempError is a failure of the temp file a body is spooled to (the
+// server's side), as opposed to reading the body (the client's).
+type spoolTempError struct{ err error }
+
+func (e *spoolTempError) Error() string { return "spool the request body: " + e.err.Error() }
+func (e *spoolTempError) Unwrap() error { return e.err }
+
+// tempWriter remembers the error of a write to the spool file, which
+// io.Copy would not tell apart from one reading the body.
+type tempWriter struct {
+	f   *os.File
+	err error
+}
+
+func (w *tempWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	if err != nil {
+		w.err = err
+	}
+	return n, err
 }
 
 func (sp *spooled) reader() io.ReadCloser {

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -83,6 +84,9 @@ type Server struct {
 	uiNotFound gin.HandlerFunc // the UI's HTML 404 for unknown /ui/ paths
 	uploads    chan struct{}   // one token per upload in progress (uploadSlot)
 	gitCaps    gitCaps         // upload-pack's v0 capabilities (git.go)
+	// exhaustedAt is when (unix ns) a request last failed for want of
+	// file descriptors or memory; /readyz reports it for a while.
+	exhaustedAt atomic.Int64
 }
 
 // DefaultEventsChannel is the Redis channel of the UI's live updates.
@@ -186,6 +190,9 @@ func (s *Server) tracing(c *gin.Context) {
 func (s *Server) logging(c *gin.Context) {
 	start := time.Now()
 	c.Next()
+	if c.GetBool(exhaustedKey) {
+		s.exhaustedAt.Store(time.Now().UnixNano())
+	}
 	route := c.FullPath()
 	if route == "" {
 		route = "unmatched"

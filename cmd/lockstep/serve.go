@@ -105,6 +105,10 @@ type serveConfig struct {
 	EffectMaxBackoff    time.Duration
 	EffectSigningSecret string
 	EffectDelivery      bool
+
+	// A Redis outage fails fast (issue 21 item 14): redislock.NewClient.
+	RedisTimeout  time.Duration
+	RedisCooldown time.Duration
 }
 
 // flagger declares flags whose defaults come from the environment.
@@ -275,6 +279,8 @@ func (c *serveConfig) declare(f *flagger) {
 	f.int(&c.MCPMaxSessionsKey, "mcp-max-sessions-per-key", "LOCKSTEP_MCP_MAX_SESSIONS_PER_KEY", agentmcp.DefaultMaxSessionsPerKey, "stateful MCP sessions one API key may have open; more answer 429 rate_limited with Retry-After")
 	f.dur(&c.MCPSessionIdle, "mcp-session-idle-timeout", "LOCKSTEP_MCP_SESSION_IDLE_TIMEOUT", agentmcp.DefaultSessionTimeout, "a stateful MCP session without requests for this long is closed")
 	f.i64(&c.MCPMaxReadBytes, "mcp-max-read-bytes", "LOCKSTEP_MCP_MAX_READ_BYTES", agentmcp.DefaultMaxReadBytes, "largest file the MCP file_read tool and file resource return")
+	f.dur(&c.RedisTimeout, "redis-timeout", "LOCKSTEP_REDIS_TIMEOUT", redislock.DefaultTimeout, "bound of one Redis dial, read or write (a command is tried twice at most)")
+	f.dur(&c.RedisCooldown, "redis-cooldown", "LOCKSTEP_REDIS_COOLDOWN", redislock.DefaultCooldown, "after Redis fails, how long it is skipped (notifications not sent, promotes 503) before it is tried again")
 	f.dur(&c.IdemWait, "idempotency-wait", "LOCKSTEP_IDEMPOTENCY_WAIT", 10*time.Second, "how long a concurrent duplicate waits for the first request before 409 in_progress")
 }
 
@@ -321,6 +327,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	fdLimit := raiseFileLimit()
 	a, err := startApp(ctx, &c, logger)
 	if err != nil {
 		return err
@@ -338,6 +345,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 		srv.RegisterOnShutdown(f) // MCP sessions' streams end, so Shutdown need not wait for them
 	}
 	go func() { errc <- srv.Serve(ln) }()
+	fdLimit.log(logger)
 	logger.Info("lockstep serving", "addr", ln.Addr().String(), "data", c.Data, "metadata", a.store.Dialect(),
 		"redis", c.RedisURL != "", "database_branching", c.BranchDatabaseURL != "")
 	if a.adminKeyPath != "" {
@@ -443,7 +451,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		if err != nil {
 			return nil, fmt.Errorf("LOCKSTEP_REDIS_URL: %w", err)
 		}
-		rdb = redis.NewClient(opt)
+		rdb, _ = redislock.NewClient(opt, redislock.ClientOptions{Timeout: c.RedisTimeout, Cooldown: c.RedisCooldown})
 		a.closers = append(a.closers, func() { rdb.Close() })
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err = rdb.Ping(pctx).Err()

@@ -34,6 +34,10 @@ type ServerOpts struct {
 	// receivers (httptest servers, runners) on loopback;
 	// "LOCKSTEP_HOOK_ALLOW_HOSTS=" restores the production default.
 	Env []string
+	// Wrap prefixes the command line: {"prlimit", "--nofile=128:128", "--"}
+	// starts the server under a low file-descriptor limit (prlimit execs
+	// it, so Cmd's process is the server's).
+	Wrap []string
 }
 
 // Server is one `lockstep serve` process.
@@ -103,6 +107,9 @@ func launch(t testing.TB, opts ServerOpts) (*Server, string) {
 	hostport := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	args := append([]string{"serve", "--data", opts.Data, "--addr", hostport, "--log-level", "warn"}, opts.Args...)
 	cmd := exec.Command(Binary, args...)
+	if len(opts.Wrap) > 0 {
+		cmd = exec.Command(opts.Wrap[0], append(append(opts.Wrap[1:len(opts.Wrap):len(opts.Wrap)], Binary), args...)...)
+	}
 	// Functional tests race more writers than the production bound on
 	// concurrent uploads (8); the bound itself is tested where it is
 	// the subject (web's TestConcurrentUploadsBounded).

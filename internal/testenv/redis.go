@@ -2,7 +2,11 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,4 +95,63 @@ func escapeGlob(s string) string {
 		out = append(out, s[i])
 	}
 	return string(out)
+}
+
+// OwnRedis is a redis-server started for one test (the shared one is
+// never stopped), to kill it mid-test.
+type OwnRedis struct {
+	Addr     string // 127.0.0.1:port
+	bin, dir string
+	cmd      *exec.Cmd
+	once     sync.Once
+}
+
+// StartRedis starts a redis-server of this test's own on a free port,
+// without persistence, waits until it answers, and kills it when the test
+// ends. It fails the test if redis-server is not installed.
+func StartRedis(tb testing.TB) *OwnRedis {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatalf("testenv: redis-server not installed: %v\n%s", err, installHint)
+	}
+	o := &OwnRedis{Addr: fmt.Sprintf("127.0.0.1:%d", FreePort(tb)), bin: bin, dir: tb.TempDir()}
+	o.start(tb)
+	return o
+}
+
+// Restart starts the server again on the same port (after Kill).
+func (o *OwnRedis) Restart(tb testing.TB) {
+	tb.Helper()
+	o.Kill()
+	o.once = sync.Once{}
+	o.start(tb)
+}
+
+func (o *OwnRedis) start(tb testing.TB) {
+	tb.Helper()
+	_, port, _ := strings.Cut(o.Addr, ":")
+	o.cmd = exec.Command(o.bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", o.dir)
+	if err := o.cmd.Start(); err != nil {
+		tb.Fatalf("testenv: start redis-server: %v", err)
+	}
+	tb.Cleanup(o.Kill)
+	c := redis.NewClient(&redis.Options{Addr: o.Addr, MaxRetries: -1})
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(25 * time.Millisecond) {
+		if err := c.Ping(context.Background()).Err(); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			o.Kill()
+			tb.Fatalf("testenv: redis-server on %s did not answer within 10s: %v", o.Addr, err)
+		}
+	}
+}
+
+// Kill stops the server (SIGKILL) and waits for it; safe to call twice.
+func (o *OwnRedis) Kill() {
+	o.once.Do(func() {
+		o.cmd.Process.Kill()
+		o.cmd.Wait()
+	})
 }

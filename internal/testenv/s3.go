@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -249,4 +250,40 @@ func (o *OwnS3) Kill() {
 		o.cmd.Process.Kill()
 	}
 	<-o.done
+}
+
+// Freeze stops the server with SIGSTOP: it keeps its port and the kernel
+// still accepts connections, but nothing answers (a hung server). Thaw
+// (or Kill, which works on a stopped process) ends it.
+func (o *OwnS3) Freeze(tb testing.TB) {
+	tb.Helper()
+	if err := o.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		tb.Fatalf("testenv: freeze versitygw: %v", err)
+	}
+	// The signal is asynchronous: wait until every thread is stopped.
+	task := fmt.Sprintf("/proc/%d/task", o.cmd.Process.Pid)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		ents, err := os.ReadDir(task)
+		stopped := err == nil && len(ents) > 0
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join(task, e.Name(), "stat"))
+			// stat is "pid (comm) STATE ...": the state follows the last ')'.
+			if i := strings.LastIndexByte(string(b), ')'); err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				stopped = false
+			}
+		}
+		if stopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("testenv: versitygw (pid %d) not stopped 10s after SIGSTOP", o.cmd.Process.Pid)
+		}
+	}
+}
+
+// Thaw resumes a server stopped by Freeze.
+func (o *OwnS3) Thaw() {
+	if o.cmd != nil && o.cmd.Process != nil {
+		o.cmd.Process.Signal(syscall.SIGCONT)
+	}
 }
