@@ -127,6 +127,20 @@ func CanStage(actor *lockstep.Key, ws *lockstep.Repo) error {
 	return repositories.CanMoveRefs(actor, ws)
 }
 
+// CanSee reports whether actor may read the effects of r (their targets,
+// headers and bodies, which may carry customer data): admin, reviewer and
+// CI keys, and an agent key only on a workspace it owns. Other agents get
+// permission_denied, as for another agent's failed-run output.
+func CanSee(actor *lockstep.Key, r *lockstep.Repo) error {
+	if actor == nil {
+		return lockstep.Errorf(lockstep.EUNAUTH, "no key")
+	}
+	if actor.Role != lockstep.RoleAgent || (r.ForkOf != "" && r.OwnerKeyID == actor.ID) {
+		return nil
+	}
+	return lockstep.Errorf(lockstep.EFORBIDDEN, "the effects of %s are visible to its owner, admins, reviewers and CI only", r.Name)
+}
+
 // Authorize checks that actor may stage on wsName, before the request
 // body is read; it returns the workspace.
 func (s *Service) Authorize(ctx context.Context, actor *lockstep.Key, wsName string) (*lockstep.Repo, error) {
@@ -306,10 +320,15 @@ func logURL(raw string) string {
 
 // List lists a repository's effects after a seq (any key may read; secret
 // headers are redacted in the views).
-func (s *Service) List(ctx context.Context, repoName string, after int64, limit int) ([]lockstep.Effect, int64, error) {
+func (s *Service) List(ctx context.Context, actor *lockstep.Key, repoName string, after int64, limit int) ([]lockstep.Effect, int64, error) {
 	r, err := s.repos.Repo(ctx, repoName)
 	if err != nil {
 		return nil, 0, err
+	}
+	if actor != nil { // nil: an internal count (the task page shows counts only)
+		if err := CanSee(actor, r); err != nil {
+			return nil, 0, err
+		}
 	}
 	if limit <= 0 {
 		limit = 100
@@ -331,7 +350,19 @@ func (s *Service) List(ctx context.Context, repoName string, after int64, limit 
 
 // Get returns one effect of a repository (staged on it, or released into
 // it) with its attempts.
-func (s *Service) Get(ctx context.Context, repoName, id string) (*lockstep.Effect, error) {
+func (s *Service) Get(ctx context.Context, actor *lockstep.Key, repoName, id string) (*lockstep.Effect, error) {
+	r, err := s.repos.Repo(ctx, repoName)
+	if err != nil {
+		return nil, err
+	}
+	if err := CanSee(actor, r); err != nil {
+		return nil, err
+	}
+	return s.get(ctx, repoName, id)
+}
+
+// get is Get without the visibility rule (the caller applies its own).
+func (s *Service) get(ctx context.Context, repoName, id string) (*lockstep.Effect, error) {
 	e, err := s.store.Effect(ctx, id)
 	if err != nil {
 		return nil, err
@@ -389,7 +420,7 @@ func (s *Service) Decide(ctx context.Context, actor *lockstep.Key, repoName, id 
 	if err := auth.Require(actor, lockstep.RoleReviewer, lockstep.RoleAdmin); err != nil {
 		return nil, err
 	}
-	if _, err := s.Get(ctx, repoName, id); err != nil {
+	if _, err := s.get(ctx, repoName, id); err != nil {
 		return nil, err
 	}
 	if err := validLabel("reason", reason, 500); err != nil {
@@ -422,7 +453,7 @@ func canCompensate(actor *lockstep.Key, e *lockstep.Effect, ws *lockstep.Repo) e
 // its workspace's owner). invalid_argument when it has none, is not
 // released, or was compensated already.
 func (s *Service) Compensate(ctx context.Context, actor *lockstep.Key, repoName, id string) (*lockstep.Effect, error) {
-	e, err := s.Get(ctx, repoName, id)
+	e, err := s.get(ctx, repoName, id)
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,7 @@ func (s *Server) handleEffectList() gin.HandlerFunc {
 				return
 			}
 		}
-		list, next, err := s.Effects.List(c.Request.Context(), c.Param("repo"), after, limit)
+		list, next, err := s.Effects.List(c.Request.Context(), caller(c), c.Param("repo"), after, limit)
 		if err != nil {
 			writeError(c, err)
 			return
@@ -77,7 +77,7 @@ func (s *Server) handleEffectGet() gin.HandlerFunc {
 		if !s.effectsOn(c) {
 			return
 		}
-		e, err := s.Effects.Get(c.Request.Context(), c.Param("repo"), c.Param("id"))
+		e, err := s.Effects.Get(c.Request.Context(), caller(c), c.Param("repo"), c.Param("id"))
 		if err != nil {
 			writeError(c, err)
 			return

@@ -679,8 +679,8 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 			d.Marked = marks[0]
 		}
 	}
-	if u.s.Effects != nil {
-		list, _, err := u.s.Effects.List(ctx, info.Name, 0, 1000)
+	if u.s.Effects != nil && effects.CanSee(me, info.Repo) == nil { // another agent's effects stay hidden, as in the API
+		list, _, err := u.s.Effects.List(ctx, me, info.Name, 0, 1000)
 		if err != nil {
 			u.fail(c, err)
 			return

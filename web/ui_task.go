@@ -167,7 +167,7 @@ func (u *uiServer) handleTask(c *gin.Context) {
 			a.Runs = append(a.Runs, newFailedRun(e))
 		}
 		if u.s.Effects != nil {
-			list, _, err := u.s.Effects.List(ctx, ws.Name, 0, 1000)
+			list, _, err := u.s.Effects.List(ctx, nil, ws.Name, 0, 1000) // counts only
 			if err != nil {
 				u.fail(c, err)
 				return
