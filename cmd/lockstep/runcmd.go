@@ -299,8 +299,10 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	var commit, noServer bool
 	var sf snapFlags
 	var pol retention
+	var eg egressFlags
 	cf, c, rest, err := setup("run", e, args, func(f *flagger) {
 		pol.declare(f)
+		eg.declare(f)
 		f.fs.StringVar(&ws, "workspace", "", "workspace the run belongs to (required unless --no-server)")
 		f.fs.StringVar(&dir, "dir", ".", "the agent's working directory to protect")
 		f.fs.DurationVar(&timeout, "timeout", 0, "kill the command after this long (a failure)")
@@ -312,7 +314,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if len(rest) == 0 || (ws == "" && !noServer) {
-		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep run --workspace WS --dir DIR [--timeout D] [--commit-on-success] -- COMMAND [ARGS...]")
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep run --workspace WS --dir DIR [--timeout D] [--commit-on-success] [--egress stage|deny|off] -- COMMAND [ARGS...]")
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -339,7 +341,14 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if !noServer {
 		opts.Checkpointer = &serverCheckpointer{c: c, ws: ws, dir: abs, command: rest, cache: statCachePath(abs)}
 	}
+	// The egress proxy: writes the command sends through it are staged as
+	// effects of the run, discarded if the run fails.
+	var px *runEgress
+	if px, opts.Env, err = eg.start(c, cf, ws, noServer, opts.Env); err != nil {
+		return err
+	}
 	rep, err := txrun.Run(ctx, opts)
+	px.finish(ctx, e, rep, err)
 	if rep != nil {
 		cf.out(e, rep, func() { printRunReport(e, rep) })
 		keepSnapshots(e, drv, rep, ws, stateRootOr(e, sf.stateRoot), pol)
