@@ -65,8 +65,11 @@ func (g *egressFlags) start(c *client.Client, cf *clientFlags, ws string, noServ
 	}
 	runID := lockstep.NewID("run_")
 	var noProxy, bypass []string
+	// The Lockstep server stays unproxied: NO_PROXY names its host:port
+	// (not the bare host, which would also exempt every other service on
+	// it, e.g. all of loopback), and a client that does not understand a
+	// port there reaches it through the proxy, forwarded as it is.
 	if u, err := url.Parse(cf.url); err == nil && u.Host != "" {
-		noProxy = append(noProxy, u.Hostname())
 		port := u.Port()
 		if port == "" {
 			port = map[string]string{"https": "443"}[u.Scheme]
@@ -74,7 +77,8 @@ func (g *egressFlags) start(c *client.Client, cf *clientFlags, ws string, noServ
 				port = "80"
 			}
 		}
-		bypass = append(bypass, net.JoinHostPort(u.Hostname(), port))
+		hp := net.JoinHostPort(u.Hostname(), port)
+		noProxy, bypass = append(noProxy, hp), append(bypass, hp)
 	}
 	var allow []string
 	for _, h := range strings.Split(g.allow, ",") {
