@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -34,7 +35,7 @@ func (r *recorder) Stage(_ context.Context, req api.EffectRequest) (api.Effect, 
 		return api.Effect{}, r.err
 	}
 	r.reqs = append(r.reqs, req)
-	return api.Effect{ID: "eff_" + string(rune('a'+len(r.reqs)-1)), Status: "staged", Method: req.Method, URL: req.URL}, nil
+	return api.Effect{ID: fmt.Sprintf("eff_%d", len(r.reqs)), Status: "staged", Method: req.Method, URL: req.URL}, nil
 }
 
 func (r *recorder) got() []api.EffectRequest {
