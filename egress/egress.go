@@ -286,7 +286,7 @@ func (p *Proxy) handle(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Request,
 
 // hopHeaders are not part of a staged request.
 var hopHeaders = map[string]bool{"Connection": true, "Proxy-Connection": true, "Proxy-Authorization": true, "Proxy-Authenticate": true,
-	"Keep-Alive": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, "Host": true}
+	"Keep-Alive": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, "Host": true, "Expect": true}
 
 func (p *Proxy) stage(req *http.Request) *http.Response {
 	var body []byte
