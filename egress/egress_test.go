@@ -319,6 +319,26 @@ func TestHTTPSInterception(t *testing.T) {
 		t.Fatal("untrusting client accepted the intercepted connection")
 	}
 
+	// The proxy verifies the destination it reads from: without the test
+	// server's certificate among its roots, the read fails instead of
+	// being passed on unverified.
+	strict := start(t, Config{Stager: st, Intercept: true})
+	spem, err := os.ReadFile(strict.CABundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spool := x509.NewCertPool()
+	spool.AppendCertsFromPEM(spem)
+	if resp, err := proxied(t, strict, &tls.Config{RootCAs: spool}).Get(ts.URL + "/unverified"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatal("the proxy read from a destination whose certificate it cannot verify")
+		}
+	}
+	if rc.hits.Load() != 1 {
+		t.Fatalf("receiver saw %d requests, want 1", rc.hits.Load())
+	}
+
 	// CONNECT to a host outside the policy is refused.
 	deny := start(t, Config{Mode: ModeDeny, Stager: st, Intercept: true, UpstreamTLS: upstream})
 	if _, err := proxied(t, deny, &tls.Config{RootCAs: pool}).Get(ts.URL); err == nil || !strings.Contains(err.Error(), "Forbidden") {
