@@ -15,5 +15,6 @@ package lockstep
 //	dbbranch       Postgres template branching (lockstep.Brancher)
 //	redislock      Redis locks (lockstep.Locker)
 //	fssnap         filesystem snapshots, process containment, tool runs
+//	egress         lockstep run's egress proxy: reads pass, writes staged as effects
 //	sqlstore       metadata on SQLite or PostgreSQL (the source of truth for refs)
 //	auth, client, telemetry, migrations

@@ -392,8 +392,10 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	var sf snapFlags
 	var pol retention
 	var inst instanceFlags
+	var eg egressFlags
 	cf, c, rest, err := setup("run", e, args, func(f *flagger) {
 		pol.declare(f)
+		eg.declare(f)
 		f.fs.StringVar(&ws, "workspace", "", "workspace the run belongs to (required unless --no-server)")
 		f.fs.StringVar(&dir, "dir", ".", "the agent's working directory to protect")
 		f.fs.DurationVar(&timeout, "timeout", 0, "kill the command after this long (a failure)")
@@ -406,7 +408,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if len(rest) == 0 || (ws == "" && !noServer) {
-		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep run --workspace WS --dir DIR [--timeout D] [--commit-on-success] [--contain instance|dir] [--share P]... -- COMMAND [ARGS...] | run show RUNID | run unquarantine")
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep run --workspace WS --dir DIR [--timeout D] [--commit-on-success] [--contain instance|dir] [--egress stage|deny|off] [--share P]... -- COMMAND [ARGS...] | run show RUNID | run unquarantine")
 	}
 	if err := inst.check(); err != nil {
 		return err
@@ -447,7 +449,14 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if !noServer {
 		opts.Checkpointer = &serverCheckpointer{c: c, ws: ws, dir: abs, command: rest, cache: statCachePath(abs)}
 	}
+	// The egress proxy: writes the command sends through it are staged as
+	// effects of the run, discarded if the run fails.
+	var px *runEgress
+	if px, opts.Env, err = eg.start(c, cf, ws, noServer, opts.Env); err != nil {
+		return err
+	}
 	rep, err := txrun.Run(ctx, opts)
+	px.finish(ctx, e, rep, err)
 	if rep != nil && rep.ContainNote != "" {
 		fmt.Fprintln(e.stderr, "lockstep run: WARNING:", rep.ContainNote)
 	}
