@@ -164,6 +164,18 @@ func testEffectsOutbox(t *testing.T, postgres bool) {
 	if kept.Headers["Authorization"] != "[redacted]" || !kept.Consuming {
 		t.Fatalf("the staged answer shows %+v", kept)
 	}
+	// Another agent sees neither the list nor one effect (403), as with
+	// another agent's failed-run output; the reviewer sees both.
+	stranger := client.New(s.URL, s.CreateKey(t, "agent-2", "agent").Secret)
+	if _, err := stranger.Effect(ctx, "ws1", kept.ID); !isCode(err, "permission_denied") {
+		t.Fatalf("another agent read an effect: %v", err)
+	}
+	if _, _, err := stranger.Effects(ctx, "ws1", 0, 0); !isCode(err, "permission_denied") {
+		t.Fatalf("another agent listed effects: %v", err)
+	}
+	if _, err := rc.Effect(ctx, "ws1", kept.ID); err != nil {
+		t.Fatalf("the reviewer could not read an effect: %v", err)
+	}
 	rcv.mu.Lock()
 	rcv.failFirst[kept.ID] = 1 // the receiver answers 500 first
 	rcv.mu.Unlock()
@@ -543,4 +555,10 @@ func TestEffectsCLI(t *testing.T) {
 	if r.Code != 1 || !strings.Contains(r.Stderr, "permission") {
 		t.Fatalf("an agent approving: %s", r)
 	}
+}
+
+// isCode reports whether err is the client's error with the given code.
+func isCode(err error, code string) bool {
+	var ce *client.Error
+	return errors.As(err, &ce) && ce.Code == code
 }
