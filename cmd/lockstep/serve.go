@@ -517,7 +517,10 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	a.closers = append(a.closers, func() { wss.Close() })
 	cps := checkpoints.New(db, a.repos, brancher, logger, metrics, nil)
 	a.closers = append(a.closers, func() { cps.Close() })
-	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) { cps.AfterPromote(ctx, base.Name) }
+	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) {
+		cps.AfterPromote(ctx, base.Name)
+		wss.AfterPromote(ctx, ws.Name)
+	}
 	srv := &web.Server{
 		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate, MaxConcurrentUploads: c.MaxUploads,
 			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
