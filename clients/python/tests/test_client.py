@@ -139,6 +139,14 @@ class ServerTest(unittest.TestCase):
         self.assertEqual([c["commit"] for c in log[:3]], [r4.commit, r3.commit, r1.commit])
         cmp = self.c.compare(repo, r1.commit, r4.commit)
         self.assertEqual(sorted(f["path"] for f in cmp["files"]), ["pkg2/mod1.py", "pkg4/mod3.py"])
+        # The operations log attributes every object written exactly once:
+        # each upload (objects.upload) and each commit (push).
+        entries = self.c.oplog(repo, limit=1000)["entries"]
+        per_op: dict = {}
+        for e in entries:
+            per_op[e["op"]] = per_op.get(e["op"], 0) + e["objects"]
+        sent = r1.objects_sent + r3.objects_sent + r4.objects_sent
+        self.assertEqual(per_op, {"repo.create": 0, "objects.upload": sent, "push": 3}, entries)
 
     def test_edits(self) -> None:
         repo = self.base()
