@@ -18,13 +18,9 @@ func (s *Server) handleOplogList() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		limit, err := queryInt(c, "limit", 100)
+		limit, err := queryLimit(c, 100, MaxListLimit)
 		if err != nil {
 			writeError(c, err)
-			return
-		}
-		if limit == 0 || limit > 1000 {
-			writeError(c, lockstep.Errorf(lockstep.EINVALID, "limit must be between 1 and 1000"))
 			return
 		}
 		f.After, f.Limit = int64(after), limit
