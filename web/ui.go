@@ -645,7 +645,13 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 			d.EvalError = publicMessage(c, err)
 		}
 	}
-	runs, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: info.Name, Op: "run.failed", Newest: true, Limit: uiFailedRuns})
+	// The failed runs and the mark this key may see (visibility.go).
+	runsFilter, err := visibleOps(me, lockstep.OpFilter{Repo: info.Name, Op: "run.failed", Newest: true, Limit: uiFailedRuns})
+	if err != nil {
+		u.fail(c, err)
+		return
+	}
+	runs, err := u.s.Store.ListOps(ctx, runsFilter)
 	if err != nil {
 		u.fail(c, err)
 		return
@@ -654,7 +660,12 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 		d.Runs = append(d.Runs, newFailedRun(e))
 	}
 	if info.Status == lockstep.StatusFailed {
-		marks, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: info.Name, Op: "workspace." + lockstep.StatusFailed, Newest: true, Limit: 1})
+		marksFilter, err := visibleOps(me, lockstep.OpFilter{Repo: info.Name, Op: "workspace." + lockstep.StatusFailed, Newest: true, Limit: 1})
+		if err != nil {
+			u.fail(c, err)
+			return
+		}
+		marks, err := u.s.Store.ListOps(ctx, marksFilter)
 		if err != nil {
 			u.fail(c, err)
 			return
@@ -1018,9 +1029,11 @@ func (u *uiServer) handleOplog(c *gin.Context) {
 		return
 	}
 	// An agent sees its own operations only, as in the API.
-	if me.Role == lockstep.RoleAgent {
-		f.KeyID, d.OwnOnly = me.ID, true
+	if f, err = visibleOps(me, f); err != nil {
+		u.fail(c, err)
+		return
 	}
+	d.OwnOnly = ownOpsOnly(me)
 	d.Filter = f
 	var entries []*lockstep.OpEntry // newest first
 	var nextBefore int64
@@ -1185,9 +1198,10 @@ func (u *uiServer) handleOplogEntry(c *gin.Context) {
 		}
 		hi = last + 1
 	}
-	f := lockstep.OpFilter{}
-	if me.Role == lockstep.RoleAgent {
-		f.KeyID = me.ID
+	f, err := visibleOps(me, lockstep.OpFilter{})
+	if err != nil {
+		u.fail(c, err)
+		return
 	}
 	for windows := 0; hi > 1 && windows < 100; windows++ {
 		lo := max(hi-1-uiOpWindow, 0)

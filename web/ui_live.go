@@ -215,7 +215,7 @@ func (u *uiServer) handleEvents(c *gin.Context) {
 					continue
 				}
 			}
-			if me.Role == lockstep.RoleAgent && ev.KeyID != me.ID {
+			if !opVisible(me, ev.KeyID) {
 				ev.Op = ""
 			}
 			ev.KeyID = ""
