@@ -148,3 +148,6 @@ func ErrorDetails(err error) map[string]any {
 	}
 	return nil
 }
+
+// ERATELIMITED (429): over a per-key or global cap (open event streams, sessions); retry after Retry-After.
+const ERATELIMITED = "rate_limited"

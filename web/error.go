@@ -30,6 +30,8 @@ var statuses = map[string]int{
 	// idempotent writes (idempotency.go)
 	lockstep.EIDEMREUSED: http.StatusUnprocessableEntity,
 	lockstep.EINPROGRESS: http.StatusConflict,
+	// caps on open streams and sessions (streams.go)
+	lockstep.ERATELIMITED: http.StatusTooManyRequests,
 }
 
 // StatusOf returns the HTTP status of an error code.

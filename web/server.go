@@ -50,6 +50,13 @@ type Config struct {
 	// bound.
 	WriteTimeout time.Duration
 	WriteMinRate int64
+	// MaxSSEStreams and MaxSSEStreamsPerKey cap the UI's open event
+	// streams in all and per key (429 beyond); SSEMaxLifetime ends a
+	// stream after that long (the browser reconnects). 0 = the defaults
+	// (streams.go).
+	MaxSSEStreams       int
+	MaxSSEStreamsPerKey int
+	SSEMaxLifetime      time.Duration
 	// Idempotency configures Idempotency-Key handling (idempotency.go).
 	Idempotency IdempotencyConfig
 	// MaxConcurrentUploads bounds the uploads (tar worktrees, object

@@ -66,12 +66,14 @@ type uiServer struct {
 	s     *Server
 	pages map[string]*template.Template
 	live  *liveHub
+	// streams caps the open event streams (streams.go).
+	streams *streamLimiter
 }
 
 // registerUI declares every /ui route. Login and the stylesheet are
 // public; everything else needs a session.
 func (s *Server) registerUI(e *gin.Engine) {
-	u := &uiServer{s: s, pages: mustParseUI()}
+	u := &uiServer{s: s, pages: mustParseUI(), streams: newStreamLimiter(s.Config.MaxSSEStreams, s.Config.MaxSSEStreamsPerKey)}
 	channel := s.EventsChannel
 	if channel == "" {
 		channel = DefaultEventsChannel

@@ -55,7 +55,7 @@ func uploadPacks(t *testing.T) []int {
 // fetch) is disconnected once --write-timeout passes without progress, and
 // the fetch's git upload-pack is gone (issue 21, item 6).
 func TestStalledReaderDisconnected(t *testing.T) {
-	w := mustUIWorld(t, func(s *web.Server) { s.Config.WriteTimeout, s.Config.WriteMinRate = time.Second, 1 << 20 })
+	w := mustUIWorld(t, func(s *web.Server) { s.Config.WriteTimeout, s.Config.WriteMinRate = time.Second, 1<<20 })
 	big := make([]byte, 32<<20) // more than the loopback socket buffers hold
 	rand.Read(big)
 	tip := w.push(t, "empty", w.admin, lockstep.ZeroOID, "big", map[string]string{"big.bin": string(big)}, 201)
