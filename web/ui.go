@@ -68,12 +68,14 @@ type uiServer struct {
 	s     *Server
 	pages map[string]*template.Template
 	live  *liveHub
+	// streams caps the open event streams (streams.go).
+	streams *streamLimiter
 }
 
 // registerUI declares every /ui route. Login and the stylesheet are
 // public; everything else needs a session.
 func (s *Server) registerUI(e *gin.Engine) {
-	u := &uiServer{s: s, pages: mustParseUI()}
+	u := &uiServer{s: s, pages: mustParseUI(), streams: newStreamLimiter(s.Config.MaxSSEStreams, s.Config.MaxSSEStreamsPerKey)}
 	channel := s.EventsChannel
 	if channel == "" {
 		channel = DefaultEventsChannel
@@ -661,7 +663,13 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 			d.EvalError = publicMessage(c, err)
 		}
 	}
-	runs, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: info.Name, Op: "run.failed", Newest: true, Limit: uiFailedRuns})
+	// The failed runs and the mark this key may see (visibility.go).
+	runsFilter, err := visibleOps(me, lockstep.OpFilter{Repo: info.Name, Op: "run.failed", Newest: true, Limit: uiFailedRuns})
+	if err != nil {
+		u.fail(c, err)
+		return
+	}
+	runs, err := u.s.Store.ListOps(ctx, runsFilter)
 	if err != nil {
 		u.fail(c, err)
 		return
@@ -670,7 +678,12 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 		d.Runs = append(d.Runs, newFailedRun(e))
 	}
 	if info.Status == lockstep.StatusFailed {
-		marks, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: info.Name, Op: "workspace." + string(lockstep.StatusFailed), Newest: true, Limit: 1})
+		marksFilter, err := visibleOps(me, lockstep.OpFilter{Repo: info.Name, Op: "workspace." + string(lockstep.StatusFailed), Newest: true, Limit: 1})
+		if err != nil {
+			u.fail(c, err)
+			return
+		}
+		marks, err := u.s.Store.ListOps(ctx, marksFilter)
 		if err != nil {
 			u.fail(c, err)
 			return
@@ -1064,9 +1077,11 @@ func (u *uiServer) handleOplog(c *gin.Context) {
 		return
 	}
 	// An agent sees its own operations only, as in the API.
-	if me.Role == lockstep.RoleAgent {
-		f.KeyID, d.OwnOnly = me.ID, true
+	if f, err = visibleOps(me, f); err != nil {
+		u.fail(c, err)
+		return
 	}
+	d.OwnOnly = ownOpsOnly(me)
 	d.Filter = f
 	var entries []*lockstep.OpEntry // newest first
 	var nextBefore int64
@@ -1231,9 +1246,10 @@ func (u *uiServer) handleOplogEntry(c *gin.Context) {
 		}
 		hi = last + 1
 	}
-	f := lockstep.OpFilter{}
-	if me.Role == lockstep.RoleAgent {
-		f.KeyID = me.ID
+	f, err := visibleOps(me, lockstep.OpFilter{})
+	if err != nil {
+		u.fail(c, err)
+		return
 	}
 	for windows := 0; hi > 1 && windows < 100; windows++ {
 		lo := max(hi-1-uiOpWindow, 0)

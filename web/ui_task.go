@@ -158,7 +158,12 @@ func (u *uiServer) handleTask(c *gin.Context) {
 				}
 			}
 		}
-		runs, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: ws.Name, Op: "run.failed", Newest: true, Limit: 3})
+		runsFilter, err := visibleOps(auth.FromContext(ctx), lockstep.OpFilter{Repo: ws.Name, Op: "run.failed", Newest: true, Limit: 3})
+		if err != nil {
+			u.fail(c, err)
+			return
+		}
+		runs, err := u.s.Store.ListOps(ctx, runsFilter)
 		if err != nil {
 			u.fail(c, err)
 			return

@@ -76,6 +76,11 @@ type serveConfig struct {
 	IdleTimeout       time.Duration
 	BodyTimeout       time.Duration
 	BodyMinRate       int64
+	WriteTimeout      time.Duration
+	WriteMinRate      int64
+	MaxSSE            int
+	MaxSSEPerKey      int
+	SSELifetime       time.Duration
 	// Idempotent writes (web/idempotency.go, docs/idempotency.md).
 	IdemRetention time.Duration
 	IdemLease     time.Duration
@@ -272,6 +277,11 @@ func (c *serveConfig) declare(f *flagger) {
 	f.dur(&c.IdleTimeout, "idle-timeout", "LOCKSTEP_IDLE_TIMEOUT", 2*time.Minute, "an idle keep-alive connection is closed after this")
 	f.dur(&c.BodyTimeout, "body-timeout", "LOCKSTEP_BODY_TIMEOUT", web.DefaultBodyTimeout, "longest silence of a request body, and the grace before --body-min-rate applies")
 	f.i64(&c.BodyMinRate, "body-min-rate", "LOCKSTEP_BODY_MIN_RATE", web.DefaultBodyMinRate, "slowest average rate (bytes/s) a request body may arrive at after the grace")
+	f.dur(&c.WriteTimeout, "write-timeout", "LOCKSTEP_WRITE_TIMEOUT", web.DefaultWriteTimeout, "longest a response write may wait for the client to read, and the grace before --write-min-rate applies; beyond it the client is disconnected (and a git fetch's upload-pack killed)")
+	f.int(&c.MaxSSE, "max-sse-streams", "LOCKSTEP_MAX_SSE_STREAMS", web.DefaultMaxSSEStreams, "the UI's live-update streams (/ui/events) open at once; more answer 429 with Retry-After")
+	f.int(&c.MaxSSEPerKey, "max-sse-streams-per-key", "LOCKSTEP_MAX_SSE_STREAMS_PER_KEY", web.DefaultMaxSSEStreamsPerKey, "the UI's live-update streams one key may hold open; more answer 429 with Retry-After")
+	f.dur(&c.SSELifetime, "sse-max-lifetime", "LOCKSTEP_SSE_MAX_LIFETIME", web.DefaultSSEMaxLifetime, "a live-update stream is ended after this (the browser reconnects)")
+	f.i64(&c.WriteMinRate, "write-min-rate", "LOCKSTEP_WRITE_MIN_RATE", web.DefaultWriteMinRate, "slowest average rate (bytes/s) a client may read a response at after the grace")
 	f.dur(&c.IdemRetention, "idempotency-retention", "LOCKSTEP_IDEMPOTENCY_RETENTION", 24*time.Hour, "how long an Idempotency-Key's answer is kept (then cleaned up)")
 	f.dur(&c.IdemLease, "idempotency-lease", "LOCKSTEP_IDEMPOTENCY_LEASE", 30*time.Second, "a running keyed request's lease (renewed while it runs); after a crash its key is free again once this passed, if nothing committed")
 	f.str(&c.ObjectStore, "object-store", s3packs.Setting, "", "s3://bucket/prefix?endpoint=host:port[&insecure=true&region=…&path_style=true]: keep each network's packs in this S3-compatible bucket (several replicas; needs --database-url, a shared --secret-key-file; keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); empty = the local disk")
@@ -577,7 +587,8 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		fx.Wake()
 	}
 	srv := &web.Server{
-		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate, MaxConcurrentUploads: c.MaxUploads,
+		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate, WriteTimeout: c.WriteTimeout, WriteMinRate: c.WriteMinRate,
+			MaxSSEStreams: c.MaxSSE, MaxSSEStreamsPerKey: c.MaxSSEPerKey, SSEMaxLifetime: c.SSELifetime, MaxConcurrentUploads: c.MaxUploads,
 			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
 		Store: db, Keys: keys, Redis: rdb, ObjectStore: readyzObjects(objectStore), Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps, Effects: fx,
 		MCP: func(api http.Handler) http.Handler {
