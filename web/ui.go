@@ -722,7 +722,7 @@ type fileDiff struct {
 	repo.FileChange
 	Anchor string
 	Lines  []diffLine
-	Cut    int // lines left out beyond uiMaxDiffLines
+	Cut    int        // lines left out beyond uiMaxDiffLines
 	Rows   []splitRow // the split view's rows (set when Split)
 }
 
@@ -1014,8 +1014,8 @@ type opRow struct {
 
 type detail struct {
 	Key, Value string
-	Fold       bool   // long or multi-line: folded
-	Short      string // the folded value's first line
+	Fold       bool     // long or multi-line: folded
+	Short      string   // the folded value's first line
 	List       []string // a list of gate reasons ("rule: message"), one item each
 }
 
