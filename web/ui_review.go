@@ -185,7 +185,10 @@ func timelineKind(op string) (kind, label string) {
 		if op == "checkpoint" {
 			return "other", "checkpoint"
 		}
-		if strings.HasPrefix(op, "checkpoint.restore") {
+		if op == "checkpoint.restore" {
+			return "restore", "restore commit"
+		}
+		if op == "checkpoint.restored" {
 			return "restore", "restored a checkpoint"
 		}
 		return "check", "check"
