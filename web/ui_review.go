@@ -394,3 +394,20 @@ func ruleList(v []any) ([]string, bool) {
 	}
 	return out, true
 }
+
+// uiRestoreScan is how many of a workspace's newest attempts are read to
+// leave its restore commits out of its attempt count.
+const uiRestoreScan = 200
+
+// agentAttempts counts a workspace's attempts without the commits of
+// restores and rollbacks (at is newest first; restores older than the
+// window still count).
+func agentAttempts(at []lockstep.Attempt) int64 {
+	n := at[0].Number
+	for _, a := range at {
+		if isRestoreOp(a.Op) {
+			n--
+		}
+	}
+	return n
+}

@@ -104,3 +104,16 @@ func TestUIReviewAids(t *testing.T) {
 		t.Error("a workspace that merges cleanly shows a conflicts section")
 	}
 }
+
+// TestUITaskCountsNoRestores: the task page's attempt count of a workspace
+// leaves out the commit its checkpoint restore wrote (t45-b: two pushes
+// and one restore).
+func TestUITaskCountsNoRestores(t *testing.T) {
+	w := mustUIWorld(t)
+	w.addTask(t)
+	_, page, _ := w.get(t, w.login(t, w.reviewer), "/ui/repos/app/tasks/t-45")
+	mustContain(t, "task", page, `<span class="muted small">2 attempts</span>`)
+	if strings.Contains(page, `<span class="muted small">3 attempts</span>`) {
+		t.Error("the restore commit is counted as an attempt")
+	}
+}
