@@ -488,6 +488,9 @@ type baseData struct {
 	// Tasks: a page of the task labels with counts by status.
 	Tasks     []lockstep.TaskCount
 	TasksNext string
+	// NoNet: active workspaces ahead of the base whose tip has their fork
+	// point's tree (a rollback undid every change).
+	NoNet map[string]bool
 }
 
 type checkedAttempt struct {
@@ -581,6 +584,7 @@ func (u *uiServer) handleRepo(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
+	d.NoNet = u.noNetChange(ctx, d.Workspaces)
 	if d.Tasks, err = u.s.Workspaces.Tasks(ctx, info.Name, c.Query("tasks_after"), uiTaskList+1); err != nil {
 		u.fail(c, err)
 		return

@@ -25,6 +25,7 @@ import (
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/merge"
 	"github.com/lockstep-hq/lockstep/repositories"
+	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 // isRestoreOp: commits written by a checkpoint restore or a rollback undo
@@ -410,4 +411,25 @@ func agentAttempts(at []lockstep.Attempt) int64 {
 		}
 	}
 	return n
+}
+
+// noNetChange finds the workspaces of a listing that are ahead of their
+// base only by commits that were rolled back: the tip's tree is the tree
+// of the commit they were forked at.
+func (u *uiServer) noNetChange(ctx context.Context, wss []workspaces.WorkspaceInfo) map[string]bool {
+	out := map[string]bool{}
+	for _, ws := range wss {
+		if ws.Ahead == 0 || ws.Tip == "" || ws.BaseCommit == "" {
+			continue
+		}
+		tip, err := u.s.Repos.Commit(ctx, ws.Name, ws.Tip)
+		if err != nil {
+			continue
+		}
+		fork, err := u.s.Repos.Commit(ctx, ws.Name, ws.BaseCommit)
+		if err == nil && tip.Tree == fork.Tree {
+			out[ws.Name] = true
+		}
+	}
+	return out
 }

@@ -83,6 +83,13 @@ func TestUIReviewAids(t *testing.T) {
 	tip3 := w.push(t, "task-3", w.agent, landed, "try something", map[string]string{"README.md": "# broken\n"}, 201)
 	w.api(t, "POST", "/api/v1/repos/task-3/rollback", w.agent, `{"to":"`+landed+`","expect_oid":"`+tip3+`"}`, 201)
 	mustContain(t, "rolled back", page("/ui/repos/task-3"), "Rolled back: no net change")
+	base := page("/ui/repos/app")
+	if !regexp.MustCompile(`<a class="strong" href="/ui/repos/task-3">task-3</a>(?s:[^<]|<[^/]|</[^t]|</t[^r])*?rolled back: no net change</span>`).MatchString(base) {
+		t.Error("the base page shows task-3 as ahead, not as rolled back")
+	}
+	if n := strings.Count(base, "rolled back: no net change</span>"); n != 1 {
+		t.Errorf("%d workspaces shown as rolled back on the base page, want 1 (task-3)", n)
+	}
 
 	// Conflicts: the workspace and the base both change main.go's line 4.
 	w.api(t, "POST", "/api/v1/repos/app/forks", w.agent, `{"name":"task-4"}`, 201)
