@@ -259,13 +259,20 @@ class Client:
         """The calling key (id, name, role, prefix). Raises Unauthenticated for a bad key."""
         return self._get("/api/v1/whoami")
 
-    def create_key(self, name: str, role: str) -> JSON:
+    def create_key(self, name: str, role: str, *, ttl: str = "", scope: Optional[Mapping[str, Any]] = None) -> JSON:
         """Create an API key (admin) with ``role`` (admin, agent, reviewer,
-        ci, …); the answer's ``secret`` is shown only once.
+        ci, …), or mint a scoped, expiring agent key with an agent key
+        (``ttl`` a Go duration such as "1h"; ``scope`` as the server's
+        KeyScope); the answer's ``secret`` is shown only once.
 
-        Raises InvalidArgument (bad role or name), PermissionDenied (not
-        admin), AlreadyExists (the name is taken)."""
-        return self._post("/api/v1/keys", {"name": name, "role": role})
+        Raises InvalidArgument (bad role, name, ttl or scope),
+        PermissionDenied, AlreadyExists (the name is taken)."""
+        body: JSON = {"name": name, "role": role}
+        if ttl:
+            body["ttl"] = ttl
+        if scope:
+            body["scope"] = dict(scope)
+        return self._post("/api/v1/keys", body)
 
     def keys(self) -> List[JSON]:
         """Every API key (admin), revoked ones included (``revoked_at``); never a secret.
@@ -278,6 +285,13 @@ class Client:
 
         Raises PermissionDenied (not admin), NotFound (unknown id)."""
         self.request("DELETE", "/api/v1/keys/" + urllib.parse.quote(key_id, safe=""))
+
+    def set_key_quota(self, key_id: str, workspaces: Optional[int]) -> None:
+        """Set how many active workspaces a key may own (admin; 0 unlimited,
+        None restores the server's default).
+
+        Raises InvalidArgument, PermissionDenied, NotFound."""
+        self.request("PUT", "/api/v1/keys/" + urllib.parse.quote(key_id, safe="") + "/quota", body={"workspaces": workspaces})
 
     # --------------------------------------------------------------- oplog
 
@@ -619,6 +633,23 @@ class Client:
 
         Raises NotConfigured, NotFound, PermissionDenied."""
         return self._post(self._repo(repo, "database", "refresh"))
+
+    def redis(self, workspace: str) -> JSON:
+        """A workspace's Redis branch and its URL (created on first use;
+        owner, ci or admin): ``{"repo", "template", "url", "redis_snapshot"}``.
+
+        Raises NotConfigured (no Redis branching on the server; final),
+        PermissionDenied, NotFound."""
+        return self._get(self._repo(workspace, "redis"))
+
+    def report_run(self, workspace: str, report: Mapping[str, Any]) -> JSON:
+        """Report how one ``lockstep run`` of a workspace went (``run_id``,
+        ``command``, ``exit``, ``succeeded``, ``rolled_back``, timings …, as
+        the server's RunReport); kept as a ``run.report`` oplog entry:
+        ``{"op_id", "seq"}``.
+
+        Raises InvalidArgument, PermissionDenied, NotFound, TooLarge."""
+        return self._post(self._repo(workspace, "runs"), dict(report))
 
     # ------------------------------------------------------------ effects
 
@@ -1011,6 +1042,9 @@ OPERATIONS: Dict[str, str] = {
     "createKey": "create_key",
     "listKeys": "keys",
     "revokeKey": "revoke_key",
+    "setKeyQuota": "set_key_quota",
+    "getRedis": "redis",
+    "reportRun": "report_run",
     "whoami": "whoami",
     "listOplog": "oplog",
     "verifyOplog": "verify_oplog",
