@@ -113,6 +113,7 @@ func (s *Server) registerUI(e *gin.Engine) {
 	a.GET("/repos/:repo/blob/:rev/*path", u.handleBlob)
 	a.GET("/oplog", u.handleOplog)
 	a.GET("/oplog/entries/:id", u.handleOplogEntry)
+	a.GET("/runs", u.handleRuns) // runs.go
 }
 
 func mustParseUI() map[string]*template.Template {
@@ -520,6 +521,8 @@ type workspaceData struct {
 	// workspace, who marked it and why.
 	Runs   []failedRun
 	Marked *lockstep.OpEntry
+	// What the failed runs wrote, from their run reports (runs.go).
+	Wrote []runWrites
 	// The effects outbox: what the workspace would send (or sent), and
 	// whether this key may approve or reject held effects.
 	Effects   []api.Effect
@@ -661,7 +664,9 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 			d.EvalError = publicMessage(c, err)
 		}
 	}
-	runs, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: info.Name, Op: "run.failed", Newest: true, Limit: uiFailedRuns})
+	// Run output is another agent's to see only as the oplog shows it:
+	// an agent sees its own runs (ownOpsOnly).
+	runs, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: info.Name, Op: "run.failed", Newest: true, Limit: uiFailedRuns, KeyID: ownOpsOnly(me)})
 	if err != nil {
 		u.fail(c, err)
 		return
@@ -669,6 +674,12 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 	for _, e := range runs {
 		d.Runs = append(d.Runs, newFailedRun(e))
 	}
+	reports, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: info.Name, Op: OpRunReport, Newest: true, Limit: 10 * uiFailedRuns, KeyID: ownOpsOnly(me)})
+	if err != nil {
+		u.fail(c, err)
+		return
+	}
+	d.Wrote = failedRunWrites(reports)
 	if info.Status == lockstep.StatusFailed {
 		marks, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: info.Name, Op: "workspace." + string(lockstep.StatusFailed), Newest: true, Limit: 1})
 		if err != nil {
@@ -1064,8 +1075,8 @@ func (u *uiServer) handleOplog(c *gin.Context) {
 		return
 	}
 	// An agent sees its own operations only, as in the API.
-	if me.Role == lockstep.RoleAgent {
-		f.KeyID, d.OwnOnly = me.ID, true
+	if id := ownOpsOnly(me); id != "" {
+		f.KeyID, d.OwnOnly = id, true
 	}
 	d.Filter = f
 	var entries []*lockstep.OpEntry // newest first
