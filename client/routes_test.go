@@ -71,6 +71,7 @@ var routeMethods = map[string]string{
 	"POST /api/v1/repos/:repo/effects/:id/approve":     "ApproveEffect",
 	"POST /api/v1/repos/:repo/effects/:id/reject":      "RejectEffect",
 	"POST /api/v1/repos/:repo/effects/:id/compensate":  "CompensateEffect",
+	"POST /api/v1/repos/:repo/runs":                    "ReportRun",
 }
 
 // notForThisClient are routes other clients speak: the git smart-HTTP

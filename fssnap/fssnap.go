@@ -342,7 +342,7 @@ func (b base) saveSnapshot(s Snapshot) error {
 		return err
 	}
 	if s.Manifest != nil {
-		if err := writeJSON(filepath.Join(md, s.ID+".manifest.json"), s.Manifest); err != nil {
+		if err := writeManifest(filepath.Join(md, s.ID+".manifest.json"), s.Manifest); err != nil {
 			return err
 		}
 	}
@@ -372,7 +372,27 @@ func SaveManifest(opts Options, dir, id string, m *Manifest) error {
 	if _, err := b.loadSnapshot(abs, id); err != nil {
 		return err
 	}
-	return writeJSON(filepath.Join(b.metaDir(abs), "snapshots", id+".manifest.json"), m)
+	return writeManifest(filepath.Join(b.metaDir(abs), "snapshots", id+".manifest.json"), m)
+}
+
+// ManifestBytes is the size the stored manifest of snapshot id of dir
+// takes on disk (compressed, or an older uncompressed one).
+func ManifestBytes(opts Options, dir, id string) (int64, error) {
+	b := base{opts: opts.withDefaults()}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return 0, err
+	}
+	if !validID(id) {
+		return 0, lockstep.Errorf(lockstep.EINVALID, "bad snapshot id %q", id)
+	}
+	p := filepath.Join(b.metaDir(abs), "snapshots", id+".manifest.json")
+	for _, q := range []string{p + manifestZst, p} {
+		if fi, err := os.Stat(q); err == nil {
+			return fi.Size(), nil
+		}
+	}
+	return 0, lockstep.Errorf(lockstep.ENOTFOUND, "manifest of snapshot %s of %s", id, abs)
 }
 
 // LoadManifest returns the stored manifest of snapshot id of dir.
@@ -390,7 +410,7 @@ func (b base) loadManifest(abs, id string) (*Manifest, error) {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "bad snapshot id %q", id)
 	}
 	var m Manifest
-	err := readJSON(filepath.Join(b.metaDir(abs), "snapshots", id+".manifest.json"), &m)
+	err := readManifest(filepath.Join(b.metaDir(abs), "snapshots", id+".manifest.json"), &m)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "manifest of snapshot %s of %s", id, abs)
 	}
@@ -434,6 +454,7 @@ func (b base) list(dir, driver string) ([]Snapshot, error) {
 func (b base) dropMeta(abs, id string) error {
 	md := filepath.Join(b.metaDir(abs), "snapshots")
 	os.Remove(filepath.Join(md, id+".manifest.json"))
+	os.Remove(filepath.Join(md, id+".manifest.json"+manifestZst))
 	if err := os.Remove(filepath.Join(md, id+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}

@@ -47,6 +47,9 @@ type Metrics struct {
 	// Uploads is the uploads in progress (tar worktrees, object packs,
 	// git pushes): how close the server is to --max-concurrent-uploads.
 	Uploads prometheus.Gauge
+	// Runs are the five run metrics, updated from the run reports this
+	// replica receives (POST /repos/{ws}/runs; runs.go).
+	Runs *RunMetrics
 }
 
 // NewMetrics registers the collectors.
@@ -71,6 +74,7 @@ func NewMetrics() *Metrics {
 		}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.OpDuration, m.Uploads)
+	m.Runs = newRunMetrics(reg)
 	return m
 }
 

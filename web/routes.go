@@ -78,6 +78,7 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	api.POST("/repos/:repo/effects/:id/approve", s.handleEffectDecide(true))
 	api.POST("/repos/:repo/effects/:id/reject", s.handleEffectDecide(false))
 	api.POST("/repos/:repo/effects/:id/compensate", s.handleEffectCompensate())
+	api.POST("/repos/:repo/runs", s.handleRunReport()) // a lockstep run's report (runs.go)
 
 	git := e.Group("/git", s.authenticate, s.admit)
 	git.GET("/:repo/info/refs", s.handleGitInfoRefs())

@@ -116,6 +116,7 @@ func (s *Server) registerUI(e *gin.Engine) {
 	a.GET("/repos/:repo/blob/:rev/*path", u.handleBlob)
 	a.GET("/oplog", u.handleOplog)
 	a.GET("/oplog/entries/:id", u.handleOplogEntry)
+	a.GET("/runs", u.handleRuns) // runs.go
 }
 
 func mustParseUI() map[string]*template.Template {
@@ -527,6 +528,8 @@ type workspaceData struct {
 	// workspace, who marked it and why.
 	Runs   []failedRun
 	Marked *lockstep.OpEntry
+	// What the failed runs wrote, from their run reports (runs.go).
+	Wrote []runWrites
 	// The effects outbox: what the workspace would send (or sent), and
 	// whether this key may approve or reject held effects.
 	Effects   []api.Effect
@@ -690,6 +693,17 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 	for _, e := range runs {
 		d.Runs = append(d.Runs, newFailedRun(e))
 	}
+	reportsFilter, err := visibleOps(me, lockstep.OpFilter{Repo: info.Name, Op: OpRunReport, Newest: true, Limit: 10 * uiFailedRuns})
+	if err != nil {
+		u.fail(c, err)
+		return
+	}
+	reports, err := u.s.Store.ListOps(ctx, reportsFilter)
+	if err != nil {
+		u.fail(c, err)
+		return
+	}
+	d.Wrote = failedRunWrites(reports)
 	if info.Status == lockstep.StatusFailed {
 		marksFilter, err := visibleOps(me, lockstep.OpFilter{Repo: info.Name, Op: "workspace." + string(lockstep.StatusFailed), Newest: true, Limit: 1})
 		if err != nil {

@@ -463,6 +463,10 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if rep != nil {
 		cf.out(e, rep, func() { printRunReport(e, rep) })
 		keepSnapshots(e, drv, rep, ws, stateRoot, pol)
+		// Before the residue actuator marks the workspace failed (a
+		// failed workspace's refs no longer move: the report would be
+		// refused).
+		reportRun(ctx, e, c, ws, noServer, rep, drv.Name(), sopts, stateRoot, forensicsDir(stateRoot))
 	}
 	if err != nil {
 		if errors.Is(err, txrun.ErrResidue) {

@@ -1,0 +1,59 @@
+package fssnap
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// manifestZst is the suffix of a stored manifest: JSON compressed with
+// zstd. A manifest's paths share prefixes and its field names repeat, so
+// it compresses to a fraction of its JSON (TestManifestOverhead measures
+// it against the tree). Manifests written before compression (plain
+// <id>.manifest.json) are still read.
+const manifestZst = ".zst"
+
+var (
+	zstdEnc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBetterCompression), zstd.WithEncoderConcurrency(1))
+	zstdDec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+)
+
+// writeManifest stores m at p+".zst" (atomically) and removes an older
+// uncompressed copy at p.
+func writeManifest(p string, m *Manifest) error {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	z := zstdEnc.EncodeAll(data, make([]byte, 0, len(data)/4))
+	tmp := p + manifestZst + ".tmp"
+	if err := os.WriteFile(tmp, z, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, p+manifestZst); err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// readManifest reads the manifest stored at p+".zst", or the older
+// uncompressed one at p; a missing manifest is os.ErrNotExist.
+func readManifest(p string, m *Manifest) error {
+	z, err := os.ReadFile(p + manifestZst)
+	if errors.Is(err, os.ErrNotExist) {
+		return readJSON(p, m)
+	}
+	if err != nil {
+		return err
+	}
+	data, err := zstdDec.DecodeAll(z, nil)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, m)
+}
