@@ -10,6 +10,7 @@ package typescript
 import (
 	"archive/tar"
 	"compress/gzip"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,8 +27,7 @@ func TestMain(m *testing.M) {
 
 var (
 	buildOnce sync.Once
-	buildOut  string
-	buildErr  bool
+	buildErr  error
 )
 
 // built installs (npm ci) and builds (openapi-typescript + tsc --strict) a
@@ -35,21 +35,25 @@ var (
 func built(t *testing.T) string {
 	t.Helper()
 	dir := e2ekit.NPMPackage(t, ".")
-	openapi, err := filepath.Abs(filepath.Join("..", "..", "api", "openapi.yaml"))
+	buildOnce.Do(func() {
+		if out, err := e2ekit.RunNPM(dir, []string{"LOCKSTEP_OPENAPI=" + openapiPath(t)}, "run", "build"); err != nil {
+			buildErr = fmt.Errorf("npm run build (openapi-typescript, then tsc --strict): %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return dir
+}
+
+// openapiPath is the repository's api/openapi.yaml: the types are generated
+// from the current document.
+func openapiPath(t *testing.T) string {
+	p, err := filepath.Abs(filepath.Join("..", "..", "api", "openapi.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	buildOnce.Do(func() {
-		out, ok := func() (string, bool) {
-			defer func() { recover() }()
-			return e2ekit.NPM(t, dir, []string{"LOCKSTEP_OPENAPI=" + openapi}, "run", "build"), true
-		}()
-		buildOut, buildErr = out, !ok
-	})
-	if buildErr {
-		t.Fatal("npm run build failed in an earlier test")
-	}
-	return dir
+	return p
 }
 
 // TestTypeScriptClient builds the client and runs its tests against a real
@@ -74,9 +78,8 @@ func TestTypeScriptClient(t *testing.T) {
 // generated types.
 func TestNPMPackOffline(t *testing.T) {
 	dir := built(t)
-	openapi, _ := filepath.Abs(filepath.Join("..", "..", "api", "openapi.yaml"))
 	dest := t.TempDir()
-	e2ekit.NPM(t, dir, []string{"LOCKSTEP_OPENAPI=" + openapi, "npm_config_registry=http://127.0.0.1:9/"},
+	e2ekit.NPM(t, dir, []string{"LOCKSTEP_OPENAPI=" + openapiPath(t), "npm_config_registry=http://127.0.0.1:9/"},
 		"pack", "--offline", "--pack-destination", dest)
 	tgz, _ := filepath.Glob(filepath.Join(dest, "*.tgz"))
 	if len(tgz) != 1 {

@@ -56,7 +56,7 @@ func NPMPackage(t testing.TB, src string) string {
 			return
 		}
 		var out string
-		out, p.err = runNPM(p.dir, nil, "ci", "--prefer-offline", "--no-audit", "--no-fund")
+		out, p.err = RunNPM(p.dir, nil, "ci", "--prefer-offline", "--no-audit", "--no-fund")
 		if p.err != nil {
 			p.err = fmt.Errorf("npm ci in a copy of %s: %v\n%s", src, p.err, out)
 		}
@@ -71,14 +71,16 @@ func NPMPackage(t testing.TB, src string) string {
 // combined output; the test fails when npm does.
 func NPM(t testing.TB, dir string, env []string, args ...string) string {
 	t.Helper()
-	out, err := runNPM(dir, env, args...)
+	out, err := RunNPM(dir, env, args...)
 	if err != nil {
 		t.Fatalf("npm %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return out
 }
 
-func runNPM(dir string, env []string, args ...string) (string, error) {
+// RunNPM runs npm with args in dir (extra environment added, the rest
+// from CleanEnv) within NPMTimeout and returns its combined output.
+func RunNPM(dir string, env []string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), NPMTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "npm", args...)
