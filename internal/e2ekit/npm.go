@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +34,13 @@ func RequireNode(t testing.TB) {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not found in PATH: install Node.js (20 or newer) to run the TypeScript tests", tool)
 		}
+	}
+	out, err := exec.Command("node", "-p", "process.versions.node.split('.')[0]").Output()
+	if err != nil {
+		t.Fatalf("node -p process.versions.node: %v", err)
+	}
+	if major, err := strconv.Atoi(strings.TrimSpace(string(out))); err != nil || major < 20 {
+		t.Fatalf("node %s is too old: the TypeScript client and the recipes need Node.js 20 or newer", strings.TrimSpace(string(out)))
 	}
 }
 
