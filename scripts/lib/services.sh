@@ -150,7 +150,7 @@ ensure_packages() {
 	have_cmd mkfs.xfs || need+=(xfsprogs)
 	have_cmd gcc || need+=(gcc libc6-dev) # go test -race needs cgo
 	have_cmd python3 || need+=(python3 python3-venv) # clients/python's tests
-	have_cmd npx || need+=(nodejs npm)                # @redocly/cli lints api/openapi.yaml
+	have_cmd npx || need+=(nodejs npm)                # @redocly/cli lints api/openapi.yaml; clients/typescript, examples/recipes (Node 20+)
 	# Servers only matter if nothing is reachable and we must start our own.
 	if ! postgres_reachable && ! find_pg_bin >/dev/null; then need+=(postgresql); fi
 	if ! redis_reachable && ! have_cmd redis-server; then need+=(redis-server); fi
