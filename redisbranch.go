@@ -8,7 +8,7 @@ type RedisBranch struct {
 	Workspace string
 	Repo      string // the base repository whose template seeded it
 	Template  bool   // seeded from a template RDB (false: started empty)
-	URL       string // redis://:password@127.0.0.1:port/0
+	URL       string // redis://default:password@127.0.0.1:port/0
 }
 
 // RedisBrancher is the Redis-branching seam, the Redis twin of Brancher:

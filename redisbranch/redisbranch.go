@@ -143,8 +143,10 @@ func (m *Manager) out(ws string) (*lockstep.RedisBranch, error) {
 	}
 	repo, _ := os.ReadFile(filepath.Join(m.branchDir(ws), "repo"))
 	_, terr := os.Stat(filepath.Join(m.branchDir(ws), "template"))
+	// "default" spelled out: redis-cli -u sends an empty user name as
+	// such (WRONGPASS), go-redis and redis-py read it as the default user.
 	return &lockstep.RedisBranch{Workspace: ws, Repo: string(repo), Template: terr == nil,
-		URL: fmt.Sprintf("redis://:%s@127.0.0.1:%d/0", m.password(ws), p)}, nil
+		URL: fmt.Sprintf("redis://default:%s@127.0.0.1:%d/0", m.password(ws), p)}, nil
 }
 
 func (m *Manager) client(ws string, port int) *redis.Client {
