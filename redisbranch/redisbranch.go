@@ -35,6 +35,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,12 +47,15 @@ import (
 
 // Config configures a Manager.
 type Config struct {
-	Binary   string // redis-server's path ("" or "on": looked up on PATH)
-	Dir      string // data directory (created)
-	Secret   []byte // derives the instances' passwords
-	PortMin  int    // first port of the range (default 16400)
-	PortMax  int    // last port of the range (default 16999)
-	StartTTL time.Duration
+	Binary  string // redis-server's path ("" or "on": looked up on PATH)
+	Dir     string // data directory (created)
+	Secret  []byte // derives the instances' passwords
+	PortMin int    // first port of the range (default 16400)
+	PortMax int    // last port of the range (default 16999)
+	// MaxSnapshots bounds the snapshots kept per workspace: a snapshot
+	// beyond it drops the oldest (0: 20).
+	MaxSnapshots int
+	StartTTL     time.Duration
 }
 
 // Manager runs the instances.
@@ -90,6 +94,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.PortMin < 1024 || cfg.PortMax > 65535 || cfg.PortMin > cfg.PortMax {
 		return nil, fmt.Errorf("redis branching: bad port range %d-%d", cfg.PortMin, cfg.PortMax)
+	}
+	if cfg.MaxSnapshots <= 0 {
+		cfg.MaxSnapshots = 20
 	}
 	if cfg.StartTTL == 0 {
 		cfg.StartTTL = 30 * time.Second
@@ -421,9 +428,39 @@ func (m *Manager) Snapshot(ctx context.Context, ws, id string) error {
 	dst := m.snapPath(ws, id)
 	os.Remove(dst)
 	if err := os.Link(filepath.Join(m.branchDir(ws), "dump.rdb"), dst); err != nil {
-		return copyFile(filepath.Join(m.branchDir(ws), "dump.rdb"), dst)
+		if err := copyFile(filepath.Join(m.branchDir(ws), "dump.rdb"), dst); err != nil {
+			return err
+		}
 	}
+	m.prune(ws, id)
 	return nil
+}
+
+// prune drops the oldest snapshots of ws beyond MaxSnapshots (never
+// keep, the one just taken). Caller holds ws's lock.
+func (m *Manager) prune(ws, keep string) {
+	dir := filepath.Join(m.branchDir(ws), "snapshots")
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) <= m.cfg.MaxSnapshots {
+		return
+	}
+	type snap struct {
+		name string
+		at   time.Time
+	}
+	var ss []snap
+	for _, e := range ents {
+		if e.Name() == keep+".rdb" {
+			continue
+		}
+		if fi, err := e.Info(); err == nil {
+			ss = append(ss, snap{e.Name(), fi.ModTime()})
+		}
+	}
+	sort.Slice(ss, func(i, j int) bool { return ss[i].at.Before(ss[j].at) })
+	for i := 0; i < len(ss)-(m.cfg.MaxSnapshots-1); i++ {
+		os.Remove(filepath.Join(dir, ss[i].name))
+	}
 }
 
 // DropSnapshot implements lockstep.RedisBrancher.

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/redis/go-redis/v9"
@@ -205,6 +206,38 @@ func TestSurvivesRestart(t *testing.T) {
 	}
 	if got := get(t, open(t, b2.URL), "after"); got != "<nil>" {
 		t.Fatalf("after = %q, want the snapshot's state", got)
+	}
+}
+
+// Snapshots beyond MaxSnapshots drop the oldest; the newest stay
+// restorable.
+func TestSnapshotsBounded(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	m.cfg.MaxSnapshots = 2
+	b, err := m.CreateBranch(ctx, "app", "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := open(t, b.URL)
+	for i, id := range []string{"s1", "s2", "s3"} {
+		c.Set(ctx, "k", id, 0)
+		if err := m.Snapshot(ctx, "ws", id); err != nil {
+			t.Fatal(err)
+		}
+		// Distinct modification times, whatever the file system's
+		// timestamp granularity.
+		at := time.Now().Add(time.Duration(i-10) * time.Minute)
+		os.Chtimes(m.snapPath("ws", id), at, at)
+	}
+	if err := m.Restore(ctx, "ws", "s1"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		t.Fatalf("restore of the oldest snapshot beyond the bound: %v, want not_found", err)
+	}
+	if err := m.Restore(ctx, "ws", "s2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, open(t, b.URL), "k"); got != "s2" {
+		t.Fatalf("k = %q after restoring s2", got)
 	}
 }
 

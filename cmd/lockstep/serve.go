@@ -622,7 +622,8 @@ func redisBrancher(c *serveConfig) (*redisbranch.Manager, error) {
 	if dir == "" {
 		dir = filepath.Join(c.Data, "redis-branches")
 	}
-	m, err := redisbranch.New(redisbranch.Config{Binary: c.BranchRedis, Dir: dir, Secret: append([]byte("redis:"), secret...), PortMin: lo, PortMax: hi})
+	m, err := redisbranch.New(redisbranch.Config{Binary: c.BranchRedis, Dir: dir, Secret: append([]byte("redis:"), secret...), PortMin: lo, PortMax: hi,
+		MaxSnapshots: c.BranchMaxSnaps})
 	if err != nil {
 		return nil, fmt.Errorf("redis branching (LOCKSTEP_BRANCH_REDIS): %w", err)
 	}
