@@ -251,6 +251,12 @@ func (m *Manager) start(ctx context.Context, ws string, port int) error {
 		"requirepass " + m.password(ws), "dir " + dir, "dbfilename dump.rdb",
 		`save ""`, "appendonly no", "daemonize no", "logfile " + filepath.Join(dir, "redis.log"),
 		"pidfile " + filepath.Join(dir, "redis.pid"),
+		// The agent holds the password: it must not move the RDB out of
+		// the branch directory (CONFIG SET dir/dbfilename then SAVE would
+		// write any file as this process's user), load a module or use
+		// DEBUG. Redis 7 has these switches (and these defaults); an older
+		// redis-server refuses the directives and the branch is not made.
+		"enable-protected-configs no", "enable-debug-command no", "enable-module-command no",
 	}, "\n") + "\n"
 	cmd := exec.Command(m.bin, "-")
 	cmd.Stdin = strings.NewReader(conf)

@@ -118,6 +118,14 @@ func TestBranchSnapshotRestoreDrop(t *testing.T) {
 		t.Fatal("a wrong password was accepted")
 	}
 
+	// The agent cannot point the instance's RDB elsewhere (a write of
+	// any file as the server's user).
+	if err := c.ConfigSet(ctx, "dir", "/tmp").Err(); err == nil {
+		t.Fatal("CONFIG SET dir was accepted")
+	}
+	if err := c.ConfigSet(ctx, "dbfilename", "x.rdb").Err(); err == nil {
+		t.Fatal("CONFIG SET dbfilename was accepted")
+	}
 	c.Set(ctx, "k", "v1", 0)
 	if err := m.Snapshot(ctx, "ws1", "ckpt1"); err != nil {
 		t.Fatal(err)
