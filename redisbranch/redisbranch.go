@@ -39,6 +39,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
@@ -261,6 +262,9 @@ func (m *Manager) start(ctx context.Context, ws string, port int) error {
 	cmd := exec.Command(m.bin, "-")
 	cmd.Stdin = strings.NewReader(conf)
 	cmd.Dir = dir
+	// Its own process group: a Ctrl-C meant for the server must not kill
+	// the instance before Close saves its dataset.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return lockstep.Errorf(lockstep.EUNAVAILABLE, "start redis-server for %s: %v", ws, err)
 	}
