@@ -21,7 +21,8 @@ type Config struct {
 	// database as a superuser, or a role with CREATEDB and CREATEROLE.
 	AdminURL string
 	// Prefix starts every database and role name; [a-z][a-z0-9]{0,5},
-	// default "ls". Two services sharing a server need different prefixes.
+	// default "ls". Two services sharing a server need different prefixes
+	// (lockstep serve derives one per service from the branch secret).
 	Prefix string
 	// Secret derives the workspace roles' passwords (HMAC-SHA256); required.
 	Secret []byte

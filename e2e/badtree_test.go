@@ -36,8 +36,8 @@ func TestBadTreesRefusedOverHTTP(t *testing.T) {
 			"edits": []map[string]any{{"op": "write", "path": b.path, "content": b.content}}}, "application/json"), http.StatusBadRequest, "invalid_argument")
 		e2ekit.WantError(t, s.PushRaw(t, s.AdminKey, "bt", e2ekit.PushQuery("main", "", "force", "true"),
 			e2ekit.TarOf(t, map[string]string{"a.txt": "a\n", b.path: b.content})), http.StatusBadRequest, "invalid_argument")
-		mustToolError(t, cs, "file_write", map[string]any{"workspace": "bt-ws", "path": b.path, "content": b.content}, "invalid_argument")
-		mustToolError(t, cs, "files_edit", map[string]any{"workspace": "bt-ws",
+		mustToolError(t, cs, "file_write", map[string]any{"workspace": "bt-ws", "path": b.path, "content": b.content, "expect_oid": wsHead}, "invalid_argument")
+		mustToolError(t, cs, "files_edit", map[string]any{"workspace": "bt-ws", "force": true,
 			"edits": []map[string]any{{"op": "write", "path": b.path, "content": b.content}}}, "invalid_argument")
 		if got := s.Head(t, "bt"); got != head {
 			t.Errorf("%s: bt's main moved from %s to %s", b.name, head, got)

@@ -267,6 +267,7 @@ func TestEveryWriteTwiceOneEffect(t *testing.T) {
 			es := oplog(t, s)
 			oneEffect(t, es, "k-fork", "fork")
 			oneEffect(t, es, "k-push", "push")
+			oneEffect(t, es, "k-objects", "objects.upload")
 			oneEffect(t, es, "k-tree", "push")
 			oneEffect(t, es, "k-rollback", "rollback")
 			oneEffect(t, es, "k-checkpoint", "checkpoint")

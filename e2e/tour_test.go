@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,7 +80,7 @@ func runItFlags(t *testing.T) []string {
 // was then used for a run); this keeps it working.
 func TestReadmeTour(t *testing.T) {
 	t.Parallel()
-	for _, tool := range []string{"bash", "psql", "git", "go", "redis-server", "redis-cli"} {
+	for _, tool := range []string{"bash", "psql", "createdb", "git", "go", "redis-server", "redis-cli"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("the tour needs %s on PATH", tool)
 		}
@@ -90,14 +91,13 @@ func TestReadmeTour(t *testing.T) {
 	prefix := "e" + randHex(2)
 	t.Cleanup(func() { dropPrefix(t, adminURL, prefix) })
 	tpl := "shoptpl_" + prefix
-	admin, err := pgx.Connect(ctx, adminURL)
+	// The tour makes the template itself (createdb shop_dev): the client
+	// tools reach the test server through the PG* variables.
+	pgc, err := pgx.ParseConfig(adminURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, `CREATE DATABASE `+tpl); err != nil {
-		t.Fatal(err)
-	}
+	pgEnv := []string{"PGHOST=" + pgc.Host, fmt.Sprintf("PGPORT=%d", pgc.Port), "PGUSER=" + pgc.User, "PGPASSWORD=" + pgc.Password}
 	t.Cleanup(func() {
 		c, err := pgx.Connect(ctx, adminURL)
 		if err == nil {
@@ -138,6 +138,7 @@ func TestReadmeTour(t *testing.T) {
 	cmd.Env = append(e2ekit.GitEnv(home), "PATH="+bin+":"+os.Getenv("PATH"), "XDG_CACHE_HOME="+t.TempDir(),
 		"XDG_STATE_HOME="+t.TempDir(), "GOCACHE="+strings.TrimSpace(string(goCache)), "GOPATH="+filepath.Join(home, "go"),
 		"GOFLAGS=-mod=mod", "GOPROXY=off", "GOTOOLCHAIN=local", "GOWORK=off", "CGO_ENABLED=0")
+	cmd.Env = append(cmd.Env, pgEnv...)
 	done := make(chan struct{})
 	var out []byte
 	go func() { out, err = cmd.CombinedOutput(); close(done) }()
@@ -157,8 +158,9 @@ func TestReadmeTour(t *testing.T) {
 		"promoted task-42 into shop:main",  // the gate passed with the runner started after the push
 		"failed: code, database and files", // the run failed and was rolled back
 		"restored task-43 to cp-",
-		"redis restored: true",                     // the Redis step's keys rolled back
-		"failed: keys, code and files rolled back", // …with the run
+		"a checkout of task-42 still has the old files", // rollback says to check out again
+		"redis restored: true",                          // the Redis step's keys rolled back
+		"failed: keys, code and files rolled back",      // …with the run
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the tour's output lacks %q:\n%s", want, text)
@@ -167,6 +169,14 @@ func TestReadmeTour(t *testing.T) {
 	if got := s.Call(t, "GET", "/api/v1/repos/shop/blob/main/shop.go", s.AdminKey, nil, ""); !strings.Contains(string(got.Body), "func Double") ||
 		strings.Contains(string(got.Body), "oops") {
 		t.Errorf("main after the promote: %s", got.Body)
+	}
+	// Checked out again after the rollback: the broken edit is gone.
+	if b, err := os.ReadFile(filepath.Join(work, "work", "shop.go")); err != nil || strings.Contains(string(b), "oops") || !strings.Contains(string(b), "func Double") {
+		t.Errorf("work/shop.go after the rollback and checkout: %v %q", err, b)
+	}
+	// The clone authenticated with a header: no key in its config.
+	if b, err := os.ReadFile(filepath.Join(work, "clone-42", ".git", "config")); err != nil || strings.Contains(string(b), "lsk_") {
+		t.Errorf("clone-42/.git/config: %v\n%s", err, b)
 	}
 	if b, err := os.ReadFile(filepath.Join(work, "work43", "shop.go")); err != nil || strings.Contains(string(b), "half-done") {
 		t.Errorf("work43/shop.go after the failed run: %v %q", err, b)

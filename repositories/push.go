@@ -136,7 +136,8 @@ func (s *Service) Missing(ctx context.Context, actor *lockstep.Key, repoName str
 	return out, nil
 }
 
-// UploadPack stores a client-built packfile after validating every object.
+// UploadPack stores a client-built packfile after validating every object
+// and logs it (op objects.upload, the objects and bytes it stored).
 func (s *Service) UploadPack(ctx context.Context, actor *lockstep.Key, repoName string, body io.Reader) (repo.WriteStats, error) {
 	r, err := s.Repo(ctx, repoName)
 	if err != nil {
@@ -149,11 +150,23 @@ func (s *Service) UploadPack(ctx context.Context, actor *lockstep.Key, repoName 
 	if err != nil {
 		return repo.WriteStats{}, err
 	}
+	start := s.now()
 	stats, err := n.ReceivePack(body, s.cfg.Limits)
-	if err == nil {
-		s.afterWrite(r.Network, n)
+	s.metrics.ObserveOp("objects.upload", resultOf(err), s.now().Sub(start))
+	if err != nil {
+		return stats, err
 	}
-	return stats, err
+	s.afterWrite(r.Network, n)
+	// The upload is its own entry with what it stored (objects already
+	// in the network are not counted): the push that later names the tree
+	// counts only its commit, so each object and byte is attributed once,
+	// also when no push follows or several pushes reuse the objects.
+	e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "objects.upload", Repo: r.Name, TraceID: traceID(ctx),
+		Objects: stats.Objects, Bytes: stats.Bytes, DurationUS: s.now().Sub(start).Microseconds()}
+	if err := s.store.AppendOp(ctx, e); err != nil {
+		return repo.WriteStats{}, err
+	}
+	return stats, nil
 }
 
 // writeTarget loads the repository and checks the caller may write it.

@@ -78,7 +78,7 @@ func (s *Server) handleCheckpointCreate() gin.HandlerFunc {
 
 func (s *Server) handleCheckpointList() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		limit, err := queryInt(c, "limit", 100)
+		limit, err := queryLimit(c, 100, MaxListLimit)
 		if err != nil {
 			writeError(c, err)
 			return

@@ -11,11 +11,11 @@ import (
 	"github.com/lockstep-hq/lockstep/effects"
 )
 
-// effectsOn answers 503 when the effects outbox is not wired (a server
-// built without it).
+// effectsOn answers 501 not_configured (final, never retried) when the
+// effects outbox is not wired (a server built without it).
 func (s *Server) effectsOn(c *gin.Context) bool {
 	if s.Effects == nil {
-		writeError(c, lockstep.Errorf(lockstep.EUNAVAILABLE, "the effects outbox is not configured on this server"))
+		writeError(c, lockstep.Errorf(lockstep.ENOTCONFIGURED, "the effects outbox is not configured on this server"))
 		return false
 	}
 	return true
@@ -48,12 +48,12 @@ func (s *Server) handleEffectStage() gin.HandlerFunc {
 
 func (s *Server) handleEffectList() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if !s.effectsOn(c) {
-			return
-		}
-		limit, err := queryInt(c, "limit", 100)
+		limit, err := queryLimit(c, 100, 1000) // bad input first: 400 whatever is configured
 		if err != nil {
 			writeError(c, err)
+			return
+		}
+		if !s.effectsOn(c) {
 			return
 		}
 		var after int64

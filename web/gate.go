@@ -122,7 +122,7 @@ func (s *Server) handleHookRotate() gin.HandlerFunc {
 
 func (s *Server) handleDeliveries() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		limit, err := queryInt(c, "limit", 100)
+		limit, err := queryLimit(c, 100, MaxDeliveryLimit)
 		if err != nil {
 			writeError(c, err)
 			return

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -74,7 +75,10 @@ func (s *Server) gitCommand(c *gin.Context, repoName string, args ...string) (*e
 	if err != nil {
 		return nil, err
 	}
+	// The request's context ends when the client goes away or stops
+	// reading (writelimits.go): git is killed then, and its pipes closed.
 	cmd := exec.CommandContext(c.Request.Context(), "git", args...)
+	cmd.WaitDelay = 5 * time.Second
 	cmd.Dir = n.Dir()
 	cmd.Env = append(os.Environ(), "GIT_NAMESPACE="+r.Name, "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0")
 	if p := c.GetHeader("Git-Protocol"); p != "" && len(p) < 256 {

@@ -18,13 +18,9 @@ func (s *Server) handleOplogList() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		limit, err := queryInt(c, "limit", 100)
+		limit, err := queryLimit(c, 100, MaxListLimit)
 		if err != nil {
 			writeError(c, err)
-			return
-		}
-		if limit == 0 || limit > 1000 {
-			writeError(c, lockstep.Errorf(lockstep.EINVALID, "limit must be between 1 and 1000"))
 			return
 		}
 		f.After, f.Limit = int64(after), limit
@@ -39,12 +35,9 @@ func (s *Server) handleOplogList() gin.HandlerFunc {
 			return
 		}
 		// An agent sees its own operations only; other roles see all.
-		if k.Role == lockstep.RoleAgent {
-			if f.KeyID != "" && f.KeyID != k.ID {
-				writeError(c, lockstep.Errorf(lockstep.EFORBIDDEN, "an agent key may read only its own operations"))
-				return
-			}
-			f.KeyID = k.ID
+		if f, err = visibleOps(k, f); err != nil {
+			writeError(c, err)
+			return
 		}
 		entries, err := s.Store.ListOps(c.Request.Context(), f)
 		if err != nil {

@@ -78,13 +78,9 @@ func (s *Server) handleFork() gin.HandlerFunc {
 
 func (s *Server) handleWorkspaces() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		limit, err := queryInt(c, "limit", 100)
+		limit, err := queryLimit(c, 100, workspaces.MaxWorkspacePage)
 		if err != nil {
 			writeError(c, err)
-			return
-		}
-		if limit == 0 {
-			writeError(c, lockstep.Errorf(lockstep.EINVALID, "limit must be between 1 and %d", workspaces.MaxWorkspacePage))
 			return
 		}
 		ws, next, err := s.Workspaces.Workspaces(c.Request.Context(), c.Param("repo"),
@@ -99,7 +95,7 @@ func (s *Server) handleWorkspaces() gin.HandlerFunc {
 
 func (s *Server) handleAttempts() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		limit, err := queryInt(c, "limit", 100)
+		limit, err := queryLimit(c, 100, MaxListLimit)
 		if err != nil {
 			writeError(c, err)
 			return
@@ -291,7 +287,7 @@ func (s *Server) handleRollback() gin.HandlerFunc {
 
 func (s *Server) handleLog() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		limit, err := queryInt(c, "limit", 50)
+		limit, err := queryLimit(c, 50, MaxListLimit)
 		if err != nil {
 			writeError(c, err)
 			return

@@ -21,7 +21,7 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 		e.DELETE("/mcp", s.authenticate, mcp)
 	}
 
-	api := e.Group("/api/v1", s.authenticate, s.idempotency) // idempotency.go: Idempotency-Key on writes
+	api := e.Group("/api/v1", s.authenticate, s.admit, s.idempotency) // admit.go: authorization and upload slots before any body is read; idempotency.go: Idempotency-Key on writes
 	api.POST("/keys", s.handleKeyCreate())
 	api.GET("/keys", s.handleKeyList())
 	api.DELETE("/keys/:id", s.handleKeyRevoke())
@@ -39,10 +39,10 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	api.GET("/repos/:repo/workspaces", s.handleWorkspaces())
 	api.GET("/repos/:repo/attempts", s.handleAttempts())
 	api.GET("/repos/:repo/refs", s.handleRefs())
-	api.PUT("/repos/:repo/worktree", s.uploadSlot, s.handleWorktree())
-	api.POST("/repos/:repo/edits", s.uploadSlot, s.handleEdits())
+	api.PUT("/repos/:repo/worktree", s.handleWorktree())
+	api.POST("/repos/:repo/edits", s.handleEdits())
 	api.POST("/repos/:repo/objects/missing", s.handleObjectsMissing())
-	api.POST("/repos/:repo/objects", s.uploadSlot, s.handleObjectsUpload())
+	api.POST("/repos/:repo/objects", s.handleObjectsUpload())
 	api.POST("/repos/:repo/rollback", s.handleRollback())
 	api.GET("/repos/:repo/commits", s.handleLog())
 	api.GET("/repos/:repo/commits/:rev", s.handleCommit())
@@ -80,10 +80,10 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	api.POST("/repos/:repo/effects/:id/reject", s.handleEffectDecide(false))
 	api.POST("/repos/:repo/effects/:id/compensate", s.handleEffectCompensate())
 
-	git := e.Group("/git", s.authenticate)
+	git := e.Group("/git", s.authenticate, s.admit)
 	git.GET("/:repo/info/refs", s.handleGitInfoRefs())
 	git.POST("/:repo/git-upload-pack", s.handleGitUploadPack())
-	git.POST("/:repo/git-receive-pack", s.uploadSlot, s.handleGitReceivePack())
+	git.POST("/:repo/git-receive-pack", s.handleGitReceivePack())
 
 	s.registerUI(e) // the reviewers' UI under /ui/ (ui.go)
 }

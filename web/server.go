@@ -47,6 +47,18 @@ type Config struct {
 	// arrive (limits.go); 0 = the defaults, BodyTimeout < 0 = no bound.
 	BodyTimeout time.Duration
 	BodyMinRate int64
+	// WriteTimeout and WriteMinRate bound how slowly a client may read a
+	// response (writelimits.go); 0 = the defaults, WriteTimeout < 0 = no
+	// bound.
+	WriteTimeout time.Duration
+	WriteMinRate int64
+	// MaxSSEStreams and MaxSSEStreamsPerKey cap the UI's open event
+	// streams in all and per key (429 beyond); SSEMaxLifetime ends a
+	// stream after that long (the browser reconnects). 0 = the defaults
+	// (streams.go).
+	MaxSSEStreams       int
+	MaxSSEStreamsPerKey int
+	SSEMaxLifetime      time.Duration
 	// Idempotency configures Idempotency-Key handling (idempotency.go).
 	Idempotency IdempotencyConfig
 	// MaxConcurrentUploads bounds the uploads (tar worktrees, object
@@ -121,7 +133,7 @@ func (s *Server) Handler() http.Handler {
 	// parameters are unescaped before handlers see them.
 	e.UseRawPath = true
 	e.UnescapePathValues = true
-	e.Use(s.recovery, s.requestID, s.tracing, s.logging, s.bodyLimits)
+	e.Use(s.recovery, s.requestID, s.tracing, s.logging, s.bodyLimits, s.writeLimits)
 	e.NoRoute(func(c *gin.Context) {
 		if s.uiNotFound != nil && strings.HasPrefix(c.Request.URL.Path, "/ui/") {
 			s.uiNotFound(c)

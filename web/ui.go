@@ -68,12 +68,14 @@ type uiServer struct {
 	s     *Server
 	pages map[string]*template.Template
 	live  *liveHub
+	// streams caps the open event streams (streams.go).
+	streams *streamLimiter
 }
 
 // registerUI declares every /ui route. Login and the stylesheet are
 // public; everything else needs a session.
 func (s *Server) registerUI(e *gin.Engine) {
-	u := &uiServer{s: s, pages: mustParseUI()}
+	u := &uiServer{s: s, pages: mustParseUI(), streams: newStreamLimiter(s.Config.MaxSSEStreams, s.Config.MaxSSEStreamsPerKey)}
 	channel := s.EventsChannel
 	if channel == "" {
 		channel = DefaultEventsChannel
@@ -94,6 +96,7 @@ func (s *Server) registerUI(e *gin.Engine) {
 	g := e.Group("/ui", u.headers)
 	g.GET("/style.css", u.handleStyle)
 	g.GET("/live.js", u.handleLiveJS)
+	g.GET("/highlight.css", u.handleHighlightCSS)
 	g.GET("/login", u.handleLoginForm)
 	g.POST("/login", u.handleLogin)
 	g.POST("/logout", u.handleLogout)
@@ -142,6 +145,7 @@ func mustParseUI() map[string]*template.Template {
 		"ms":       func(us int64) string { return strconv.FormatFloat(float64(us)/1000, 'f', 1, 64) },
 		"bytes":    humanBytes,
 		"inc":      func(i int) int { return i + 1 },
+		"restore":  isRestoreOp,
 		"resultClass": func(r string) string {
 			switch {
 			case r == "ok":
@@ -152,7 +156,7 @@ func mustParseUI() map[string]*template.Template {
 			return "failed"
 		},
 	}
-	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(uiFiles, "ui/layout.html", "ui/partials.html"))
+	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(uiFiles, "ui/layout.html", "ui/partials.html", "ui/review.html"))
 	pages := map[string]*template.Template{}
 	names, err := fs.Glob(uiFiles, "ui/page_*.html")
 	if err != nil || len(names) == 0 {
@@ -498,6 +502,9 @@ type baseData struct {
 	// Tasks: a page of the task labels with counts by status.
 	Tasks     []lockstep.TaskCount
 	TasksNext string
+	// NoNet: active workspaces ahead of the base whose tip has their fork
+	// point's tree (a rollback undid every change).
+	NoNet map[string]bool
 }
 
 type checkedAttempt struct {
@@ -524,6 +531,13 @@ type workspaceData struct {
 	// whether this key may approve or reject held effects.
 	Effects   []api.Effect
 	CanDecide bool
+	// Review aids (ui_review.go): the merge conflicts with the base, how a
+	// promoted workspace landed, a rollback that left nothing to land, and
+	// the timeline of its operations.
+	Conflicts  *conflictsData
+	Landing    *landing
+	RolledBack bool
+	Timeline   []timelineItem
 }
 
 // failedRun is one failed `lockstep run` as its run.failed entry records it.
@@ -588,6 +602,7 @@ func (u *uiServer) handleRepo(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
+	d.NoNet = u.noNetChange(ctx, d.Workspaces)
 	if d.Tasks, err = u.s.Workspaces.Tasks(ctx, info.Name, c.Query("tasks_after"), uiTaskList+1); err != nil {
 		u.fail(c, err)
 		return
@@ -661,7 +676,13 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 			d.EvalError = publicMessage(c, err)
 		}
 	}
-	runs, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: info.Name, Op: "run.failed", Newest: true, Limit: uiFailedRuns})
+	// The failed runs and the mark this key may see (visibility.go).
+	runsFilter, err := visibleOps(me, lockstep.OpFilter{Repo: info.Name, Op: "run.failed", Newest: true, Limit: uiFailedRuns})
+	if err != nil {
+		u.fail(c, err)
+		return
+	}
+	runs, err := u.s.Store.ListOps(ctx, runsFilter)
 	if err != nil {
 		u.fail(c, err)
 		return
@@ -670,7 +691,12 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 		d.Runs = append(d.Runs, newFailedRun(e))
 	}
 	if info.Status == lockstep.StatusFailed {
-		marks, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: info.Name, Op: "workspace." + string(lockstep.StatusFailed), Newest: true, Limit: 1})
+		marksFilter, err := visibleOps(me, lockstep.OpFilter{Repo: info.Name, Op: "workspace." + string(lockstep.StatusFailed), Newest: true, Limit: 1})
+		if err != nil {
+			u.fail(c, err)
+			return
+		}
+		marks, err := u.s.Store.ListOps(ctx, marksFilter)
 		if err != nil {
 			u.fail(c, err)
 			return
@@ -693,6 +719,20 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 		"base": {info.ForkOf + ":" + info.DefaultBranch}, "head": {info.DefaultBranch}, "from": {"merge-base"}}.Encode()
 	if info.Task != "" {
 		d.TaskURL = taskURL(info.ForkOf, info.Task)
+	}
+	if d.Eval != nil && !d.Eval.MergeClean {
+		d.Conflicts = u.workspaceConflicts(ctx, c, info)
+	}
+	d.RolledBack = rolledBack(d.Attempts, d.Eval)
+	if info.Status == lockstep.StatusPromoted {
+		if d.Landing, err = u.landing(ctx, info); err != nil {
+			u.fail(c, err)
+			return
+		}
+	}
+	if d.Timeline, err = u.timeline(ctx, info.Name); err != nil {
+		u.fail(c, err)
+		return
 	}
 	u.render(c, http.StatusOK, "workspace", view{Title: info.Name, Section: "repos",
 		Live: "/ui/events?" + url.Values{"repo": {info.Name}}.Encode(), D: d})
@@ -738,13 +778,15 @@ type diffLine struct {
 	Class    string // add, del, ctx, hunk, meta
 	Old, New int    // line numbers, 0 when the side has none
 	Text     string
+	HTML     template.HTML // Text[1:] highlighted (ui_review.go); "" = plain
 }
 
 type fileDiff struct {
 	repo.FileChange
 	Anchor string
 	Lines  []diffLine
-	Cut    int // lines left out beyond uiMaxDiffLines
+	Cut    int        // lines left out beyond uiMaxDiffLines
+	Rows   []splitRow // the split view's rows (set when Split)
 }
 
 type diffData struct {
@@ -753,6 +795,9 @@ type diffData struct {
 	Files   []fileDiff
 	Added   int
 	Removed int
+	// The split (side-by-side) view, chosen by ?view=split.
+	Split                bool
+	UnifiedURL, SplitURL string
 }
 
 func newDiff(repoName, head string, files []repo.FileChange) diffData {
@@ -760,6 +805,7 @@ func newDiff(repoName, head string, files []repo.FileChange) diffData {
 	for i, f := range files {
 		fd := fileDiff{FileChange: f, Anchor: "f" + strconv.Itoa(i)}
 		fd.Lines, fd.Cut = parsePatch(f.Patch, uiMaxDiffLines)
+		highlightLines(f.Path, fd.Lines)
 		fd.Patch = ""
 		d.Files = append(d.Files, fd)
 		d.Added += f.Added
@@ -871,6 +917,7 @@ func (u *uiServer) handleCommit(c *gin.Context) {
 		}
 	}
 	d.Diff = newDiff(name, head, files)
+	viewURLs(&d.Diff, c.Request.URL)
 	u.render(c, http.StatusOK, "commit", view{Title: firstLine(ci.Message) + " · " + shortOID(head), Section: "repos", D: d})
 }
 
@@ -882,6 +929,7 @@ type compareData struct {
 	Head      string
 	MergeBase bool
 	Diff      diffData
+	Conflicts *conflictsData // what merging head into base conflicts on
 }
 
 func (u *uiServer) handleCompare(c *gin.Context) {
@@ -913,6 +961,8 @@ func (u *uiServer) handleCompare(c *gin.Context) {
 		return
 	}
 	d.Diff = newDiff(name, d.Head, files)
+	viewURLs(&d.Diff, c.Request.URL)
+	d.Conflicts = u.compareConflicts(ctx, c, r, d.BaseRev, d.HeadRev)
 	u.render(c, http.StatusOK, "compare", view{Title: d.BaseRev + "…" + d.HeadRev, Section: "repos", D: d})
 }
 
@@ -1027,8 +1077,9 @@ type opRow struct {
 
 type detail struct {
 	Key, Value string
-	Fold       bool   // long or multi-line: folded
-	Short      string // the folded value's first line
+	Fold       bool     // long or multi-line: folded
+	Short      string   // the folded value's first line
+	List       []string // a list of gate reasons ("rule: message"), one item each
 }
 
 type oplogData struct {
@@ -1064,9 +1115,11 @@ func (u *uiServer) handleOplog(c *gin.Context) {
 		return
 	}
 	// An agent sees its own operations only, as in the API.
-	if me.Role == lockstep.RoleAgent {
-		f.KeyID, d.OwnOnly = me.ID, true
+	if f, err = visibleOps(me, f); err != nil {
+		u.fail(c, err)
+		return
 	}
+	d.OwnOnly = ownOpsOnly(me)
 	d.Filter = f
 	var entries []*lockstep.OpEntry // newest first
 	var nextBefore int64
@@ -1231,9 +1284,10 @@ func (u *uiServer) handleOplogEntry(c *gin.Context) {
 		}
 		hi = last + 1
 	}
-	f := lockstep.OpFilter{}
-	if me.Role == lockstep.RoleAgent {
-		f.KeyID = me.ID
+	f, err := visibleOps(me, lockstep.OpFilter{})
+	if err != nil {
+		u.fail(c, err)
+		return
 	}
 	for windows := 0; hi > 1 && windows < 100; windows++ {
 		lo := max(hi-1-uiOpWindow, 0)
@@ -1305,6 +1359,10 @@ func details(m map[string]any) []detail {
 			if words, ok := stringList(v); ok {
 				s = shellJoin(words)
 				break
+			}
+			if items, ok := ruleList(v); ok {
+				out = append(out, detail{Key: k, List: items})
+				return
 			}
 			b, _ := json.Marshal(v)
 			s = string(b)

@@ -180,6 +180,18 @@ func (u *uiServer) handleEvents(c *gin.Context) {
 		u.fail(c, lockstep.Errorf(lockstep.EINVALID, "at most 100 repositories per event stream"))
 		return
 	}
+	release, err := u.streams.acquire(me.ID)
+	if err != nil {
+		refuseStream(c, err)
+		return
+	}
+	defer release()
+	lifetime := u.s.Config.SSEMaxLifetime
+	if lifetime <= 0 {
+		lifetime = DefaultSSEMaxLifetime
+	}
+	end := time.NewTimer(lifetime)
+	defer end.Stop()
 	ch, err := u.live.subscribe(ctx)
 	if err != nil {
 		u.fail(c, err)
@@ -203,6 +215,8 @@ func (u *uiServer) handleEvents(c *gin.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-end.C:
+			return // --sse-max-lifetime: the browser reconnects
 		case <-tick.C:
 			w.WriteString(": keep-alive\n\n")
 		case ev := <-ch:
@@ -215,7 +229,7 @@ func (u *uiServer) handleEvents(c *gin.Context) {
 					continue
 				}
 			}
-			if me.Role == lockstep.RoleAgent && ev.KeyID != me.ID {
+			if !opVisible(me, ev.KeyID) {
 				ev.Op = ""
 			}
 			ev.KeyID = ""

@@ -113,8 +113,8 @@ func (u *uiServer) handleTask(c *gin.Context) {
 			return
 		}
 		a.Branch = info.DefaultBranch
-		if at, err := u.s.Workspaces.Attempts(ctx, ws.Name, 1); err == nil && len(at) > 0 {
-			a.Attempts = at[0].Number
+		if at, err := u.s.Workspaces.Attempts(ctx, ws.Name, uiRestoreScan); err == nil && len(at) > 0 {
+			a.Attempts = agentAttempts(at)
 		}
 		a.CompareBase = "/ui/repos/" + url.PathEscape(ws.Name) + "/compare?" + url.Values{
 			"base": {base.Name + ":" + base.DefaultBranch}, "head": {info.DefaultBranch}, "from": {"merge-base"}}.Encode()
@@ -158,7 +158,12 @@ func (u *uiServer) handleTask(c *gin.Context) {
 				}
 			}
 		}
-		runs, err := u.s.Store.ListOps(ctx, lockstep.OpFilter{Repo: ws.Name, Op: "run.failed", Newest: true, Limit: 3})
+		runsFilter, err := visibleOps(auth.FromContext(ctx), lockstep.OpFilter{Repo: ws.Name, Op: "run.failed", Newest: true, Limit: 3})
+		if err != nil {
+			u.fail(c, err)
+			return
+		}
+		runs, err := u.s.Store.ListOps(ctx, runsFilter)
 		if err != nil {
 			u.fail(c, err)
 			return

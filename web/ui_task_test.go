@@ -159,7 +159,7 @@ func TestUIOplogReadable(t *testing.T) {
 		t.Error("a long detail is not folded")
 	}
 	_, ws, _ := w.get(t, rev, "/ui/repos/task-1")
-	mustContain(t, "check summary", ws, `ci/test: failure</span> <span class="summary small">main.go:4: syntax error: unexpected newline</span>`)
+	mustContain(t, "check summary", ws, `ci/test: failure</span><pre class="summary">main.go:4: syntax error: unexpected newline</pre>`)
 }
 
 // sseStream opens /ui/events as a signed-in browser and returns the data

@@ -341,7 +341,7 @@ func TestUIPages(t *testing.T) {
 	mustContain(t, "commit", commit, "refactor main (breaks the build)", "syntax error: unexpected newline",
 		`href="/ui/repos/task-1/commits/`+w.good+`"`, // parent link
 		`href="/ui/repos/task-1/tree/`+w.failing+`"`, // files
-		`<tr class="del">`, `println(&#34;hello, world&#34;)`, `<tr class="add">`, `println(&#34;hello, world&#34;`,
+		`<tr class="del">`, `<span class="s">&#34;hello, world&#34;</span><span class="p">)</span>`, `<tr class="add">`, `<span class="s">&#34;hello, world&#34;</span>`,
 		"1</strong> file changed", "main.go")
 	if page("/ui/repos/app/commits/"+w.baseHead) == "" || !strings.Contains(page("/ui/repos/app/commits/"+w.baseHead), `<span class="tag">binary</span>`) {
 		t.Error("root commit page does not mark logo.png as binary")

@@ -66,6 +66,27 @@ func (s *Service) branchAfterFork(ctx context.Context, base, ws string) {
 	}()
 }
 
+// AfterPromote drops a promoted workspace's database branch, its snapshots
+// and its warm spare in the background: a promoted workspace takes no
+// more writes and its checkpoints can no longer be restored, so they only
+// held databases on the branch server (issue 27: six workspaces left
+// twenty databases behind). The gate calls it after a promote landed.
+func (s *Service) AfterPromote(ctx context.Context, ws string) {
+	if s.dbs == nil && s.rds == nil {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		stop := context.AfterFunc(s.bgCtx, cancel)
+		defer stop()
+		s.dropAfterAbandon(ctx, ws)
+		s.dropRedisAfterAbandon(ctx, ws) // its Redis branch likewise
+	}()
+}
+
 // dropAfterAbandon drops an abandoned workspace's database branch.
 func (s *Service) dropAfterAbandon(ctx context.Context, ws string) {
 	if s.dbs == nil {

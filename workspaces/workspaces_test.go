@@ -12,8 +12,10 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/dbbranch"
+	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/internal/servicetest"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
+	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
@@ -114,6 +116,34 @@ func TestDatabaseBranchFollowsWorkspace(t *testing.T) {
 	}
 	if _, err := dbs.Branch(ctx, "ws-db"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
 		t.Fatalf("branch of an abandoned workspace: %v, want not_found", err)
+	}
+
+	// Promoting drops the branch and its snapshots too (issue 27: they
+	// stayed on the branch server). Wired as lockstep serve wires it.
+	w.Gate.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) { w.Workspaces.AfterPromote(ctx, ws.Name) }
+	if _, err := w.Workspaces.Fork(ctx, w.Agent, "app", "ws-promo", ""); err != nil {
+		t.Fatal(err)
+	}
+	w.Workspaces.Wait()
+	if _, err := dbs.Branch(ctx, "ws-promo"); err != nil {
+		t.Fatalf("no database branch after the fork: %v", err)
+	}
+	if _, err := w.Repos.PushTar(ctx, w.Agent, "ws-promo", servicetest.Tar(t, map[string]string{"a.txt": "a\n", "b.txt": "b\n"}),
+		repositories.WriteOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dbs.Snapshot(ctx, "ws-promo", "snap1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Gate.Promote(ctx, w.Admin, "ws-promo", gate.PromoteRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	w.Workspaces.Wait()
+	if _, err := dbs.Branch(ctx, "ws-promo"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		t.Fatalf("branch of a promoted workspace: %v, want not_found", err)
+	}
+	if err := dbs.Restore(ctx, "ws-promo", "snap1"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		t.Fatalf("snapshot of a promoted workspace: restore %v, want not_found", err)
 	}
 }
 

@@ -136,6 +136,8 @@ func cmdRollback(ctx context.Context, e *env, args []string) error {
 	}
 	return cf.out(e, res, func() {
 		fmt.Fprintf(e.stdout, "rolled back %s@%s to the tree of %s\ncommit %s\ntree   %s\nparent %s\n", repoName, res.Branch, to, res.Commit, res.Tree, res.Parent)
+		// The rollback is a commit on the server: a checkout is not touched.
+		fmt.Fprintf(e.stderr, "a checkout of %s still has the old files: check out again (rm -rf DIR && lockstep checkout %s DIR)\n", repoName, repoName)
 	})
 }
 

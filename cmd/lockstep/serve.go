@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -76,6 +78,11 @@ type serveConfig struct {
 	IdleTimeout       time.Duration
 	BodyTimeout       time.Duration
 	BodyMinRate       int64
+	WriteTimeout      time.Duration
+	WriteMinRate      int64
+	MaxSSE            int
+	MaxSSEPerKey      int
+	SSELifetime       time.Duration
 	// Idempotent writes (web/idempotency.go, docs/idempotency.md).
 	IdemRetention time.Duration
 	IdemLease     time.Duration
@@ -257,7 +264,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.int(&c.HookMaxAttempts, "hook-max-attempts", "LOCKSTEP_HOOK_MAX_ATTEMPTS", 8, "attempts before a delivery is marked failed")
 	f.dur(&c.HookBackoff, "hook-backoff", "LOCKSTEP_HOOK_BACKOFF", 2*time.Second, "first retry delay of a failed delivery (doubles, ±20% jitter)")
 	f.secret(&c.BranchSecret, "branch-secret", "LOCKSTEP_BRANCH_SECRET", "secret deriving branch roles' passwords (default: generated once into <data>/branch.secret; replicas must share it)")
-	f.str(&c.BranchPrefix, "branch-prefix", "LOCKSTEP_BRANCH_PREFIX", "ls", "prefix of every database and role Lockstep creates on the branch server")
+	f.str(&c.BranchPrefix, "branch-prefix", "LOCKSTEP_BRANCH_PREFIX", "", "prefix of every database and role Lockstep creates on the branch server (default: \"ls\" and 4 characters derived from the branch secret, kept in <data>/branch.prefix)")
 	f.bool(&c.BranchWarm, "branch-warm", "LOCKSTEP_BRANCH_WARM", true, "keep pre-made database copies so fork and restore-latest are a rename")
 	f.int(&c.BranchMaxSnaps, "branch-max-snapshots", "LOCKSTEP_BRANCH_MAX_SNAPSHOTS", 20, "database snapshots kept per workspace (oldest dropped)")
 	f.dur(&c.TempGrace, "temp-grace", "LOCKSTEP_TEMP_GRACE", 15*time.Minute, "temp files in the data directory untouched this long are taken as left by a crash and removed (at start-up, then every grace/2)")
@@ -277,6 +284,11 @@ func (c *serveConfig) declare(f *flagger) {
 	f.dur(&c.IdleTimeout, "idle-timeout", "LOCKSTEP_IDLE_TIMEOUT", 2*time.Minute, "an idle keep-alive connection is closed after this")
 	f.dur(&c.BodyTimeout, "body-timeout", "LOCKSTEP_BODY_TIMEOUT", web.DefaultBodyTimeout, "longest silence of a request body, and the grace before --body-min-rate applies")
 	f.i64(&c.BodyMinRate, "body-min-rate", "LOCKSTEP_BODY_MIN_RATE", web.DefaultBodyMinRate, "slowest average rate (bytes/s) a request body may arrive at after the grace")
+	f.dur(&c.WriteTimeout, "write-timeout", "LOCKSTEP_WRITE_TIMEOUT", web.DefaultWriteTimeout, "longest a response write may wait for the client to read, and the grace before --write-min-rate applies; beyond it the client is disconnected (and a git fetch's upload-pack killed)")
+	f.int(&c.MaxSSE, "max-sse-streams", "LOCKSTEP_MAX_SSE_STREAMS", web.DefaultMaxSSEStreams, "the UI's live-update streams (/ui/events) open at once; more answer 429 with Retry-After")
+	f.int(&c.MaxSSEPerKey, "max-sse-streams-per-key", "LOCKSTEP_MAX_SSE_STREAMS_PER_KEY", web.DefaultMaxSSEStreamsPerKey, "the UI's live-update streams one key may hold open; more answer 429 with Retry-After")
+	f.dur(&c.SSELifetime, "sse-max-lifetime", "LOCKSTEP_SSE_MAX_LIFETIME", web.DefaultSSEMaxLifetime, "a live-update stream is ended after this (the browser reconnects)")
+	f.i64(&c.WriteMinRate, "write-min-rate", "LOCKSTEP_WRITE_MIN_RATE", web.DefaultWriteMinRate, "slowest average rate (bytes/s) a client may read a response at after the grace")
 	f.dur(&c.IdemRetention, "idempotency-retention", "LOCKSTEP_IDEMPOTENCY_RETENTION", 24*time.Hour, "how long an Idempotency-Key's answer is kept (then cleaned up)")
 	f.dur(&c.IdemLease, "idempotency-lease", "LOCKSTEP_IDEMPOTENCY_LEASE", 30*time.Second, "a running keyed request's lease (renewed while it runs); after a crash its key is free again once this passed, if nothing committed")
 	f.str(&c.ObjectStore, "object-store", s3packs.Setting, "", "s3://bucket/prefix?endpoint=host:port[&insecure=true&region=…&path_style=true]: keep each network's packs in this S3-compatible bucket (several replicas; needs --database-url, a shared --secret-key-file; keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); empty = the local disk")
@@ -544,11 +556,16 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	a.closers = append(a.closers, func() { stopWorker(); <-workerDone })
 	var brancher lockstep.Brancher // stays nil (not a nil *Manager) when branching is off
 	if c.BranchDatabaseURL != "" {
-		secret, err := branchSecret(c)
+		secret, generated, err := branchSecret(c)
 		if err != nil {
 			return nil, err
 		}
-		dbs, err := dbbranch.New(ctx, dbbranch.Config{AdminURL: c.BranchDatabaseURL, Prefix: c.BranchPrefix, Secret: secret,
+		prefix, err := branchPrefix(c, secret, generated)
+		if err != nil {
+			return nil, err
+		}
+		logger.Info("database branching", "prefix", prefix)
+		dbs, err := dbbranch.New(ctx, dbbranch.Config{AdminURL: c.BranchDatabaseURL, Prefix: prefix, Secret: secret,
 			Warm: c.BranchWarm, MaxSnapshots: c.BranchMaxSnaps})
 		if err != nil {
 			return nil, fmt.Errorf("database branching (LOCKSTEP_BRANCH_DATABASE_URL): %w", err)
@@ -583,9 +600,14 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		go func() { fx.Run(ectx); close(effectsDone) }()
 		a.closers = append(a.closers, func() { stopEffects(); <-effectsDone })
 	}
-	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) { cps.AfterPromote(ctx, base.Name); fx.Wake() }
+	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) {
+		cps.AfterPromote(ctx, base.Name)
+		wss.AfterPromote(ctx, ws.Name)
+		fx.Wake()
+	}
 	srv := &web.Server{
-		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate, MaxConcurrentUploads: c.MaxUploads,
+		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate, WriteTimeout: c.WriteTimeout, WriteMinRate: c.WriteMinRate,
+			MaxSSEStreams: c.MaxSSE, MaxSSEStreamsPerKey: c.MaxSSEPerKey, SSEMaxLifetime: c.SSELifetime, MaxConcurrentUploads: c.MaxUploads,
 			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
 		Store: db, Keys: keys, Redis: rdb, ObjectStore: readyzObjects(objectStore), Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps, Effects: fx,
 		MCP: func(api http.Handler) http.Handler {
@@ -610,7 +632,7 @@ func redisBrancher(c *serveConfig) (*redisbranch.Manager, error) {
 	case "", "off", "false", "no":
 		return nil, nil
 	}
-	secret, err := branchSecret(c)
+	secret, _, err := branchSecret(c)
 	if err != nil {
 		return nil, err
 	}
@@ -631,22 +653,73 @@ func redisBrancher(c *serveConfig) (*redisbranch.Manager, error) {
 }
 
 // branchSecret returns the secret that derives branch roles' passwords:
-// the setting, or a random one generated once into <data>/branch.secret.
-func branchSecret(c *serveConfig) ([]byte, error) {
+// the setting, or a random one generated once into <data>/branch.secret
+// (generated reports that it was made now).
+func branchSecret(c *serveConfig) (secret []byte, generated bool, err error) {
 	if c.BranchSecret != "" {
-		return []byte(c.BranchSecret), nil
+		return []byte(c.BranchSecret), false, nil
 	}
 	path := filepath.Join(c.Data, "branch.secret")
 	if b, err := os.ReadFile(path); err == nil && len(b) >= 32 {
-		return b, nil
+		return b, false, nil
 	}
 	b := make([]byte, 32)
 	rand.Read(b)
 	enc := []byte(hex.EncodeToString(b))
 	if err := os.WriteFile(path, enc, 0o600); err != nil {
-		return nil, fmt.Errorf("write branch secret: %w", err)
+		return nil, false, fmt.Errorf("write branch secret: %w", err)
 	}
-	return enc, nil
+	return enc, true, nil
+}
+
+// legacyBranchPrefix is the prefix every service used before it was
+// derived: data directories that branched then keep it.
+const legacyBranchPrefix = "ls"
+
+// derivedBranchPrefix is "ls" and four characters [a-z0-9] of
+// SHA-256(secret): services sharing a Postgres server get different names
+// (1 in 1.7 million pairs collide: set --branch-prefix to be sure), and
+// replicas, which share the secret, the same.
+func derivedBranchPrefix(secret []byte) string {
+	sum := sha256.Sum256(append([]byte("lockstep branch prefix\x00"), secret...))
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	p := []byte(legacyBranchPrefix)
+	for _, b := range sum[:4] {
+		p = append(p, alphabet[int(b)%len(alphabet)])
+	}
+	return string(p)
+}
+
+// branchPrefix returns the prefix of every database and role on the
+// branch server: --branch-prefix, or the one this data directory chose
+// when it first branched (<data>/branch.prefix), chosen as
+// derivedBranchPrefix, except that a data directory whose branch.secret
+// predates branch.prefix keeps "ls" (its databases have those names).
+func branchPrefix(c *serveConfig, secret []byte, generatedSecret bool) (string, error) {
+	if c.BranchPrefix != "" {
+		return c.BranchPrefix, nil
+	}
+	path := filepath.Join(c.Data, "branch.prefix")
+	if b, err := os.ReadFile(path); err == nil {
+		if p := strings.TrimSpace(string(b)); p != "" {
+			return p, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("read branch prefix: %w", err)
+	}
+	// Only a data directory that made its secret just now is new for sure:
+	// a secret found on disk or given by the setting (replicas) may have
+	// branched under the old fixed prefix, so it keeps it (losing track of
+	// existing databases is worse than a name collision, which
+	// --branch-prefix avoids).
+	p := derivedBranchPrefix(secret)
+	if !generatedSecret {
+		p = legacyBranchPrefix
+	}
+	if err := os.WriteFile(path, []byte(p+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write branch prefix: %w", err)
+	}
+	return p, nil
 }
 
 // bootstrapAdmin creates the first admin key when the store has none.

@@ -14,7 +14,7 @@ Errors are exceptions per code (:class:`RefConflict`, :class:`GateFailed`, …),
 all subclasses of :class:`LockstepError`.
 """
 
-from .client import Client, delete, write
+from .client import NOT_COVERED, OPERATIONS, Client, delete, write
 from .errors import (
     AlreadyExists,
     GateFailed,
@@ -28,6 +28,7 @@ from .errors import (
     NotFound,
     PermissionDenied,
     PreconditionRequired,
+    RateLimited,
     RefConflict,
     TooLarge,
     Unauthenticated,
@@ -39,6 +40,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client",
+    "OPERATIONS",
+    "NOT_COVERED",
     "write",
     "delete",
     "ZERO_OID",
@@ -62,6 +65,7 @@ __all__ = [
     "IdempotencyKeyReused",
     "PreconditionRequired",
     "Unavailable",
+    "RateLimited",
     "NotConfigured",
     "Internal",
 ]

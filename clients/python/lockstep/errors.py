@@ -15,6 +15,9 @@ class LockstepError(Exception):
     """An error answered by the server (or a transport failure, code "unavailable")."""
 
     code: str = "internal"
+    #: whether asking again (after ``retry_after``) can succeed; the client
+    #: retries these itself before raising them.
+    retryable: bool = False
 
     def __init__(
         self,
@@ -34,6 +37,8 @@ class LockstepError(Exception):
         self.details: Dict[str, Any] = details or {}
         self.method = method
         self.path = path
+        #: seconds the server asked to wait (its Retry-After header), if any
+        self.retry_after: Optional[float] = None
 
     def __str__(self) -> str:
         where = f" ({self.method} {self.path} → {self.status})" if self.method else ""
@@ -95,9 +100,10 @@ class AlreadyExists(LockstepError):
 
 
 class InProgress(LockstepError):
-    """409: a request with the same Idempotency-Key is still running."""
+    """409: a request with the same Idempotency-Key is still running (retryable, Retry-After)."""
 
     code = "in_progress"
+    retryable = True
 
 
 class GateFailed(LockstepError):
@@ -129,9 +135,17 @@ class PreconditionRequired(LockstepError):
 
 
 class Unavailable(LockstepError):
-    """503 (or no answer at all): a dependency is down or not configured."""
+    """503 (or no answer at all): a dependency is down (retryable, Retry-After)."""
 
     code = "unavailable"
+    retryable = True
+
+
+class RateLimited(LockstepError):
+    """429: over a per-key or server-wide bound (open streams, sessions); retryable, honour ``retry_after``."""
+
+    code = "rate_limited"
+    retryable = True
 
 
 class NotConfigured(LockstepError):
@@ -162,6 +176,7 @@ ERRORS: Dict[str, Type[LockstepError]] = {
         IdempotencyKeyReused,
         PreconditionRequired,
         Unavailable,
+        RateLimited,
         NotConfigured,
         Internal,
     )
@@ -177,6 +192,7 @@ _BY_STATUS: Dict[int, Type[LockstepError]] = {
     413: TooLarge,
     422: IdempotencyKeyReused,
     428: PreconditionRequired,
+    429: RateLimited,
     501: NotConfigured,
     503: Unavailable,
 }

@@ -139,6 +139,14 @@ class ServerTest(unittest.TestCase):
         self.assertEqual([c["commit"] for c in log[:3]], [r4.commit, r3.commit, r1.commit])
         cmp = self.c.compare(repo, r1.commit, r4.commit)
         self.assertEqual(sorted(f["path"] for f in cmp["files"]), ["pkg2/mod1.py", "pkg4/mod3.py"])
+        # The operations log attributes every object written exactly once:
+        # each upload (objects.upload) and each commit (push).
+        entries = self.c.oplog(repo, limit=1000)["entries"]
+        per_op: dict = {}
+        for e in entries:
+            per_op[e["op"]] = per_op.get(e["op"], 0) + e["objects"]
+        sent = r1.objects_sent + r3.objects_sent + r4.objects_sent
+        self.assertEqual(per_op, {"repo.create": 0, "objects.upload": sent, "push": 3}, entries)
 
     def test_edits(self) -> None:
         repo = self.base()
@@ -256,6 +264,296 @@ class ServerTest(unittest.TestCase):
         self.assertIn(self.c.last_headers.get("Idempotent-Replayed", "false"), ("true", "false"))
 
 
+@unittest.skipUnless(URL and KEY, "LOCKSTEP_URL and LOCKSTEP_KEY (admin) are needed")
+class CoverageTest(unittest.TestCase):
+    """Issue 24 item 8: every operation of the server's OpenAPI document has
+    a Client method (lockstep.OPERATIONS), every public method says what it
+    does, and the methods added for it work against the real server."""
+
+    def setUp(self) -> None:
+        self.c = lockstep.Client(URL, KEY, retries=2)
+        self.tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    base = ServerTest.base
+
+    def test_every_operation_has_a_method(self) -> None:
+        doc = self.c.openapi()
+        ops = {}
+        for route, item in doc["paths"].items():
+            for method, op in item.items():
+                if method in ("get", "put", "post", "delete", "patch", "head", "options"):
+                    ops[op["operationId"]] = f"{method.upper()} {route}"
+        self.assertGreater(len(ops), 50)
+        missing = sorted(f"{oid} ({ops[oid]})" for oid in ops if oid not in lockstep.OPERATIONS and oid not in lockstep.NOT_COVERED)
+        self.assertEqual(missing, [], "operations without a Python method: add them to the client and to OPERATIONS")
+        # Operations other branches of this wave add (keys quota, Redis
+        # branches, run reports): mapped ahead of their merge.
+        parallel = {"setKeyQuota", "getRedis", "reportRun"}
+        stale = sorted((set(lockstep.OPERATIONS) | set(lockstep.NOT_COVERED)) - set(ops) - parallel)
+        self.assertEqual(stale, [], "OPERATIONS names operations the server does not have")
+        for oid, meth in lockstep.OPERATIONS.items():
+            self.assertTrue(callable(getattr(lockstep.Client, meth, None)), f"{oid}: Client.{meth} does not exist")
+
+    def test_every_public_method_is_documented(self) -> None:
+        for attr in dir(lockstep.Client):
+            if attr.startswith("_"):
+                continue
+            fn = getattr(lockstep.Client, attr)
+            if callable(fn):
+                self.assertTrue((fn.__doc__ or "").strip(), f"Client.{attr} has no docstring")
+        for cls in (lockstep.RateLimited, lockstep.NotConfigured, lockstep.Unavailable, lockstep.InProgress):
+            self.assertIn(cls.code, lockstep.errors.ERRORS)
+        self.assertTrue(lockstep.RateLimited.retryable)
+        self.assertFalse(lockstep.NotConfigured.retryable)
+
+    def test_health_whoami_keys(self) -> None:
+        self.assertEqual(self.c.health().get("status"), "ok")
+        self.assertIn("lockstep", self.c.metrics())
+        self.assertEqual(self.c.whoami()["role"], "admin")
+        created = self.c.create_key(name("py-key"), "agent")
+        agent = lockstep.Client(URL, created["secret"], retries=0)
+        self.assertEqual(agent.whoami()["id"], created["id"])
+        listed = {k["id"]: k for k in self.c.keys()}
+        self.assertIn(created["id"], listed)
+        self.assertNotIn("secret", listed[created["id"]])
+        with self.assertRaises(lockstep.PermissionDenied):
+            agent.keys()
+        with self.assertRaises(lockstep.PermissionDenied):
+            agent.verify_oplog()
+        self.assertIsNone(self.c.revoke_key(created["id"]))
+        with self.assertRaises(lockstep.Unauthenticated):
+            agent.whoami()
+        self.assertTrue({k["id"]: k for k in self.c.keys()}[created["id"]].get("revoked_at"))
+        with self.assertRaises(lockstep.NotFound):
+            self.c.revoke_key("no-such-key")
+
+    def test_oplog_filters_paging_verify(self) -> None:
+        repo = self.base()
+        ws = name("ws")
+        self.c.fork(repo, ws)
+        for i in range(3):
+            self.c.edit(ws, [lockstep.write(f"f{i}.txt", f"{i}\n")], expect_oid=self.c.head(ws))
+        page = self.c.oplog(ws, limit=2)
+        self.assertEqual(len(page["entries"]), 2)
+        self.assertTrue(page["next_after"])
+        everything = list(self.c.iter_oplog(ws, limit=2))
+        ops = [e["op"] for e in everything]
+        self.assertGreaterEqual(len(everything), 4, ops)  # fork + 3 edits, fetched 2 per page
+        self.assertEqual(everything[:2], page["entries"])
+        self.assertEqual([e["seq"] for e in everything], sorted({e["seq"] for e in everything}), "pages repeated or reordered entries")
+        self.assertTrue(all(e["repo"] == ws for e in everything))
+        last = everything[-1]["op"]
+        filtered = list(self.c.iter_oplog(ws, op=last, limit=1))
+        self.assertEqual([e["seq"] for e in filtered], [e["seq"] for e in everything if e["op"] == last])
+        me = self.c.whoami()["id"]
+        self.assertTrue(all(e["key_id"] == me for e in self.c.iter_oplog(ws, key=me)))
+        self.assertEqual(list(self.c.iter_oplog(ws, key="no-such-key")), [])
+        v = self.c.verify_oplog()
+        self.assertTrue(v["ok"], v)
+        self.assertGreaterEqual(v["entries"], len(everything))
+
+    def test_status_and_abandon(self) -> None:
+        repo = self.base()
+        a, b = name("ws"), name("ws")
+        self.c.fork(repo, a)
+        self.c.fork(repo, b)
+        self.assertEqual(self.c.set_status(a, "failed", "tests failed")["status"], "failed")
+        self.assertEqual(self.c.repo(a)["status"], "failed")
+        self.assertEqual(self.c.abandon(b, "not needed")["status"], "abandoned")
+        self.assertEqual(self.c.status(b)["status"], "abandoned")
+        self.assertEqual(self.c.read_file(b, "main", "README.md"), b"hello\n", "an abandoned workspace stays readable")
+        with self.assertRaises(lockstep.InvalidArgument):
+            self.c.set_status(a, "no-such-status")  # type: ignore[arg-type]
+        with self.assertRaises(lockstep.NotFound):
+            self.c.abandon(name("nope"))
+
+    def test_workspace_listing_filters_and_paging(self) -> None:
+        repo = self.base()
+        names = sorted(name("ws") for _ in range(5))
+        for i, n in enumerate(names):
+            self.c.fork(repo, n, task="even" if i % 2 == 0 else "odd")
+        self.c.set_status(names[0], "failed", "x")
+        first = self.c.workspaces_page(repo, limit=2)
+        self.assertEqual([w["name"] for w in first["workspaces"]], names[:2])
+        self.assertTrue(first["next_after"])
+        second = self.c.workspaces_page(repo, limit=2, after=first["next_after"])
+        self.assertEqual([w["name"] for w in second["workspaces"]], names[2:4])
+        self.assertEqual([w["name"] for w in self.c.iter_workspaces(repo, limit=2)], names)
+        self.assertEqual([w["name"] for w in self.c.workspaces(repo, task="even")], names[0::2])
+        self.assertEqual([w["name"] for w in self.c.workspaces(repo, status="failed")], names[:1])
+        self.assertEqual([w["name"] for w in self.c.iter_workspaces(repo, task="odd", status="active", limit=1)], names[1::2])
+        with self.assertRaises(lockstep.InvalidArgument):
+            self.c.workspaces_page(repo, status="bogus")
+
+    def test_log_paging_tree_compare_attempts(self) -> None:
+        repo = self.base()
+        commits = [self.c.head(repo)]
+        for i in range(4):
+            commits.append(self.c.edit(repo, [lockstep.write("n.txt", f"{i}\n")], expect_oid=commits[-1])["commit"])
+        page = self.c.log_page(repo, limit=2)
+        self.assertEqual([c["commit"] for c in page["commits"]], commits[::-1][:2])
+        self.assertEqual([c["commit"] for c in self.c.iter_log(repo, limit=2)], commits[::-1])
+        self.assertEqual([e["name"] for e in self.c.tree(repo, commits[-1])], ["README.md", "n.txt", "src"])
+        self.assertEqual([f["path"] for f in self.c.compare(repo, commits[0], commits[-1])["files"]], ["n.txt"])
+        self.assertEqual(self.c.blob(repo, commits[-1], "n.txt"), b"3\n")
+
+    def test_archive_and_checkout(self) -> None:
+        repo = self.base({"README.md": "hello\n", "src/app.py": "print('v1')\n", "bin/run": "#!/bin/sh\n"})
+        ws = name("ws")
+        self.c.fork(repo, ws)
+        head = self.c.edit(ws, [lockstep.write("bin/run", b"#!/bin/sh\necho hi\n", executable=True)], expect_oid=self.c.head(ws))["commit"]
+        data = self.c.archive(ws, "main")
+        self.assertIsInstance(data, bytes)
+        path = os.path.join(self.tmp, "a.tar")
+        self.assertEqual(self.c.archive(ws, "main", path), head)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), data)
+        out = os.path.join(self.tmp, "co")
+        commit, files = self.c.checkout(ws, "main", out)
+        self.assertEqual((commit, files), (head, 3))
+        with open(os.path.join(out, "src", "app.py")) as f:
+            self.assertEqual(f.read(), "print('v1')\n")
+        self.assertTrue(os.access(os.path.join(out, "bin", "run"), os.X_OK))
+        with self.assertRaises(lockstep.InvalidArgument):  # an existing file is never overwritten
+            self.c.checkout(ws, "main", out)
+        with self.assertRaises(lockstep.NotFound):
+            self.c.archive(ws, "no-such-rev")
+
+    def test_hooks(self) -> None:
+        got: list = []
+
+        class Receiver(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                got.append((self.headers, self.rfile.read(int(self.headers.get("Content-Length") or 0))))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.addCleanup(srv.server_close)
+        self.addCleanup(srv.shutdown)
+        repo = self.base()
+        url = f"http://127.0.0.1:{srv.server_address[1]}/hook"
+        h = self.c.create_hook(repo, url, "s" * 32, events=["push"])
+        self.assertEqual((h["url"], h["active"]), (url, True))
+        self.assertNotIn("secret", h)
+        self.assertEqual([x["id"] for x in self.c.hooks(repo)], [h["id"]])
+        with self.assertRaises(lockstep.InvalidArgument):
+            self.c.create_hook(repo, url, "s" * 32, events=["no-such-event"])
+        self.c.edit(repo, [lockstep.write("x.txt", "x\n")], expect_oid=self.c.head(repo))
+        deadline = time.time() + 60
+        deliveries: list = []
+        while time.time() < deadline:
+            deliveries = self.c.deliveries(repo, h["id"], limit=10)
+            if deliveries and deliveries[0]["status"] == "succeeded":
+                break
+            time.sleep(0.2)
+        self.assertEqual([d["event"] for d in deliveries], ["push"], deliveries)
+        self.assertEqual(deliveries[0]["status"], "succeeded", deliveries)
+        self.assertTrue(got)
+        rot = self.c.rotate_hook(repo, h["id"], overlap_seconds=0)
+        self.assertTrue(rot["secret"])
+        self.assertEqual(rot["hook"]["id"], h["id"])
+        self.assertIsNone(self.c.delete_hook(repo, h["id"]))
+        self.assertFalse([x for x in self.c.hooks(repo) if x["active"]])
+        self.assertEqual(len(self.c.deliveries(repo, h["id"])), 1, "deliveries stay readable")
+        with self.assertRaises(lockstep.NotFound):
+            self.c.delete_hook(repo, "no-such-hook")
+
+    def test_database_not_configured_is_final(self) -> None:
+        # The test server has no branch database server: a final answer.
+        repo = self.base()
+        c = lockstep.Client(URL, KEY, retries=3)
+        delays: list = []
+        c.sleep = delays.append
+        with self.assertRaises(lockstep.NotConfigured):
+            c.bind_database(repo, "template_db")
+        for call in (c.database, c.refresh_database):
+            try:
+                call(repo)
+            except (lockstep.NotConfigured, lockstep.NotFound):
+                pass
+        self.assertEqual(delays, [], "not_configured was retried")
+
+    def test_merge_options_sync_rollback_checkpoints(self) -> None:
+        repo = self.base()
+        ws = name("ws")
+        self.c.fork(repo, ws)
+        cp = self.c.checkpoint(ws, "start")
+        self.c.edit(repo, [lockstep.write("README.md", "base moved\n")], expect_oid=self.c.head(repo))
+        self.c.edit(ws, [lockstep.write("src/app.py", "print('ws')\n")], expect_oid=self.c.head(ws))
+        pre = self.c.merge(repo, f"{ws}:main", preflight=True, deep=True, renames=False, style="diff3")
+        self.assertTrue(pre["clean"], pre)
+        synced = self.c.sync(ws, expect_oid=self.c.head(ws))
+        self.assertTrue(synced["clean"], synced)
+        self.assertEqual(self.c.read_file(ws, "main", "README.md"), b"base moved\n")
+        self.assertEqual([c["id"] for c in self.c.checkpoints(ws, limit=1)], [cp["id"]])
+        self.assertGreaterEqual(len(self.c.attempts(ws)), 1)
+        res = self.c.restore(ws, cp["id"], expect_oid=self.c.head(ws), failure={"command": ["make", "test"], "exit_code": 2, "reason": "tests failed"})
+        self.assertEqual(res["commit"], self.c.head(ws))
+        self.assertEqual(self.c.read_file(ws, "main", "src/app.py"), b"print('v1')\n")
+        rb = self.c.rollback(ws, synced["commit"], expect_oid=self.c.head(ws))
+        self.assertEqual(self.c.read_file(ws, rb["commit"], "src/app.py"), b"print('ws')\n")
+
+
+class CheckoutSafetyTest(unittest.TestCase):
+    """extract_tar refuses whatever would leave the directory."""
+
+    def tar(self, *entries) -> "io.BytesIO":
+        import io
+        import tarfile
+
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tf:
+            for name_, kind, extra in entries:
+                ti = tarfile.TarInfo(name_)
+                if kind == "file":
+                    ti.size = len(extra)
+                    tf.addfile(ti, io.BytesIO(extra))
+                    continue
+                if kind == "sym":
+                    ti.type, ti.linkname = tarfile.SYMTYPE, extra
+                elif kind == "hard":
+                    ti.type, ti.linkname = tarfile.LNKTYPE, extra
+                elif kind == "dev":
+                    ti.type = tarfile.CHRTYPE
+                tf.addfile(ti)
+        buf.seek(0)
+        return buf
+
+    def extract(self, *entries) -> str:
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        out = os.path.join(d, "out")
+        lockstep.client.extract_tar(self.tar(*entries), out)
+        return out
+
+    def test_refused(self) -> None:
+        cases = {
+            "absolute": [("/tmp/evil", "file", b"x")],
+            "dotdot": [("a/../../evil", "file", b"x")],
+            "symlink out": [("l", "sym", "../outside")],
+            "absolute symlink": [("l", "sym", "/etc")],
+            "under a symlink": [("l", "sym", "sub"), ("l/f", "file", b"x")],
+            "hard link": [("h", "hard", "/etc/passwd")],
+            "device": [("d", "dev", None)],
+        }
+        for why, entries in cases.items():
+            with self.subTest(why):
+                with self.assertRaises(lockstep.InvalidArgument):
+                    self.extract(*entries)
+
+    def test_safe_tree_is_written(self) -> None:
+        out = self.extract(("a/b.txt", "file", b"b"), ("a/link", "sym", "b.txt"), ("top", "sym", "a/b.txt"))
+        with open(os.path.join(out, "top")) as f:
+            self.assertEqual(f.read(), "b")
+        self.assertEqual(os.readlink(os.path.join(out, "a", "link")), "b.txt")
+
+
 class _Flaky(http.server.BaseHTTPRequestHandler):
     answers: list = []
     seen: list = []
@@ -315,6 +613,22 @@ class RetryTest(unittest.TestCase):
             c.rollback("r", "HEAD", expect_oid="a" * 40)
         self.assertEqual((cm.exception.expected, cm.exception.actual), ("a", "b"))
         self.assertEqual(len(_Flaky.seen), 1)
+
+    def test_rate_limited_is_retried_after_retry_after(self) -> None:
+        limited = {"error": {"code": "rate_limited", "message": "too many streams"}}
+        c = self.serve([(429, {"Retry-After": "3"}, limited), (201, {}, {"name": "r"})])
+        self.assertEqual(c.create_repo("r")["name"], "r")
+        self.assertGreaterEqual(self.delays[0], 3.0)
+        c = self.serve([(429, {"Retry-After": "1"}, limited)] * 4)
+        with self.assertRaises(lockstep.RateLimited) as cm:
+            c.create_repo("r")
+        self.assertEqual((cm.exception.retry_after, len(_Flaky.seen)), (1.0, 4))
+
+    def test_in_progress_is_retried(self) -> None:
+        busy = {"error": {"code": "in_progress", "message": "first request still running"}}
+        c = self.serve([(409, {"Retry-After": "1"}, busy), (201, {}, {"name": "r"})])
+        self.assertEqual(c.create_repo("r")["name"], "r")
+        self.assertEqual(len(set(_Flaky.seen)), 1, "the retry reuses the Idempotency-Key")
 
     def test_not_configured_is_final(self) -> None:
         # Issue 22 item 6: a feature the server does not have is not retried,

@@ -1,0 +1,137 @@
+package web
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/repositories"
+)
+
+// Authorization and admission come before any request body is read, for
+// every route, with or without an Idempotency-Key: admit runs after
+// authenticate and before idempotency (which reads a keyed body ahead of
+// the handler to fingerprint it). It refuses, without touching the body,
+// a caller whose role or ownership can never allow the route (the rule
+// the route's service applies first, decided from the route, its :repo
+// and the key), then takes an upload slot on the upload routes. The
+// declared Content-Length was checked before (bodyLimits). The services
+// check the same rules again on what they read themselves: this is the
+// early refusal, not the only one.
+
+// uploadSlotRoutes hold an upload slot (uploadSlot) while they run.
+var uploadSlotRoutes = map[string]bool{
+	"PUT /api/v1/repos/:repo/worktree": true,
+	"POST /api/v1/repos/:repo/edits":   true,
+	"POST /api/v1/repos/:repo/objects": true,
+	"POST /git/:repo/git-receive-pack": true,
+}
+
+// preAuth is a route's early rule: by role alone (roles) or on the
+// repository named by :repo (repo).
+type preAuth struct {
+	roles []string
+	repo  func(k *lockstep.Key, r *lockstep.Repo) error
+}
+
+func canWriteRepo(k *lockstep.Key, r *lockstep.Repo) error { return repositories.CanWrite(k, r) }
+
+// canWriteWorkspace is CanWrite on a workspace; a base repository is left
+// to the handler (its own, more precise refusal).
+func canWriteWorkspace(msg string) func(k *lockstep.Key, r *lockstep.Repo) error {
+	return func(k *lockstep.Key, r *lockstep.Repo) error {
+		if r.ForkOf == "" {
+			return nil
+		}
+		if err := repositories.CanWrite(k, r); err != nil {
+			if msg != "" {
+				return lockstep.Errorf(lockstep.EFORBIDDEN, msg, r.Name)
+			}
+			return err
+		}
+		return nil
+	}
+}
+
+// Routes whose rule depends on the body are left out (a merge preflight
+// is open to every key; a status change's rule depends on the status).
+var preAuthRoutes = map[string]preAuth{
+	"POST /api/v1/keys":                                {roles: []string{lockstep.RoleAdmin}},
+	"DELETE /api/v1/keys/:id":                          {roles: []string{lockstep.RoleAdmin}},
+	"POST /api/v1/repos":                               {roles: []string{lockstep.RoleAdmin}},
+	"POST /api/v1/repos/:repo/forks":                   {roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}},
+	"PUT /api/v1/repos/:repo/worktree":                 {repo: canWriteRepo},
+	"POST /api/v1/repos/:repo/edits":                   {repo: canWriteRepo},
+	"POST /api/v1/repos/:repo/objects":                 {repo: canWriteRepo},
+	"POST /api/v1/repos/:repo/objects/missing":         {repo: canWriteRepo},
+	"POST /api/v1/repos/:repo/rollback":                {repo: canWriteRepo},
+	"POST /api/v1/repos/:repo/sync":                    {repo: canWriteWorkspace("")},
+	"POST /api/v1/repos/:repo/promote":                 {repo: canWriteWorkspace("only the workspace's owner or an admin may promote %s")},
+	"POST /api/v1/repos/:repo/checkpoints":             {repo: canWriteRepo},
+	"POST /api/v1/repos/:repo/checkpoints/:id/restore": {repo: canWriteRepo},
+	"PUT /api/v1/repos/:repo/gate":                     {roles: []string{lockstep.RoleAdmin}},
+	"POST /api/v1/repos/:repo/commits/:rev/checks":     {roles: []string{lockstep.RoleCI, lockstep.RoleAdmin}},
+	"POST /api/v1/repos/:repo/hooks":                   {roles: []string{lockstep.RoleAdmin, lockstep.RoleCI}},
+	"DELETE /api/v1/repos/:repo/hooks/:id":             {roles: []string{lockstep.RoleAdmin, lockstep.RoleCI}},
+	"POST /api/v1/repos/:repo/hooks/:id/rotate":        {roles: []string{lockstep.RoleAdmin, lockstep.RoleCI}},
+	"PUT /api/v1/repos/:repo/database":                 {roles: []string{lockstep.RoleAdmin}},
+	"POST /api/v1/repos/:repo/database/refresh":        {roles: []string{lockstep.RoleAdmin}},
+	"POST /git/:repo/git-receive-pack":                 {repo: canWriteRepo},
+}
+
+// admit is the middleware (routes.go: after authenticate, before
+// idempotency and any handler).
+func (s *Server) admit(c *gin.Context) {
+	route := c.Request.Method + " " + c.FullPath()
+	if err := s.preAuthorize(c, route); err != nil {
+		if c.Request.Body != nil && c.Request.Body != http.NoBody {
+			// The body stays unread: do not wait for it after the answer.
+			c.Header("Connection", "close")
+		}
+		if strings.HasPrefix(route, "POST /git/") {
+			gitAdvertiseError(c, err) // git prints its text
+		} else {
+			writeError(c, err)
+		}
+		c.Abort()
+		return
+	}
+	if uploadSlotRoutes[route] {
+		s.uploadSlot(c)
+		return
+	}
+	c.Next()
+}
+
+func (s *Server) preAuthorize(c *gin.Context, route string) error {
+	rule, ok := preAuthRoutes[route]
+	if !ok {
+		return nil
+	}
+	k := caller(c)
+	if k == nil {
+		return lockstep.Errorf(lockstep.EUNAUTH, "missing API key: send Authorization: Bearer <key>")
+	}
+	if len(rule.roles) > 0 {
+		if err := auth.Require(k, rule.roles...); err != nil {
+			return err
+		}
+	}
+	if rule.repo != nil && s.Repos != nil {
+		name := c.Param("repo")
+		if strings.Contains(route, " /git/") {
+			name = strings.TrimSuffix(name, ".git") // as gitRepo
+		}
+		r, err := s.Repos.Repo(c.Request.Context(), name)
+		if err != nil {
+			return err
+		}
+		if err := rule.repo(k, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}

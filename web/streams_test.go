@@ -1,0 +1,102 @@
+package web_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockstep-hq/lockstep/web"
+)
+
+// openStream opens /ui/events as c; on 200 it waits for the ready event
+// and returns the open response.
+func openStream(t *testing.T, w *uiWorld, c *http.Client) (*http.Response, map[string]any) {
+	t.Helper()
+	resp, err := c.Get(w.srv.URL + "/ui/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("/ui/events: %d, not the JSON envelope: %q", resp.StatusCode, b)
+		}
+		return resp, m
+	}
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("/ui/events: no ready event: %v", err)
+		}
+		if strings.HasPrefix(line, "event: ready") {
+			return resp, nil
+		}
+	}
+}
+
+// The UI's event streams are capped per key and in all; beyond a cap the
+// answer is 429 rate_limited with Retry-After (issue 21, item 4).
+func TestSSEStreamCaps(t *testing.T) {
+	w := mustUIWorld(t, func(s *web.Server) { s.Config.MaxSSEStreams, s.Config.MaxSSEStreamsPerKey = 3, 2 })
+	rev, agent, ci := w.login(t, w.reviewer), w.login(t, w.agent), w.login(t, w.ci)
+	refused := func(who string, resp *http.Response, m map[string]any, limit string) {
+		t.Helper()
+		resp.Body.Close() // (a stream wrongly opened must not hold the server's Close)
+		if resp.StatusCode != http.StatusTooManyRequests || errCode(m) != "rate_limited" || resp.Header.Get("Retry-After") == "" ||
+			!strings.Contains(errMessage(m), limit) {
+			t.Fatalf("%s over the cap: %d %v Retry-After %q, want 429 rate_limited naming %s", who, resp.StatusCode, m, resp.Header.Get("Retry-After"), limit)
+		}
+		d, _ := m["error"].(map[string]any)["details"].(map[string]any)
+		if d["retry_after"] == nil {
+			t.Fatalf("no retry_after in the envelope: %v", m)
+		}
+	}
+	r1, _ := openStream(t, w, rev)
+	defer r1.Body.Close()
+	r2, _ := openStream(t, w, rev)
+	defer r2.Body.Close()
+	resp, m := openStream(t, w, rev)
+	refused("a third stream of one key", resp, m, "--max-sse-streams-per-key")
+	a1, _ := openStream(t, w, agent)
+	defer a1.Body.Close()
+	resp, m = openStream(t, w, ci)
+	refused("a fourth stream in all", resp, m, "--max-sse-streams")
+
+	// A closed stream gives its place back (once the server saw it go).
+	r1.Body.Close()
+	for i := 0; ; i++ {
+		resp, _ := openStream(t, w, ci)
+		if resp.StatusCode == http.StatusOK {
+			resp.Body.Close()
+			break
+		}
+		if i == 6000 {
+			t.Fatal("a closed stream never gave its place back")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A stream ends after --sse-max-lifetime (the browser reconnects).
+func TestSSEStreamLifetime(t *testing.T) {
+	w := mustUIWorld(t, func(s *web.Server) { s.Config.SSEMaxLifetime = 500 * time.Millisecond })
+	resp, _ := openStream(t, w, w.login(t, w.reviewer))
+	defer resp.Body.Close()
+	done := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, resp.Body); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("stream ended with %v, want a clean end", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the stream was still open 2 minutes after its maximum lifetime")
+	}
+}
