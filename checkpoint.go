@@ -23,6 +23,10 @@ type Checkpoint struct {
 	OpID       string    `json:"op_id"`
 	DurationMS float64   `json:"duration_ms"`
 	CreatedAt  time.Time `json:"created_at"`
+
+	// RedisSnapshot is the id of the workspace's Redis snapshot (when it
+	// has a Redis branch; see RedisBrancher).
+	RedisSnapshot string `json:"redis_snapshot"`
 }
 
 // CheckpointStore keeps checkpoints.

@@ -16,6 +16,7 @@ func TestDomainImportsNoDriver(t *testing.T) {
 		"github.com/lockstep-hq/lockstep/sqlstore",
 		"github.com/lockstep-hq/lockstep/dbbranch",
 		"github.com/lockstep-hq/lockstep/redislock",
+		"github.com/lockstep-hq/lockstep/redisbranch",
 		"github.com/lockstep-hq/lockstep/web",
 		"database/sql",
 		"github.com/jackc/pgx",

@@ -13,6 +13,7 @@ package lockstep
 //	merge          merge base, tree merge, diff3
 //	repo           git objects of a fork network, the ref mirror
 //	dbbranch       Postgres template branching (lockstep.Brancher)
+//	redisbranch    a redis-server per workspace (lockstep.RedisBrancher)
 //	redislock      Redis locks (lockstep.Locker)
 //	fssnap         filesystem snapshots, process containment, tool runs
 //	egress         lockstep run's egress proxy: reads pass, writes staged as effects

@@ -640,6 +640,13 @@ type DatabaseRequest struct {
 	Template string `json:"template"`
 }
 
+// Redis is the answer of GET /repos/{workspace}/redis.
+type Redis struct {
+	Repo     string `json:"repo"`
+	Template bool   `json:"template"` // seeded from the base's template RDB
+	URL      string `json:"url"`
+}
+
 // Database is a repository's database binding (a base's template, a
 // workspace's branch and its DSN).
 type Database struct {
@@ -672,6 +679,8 @@ type Checkpoint struct {
 	OpID       string    `json:"op_id"`
 	DurationMS float64   `json:"duration_ms"`
 	CreatedAt  time.Time `json:"created_at"`
+
+	RedisSnapshot string `json:"redis_snapshot"` // "" without a Redis branch
 }
 
 // CheckpointList is the answer of GET /repos/{workspace}/checkpoints.
@@ -719,4 +728,8 @@ type RestoreResult struct {
 	DurationMS float64    `json:"duration_ms"`
 	CodeMS     float64    `json:"code_ms"`
 	DatabaseMS float64    `json:"database_ms"`
+
+	Redis         PartResult `json:"redis"`
+	RedisRestored bool       `json:"redis_restored"`
+	RedisMS       float64    `json:"redis_ms"`
 }

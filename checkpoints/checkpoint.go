@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -35,7 +36,8 @@ import (
 type Service struct {
 	store   lockstep.Store
 	repos   *repositories.Service
-	dbs     lockstep.Brancher // nil: database branching is off
+	dbs     lockstep.Brancher      // nil: database branching is off
+	rds     lockstep.RedisBrancher // nil: Redis branching is off
 	log     *slog.Logger
 	metrics *telemetry.Metrics
 	now     func() time.Time
@@ -135,24 +137,52 @@ func (s *Service) Create(ctx context.Context, actor *lockstep.Key, wsName string
 			return nil, err
 		}
 	}
+	var redisMS float64
+	if s.rds != nil && ws.ForkOf != "" {
+		if _, err := s.rds.Branch(ctx, ws.Name); err == nil {
+			t := s.now()
+			_, sspan := s.tracer.Start(ctx, "redisbranch.snapshot")
+			err := s.rds.Snapshot(ctx, ws.Name, c.ID)
+			sspan.End()
+			if err != nil {
+				s.dropOrphans(ctx, ws.Name, c)
+				return nil, fmt.Errorf("redis snapshot: %w", err)
+			}
+			c.RedisSnapshot = c.ID
+			redisMS = msSince(s.now(), t)
+		} else if lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+			s.dropOrphans(ctx, ws.Name, c)
+			return nil, err
+		}
+	}
 	c.DurationMS = msSince(s.now(), start)
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "checkpoint", Repo: ws.Name, TraceID: traceID(ctx),
 		DurationUS: s.now().Sub(start).Microseconds(),
 		Details: map[string]any{"checkpoint": c.ID, "branch": c.Branch, "commit": commit, "tree": tree, "db_snapshot": c.DBSnapshot,
-			"fs_snapshot": c.FSSnapshot, "label": c.Label, "db_ms": dbMS}}
+			"fs_snapshot": c.FSSnapshot, "label": c.Label, "db_ms": dbMS, "redis_snapshot": c.RedisSnapshot, "redis_ms": redisMS}}
 	ev := s.repos.HookEvent(ws, "checkpoint", c.Branch, commit, tree, map[string]any{"checkpoint": c.ID})
 	lockstep.StageResult(ctx, c)
 	if err := s.store.CreateCheckpoint(ctx, c, []lockstep.HookEvent{ev}, entry); err != nil {
-		if c.DBSnapshot != "" {
-			// Compensate: the snapshot would be an orphan.
-			if derr := s.dbs.DropSnapshot(context.WithoutCancel(ctx), ws.Name, c.DBSnapshot); derr != nil {
-				s.log.ErrorContext(ctx, "drop orphan snapshot", "workspace", ws.Name, "snapshot", c.DBSnapshot, "error", derr)
-			}
-		}
+		s.dropOrphans(ctx, ws.Name, c)
 		return nil, err
 	}
 	s.metrics.ObserveOp("checkpoint", "ok", s.now().Sub(start))
 	return c, nil
+}
+
+// dropOrphans drops the snapshots of a checkpoint that was not stored
+// (compensation: they would be orphans).
+func (s *Service) dropOrphans(ctx context.Context, ws string, c *lockstep.Checkpoint) {
+	if c.DBSnapshot != "" {
+		if derr := s.dbs.DropSnapshot(context.WithoutCancel(ctx), ws, c.DBSnapshot); derr != nil {
+			s.log.ErrorContext(ctx, "drop orphan snapshot", "workspace", ws, "snapshot", c.DBSnapshot, "error", derr)
+		}
+	}
+	if c.RedisSnapshot != "" {
+		if derr := s.rds.DropSnapshot(context.WithoutCancel(ctx), ws, c.RedisSnapshot); derr != nil {
+			s.log.ErrorContext(ctx, "drop orphan redis snapshot", "workspace", ws, "snapshot", c.RedisSnapshot, "error", derr)
+		}
+	}
 }
 
 // List returns a workspace's checkpoints, newest first.
@@ -228,6 +258,10 @@ type RestoreResult struct {
 	DurationMS float64    `json:"duration_ms"`
 	CodeMS     float64    `json:"code_ms"`
 	DatabaseMS float64    `json:"database_ms"`
+
+	Redis         PartResult `json:"redis"`
+	RedisRestored bool       `json:"redis_restored"`
+	RedisMS       float64    `json:"redis_ms"`
 }
 
 // Restore rolls a workspace back to a checkpoint: code first (a
@@ -286,6 +320,7 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 			out := *res
 			out.Commit, out.Code = pr.Commit, PartResult{Restored: true}
 			out.Database = PartResult{Error: "not run: the server stopped after the code part"}
+			out.Redis = out.Database
 			return &out
 		}
 		return res
@@ -339,19 +374,45 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 	} else if c.DBSnapshot != "" {
 		res.Database.Restored, res.DBRestored = true, true
 	}
+	var redisErr error
+	switch {
+	case c.RedisSnapshot == "":
+		res.Redis.Skipped = "the checkpoint has no redis snapshot"
+	case s.rds == nil:
+		redisErr = ErrRedisOff()
+	default:
+		t := s.now()
+		_, rspan := s.tracer.Start(ctx, "restore.redis")
+		redisErr = s.rds.Restore(ctx, ws.Name, c.RedisSnapshot)
+		rspan.End()
+		res.RedisMS = msSince(s.now(), t)
+	}
+	if redisErr != nil {
+		res.Redis.Error = lockstep.ErrorMessage(redisErr)
+		s.log.ErrorContext(ctx, "restore checkpoint redis", "checkpoint", c.ID, "repo", ws.Name, "error", redisErr)
+	} else if c.RedisSnapshot != "" {
+		res.Redis.Restored, res.RedisRestored = true, true
+	}
 	res.DurationMS = msSince(s.now(), start)
 	result := "ok"
-	if dbErr != nil {
+	if dbErr != nil || redisErr != nil {
 		result = "partial"
 	}
 	e := &lockstep.OpEntry{ID: lockstep.NewOpID(), KeyID: actor.ID, KeyName: actor.Name, Op: "checkpoint.restored", Result: result, Repo: ws.Name, TraceID: traceID(ctx),
 		Follows: follows, DurationUS: s.now().Sub(start).Microseconds(),
 		Details: map[string]any{"checkpoint": c.ID, "commit": res.Commit, "tree": c.Tree, "code": res.Code, "database": res.Database,
-			"fs_snapshot": c.FSSnapshot, "code_ms": res.CodeMS, "database_ms": res.DatabaseMS}}
+			"fs_snapshot": c.FSSnapshot, "code_ms": res.CodeMS, "database_ms": res.DatabaseMS, "redis": res.Redis, "redis_ms": res.RedisMS}}
 	res.OpID = e.ID
 	var rerr error
-	if dbErr != nil {
-		rerr = lockstep.Errorf(lockstep.EUNAVAILABLE, "checkpoint %s: code restored (commit %s), database NOT restored: %s", c.ID, res.Commit, res.Database.Error).
+	if dbErr != nil || redisErr != nil {
+		var not []string
+		if dbErr != nil {
+			not = append(not, "database NOT restored: "+res.Database.Error)
+		}
+		if redisErr != nil {
+			not = append(not, "redis NOT restored: "+res.Redis.Error)
+		}
+		rerr = lockstep.Errorf(lockstep.EUNAVAILABLE, "checkpoint %s: code restored (commit %s), %s", c.ID, res.Commit, strings.Join(not, "; ")).
 			WithDetails(map[string]any{"parts": res})
 		lockstep.StageResult(ctx, rerr)
 	}

@@ -22,6 +22,13 @@ func (c *Client) Database(ctx context.Context, repo string) (*api.Database, erro
 	return &out, c.get(ctx, repoPath(repo, "database"), nil, &out)
 }
 
+// Redis returns a workspace's Redis branch and its URL (created on first
+// use; not_configured when the server has no Redis branching).
+func (c *Client) Redis(ctx context.Context, ws string) (*api.Redis, error) {
+	var out api.Redis
+	return &out, c.get(ctx, repoPath(ws, "redis"), nil, &out)
+}
+
 // RefreshDatabase re-reads a base's template (admin only).
 func (c *Client) RefreshDatabase(ctx context.Context, repo string) (*api.Database, error) {
 	var out api.Database

@@ -345,6 +345,8 @@ func TestMethods(t *testing.T) {
 	wantCode(t, "Database without branching", err, lockstep.ENOTCONFIGURED)
 	_, err = admin.RefreshDatabase(ctx, "base")
 	wantCode(t, "RefreshDatabase without branching", err, lockstep.ENOTCONFIGURED)
+	_, err = agent.Redis(ctx, "ws1")
+	wantCode(t, "Redis without branching", err, lockstep.ENOTCONFIGURED)
 
 	// rollback, promote, status, abandon
 	rb := must[*client.PushResult](t, "Rollback")(agent.Rollback(ctx, "ws1", first.Commit, client.WriteOptions{ExpectOID: must[string](t, "Ref")(agent.Ref(ctx, "ws1", "main"))}))

@@ -60,6 +60,7 @@ var routeMethods = map[string]string{
 	"PUT /api/v1/repos/:repo/database":                 "BindDatabase",
 	"GET /api/v1/repos/:repo/database":                 "Database",
 	"POST /api/v1/repos/:repo/database/refresh":        "RefreshDatabase",
+	"GET /api/v1/repos/:repo/redis":                    "Redis",
 	"POST /api/v1/repos/:repo/checkpoints":             "CreateCheckpoint",
 	"GET /api/v1/repos/:repo/checkpoints":              "Checkpoints",
 	"POST /api/v1/repos/:repo/checkpoints/:id/restore": "RestoreCheckpoint",

@@ -7,11 +7,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
@@ -78,7 +80,7 @@ func runItFlags(t *testing.T) []string {
 // was then used for a run); this keeps it working.
 func TestReadmeTour(t *testing.T) {
 	t.Parallel()
-	for _, tool := range []string{"bash", "psql", "createdb", "git", "go"} {
+	for _, tool := range []string{"bash", "psql", "createdb", "git", "go", "redis-server", "redis-cli"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("the tour needs %s on PATH", tool)
 		}
@@ -107,7 +109,8 @@ func TestReadmeTour(t *testing.T) {
 	// harness's loopback allowance for hooks (without the README's
 	// --hook-allow-hosts the runner could not register its hook).
 	s := &server{e2ekit.StartServer(t, e2ekit.ServerOpts{Args: runItFlags(t),
-		Env: []string{"LOCKSTEP_HOOK_ALLOW_HOSTS=", "LOCKSTEP_BRANCH_DATABASE_URL=" + adminURL, "LOCKSTEP_BRANCH_PREFIX=" + prefix}})}
+		Env: []string{"LOCKSTEP_HOOK_ALLOW_HOSTS=", "LOCKSTEP_BRANCH_DATABASE_URL=" + adminURL, "LOCKSTEP_BRANCH_PREFIX=" + prefix,
+			"LOCKSTEP_BRANCH_REDIS=on", "LOCKSTEP_BRANCH_REDIS_PORTS=" + redisPorts()}})}
 
 	// The reader's directory: lockstep-data/admin.key as the server
 	// wrote it, and lockstep on PATH as "Run it" puts it.
@@ -156,6 +159,8 @@ func TestReadmeTour(t *testing.T) {
 		"failed: code, database and files", // the run failed and was rolled back
 		"restored task-43 to cp-",
 		"a checkout of task-42 still has the old files", // rollback says to check out again
+		"redis restored: true",                          // the Redis step's keys rolled back
+		"failed: keys, code and files rolled back",      // …with the run
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the tour's output lacks %q:\n%s", want, text)
@@ -176,4 +181,22 @@ func TestReadmeTour(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(work, "work43", "shop.go")); err != nil || strings.Contains(string(b), "half-done") {
 		t.Errorf("work43/shop.go after the failed run: %v %q", err, b)
 	}
+	// The Redis step's key is gone, through the workspace's own URL.
+	r := s.api(t, s.AdminKey, "GET", "/repos/task-43/redis", nil, 200)
+	o, err := redis.ParseURL(r["url"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(o)
+	defer rc.Close()
+	if n, err := rc.Exists(ctx, "cart:43").Result(); err != nil || n != 0 {
+		t.Errorf("cart:43 survived the failed Redis step (%d, %v)", n, err)
+	}
+}
+
+// redisPorts is a port range for the tour's Redis branches away from the
+// default (a developer's own server) and from the other e2e tests'.
+func redisPorts() string {
+	p := 19000 + os.Getpid()%100*20
+	return strconv.Itoa(p) + "-" + strconv.Itoa(p+19)
 }

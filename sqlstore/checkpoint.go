@@ -23,9 +23,9 @@ func (s *DB) CreateCheckpoint(ctx context.Context, c *lockstep.Checkpoint, event
 		c.OpID = entry.ID
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (id, repo_id, branch, commit_oid, tree_oid, db_snapshot, fs_snapshot, label, key_name, op_id, duration_us, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-			c.ID, c.RepoID, c.Branch, c.Commit, c.Tree, c.DBSnapshot, c.FSSnapshot, c.Label, c.KeyName, c.OpID, int64(c.DurationMS*1000), micros(c.CreatedAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (id, repo_id, branch, commit_oid, tree_oid, db_snapshot, fs_snapshot, label, key_name, op_id, duration_us, created_at, redis_snapshot)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+			c.ID, c.RepoID, c.Branch, c.Commit, c.Tree, c.DBSnapshot, c.FSSnapshot, c.Label, c.KeyName, c.OpID, int64(c.DurationMS*1000), micros(c.CreatedAt), c.RedisSnapshot)
 		if isUnique(err) {
 			return because(err, lockstep.ECONFLICT, "checkpoint %s already exists", c.ID)
 		}
@@ -39,12 +39,12 @@ func (s *DB) CreateCheckpoint(ctx context.Context, c *lockstep.Checkpoint, event
 	})
 }
 
-const checkpointCols = `c.id, r.name, c.repo_id, c.branch, c.commit_oid, c.tree_oid, c.db_snapshot, c.fs_snapshot, c.label, c.key_name, c.op_id, c.duration_us, c.created_at`
+const checkpointCols = `c.id, r.name, c.repo_id, c.branch, c.commit_oid, c.tree_oid, c.db_snapshot, c.fs_snapshot, c.label, c.key_name, c.op_id, c.duration_us, c.created_at, c.redis_snapshot`
 
 func scanCheckpoint(row interface{ Scan(...any) error }) (*lockstep.Checkpoint, error) {
 	var c lockstep.Checkpoint
 	var d, t int64
-	if err := row.Scan(&c.ID, &c.Repo, &c.RepoID, &c.Branch, &c.Commit, &c.Tree, &c.DBSnapshot, &c.FSSnapshot, &c.Label, &c.KeyName, &c.OpID, &d, &t); err != nil {
+	if err := row.Scan(&c.ID, &c.Repo, &c.RepoID, &c.Branch, &c.Commit, &c.Tree, &c.DBSnapshot, &c.FSSnapshot, &c.Label, &c.KeyName, &c.OpID, &d, &t, &c.RedisSnapshot); err != nil {
 		return nil, err
 	}
 	c.DurationMS = float64(d) / 1000

@@ -36,6 +36,17 @@ func (s *Server) handleDatabaseGet() gin.HandlerFunc {
 	}
 }
 
+func (s *Server) handleRedisGet() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		out, err := s.Checkpoints.GetRedis(c.Request.Context(), caller(c), c.Param("repo"))
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, out)
+	}
+}
+
 func (s *Server) handleDatabaseRefresh() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		out, err := s.Checkpoints.RefreshTemplate(c.Request.Context(), caller(c), c.Param("repo"))

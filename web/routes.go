@@ -66,6 +66,7 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	api.PUT("/repos/:repo/database", s.handleDatabaseBind())
 	api.GET("/repos/:repo/database", s.handleDatabaseGet())
 	api.POST("/repos/:repo/database/refresh", s.handleDatabaseRefresh())
+	api.GET("/repos/:repo/redis", s.handleRedisGet())
 	api.POST("/repos/:repo/checkpoints", s.handleCheckpointCreate())
 	api.GET("/repos/:repo/checkpoints", s.handleCheckpointList())
 	api.POST("/repos/:repo/checkpoints/:id/restore", s.handleCheckpointRestore())

@@ -72,7 +72,7 @@ func (s *Service) branchAfterFork(ctx context.Context, base, ws string) {
 // held databases on the branch server (issue 27: six workspaces left
 // twenty databases behind). The gate calls it after a promote landed.
 func (s *Service) AfterPromote(ctx context.Context, ws string) {
-	if s.dbs == nil {
+	if s.dbs == nil && s.rds == nil {
 		return
 	}
 	s.bg.Add(1)
@@ -83,6 +83,7 @@ func (s *Service) AfterPromote(ctx context.Context, ws string) {
 		stop := context.AfterFunc(s.bgCtx, cancel)
 		defer stop()
 		s.dropAfterAbandon(ctx, ws)
+		s.dropRedisAfterAbandon(ctx, ws) // its Redis branch likewise
 	}()
 }
 

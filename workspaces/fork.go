@@ -98,6 +98,7 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name,
 	s.repos.Emit(ctx, repositories.Event{Type: "fork", Repo: ws, Branch: ws.DefaultBranch, Commit: baseCommit, KeyName: actor.Name})
 	out.DurationMS = ms(d)
 	s.branchAfterFork(ctx, base.Name, name)
+	s.redisAfterFork(ctx, base.Name, name)
 	return out, nil
 }
 
@@ -232,6 +233,7 @@ func (s *Service) SetStatus(ctx context.Context, actor *lockstep.Key, wsName str
 		ws.Status = status
 		if status == lockstep.StatusAbandoned {
 			s.dropAfterAbandon(ctx, ws.Name)
+			s.dropRedisAfterAbandon(ctx, ws.Name)
 		}
 		return ws, nil
 	}

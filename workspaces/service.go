@@ -26,7 +26,8 @@ import (
 type Service struct {
 	store   lockstep.Store
 	repos   *repositories.Service
-	dbs     lockstep.Brancher // nil: database branching is off
+	dbs     lockstep.Brancher      // nil: database branching is off
+	rds     lockstep.RedisBrancher // nil: Redis branching is off
 	log     *slog.Logger
 	metrics *telemetry.Metrics
 	now     func() time.Time

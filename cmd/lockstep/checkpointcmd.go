@@ -97,6 +97,9 @@ func cmdRestore(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "restored %s to %s: code at %s%s, database restored: %v%s (%.1f ms)\n", rest[0], rest[1], short(r.Commit),
 		paren(r.Code.Skipped), r.DBRestored, paren(r.Database.Skipped), r.DurationMS)
+	if r.RedisRestored {
+		fmt.Fprintf(e.stdout, "redis restored (%.1f ms)\n", r.RedisMS)
+	}
 	if r.FSSnapshot != "" {
 		fmt.Fprintf(e.stdout, "restore the files with: lockstep snapshot restore DIR %s\n", r.FSSnapshot)
 	}

@@ -287,7 +287,8 @@ func (s *serverCheckpointer) Restore(ctx context.Context, id string, f *txrun.Fa
 	if err != nil {
 		return txrun.RestoreReport{}, err
 	}
-	return txrun.RestoreReport{Commit: r.Commit, Tree: r.Tree, DBRestored: r.DBRestored, FSSnapshot: r.FSSnapshot, DurationMs: r.DurationMS}, nil
+	return txrun.RestoreReport{Commit: r.Commit, Tree: r.Tree, DBRestored: r.DBRestored, FSSnapshot: r.FSSnapshot, DurationMs: r.DurationMS,
+		RedisRestored: r.RedisRestored}, nil
 }
 
 // Commit pushes the successful run's result.
@@ -625,7 +626,8 @@ func keepSnapshots(e *env, drv fssnap.Driver, rep *txrun.Report, ws, stateRoot s
 
 // runEnv is the command's environment: the caller's, plus
 // LOCKSTEP_WORKSPACE, LOCKSTEP_URL and, when the workspace has a database
-// branch, DATABASE_URL (its DSN). The key stays in the environment only
+// branch, DATABASE_URL (its DSN), and when it has a Redis branch,
+// REDIS_URL. The key stays in the environment only
 // if the caller had it there.
 func runEnv(ctx context.Context, e *env, c *client.Client, cf *clientFlags, ws string, noServer bool) []string {
 	env := os.Environ()
@@ -641,10 +643,24 @@ func runEnv(ctx context.Context, e *env, c *client.Client, cf *clientFlags, ws s
 		if code := lockstep.ErrorCode(err); code != lockstep.EUNAVAILABLE && code != lockstep.ENOTFOUND && code != lockstep.ENOTCONFIGURED {
 			fmt.Fprintf(e.stderr, "lockstep run: no DATABASE_URL for the command: %v\n", err)
 		}
+	} else if db.DSN != "" {
+		env = append(env, "DATABASE_URL="+db.DSN)
+	}
+	return redisEnv(ctx, e, c, ws, env)
+}
+
+// redisEnv adds REDIS_URL when the server branches Redis (asking creates
+// the workspace's instance, so the run's checkpoint snapshots it).
+func redisEnv(ctx context.Context, e *env, c *client.Client, ws string, env []string) []string {
+	r, err := c.Redis(ctx, ws)
+	if err != nil {
+		if code := lockstep.ErrorCode(err); code != lockstep.ENOTFOUND && code != lockstep.ENOTCONFIGURED {
+			fmt.Fprintf(e.stderr, "lockstep run: no REDIS_URL for the command: %v\n", err)
+		}
 		return env
 	}
-	if db.DSN != "" {
-		env = append(env, "DATABASE_URL="+db.DSN)
+	if r.URL != "" {
+		env = append(env, "REDIS_URL="+r.URL)
 	}
 	return env
 }
@@ -671,7 +687,7 @@ func printRunReport(e *env, rep *txrun.Report) {
 		fmt.Fprintln(e.stderr, line)
 	}
 	if rep.Restored != nil {
-		fmt.Fprintf(e.stderr, "  code restored to %s, database restored: %v\n", short(rep.Restored.Commit), rep.Restored.DBRestored)
+		fmt.Fprintf(e.stderr, "  code restored to %s, database restored: %v, redis restored: %v\n", short(rep.Restored.Commit), rep.Restored.DBRestored, rep.Restored.RedisRestored)
 	}
 	if rep.Purity.Checked {
 		fmt.Fprintf(e.stderr, "  purity: clean=%v (contain=%s, whole instance verified: %v)\n", rep.Purity.Clean, rep.Contain, rep.Purity.Instance)

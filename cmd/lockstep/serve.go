@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/lockstep-hq/lockstep/dbbranch"
 	"github.com/lockstep-hq/lockstep/effects"
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/redisbranch"
 	"github.com/lockstep-hq/lockstep/redislock"
 	"github.com/lockstep-hq/lockstep/replica"
 	"github.com/lockstep-hq/lockstep/repo"
@@ -117,6 +119,11 @@ type serveConfig struct {
 	// A Redis outage fails fast (issue 21 item 14): redislock.NewClient.
 	RedisTimeout  time.Duration
 	RedisCooldown time.Duration
+
+	// Redis branches (issue 22 item 4): redisbranch.
+	BranchRedis      string
+	BranchRedisDir   string
+	BranchRedisPorts string
 }
 
 // flagger declares flags whose defaults come from the environment.
@@ -295,6 +302,9 @@ func (c *serveConfig) declare(f *flagger) {
 	f.dur(&c.RedisTimeout, "redis-timeout", "LOCKSTEP_REDIS_TIMEOUT", redislock.DefaultTimeout, "bound of one Redis dial, read or write (a command is tried twice at most)")
 	f.dur(&c.RedisCooldown, "redis-cooldown", "LOCKSTEP_REDIS_COOLDOWN", redislock.DefaultCooldown, "after Redis fails, how long it is skipped (notifications not sent, promotes 503) before it is tried again")
 	f.dur(&c.IdemWait, "idempotency-wait", "LOCKSTEP_IDEMPOTENCY_WAIT", 10*time.Second, "how long a concurrent duplicate waits for the first request before 409 in_progress")
+	f.str(&c.BranchRedis, "branch-redis", "LOCKSTEP_BRANCH_REDIS", "", "Redis branching: on (redis-server from PATH) or the path of a redis-server binary; empty = off")
+	f.str(&c.BranchRedisDir, "branch-redis-dir", "LOCKSTEP_BRANCH_REDIS_DIR", "", "Redis branches' data (templates/<repo>.rdb, branches/<workspace>/); empty = <data>/redis-branches")
+	f.str(&c.BranchRedisPorts, "branch-redis-ports", "LOCKSTEP_BRANCH_REDIS_PORTS", "16400-16999", "127.0.0.1 port range of the per-workspace redis-server instances")
 }
 
 func (c *serveConfig) metadataURL() string {
@@ -569,6 +579,15 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	a.closers = append(a.closers, func() { wss.Close() })
 	cps := checkpoints.New(db, a.repos, brancher, logger, metrics, nil)
 	a.closers = append(a.closers, func() { cps.Close() })
+	if rb, err := redisBrancher(c); err != nil {
+		return nil, err
+	} else if rb != nil {
+		// Closed after the services (closers run in reverse): instances
+		// are shut down saving their dataset, restarted lazily on next use.
+		a.closers = slices.Insert(a.closers, len(a.closers)-2, rb.Close)
+		wss.SetRedis(rb)
+		cps.SetRedis(rb)
+	}
 	effectAllow, err := gate.ParseAllowList(c.EffectAllowHosts)
 	if err != nil {
 		return nil, fmt.Errorf("--effect-allow-hosts: %w", err)
@@ -605,6 +624,32 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	a.closers = append(a.closers, func() { stopPurge(); <-purgeDone })
 	ok = true
 	return a, nil
+}
+
+// redisBrancher starts Redis branching when --branch-redis is set.
+func redisBrancher(c *serveConfig) (*redisbranch.Manager, error) {
+	switch strings.ToLower(c.BranchRedis) {
+	case "", "off", "false", "no":
+		return nil, nil
+	}
+	secret, _, err := branchSecret(c)
+	if err != nil {
+		return nil, err
+	}
+	var lo, hi int
+	if _, err := fmt.Sscanf(c.BranchRedisPorts, "%d-%d", &lo, &hi); err != nil {
+		return nil, fmt.Errorf("--branch-redis-ports %q: want FIRST-LAST, e.g. 16400-16999", c.BranchRedisPorts)
+	}
+	dir := c.BranchRedisDir
+	if dir == "" {
+		dir = filepath.Join(c.Data, "redis-branches")
+	}
+	m, err := redisbranch.New(redisbranch.Config{Binary: c.BranchRedis, Dir: dir, Secret: append([]byte("redis:"), secret...), PortMin: lo, PortMax: hi,
+		MaxSnapshots: c.BranchMaxSnaps})
+	if err != nil {
+		return nil, fmt.Errorf("redis branching (LOCKSTEP_BRANCH_REDIS): %w", err)
+	}
+	return m, nil
 }
 
 // branchSecret returns the secret that derives branch roles' passwords:

@@ -77,6 +77,8 @@ type RestoreReport struct {
 	DBRestored bool    `json:"db_restored"`
 	FSSnapshot string  `json:"fs_snapshot,omitempty"`
 	DurationMs float64 `json:"duration_ms,omitempty"`
+
+	RedisRestored bool `json:"redis_restored"`
 }
 
 // Options describe one transactional run.

@@ -20,7 +20,7 @@ func checkpointTests() map[string]test {
 			base := mustRepo(t, s, "base", "")
 			ws := mustRepo(t, s, "ws", "base")
 			hookOn(t, s, base, "hook_all", "*")
-			c := &lockstep.Checkpoint{ID: "ckpt_1", RepoID: ws.ID, Repo: ws.Name, Branch: "main", Commit: oid(1), Tree: oid(2), DBSnapshot: "snap_db", FSSnapshot: "snap-fs",
+			c := &lockstep.Checkpoint{ID: "ckpt_1", RepoID: ws.ID, Repo: ws.Name, Branch: "main", Commit: oid(1), Tree: oid(2), DBSnapshot: "snap_db", RedisSnapshot: "snap_redis", FSSnapshot: "snap-fs",
 				Label: "before refactor", KeyName: "agent", DurationMS: 12.5}
 			e := ent("checkpoint.create")
 			must(t, s.CreateCheckpoint(bg, c, []lockstep.HookEvent{{Repos: []string{"base"}, Event: "checkpoint.created"}}, e))
@@ -31,7 +31,7 @@ func checkpointTests() map[string]test {
 			}
 			got, err := s.Checkpoint(bg, ws.ID, "ckpt_1")
 			must(t, err)
-			if got.Repo != "ws" || got.Branch != "main" || got.Commit != oid(1) || got.Tree != oid(2) || got.DBSnapshot != "snap_db" || got.FSSnapshot != "snap-fs" ||
+			if got.Repo != "ws" || got.Branch != "main" || got.Commit != oid(1) || got.Tree != oid(2) || got.DBSnapshot != "snap_db" || got.RedisSnapshot != "snap_redis" || got.FSSnapshot != "snap-fs" ||
 				got.Label != "before refactor" || got.KeyName != "agent" || got.OpID != e.ID || got.DurationMS != 12.5 || !got.CreatedAt.Equal(c.CreatedAt) {
 				t.Fatalf("round trip %+v, want %+v", got, c)
 			}

@@ -1,0 +1,1 @@
+ALTER TABLE checkpoints DROP COLUMN redis_snapshot;

@@ -1,0 +1,341 @@
+package redisbranch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/redis/go-redis/v9"
+)
+
+// Each test gets its own port range so tests of parallel packages (and a
+// developer's redis on 6379) never collide.
+var nextRange atomic.Int32
+
+func newManager(t testing.TB) *Manager {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server not installed: Redis branching needs the real binary (apt-get install redis-server)")
+	}
+	base := 21000 + int(nextRange.Add(1))*50 + os.Getpid()%200*100
+	m, err := New(Config{Dir: t.TempDir(), Secret: []byte("test-secret"), PortMin: base, PortMax: base + 49})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+func open(t testing.TB, url string) *redis.Client {
+	t.Helper()
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func get(t testing.TB, c *redis.Client, k string) string {
+	t.Helper()
+	v, err := c.Get(context.Background(), k).Result()
+	if err == redis.Nil {
+		return "<nil>"
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func pidOf(t *testing.T, m *Manager, ws string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(m.branchDir(ws), "redis.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(string(b[:len(b)-1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+func TestBranchSnapshotRestoreDrop(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+
+	// A template dataset bound to the base repository: an RDB saved by
+	// a real redis-server.
+	seed, err := m.CreateBranch(ctx, "seed", "seed-ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := open(t, seed.URL)
+	if err := sc.Set(ctx, "greeting", "from-template", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Snapshot(ctx, "seed-ws", "tpl"); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyFile(m.snapPath("seed-ws", "tpl"), m.TemplatePath("app")); err != nil {
+		t.Fatal(err)
+	}
+
+	b, err := m.CreateBranch(ctx, "app", "ws1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.Template || b.Repo != "app" {
+		t.Fatalf("branch = %+v, want seeded from app's template", b)
+	}
+	c := open(t, b.URL)
+	if got := get(t, c, "greeting"); got != "from-template" {
+		t.Fatalf("greeting = %q, want the template's value", got)
+	}
+	// Another workspace's instance is separate, with another password.
+	b2, err := m.CreateBranch(ctx, "app", "ws2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b2.URL == b.URL {
+		t.Fatal("two workspaces share a URL")
+	}
+	wrong, _ := redis.ParseURL(b.URL)
+	wrong.Password = "nope"
+	wc := redis.NewClient(wrong)
+	defer wc.Close()
+	if err := wc.Ping(ctx).Err(); err == nil {
+		t.Fatal("a wrong password was accepted")
+	}
+
+	// The agent cannot point the instance's RDB elsewhere (a write of
+	// any file as the server's user).
+	if err := c.ConfigSet(ctx, "dir", "/tmp").Err(); err == nil {
+		t.Fatal("CONFIG SET dir was accepted")
+	}
+	if err := c.ConfigSet(ctx, "dbfilename", "x.rdb").Err(); err == nil {
+		t.Fatal("CONFIG SET dbfilename was accepted")
+	}
+	c.Set(ctx, "k", "v1", 0)
+	if err := m.Snapshot(ctx, "ws1", "ckpt1"); err != nil {
+		t.Fatal(err)
+	}
+	c.Set(ctx, "k", "v2", 0)
+	c.Set(ctx, "extra", "x", 0)
+	c.Del(ctx, "greeting")
+	if err := m.Restore(ctx, "ws1", "ckpt1"); err != nil {
+		t.Fatal(err)
+	}
+	// The same URL answers, with the checkpoint's keys.
+	c2 := open(t, b.URL)
+	if got := get(t, c2, "k"); got != "v1" {
+		t.Fatalf("k = %q after restore, want v1", got)
+	}
+	if got := get(t, c2, "extra"); got != "<nil>" {
+		t.Fatalf("extra = %q after restore, want absent", got)
+	}
+	if got := get(t, c2, "greeting"); got != "from-template" {
+		t.Fatalf("greeting = %q after restore, want back", got)
+	}
+	// ws2 untouched by all of it.
+	if got := get(t, open(t, b2.URL), "k"); got != "<nil>" {
+		t.Fatalf("ws2 sees k = %q", got)
+	}
+
+	if err := m.DropSnapshot(ctx, "ws1", "ckpt1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restore(ctx, "ws1", "ckpt1"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		t.Fatalf("restore of a dropped snapshot: %v, want not_found", err)
+	}
+
+	pid := pidOf(t, m, "ws1")
+	if err := m.DropBranch(ctx, "ws1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(m.branchDir("ws1")); !os.IsNotExist(err) {
+		t.Fatalf("branch directory still there after drop: %v", err)
+	}
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Fatalf("redis-server %d still running after drop", pid)
+	}
+	if _, err := m.Branch(ctx, "ws1"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		t.Fatalf("Branch after drop: %v, want not_found", err)
+	}
+	if err := m.DropBranch(ctx, "ws1"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		t.Fatalf("second drop: %v, want not_found", err)
+	}
+}
+
+// A restart of Lockstep (Close, then a new Manager on the same directory)
+// keeps the dataset and the URL: the instance starts again lazily.
+func TestSurvivesRestart(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	b, err := m.CreateBranch(ctx, "app", "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open(t, b.URL).Set(ctx, "k", "kept", 0)
+	if err := m.Snapshot(ctx, "ws", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	open(t, b.URL).Set(ctx, "after", "also-kept", 0)
+	m.Close()
+
+	m2, err := New(m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m2.Close)
+	b2, err := m2.Branch(ctx, "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b2.URL != b.URL {
+		t.Fatalf("URL changed across a restart: %s, was %s", b2.URL, b.URL)
+	}
+	c := open(t, b2.URL)
+	if get(t, c, "k") != "kept" || get(t, c, "after") != "also-kept" {
+		t.Fatal("dataset lost across a restart")
+	}
+	if err := m2.Restore(ctx, "ws", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, open(t, b2.URL), "after"); got != "<nil>" {
+		t.Fatalf("after = %q, want the snapshot's state", got)
+	}
+}
+
+// Snapshots beyond MaxSnapshots drop the oldest; the newest stay
+// restorable.
+func TestSnapshotsBounded(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	m.cfg.MaxSnapshots = 2
+	b, err := m.CreateBranch(ctx, "app", "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := open(t, b.URL)
+	for i, id := range []string{"s1", "s2", "s3"} {
+		c.Set(ctx, "k", id, 0)
+		if err := m.Snapshot(ctx, "ws", id); err != nil {
+			t.Fatal(err)
+		}
+		// Distinct modification times, whatever the file system's
+		// timestamp granularity.
+		at := time.Now().Add(time.Duration(i-10) * time.Minute)
+		os.Chtimes(m.snapPath("ws", id), at, at)
+	}
+	if err := m.Restore(ctx, "ws", "s1"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		t.Fatalf("restore of the oldest snapshot beyond the bound: %v, want not_found", err)
+	}
+	if err := m.Restore(ctx, "ws", "s2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, open(t, b.URL), "k"); got != "s2" {
+		t.Fatalf("k = %q after restoring s2", got)
+	}
+}
+
+func TestBadNames(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	if _, err := m.CreateBranch(ctx, "app", "../x"); lockstep.ErrorCode(err) != lockstep.EINVALID {
+		t.Fatalf("CreateBranch(../x): %v", err)
+	}
+	if err := m.Snapshot(ctx, "ws", "../../x"); lockstep.ErrorCode(err) != lockstep.EINVALID {
+		t.Fatalf("Snapshot(../../x): %v", err)
+	}
+	if err := m.Snapshot(ctx, "nows", "s"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		t.Fatalf("Snapshot of no branch: %v", err)
+	}
+}
+
+func BenchmarkRedisBranch(b *testing.B) {
+	ctx := context.Background()
+	m := newManager(b)
+	seedTemplate(b, m, "app", 10000)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ws := fmt.Sprintf("w%d", i)
+		if _, err := m.CreateBranch(ctx, "app", ws); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := m.DropBranch(ctx, ws); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+func BenchmarkRedisSnapshot(b *testing.B) {
+	ctx := context.Background()
+	m := newManager(b)
+	seedTemplate(b, m, "app", 10000)
+	if _, err := m.CreateBranch(ctx, "app", "ws"); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := m.Snapshot(ctx, "ws", fmt.Sprintf("s%d", i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRedisRestore(b *testing.B) {
+	ctx := context.Background()
+	m := newManager(b)
+	seedTemplate(b, m, "app", 10000)
+	if _, err := m.CreateBranch(ctx, "app", "ws"); err != nil {
+		b.Fatal(err)
+	}
+	if err := m.Snapshot(ctx, "ws", "s"); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := m.Restore(ctx, "ws", "s"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// seedTemplate writes repo's template: n keys, saved by a real instance.
+func seedTemplate(b testing.TB, m *Manager, repo string, n int) {
+	ctx := context.Background()
+	s, err := m.CreateBranch(ctx, "seed", "seed-"+repo)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := open(b, s.URL)
+	p := c.Pipeline()
+	for i := 0; i < n; i++ {
+		p.Set(ctx, fmt.Sprintf("key:%d", i), fmt.Sprintf("value-%d", i), 0)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if err := m.Snapshot(ctx, "seed-"+repo, "t"); err != nil {
+		b.Fatal(err)
+	}
+	if err := copyFile(m.snapPath("seed-"+repo, "t"), m.TemplatePath(repo)); err != nil {
+		b.Fatal(err)
+	}
+	if err := m.DropBranch(ctx, "seed-"+repo); err != nil {
+		b.Fatal(err)
+	}
+}
