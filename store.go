@@ -32,13 +32,19 @@ type KeyStore interface {
 	KeyByPrefix(ctx context.Context, prefix string) (*Key, error)
 	// ListKeys returns every key, revoked ones included, oldest first.
 	ListKeys(ctx context.Context) ([]*Key, error)
-	// RevokeKey marks a key revoked and appends entry. Returns not_found for
+	// RevokeKey marks a key revoked, and every key it minted
+	// (transitively), and appends entry. Returns not_found for
 	// an unknown id; revoking twice keeps the first time.
 	RevokeKey(ctx context.Context, id string, at time.Time, entry *OpEntry) error
 	// TouchKey records the key's last use.
 	TouchKey(ctx context.Context, id string, at time.Time) error
 	// CountKeys returns the number of keys that are not revoked.
 	CountKeys(ctx context.Context) (int, error)
+	// SetKeyQuota sets (nil: clears) a key's active-workspace quota and
+	// appends entry. Returns not_found for an unknown key.
+	SetKeyQuota(ctx context.Context, id string, workspaces *int, entry *OpEntry) error
+	// CountOwnedWorkspaces counts the active workspaces keyID owns.
+	CountOwnedWorkspaces(ctx context.Context, keyID string) (int, error)
 }
 
 // OpStore is the append-only, hash-chained operations log.

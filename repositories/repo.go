@@ -97,6 +97,12 @@ func (s *Service) Refs(ctx context.Context, name string) ([]lockstep.Ref, error)
 // CanWrite reports whether actor may move refs of r: admins anywhere,
 // agents only in the workspaces they own, never a base repository.
 func CanWrite(actor *lockstep.Key, r *lockstep.Repo) error {
+	if err := actor.InScope(r); err != nil {
+		return err
+	}
+	if sc := actor.Scope; sc != nil && !r.IsWorkspace() {
+		return lockstep.Errorf(lockstep.EFORBIDDEN, "key %s is scoped to %s: it may not write base repository %s", actor.Name, sc, r.Name)
+	}
 	switch actor.Role {
 	case lockstep.RoleAdmin:
 		return nil

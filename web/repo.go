@@ -62,6 +62,10 @@ func (s *Server) handleRepoGet() gin.HandlerFunc {
 
 func (s *Server) handleFork() gin.HandlerFunc {
 	return func(c *gin.Context) {
+		if err := s.checkWorkspaceQuota(c, caller(c)); err != nil {
+			writeError(c, err)
+			return
+		}
 		var req api.ForkRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)

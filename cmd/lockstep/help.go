@@ -69,7 +69,7 @@ var examples = map[string][]string{
 	"oplog":             {"lockstep oplog --repo app --limit 20", "lockstep oplog verify"},
 	"serve":             {"lockstep serve --data ./lockstep-data --addr 127.0.0.1:7070"},
 	"migrate":           {"lockstep migrate --database-url postgres://lockstep@db/lockstep"},
-	"keys create":       {"KEY=$(lockstep keys create --name agent-1 --role agent --quiet)"},
+	"keys create":       {"KEY=$(lockstep keys create --name agent-1 --role agent --quiet)", "SUB=$(lockstep keys create --name sub-1 --ttl 1h --workspace app-ws1 --quiet)"},
 	"repo create":       {"lockstep repo create app"},
 	"gate set":          {"lockstep gate set app --require-check ci --protect 'migrations/**'"},
 	"snapshot take":     {"ID=$(lockstep snapshot take ./work --quiet)"},

@@ -30,6 +30,72 @@ func keyTests() map[string]test {
 			wantCode(t, s.CreateKey(bg, &dup, ent("key.create")), lockstep.ECONFLICT)
 			wantOps(t, s, "key.create", 1)
 			wantChain(t, s, 1)
+
+			// A minted key: expiry, parent, scope round-trip; its entries
+			// name its parent in their details, inside the hash chain.
+			exp := at(3600)
+			child := &lockstep.Key{ID: "key_c", Name: "child", Role: lockstep.RoleAgent, Prefix: "lsk_cccccccc", Hash: []byte("h"), CreatedAt: at(1),
+				ExpiresAt: &exp, ParentKeyID: "key_a", Scope: &lockstep.KeyScope{Base: "app", Task: "t1"}}
+			must(t, s.CreateKey(bg, child, ent("key.create")))
+			got, err = s.KeyByPrefix(bg, "lsk_cccccccc")
+			must(t, err)
+			if got.ExpiresAt == nil || !got.ExpiresAt.Equal(exp) || got.ParentKeyID != "key_a" || got.Scope == nil ||
+				*got.Scope != (lockstep.KeyScope{Base: "app", Task: "t1"}) || got.QuotaWorkspaces != nil {
+				t.Fatalf("minted key round trip: %+v", got)
+			}
+			must(t, s.AppendOp(bg, &lockstep.OpEntry{KeyID: "key_c", KeyName: "child", Op: "push"}))
+			must(t, s.AppendOp(bg, &lockstep.OpEntry{KeyID: "key_a", KeyName: "name-key_a", Op: "push"}))
+			pushes := opsOf(t, s, "push")
+			if len(pushes) != 2 || pushes[0].Details["parent_key_id"] != "key_a" || pushes[1].Details["parent_key_id"] != nil {
+				t.Fatalf("push entries %+v %+v: want the minted key's naming its parent, the other none", pushes[0].Details, pushes[1].Details)
+			}
+			wantChain(t, s, 4)
+			// A revoked parent mints nothing.
+			must(t, s.RevokeKey(bg, "key_a", at(2), ent("key.revoke")))
+			late := &lockstep.Key{ID: "key_d", Name: "late", Role: lockstep.RoleAgent, Prefix: "lsk_dddddddd", Hash: []byte("h"), CreatedAt: at(3), ParentKeyID: "key_a"}
+			wantCode(t, s.CreateKey(bg, late, ent("key.create")), lockstep.EUNAUTH)
+		},
+		"SetKeyQuota": func(t *testing.T, s lockstep.Store) {
+			mustKey(t, s, "key_a", "lsk_aaaaaaaa", at(0))
+			five := 5
+			wantCode(t, s.SetKeyQuota(bg, "key_missing", &five, ent("key.quota")), lockstep.ENOTFOUND)
+			wantOps(t, s, "key.quota", 0)
+			must(t, s.SetKeyQuota(bg, "key_a", &five, ent("key.quota")))
+			got, _ := s.KeyByPrefix(bg, "lsk_aaaaaaaa")
+			if got.QuotaWorkspaces == nil || *got.QuotaWorkspaces != 5 {
+				t.Fatalf("quota %v, want 5", got.QuotaWorkspaces)
+			}
+			zero := 0
+			must(t, s.SetKeyQuota(bg, "key_a", &zero, ent("key.quota")))
+			if got, _ = s.KeyByPrefix(bg, "lsk_aaaaaaaa"); got.QuotaWorkspaces == nil || *got.QuotaWorkspaces != 0 {
+				t.Fatalf("quota %v, want 0 (unlimited, not the default)", got.QuotaWorkspaces)
+			}
+			must(t, s.SetKeyQuota(bg, "key_a", nil, ent("key.quota")))
+			if got, _ = s.KeyByPrefix(bg, "lsk_aaaaaaaa"); got.QuotaWorkspaces != nil {
+				t.Fatalf("quota %v after clearing, want nil (the default)", *got.QuotaWorkspaces)
+			}
+			wantOps(t, s, "key.quota", 3)
+		},
+		"CountOwnedWorkspaces": func(t *testing.T, s lockstep.Store) {
+			mustRepo(t, s, "app", "")
+			mk := func(name, owner string, st lockstep.Status) {
+				r := &lockstep.Repo{Name: name, Network: "app", ForkOf: "app", DefaultBranch: "main", Status: st, OwnerKeyID: owner, OwnerName: owner}
+				must(t, s.CreateRepo(bg, r, nil, ent("fork")))
+			}
+			mk("ws1", "key_a", lockstep.StatusActive)
+			mk("ws2", "key_a", lockstep.StatusActive)
+			mk("ws3", "key_a", lockstep.StatusAbandoned)
+			mk("ws4", "key_b", lockstep.StatusActive)
+			base := &lockstep.Repo{Name: "lib", Network: "lib", DefaultBranch: "main", Status: lockstep.StatusActive, OwnerKeyID: "key_a"}
+			must(t, s.CreateRepo(bg, base, nil, ent("repo.create")))
+			n, err := s.CountOwnedWorkspaces(bg, "key_a")
+			must(t, err)
+			if n != 2 {
+				t.Fatalf("CountOwnedWorkspaces = %d, want 2 (active workspaces only; no base, not abandoned)", n)
+			}
+			if n, _ = s.CountOwnedWorkspaces(bg, "key_none"); n != 0 {
+				t.Fatalf("CountOwnedWorkspaces of a key owning nothing = %d", n)
+			}
 		},
 		"KeyByPrefix": func(t *testing.T, s lockstep.Store) {
 			mustKey(t, s, "key_a", "lsk_aaaaaaaa", at(0))
@@ -79,6 +145,33 @@ func keyTests() map[string]test {
 			}
 			if n := len(opsOf(t, s, "key.revoke")); n < 1 {
 				t.Fatal("a revocation appended no entry")
+			}
+
+			// Revocation cascades to the keys a key minted, transitively,
+			// and to no other.
+			mint := func(id, prefix, parent string) {
+				must(t, s.CreateKey(bg, &lockstep.Key{ID: id, Name: id, Role: lockstep.RoleAgent, Prefix: prefix, Hash: []byte(id), CreatedAt: at(10), ParentKeyID: parent}, ent("key.create")))
+			}
+			mustKey(t, s, "key_p", "lsk_pppppppp", at(10))
+			mint("key_c1", "lsk_c1c1c1c1", "key_p")
+			mint("key_c2", "lsk_c2c2c2c2", "key_c1")
+			mustKey(t, s, "key_o", "lsk_oooooooo", at(10))
+			mint("key_oc", "lsk_ocococoo", "key_o")
+			must(t, s.RevokeKey(bg, "key_p", at(20), ent("key.revoke")))
+			for _, p := range []string{"lsk_pppppppp", "lsk_c1c1c1c1", "lsk_c2c2c2c2"} {
+				if k, _ := s.KeyByPrefix(bg, p); k.RevokedAt == nil || !k.RevokedAt.Equal(at(20)) {
+					t.Fatalf("%s revoked at %v after its ancestor's revocation, want %v", p, k.RevokedAt, at(20))
+				}
+			}
+			for _, p := range []string{"lsk_oooooooo", "lsk_ocococoo"} {
+				if k, _ := s.KeyByPrefix(bg, p); k.RevokedAt != nil {
+					t.Fatalf("%s revoked by another key's revocation", p)
+				}
+			}
+			revs := opsOf(t, s, "key.revoke")
+			last := revs[len(revs)-1]
+			if ch, _ := last.Details["children"].([]any); len(ch) != 2 {
+				t.Fatalf("revocation entry details %v: want the 2 minted keys named", last.Details)
 			}
 		},
 		"TouchKey": func(t *testing.T, s lockstep.Store) {
