@@ -47,6 +47,23 @@ type KeyScope struct {
 	Workspace string `json:"workspace,omitempty"`
 	Base      string `json:"base,omitempty"`
 	Task      string `json:"task,omitempty"`
+	// Owner is the key whose workspaces in the scope this key acts on as
+	// their owner (set at minting: the workspace's owner, or the minting
+	// agent; "" when an admin minted a task scope: any of the task's).
+	Owner string `json:"owner,omitempty"`
+}
+
+// Owns reports whether k acts as the owner of r: it is r's owner, or a
+// scoped key whose scope covers r and was minted for r's owner.
+func (k *Key) Owns(r *Repo) bool {
+	if k == nil || r == nil {
+		return false
+	}
+	if r.OwnerKeyID == k.ID {
+		return true
+	}
+	sc := k.Scope
+	return sc != nil && r.IsWorkspace() && k.InScope(r) == nil && (sc.Owner == "" || r.OwnerKeyID == sc.Owner)
 }
 
 // String describes the scope for error messages.

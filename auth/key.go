@@ -142,9 +142,10 @@ func (s *Service) checkScope(ctx context.Context, actor *lockstep.Key, req MintR
 			if err := actor.InScope(ws); err != nil {
 				return err
 			}
-			if actor.Role != lockstep.RoleAdmin && ws.OwnerKeyID != actor.ID {
+			if actor.Role != lockstep.RoleAdmin && !actor.Owns(ws) {
 				return lockstep.Errorf(lockstep.EFORBIDDEN, "an agent key may scope a key only to a workspace it owns: %s belongs to another key", ws.Name)
 			}
+			sc.Owner = ws.OwnerKeyID
 		} else {
 			base, err := s.store.RepoByName(ctx, sc.Base)
 			if err != nil {
@@ -156,6 +157,14 @@ func (s *Service) checkScope(ctx context.Context, actor *lockstep.Key, req MintR
 			if actor.Scope != nil && (actor.Scope.Base != sc.Base || actor.Scope.Task != sc.Task) {
 				return lockstep.Errorf(lockstep.EFORBIDDEN, "key %s is scoped to %s: it may not mint a key for task %s of %s", actor.Name, actor.Scope, sc.Task, sc.Base)
 			}
+			switch {
+			case actor.Scope != nil:
+				sc.Owner = actor.Scope.Owner
+			case actor.Role != lockstep.RoleAdmin:
+				sc.Owner = actor.ID
+			default:
+				sc.Owner = ""
+			}
 			if actor.Role != lockstep.RoleAdmin {
 				wss, err := s.store.ListRepos(ctx, lockstep.RepoFilter{Network: sc.Base, Task: sc.Task})
 				if err != nil {
@@ -166,7 +175,7 @@ func (s *Service) checkScope(ctx context.Context, actor *lockstep.Key, req MintR
 					if !w.IsWorkspace() {
 						continue
 					}
-					if w.OwnerKeyID != actor.ID {
+					if w.OwnerKeyID != actor.ID && !actor.Owns(w) {
 						return lockstep.Errorf(lockstep.EFORBIDDEN, "an agent key may scope a key only to a task whose workspaces it owns: %s belongs to another key", w.Name)
 					}
 					owns = true

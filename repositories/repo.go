@@ -110,7 +110,7 @@ func CanWrite(actor *lockstep.Key, r *lockstep.Repo) error {
 		if r.ForkOf == "" {
 			return lockstep.Errorf(lockstep.EFORBIDDEN, "an agent key may not write base repository %s: fork a workspace and promote it", r.Name)
 		}
-		if r.OwnerKeyID != actor.ID {
+		if !actor.Owns(r) {
 			return lockstep.Errorf(lockstep.EFORBIDDEN, "workspace %s belongs to another key", r.Name)
 		}
 		return nil

@@ -10,15 +10,15 @@ import (
 	"github.com/lockstep-hq/lockstep"
 )
 
-const keyCols = `id, name, role, prefix, hash, created_at, revoked_at, last_used_at, expires_at, parent_key_id, scope_workspace, scope_base, scope_task, quota_workspaces`
+const keyCols = `id, name, role, prefix, hash, created_at, revoked_at, last_used_at, expires_at, parent_key_id, scope_workspace, scope_base, scope_task, scope_owner, quota_workspaces`
 
 func scanKey(row interface{ Scan(...any) error }) (*lockstep.Key, error) {
 	var k lockstep.Key
 	var created int64
 	var revoked, used, expires, quota sql.NullInt64
-	var parent, sw, sb, st sql.NullString
+	var parent, sw, sb, st, so sql.NullString
 	if err := row.Scan(&k.ID, &k.Name, &k.Role, &k.Prefix, &k.Hash, &created, &revoked, &used,
-		&expires, &parent, &sw, &sb, &st, &quota); err != nil {
+		&expires, &parent, &sw, &sb, &st, &so, &quota); err != nil {
 		return nil, err
 	}
 	k.CreatedAt = fromMicros(created)
@@ -27,7 +27,7 @@ func scanKey(row interface{ Scan(...any) error }) (*lockstep.Key, error) {
 	k.ExpiresAt = fromNullMicros(expires)
 	k.ParentKeyID = parent.String
 	if sw.String != "" || sb.String != "" {
-		k.Scope = &lockstep.KeyScope{Workspace: sw.String, Base: sb.String, Task: st.String}
+		k.Scope = &lockstep.KeyScope{Workspace: sw.String, Base: sb.String, Task: st.String, Owner: so.String}
 	}
 	if quota.Valid {
 		q := int(quota.Int64)
@@ -62,18 +62,18 @@ func (s *DB) CreateKey(ctx context.Context, k *lockstep.Key, entry *lockstep.OpE
 				return fmt.Errorf("read parent key: %w", err)
 			}
 		}
-		var sw, sb, st string
+		var sw, sb, st, so string
 		if k.Scope != nil {
-			sw, sb, st = k.Scope.Workspace, k.Scope.Base, k.Scope.Task
+			sw, sb, st, so = k.Scope.Workspace, k.Scope.Base, k.Scope.Task, k.Scope.Owner
 		}
 		var quota sql.NullInt64
 		if k.QuotaWorkspaces != nil {
 			quota = sql.NullInt64{Int64: int64(*k.QuotaWorkspaces), Valid: true}
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO keys (id, name, role, prefix, hash, created_at, expires_at, parent_key_id, scope_workspace, scope_base, scope_task, quota_workspaces)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+		_, err := tx.ExecContext(ctx, `INSERT INTO keys (id, name, role, prefix, hash, created_at, expires_at, parent_key_id, scope_workspace, scope_base, scope_task, scope_owner, quota_workspaces)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 			k.ID, k.Name, k.Role, k.Prefix, k.Hash, micros(k.CreatedAt), nullMicros(k.ExpiresAt), nullStr(k.ParentKeyID),
-			nullStr(sw), nullStr(sb), nullStr(st), quota)
+			nullStr(sw), nullStr(sb), nullStr(st), nullStr(so), quota)
 		if isUnique(err) {
 			return because(err, lockstep.ECONFLICT, "key prefix %s already exists", k.Prefix)
 		}

@@ -279,7 +279,11 @@ func (s *Server) authenticate(c *gin.Context) {
 	// repository (API, git smart HTTP; MCP tools call the API) checks it
 	// here, before any body is read.
 	if k.Scope != nil {
-		if name := c.Param("repo"); name != "" {
+		name := c.Param("repo")
+		if git {
+			name = strings.TrimSuffix(name, ".git")
+		}
+		if name != "" {
 			r, err := s.Store.RepoByName(c.Request.Context(), name)
 			if err == nil {
 				err = k.InScope(r)

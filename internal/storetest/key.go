@@ -35,12 +35,12 @@ func keyTests() map[string]test {
 			// name its parent in their details, inside the hash chain.
 			exp := at(3600)
 			child := &lockstep.Key{ID: "key_c", Name: "child", Role: lockstep.RoleAgent, Prefix: "lsk_cccccccc", Hash: []byte("h"), CreatedAt: at(1),
-				ExpiresAt: &exp, ParentKeyID: "key_a", Scope: &lockstep.KeyScope{Base: "app", Task: "t1"}}
+				ExpiresAt: &exp, ParentKeyID: "key_a", Scope: &lockstep.KeyScope{Base: "app", Task: "t1", Owner: "key_a"}}
 			must(t, s.CreateKey(bg, child, ent("key.create")))
 			got, err = s.KeyByPrefix(bg, "lsk_cccccccc")
 			must(t, err)
 			if got.ExpiresAt == nil || !got.ExpiresAt.Equal(exp) || got.ParentKeyID != "key_a" || got.Scope == nil ||
-				*got.Scope != (lockstep.KeyScope{Base: "app", Task: "t1"}) || got.QuotaWorkspaces != nil {
+				*got.Scope != (lockstep.KeyScope{Base: "app", Task: "t1", Owner: "key_a"}) || got.QuotaWorkspaces != nil {
 				t.Fatalf("minted key round trip: %+v", got)
 			}
 			must(t, s.AppendOp(bg, &lockstep.OpEntry{KeyID: "key_c", KeyName: "child", Op: "push"}))

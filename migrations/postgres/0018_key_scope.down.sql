@@ -1,5 +1,6 @@
 DROP INDEX keys_parent;
 ALTER TABLE keys DROP COLUMN quota_workspaces;
+ALTER TABLE keys DROP COLUMN scope_owner;
 ALTER TABLE keys DROP COLUMN scope_task;
 ALTER TABLE keys DROP COLUMN scope_base;
 ALTER TABLE keys DROP COLUMN scope_workspace;
