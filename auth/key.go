@@ -193,7 +193,7 @@ func (s *Service) checkScope(ctx context.Context, actor *lockstep.Key, req MintR
 	case req.Role != lockstep.RoleAgent:
 		return lockstep.Errorf(lockstep.EFORBIDDEN, "an agent key may mint only agent keys")
 	case sc == nil:
-		return lockstep.Errorf(lockstep.EINVALID, "an agent key may mint only scoped keys: give a workspace or a base and task")
+		return lockstep.Errorf(lockstep.EFORBIDDEN, "an agent key may mint only scoped keys: give a workspace or a base and task")
 	case req.TTL <= 0 || req.TTL > MaxAgentTTL:
 		return lockstep.Errorf(lockstep.EINVALID, "ttl %s: an agent key mints keys living at most %s", req.TTL, MaxAgentTTL)
 	}

@@ -98,7 +98,7 @@ func TestMintedKeyScopeExpiryAndCascade(t *testing.T) {
 		{`{"name":"s","role":"reviewer","ttl":"1h","scope":{"workspace":"ws1"}}`, 403}, // agents mint agents
 		{`{"name":"s","role":"agent","ttl":"48h","scope":{"workspace":"ws1"}}`, 400},   // over the max TTL
 		{`{"name":"s","role":"agent","scope":{"workspace":"ws1"}}`, 400},               // no TTL
-		{`{"name":"s","role":"agent","ttl":"1h"}`, 400},                                // no scope
+		{`{"name":"s","role":"agent","ttl":"1h"}`, 403},                                // no scope
 		{`{"name":"s","role":"agent","ttl":"soon","scope":{"workspace":"ws1"}}`, 400},  // bad TTL
 		{`{"name":"s","role":"agent","ttl":"1h","scope":{"workspace":"ws1","base":"app"}}`, 400},
 	} {
