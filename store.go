@@ -45,6 +45,12 @@ type KeyStore interface {
 	SetKeyQuota(ctx context.Context, id string, workspaces *int, entry *OpEntry) error
 	// CountOwnedWorkspaces counts the active workspaces keyID owns.
 	CountOwnedWorkspaces(ctx context.Context, keyID string) (int, error)
+	// PurgeRepo deletes the refs and checkpoint records of a workspace
+	// that is no longer active (invalid_argument if it is, not_found if
+	// unknown) and appends entry with the deleted refs as moves to
+	// ZeroOID; it returns the deleted refs. The repository row, its
+	// attempts and the oplog stay.
+	PurgeRepo(ctx context.Context, repoID int64, entry *OpEntry) ([]Ref, error)
 }
 
 // OpStore is the append-only, hash-chained operations log.

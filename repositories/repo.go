@@ -335,3 +335,20 @@ func (s *Service) abbrev(n ObjectStore, r *lockstep.Repo, name, full string) (pl
 	return plumbing.ZeroHash, true, lockstep.Errorf(lockstep.EINVALID, "revision %q is ambiguous in %s: it abbreviates %d commits; give more digits", full, r.Name, len(commits)).
 		WithDetails(map[string]any{"candidates": names})
 }
+
+// Unmirror removes refs of r from its network's mirror (after the store
+// deleted them: a workspace purge). Returns the first failure; the mirror
+// is rebuilt from the store at start-up.
+func (s *Service) Unmirror(ctx context.Context, r *lockstep.Repo, refs []lockstep.Ref) error {
+	n, err := s.network(ctx, r.Network)
+	if err != nil {
+		return err
+	}
+	var first error
+	for _, ref := range refs {
+		if err := n.MirrorRef(r.Name, ref.Name, plumbing.ZeroHash); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

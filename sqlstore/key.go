@@ -234,3 +234,61 @@ func (s *DB) forUpdate() string {
 	}
 	return ""
 }
+
+// PurgeRepo deletes a non-active workspace's refs and checkpoint records
+// and appends entry (issue 28: DELETE /repos/{ws}?purge=true).
+func (s *DB) PurgeRepo(ctx context.Context, repoID int64, entry *lockstep.OpEntry) (refs []lockstep.Ref, err error) {
+	ctx, span := s.start(ctx, "PurgeRepo")
+	defer func() { err = end(span, err) }()
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		refs = nil
+		var name, status string
+		err := tx.QueryRowContext(ctx, `SELECT name, status FROM repos WHERE id = $1`+s.forUpdate(), repoID).Scan(&name, &status)
+		if errors.Is(err, sql.ErrNoRows) {
+			return lockstep.Errorf(lockstep.ENOTFOUND, "repository %d not found", repoID)
+		}
+		if err != nil {
+			return err
+		}
+		if lockstep.Status(status) == lockstep.StatusActive {
+			return lockstep.Errorf(lockstep.EINVALID, "workspace %s is active: abandon it before deleting its refs", name)
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT name, oid FROM refs WHERE repo_id = $1 ORDER BY name`, repoID)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var r lockstep.Ref
+			if err := rows.Scan(&r.Name, &r.OID); err != nil {
+				rows.Close()
+				return err
+			}
+			refs = append(refs, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM refs WHERE repo_id = $1`, repoID); err != nil {
+			return fmt.Errorf("delete refs: %w", err)
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE repo_id = $1`, repoID)
+		if err != nil {
+			return fmt.Errorf("delete checkpoints: %w", err)
+		}
+		if entry != nil {
+			n, _ := res.RowsAffected()
+			for _, r := range refs {
+				entry.Refs = append(entry.Refs, lockstep.RefMove{Repo: name, Ref: r.Name, Old: r.OID, New: lockstep.ZeroOID})
+			}
+			d := map[string]any{}
+			for k, v := range entry.Details {
+				d[k] = v
+			}
+			d["checkpoints"] = n
+			entry.Details = d
+		}
+		return s.appendOp(ctx, tx, entry)
+	})
+	return refs, err
+}

@@ -46,6 +46,7 @@ var subSummary = map[string]string{
 	"snapshot prune":    "drop old filesystem snapshots of a directory",
 	"workspace fail":    "mark a workspace failed (reviewers see why)",
 	"workspace abandon": "abandon a workspace (it is archived; its branch stays readable)",
+	"workspace delete":  "delete a workspace at once: refs, database branch, checkpoints, staged effects (oplog kept)",
 }
 
 // examples are shown under -h.
@@ -75,6 +76,7 @@ var examples = map[string][]string{
 	"snapshot take":     {"ID=$(lockstep snapshot take ./work --quiet)"},
 	"workspace fail":    {"lockstep workspace fail task-1 --reason 'tests never passed'"},
 	"workspace abandon": {"lockstep workspace abandon task-1"},
+	"workspace delete":  {"lockstep workspace delete task-1"},
 	"hooks list":        {"lockstep hooks list app"},
 	"version":           {"lockstep version --json"},
 	"whoami":            {"lockstep whoami"},

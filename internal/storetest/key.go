@@ -97,6 +97,45 @@ func keyTests() map[string]test {
 				t.Fatalf("CountOwnedWorkspaces of a key owning nothing = %d", n)
 			}
 		},
+		"PurgeRepo": func(t *testing.T, s lockstep.Store) {
+			base := mustRepo(t, s, "base", "", lockstep.Ref{Name: "refs/heads/main", OID: oid(1)})
+			r := &lockstep.Repo{Name: "ws", Network: "base", ForkOf: "base", DefaultBranch: "main", Status: lockstep.StatusActive, OwnerKeyID: "k1", OwnerName: "k1"}
+			must(t, s.CreateRepo(bg, r, []lockstep.Ref{{Name: "refs/heads/main", OID: oid(1)}, {Name: "refs/heads/x", OID: oid(2)}}, ent("fork")))
+			mustCheckpoint(t, s, r, "ckpt_1", 1)
+			_, err := s.PurgeRepo(bg, 999999, ent("workspace.purge"))
+			wantCode(t, err, lockstep.ENOTFOUND)
+			// An active workspace is abandoned first.
+			_, err = s.PurgeRepo(bg, r.ID, ent("workspace.purge"))
+			wantCode(t, err, lockstep.EINVALID)
+			wantOps(t, s, "workspace.purge", 0)
+			setStatus(t, s, r, lockstep.StatusAbandoned, "workspace.abandoned")
+			refs, err := s.PurgeRepo(bg, r.ID, ent("workspace.purge"))
+			must(t, err)
+			if len(refs) != 2 || refs[0].Name != "refs/heads/main" || refs[1].OID != oid(2) {
+				t.Fatalf("PurgeRepo returned %+v", refs)
+			}
+			if left, _ := s.Refs(bg, r.ID); len(left) != 0 {
+				t.Fatalf("refs left after purge: %+v", left)
+			}
+			if left, _ := s.Refs(bg, base.ID); len(left) != 1 {
+				t.Fatalf("the base's refs changed: %+v", left)
+			}
+			if cs, _ := s.Checkpoints(bg, r.ID, 100); len(cs) != 0 {
+				t.Fatalf("checkpoint records left after purge: %+v", cs)
+			}
+			ops := opsOf(t, s, "workspace.purge")
+			if len(ops) != 1 || len(ops[0].Refs) != 2 || ops[0].Refs[0].New != lockstep.ZeroOID || ops[0].Details["checkpoints"] != float64(1) {
+				t.Fatalf("purge entries %+v", ops)
+			}
+			if got, err := s.RepoByName(bg, "ws"); err != nil || got.Status != lockstep.StatusAbandoned {
+				t.Fatalf("repository row after purge: %+v %v", got, err)
+			}
+			res, err := s.VerifyOps(bg)
+			must(t, err)
+			if !res.OK {
+				t.Fatalf("chain after purge: %+v", res)
+			}
+		},
 		"KeyByPrefix": func(t *testing.T, s lockstep.Store) {
 			mustKey(t, s, "key_a", "lsk_aaaaaaaa", at(0))
 			_, err := s.KeyByPrefix(bg, "lsk_bbbbbbbb")
