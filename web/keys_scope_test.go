@@ -239,3 +239,73 @@ func TestWorkspaceQuotaAndRateLimit(t *testing.T) {
 	}
 	r.want(t, "GET", "/api/v1/whoami", r.admin, "", 200) // per key
 }
+
+// TestWorkspacePurge: DELETE ?purge=true (owner or admin) abandons the
+// workspace and deletes its refs, from the store and from the git mirror,
+// in one oplog entry; the oplog keeps every entry; without purge DELETE
+// only abandons.
+func TestWorkspacePurge(t *testing.T) {
+	f := mustServerWith(t, web.Config{}, nil)
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws1"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws2"}`, 201)
+	other := f.want(t, "POST", "/api/v1/keys", f.admin, `{"name":"other","role":"agent"}`, 201)["secret"].(string)
+
+	g := gitT{t: t, home: t.TempDir()}
+	dir := t.TempDir()
+	g.must(dir, nil, "init", "-q")
+	g.must(dir, nil, "commit", "-q", "--allow-empty", "-m", "first")
+	u, _ := url.Parse(f.srv.URL)
+	u.User = url.UserPassword("x", f.agent)
+	for _, ws := range []string{"ws1", "ws2"} {
+		g.must(dir, nil, "push", "-q", u.String()+"/git/"+ws+".git", "HEAD:refs/heads/main", "HEAD:refs/heads/feature")
+	}
+	if out := g.must(dir, nil, "ls-remote", u.String()+"/git/ws1.git"); !strings.Contains(out, "refs/heads/feature") {
+		t.Fatalf("ls-remote before the purge: %q", out)
+	}
+
+	f.want(t, "DELETE", "/api/v1/repos/ws1?purge=true", other, "", 403)
+	f.want(t, "DELETE", "/api/v1/repos/app?purge=true", f.admin, "", 400)
+	f.want(t, "DELETE", "/api/v1/repos/ws1?purge=maybe", f.agent, "", 400)
+	if m := f.want(t, "DELETE", "/api/v1/repos/ws1?purge=true", f.agent, "", 200); m["status"] != string(lockstep.StatusAbandoned) {
+		t.Fatalf("purged workspace: %v", m)
+	}
+	if refs := f.want(t, "GET", "/api/v1/repos/ws1/refs", f.agent, "", 200); len(refs["refs"].([]any)) != 0 {
+		t.Fatalf("refs after the purge: %v", refs)
+	}
+	if out := g.must(dir, nil, "ls-remote", u.String()+"/git/ws1.git"); strings.Contains(out, "refs/heads") {
+		t.Fatalf("the git mirror still advertises ws1's refs after the purge: %q", out)
+	}
+	// Without purge: abandoned, refs kept.
+	f.want(t, "DELETE", "/api/v1/repos/ws2", f.agent, "", 200)
+	if refs := f.want(t, "GET", "/api/v1/repos/ws2/refs", f.agent, "", 200); len(refs["refs"].([]any)) != 2 {
+		t.Fatalf("refs of an abandoned (not purged) workspace: %v", refs)
+	}
+	// An abandoned workspace can be purged later, by an admin too.
+	f.want(t, "DELETE", "/api/v1/repos/ws2?purge=true", f.admin, "", 200)
+
+	ctx := context.Background()
+	for _, ws := range []string{"ws1", "ws2"} {
+		ops, err := f.db.ListOps(ctx, lockstep.OpFilter{Repo: ws, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var purge *lockstep.OpEntry
+		pushes := 0
+		for _, e := range ops {
+			switch e.Op {
+			case "workspace.purge":
+				purge = e
+			case "fork", "workspace.abandoned":
+			default:
+				pushes++
+			}
+		}
+		if purge == nil || len(purge.Refs) != 2 || purge.Refs[0].New != lockstep.ZeroOID || pushes == 0 {
+			t.Fatalf("%s oplog after the purge: %+v (the push entries stay, the purge names the deleted refs)", ws, ops)
+		}
+	}
+	if v := f.want(t, "GET", "/api/v1/oplog/verify", f.admin, "", 200); v["ok"] != true {
+		t.Fatalf("oplog verify: %v", v)
+	}
+}
