@@ -309,3 +309,19 @@ func TestWorkspacePurge(t *testing.T) {
 		t.Fatalf("oplog verify: %v", v)
 	}
 }
+
+// TestScopedKeyOverMCP: MCP tools run with the caller's key through the
+// API, so a key scoped to one workspace reads it and is refused another.
+func TestScopedKeyOverMCP(t *testing.T) {
+	f := mcpServer(t, web.Config{MaxJSONBytes: 1 << 20}, agentmcp.HTTPOptions{})
+	cs := f.connect(t, f.agent)
+	f.seed(t, cs, map[string]string{"a.txt": "hello\n"})
+	mustCall(t, cs, "workspace_create", map[string]any{"repo": "shop", "name": "ws2"}, nil)
+	sub := f.want(t, "POST", "/api/v1/keys", f.agent, `{"name":"sub","role":"agent","ttl":"1h","scope":{"workspace":"ws"}}`, 201)["secret"].(string)
+	scs := f.connect(t, sub)
+	if got := mustCall(t, scs, "file_read", map[string]any{"workspace": "ws", "path": "a.txt"}, nil); !strings.Contains(got, "hello") {
+		t.Fatalf("file_read in scope: %q", got)
+	}
+	mustCallError(t, scs, "file_read", map[string]any{"workspace": "ws2", "path": "a.txt"}, lockstep.EFORBIDDEN)
+	mustCallError(t, scs, "workspace_status", map[string]any{"workspace": "ws2"}, lockstep.EFORBIDDEN)
+}
