@@ -128,7 +128,7 @@ func (t StatusTransition) allows(actor *Key, ws *Repo) bool {
 	if actor == nil {
 		return false
 	}
-	if t.Owner && actor.ID == ws.OwnerKeyID {
+	if t.Owner && actor.Owns(ws) {
 		return true
 	}
 	for _, r := range t.Roles {

@@ -32,13 +32,25 @@ type KeyStore interface {
 	KeyByPrefix(ctx context.Context, prefix string) (*Key, error)
 	// ListKeys returns every key, revoked ones included, oldest first.
 	ListKeys(ctx context.Context) ([]*Key, error)
-	// RevokeKey marks a key revoked and appends entry. Returns not_found for
+	// RevokeKey marks a key revoked, and every key it minted
+	// (transitively), and appends entry. Returns not_found for
 	// an unknown id; revoking twice keeps the first time.
 	RevokeKey(ctx context.Context, id string, at time.Time, entry *OpEntry) error
 	// TouchKey records the key's last use.
 	TouchKey(ctx context.Context, id string, at time.Time) error
 	// CountKeys returns the number of keys that are not revoked.
 	CountKeys(ctx context.Context) (int, error)
+	// SetKeyQuota sets (nil: clears) a key's active-workspace quota and
+	// appends entry. Returns not_found for an unknown key.
+	SetKeyQuota(ctx context.Context, id string, workspaces *int, entry *OpEntry) error
+	// CountOwnedWorkspaces counts the active workspaces keyID owns.
+	CountOwnedWorkspaces(ctx context.Context, keyID string) (int, error)
+	// PurgeRepo deletes the refs and checkpoint records of a workspace
+	// that is no longer active (invalid_argument if it is, not_found if
+	// unknown) and appends entry with the deleted refs as moves to
+	// ZeroOID; it returns the deleted refs. The repository row, its
+	// attempts and the oplog stay.
+	PurgeRepo(ctx context.Context, repoID int64, entry *OpEntry) ([]Ref, error)
 }
 
 // OpStore is the append-only, hash-chained operations log.

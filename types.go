@@ -30,6 +30,72 @@ type Key struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
 	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	// Minted keys (issue 28): ExpiresAt ends the key (401 after it);
+	// ParentKeyID is the key that minted it (its revocation revokes this
+	// one); Scope limits it to one workspace or one task's workspaces.
+	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
+	ParentKeyID string     `json:"parent_key_id,omitempty"`
+	Scope       *KeyScope  `json:"scope,omitempty"`
+	// QuotaWorkspaces overrides the server's active-workspace quota for
+	// this key (nil: the server's default; 0: unlimited).
+	QuotaWorkspaces *int `json:"quota_workspaces,omitempty"`
+}
+
+// KeyScope limits a key to one workspace, or to the workspaces of one
+// task forked from one base (and reading/forking that base for the task).
+type KeyScope struct {
+	Workspace string `json:"workspace,omitempty"`
+	Base      string `json:"base,omitempty"`
+	Task      string `json:"task,omitempty"`
+	// Owner is the key whose workspaces in the scope this key acts on as
+	// their owner (set at minting: the workspace's owner, or the minting
+	// agent; "" when an admin minted a task scope: any of the task's).
+	Owner string `json:"owner,omitempty"`
+}
+
+// Owns reports whether k acts as the owner of r: it is r's owner, or a
+// scoped key whose scope covers r and was minted for r's owner.
+func (k *Key) Owns(r *Repo) bool {
+	if k == nil || r == nil {
+		return false
+	}
+	if r.OwnerKeyID == k.ID {
+		return true
+	}
+	sc := k.Scope
+	return sc != nil && r.IsWorkspace() && k.InScope(r) == nil && (sc.Owner == "" || r.OwnerKeyID == sc.Owner)
+}
+
+// String describes the scope for error messages.
+func (sc *KeyScope) String() string {
+	if sc.Workspace != "" {
+		return "workspace " + sc.Workspace
+	}
+	return "task " + sc.Task + " of " + sc.Base
+}
+
+// Expired reports whether k has expired at now.
+func (k *Key) Expired(now time.Time) bool {
+	return k.ExpiresAt != nil && !now.Before(*k.ExpiresAt)
+}
+
+// InScope returns permission_denied unless a scoped key k may act on r:
+// its workspace; or, for a task scope, the base itself (read, fork) and
+// the workspaces of that base's network labelled with the task.
+func (k *Key) InScope(r *Repo) error {
+	if k == nil || k.Scope == nil || r == nil {
+		return nil
+	}
+	sc := k.Scope
+	switch {
+	case sc.Workspace != "" && r.Name == sc.Workspace:
+		return nil
+	case sc.Workspace == "" && r.Name == sc.Base:
+		return nil
+	case sc.Workspace == "" && r.IsWorkspace() && r.Network == sc.Base && r.Task == sc.Task:
+		return nil
+	}
+	return Errorf(EFORBIDDEN, "key %s is scoped to %s: it may not act on %s", k.Name, sc, r.Name)
 }
 
 // RefMove is one ref moved by an operation. Old or New is ZeroOID for a

@@ -49,6 +49,23 @@ type Readiness struct {
 type KeyCreateRequest struct {
 	Name string `json:"name"`
 	Role string `json:"role"`
+	// TTL is a Go duration ("1h"); empty: the key never expires.
+	TTL   string    `json:"ttl,omitempty"`
+	Scope *KeyScope `json:"scope,omitempty"`
+}
+
+// KeyScope limits a key to one workspace, or to one task's workspaces
+// of a base repository.
+type KeyScope struct {
+	Workspace string `json:"workspace,omitempty"`
+	Base      string `json:"base,omitempty"`
+	Task      string `json:"task,omitempty"`
+}
+
+// KeyQuotaRequest is the body of PUT /keys/{id}/quota (workspaces: null
+// restores the server's default, 0 is unlimited).
+type KeyQuotaRequest struct {
+	Workspaces *int `json:"workspaces"`
 }
 
 // CreatedKey is the answer of POST /keys: the new key with its secret,
@@ -64,13 +81,26 @@ type CreatedKey struct {
 // Key is an API key as listed (never its secret); also the answer of
 // GET /whoami.
 type Key struct {
-	ID         string     `json:"id"`
-	Name       string     `json:"name"`
-	Role       string     `json:"role"`
-	Prefix     string     `json:"prefix"`
-	CreatedAt  time.Time  `json:"created_at"`
-	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
-	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	ID              string     `json:"id"`
+	Name            string     `json:"name"`
+	Role            string     `json:"role"`
+	Prefix          string     `json:"prefix"`
+	CreatedAt       time.Time  `json:"created_at"`
+	RevokedAt       *time.Time `json:"revoked_at,omitempty"`
+	LastUsedAt      *time.Time `json:"last_used_at,omitempty"`
+	ExpiresAt       *time.Time `json:"expires_at,omitempty"`
+	ParentKeyID     string     `json:"parent_key_id,omitempty"`
+	Scope           *KeyScope  `json:"scope,omitempty"`
+	QuotaWorkspaces *int       `json:"quota_workspaces,omitempty"`
+	// Limits and usage (GET /whoami only).
+	Limits *KeyLimits `json:"limits,omitempty"`
+}
+
+// KeyLimits are a key's quotas and its usage of them (0: unlimited).
+type KeyLimits struct {
+	Workspaces       int     `json:"workspaces"`
+	WorkspacesActive int     `json:"workspaces_active"`
+	RateLimitRPS     float64 `json:"rate_limit_rps"`
 }
 
 // KeyList is the answer of GET /keys.

@@ -59,8 +59,30 @@ func Generate() (secret, prefix string, hash []byte) {
 
 // Create issues a key; the returned secret is shown once.
 func (s *Service) Create(ctx context.Context, actor *lockstep.Key, name, role string) (*lockstep.Key, string, error) {
-	if actor.Role != lockstep.RoleAdmin {
-		return nil, "", lockstep.Errorf(lockstep.EFORBIDDEN, "only an admin key may create keys")
+	return s.Mint(ctx, actor, MintRequest{Name: name, Role: role})
+}
+
+// MaxAgentTTL is the longest life of a key an agent mints.
+const MaxAgentTTL = 24 * time.Hour
+
+// MintRequest is a key to issue. TTL (0: never expires) and Scope make a
+// minted key: it records the key that minted it as its parent, and the
+// parent's revocation revokes it.
+type MintRequest struct {
+	Name  string
+	Role  string
+	TTL   time.Duration
+	Scope *lockstep.KeyScope
+}
+
+// Mint issues a key; the returned secret is shown once. An admin may
+// issue any key; an agent only a scoped agent key with a TTL of at most
+// MaxAgentTTL, on a workspace it owns or a task whose workspaces it owns,
+// within its own scope and life.
+func (s *Service) Mint(ctx context.Context, actor *lockstep.Key, req MintRequest) (*lockstep.Key, string, error) {
+	name, role := req.Name, req.Role
+	if actor.Role != lockstep.RoleAdmin && actor.Role != lockstep.RoleAgent {
+		return nil, "", lockstep.Errorf(lockstep.EFORBIDDEN, "only an admin or an agent key may create keys")
 	}
 	if !lockstep.ValidRole(role) {
 		return nil, "", lockstep.Errorf(lockstep.EINVALID, "invalid role %q: want admin, agent, reviewer or ci", role)
@@ -68,14 +90,114 @@ func (s *Service) Create(ctx context.Context, actor *lockstep.Key, name, role st
 	if err := lockstep.ValidateName("key name", name); err != nil {
 		return nil, "", err
 	}
+	if req.TTL < 0 {
+		return nil, "", lockstep.Errorf(lockstep.EINVALID, "ttl %s: want a positive duration", req.TTL)
+	}
+	now := lockstep.TruncateTime(s.now())
+	if err := s.checkScope(ctx, actor, req); err != nil {
+		return nil, "", err
+	}
 	secret, prefix, hash := Generate()
-	k := &lockstep.Key{ID: "key_" + prefix[4:], Name: name, Role: role, Prefix: prefix, Hash: hash, CreatedAt: lockstep.TruncateTime(s.now())}
-	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "key.create",
-		Details: map[string]any{"key_id": k.ID, "name": name, "role": role}}
+	k := &lockstep.Key{ID: "key_" + prefix[4:], Name: name, Role: role, Prefix: prefix, Hash: hash, CreatedAt: now, Scope: req.Scope}
+	details := map[string]any{"key_id": k.ID, "name": name, "role": role}
+	if (req.TTL > 0 || req.Scope != nil) && actor.ID != System.ID {
+		k.ParentKeyID = actor.ID // the entry's own key_id: the minting key
+	}
+	if req.TTL > 0 {
+		exp := now.Add(req.TTL)
+		if actor.ExpiresAt != nil && exp.After(*actor.ExpiresAt) {
+			exp = *actor.ExpiresAt // never outlives its parent
+		}
+		k.ExpiresAt = &exp
+		details["expires_at"] = exp.UTC().Format(time.RFC3339)
+	}
+	if req.Scope != nil {
+		details["scope"] = req.Scope.String()
+	}
+	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "key.create", Details: details}
 	if err := s.store.CreateKey(ctx, k, entry); err != nil {
 		return nil, "", err
 	}
 	return k, secret, nil
+}
+
+// checkScope applies the minting rules of a scoped or expiring key.
+func (s *Service) checkScope(ctx context.Context, actor *lockstep.Key, req MintRequest) error {
+	sc := req.Scope
+	if sc != nil {
+		if (sc.Workspace == "") == (sc.Base == "") || (sc.Workspace != "" && sc.Task != "") || (sc.Base != "" && sc.Task == "") {
+			return lockstep.Errorf(lockstep.EINVALID, "scope: want either {workspace} or {base, task}")
+		}
+		if req.Role == lockstep.RoleAdmin {
+			return lockstep.Errorf(lockstep.EINVALID, "a scoped key may not be an admin key: scope limits agent, reviewer and ci keys")
+		}
+		if sc.Workspace != "" {
+			ws, err := s.store.RepoByName(ctx, sc.Workspace)
+			if err != nil {
+				return err
+			}
+			if !ws.IsWorkspace() {
+				return lockstep.Errorf(lockstep.EINVALID, "scope: %s is a base repository, not a workspace", ws.Name)
+			}
+			if err := actor.InScope(ws); err != nil {
+				return err
+			}
+			if actor.Role != lockstep.RoleAdmin && !actor.Owns(ws) {
+				return lockstep.Errorf(lockstep.EFORBIDDEN, "an agent key may scope a key only to a workspace it owns: %s belongs to another key", ws.Name)
+			}
+			sc.Owner = ws.OwnerKeyID
+		} else {
+			base, err := s.store.RepoByName(ctx, sc.Base)
+			if err != nil {
+				return err
+			}
+			if base.IsWorkspace() {
+				return lockstep.Errorf(lockstep.EINVALID, "scope: %s is a workspace; a task scope names a base repository", base.Name)
+			}
+			if actor.Scope != nil && (actor.Scope.Base != sc.Base || actor.Scope.Task != sc.Task) {
+				return lockstep.Errorf(lockstep.EFORBIDDEN, "key %s is scoped to %s: it may not mint a key for task %s of %s", actor.Name, actor.Scope, sc.Task, sc.Base)
+			}
+			switch {
+			case actor.Scope != nil:
+				sc.Owner = actor.Scope.Owner
+			case actor.Role != lockstep.RoleAdmin:
+				sc.Owner = actor.ID
+			default:
+				sc.Owner = ""
+			}
+			if actor.Role != lockstep.RoleAdmin {
+				wss, err := s.store.ListRepos(ctx, lockstep.RepoFilter{Network: sc.Base, Task: sc.Task})
+				if err != nil {
+					return err
+				}
+				owns := false
+				for _, w := range wss {
+					if !w.IsWorkspace() {
+						continue
+					}
+					if w.OwnerKeyID != actor.ID && !actor.Owns(w) {
+						return lockstep.Errorf(lockstep.EFORBIDDEN, "an agent key may scope a key only to a task whose workspaces it owns: %s belongs to another key", w.Name)
+					}
+					owns = true
+				}
+				if !owns && actor.Scope == nil {
+					return lockstep.Errorf(lockstep.EFORBIDDEN, "an agent key may scope a key only to a task whose workspaces it owns: it owns none of task %s of %s", sc.Task, sc.Base)
+				}
+			}
+		}
+	}
+	if actor.Role == lockstep.RoleAdmin {
+		return nil
+	}
+	switch {
+	case req.Role != lockstep.RoleAgent:
+		return lockstep.Errorf(lockstep.EFORBIDDEN, "an agent key may mint only agent keys")
+	case sc == nil:
+		return lockstep.Errorf(lockstep.EFORBIDDEN, "an agent key may mint only scoped keys: give a workspace or a base and task")
+	case req.TTL <= 0 || req.TTL > MaxAgentTTL:
+		return lockstep.Errorf(lockstep.EINVALID, "ttl %s: an agent key mints keys living at most %s", req.TTL, MaxAgentTTL)
+	}
+	return nil
 }
 
 // List returns every key (never secrets).
@@ -86,13 +208,46 @@ func (s *Service) List(ctx context.Context, actor *lockstep.Key) ([]*lockstep.Ke
 	return s.store.ListKeys(ctx)
 }
 
-// Revoke revokes a key; it stops working at once.
+// Revoke revokes a key and every key it minted; they stop working at
+// once. An admin revokes any key; a key revokes the keys it minted.
 func (s *Service) Revoke(ctx context.Context, actor *lockstep.Key, id string) error {
 	if actor.Role != lockstep.RoleAdmin {
-		return lockstep.Errorf(lockstep.EFORBIDDEN, "only an admin key may revoke keys")
+		if err := s.ownChild(ctx, actor, id); err != nil {
+			return err
+		}
 	}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "key.revoke", Details: map[string]any{"key_id": id}}
 	return s.store.RevokeKey(ctx, id, s.now(), entry)
+}
+
+// ownChild returns permission_denied unless actor minted key id.
+func (s *Service) ownChild(ctx context.Context, actor *lockstep.Key, id string) error {
+	keys, err := s.store.ListKeys(ctx)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k.ID == id && k.ParentKeyID == actor.ID {
+			return nil
+		}
+	}
+	return lockstep.Errorf(lockstep.EFORBIDDEN, "only an admin key, or the key that minted it, may revoke key %s", id)
+}
+
+// SetQuota sets (nil: clears) a key's active-workspace quota (admin).
+func (s *Service) SetQuota(ctx context.Context, actor *lockstep.Key, id string, workspaces *int) error {
+	if actor.Role != lockstep.RoleAdmin {
+		return lockstep.Errorf(lockstep.EFORBIDDEN, "only an admin key may set quotas")
+	}
+	if workspaces != nil && *workspaces < 0 {
+		return lockstep.Errorf(lockstep.EINVALID, "quota workspaces %d: want 0 (unlimited) or more", *workspaces)
+	}
+	d := map[string]any{"key_id": id, "workspaces": nil}
+	if workspaces != nil {
+		d["workspaces"] = *workspaces
+	}
+	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "key.quota", Details: d}
+	return s.store.SetKeyQuota(ctx, id, workspaces, entry)
 }
 
 // Authenticate returns the key a secret belongs to. Unknown, malformed and
@@ -113,6 +268,9 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (*lockstep.Ke
 	sum := sha256.Sum256([]byte(secret))
 	if subtle.ConstantTimeCompare(sum[:], k.Hash) != 1 || k.RevokedAt != nil {
 		return nil, unauth
+	}
+	if k.Expired(s.now()) {
+		return nil, lockstep.Errorf(lockstep.EUNAUTH, "API key %s expired at %s", k.Prefix, k.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	s.touch(ctx, k)
 	return k, nil

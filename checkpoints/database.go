@@ -91,7 +91,7 @@ func (s *Service) Get(ctx context.Context, actor *lockstep.Key, repoName string)
 	if err != nil {
 		return nil, err
 	}
-	if r.ForkOf != "" && actor.Role != lockstep.RoleAdmin && actor.Role != lockstep.RoleCI && actor.ID != r.OwnerKeyID {
+	if r.ForkOf != "" && actor.Role != lockstep.RoleAdmin && actor.Role != lockstep.RoleCI && !actor.Owns(r) {
 		return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner, CI or an admin may read its database credentials")
 	}
 	if s.dbs == nil {

@@ -33,7 +33,7 @@ func (s *Service) GetRedis(ctx context.Context, actor *lockstep.Key, repoName st
 	if err != nil {
 		return nil, err
 	}
-	if r.ForkOf != "" && actor.Role != lockstep.RoleAdmin && actor.Role != lockstep.RoleCI && actor.ID != r.OwnerKeyID {
+	if r.ForkOf != "" && actor.Role != lockstep.RoleAdmin && actor.Role != lockstep.RoleCI && !actor.Owns(r) {
 		return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner, CI or an admin may read its redis credentials")
 	}
 	if s.rds == nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
@@ -134,4 +135,29 @@ func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
 func (c *Client) OpenAPI(ctx context.Context) ([]byte, error) {
 	var raw []byte
 	return raw, c.get(ctx, "/api/v1/openapi.json", nil, &raw)
+}
+
+// MintKey issues a key that expires after ttl (0: never) and, with a
+// scope, acts only on one workspace or one task's workspaces. An agent
+// key mints only scoped agent keys (ttl at most 24h); revoking the
+// minting key revokes it.
+func (c *Client) MintKey(ctx context.Context, name, role string, ttl time.Duration, scope *api.KeyScope) (*CreatedKey, error) {
+	req := api.KeyCreateRequest{Name: name, Role: role, Scope: scope}
+	if ttl > 0 {
+		req.TTL = ttl.String()
+	}
+	var out CreatedKey
+	if err := c.post(ctx, "/api/v1/keys", req, &out); err != nil {
+		return &out, err
+	}
+	if out.Secret == "" {
+		return &out, lockstep.Errorf(lockstep.ECONFLICT, "key %s (%s) was created, but the answer carrying its secret was lost on the way and secrets are shown once: revoke it (lockstep keys revoke %s) and create another", out.ID, out.Name, out.ID)
+	}
+	return &out, nil
+}
+
+// SetKeyQuota sets a key's active-workspace quota (admin; nil restores
+// the server's default, 0 is unlimited).
+func (c *Client) SetKeyQuota(ctx context.Context, id string, workspaces *int) error {
+	return c.put(ctx, "/api/v1/keys/"+url.PathEscape(id)+"/quota", api.KeyQuotaRequest{Workspaces: workspaces}, nil)
 }

@@ -113,6 +113,15 @@ func (c *Client) Abandon(ctx context.Context, ws, reason string) (*api.Repo, err
 	return &out, c.del(ctx, repoPath(ws), q, &out)
 }
 
+// DeleteWorkspace deletes a workspace at once (DELETE
+// /repos/{workspace}?purge=true; owner or admin): abandoned if active,
+// then its refs, database branch, checkpoint records and staged effects
+// go; its oplog entries stay.
+func (c *Client) DeleteWorkspace(ctx context.Context, ws string) (*api.Repo, error) {
+	var out api.Repo
+	return &out, c.del(ctx, repoPath(ws), url.Values{"purge": {"true"}}, &out)
+}
+
 // SetStatus moves a workspace to a status (active, failed, abandoned;
 // invalid_argument otherwise).
 func (c *Client) SetStatus(ctx context.Context, ws, status, reason string) (*api.Repo, error) {

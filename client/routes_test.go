@@ -21,6 +21,7 @@ var routeMethods = map[string]string{
 	"POST /api/v1/keys":                                "CreateKey",
 	"GET /api/v1/keys":                                 "Keys",
 	"DELETE /api/v1/keys/:id":                          "RevokeKey",
+	"PUT /api/v1/keys/:id/quota":                       "SetKeyQuota",
 	"GET /api/v1/whoami":                               "Whoami",
 	"GET /api/v1/oplog":                                "Oplog",
 	"GET /api/v1/oplog/verify":                         "VerifyOplog",

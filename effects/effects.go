@@ -135,7 +135,7 @@ func CanSee(actor *lockstep.Key, r *lockstep.Repo) error {
 	if actor == nil {
 		return lockstep.Errorf(lockstep.EUNAUTH, "no key")
 	}
-	if actor.Role != lockstep.RoleAgent || (r.ForkOf != "" && r.OwnerKeyID == actor.ID) {
+	if actor.Role != lockstep.RoleAgent || (r.ForkOf != "" && actor.Owns(r)) {
 		return nil
 	}
 	return lockstep.Errorf(lockstep.EFORBIDDEN, "the effects of %s are visible to its owner, admins, reviewers and CI only", r.Name)
@@ -443,7 +443,7 @@ func (s *Service) Decide(ctx context.Context, actor *lockstep.Key, repoName, id 
 
 // canCompensate: an admin, or the owner of the workspace that staged it.
 func canCompensate(actor *lockstep.Key, e *lockstep.Effect, ws *lockstep.Repo) error {
-	if actor != nil && (actor.Role == lockstep.RoleAdmin || ws != nil && ws.OwnerKeyID == actor.ID) {
+	if actor != nil && (actor.Role == lockstep.RoleAdmin || ws != nil && actor.Owns(ws)) {
 		return nil
 	}
 	return lockstep.Errorf(lockstep.EFORBIDDEN, "only an admin or the owner of %s may run the compensation of %s", e.Repo, e.ID)

@@ -97,6 +97,12 @@ func (s *Service) Refs(ctx context.Context, name string) ([]lockstep.Ref, error)
 // CanWrite reports whether actor may move refs of r: admins anywhere,
 // agents only in the workspaces they own, never a base repository.
 func CanWrite(actor *lockstep.Key, r *lockstep.Repo) error {
+	if err := actor.InScope(r); err != nil {
+		return err
+	}
+	if sc := actor.Scope; sc != nil && !r.IsWorkspace() {
+		return lockstep.Errorf(lockstep.EFORBIDDEN, "key %s is scoped to %s: it may not write base repository %s", actor.Name, sc, r.Name)
+	}
 	switch actor.Role {
 	case lockstep.RoleAdmin:
 		return nil
@@ -104,7 +110,7 @@ func CanWrite(actor *lockstep.Key, r *lockstep.Repo) error {
 		if r.ForkOf == "" {
 			return lockstep.Errorf(lockstep.EFORBIDDEN, "an agent key may not write base repository %s: fork a workspace and promote it", r.Name)
 		}
-		if r.OwnerKeyID != actor.ID {
+		if !actor.Owns(r) {
 			return lockstep.Errorf(lockstep.EFORBIDDEN, "workspace %s belongs to another key", r.Name)
 		}
 		return nil
@@ -328,4 +334,21 @@ func (s *Service) abbrev(n ObjectStore, r *lockstep.Repo, name, full string) (pl
 	}
 	return plumbing.ZeroHash, true, lockstep.Errorf(lockstep.EINVALID, "revision %q is ambiguous in %s: it abbreviates %d commits; give more digits", full, r.Name, len(commits)).
 		WithDetails(map[string]any{"candidates": names})
+}
+
+// Unmirror removes refs of r from its network's mirror (after the store
+// deleted them: a workspace purge). Returns the first failure; the mirror
+// is rebuilt from the store at start-up.
+func (s *Service) Unmirror(ctx context.Context, r *lockstep.Repo, refs []lockstep.Ref) error {
+	n, err := s.network(ctx, r.Network)
+	if err != nil {
+		return err
+	}
+	var first error
+	for _, ref := range refs {
+		if err := n.MirrorRef(r.Name, ref.Name, plumbing.ZeroHash); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }

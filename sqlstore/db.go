@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -46,6 +47,7 @@ import (
 
 // DB is a metadata store on SQLite or PostgreSQL.
 type DB struct {
+	parents sync.Map // key id → the id of the key that minted it (key.go)
 	db      *sql.DB
 	dialect string // "sqlite" or "postgres"
 	tracer  trace.Tracer

@@ -54,6 +54,22 @@ func (s *DB) appendOp(ctx context.Context, tx *sql.Tx, e *lockstep.OpEntry) erro
 	if err := s.commitIdem(ctx, tx, e); err != nil {
 		return err
 	}
+	// A minted key's operations name the key that minted it too (issue
+	// 28): in the details, so part of the hash like any detail.
+	if strings.HasPrefix(e.KeyID, "key_") {
+		parent, err := s.keyParent(ctx, tx, e.KeyID)
+		if err != nil {
+			return fmt.Errorf("read key parent: %w", err)
+		}
+		if _, set := e.Details["parent_key_id"]; parent != "" && !set {
+			d := make(map[string]any, len(e.Details)+1)
+			for k, v := range e.Details {
+				d[k] = v
+			}
+			d["parent_key_id"] = parent
+			e.Details = d
+		}
+	}
 	e.Seq = seq + 1
 	e.PrevHash = prev
 	details := lockstep.CanonicalDetails(e.Details)

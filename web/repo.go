@@ -62,6 +62,10 @@ func (s *Server) handleRepoGet() gin.HandlerFunc {
 
 func (s *Server) handleFork() gin.HandlerFunc {
 	return func(c *gin.Context) {
+		if err := s.checkWorkspaceQuota(c, caller(c)); err != nil {
+			writeError(c, err)
+			return
+		}
 		var req api.ForkRequest
 		if err := s.decodeJSON(c, &req); err != nil {
 			writeError(c, err)
@@ -111,6 +115,20 @@ func (s *Server) handleAttempts() gin.HandlerFunc {
 
 func (s *Server) handleAbandon() gin.HandlerFunc {
 	return func(c *gin.Context) {
+		switch c.Query("purge") {
+		case "", "false":
+		case "true":
+			ws, err := s.Workspaces.Purge(c.Request.Context(), caller(c), c.Param("repo"))
+			if err != nil {
+				writeError(c, err)
+				return
+			}
+			c.JSON(http.StatusOK, ws)
+			return
+		default:
+			writeError(c, lockstep.Errorf(lockstep.EINVALID, "purge=%q: want true or false", c.Query("purge")))
+			return
+		}
 		ws, err := s.Workspaces.SetStatus(c.Request.Context(), caller(c), c.Param("repo"), lockstep.StatusAbandoned, c.Query("reason"))
 		if err != nil {
 			writeError(c, err)

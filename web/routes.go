@@ -25,6 +25,7 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	api.POST("/keys", s.handleKeyCreate())
 	api.GET("/keys", s.handleKeyList())
 	api.DELETE("/keys/:id", s.handleKeyRevoke())
+	api.PUT("/keys/:id/quota", s.handleKeyQuota()) // key.go: per-key workspace quota
 	api.GET("/whoami", s.handleWhoami())
 
 	api.GET("/oplog", s.handleOplogList())

@@ -65,6 +65,13 @@ type Config struct {
 	// packs, git pushes) served at once; more answer 503 unavailable
 	// with Retry-After (default DefaultMaxConcurrentUploads).
 	MaxConcurrentUploads int
+	// QuotaWorkspaces is the number of active workspaces a non-admin key
+	// may own (0: unlimited); a key's own quota overrides it.
+	QuotaWorkspaces int
+	// RateLimitRPS is each key's sustained requests per second (token
+	// bucket, burst RateLimitBurst; 0: off).
+	RateLimitRPS   float64
+	RateLimitBurst int
 }
 
 // Server holds the services the handlers call.
@@ -95,6 +102,7 @@ type Server struct {
 	tracer     trace.Tracer
 	uiNotFound gin.HandlerFunc // the UI's HTML 404 for unknown /ui/ paths
 	uploads    chan struct{}   // one token per upload in progress (uploadSlot)
+	buckets    keyBuckets      // per-key request rate (ratelimit.go)
 	gitCaps    gitCaps         // upload-pack's v0 capabilities (git.go)
 	// exhaustedAt is when (unix ns) a request last failed for want of
 	// file descriptors or memory; /readyz reports it for a while.
@@ -275,6 +283,31 @@ func (s *Server) authenticate(c *gin.Context) {
 		if git || lockstep.ErrorCode(err) == lockstep.EUNAUTH {
 			c.Header("WWW-Authenticate", scheme)
 		}
+		writeError(c, err)
+		c.Abort()
+		return
+	}
+	// A scoped key acts only on its workspace(s): every route naming a
+	// repository (API, git smart HTTP; MCP tools call the API) checks it
+	// here, before any body is read.
+	if k.Scope != nil {
+		name := c.Param("repo")
+		if git {
+			name = strings.TrimSuffix(name, ".git")
+		}
+		if name != "" {
+			r, err := s.Store.RepoByName(c.Request.Context(), name)
+			if err == nil {
+				err = k.InScope(r)
+			}
+			if err != nil && lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+				writeError(c, err)
+				c.Abort()
+				return
+			}
+		}
+	}
+	if err := s.rateLimit(c, k); err != nil {
 		writeError(c, err)
 		c.Abort()
 		return

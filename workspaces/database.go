@@ -96,3 +96,38 @@ func (s *Service) dropAfterAbandon(ctx context.Context, ws string) {
 		s.log.WarnContext(ctx, "drop database branch", "workspace", ws, "error", err)
 	}
 }
+
+// Purge deletes a workspace at once (DELETE /repos/{ws}?purge=true, owner
+// or admin): an active one is abandoned first (which discards its staged
+// effects and drops its database branch), then its refs (rows and mirror)
+// and checkpoint records go, recorded by a "workspace.purge" oplog entry.
+// The repository row, its attempts and every oplog entry stay.
+func (s *Service) Purge(ctx context.Context, actor *lockstep.Key, wsName string) (*lockstep.Repo, error) {
+	ws, err := s.repos.Repo(ctx, wsName)
+	if err != nil {
+		return nil, err
+	}
+	if !ws.IsWorkspace() {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "%s is a base repository: only workspaces are deleted", ws.Name)
+	}
+	if actor.Role != lockstep.RoleAdmin && !actor.Owns(ws) {
+		return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner or an admin may delete %s", ws.Name)
+	}
+	if ws.Status == lockstep.StatusActive {
+		if ws, err = s.SetStatus(ctx, actor, wsName, lockstep.StatusAbandoned, "deleted"); err != nil {
+			return nil, err
+		}
+	} else {
+		s.dropAfterAbandon(ctx, ws.Name)
+	}
+	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace.purge", Repo: ws.Name, TraceID: traceID(ctx),
+		Details: map[string]any{"status": string(ws.Status)}}
+	refs, err := s.store.PurgeRepo(ctx, ws.ID, entry)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.repos.Unmirror(ctx, ws, refs); err != nil {
+		s.log.WarnContext(ctx, "purge: unmirror refs", "workspace", ws.Name, "error", err)
+	}
+	return ws, nil
+}

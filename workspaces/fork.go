@@ -58,6 +58,19 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name,
 	if err := ValidateTask(task); err != nil {
 		return nil, err
 	}
+	if sc := actor.Scope; sc != nil {
+		// A scoped key's new workspace must fall in its scope: a task
+		// scope forks its base for its task (the label defaults to it).
+		if sc.Workspace != "" || baseName != sc.Base {
+			return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "key %s is scoped to %s: it may not create workspaces outside it", actor.Name, sc)
+		}
+		if task == "" {
+			task = sc.Task
+		}
+		if task != sc.Task {
+			return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "key %s is scoped to %s: its workspaces carry task %q, not %q", actor.Name, sc, sc.Task, task)
+		}
+	}
 	base, err := s.repos.Repo(ctx, baseName)
 	if err != nil {
 		return nil, err

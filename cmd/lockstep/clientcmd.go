@@ -122,17 +122,26 @@ func cmdKeys(ctx context.Context, e *env, args []string) error {
 	}
 	switch args[0] {
 	case "create":
-		var name, role string
+		var name, role, ws, base, task string
 		var quiet bool
+		var ttl time.Duration
 		cf, c, _, err := setup("keys create", e, args[1:], func(f *flagger) {
 			f.fs.BoolVar(&quiet, "quiet", false, "print only the secret (for KEY=$(lockstep keys create ... --quiet))")
 			f.fs.StringVar(&name, "name", "", "key name (shown as the author of its operations)")
 			f.fs.StringVar(&role, "role", "agent", "admin, agent, reviewer or ci")
+			f.fs.DurationVar(&ttl, "ttl", 0, "the key expires after this long (e.g. 1h; agents: at most 24h)")
+			f.fs.StringVar(&ws, "workspace", "", "scope: the key acts only on this workspace")
+			f.fs.StringVar(&base, "base", "", "scope (with --task): the key acts only on this base's workspaces of --task")
+			f.fs.StringVar(&task, "task", "", "scope (with --base): the task label")
 		})
 		if err != nil {
 			return err
 		}
-		k, err := c.CreateKey(ctx, name, role)
+		var scope *api.KeyScope
+		if ws != "" || base != "" || task != "" {
+			scope = &api.KeyScope{Workspace: ws, Base: base, Task: task}
+		}
+		k, err := c.MintKey(ctx, name, role, ttl, scope)
 		if err != nil {
 			return err
 		}
@@ -423,6 +432,32 @@ func cmdWhoami(ctx context.Context, e *env, args []string) error {
 	}
 	return cf.out(e, k, func() {
 		fmt.Fprintf(e.stdout, "key %s (%s), role %s, server %s\n", k.ID, k.Name, k.Role, cf.url)
+		if k.ExpiresAt != nil {
+			fmt.Fprintf(e.stdout, "expires %s\n", k.ExpiresAt.Format(time.RFC3339))
+		}
+		if k.ParentKeyID != "" {
+			fmt.Fprintf(e.stdout, "minted by %s\n", k.ParentKeyID)
+		}
+		if sc := k.Scope; sc != nil {
+			if sc.Workspace != "" {
+				fmt.Fprintf(e.stdout, "scope: workspace %s\n", sc.Workspace)
+			} else {
+				fmt.Fprintf(e.stdout, "scope: task %s of %s\n", sc.Task, sc.Base)
+			}
+		}
+		if l := k.Limits; l != nil {
+			lim := func(n int) string {
+				if n <= 0 {
+					return "unlimited"
+				}
+				return fmt.Sprint(n)
+			}
+			rps := "off"
+			if l.RateLimitRPS > 0 {
+				rps = fmt.Sprintf("%g/s", l.RateLimitRPS)
+			}
+			fmt.Fprintf(e.stdout, "workspaces: %d active of %s; request rate: %s\n", l.WorkspacesActive, lim(l.Workspaces), rps)
+		}
 	})
 }
 

@@ -46,6 +46,7 @@ var subSummary = map[string]string{
 	"snapshot prune":    "drop old filesystem snapshots of a directory",
 	"workspace fail":    "mark a workspace failed (reviewers see why)",
 	"workspace abandon": "abandon a workspace (it is archived; its branch stays readable)",
+	"workspace delete":  "delete a workspace at once: refs, database branch, checkpoints, staged effects (oplog kept)",
 }
 
 // examples are shown under -h.
@@ -69,12 +70,13 @@ var examples = map[string][]string{
 	"oplog":             {"lockstep oplog --repo app --limit 20", "lockstep oplog verify"},
 	"serve":             {"lockstep serve --data ./lockstep-data --addr 127.0.0.1:7070"},
 	"migrate":           {"lockstep migrate --database-url postgres://lockstep@db/lockstep"},
-	"keys create":       {"KEY=$(lockstep keys create --name agent-1 --role agent --quiet)"},
+	"keys create":       {"KEY=$(lockstep keys create --name agent-1 --role agent --quiet)", "SUB=$(lockstep keys create --name sub-1 --ttl 1h --workspace app-ws1 --quiet)"},
 	"repo create":       {"lockstep repo create app"},
 	"gate set":          {"lockstep gate set app --require-check ci --protect 'migrations/**'"},
 	"snapshot take":     {"ID=$(lockstep snapshot take ./work --quiet)"},
 	"workspace fail":    {"lockstep workspace fail task-1 --reason 'tests never passed'"},
 	"workspace abandon": {"lockstep workspace abandon task-1"},
+	"workspace delete":  {"lockstep workspace delete task-1"},
 	"hooks list":        {"lockstep hooks list app"},
 	"version":           {"lockstep version --json"},
 	"whoami":            {"lockstep whoami"},

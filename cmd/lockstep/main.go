@@ -276,6 +276,7 @@ var synopsis = map[string]string{
 	"effects compensate": "REPO (EFFECT_ID | --commit OID)",
 	"workspace fail":     "WORKSPACE --reason R",
 	"workspace abandon":  "WORKSPACE [--reason R]",
+	"workspace delete":   "WORKSPACE",
 }
 
 // subcommands answers a command that has subcommands when it got none or

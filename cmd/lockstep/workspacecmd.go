@@ -8,7 +8,7 @@ import (
 	"github.com/lockstep-hq/lockstep/api"
 )
 
-const workspaceUsage = "usage: lockstep workspace fail WORKSPACE --reason R | abandon WORKSPACE [--reason R]"
+const workspaceUsage = "usage: lockstep workspace fail WORKSPACE --reason R | abandon WORKSPACE [--reason R] | delete WORKSPACE"
 
 // cmdWorkspace marks a workspace failed (POST /repos/{ws}/status) or
 // abandons it (DELETE /repos/{ws}): what an orchestrator does with an
@@ -18,8 +18,8 @@ func cmdWorkspace(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	sub := args[0]
-	if sub != "fail" && sub != "abandon" {
-		return lockstep.Errorf(lockstep.EINVALID, "unknown workspace subcommand %q: want fail or abandon", sub)
+	if sub != "fail" && sub != "abandon" && sub != "delete" {
+		return lockstep.Errorf(lockstep.EINVALID, "unknown workspace subcommand %q: want fail, abandon or delete", sub)
 	}
 	var reason string
 	cf, c, rest, err := setup("workspace "+sub, e, args[1:], func(f *flagger) {
@@ -32,7 +32,9 @@ func cmdWorkspace(ctx context.Context, e *env, args []string) error {
 		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep workspace %s %s", sub, synopsis["workspace "+sub])
 	}
 	var r *api.Repo
-	if sub == "fail" {
+	if sub == "delete" {
+		r, err = c.DeleteWorkspace(ctx, rest[0])
+	} else if sub == "fail" {
 		if reason == "" {
 			return lockstep.Errorf(lockstep.EINVALID, "lockstep workspace fail needs --reason: say why the attempt failed")
 		}
@@ -44,6 +46,10 @@ func cmdWorkspace(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	return cf.out(e, viewRepo(r, ""), func() {
+		if sub == "delete" {
+			fmt.Fprintf(e.stdout, "workspace %s deleted (refs, database branch, checkpoints and staged effects; its oplog entries stay)\n", r.Name)
+			return
+		}
 		fmt.Fprintf(e.stdout, "workspace %s is now %s\n", r.Name, r.Status)
 	})
 }

@@ -1,0 +1,327 @@
+package web_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/agentmcp"
+	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/repositories"
+	"github.com/lockstep-hq/lockstep/sqlstore"
+	"github.com/lockstep-hq/lockstep/telemetry"
+	"github.com/lockstep-hq/lockstep/web"
+	"github.com/lockstep-hq/lockstep/workspaces"
+)
+
+// clock is a settable time for the key service (expiry without sleeps).
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// mustServerWith is mustServer with a configuration and the key
+// service's clock.
+func mustServerWith(t *testing.T, cfg web.Config, now func() time.Time) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := sqlstore.Open(ctx, filepath.Join(dir, "m.db"), sqlstore.Options{Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	keys := auth.New(db, now)
+	_, admin, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
+	_, agent, _ := keys.Create(ctx, auth.System, "agent", lockstep.RoleAgent)
+	m := telemetry.NewMetrics()
+	repos := repositories.New(repositories.Config{DataDir: dir}, db, nil, m, nil)
+	t.Cleanup(func() { repos.Close() })
+	if cfg.MaxJSONBytes == 0 {
+		cfg.MaxJSONBytes = 4096
+	}
+	s := &web.Server{Config: cfg, Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: workspaces.New(db, repos, nil, nil, m, nil), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Gate: gate.New(gate.Config{}, db, repos, nil, m, nil),
+		MCP:  func(api http.Handler) http.Handler { return agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{}) }}
+	h := s.Handler()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &fixture{srv: srv, handler: h, admin: admin, agent: agent, db: db}
+}
+
+func (f *fixture) want(t *testing.T, method, path, key, body string, status int) map[string]any {
+	t.Helper()
+	got, m, _ := f.do(t, method, path, key, body)
+	if got != status {
+		t.Fatalf("%s %s: %d %v, want %d", method, path, got, m, status)
+	}
+	return m
+}
+
+// TestMintedKeyScopeExpiryAndCascade: an agent mints a key scoped to one
+// of its workspaces with a TTL; the key works there, gets 403 on another
+// workspace (API and git push), its operations name its parent in the
+// oplog, the parent's revocation revokes it and its own children, and an
+// expired key gets 401 saying so.
+func TestMintedKeyScopeExpiryAndCascade(t *testing.T) {
+	clk := &clock{t: time.Now()}
+	f := mustServerWith(t, web.Config{}, clk.now)
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws1"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws2"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.admin, `{"name":"theirs"}`, 201)
+	agentID := f.want(t, "GET", "/api/v1/whoami", f.agent, "", 200)["id"].(string)
+
+	// Minting rules of an agent key.
+	for _, bad := range []struct {
+		body   string
+		status int
+	}{
+		{`{"name":"s","role":"agent","ttl":"1h","scope":{"workspace":"theirs"}}`, 403}, // not its workspace
+		{`{"name":"s","role":"reviewer","ttl":"1h","scope":{"workspace":"ws1"}}`, 403}, // agents mint agents
+		{`{"name":"s","role":"agent","ttl":"48h","scope":{"workspace":"ws1"}}`, 400},   // over the max TTL
+		{`{"name":"s","role":"agent","scope":{"workspace":"ws1"}}`, 400},               // no TTL
+		{`{"name":"s","role":"agent","ttl":"1h"}`, 403},                                // no scope
+		{`{"name":"s","role":"agent","ttl":"soon","scope":{"workspace":"ws1"}}`, 400},  // bad TTL
+		{`{"name":"s","role":"agent","ttl":"1h","scope":{"workspace":"ws1","base":"app"}}`, 400},
+	} {
+		f.want(t, "POST", "/api/v1/keys", f.agent, bad.body, bad.status)
+	}
+	sub := f.want(t, "POST", "/api/v1/keys", f.agent, `{"name":"sub","role":"agent","ttl":"1h","scope":{"workspace":"ws1"}}`, 201)
+	subKey, subID := sub["secret"].(string), sub["id"].(string)
+	who := f.want(t, "GET", "/api/v1/whoami", subKey, "", 200)
+	if who["parent_key_id"] != agentID || who["expires_at"] == nil {
+		t.Fatalf("whoami of the minted key: %v", who)
+	}
+	// A child of the child, scoped within it.
+	subsub := f.want(t, "POST", "/api/v1/keys", subKey, `{"name":"subsub","role":"agent","ttl":"30m","scope":{"workspace":"ws1"}}`, 201)["secret"].(string)
+	f.want(t, "POST", "/api/v1/keys", subKey, `{"name":"x","role":"agent","ttl":"30m","scope":{"workspace":"ws2"}}`, 403)
+
+	// In scope: its workspace. Out of scope: every other one, any route.
+	f.want(t, "GET", "/api/v1/repos/ws1", subKey, "", 200)
+	for _, r := range []struct{ method, path, body string }{
+		{"GET", "/api/v1/repos/ws2", ""},
+		{"GET", "/api/v1/repos/ws2/refs", ""},
+		{"POST", "/api/v1/repos/ws2/rollback", `{"to":"HEAD"}`},
+		{"DELETE", "/api/v1/repos/ws2", ""},
+		{"POST", "/api/v1/repos/app/forks", `{"name":"ws3"}`},
+		{"GET", "/git/ws2.git/info/refs?service=git-receive-pack", ""},
+	} {
+		status, m, _ := f.do(t, r.method, r.path, subKey, r.body)
+		if status != 403 || errCode(m) != lockstep.EFORBIDDEN {
+			t.Fatalf("scoped key %s %s: %d %v, want 403", r.method, r.path, status, m)
+		}
+	}
+
+	// git push: into its workspace, yes; into another, refused.
+	g := gitT{t: t, home: t.TempDir()}
+	dir := t.TempDir()
+	g.must(dir, nil, "init", "-q")
+	g.must(dir, nil, "commit", "-q", "--allow-empty", "-m", "first")
+	u, _ := url.Parse(f.srv.URL)
+	u.User = url.UserPassword("x", subKey)
+	g.must(dir, nil, "push", "-q", u.String()+"/git/ws1.git", "HEAD:refs/heads/main")
+	if out, err := g.run(dir, nil, "push", "-q", u.String()+"/git/ws2.git", "HEAD:refs/heads/main"); err == nil || !strings.Contains(out, "403") {
+		t.Fatalf("git push into another workspace with a scoped key: err %v\n%s", err, out)
+	}
+	// Its operations carry its id and its parent's.
+	ops, err := f.db.ListOps(context.Background(), lockstep.OpFilter{KeyID: subID, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed := false
+	for _, e := range ops {
+		if e.Repo == "ws1" && e.Op != "key.create" {
+			pushed = true
+			if e.Details["parent_key_id"] != agentID {
+				t.Fatalf("entry %s of the minted key: details %v, want parent_key_id %s", e.Op, e.Details, agentID)
+			}
+		}
+	}
+	if !pushed {
+		t.Fatalf("no entry of the minted key's push: %+v", ops)
+	}
+	if v := f.want(t, "GET", "/api/v1/oplog/verify", f.admin, "", 200); v["ok"] != true {
+		t.Fatalf("oplog verify: %v", v)
+	}
+
+	// Revoking the agent revokes its children, transitively.
+	f.want(t, "DELETE", "/api/v1/keys/"+agentID, f.admin, "", 204)
+	for _, k := range []string{subKey, subsub} {
+		if status, m, _ := f.do(t, "GET", "/api/v1/whoami", k, ""); status != 401 || errCode(m) != lockstep.EUNAUTH {
+			t.Fatalf("minted key after its parent's revocation: %d %v, want 401", status, m)
+		}
+	}
+
+	// Expiry: an admin mints a 1h key; an hour later it gets 401.
+	short := f.want(t, "POST", "/api/v1/keys", f.admin, `{"name":"short","role":"ci","ttl":"1h"}`, 201)["secret"].(string)
+	f.want(t, "GET", "/api/v1/whoami", short, "", 200)
+	clk.add(time.Hour)
+	status, m, _ := f.do(t, "GET", "/api/v1/whoami", short, "")
+	if status != 401 || errCode(m) != lockstep.EUNAUTH || !strings.Contains(m["error"].(map[string]any)["message"].(string), "expired") {
+		t.Fatalf("expired key: %d %v, want 401 saying expired", status, m)
+	}
+	f.want(t, "GET", "/api/v1/whoami", f.admin, "", 200)
+}
+
+// TestTaskScopedKey: a key scoped to a task of a base forks that base for
+// the task only and acts on the task's workspaces, no other.
+func TestTaskScopedKey(t *testing.T) {
+	f := mustServerWith(t, web.Config{}, nil)
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"other"}`, 201)
+	f.want(t, "POST", "/api/v1/keys", f.admin, `{"name":"t","role":"admin","scope":{"base":"app","task":"t1"}}`, 400)
+	k := f.want(t, "POST", "/api/v1/keys", f.admin, `{"name":"t","role":"agent","ttl":"1h","scope":{"base":"app","task":"t1"}}`, 201)["secret"].(string)
+	f.want(t, "GET", "/api/v1/repos/app", k, "", 200)
+	if m := f.want(t, "POST", "/api/v1/repos/app/forks", k, `{"name":"a1"}`, 201); m["task"] != "t1" {
+		t.Fatalf("fork by a task-scoped key: %v, want task t1", m)
+	}
+	f.want(t, "POST", "/api/v1/repos/app/forks", k, `{"name":"a2","task":"t2"}`, 403)
+	f.want(t, "GET", "/api/v1/repos/a1/refs", k, "", 200)
+	f.want(t, "GET", "/api/v1/repos/other", k, "", 403)
+	f.want(t, "DELETE", "/api/v1/repos/other", k, "", 403)
+	f.want(t, "DELETE", "/api/v1/repos/a1", k, "", 200)
+}
+
+// TestWorkspaceQuotaAndRateLimit: a key over its workspace quota gets
+// 429 naming the limit, with Retry-After; an admin lifts it per key;
+// a key over its request rate gets 429 too.
+func TestWorkspaceQuotaAndRateLimit(t *testing.T) {
+	f := mustServerWith(t, web.Config{QuotaWorkspaces: 2}, nil)
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"w1"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"w2"}`, 201)
+	status, m, h := f.do(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"w3"}`)
+	if status != 429 || errCode(m) != lockstep.ERATELIMITED || h.Get("Retry-After") == "" ||
+		!strings.Contains(m["error"].(map[string]any)["message"].(string), "workspace quota") {
+		t.Fatalf("fork over the quota: %d %v %v, want 429 naming the workspace quota with Retry-After", status, m, h)
+	}
+	who := f.want(t, "GET", "/api/v1/whoami", f.agent, "", 200)
+	if lim, _ := who["limits"].(map[string]any); lim["workspaces"] != float64(2) || lim["workspaces_active"] != float64(2) {
+		t.Fatalf("whoami limits: %v", who["limits"])
+	}
+	// An abandoned workspace no longer counts.
+	f.want(t, "DELETE", "/api/v1/repos/w1", f.agent, "", 200)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"w3"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"w4"}`, 429)
+	// A per-key override: 0 is unlimited.
+	agentID := who["id"].(string)
+	f.want(t, "PUT", "/api/v1/keys/"+agentID+"/quota", f.agent, `{"workspaces":0}`, 403)
+	f.want(t, "PUT", "/api/v1/keys/"+agentID+"/quota", f.admin, `{"workspaces":-1}`, 400)
+	f.want(t, "PUT", "/api/v1/keys/"+agentID+"/quota", f.admin, `{"workspaces":0}`, 204)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"w4"}`, 201)
+
+	// Requests per second: a bucket of 2 that refills once in ~17 minutes.
+	r := mustServerWith(t, web.Config{RateLimitRPS: 0.001, RateLimitBurst: 2}, nil)
+	r.want(t, "GET", "/api/v1/whoami", r.agent, "", 200)
+	r.want(t, "GET", "/api/v1/whoami", r.agent, "", 200)
+	status, m, h = r.do(t, "GET", "/api/v1/whoami", r.agent, "")
+	if status != 429 || errCode(m) != lockstep.ERATELIMITED || h.Get("Retry-After") == "" ||
+		!strings.Contains(m["error"].(map[string]any)["message"].(string), "rate limit") {
+		t.Fatalf("over the rate: %d %v %v", status, m, h)
+	}
+	r.want(t, "GET", "/api/v1/whoami", r.admin, "", 200) // per key
+}
+
+// TestWorkspacePurge: DELETE ?purge=true (owner or admin) abandons the
+// workspace and deletes its refs, from the store and from the git mirror,
+// in one oplog entry; the oplog keeps every entry; without purge DELETE
+// only abandons.
+func TestWorkspacePurge(t *testing.T) {
+	f := mustServerWith(t, web.Config{}, nil)
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws1"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws2"}`, 201)
+	other := f.want(t, "POST", "/api/v1/keys", f.admin, `{"name":"other","role":"agent"}`, 201)["secret"].(string)
+
+	g := gitT{t: t, home: t.TempDir()}
+	dir := t.TempDir()
+	g.must(dir, nil, "init", "-q")
+	g.must(dir, nil, "commit", "-q", "--allow-empty", "-m", "first")
+	u, _ := url.Parse(f.srv.URL)
+	u.User = url.UserPassword("x", f.agent)
+	for _, ws := range []string{"ws1", "ws2"} {
+		g.must(dir, nil, "push", "-q", u.String()+"/git/"+ws+".git", "HEAD:refs/heads/main", "HEAD:refs/heads/feature")
+	}
+	if out := g.must(dir, nil, "ls-remote", u.String()+"/git/ws1.git"); !strings.Contains(out, "refs/heads/feature") {
+		t.Fatalf("ls-remote before the purge: %q", out)
+	}
+
+	f.want(t, "DELETE", "/api/v1/repos/ws1?purge=true", other, "", 403)
+	f.want(t, "DELETE", "/api/v1/repos/app?purge=true", f.admin, "", 400)
+	f.want(t, "DELETE", "/api/v1/repos/ws1?purge=maybe", f.agent, "", 400)
+	if m := f.want(t, "DELETE", "/api/v1/repos/ws1?purge=true", f.agent, "", 200); m["status"] != string(lockstep.StatusAbandoned) {
+		t.Fatalf("purged workspace: %v", m)
+	}
+	if refs := f.want(t, "GET", "/api/v1/repos/ws1/refs", f.agent, "", 200); len(refs["refs"].([]any)) != 0 {
+		t.Fatalf("refs after the purge: %v", refs)
+	}
+	if out := g.must(dir, nil, "ls-remote", u.String()+"/git/ws1.git"); strings.Contains(out, "refs/heads") {
+		t.Fatalf("the git mirror still advertises ws1's refs after the purge: %q", out)
+	}
+	// Without purge: abandoned, refs kept.
+	f.want(t, "DELETE", "/api/v1/repos/ws2", f.agent, "", 200)
+	if refs := f.want(t, "GET", "/api/v1/repos/ws2/refs", f.agent, "", 200); len(refs["refs"].([]any)) != 2 {
+		t.Fatalf("refs of an abandoned (not purged) workspace: %v", refs)
+	}
+	// An abandoned workspace can be purged later, by an admin too.
+	f.want(t, "DELETE", "/api/v1/repos/ws2?purge=true", f.admin, "", 200)
+
+	ctx := context.Background()
+	for _, ws := range []string{"ws1", "ws2"} {
+		ops, err := f.db.ListOps(ctx, lockstep.OpFilter{Repo: ws, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var purge *lockstep.OpEntry
+		pushes := 0
+		for _, e := range ops {
+			switch e.Op {
+			case "workspace.purge":
+				purge = e
+			case "fork", "workspace.abandoned":
+			default:
+				pushes++
+			}
+		}
+		if purge == nil || len(purge.Refs) != 2 || purge.Refs[0].New != lockstep.ZeroOID || pushes == 0 {
+			t.Fatalf("%s oplog after the purge: %+v (the push entries stay, the purge names the deleted refs)", ws, ops)
+		}
+	}
+	if v := f.want(t, "GET", "/api/v1/oplog/verify", f.admin, "", 200); v["ok"] != true {
+		t.Fatalf("oplog verify: %v", v)
+	}
+}
+
+// TestScopedKeyOverMCP: MCP tools run with the caller's key through the
+// API, so a key scoped to one workspace reads it and is refused another.
+func TestScopedKeyOverMCP(t *testing.T) {
+	f := mcpServer(t, web.Config{MaxJSONBytes: 1 << 20}, agentmcp.HTTPOptions{})
+	cs := f.connect(t, f.agent)
+	f.seed(t, cs, map[string]string{"a.txt": "hello\n"})
+	mustCall(t, cs, "workspace_create", map[string]any{"repo": "shop", "name": "ws2"}, nil)
+	sub := f.want(t, "POST", "/api/v1/keys", f.agent, `{"name":"sub","role":"agent","ttl":"1h","scope":{"workspace":"ws"}}`, 201)["secret"].(string)
+	scs := f.connect(t, sub)
+	if got := mustCall(t, scs, "file_read", map[string]any{"workspace": "ws", "path": "a.txt"}, nil); !strings.Contains(got, "hello") {
+		t.Fatalf("file_read in scope: %q", got)
+	}
+	mustCallError(t, scs, "file_read", map[string]any{"workspace": "ws2", "path": "a.txt"}, lockstep.EFORBIDDEN)
+	mustCallError(t, scs, "workspace_status", map[string]any{"workspace": "ws2"}, lockstep.EFORBIDDEN)
+}
