@@ -59,8 +59,8 @@ func canWriteWorkspace(msg string) func(k *lockstep.Key, r *lockstep.Repo) error
 // Routes whose rule depends on the body are left out (a merge preflight
 // is open to every key; a status change's rule depends on the status).
 var preAuthRoutes = map[string]preAuth{
-	"POST /api/v1/keys":                                {roles: []string{lockstep.RoleAdmin}},
-	"DELETE /api/v1/keys/:id":                          {roles: []string{lockstep.RoleAdmin}},
+	"POST /api/v1/keys":                                {roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}, // an agent mints scoped keys (auth.Mint decides)
+	"DELETE /api/v1/keys/:id":                          {roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}, // ... and revokes those it minted
 	"POST /api/v1/repos":                               {roles: []string{lockstep.RoleAdmin}},
 	"POST /api/v1/repos/:repo/forks":                   {roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}},
 	"PUT /api/v1/repos/:repo/worktree":                 {repo: canWriteRepo},
