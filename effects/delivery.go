@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
@@ -38,37 +37,12 @@ func (s *Service) Run(ctx context.Context) {
 	// a row whose worker died is sent again once the lease ends, with
 	// the same Idempotency-Key.
 	lease := 2*s.cfg.Timeout + 5*time.Second
-	t := time.NewTicker(s.cfg.PollInterval)
-	defer t.Stop()
-	for {
-		for ctx.Err() == nil {
-			ds, err := s.store.ClaimEffectDeliveries(ctx, s.now(), lease, 16)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.ErrorContext(ctx, "claim effects", "error", err)
-				}
-				break
-			}
-			if len(ds) == 0 {
-				break
-			}
-			var wg sync.WaitGroup
-			for _, d := range ds {
-				wg.Add(1)
-				go func(d lockstep.EffectDelivery) {
-					defer wg.Done()
-					s.deliver(ctx, guarded, open, d)
-				}(d)
-			}
-			wg.Wait()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-s.wake:
-		}
-	}
+	gate.DrainOutbox(ctx, s.cfg.PollInterval, s.wake,
+		func(ctx context.Context) ([]lockstep.EffectDelivery, error) {
+			return s.store.ClaimEffectDeliveries(ctx, s.now(), lease, 16)
+		},
+		func(d lockstep.EffectDelivery) { s.deliver(ctx, guarded, open, d) },
+		func(err error) { s.log.ErrorContext(ctx, "claim effects", "error", err) })
 }
 
 // deliver sends one attempt of a claimed row.

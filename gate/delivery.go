@@ -17,7 +17,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
@@ -282,37 +281,12 @@ func Body(d lockstep.Delivery) []byte {
 func (s *Service) Run(ctx context.Context) {
 	guarded, open := hookClients(s.cfg.HookTimeout, s.cfg.HookAllowHosts)
 	lease := s.cfg.HookTimeout + 30*time.Second
-	t := time.NewTicker(s.cfg.PollInterval)
-	defer t.Stop()
-	for {
-		for {
-			ds, err := s.store.ClaimDeliveries(ctx, s.now(), lease, 16)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.ErrorContext(ctx, "claim deliveries", "error", err)
-				}
-				break
-			}
-			if len(ds) == 0 {
-				break
-			}
-			var wg sync.WaitGroup
-			for _, d := range ds {
-				wg.Add(1)
-				go func(d lockstep.Delivery) {
-					defer wg.Done()
-					s.deliver(ctx, guarded, open, d)
-				}(d)
-			}
-			wg.Wait()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-s.wake:
-		}
-	}
+	DrainOutbox(ctx, s.cfg.PollInterval, s.wake,
+		func(ctx context.Context) ([]lockstep.Delivery, error) {
+			return s.store.ClaimDeliveries(ctx, s.now(), lease, 16)
+		},
+		func(d lockstep.Delivery) { s.deliver(ctx, guarded, open, d) },
+		func(err error) { s.log.ErrorContext(ctx, "claim deliveries", "error", err) })
 }
 
 // deliver sends one attempt. The receiver gets the legacy
