@@ -50,6 +50,7 @@ func (m *Manager) CreateBranch(ctx context.Context, repo, workspace string) (*Br
 		return nil, err
 	}
 	rh, wh := m.names.repoHash(repo), m.names.wsHash(workspace)
+	m.noteFork(rh, time.Now())
 	var out *Branch
 	warm := false
 	err := m.withLocks(ctx, []lockSpec{repoLock(rh, true), wsLock(wh)}, func(conn *pgx.Conn) error {
@@ -74,13 +75,23 @@ func (m *Manager) CreateBranch(ctx context.Context, repo, workspace string) (*Br
 		name := m.names.name(kindBranch, wh, workspace)
 		md := meta{Kind: "branch", Repo: repo, Workspace: workspace, Created: time.Now().UTC()}
 		roleSQL := m.workspaceRoleSQL(repo, workspace)
-		if sp := find(rdbs, kindTplSpare); m.cfg.Warm && sp.complete() && sp.Meta.Kind == "template-spare" && sp.Meta.Gen == t.Meta.Gen {
+		for _, sp := range readySpares(rdbs, t) {
+			if !m.cfg.Warm {
+				break
+			}
+			if !m.claim(sp.Name) {
+				continue // a concurrent CreateBranch here is renaming it
+			}
 			// One transaction: role, rename, grants, comment. Another
-			// CreateBranch may have taken the spare (3D000): go cold.
+			// process may have taken the spare (3D000): try the next one,
+			// then go cold.
 			stmts := append(slices.Clone(roleSQL), renameSQL(sp.Name, name))
 			stmts = append(stmts, m.finishBranchSQL(name, md)...)
-			if err := m.run(ctx, conn, stmts...); err == nil {
+			err := m.run(ctx, conn, stmts...)
+			m.unclaim(sp.Name)
+			if err == nil {
 				warm = true
+				break
 			} else if !isUndefinedDB(err) && !isCode(err, "55006") {
 				return fmt.Errorf("rename spare into branch: %w", err)
 			}

@@ -355,8 +355,16 @@ func TestRestoreUnderLoad(t *testing.T) {
 	if !tpl.SpareReady || spares.Count != 2 {
 		t.Fatalf("spares: template ready %v, %+v; want the template's and the latest snapshot's", tpl.SpareReady, spares)
 	}
-	wantDBs := []string{tpl.Database, b.Database,
-		m.names.name(kindTplSpare, m.names.repoHash("app"), "app"),
+	// The template spare's name carries a random tag (spares.go).
+	before, _, err := prefixObjects(ctx, c, prefix)
+	mustOK(t, err)
+	tplSpare := ""
+	for _, d := range before {
+		if strings.HasPrefix(d, m.names.name(kindTplSpare, m.names.repoHash("app"), "")) {
+			tplSpare = d
+		}
+	}
+	wantDBs := []string{tpl.Database, b.Database, tplSpare,
 		m.names.name(kindRestSpare, m.names.wsHash("ws"), "ws")}
 	for _, s := range list {
 		wantDBs = append(wantDBs, s.Database)

@@ -29,10 +29,16 @@ type Config struct {
 	// MaxSnapshots is kept per workspace (default 20); the oldest beyond it
 	// are dropped in the background right after Snapshot.
 	MaxSnapshots int
-	// Warm keeps spare copies (one per template copy, one of each
-	// workspace's latest snapshot) so CreateBranch and Restore of the
-	// latest snapshot are a rename.
+	// Warm keeps spare copies (of each template copy, sized to demand up
+	// to MaxSpares, and one of each workspace's latest snapshot) so
+	// CreateBranch and Restore of the latest snapshot are a rename.
 	Warm bool
+	// MaxSpares bounds the warm spares kept per template copy (default
+	// DefaultMaxSpares). The pool holds as many as the most CreateBranch
+	// calls seen within the time one copy takes over the last ten
+	// minutes, at least one (see spares.go); each is a full copy of the
+	// template.
+	MaxSpares int
 	// StrategyThresholdBytes: sources smaller than this are copied with
 	// STRATEGY WAL_LOG, larger ones with FILE_COPY. Default 256 MiB.
 	StrategyThresholdBytes int64
@@ -68,6 +74,9 @@ type Manager struct {
 	bgClosed bool
 	wg       sync.WaitGroup
 
+	spareMu sync.Mutex
+	spares  spareDemand
+
 	warmBranches, coldBranches, warmRestores, coldRestores atomic.Int64
 	refills, refillErrors                                  atomic.Int64
 	lastErrMu                                              sync.Mutex
@@ -99,6 +108,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 8
 	}
+	if cfg.MaxSpares <= 0 {
+		cfg.MaxSpares = DefaultMaxSpares
+	}
 	if cfg.AdminURL == "" {
 		return nil, lockstep.Errorf(lockstep.EUNAVAILABLE, "database branching is not configured (no admin URL)")
 	}
@@ -106,7 +118,8 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "parse branch database URL: %v", err)
 	}
-	m := &Manager{cfg: cfg, connCfg: cc, names: namer{cfg.Prefix}, bgJobs: map[string]bool{}, bgSem: make(chan struct{}, 2)}
+	m := &Manager{cfg: cfg, connCfg: cc, names: namer{cfg.Prefix}, bgJobs: map[string]bool{}, bgSem: make(chan struct{}, 2),
+		spares: spareDemand{arrivals: map[string][]time.Time{}, copyTime: map[string]time.Duration{}, claimed: map[string]bool{}}}
 	m.pool = newConnPool(cc, cfg.MaxConns)
 	m.dsnHost = net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
 	if u, err := url.Parse(cfg.AdminURL); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
@@ -139,14 +152,22 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-// Close stops background work, waits for it and closes the connections.
-// An interrupted copy is dropped by the next repair.
+// Close stops background work, waits for it, drops the template spares
+// beyond one per repository (a pool grown for a burst), and closes the
+// connections. An interrupted copy is dropped by the next repair.
 func (m *Manager) Close() {
 	m.bgMu.Lock()
+	again := m.bgClosed
 	m.bgClosed = true
 	m.bgMu.Unlock()
+	if again {
+		return
+	}
 	m.bgCancel()
 	m.wg.Wait()
+	if m.cfg.Warm {
+		m.dropExtraSpares(context.Background())
+	}
 	m.pool.close()
 }
 

@@ -107,9 +107,8 @@ func (m *Manager) Template(ctx context.Context, repo string) (*Template, error) 
 		if err != nil {
 			return err
 		}
-		s := find(dbs, kindTplSpare)
 		out = &Template{Repo: repo, Source: t.Meta.Source, Database: t.Name, OwnerRole: m.names.name(kindOwnerRole, h, repo),
-			SizeBytes: size, CreatedAt: t.Meta.Created, SpareReady: s.complete() && s.Meta.Gen == t.Meta.Gen}
+			SizeBytes: size, CreatedAt: t.Meta.Created, SpareReady: len(readySpares(dbs, t)) > 0}
 		return nil
 	})
 	if err == errRepoNeedsRepair {
@@ -296,7 +295,13 @@ func (m *Manager) repairRepo(ctx context.Context, conn *pgx.Conn, h string) ([]*
 	if err != nil {
 		return nil, err
 	}
-	t, st, sp := find(dbs, kindTemplate), find(dbs, kindStaging), find(dbs, kindTplSpare)
+	t, st := find(dbs, kindTemplate), find(dbs, kindStaging)
+	var sps []*dbInfo
+	for _, d := range dbs {
+		if d.Kind == kindTplSpare {
+			sps = append(sps, d)
+		}
+	}
 	changed := false
 	if t != nil && !t.complete() { // cannot happen (the comment precedes the rename) unless edited by hand
 		if err := m.dropDB(ctx, conn, t); err != nil {
@@ -306,12 +311,12 @@ func (m *Manager) repairRepo(ctx context.Context, conn *pgx.Conn, h string) ([]*
 	}
 	if st != nil {
 		if t == nil && st.complete() {
-			if sp != nil {
+			for _, sp := range sps {
 				if err := m.dropDB(ctx, conn, sp); err != nil {
 					return nil, err
 				}
 			}
-			sp = nil
+			sps = nil
 			if err := m.rename(ctx, conn, st.Name, m.names.prefix+"_"+string(kindTemplate)+"_"+h+"_"+st.Rest); err != nil {
 				return nil, err
 			}
@@ -320,12 +325,14 @@ func (m *Manager) repairRepo(ctx context.Context, conn *pgx.Conn, h string) ([]*
 		}
 		changed = true
 	}
-	if sp != nil && !sp.complete() {
-		// An interrupted builder; under the exclusive lock no builder runs.
-		if err := m.dropDB(ctx, conn, sp); err != nil {
-			return nil, err
+	for _, sp := range sps {
+		if !sp.complete() {
+			// An interrupted builder; under the exclusive lock no builder runs.
+			if err := m.dropDB(ctx, conn, sp); err != nil {
+				return nil, err
+			}
+			changed = true
 		}
-		changed = true
 	}
 	if changed {
 		return m.listDBs(ctx, conn, h)
@@ -338,45 +345,4 @@ func (m *Manager) scheduleTemplateSpare(h string) {
 		return
 	}
 	m.schedule("template-spare:"+h, func(ctx context.Context) error { return m.refillTemplateSpare(ctx, h) })
-}
-
-// refillTemplateSpare makes one spare copy of the template copy, ready to
-// be renamed into a branch. It holds the repository lock shared (so
-// CreateBranch can rename a ready spare meanwhile) and a builder lock so
-// only one builder per repository runs.
-func (m *Manager) refillTemplateSpare(ctx context.Context, h string) error {
-	return m.withLocks(ctx, []lockSpec{repoLock(h, true)}, func(conn *pgx.Conn) error {
-		unlock, ok, err := m.tryLockOn(ctx, conn, lockKey(tagBuilder, h))
-		if err != nil || !ok {
-			return err
-		}
-		defer unlock()
-		dbs, err := m.listDBs(ctx, conn, h)
-		if err != nil {
-			return err
-		}
-		t, sp := find(dbs, kindTemplate), find(dbs, kindTplSpare)
-		if sp != nil && (!sp.complete() || t == nil || sp.Meta.Gen != t.Meta.Gen) {
-			if err := m.dropDB(ctx, conn, sp); err != nil {
-				return err
-			}
-			sp = nil
-		}
-		if sp != nil || !t.complete() {
-			return nil
-		}
-		name := m.names.prefix + "_" + string(kindTplSpare) + "_" + h + "_" + t.Rest
-		if err := m.createDB(ctx, conn, name, t.Name, false); err != nil {
-			if isCode(err, "42P04") {
-				return nil
-			}
-			return err
-		}
-		stmts := append(restrictSQL(name, ""), commentSQL(name, meta{Kind: "template-spare", Repo: t.Meta.Repo, Gen: t.Meta.Gen, Created: time.Now().UTC()}))
-		if err := m.run(ctx, conn, stmts...); err != nil {
-			return fmt.Errorf("finish template spare %s: %w", name, err)
-		}
-		m.refills.Add(1)
-		return nil
-	})
 }
