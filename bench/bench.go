@@ -56,7 +56,7 @@ type benchOpts struct {
 
 // benchGroups are the scenario groups --only selects (a row name such as
 // fork-20k or read-refs selects its group).
-var benchGroups = []string{"push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "fsync-off", "fleet", "objstore"}
+var benchGroups = []string{"push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "fsync-off", "fleet", "objstore", "db-burst"}
 
 // benchRowNames are every row a full run prints, in order.
 var benchRowNames = []string{"push-incremental", "push-incremental:server", "push-tar-full", "rollback", "idempotency-rollback", "read-commit", "read-refs", "mcp-tool-call",
@@ -324,6 +324,7 @@ func (b *bencher) runAll() error {
 		{"fsync-off", b.benchFsyncOff},
 		{"fleet", b.benchFleet},
 		{"objstore", b.benchObjstore},
+		{"db-burst", b.benchDBBurst},
 	}
 	for _, s := range steps {
 		if !b.selected(s.group) {

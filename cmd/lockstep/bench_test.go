@@ -71,8 +71,12 @@ func TestBenchSmoke(t *testing.T) {
 	if i, ok := got["objstore"]; !ok || !strings.Contains(out.Rows[i].Skipped, "--objstore-url") {
 		t.Errorf("no skipped objstore row naming --objstore-url")
 	}
-	if len(out.Rows) != len(names)+1 {
-		t.Errorf("%d rows, want %d", len(out.Rows), len(names)+1)
+	// The db-burst row needs a branch database server (none here).
+	if i, ok := got["db-burst-10"]; !ok || !strings.Contains(out.Rows[i].Skipped, "LOCKSTEP_BRANCH_DATABASE_URL") {
+		t.Errorf("no skipped db-burst-10 row naming LOCKSTEP_BRANCH_DATABASE_URL")
+	}
+	if len(out.Rows) != len(names)+2 {
+		t.Errorf("%d rows, want %d", len(out.Rows), len(names)+2)
 	}
 	if out.Machine["fs"] == "" {
 		t.Errorf("machine description lacks the filesystem: %v", out.Machine)

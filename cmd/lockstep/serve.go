@@ -75,6 +75,7 @@ type serveConfig struct {
 	BranchPrefix      string
 	BranchWarm        bool
 	BranchMaxSnaps    int
+	BranchSpares      int
 	HookAllowHosts    string
 	SecretKeyFile     string
 	ReadHeaderTimeout time.Duration
@@ -272,6 +273,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.secret(&c.BranchSecret, "branch-secret", "LOCKSTEP_BRANCH_SECRET", "secret deriving branch roles' passwords (default: generated once into <data>/branch.secret; replicas must share it)")
 	f.str(&c.BranchPrefix, "branch-prefix", "LOCKSTEP_BRANCH_PREFIX", "", "prefix of every database and role Lockstep creates on the branch server (default: \"ls\" and 4 characters derived from the branch secret, kept in <data>/branch.prefix)")
 	f.bool(&c.BranchWarm, "branch-warm", "LOCKSTEP_BRANCH_WARM", true, "keep pre-made database copies so fork and restore-latest are a rename")
+	f.int(&c.BranchSpares, "branch-spares", "LOCKSTEP_BRANCH_SPARES", dbbranch.DefaultMaxSpares, "most pre-made copies kept per repository template with --branch-warm (the pool follows demand: as many as forks arrived at once)")
 	f.int(&c.BranchMaxSnaps, "branch-max-snapshots", "LOCKSTEP_BRANCH_MAX_SNAPSHOTS", 20, "database snapshots kept per workspace (oldest dropped)")
 	f.dur(&c.TempGrace, "temp-grace", "LOCKSTEP_TEMP_GRACE", 15*time.Minute, "temp files in the data directory untouched this long are taken as left by a crash and removed (at start-up, then every grace/2)")
 	f.dur(&c.HookMaxBackoff, "hook-max-backoff", "LOCKSTEP_HOOK_MAX_BACKOFF", 10*time.Minute, "longest retry delay")
@@ -570,9 +572,12 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		if err != nil {
 			return nil, err
 		}
+		if c.BranchSpares < 1 {
+			return nil, fmt.Errorf("--branch-spares (LOCKSTEP_BRANCH_SPARES) must be at least 1, got %d", c.BranchSpares)
+		}
 		logger.Info("database branching", "prefix", prefix)
 		dbs, err := dbbranch.New(ctx, dbbranch.Config{AdminURL: c.BranchDatabaseURL, Prefix: prefix, Secret: secret,
-			Warm: c.BranchWarm, MaxSnapshots: c.BranchMaxSnaps})
+			Warm: c.BranchWarm, MaxSpares: c.BranchSpares, MaxSnapshots: c.BranchMaxSnaps})
 		if err != nil {
 			return nil, fmt.Errorf("database branching (LOCKSTEP_BRANCH_DATABASE_URL): %w", err)
 		}
