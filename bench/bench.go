@@ -368,7 +368,7 @@ func (b *bencher) server(fsync bool) (*benchServer, error) {
 	if !fsync {
 		name = "data-nofsync"
 	}
-	s, err := b.startServer(name, ServerConfig{Data: b.path(name), Fsync: fsync, BranchPrefix: "lsbench", BranchDatabaseURL: b.o.branchDBURL, Logger: b.logger}, "")
+	s, err := b.startServer(name, ServerConfig{Data: b.path(name), Fsync: fsync, BranchPrefix: benchBranchPrefix, BranchDatabaseURL: b.o.branchDBURL, Logger: b.logger}, "")
 	if err != nil {
 		return nil, err
 	}

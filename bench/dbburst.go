@@ -15,6 +15,12 @@ import (
 	"github.com/lockstep-hq/lockstep/dbbranch"
 )
 
+// benchBranchPrefix names the bench servers' database branches; it must
+// be a valid dbbranch prefix ([a-z][a-z0-9]{0,5}: "lsbench" was not, and
+// every server of a bench given LOCKSTEP_BRANCH_DATABASE_URL failed to
+// start).
+const benchBranchPrefix = "lsbnch"
+
 // dbBurstSize is how many forks one burst of the db-burst row starts at
 // once (issue #26: "burst of 10 concurrent forks").
 const dbBurstSize = 10

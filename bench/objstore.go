@@ -247,7 +247,7 @@ func (b *bencher) objSetup(o ObjstoreOptions) (*objEnv, error) {
 
 // serverConfig is a server of mode ("local" or "object") on data.
 func (oe *objEnv) serverConfig(mode, data string) ServerConfig {
-	c := ServerConfig{Data: data, Fsync: true, BranchPrefix: "lsbench", Logger: oe.b.logger,
+	c := ServerConfig{Data: data, Fsync: true, BranchPrefix: benchBranchPrefix, Logger: oe.b.logger,
 		DatabaseURL: oe.dbs[mode], RedisURL: oe.b.o.objstore.RedisURL, SecretKeyFile: oe.secret}
 	if mode == "object" {
 		c.ObjectStore, c.S3AccessKey, c.S3Secret = oe.storeURL, oe.cfg.AccessKey, oe.cfg.SecretKey
