@@ -53,6 +53,9 @@ type Manifest struct {
 	Root      string    `json:"root"`
 	CreatedAt time.Time `json:"created_at"`
 	Entries   []Entry   `json:"entries"` // sorted by Path
+	// Hashed counts the files BuildManifest read (the others reused the
+	// previous manifest's hash); not stored.
+	Hashed int `json:"-"`
 
 	index map[string]int
 }
@@ -145,7 +148,7 @@ func BuildManifest(dir string, prev *Manifest) (*Manifest, error) {
 	if err := hashAll(abs, entries, todo); err != nil {
 		return nil, err
 	}
-	return &Manifest{Root: abs, CreatedAt: start, Entries: entries}, nil
+	return &Manifest{Root: abs, CreatedAt: start, Entries: entries, Hashed: len(todo)}, nil
 }
 
 // Verify compares dir with want. Metadata is compared for every path;

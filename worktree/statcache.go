@@ -322,3 +322,31 @@ func commonPrefix(a, b string) int {
 	}
 	return n
 }
+
+// Redevice moves the entries on device from to device to, after the
+// directory was replaced by a snapshot of itself on another device
+// number (a btrfs restore makes the directory a new subvolume, with a
+// new st_dev, keeping every inode number, mtime and ctime). Entries whose
+// ctime is at or after notBefore (ns) are dropped instead: a file changed
+// within the same timestamp tick as the snapshot was taken could come
+// back with its cached stat and other content. It returns how many
+// entries were moved.
+func (c *StatCache) Redevice(from, to uint64, notBefore int64) int {
+	n := 0
+	for p, e := range c.entries {
+		if e.st.dev != from {
+			continue
+		}
+		if e.st.ctime >= notBefore {
+			delete(c.entries, p)
+			continue
+		}
+		e.st.dev = to
+		c.entries[p] = e
+		n++
+	}
+	if len(c.order) != len(c.entries) {
+		c.order = slices.DeleteFunc(c.order, func(p string) bool { _, ok := c.entries[p]; return !ok })
+	}
+	return n
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"golang.org/x/sys/unix"
 
 	"github.com/lockstep-hq/lockstep/worktree"
 )
@@ -254,5 +255,49 @@ func TestStatCacheUntouchedByFailedScan(t *testing.T) {
 	}
 	if worktree.CacheWritten(c) != written || c.Len() != n {
 		t.Fatalf("failed scan changed the cache: time %d -> %d, %d -> %d entries", written, worktree.CacheWritten(c), n, c.Len())
+	}
+}
+
+// TestStatCacheRedevice: after the directory comes back on another device
+// number with the same inodes and times (a btrfs restore), Redevice keeps
+// the cache valid: a scan reads nothing. Entries whose ctime is at or
+// after the given bound are dropped instead.
+func TestStatCacheRedevice(t *testing.T) {
+	dir := t.TempDir()
+	files := genTree(t, dir, genSpec{Files: 30, Dirs: 4, AvgSize: 100, Seed: 9})
+	ageFiles(t, dir, files)
+	cachePath := filepath.Join(t.TempDir(), "statcache")
+	cache := openCache(t, cachePath)
+	mustScan(t, dir, worktree.ScanOptions{Cache: cache})
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	dev, other := uint64(st.Dev), uint64(st.Dev)+12345
+	// The cache as the old subvolume left it: every entry on another device.
+	if n := cache.Redevice(dev, other, 1<<62); n != len(files) {
+		t.Fatalf("moved %d entries to the old device, want %d", n, len(files))
+	}
+	before := worktree.FilesRead()
+	mustScan(t, dir, worktree.ScanOptions{Cache: cache})
+	if n := worktree.FilesRead() - before; n != int64(len(files)) {
+		t.Fatalf("scan with entries on another device read %d files, want all %d", n, len(files))
+	}
+	cache.Redevice(dev, other, 1<<62) // the scan re-recorded them on dev
+	if err := cache.Save(); err != nil {
+		t.Fatal(err)
+	}
+	cache = openCache(t, cachePath)
+	if n := cache.Redevice(other, dev, 1<<62); n != len(files) {
+		t.Fatalf("moved %d entries back, want %d", n, len(files))
+	}
+	before = worktree.FilesRead()
+	mustScan(t, dir, worktree.ScanOptions{Cache: cache})
+	if n := worktree.FilesRead() - before; n != 0 {
+		t.Fatalf("scan after Redevice read %d files, want 0", n)
+	}
+	// ctime at or after the bound: dropped, not moved.
+	if n := cache.Redevice(dev, other, 0); n != 0 || cache.Len() != 0 {
+		t.Fatalf("Redevice with bound 0 moved %d, left %d entries; want 0, 0", n, cache.Len())
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
@@ -20,6 +22,7 @@ import (
 	"github.com/lockstep-hq/lockstep/fssnap/instance"
 	"github.com/lockstep-hq/lockstep/fssnap/proc"
 	"github.com/lockstep-hq/lockstep/fssnap/txrun"
+	"github.com/lockstep-hq/lockstep/worktree"
 )
 
 // snapOptions reads the filesystem-snapshot flags.
@@ -59,6 +62,10 @@ func cmdSnapshot(ctx context.Context, e *env, args []string) error {
 	if sub == "take" {
 		f.fs.BoolVar(&quiet, "quiet", false, "print only the snapshot id")
 	}
+	var verify bool
+	if sub == "restore" {
+		f.fs.BoolVar(&verify, "verify", false, "compare the restored tree with the snapshot's manifest even when the driver restores exactly (btrfs, overlay; the copy and reflink drivers always verify)")
+	}
 	if sub == "prune" {
 		pol.declare(f)
 		f.fs.BoolVar(&dry, "dry-run", false, "only say what would be dropped")
@@ -90,17 +97,8 @@ func cmdSnapshot(ctx context.Context, e *env, args []string) error {
 	start := time.Now()
 	switch sub {
 	case "take":
-		s, err := drv.Take(ctx, dir)
+		s, err := fssnap.TakeRecorded(ctx, drv, fssnap.Options{StateRoot: sf.stateRoot, DataRoot: sf.dataRoot}, dir)
 		if err != nil {
-			return err
-		}
-		m := s.Manifest
-		if m == nil {
-			if m, err = fssnap.BuildManifest(dir, nil); err != nil {
-				return err
-			}
-		}
-		if err := fssnap.SaveManifest(fssnap.Options{StateRoot: sf.stateRoot, DataRoot: sf.dataRoot}, dir, s.ID, m); err != nil {
 			return err
 		}
 		if quiet && !asJSON {
@@ -112,27 +110,26 @@ func cmdSnapshot(ctx context.Context, e *env, args []string) error {
 		if len(pos) != 2 {
 			return usage
 		}
+		var r *fssnap.Residue
 		if sub == "restore" {
-			err = drv.Restore(ctx, dir, pos[1])
+			r, err = restoreSnapshot(ctx, e, drv, sf, dir, pos[1], verify)
 		} else {
 			err = drv.Drop(dir, pos[1])
 		}
-		if err != nil {
-			return err
-		}
 		res := map[string]any{"dir": dir, "snapshot": pos[1], "driver": drv.Name(), "duration_ms": msSince(start)}
 		if sub == "restore" {
-			if m, err := fssnap.LoadManifest(fssnap.Options{StateRoot: sf.stateRoot, DataRoot: sf.dataRoot}, dir, pos[1]); err == nil {
-				r, err := fssnap.Verify(dir, m)
-				if err != nil {
-					return err
-				}
+			// verified: the restored tree was compared with the snapshot's
+			// manifest (--verify, or a driver whose restore is not exact).
+			res["verified"] = r != nil
+			if r != nil {
 				res["pure"] = r.Clean()
-				if !r.Clean() {
-					out(res, "")
-					return lockstep.Errorf(lockstep.EINTERNAL, "restore left residue: %s", r)
-				}
 			}
+		}
+		if err != nil {
+			if r != nil && !r.Clean() {
+				out(res, "")
+			}
+			return err
 		}
 		return out(res, fmt.Sprintf("%s %s: %s (%.1f ms)", sub, pos[1], dir, msSince(start)))
 	case "list":
@@ -718,6 +715,33 @@ func printRunReport(e *env, rep *txrun.Report) {
 		fmt.Fprintf(e.stderr, "  what it wrote: lockstep run show %s\n", filepath.Base(rep.Forensics))
 	}
 	fmt.Fprintf(e.stderr, "  total %.1f ms\n", rep.TotalMs)
+}
+
+// restoreSnapshot restores dir to snapshot id (fssnap.RestoreRecorded)
+// and keeps dir's push stat cache valid across it: a btrfs restore gives
+// dir a new device number and keeps inodes, mtimes and ctimes, so the
+// cache's entries are moved to the new device rather than every file
+// being hashed again by the next push.
+func restoreSnapshot(ctx context.Context, e *env, drv fssnap.Driver, sf snapFlags, dir, id string, verify bool) (*fssnap.Residue, error) {
+	var before, after unix.Stat_t
+	devErr := unix.Stat(dir, &before)
+	s, res, err := fssnap.RestoreRecorded(ctx, drv, fssnap.Options{StateRoot: sf.stateRoot, DataRoot: sf.dataRoot}, dir, id, verify)
+	if err != nil || devErr != nil || unix.Stat(dir, &after) != nil || before.Dev == after.Dev {
+		return res, err
+	}
+	cachePath := statCachePath(dir)
+	if _, serr := os.Stat(cachePath); serr != nil {
+		return res, nil
+	}
+	c, cerr := worktree.OpenStatCache(cachePath)
+	if cerr == nil {
+		c.Redevice(uint64(before.Dev), uint64(after.Dev), s.CreatedAt.Add(-20*time.Millisecond).UnixNano())
+		cerr = c.Save()
+	}
+	if cerr != nil {
+		fmt.Fprintf(e.stderr, "lockstep: restore %s: stat cache %s not carried over (the next push hashes every file): %v\n", id, cachePath, cerr)
+	}
+	return res, nil
 }
 
 // statCachePath keeps the push stat cache outside the pushed directory, in
