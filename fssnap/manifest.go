@@ -126,11 +126,18 @@ func BuildManifest(dir string, prev *Manifest) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
+	return buildManifest(abs, func() *Manifest { return prev })
+}
+
+// buildManifest is BuildManifest with the previous manifest asked for
+// after the walk (it may still be loading).
+func buildManifest(abs string, prevOf func() *Manifest) (*Manifest, error) {
 	start := time.Now()
 	entries, err := walk(abs)
 	if err != nil {
 		return nil, err
 	}
+	prev := prevOf()
 	var todo []int
 	for i := range entries {
 		e := &entries[i]

@@ -15,8 +15,11 @@ import (
 // <id>.manifest.json) are still read.
 const manifestZst = ".zst"
 
+// SpeedFastest: on a 2,000-file manifest (509 KB of JSON) it encoded in
+// 6.7 ms to 113 KB, against 31.6 ms and 116 KB for SpeedBetterCompression
+// (the JSON repeats itself; the better matcher finds nothing more).
 var (
-	zstdEnc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBetterCompression), zstd.WithEncoderConcurrency(1))
+	zstdEnc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
 	zstdDec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
 )
 

@@ -48,16 +48,22 @@ func TakeRecorded(ctx context.Context, drv Driver, opts Options, dir string) (Sn
 	if err != nil {
 		return Snapshot{}, err
 	}
-	prev := b.currentManifest(abs)
+	// Decoding the current manifest (JSON) costs about as much as the
+	// snapshot and the walk: it runs beside them.
+	prevc := make(chan *Manifest, 1)
+	go func() { prevc <- b.currentManifest(abs) }()
 	s, err := drv.Take(ctx, abs)
 	if err != nil {
+		<-prevc
 		return Snapshot{}, err
 	}
 	m := s.Manifest
 	if m == nil {
-		if m, err = BuildManifest(abs, prev); err != nil {
+		if m, err = buildManifest(abs, func() *Manifest { return <-prevc }); err != nil {
 			return Snapshot{}, err
 		}
+	} else {
+		<-prevc
 	}
 	if err := writeManifest(filepath.Join(b.metaDir(abs), "snapshots", s.ID+".manifest.json"), m); err != nil {
 		return Snapshot{}, err
