@@ -42,7 +42,8 @@ type Config struct {
 	// StrategyThresholdBytes: sources smaller than this are copied with
 	// STRATEGY WAL_LOG, larger ones with FILE_COPY. Default 256 MiB.
 	StrategyThresholdBytes int64
-	// MaxConns bounds the admin connections (default 8).
+	// MaxConns bounds the admin connections (default MaxSpares+2, at
+	// least 8).
 	MaxConns int
 }
 
@@ -105,11 +106,13 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.StrategyThresholdBytes <= 0 {
 		cfg.StrategyThresholdBytes = DefaultStrategyThreshold
 	}
-	if cfg.MaxConns <= 0 {
-		cfg.MaxConns = 8
-	}
 	if cfg.MaxSpares <= 0 {
 		cfg.MaxSpares = DefaultMaxSpares
+	}
+	if cfg.MaxConns <= 0 {
+		// A burst of MaxSpares forks renames that many spares at once,
+		// each on its own connection, beside two background copies.
+		cfg.MaxConns = max(8, cfg.MaxSpares+2)
 	}
 	if cfg.AdminURL == "" {
 		return nil, lockstep.Errorf(lockstep.EUNAVAILABLE, "database branching is not configured (no admin URL)")

@@ -22,6 +22,7 @@ import (
 // repository.
 const (
 	defaultCopyTime = 250 * time.Millisecond
+	refillDelay     = 20 * time.Millisecond // before a template spare refill starts
 	demandMemory    = 10 * time.Minute
 	maxDemandKept   = 4096 // arrivals remembered per repository
 	// DefaultMaxSpares is the default Config.MaxSpares: a burst of ten

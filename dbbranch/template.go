@@ -344,5 +344,15 @@ func (m *Manager) scheduleTemplateSpare(h string) {
 	if !m.cfg.Warm {
 		return
 	}
-	m.schedule("template-spare:"+h, func(ctx context.Context) error { return m.refillTemplateSpare(ctx, h) })
+	m.schedule("template-spare:"+h, func(ctx context.Context) error {
+		// Let a burst of forks finish its renames before a CREATE
+		// DATABASE competes with their commits (a later fork of the
+		// burst only asks for one more run).
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(refillDelay):
+		}
+		return m.refillTemplateSpare(ctx, h)
+	})
 }
