@@ -27,7 +27,8 @@
 //
 //	t  template copy of a repository (IS_TEMPLATE, ALLOW_CONNECTIONS false)
 //	u  template copy being built (BindTemplate / RefreshTemplate)
-//	s  warm spare of the template copy
+//	s  warm spares of the template copy (the short name starts with a
+//	   random 6-hex tag: a burst keeps several)
 //	o  NOLOGIN role owning the objects in every copy of the template
 //	b  a workspace's branch (the only database agents connect to)
 //	n  a snapshot of a branch (ALLOW_CONNECTIONS false)
@@ -64,10 +65,12 @@
 //
 // # Warm pool
 //
-// With Config.Warm, background workers keep one spare copy of each
-// template copy and one spare of each workspace's latest snapshot, already
+// With Config.Warm, background workers keep spare copies of each
+// template copy — as many as recent demand, up to Config.MaxSpares (see
+// spares.go) — and one spare of each workspace's latest snapshot, already
 // restricted and granted to the workspace role. CreateBranch then renames
-// the template spare into the branch, and Restore of the latest snapshot
+// a template spare into the branch (concurrent calls each claim their
+// own), and Restore of the latest snapshot
 // renames the branch aside and the spare into its place, each in one
 // transaction with the grants and the comment. Measured side by side
 // (BenchmarkSideBySide, medians, 10-table template, a shared 2-vCPU
