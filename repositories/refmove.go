@@ -186,8 +186,8 @@ func expect(r *lockstep.Repo, ref, expected, actual string) error {
 // retryPolicy bounds how often a write that lost a compare-and-swap race
 // is recomputed on the new tip.
 type retryPolicy struct {
-	attempts int                           // tries in all; 1 (or less) = never retried
-	until    time.Time                     // no retry from then on; zero = no time bound
+	attempts int                             // tries in all; 1 (or less) = never retried
+	until    time.Time                       // no retry from then on; zero = no time bound
 	backoff  func(attempt int) time.Duration // pause before the retry after attempt; nil = none
 }
 
