@@ -18,12 +18,16 @@ func TestDomainImportsNoDriver(t *testing.T) {
 		"github.com/lockstep-hq/lockstep/redislock",
 		"github.com/lockstep-hq/lockstep/redisbranch",
 		"github.com/lockstep-hq/lockstep/web",
+		"github.com/lockstep-hq/lockstep/s3packs",
+		"github.com/lockstep-hq/lockstep/filebucket",
+		"github.com/lockstep-hq/lockstep/replica",
 		"database/sql",
 		"github.com/jackc/pgx",
 		"github.com/redis/go-redis",
 		"github.com/gin-gonic/gin",
 		"modernc.org/sqlite",
 		"github.com/mattn/go-sqlite3",
+		"github.com/minio/minio-go",
 	}
 	for _, pkg := range domain {
 		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", pkg).CombinedOutput()
@@ -51,6 +55,27 @@ func TestDomainImportsNoDriver(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestReplicaNamesNoBackend keeps the bucket seam: the object-storage
+// mode reaches its packs through bucket.Bucket, whichever backend cmd
+// chose by URL scheme, so it depends on none of them (nor on an S3
+// client).
+func TestReplicaNamesNoBackend(t *testing.T) {
+	forbidden := []string{
+		"github.com/lockstep-hq/lockstep/s3packs",
+		"github.com/lockstep-hq/lockstep/filebucket",
+		"github.com/minio/minio-go",
+	}
+	out, err := exec.Command("go", "list", "-deps", "./replica", "./bucket").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if bad := match(dep, forbidden); bad != "" {
+			t.Errorf("replica or bucket depends on %s: reach packs through bucket.Bucket", dep)
 		}
 	}
 }

@@ -5,8 +5,9 @@ import (
 	"fmt"
 )
 
-// Error codes. They match the HTTP API contract (DESIGN.md) one to one; the
-// set is append-only because clients switch on these strings.
+// Error codes. They match the HTTP API contract (the ErrorCode enum of
+// api/openapi.yaml) one to one; the set is append-only because clients
+// switch on these strings.
 const (
 	EINVALID       = "invalid_argument"      // 400: malformed input
 	EUNAUTH        = "unauthenticated"       // 401: no key, unknown or revoked key

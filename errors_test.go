@@ -51,3 +51,32 @@ func TestErrorKeepsOpAndCause(t *testing.T) {
 		t.Fatal("WithOp")
 	}
 }
+
+// TestRefConflictDetails: the one ref_conflict error keeps the JSON
+// details clients parse, and carries its fields typed.
+func TestRefConflictDetails(t *testing.T) {
+	old, cur := strings.Repeat("a", 40), strings.Repeat("b", 40)
+	err := lockstep.RefConflict("app", "refs/heads/main", old, cur)
+	d := lockstep.ErrorDetails(err)
+	if len(d) != 3 || d["ref"] != "refs/heads/main" || d["expected"] != old || d["actual"] != cur {
+		t.Errorf("details %v", d)
+	}
+	if msg := lockstep.ErrorMessage(err); msg != "app refs/heads/main is at bbbbbbbbbbbb, not aaaaaaaaaaaa" {
+		t.Errorf("message %q", msg)
+	}
+	wrapped := fmt.Errorf("push: %w", err)
+	if m, ok := lockstep.AsRefMismatch(wrapped); !ok || m.Expected != old || m.Actual != cur || m.Conflicting != "" {
+		t.Errorf("typed fields %+v %v", m, ok)
+	}
+	clash := lockstep.RefNameConflict("app", "refs/heads/a/b", "refs/heads/a")
+	d = lockstep.ErrorDetails(clash)
+	if d["conflicting_ref"] != "refs/heads/a" || d["expected"] != lockstep.ZeroOID || d["actual"] != lockstep.ZeroOID {
+		t.Errorf("clash details %v", d)
+	}
+	if m, ok := lockstep.AsRefMismatch(clash); !ok || m.Conflicting != "refs/heads/a" {
+		t.Errorf("clash typed fields %+v", m)
+	}
+	if _, ok := lockstep.AsRefMismatch(lockstep.Errorf(lockstep.EREFCONFLICT, "x")); ok {
+		t.Errorf("a plain error has no mismatch")
+	}
+}

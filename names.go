@@ -168,10 +168,3 @@ func RefsClash(a, b string) bool {
 	}
 	return len(b) > len(a) && b[len(a)] == '/' && b[:len(a)] == a
 }
-
-// RefNameConflict is the error of creating ref in repo while other exists
-// and the two clash (RefsClash): ref_conflict (409), details naming both.
-func RefNameConflict(repo, ref, other string) *Error {
-	return Errorf(EREFCONFLICT, "%s: %s cannot be created: %s exists, and a ref cannot also be a directory of refs (as in git); delete it or choose another name",
-		repo, ref, other).WithDetails(map[string]any{"ref": ref, "conflicting_ref": other, "expected": ZeroOID, "actual": ZeroOID})
-}

@@ -283,10 +283,6 @@ func (w *jsonErrors) finish() {
 	writeJSONError(w.ResponseWriter, w.status, code, msg)
 }
 
-// InProcess returns a RoundTripper that serves requests with h directly,
-// without a network hop.
-func InProcess(h http.Handler) http.RoundTripper { return inProcess{h: h} }
-
 // inProcess streams: the answer is returned as soon as the handler has
 // written its header, and its body is a pipe the handler writes into, so
 // a caller that stops reading (a file over the read limit) stops the

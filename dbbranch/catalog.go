@@ -30,24 +30,6 @@ type meta struct {
 	Restored  string    `json:"restored,omitempty"` // branch: the snapshot it was last restored from
 }
 
-func kindName(k byte) string {
-	switch k {
-	case kindTemplate, kindStaging:
-		return "template"
-	case kindTplSpare:
-		return "template-spare"
-	case kindBranch:
-		return "branch"
-	case kindSnapshot:
-		return "snapshot"
-	case kindRestSpare:
-		return "restore-spare"
-	case kindTrash:
-		return "trash"
-	}
-	return "unknown"
-}
-
 // dbInfo is one Lockstep database as seen in pg_database.
 type dbInfo struct {
 	Name       string
@@ -197,13 +179,6 @@ func (m *Manager) live(snaps []*dbInfo) []*dbInfo {
 		return snaps[len(snaps)-m.cfg.MaxSnapshots:]
 	}
 	return snaps
-}
-
-func (m *Manager) setComment(ctx context.Context, conn *pgx.Conn, db string, md meta) error {
-	if err := m.run(ctx, conn, commentSQL(db, md)); err != nil {
-		return fmt.Errorf("comment on %s: %w", db, err)
-	}
-	return nil
 }
 
 // strategy picks CREATE DATABASE's STRATEGY from the source's size.

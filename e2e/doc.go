@@ -22,7 +22,7 @@
 //     fault_;
 //   - checkpoints and `lockstep run` (a workspace with a Postgres branch,
 //     a transactional tool run that fails, code, data and files restored
-//     together) and the CLI tour: run_*, tour_, cli14_;
+//     together) and the CLI tour: run_*, tour_, cli_oplog_run_checkout;
 //   - CLI scenarios as testscript files: testdata/script/*.txtar
 //     (script_test.go).
 //

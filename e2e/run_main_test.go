@@ -1,6 +1,6 @@
 package e2e
 
-// Helpers of the checkpoint and `lockstep run` tests (run_*, tour_, cli14_).
+// Helpers of the checkpoint and `lockstep run` tests (run_*, tour_, cli_oplog_run_checkout).
 
 import (
 	"context"

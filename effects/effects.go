@@ -276,7 +276,7 @@ func (s *Service) Stage(ctx context.Context, actor *lockstep.Key, ws *lockstep.R
 	if err := validLabel("run_id", req.RunID, 128); err != nil {
 		return nil, err
 	}
-	if req.Class != "" && !validClass(req.Class) {
+	if req.Class != "" && !gate.ValidEffectClass(req.Class) {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "class %q: 1-64 of a-z, 0-9, '.', '_' and '-'", req.Class)
 	}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "effect.stage", Repo: ws.Name, TraceID: telemetry.TraceID(ctx),
@@ -287,21 +287,6 @@ func (s *Service) Stage(ctx context.Context, actor *lockstep.Key, ws *lockstep.R
 		return nil, err
 	}
 	return e, nil
-}
-
-// ValidClass reports whether c is a valid effect class name.
-func ValidClass(c string) bool { return validClass(c) }
-
-func validClass(c string) bool {
-	if c == "" || len(c) > 64 {
-		return false
-	}
-	for _, r := range c {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // logURL is a target as the operations log keeps it: without query or
@@ -401,18 +386,6 @@ func (s *Service) Discard(ctx context.Context, actor *lockstep.Key, wsName strin
 		return nil, err
 	}
 	return ids, nil
-}
-
-// RestoreContext returns ctx carrying the discard a checkpoint restore of
-// ws makes in the transaction that restores its code: the effects staged
-// after the checkpoint's entry.
-func RestoreContext(ctx context.Context, actor *lockstep.Key, ws *lockstep.Repo, c *lockstep.Checkpoint) context.Context {
-	if c.OpID == "" {
-		return ctx
-	}
-	return lockstep.WithEffectDiscard(ctx, lockstep.EffectFilter{RepoID: ws.ID, AfterOp: c.OpID, Reason: "checkpoint " + c.ID + " restored"},
-		&lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "effect.discard", Repo: ws.Name, TraceID: telemetry.TraceID(ctx), Follows: c.OpID,
-			Details: map[string]any{"checkpoint": c.ID}})
 }
 
 // Decide approves or rejects a held effect (reviewer or admin).

@@ -147,7 +147,7 @@ func (s *Service) SetPolicy(ctx context.Context, actor *lockstep.Key, repoName s
 		return nil, lockstep.Errorf(lockstep.EINVALID, "promote_mode %q: want merge, squash or fast_forward", p.PromoteMode)
 	}
 	for _, c := range p.HoldEffectClasses {
-		if !validEffectClass(c) {
+		if !ValidEffectClass(c) {
 			return nil, lockstep.Errorf(lockstep.EINVALID, "hold_effect_classes: %q is not an effect class (1-64 of a-z, 0-9, '.', '_' and '-')", c)
 		}
 	}
@@ -490,9 +490,10 @@ func (s *Service) Promote(ctx context.Context, actor *lockstep.Key, wsName strin
 
 var traceID = telemetry.TraceID
 
-// validEffectClass is effects.ValidClass (the gate cannot import effects,
-// which builds on it).
-func validEffectClass(c string) bool {
+// ValidEffectClass reports whether c is a valid effect class name (the
+// gate's hold rules name classes; the effects outbox, which builds on the
+// gate, checks staged effects with it too).
+func ValidEffectClass(c string) bool {
 	if c == "" || len(c) > 64 {
 		return false
 	}

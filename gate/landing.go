@@ -129,11 +129,6 @@ func (s *Service) land(ctx context.Context, actor *lockstep.Key, t *PromoteTarge
 	if message == "" {
 		message = fmt.Sprintf("Promote %s into %s", t.Workspace.Name, t.Branch)
 	}
-	d := make(map[string]any, len(details)+1)
-	for k, v := range details {
-		d[k] = v
-	}
-	d["workspace"] = t.Workspace.Name
 	if err := repositories.CanPromote(actor, t.Workspace, t.Base); err != nil {
 		return nil, err
 	}
@@ -147,7 +142,8 @@ func (s *Service) land(ctx context.Context, actor *lockstep.Key, t *PromoteTarge
 			Details: map[string]any{"into": t.Base.Name + ":" + t.Branch, "commit": t.Commit.String()}},
 		// The workspace's staged effects go to the outbox with the move.
 		Effects: &lockstep.EffectRelease{Into: t.Base.Name, IntoID: t.Base.ID, Hold: t.HoldEffectClasses}}
-	res, err := s.repos.LandCommit(ctx, actor, t.Base, t.Branch, t.Commit, t.Tree, mode, message, "promote", start, d, change)
+	res, err := s.repos.LandCommit(ctx, actor, t.Base, t.Branch, t.Commit, t.Tree, mode, message,
+		repositories.Reason{Op: "promote", Start: start, Details: details, Workspace: t.Workspace.Name, Change: change})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 // Package replica is the object-storage mode of a fork network (issue
-// #11): the truth about a network's objects is its packs in an
-// S3-compatible bucket (package s3packs) plus its list of live packs and
+// #11): the truth about a network's objects is its packs in a
+// bucket (bucket.Bucket: S3 by package s3packs, a directory by package
+// filebucket) plus its list of live packs and
 // its generation in the metadata database (lockstep.PackStore); each
 // replica holds a cache — a bare repository per network (repo.Network)
 // with the packs it downloaded — that it brings up to date before serving
@@ -40,9 +41,9 @@ import (
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/bucket"
 	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
-	"github.com/lockstep-hq/lockstep/s3packs"
 )
 
 // DefaultGrace is the default grace period (Config.Grace).
@@ -61,8 +62,9 @@ type Notifier interface {
 
 // Config configures a Manager.
 type Config struct {
-	// Objects is the bucket.
-	Objects *s3packs.Store
+	// Objects is the bucket (any backend of the bucket registry:
+	// s3packs, filebucket).
+	Objects bucket.Bucket
 	// Packs is the metadata database's pack list and generations.
 	Packs lockstep.PackStore
 	// Notify is optional (nil: every replica finds changes by the

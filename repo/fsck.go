@@ -10,8 +10,6 @@ import (
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing/format/config"
-
-	"github.com/lockstep-hq/lockstep"
 )
 
 // The checks in this file follow git's fsck (fsck.c, submodule-config.c),
@@ -425,9 +423,4 @@ func refNameOK(name string) bool {
 		}
 	}
 	return true
-}
-
-// fsckError wraps a check failure as invalid_argument.
-func fsckError(format string, args ...any) error {
-	return lockstep.Errorf(lockstep.EINVALID, format, args...)
 }

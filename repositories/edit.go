@@ -43,39 +43,41 @@ func (s *Service) EditFiles(ctx context.Context, actor *lockstep.Key, repoName s
 		paths = append(paths, e.Path)
 	}
 	details := map[string]any{"edits": len(edits), "paths": paths}
-	for attempt := 0; ; attempt++ {
+	policy := noRetry
+	if opts.Force && opts.ExpectOID == "" {
+		// Another write landing first is expected: wait a little (more
+		// the more often it happened, jittered so the losers do not
+		// collide again in step) and re-apply the batch on the new tip.
+		policy = retryPolicy{attempts: ForcedEditAttempts, until: start.Add(ForcedEditTime), backoff: forcedEditBackoff}
+	}
+	var res *PushResult
+	err = s.retryMoves(ctx, policy, func(int) error {
 		cur, err := s.checkExpect(ctx, r, opts)
 		if err != nil {
-			return nil, s.logFailure(ctx, actor, r, "edit", opts.Branch, start, err)
+			return s.logFailure(ctx, actor, r, "edit", opts.Branch, start, err)
 		}
 		base, err := s.editBase(ctx, r, n, cur, opts)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		tree, objs, err := n.EditTree(base, edits, s.cfg.Limits)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		stats, err := n.WriteObjects(objs)
 		if err != nil {
-			return nil, fmt.Errorf("write objects: %w", err)
+			return fmt.Errorf("write objects: %w", err)
 		}
 		s.afterWrite(r.Network, n)
 		pinned := opts
 		pinned.ExpectOID = cur // the tree was built on cur: never commit it on another tip
-		res, err := s.commitTreeWith(ctx, actor, r, "edit", tree, stats, pinned, start, details)
-		if err != nil && lockstep.ErrorCode(err) == lockstep.EREFCONFLICT && opts.ExpectOID == "" && opts.Force &&
-			attempt+1 < ForcedEditAttempts && s.now().Sub(start) < ForcedEditTime {
-			// Another write landed first: wait a little (more the more
-			// often it happened, jittered so the losers do not collide
-			// again in step) and re-apply the batch on the new tip.
-			if err := sleepCtx(ctx, forcedEditBackoff(attempt)); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		return res, err
+		res, err = s.commitTree(ctx, actor, r, tree, stats, pinned, Reason{Op: "edit", Start: start, Details: details})
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return res, nil
 }
 
 // A forced edit batch (force true, no expect_oid) retries its own

@@ -19,15 +19,16 @@ func hookEvent(op string) string {
 
 // hookEvents builds the outbox records of an operation on r: hooks of r
 // and of the repository r was forked from receive it, in the same
-// transaction as the ref move.
-func (s *Service) hookEvents(r *lockstep.Repo, op, branch, commit, tree string, details map[string]any) []lockstep.HookEvent {
+// transaction as the ref move. A promote's payload names the workspace
+// that landed.
+func (s *Service) hookEvents(r *lockstep.Repo, op, branch, commit, tree, workspace string) []lockstep.HookEvent {
 	ev := hookEvent(op)
 	if ev == "" {
 		return nil
 	}
 	var extra map[string]any
-	if ws, ok := details["workspace"].(string); ok && ev == "promote" {
-		extra = map[string]any{"workspace": ws} // the workspace that landed
+	if workspace != "" && ev == "promote" {
+		extra = map[string]any{"workspace": workspace}
 	}
 	return []lockstep.HookEvent{s.HookEvent(r, ev, branch, commit, tree, extra)}
 }

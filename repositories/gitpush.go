@@ -123,9 +123,8 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		}
 		s.afterWrite(r.Network, n)
 	}
-	var updates []lockstep.RefUpdate
-	var moves []lockstep.RefMove
-	var attempts []lockstep.AttemptRecord
+	var updates []refUpdate
+	peeled := map[plumbing.Hash]plumbing.Hash{}
 	for i, c := range cmds {
 		if results[i].Err != nil {
 			continue
@@ -134,48 +133,27 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 			results[i].Err = err
 			continue
 		}
-		updates = append(updates, lockstep.RefUpdate{RepoID: r.ID, Repo: r.Name, Name: c.Ref, Old: c.Old, New: c.New})
-		moves = append(moves, lockstep.RefMove{Repo: r.Name, Ref: c.Ref, Old: c.Old, New: c.New})
-		if b, isBranch := strings.CutPrefix(c.Ref, "refs/heads/"); isBranch && r.ForkOf != "" && c.New != lockstep.ZeroOID {
-			tree := ""
-			if ci, err := n.Commit(plumbing.NewHash(c.New)); err == nil {
-				tree = ci.Tree.String()
-			}
-			attempts = append(attempts, lockstep.AttemptRecord{RepoID: r.ID, Attempt: lockstep.Attempt{Commit: c.New, Tree: tree,
-				Branch: b, Op: "git.push", KeyName: actor.Name}})
+		u := refUpdate{Ref: c.Ref, Old: c.Old, New: c.New}
+		if c.New != lockstep.ZeroOID {
+			u.Commit, u.Tree = peelMemo(n, c.New, peeled)
 		}
+		updates = append(updates, u)
 	}
 	if atomic && len(updates) < len(cmds) {
 		refuseRest(lockstep.Errorf(lockstep.EINVALID, "atomic push failed"))
 		return nil, results, nil
 	}
-	packLogged := false // a non-atomic push records the pack on its first entry
-	peeled := map[plumbing.Hash]plumbing.Hash{}
-	apply := func(ups []lockstep.RefUpdate, mv []lockstep.RefMove, at []lockstep.AttemptRecord, whole bool) error {
-		entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "git.push", Repo: r.Name, TraceID: traceID(ctx),
-			Refs: mv, DurationUS: s.now().Sub(start).Microseconds()}
-		if !packLogged {
-			entry.Objects, entry.Bytes = stats.Objects, stats.Bytes
-		}
-		var evs []lockstep.HookEvent
-		for _, u := range ups {
-			if u.New != lockstep.ZeroOID {
-				commit, tree := peelMemo(n, u.New, peeled)
-				if tag, isTag := strings.CutPrefix(u.Name, "refs/tags/"); isTag {
-					evs = append(evs, s.HookEvent(r, "push", "", commit, tree, map[string]any{"ref": u.Name, "tag": tag, "object": u.New}))
-				} else {
-					evs = append(evs, s.hookEvents(r, "push", strings.TrimPrefix(u.Name, "refs/heads/"), commit, tree, nil)...)
-				}
-			}
-		}
-		err := s.store.UpdateRefs(ctx, ups, at, evs, entry)
-		if err == nil || !whole || atomic {
-			// (A refused first try of a whole non-atomic push is not an
-			// operation: it goes on ref by ref.)
-			s.metrics.ObserveOp("git.push", resultOf(err), s.now().Sub(start))
-		}
+	// A non-atomic push records the pack on its first entry.
+	push := refMove{Reason: Reason{Op: "git.push", Start: start}, Actor: actor, Repo: r, Stats: stats, Checked: true}
+	apply := func(ups []refUpdate, whole bool) error {
+		m := push
+		m.Updates = ups
+		// (A refused first try of a whole non-atomic push is not an
+		// operation: it goes on ref by ref.)
+		m.Tentative = whole && !atomic
+		err := s.move(ctx, m)
 		if err == nil {
-			packLogged = true
+			push.Stats = repo.WriteStats{}
 		}
 		return err
 	}
@@ -187,28 +165,30 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		}
 	}
 	if atomic {
-		if err := apply(updates, moves, attempts, true); err != nil {
+		if err := apply(updates, true); err != nil {
 			if !refusal(err) {
 				return nil, nil, err
 			}
-			s.logFailure(ctx, actor, r, "git.push", "", start, err)
 			// The ref that failed gets the reason; the others of the
 			// push only failed with it (git: "atomic transaction failed").
-			failed, _ := lockstep.ErrorDetails(err)["ref"].(string)
+			failed := ""
+			if m, ok := lockstep.AsRefMismatch(err); ok {
+				failed = m.Ref
+			}
 			named := false
 			for _, u := range updates {
-				named = named || u.Name == failed
+				named = named || u.Ref == failed
 			}
 			for _, u := range updates {
-				if named && u.Name != failed {
-					setErr(u.Name, lockstep.Errorf(lockstep.EINVALID, "atomic push failed"))
+				if named && u.Ref != failed {
+					setErr(u.Ref, lockstep.Errorf(lockstep.EINVALID, "atomic push failed"))
 				} else {
-					setErr(u.Name, err)
+					setErr(u.Ref, err)
 				}
 			}
 			return nil, results, nil
 		}
-	} else if err := apply(updates, moves, attempts, true); err != nil {
+	} else if err := apply(updates, true); err != nil {
 		// Every command at once first (one transaction: a push of many
 		// refs costs one commit, not one per ref); when one is refused
 		// (a lost compare-and-swap), nothing moved, and each ref is
@@ -217,35 +197,11 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 			return nil, nil, err
 		}
 		for i, u := range updates {
-			var at []lockstep.AttemptRecord
-			for _, a := range attempts {
-				if "refs/heads/"+a.Branch == u.Name {
-					at = append(at, a)
-				}
-			}
-			if err := apply(updates[i:i+1], moves[i:i+1], at, false); err != nil {
+			if err := apply(updates[i:i+1], false); err != nil {
 				if !refusal(err) {
 					return nil, nil, err
 				}
-				s.logFailure(ctx, actor, r, "git.push", strings.TrimPrefix(u.Name, "refs/heads/"), start, err)
-				setErr(u.Name, err)
-			}
-		}
-	}
-	// Deletes are mirrored first: a push may replace "a" by "a/b".
-	ordered := append([]RefResult(nil), results...)
-	sort.SliceStable(ordered, func(i, j int) bool { return isDelete(cmds, ordered[i].Ref) && !isDelete(cmds, ordered[j].Ref) })
-	for _, res := range ordered {
-		if res.Err == nil {
-			s.mirror(ctx, r, res.Ref)
-			for _, c := range cmds {
-				if b, isBranch := strings.CutPrefix(c.Ref, "refs/heads/"); isBranch && c.Ref == res.Ref && c.New != lockstep.ZeroOID {
-					tree := ""
-					if ci, err := n.Commit(plumbing.NewHash(c.New)); err == nil {
-						tree = ci.Tree.String()
-					}
-					s.emit(ctx, Event{Type: "push", Repo: r, Branch: b, Commit: c.New, Tree: tree, KeyName: actor.Name})
-				}
+				setErr(u.Ref, err)
 			}
 		}
 	}
@@ -378,15 +334,6 @@ func peelTagsMemo(n ObjectStore, h plumbing.Hash, memo map[plumbing.Hash]plumbin
 		}
 	}
 	return h, tag
-}
-
-func isDelete(cmds []RefCommand, ref string) bool {
-	for _, c := range cmds {
-		if c.Ref == ref {
-			return c.New == lockstep.ZeroOID
-		}
-	}
-	return false
 }
 
 // checkGitRef validates what one pushed ref update says, before any

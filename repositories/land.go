@@ -2,7 +2,6 @@ package repositories
 
 import (
 	"context"
-	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
@@ -28,28 +27,27 @@ func (s *Service) MergeOptions(deep bool) merge.Options {
 }
 
 // Materialize merges theirs into r's branch req.Ours and moves it (see
-// Merge): op names the operation in the log; a non-nil change (a
-// promote's workspace status) commits in the same transaction as the ref.
-func (s *Service) Materialize(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs plumbing.Hash,
-	op string, start time.Time, details map[string]any, change *lockstep.StatusChange) (*MergeResponse, error) {
-	return s.materialize(ctx, actor, r, req, theirs, op, start, details, change)
+// Merge) for why (why.Op names the operation in the log; why.Change, a
+// promote's workspace status, commits in the same transaction as the ref).
+func (s *Service) Materialize(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs plumbing.Hash, why Reason) (*MergeResponse, error) {
+	return s.materialize(ctx, actor, r, req, theirs, why)
 }
 
 // LandCommit brings commit (with tree) onto r's branch: the branch is
 // created when it does not exist yet, else commit is merged into it by
-// mode (Materialize). change commits in the same transaction as the ref.
+// mode (Materialize). why.Change commits in the same transaction as the ref.
 func (s *Service) LandCommit(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, branch string, commit, tree plumbing.Hash,
-	mode, message, op string, start time.Time, details map[string]any, change *lockstep.StatusChange) (*MergeResponse, error) {
+	mode, message string, why Reason) (*MergeResponse, error) {
 	if _, terr := s.branchTip(ctx, r, branch); lockstep.ErrorCode(terr) == lockstep.ENOTFOUND {
 		res := &MergeResponse{Clean: true, FastForward: true, Theirs: commit.String(), Tree: tree.String(), Commit: commit.String(), Branch: branch, Conflicts: []merge.Conflict{}}
 		lockstep.StageResult(ctx, res)
-		if err := s.moveRefWith(ctx, actor, r, op, branch, lockstep.ZeroOID, commit.String(), tree.String(), repo.WriteStats{}, start, details, change); err != nil {
+		if err := s.move(ctx, branchMove(actor, r, branch, lockstep.ZeroOID, commit.String(), tree.String(), repo.WriteStats{}, why)); err != nil {
 			return nil, err
 		}
 		return res, nil
 	}
 	req := MergeRequest{Ours: branch, Theirs: commit.String(), Deep: true, Materialize: true, Message: message, Mode: mode}
-	return s.materialize(ctx, actor, r, req, commit, op, start, details, change)
+	return s.materialize(ctx, actor, r, req, commit, why)
 }
 
 // MirrorNew writes a just-created repository's refs and HEAD to the

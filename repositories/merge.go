@@ -106,7 +106,7 @@ func (s *Service) Merge(ctx context.Context, actor *lockstep.Key, repoName strin
 	if err := writable(actor, r); err != nil {
 		return nil, err
 	}
-	return s.materialize(ctx, actor, r, req, theirs, "merge", start, nil, nil)
+	return s.materialize(ctx, actor, r, req, theirs, Reason{Op: "merge", Start: start})
 }
 
 func (s *Service) mergeOptions(req MergeRequest, markers bool) merge.Options {
@@ -173,41 +173,53 @@ func hashStr(h plumbing.Hash) string {
 // by compare-and-swap; if the branch moved meanwhile it recomputes, at most
 // MergeRetries times.
 func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs plumbing.Hash,
-	op string, start time.Time, details map[string]any, change *lockstep.StatusChange) (*MergeResponse, error) {
+	why Reason) (*MergeResponse, error) {
+	if why.Start.IsZero() {
+		why.Start = s.now()
+	}
+	start := why.Start
 	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return nil, err
 	}
 	markers := req.OnConflict == "markers"
-	for attempt := 0; ; attempt++ {
+	policy := noRetry
+	if req.ExpectOID == "" {
+		policy = retryPolicy{attempts: s.cfg.MergeRetries + 1} // ours moved: recompute on top of it
+	}
+	var final *MergeResponse
+	err = s.retryMoves(ctx, policy, func(attempt int) error {
+		final = nil
 		ours, err := s.branchTip(ctx, r, req.Ours)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if req.ExpectOID != "" && req.ExpectOID != ours.String() {
-			return nil, refConflict(r.Name, branchRef(req.Ours), req.ExpectOID, ours.String())
+		if err := expect(r, branchRef(req.Ours), req.ExpectOID, ours.String()); err != nil {
+			return err
 		}
 		ov := merge.NewOverlay(n.Objects())
 		res, err := merge.Merge(ctx, ov, ours, theirs, s.mergeOptions(req, markers))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		out := response(res, ours, theirs, req.Ours)
 		out.Retries = attempt
 		if res.UpToDate {
 			out.Commit = ours.String()
 			out.DurationMS = ms(s.now().Sub(start))
-			return out, nil
+			final = out
+			return nil
 		}
 		if !res.Clean {
 			if markers {
-				return s.writeMarkers(ctx, actor, r, n, ov, req, res, out, ours, theirs, start)
+				final, err = s.writeMarkers(ctx, actor, r, n, ov, req, res, out, ours, theirs, start)
+				return err
 			}
 			cerr := lockstep.Errorf(lockstep.EMERGECONFLICT, "merging %s into %s: %d conflicting paths", req.Theirs, req.Ours, len(res.Conflicts)).
 				WithDetails(map[string]any{"conflicts": res.Conflicts, "merge_base": hashStr(res.MergeBase), "ours": ours.String(), "theirs": theirs.String()})
 			lockstep.StageResult(ctx, cerr)
-			s.logMergeConflict(ctx, actor, r, op, req, res, start)
-			return nil, cerr
+			s.logMergeConflict(ctx, actor, r, why.Op, req, res, start)
+			return cerr
 		}
 		mode := req.Mode
 		if mode == "" {
@@ -219,7 +231,7 @@ func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *locks
 		case res.FastForward && mode != "squash":
 			newTip = theirs
 		case mode == "fast_forward":
-			return nil, lockstep.Errorf(lockstep.EINVALID, "%s cannot be fast-forwarded to %s: the histories diverged (use mode merge or squash)", req.Ours, req.Theirs)
+			return lockstep.Errorf(lockstep.EINVALID, "%s cannot be fast-forwarded to %s: the histories diverged (use mode merge or squash)", req.Ours, req.Theirs)
 		default:
 			parents := []plumbing.Hash{ours, theirs}
 			msg := req.Message
@@ -236,12 +248,12 @@ func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *locks
 			objs := append(ov.Objects(), commit)
 			stats, err = n.WriteObjects(objs)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			s.afterWrite(r.Network, n)
 			newTip = commit.Hash()
 		}
-		d := copyDetails(details)
+		d := copyDetails(why.Details)
 		if d == nil {
 			d = map[string]any{}
 		}
@@ -250,18 +262,21 @@ func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *locks
 		out.FastForward = newTip == theirs
 		out.DurationMS = ms(s.now().Sub(start))
 		lockstep.StageResult(ctx, out)
-		err = s.moveRefWith(ctx, actor, r, op, req.Ours, ours.String(), newTip.String(), res.Tree.String(), stats, start, d, change)
-		if lockstep.ErrorCode(err) == lockstep.EREFCONFLICT && req.ExpectOID == "" && attempt < s.cfg.MergeRetries {
-			continue // ours moved: recompute on top of it
-		}
-		if err != nil {
-			return nil, err
+		move := why
+		move.Details = d
+		if err := s.move(ctx, branchMove(actor, r, req.Ours, ours.String(), newTip.String(), res.Tree.String(), stats, move)); err != nil {
+			return err
 		}
 		out.Commit = newTip.String()
 		out.FastForward = newTip == theirs
 		out.DurationMS = ms(s.now().Sub(start))
-		return out, nil
+		final = out
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return final, nil
 }
 
 func (s *Service) encodeCommit(actor *lockstep.Key, tree plumbing.Hash, parents []plumbing.Hash, msg string) plumbing.EncodedObject {
@@ -300,7 +315,8 @@ func (s *Service) writeMarkers(ctx context.Context, actor *lockstep.Key, r *lock
 	out.SideRef = branchRef(side)
 	out.DurationMS = ms(s.now().Sub(start))
 	lockstep.StageResult(ctx, out)
-	if err := s.moveRef(ctx, actor, r, "merge.markers", side, old, commit.Hash().String(), res.Tree.String(), stats, start, d); err != nil {
+	why := Reason{Op: "merge.markers", Start: start, Details: d}
+	if err := s.move(ctx, branchMove(actor, r, side, old, commit.Hash().String(), res.Tree.String(), stats, why)); err != nil {
 		return nil, err
 	}
 	out.Commit = commit.Hash().String()

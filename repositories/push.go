@@ -80,7 +80,7 @@ func (s *Service) PushTar(ctx context.Context, actor *lockstep.Key, repoName str
 		return nil, fmt.Errorf("write objects: %w", err)
 	}
 	s.afterWrite(r.Network, n)
-	return s.commitTreeWith(ctx, actor, r, "push", in.Tree, stats, opts, start, nil)
+	return s.commitTree(ctx, actor, r, in.Tree, stats, opts, Reason{Op: "push", Start: start})
 }
 
 // PushTree commits a tree the network already has (uploaded before with
@@ -103,7 +103,7 @@ func (s *Service) PushTree(ctx context.Context, actor *lockstep.Key, repoName, t
 		}
 		return nil, fmt.Errorf("read tree %s: %w", tree, err)
 	}
-	return s.commitTreeWith(ctx, actor, r, "push", plumbing.NewHash(tree), repo.WriteStats{}, opts, start, nil)
+	return s.commitTree(ctx, actor, r, plumbing.NewHash(tree), repo.WriteStats{}, opts, Reason{Op: "push", Start: start})
 }
 
 // Missing returns which of oids the repository's network lacks.
@@ -224,10 +224,7 @@ func (s *Service) checkExpect(ctx context.Context, r *lockstep.Repo, opts WriteO
 		}
 		return cur, nil
 	}
-	if opts.ExpectOID != cur {
-		return "", refConflict(r.Name, branchRef(opts.Branch), opts.ExpectOID, cur)
-	}
-	return cur, nil
+	return cur, expect(r, branchRef(opts.Branch), opts.ExpectOID, cur)
 }
 
 // checkRefClash returns ref_conflict when creating ref would clash with an
@@ -245,33 +242,31 @@ func (s *Service) checkRefClash(ctx context.Context, r *lockstep.Repo, ref strin
 	return nil
 }
 
-func refConflict(repo, ref, expected, actual string) error {
-	what := actual
-	if actual == lockstep.ZeroOID {
-		what = "nothing (it does not exist)"
-	}
-	return lockstep.Errorf(lockstep.EREFCONFLICT, "%s %s is at %s, not %s", repo, ref, what, expected).
-		WithDetails(map[string]any{"ref": ref, "expected": expected, "actual": actual})
-}
-
 // commitTree makes a commit of tree on top of the branch and moves the
-// branch by compare-and-swap. Forced writes retry when the branch moves.
-func (s *Service) commitTreeWith(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, op string, tree plumbing.Hash,
-	stats repo.WriteStats, opts WriteOptions, start time.Time, details map[string]any) (*PushResult, error) {
+// branch (why.Op names the operation). Forced writes without expect_oid
+// are recomputed when the branch moves under them (forcedPushAttempts).
+func (s *Service) commitTree(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, tree plumbing.Hash,
+	stats repo.WriteStats, opts WriteOptions, why Reason) (*PushResult, error) {
 	// The operation started before the objects were written (a tar push
 	// ingests first): its duration_ms and log entry count from there.
-	t0 := start
-	if t0.IsZero() {
-		t0 = s.now()
+	if why.Start.IsZero() {
+		why.Start = s.now()
 	}
+	t0 := why.Start
 	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return nil, err
 	}
-	for attempt := 0; ; attempt++ {
+	policy := noRetry
+	if opts.Force && opts.ExpectOID == "" {
+		policy = retryPolicy{attempts: forcedPushAttempts}
+	}
+	var res *PushResult
+	err = s.retryMoves(ctx, policy, func(int) error {
+		res = nil
 		cur, err := s.checkExpect(ctx, r, opts)
 		if err != nil {
-			return nil, s.logFailure(ctx, actor, r, op, opts.Branch, t0, err)
+			return s.logFailure(ctx, actor, r, why.Op, opts.Branch, t0, err)
 		}
 		var parents []plumbing.Hash
 		parent := cur
@@ -285,7 +280,7 @@ func (s *Service) commitTreeWith(ctx context.Context, actor *lockstep.Key, r *lo
 			if from != "" {
 				h, err := s.Resolve(ctx, r, from)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				parent = h.String()
 			}
@@ -295,38 +290,44 @@ func (s *Service) commitTreeWith(ctx context.Context, actor *lockstep.Key, r *lo
 			parents = []plumbing.Hash{p}
 			pc, err := n.Commit(p)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if pc.Tree == tree && !opts.AllowEmpty && parent == cur {
-				return &PushResult{Commit: cur, Tree: tree.String(), Parent: cur, Branch: opts.Branch, Changed: false,
-					ObjectsWritten: stats.Objects, BytesWritten: stats.Bytes, DurationMS: ms(s.now().Sub(t0))}, nil
+				res = &PushResult{Commit: cur, Tree: tree.String(), Parent: cur, Branch: opts.Branch, Changed: false,
+					ObjectsWritten: stats.Objects, BytesWritten: stats.Bytes, DurationMS: ms(s.now().Sub(t0))}
+				return nil
 			}
 		}
 		msg := opts.Message
 		if msg == "" {
-			msg = fmt.Sprintf("%s by %s", op, actor.Name)
+			msg = fmt.Sprintf("%s by %s", why.Op, actor.Name)
 		}
 		commit, cstats, err := s.writeCommit(n, actor, tree, parents, msg, opts.Author)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		total := stats
 		total.Add(cstats)
-		res := &PushResult{Commit: commit.String(), Tree: tree.String(), Parent: strings.TrimPrefix(parent, lockstep.ZeroOID),
+		out := &PushResult{Commit: commit.String(), Tree: tree.String(), Parent: strings.TrimPrefix(parent, lockstep.ZeroOID),
 			Branch: opts.Branch, Changed: true, ObjectsWritten: total.Objects, BytesWritten: total.Bytes}
-		res.DurationMS = ms(s.now().Sub(t0))
-		lockstep.StageResult(ctx, res) // the answer, stored with the commit under an Idempotency-Key
-		err = s.moveRef(ctx, actor, r, op, opts.Branch, cur, commit.String(), tree.String(), total, t0, copyDetails(details))
-		if err != nil && lockstep.ErrorCode(err) == lockstep.EREFCONFLICT && opts.Force && opts.ExpectOID == "" && attempt < 5 {
-			continue
+		out.DurationMS = ms(s.now().Sub(t0))
+		lockstep.StageResult(ctx, out) // the answer, stored with the commit under an Idempotency-Key
+		if err := s.move(ctx, branchMove(actor, r, opts.Branch, cur, commit.String(), tree.String(), total, why)); err != nil {
+			return err
 		}
-		if err != nil {
-			return nil, err
-		}
-		res.DurationMS = ms(s.now().Sub(t0))
-		return res, nil
+		out.DurationMS = ms(s.now().Sub(t0))
+		res = out
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return res, nil
 }
+
+// forcedPushAttempts bounds the tries of a forced push (no expect_oid)
+// whose branch keeps moving under it.
+const forcedPushAttempts = 6
 
 // writeCommit writes one commit authored by opts.Author or the key.
 func (s *Service) writeCommit(n ObjectStore, actor *lockstep.Key, tree plumbing.Hash, parents []plumbing.Hash, msg, author string) (plumbing.Hash, repo.WriteStats, error) {
@@ -345,55 +346,6 @@ func (s *Service) writeCommit(n ObjectStore, actor *lockstep.Key, tree plumbing.
 		msg += "\n"
 	}
 	return n.WriteCommit(repo.CommitSpec{Tree: tree, Parents: parents, Author: a, Committer: committer, Message: msg})
-}
-
-// moveRef is the one place a branch moves: CAS in the store with the
-// attempt record and the log entry, then the on-disk mirror and events.
-func (s *Service) moveRef(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, op, branch, old, new, tree string,
-	stats repo.WriteStats, t0 time.Time, details map[string]any) error {
-	return s.moveRefWith(ctx, actor, r, op, branch, old, new, tree, stats, t0, details, nil)
-}
-
-// moveRefWith is moveRef; a non-nil change (a promote's workspace status)
-// commits in the same transaction as the ref.
-func (s *Service) moveRefWith(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, op, branch, old, new, tree string,
-	stats repo.WriteStats, t0 time.Time, details map[string]any, change *lockstep.StatusChange) error {
-	ref := branchRef(branch)
-	if err := s.checkLanding(ctx, r, new); err != nil {
-		return err
-	}
-	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: op, Repo: r.Name, TraceID: traceID(ctx),
-		Refs:    []lockstep.RefMove{{Repo: r.Name, Ref: ref, Old: old, New: new}},
-		Objects: stats.Objects, Bytes: stats.Bytes, Details: details}
-	if f, ok := details["follows"].(string); ok {
-		entry.Follows = f
-		delete(details, "follows")
-	}
-	entry.DurationUS = s.now().Sub(t0).Microseconds()
-	var attempts []lockstep.AttemptRecord
-	if r.ForkOf != "" && new != lockstep.ZeroOID {
-		attempts = []lockstep.AttemptRecord{{RepoID: r.ID, Attempt: lockstep.Attempt{Commit: new, Tree: tree, Branch: branch, Op: op, KeyName: actor.Name}}}
-	}
-	updates := []lockstep.RefUpdate{{RepoID: r.ID, Repo: r.Name, Name: ref, Old: old, New: new}}
-	var err error
-	if change != nil {
-		if change.Entry != nil {
-			if change.Entry.Details == nil {
-				change.Entry.Details = map[string]any{}
-			}
-			change.Entry.Details["landed"] = new
-		}
-		err = s.store.UpdateRefsAndStatus(ctx, updates, attempts, s.hookEvents(r, op, branch, new, tree, details), entry, *change)
-	} else {
-		err = s.store.UpdateRefs(ctx, updates, attempts, s.hookEvents(r, op, branch, new, tree, details), entry)
-	}
-	s.metrics.ObserveOp(op, resultOf(err), s.now().Sub(t0))
-	if err != nil {
-		return s.logFailure(ctx, actor, r, op, branch, t0, err)
-	}
-	s.mirror(ctx, r, ref)
-	s.emit(ctx, Event{Type: op, Repo: r, Branch: branch, Commit: new, Tree: tree, KeyName: actor.Name})
-	return nil
 }
 
 // checkLanding refuses (invalid_argument) to move a branch to a commit

@@ -17,11 +17,11 @@ import (
 // compare-and-swap rules as a push. Errors: not_found for an unknown
 // revision or branch, ref_conflict, precondition_required.
 func (s *Service) Rollback(ctx context.Context, actor *lockstep.Key, repoName, to string, opts WriteOptions) (*PushResult, error) {
-	return s.rollback(ctx, actor, repoName, to, opts, "rollback", nil)
+	return s.rollback(ctx, actor, repoName, to, opts, Reason{Op: "rollback"})
 }
 
-func (s *Service) rollback(ctx context.Context, actor *lockstep.Key, repoName, to string, opts WriteOptions, op string, details map[string]any) (*PushResult, error) {
-	start := s.now()
+func (s *Service) rollback(ctx context.Context, actor *lockstep.Key, repoName, to string, opts WriteOptions, why Reason) (*PushResult, error) {
+	why.Start = s.now()
 	r, n, err := s.writeTarget(ctx, actor, repoName, &opts)
 	if err != nil {
 		return nil, err
@@ -45,7 +45,7 @@ func (s *Service) rollback(ctx context.Context, actor *lockstep.Key, repoName, t
 	}
 	opts.AllowEmpty = true // a rollback to the current tree still records the decision
 	var offers []lockstep.CompensationOffer
-	if op == "rollback" && r.ForkOf == "" {
+	if why.Op == "rollback" && r.ForkOf == "" {
 		offers = s.compensationOffers(ctx, r, n, opts, target)
 		defer lockstep.StageWrap(ctx, func(inner any) any {
 			if pr, ok := inner.(*PushResult); ok {
@@ -54,7 +54,7 @@ func (s *Service) rollback(ctx context.Context, actor *lockstep.Key, repoName, t
 			return inner
 		})()
 	}
-	res, err := s.commitTreeWith(ctx, actor, r, op, c.Tree, repo.WriteStats{}, opts, start, details)
+	res, err := s.commitTree(ctx, actor, r, c.Tree, repo.WriteStats{}, opts, why)
 	if res != nil {
 		res.Compensations = offers
 	}
@@ -131,7 +131,7 @@ func (s *Service) BranchTip(ctx context.Context, r *lockstep.Repo, branch string
 // to commit's tree on branch, linked in the operations log to the entry it
 // follows. When the branch already has that tree nothing is written
 // (Changed false). Without expect the restore applies to the current tip.
-func (s *Service) RestoreTree(ctx context.Context, actor *lockstep.Key, wsName, branch, commit, expect, follows string, details map[string]any) (*PushResult, error) {
+func (s *Service) RestoreTree(ctx context.Context, actor *lockstep.Key, wsName, branch, commit, expectOID, follows string, details map[string]any) (*PushResult, error) {
 	r, err := s.Repo(ctx, wsName)
 	if err != nil {
 		return nil, err
@@ -146,8 +146,8 @@ func (s *Service) RestoreTree(ctx context.Context, actor *lockstep.Key, wsName, 
 	if err != nil {
 		return nil, err
 	}
-	if expect != "" && expect != tipCommit {
-		return nil, refConflict(r.Name, branchRef(branch), expect, tipCommit)
+	if err := expect(r, branchRef(branch), expectOID, tipCommit); err != nil {
+		return nil, err
 	}
 	n, err := s.network(ctx, r.Network)
 	if err != nil {
@@ -160,12 +160,7 @@ func (s *Service) RestoreTree(ctx context.Context, actor *lockstep.Key, wsName, 
 	if target.Tree.String() == tipTree {
 		return &PushResult{Commit: tipCommit, Tree: tipTree, Parent: tipCommit, Branch: branch, Changed: false}, nil
 	}
-	d := copyDetails(details)
-	if d == nil {
-		d = map[string]any{}
-	}
-	d["follows"] = follows
 	opts := WriteOptions{Branch: branch, ExpectOID: tipCommit,
 		Message: fmt.Sprintf("Restore checkpoint %v\n\nRestores the tree of %s.", details["checkpoint"], commit)}
-	return s.rollback(ctx, actor, wsName, commit, opts, "checkpoint.restore", d)
+	return s.rollback(ctx, actor, wsName, commit, opts, Reason{Op: "checkpoint.restore", Details: details, Follows: follows})
 }

@@ -264,7 +264,7 @@ func TestEveryWritePathRefusesBadTrees(t *testing.T) {
 			}},
 			{"land on a new branch (promote)", func() error {
 				_, err := w.Repos.LandCommit(ctx, w.Admin, r, fmt.Sprintf("land%d", i), plumbing.NewHash(oldCommit), plumbing.NewHash(oldTree),
-					"merge", "", "promote", time.Now(), nil, nil)
+					"merge", "", repositories.Reason{Op: "promote", Start: time.Now()})
 				return err
 			}},
 		}

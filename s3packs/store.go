@@ -22,6 +22,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/bucket"
 )
 
 // Upload tuning: multipart parts are read from the file at their offset
@@ -251,18 +252,7 @@ func (s *Store) networkDir(network string) string {
 }
 
 // checkNetwork refuses network names that could escape their key prefix.
-func checkNetwork(network string) error {
-	if network == "" || len(network) > 128 || network == "." || network == ".." {
-		return lockstep.Errorf(lockstep.EINVALID, "network name %q: 1 to 128 characters, not . or ..", network)
-	}
-	for i := 0; i < len(network); i++ {
-		c := network[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return lockstep.Errorf(lockstep.EINVALID, "network name %q: only letters, digits, '-', '_' and '.'", network)
-		}
-	}
-	return nil
-}
+func checkNetwork(network string) error { return bucket.CheckNetwork(network) }
 
 func (s *Store) packKeys(network, h string) (string, string, error) {
 	if err := checkNetwork(network); err != nil {
@@ -456,18 +446,8 @@ func (t *tailHash) sum() []byte {
 	return t.h.Sum(nil)
 }
 
-// PackInfo describes a stored pack.
-type PackInfo struct {
-	Hash string
-	// PackSize and IdxSize are the sizes of the two objects; 0 if absent
-	// (an upload that stopped after the pack: garbage after a grace period).
-	PackSize, IdxSize int64
-	// Modified is the later upload time of the two, for GC's grace period.
-	Modified time.Time
-}
-
-// Complete reports whether both the pack and its index are stored.
-func (p PackInfo) Complete() bool { return p.PackSize > 0 && p.IdxSize > 0 }
+// PackInfo describes a stored pack (bucket.PackInfo).
+type PackInfo = bucket.PackInfo
 
 // ListPacks lists the packs of network stored in the bucket, sorted by
 // hash, including incomplete ones. The metadata database's pack list is
@@ -507,12 +487,8 @@ func (s *Store) ListPacks(ctx context.Context, network string) ([]PackInfo, erro
 	for _, h := range order {
 		out = append(out, *byHash[h])
 	}
-	sortPacks(out)
+	bucket.SortPacks(out)
 	return out, nil
-}
-
-func sortPacks(p []PackInfo) {
-	sort.Slice(p, func(i, j int) bool { return p[i].Hash < p[j].Hash })
 }
 
 // DeletePack deletes pack-<hash>.idx then pack-<hash>.pack of network

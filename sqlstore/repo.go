@@ -360,7 +360,7 @@ func (s *DB) updateRefs(ctx context.Context, tx *sql.Tx, updates []lockstep.RefU
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("read ref %s: %w", u.Name, err)
 			}
-			return RefConflict(u.Repo, u.Name, u.Old, actual)
+			return lockstep.RefConflict(u.Repo, u.Name, u.Old, actual)
 		}
 	}
 	for _, a := range attempts {
@@ -422,22 +422,6 @@ func (s *DB) checkRefClash(ctx context.Context, tx *sql.Tx, locked map[int64]boo
 		return fmt.Errorf("check ref %s: %w", u.Name, err)
 	}
 	return lockstep.RefNameConflict(u.Repo, u.Name, other)
-}
-
-// RefConflict is the error of a failed compare-and-swap.
-func RefConflict(repo, ref, expected, actual string) error {
-	return lockstep.Errorf(lockstep.EREFCONFLICT, "%s %s is at %s, not %s", repo, ref, short(actual), short(expected)).
-		WithDetails(map[string]any{"ref": ref, "expected": expected, "actual": actual})
-}
-
-func short(oid string) string {
-	if oid == lockstep.ZeroOID {
-		return "nothing (it does not exist)"
-	}
-	if len(oid) > 12 {
-		return oid[:12]
-	}
-	return oid
 }
 
 // Attempts lists a workspace's attempts, newest first.

@@ -8,7 +8,6 @@ package telemetry
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,9 +84,6 @@ func (m *Metrics) ObserveOp(op, result string, d time.Duration) {
 	}
 	m.OpDuration.WithLabelValues(op, result).Observe(d.Seconds())
 }
-
-// Hostname is used as the service instance in logs.
-func Hostname() string { h, _ := os.Hostname(); return h }
 
 // TraceID returns the trace id of ctx's span ("" without one); it is
 // recorded in logs and operations-log entries.

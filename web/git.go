@@ -509,13 +509,12 @@ func gitAdvertiseError(c *gin.Context, err error) {
 }
 
 func refError(err error) string {
-	if lockstep.ErrorCode(err) == lockstep.EREFCONFLICT {
-		d := lockstep.ErrorDetails(err)
-		if other, ok := d["conflicting_ref"]; ok {
+	if m, ok := lockstep.AsRefMismatch(err); ok {
+		if m.Conflicting != "" {
 			// git's own words for a file/directory clash.
-			return fmt.Sprintf("'%v' exists; cannot create '%v'", other, d["ref"])
+			return fmt.Sprintf("'%s' exists; cannot create '%s'", m.Conflicting, m.Ref)
 		}
-		return fmt.Sprintf("stale info: ref moved (expected %v, actual %v); fetch first", d["expected"], d["actual"])
+		return fmt.Sprintf("stale info: ref moved (expected %s, actual %s); fetch first", m.Expected, m.Actual)
 	}
 	return lockstep.ErrorMessage(err)
 }

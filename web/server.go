@@ -1,4 +1,4 @@
-// Package web is the HTTP face of Lockstep: the JSON API of DESIGN.md
+// Package web is the HTTP face of Lockstep: the JSON API of api/openapi.yaml
 // (gin), git smart HTTP, the reviewers' UI, health and metrics. Domain
 // errors become HTTP statuses in exactly one place (writeError); every
 // route is declared in routes.go. Middleware order, declared once in

@@ -39,5 +39,5 @@ func (s *Service) Sync(ctx context.Context, actor *lockstep.Key, wsName, expect,
 	if err != nil {
 		return nil, err
 	}
-	return s.repos.Materialize(ctx, actor, ws, req, theirs, "sync", start, nil, nil)
+	return s.repos.Materialize(ctx, actor, ws, req, theirs, repositories.Reason{Op: "sync", Start: start})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -13,14 +12,6 @@ import (
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
 )
-
-func apiPath(repo string, rest ...string) string {
-	p := "/api/v1/repos/" + url.PathEscape(repo)
-	for _, r := range rest {
-		p += "/" + r
-	}
-	return p
-}
 
 // printRaw prints a raw JSON answer, indented like every --json answer,
 // its keys sorted.

@@ -26,9 +26,11 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/agentmcp"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/bucket"
 	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/dbbranch"
 	"github.com/lockstep-hq/lockstep/effects"
+	"github.com/lockstep-hq/lockstep/filebucket"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/redisbranch"
 	"github.com/lockstep-hq/lockstep/redislock"
@@ -299,7 +301,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.i64(&c.WriteMinRate, "write-min-rate", "LOCKSTEP_WRITE_MIN_RATE", web.DefaultWriteMinRate, "slowest average rate (bytes/s) a client may read a response at after the grace")
 	f.dur(&c.IdemRetention, "idempotency-retention", "LOCKSTEP_IDEMPOTENCY_RETENTION", 24*time.Hour, "how long an Idempotency-Key's answer is kept (then cleaned up)")
 	f.dur(&c.IdemLease, "idempotency-lease", "LOCKSTEP_IDEMPOTENCY_LEASE", 30*time.Second, "a running keyed request's lease (renewed while it runs); after a crash its key is free again once this passed, if nothing committed")
-	f.str(&c.ObjectStore, "object-store", s3packs.Setting, "", "s3://bucket/prefix?endpoint=host:port[&insecure=true&region=…&path_style=true]: keep each network's packs in this S3-compatible bucket (several replicas; needs --database-url, a shared --secret-key-file; keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); empty = the local disk")
+	f.str(&c.ObjectStore, "object-store", s3packs.Setting, "", "s3://bucket/prefix?endpoint=host:port[&insecure=true&region=…&path_style=true] or file:///dir: keep each network's packs in this S3-compatible bucket or directory (several replicas; needs --database-url, a shared --secret-key-file; keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); empty = the local disk")
 	f.dur(&c.ObjectGrace, "object-grace", "LOCKSTEP_OBJECT_GRACE", replica.DefaultGrace, "object store: a retired or never-registered pack is deleted only once older than this; a write whose upload takes over half of it fails (must exceed the longest upload)")
 	f.dur(&c.ObjectGC, "object-gc-interval", "LOCKSTEP_OBJECT_GC_INTERVAL", 10*time.Minute, "object store: how often garbage collection of the bucket runs (one replica at a time); 0 = never")
 	f.bool(&c.MCPStateful, "mcp-stateful", "LOCKSTEP_MCP_STATEFUL", false, "keep MCP sessions (Mcp-Session-Id, SSE on GET) in this process; default stateless: every /mcp POST stands alone, so restarts and replicas are invisible to clients")
@@ -425,7 +427,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	if err := secureDataDir(c.Data, logger); err != nil {
 		return nil, err
 	}
-	var objCfg s3packs.Config
+	var objLoc bucket.Location
 	if c.ObjectStore != "" {
 		// Refused before anything starts: replicas cannot share these.
 		if c.DatabaseURL == "" {
@@ -445,7 +447,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 			getenv = os.Getenv
 		}
 		var err error
-		if objCfg, err = s3packs.ParseConfig(c.ObjectStore, getenv); err != nil {
+		if objLoc, err = objectBackends().Parse(s3packs.Setting, c.ObjectStore, getenv); err != nil {
 			return nil, err
 		}
 	}
@@ -492,11 +494,9 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		}
 	}
 	var openNetwork func(string, repo.Options) (repositories.ObjectStore, error)
-	var objectStore *s3packs.Store
+	var objectStore bucket.Bucket
 	if c.ObjectStore != "" {
-		vctx, cancel := context.WithTimeout(ctx, objCfg.Timeout*4+5*time.Second)
-		objects, err := s3packs.Open(vctx, objCfg)
-		cancel()
+		objects, err := objLoc.Open(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -512,7 +512,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		mgr := replica.New(rc)
 		a.closers = append(a.closers, mgr.Close)
 		openNetwork = mgr.Open
-		logger.Info("objects in object storage", "store", objCfg.String(), "grace", c.ObjectGrace.String(), "gc_interval", c.ObjectGC.String())
+		logger.Info("objects in object storage", "store", objLoc.String(), "grace", c.ObjectGrace.String(), "gc_interval", c.ObjectGC.String())
 	}
 	metrics := telemetry.NewMetrics()
 	keys := auth.New(db, nil)
@@ -621,7 +621,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 			MaxSSEStreams: c.MaxSSE, MaxSSEStreamsPerKey: c.MaxSSEPerKey, SSEMaxLifetime: c.SSELifetime, MaxConcurrentUploads: c.MaxUploads,
 			QuotaWorkspaces: c.QuotaWorkspaces, RateLimitRPS: float64(c.RateLimitRPS), RateLimitBurst: c.RateLimitBurst,
 			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
-		Store: db, Keys: keys, Redis: rdb, ObjectStore: readyzObjects(objectStore), Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps, Effects: fx,
+		Store: db, Keys: keys, Redis: rdb, ObjectStore: objectStore, Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps, Effects: fx,
 		MCP: func(api http.Handler) http.Handler {
 			h := agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{Version: readVersion().short(), MaxRequestBytes: c.MaxEditBytes, MaxReadBytes: c.MCPMaxReadBytes,
 				Stateful: c.MCPStateful, MaxSessions: c.MCPMaxSessions, MaxSessionsPerKey: c.MCPMaxSessionsKey, SessionTimeout: c.MCPSessionIdle})
@@ -765,10 +765,11 @@ func bootstrapAdmin(ctx context.Context, db *sqlstore.DB, keys *auth.Service, da
 	return keys.Bootstrap(ctx, data)
 }
 
-// readyzObjects keeps a nil *s3packs.Store a nil interface.
-func readyzObjects(s *s3packs.Store) interface{ Ping(context.Context) error } {
-	if s == nil {
-		return nil
+// objectBackends is the bucket registry of --object-store: one line per
+// backend, chosen by the URL's scheme.
+func objectBackends() bucket.Backends {
+	return bucket.Backends{
+		"s3":   s3packs.Location,
+		"file": filebucket.Location,
 	}
-	return s
 }

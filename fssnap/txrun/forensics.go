@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
@@ -138,25 +137,6 @@ func LoadRecord(dir, id string) (*Record, error) {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
 	return &r, nil
-}
-
-// ListRecords lists the kept records, newest first.
-func ListRecords(dir string) ([]Record, error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []Record
-	for _, e := range ents {
-		if r, err := LoadRecord(dir, e.Name()); err == nil {
-			out = append(out, *r)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].FailedAt.After(out[j].FailedAt) })
-	return out, nil
 }
 
 // PruneRecords drops the records older than window and returns how many.

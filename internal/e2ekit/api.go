@@ -41,7 +41,7 @@ func (r *Response) Decode(t testing.TB, v any) {
 	}
 }
 
-// Envelope is DESIGN.md's error body.
+// Envelope is the API's error body (Error in api/openapi.yaml).
 type Envelope struct {
 	Error struct {
 		Code    string         `json:"code"`
