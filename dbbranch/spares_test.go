@@ -96,7 +96,7 @@ func TestSparePoolFollowsDemand(t *testing.T) {
 		for _, d := range templateSpares(t, f, m, "app") {
 			md := *d.Meta
 			md.Created = time.Now().Add(-demandMemory - time.Minute).UTC()
-			if err := m.setComment(ctx, conn, d.Name, md); err != nil {
+			if err := m.run(ctx, conn, commentSQL(d.Name, md)); err != nil {
 				return err
 			}
 		}
