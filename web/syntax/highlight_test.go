@@ -252,3 +252,24 @@ func TestBinaryLinksNoChromaRegistry(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLoad is the one-time cost moved from every command's start to
+// the first highlight of a server process: building the registry.
+func BenchmarkLoad(b *testing.B) {
+	for b.Loop() {
+		load(lexersZip)
+	}
+}
+
+// BenchmarkHighlightGoLine tokenises one line of Go (the review pages
+// highlight each diff line alone).
+func BenchmarkHighlightGoLine(b *testing.B) {
+	l := chroma.Coalesce(Match("x.go"))
+	for b.Loop() {
+		it, err := l.Tokenise(nil, "\tfmt.Println(\"hello, world\", len(m)) // hi")
+		if err != nil {
+			b.Fatal(err)
+		}
+		it.Tokens()
+	}
+}
