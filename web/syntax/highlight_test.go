@@ -5,12 +5,15 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"html"
 	"os"
 	"os/exec"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/alecthomas/chroma/v2"
 	chromahtml "github.com/alecthomas/chroma/v2/formatters/html"
@@ -20,28 +23,32 @@ import (
 
 var update = flag.Bool("update", false, "rewrite lexers.zip and highlight.css from chroma")
 
-// generate serialises every lexer of chroma's registry that can be
-// serialised (those written in Go with custom functions cannot: they
-// are listed in skipped) and the "github" stylesheet.
-func generate(t *testing.T) (zipped []byte, files map[string][]byte, css []byte, skipped []string) {
+// generate serialises every lexer of chroma's registry and the "github"
+// stylesheet. A lexer chroma cannot serialise as it is (rules written
+// with Go functions, a lexer wrapped in another) is derived first: see
+// derive. notes says, per language, what the derivation approximated.
+func generate(t *testing.T) (zipped []byte, files map[string][]byte, css []byte, notes map[string][]string) {
 	t.Helper()
 	files = map[string][]byte{}
+	notes = map[string][]string{}
 	for _, l := range lexers.GlobalLexerRegistry.Lexers {
-		rl := regexLexer(l)
-		if rl == nil {
-			skipped = append(skipped, l.Config().Name)
-			continue
+		name := l.Config().Name
+		rl, why, err := derive(l)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
 		}
 		data, err := marshal(rl)
 		if err != nil {
-			skipped = append(skipped, l.Config().Name)
-			continue
+			t.Fatalf("%s: derived lexer still not serialisable: %v", name, err)
 		}
-		name := strings.ToLower(strings.NewReplacer("/", "_", " ", "_", "+", "plus", "#", "sharp").Replace(rl.Config().Name)) + ".xml"
-		if _, dup := files[name]; dup {
-			t.Fatalf("two lexers serialise to %s", name)
+		if len(why) > 0 {
+			notes[name] = why
 		}
-		files[name] = data
+		file := strings.ToLower(strings.NewReplacer("/", "_", " ", "_", "+", "plus", "#", "sharp").Replace(name)) + ".xml"
+		if _, dup := files[file]; dup {
+			t.Fatalf("two lexers serialise to %s", file)
+		}
+		files[file] = data
 	}
 	names := make([]string, 0, len(files))
 	for n := range files {
@@ -66,25 +73,390 @@ func generate(t *testing.T) (zipped []byte, files map[string][]byte, css []byte,
 	if err := chromahtml.New(chromahtml.WithClasses(true)).WriteCSS(&cb, styles.Get("github")); err != nil {
 		t.Fatal(err)
 	}
-	return zb.Bytes(), files, cb.Bytes(), skipped
+	return zb.Bytes(), files, cb.Bytes(), notes
 }
 
-// regexLexer returns the RegexLexer of l, or of the lexer a wrapper
-// embeds (chroma's markdown lexer wraps one to colour a YAML front
-// matter, which a diff highlighted line by line never shows whole).
-func regexLexer(l chroma.Lexer) *chroma.RegexLexer {
-	if rl, ok := l.(*chroma.RegexLexer); ok {
-		return rl
+// derive returns a RegexLexer chroma can serialise for l, taken from l
+// itself at generation time (never copied by hand), and what it had to
+// approximate:
+//   - a wrapper (markdown's front matter, HTTP's body by Content-Type,
+//     Common Lisp's and EmacsLisp's TypeRemappingLexer, which turns
+//     symbols such as defun into keywords) gives the lexer it wraps;
+//   - a DelegatingLexer (ERB, Go HTML Template, PHTML, Svelte,
+//     YAML+Jinja: a template language in HTML or YAML) gives its
+//     template lexer with each Other token (the text around the template
+//     tags) lexed by Using its root lexer, piece by piece;
+//   - in the rules, an emitter written in Go (UsingLexer, ByGroupNames,
+//     an EmitterFunc) becomes the plain token type of its rule (the
+//     type of the nearest group of a ByGroups, else Text), and a mutator
+//     written in Go (a MutatorFunc) is dropped (no state change).
+func derive(l chroma.Lexer) (*chroma.RegexLexer, []string, error) {
+	var why []string
+	if root, lang := field(l, "root"), field(l, "language"); root != nil && lang != nil {
+		rl, w, err := derive(lang)
+		if err != nil {
+			return nil, nil, err
+		}
+		host, w2, err := derive(root)
+		if err != nil {
+			return nil, nil, err
+		}
+		merged, err := merge(rl, host)
+		if err != nil {
+			return nil, nil, err
+		}
+		name := host.Config().Name
+		why = append(why, fmt.Sprintf("one lexer: %s's states each start with the template's opening rules, and the template's rules that hand text to %s (token Other) are dropped; chroma lexes the %s with the template parts cut out instead", name, name, name))
+		return merged, append(append(why, w...), w2...), nil
 	}
+	rl, ok := l.(*chroma.RegexLexer)
+	if !ok {
+		inner := field(l, "Lexer")
+		if inner == nil {
+			inner = field(l, "lexer")
+		}
+		if inner == nil {
+			return nil, nil, fmt.Errorf("lexer %T: neither a RegexLexer nor a wrapper of one", l)
+		}
+		if reflect.ValueOf(l).Elem().FieldByName("mapper").IsValid() {
+			why = append(why, "token types are not remapped (TypeRemappingLexer: e.g. symbols chroma turns into keywords or builtins stay names)")
+		} else {
+			why = append(why, fmt.Sprintf("what its wrapper %T does in Go is lost (the wrapped lexer is used)", l))
+		}
+		r, w, err := derive(inner)
+		if err != nil {
+			return nil, nil, err
+		}
+		return r, append(why, w...), nil
+	}
+	if _, err := marshal(rl); err == nil {
+		return rl, why, nil
+	}
+	rules, err := rl.Rules()
+	if err != nil {
+		return nil, nil, err
+	}
+	out, w := mapRules(rules, rl.Config())
+	return newLexer(rl, out), append(why, w...), nil
+}
+
+// newLexer is rl's configuration with other rules.
+func newLexer(rl *chroma.RegexLexer, rules chroma.Rules) *chroma.RegexLexer {
+	cfg := *rl.Config()
+	return chroma.MustNewLexer(&cfg, func() chroma.Rules { return rules })
+}
+
+// field returns the chroma.Lexer held in the struct field name of l
+// (exported or not: chroma's wrappers keep theirs unexported), or nil.
+func field(l chroma.Lexer, name string) chroma.Lexer {
 	v := reflect.ValueOf(l)
-	if v.Kind() == reflect.Pointer && v.Elem().Kind() == reflect.Struct {
-		if f := v.Elem().FieldByName("Lexer"); f.IsValid() && f.CanInterface() {
-			if rl, ok := f.Interface().(*chroma.RegexLexer); ok {
-				return rl
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	f := v.Elem().FieldByName(name)
+	if !f.IsValid() || f.Type() != reflect.TypeFor[chroma.Lexer]() {
+		return nil
+	}
+	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+	inner, _ := f.Interface().(chroma.Lexer)
+	return inner
+}
+
+// merge builds one lexer for a template language (lang, whose text
+// outside template tags is Other) in a host language (host): host's
+// states, renamed "Host/state", each preceded by lang's root rules that
+// open a template tag; lang's own states unchanged; lang's root is
+// host's root so. Host's patterns keep host's regexp flags.
+func merge(lang, host *chroma.RegexLexer) (*chroma.RegexLexer, error) {
+	lrules, err := lang.Rules()
+	if err != nil {
+		return nil, err
+	}
+	hrules, err := host.Rules()
+	if err != nil {
+		return nil, err
+	}
+	prefix := host.Config().Name + "/"
+	rename := func(state string) string {
+		if strings.HasPrefix(state, "#") { // #pop, #push
+			return state
+		}
+		return prefix + state
+	}
+	var openers []chroma.Rule
+	for _, r := range lrules["root"] {
+		if !emitsOther(r.Type) {
+			openers = append(openers, r)
+		}
+	}
+	out := chroma.Rules{}
+	for state, rs := range lrules {
+		if state != "root" {
+			out[state] = rs
+		}
+	}
+	wrap := flagGroup(host.Config(), lang.Config())
+	for state, rs := range hrules {
+		name := rename(state)
+		if state == "root" {
+			name = "root"
+		}
+		list := append([]chroma.Rule(nil), openers...)
+		for _, r := range rs {
+			if r.Pattern != "" && wrap != "" {
+				r.Pattern = wrap + r.Pattern + ")"
+			}
+			r.Type = renameEmitter(r.Type, rename)
+			r.Mutator = renameMutator(r.Mutator, rename)
+			list = append(list, r)
+		}
+		out[name] = list
+	}
+	if _, ok := out[rename("root")]; !ok { // host states that push "root" back
+		out[rename("root")] = out["root"]
+	}
+	return newLexer(lang, out), nil
+}
+
+// flagGroup opens a group giving host's regexp flags inside a lexer
+// compiled with lang's ("" when they are the same): chroma compiles
+// every rule with the flags of its lexer's config.
+func flagGroup(host, lang *chroma.Config) string {
+	var on, off string
+	for _, f := range []struct {
+		flag       string
+		host, lang bool
+	}{
+		{"m", !host.NotMultiline, !lang.NotMultiline},
+		{"i", host.CaseInsensitive, lang.CaseInsensitive},
+		{"s", host.DotAll, lang.DotAll},
+	} {
+		switch {
+		case f.host && !f.lang:
+			on += f.flag
+		case !f.host && f.lang:
+			off += f.flag
+		}
+	}
+	if on == "" && off == "" {
+		return ""
+	}
+	if off != "" {
+		off = "-" + off
+	}
+	return "(?" + on + off + ":"
+}
+
+// emitsOther tells whether e emits Other tokens, alone or in a group.
+func emitsOther(e chroma.Emitter) bool {
+	if e == chroma.Other {
+		return true
+	}
+	if se, ok := e.(chroma.SerialisableEmitter); ok && (se.EmitterKind() == "bygroups" || se.EmitterKind() == "usingbygroup") {
+		for _, g := range reflect.ValueOf(e).Elem().FieldByName("Emitters").Interface().(chroma.Emitters) {
+			if emitsOther(g) {
+				return true
 			}
 		}
 	}
-	return nil
+	return false
+}
+
+func renameEmitter(e chroma.Emitter, rename func(string) string) chroma.Emitter {
+	se, ok := e.(chroma.SerialisableEmitter)
+	if !ok {
+		return e
+	}
+	switch se.EmitterKind() {
+	case "usingself":
+		return chroma.UsingSelf(rename(reflect.ValueOf(e).Elem().FieldByName("State").String()))
+	case "bygroups":
+		groups := reflect.ValueOf(e).Elem().FieldByName("Emitters").Interface().(chroma.Emitters)
+		out := make([]chroma.Emitter, len(groups))
+		for i, g := range groups {
+			out[i] = renameEmitter(g, rename)
+		}
+		return chroma.ByGroups(out...)
+	}
+	return e
+}
+
+func renameMutator(m chroma.Mutator, rename func(string) string) chroma.Mutator {
+	sm, ok := m.(chroma.SerialisableMutator)
+	if !ok {
+		return m
+	}
+	v := reflect.ValueOf(m).Elem()
+	states := func() []string {
+		var out []string
+		for _, s := range v.FieldByName("States").Interface().([]string) {
+			out = append(out, rename(s))
+		}
+		return out
+	}
+	switch sm.MutatorKind() {
+	case "include":
+		return chroma.Include(rename(v.FieldByName("State").String())).Mutator
+	case "push":
+		return chroma.Push(states()...)
+	case "combined":
+		return chroma.Combined(states()...)
+	case "mutators":
+		var out []chroma.Mutator
+		for _, x := range v.FieldByName("Mutators").Interface().([]chroma.Mutator) {
+			out = append(out, renameMutator(x, rename))
+		}
+		return chroma.Mutators(out...)
+	}
+	return m
+}
+
+// mapRules copies rules replacing what chroma cannot serialise (see
+// derive).
+func mapRules(rules chroma.Rules, cfg *chroma.Config) (chroma.Rules, []string) {
+	states := map[string]map[string]bool{} // what was replaced: in which states
+	note := func(state, what string) {
+		if states[what] == nil {
+			states[what] = map[string]bool{}
+		}
+		states[what][state] = true
+	}
+	var emitter func(e chroma.Emitter, plain chroma.TokenType, state, pattern string) chroma.Emitter
+	emitter = func(e chroma.Emitter, plain chroma.TokenType, state, pattern string) chroma.Emitter {
+		switch e := e.(type) {
+		case nil:
+			return nil
+		case chroma.TokenType:
+			return e
+		case chroma.SerialisableEmitter:
+			if e.EmitterKind() != "bygroups" {
+				return e
+			}
+			groups := reflect.ValueOf(e).Elem().FieldByName("Emitters").Interface().(chroma.Emitters)
+			out := make([]chroma.Emitter, len(groups))
+			for i, g := range groups {
+				out[i] = emitter(g, groupType(groups, i), state, "")
+			}
+			return chroma.ByGroups(out...)
+		default:
+			if pattern != "" {
+				if p := probe(e, pattern, cfg); p != nil {
+					note(state, fmt.Sprintf("%T (a Go function) replaced by the fixed token types it emits (%s)", e, describe(p)))
+					return p
+				}
+			}
+			note(state, fmt.Sprintf("%T (a Go function) emits %s instead", e, plain))
+			return plain
+		}
+	}
+	var mutator func(m chroma.Mutator, state string) chroma.Mutator
+	mutator = func(m chroma.Mutator, state string) chroma.Mutator {
+		switch m := m.(type) {
+		case nil:
+			return nil
+		case chroma.SerialisableMutator:
+			if m.MutatorKind() != "mutators" {
+				return m
+			}
+			var keep []chroma.Mutator
+			for _, x := range reflect.ValueOf(m).Elem().FieldByName("Mutators").Interface().([]chroma.Mutator) {
+				if y := mutator(x, state); y != nil {
+					keep = append(keep, y)
+				}
+			}
+			if len(keep) == 0 {
+				return nil
+			}
+			return chroma.Mutators(keep...)
+		default:
+			note(state, fmt.Sprintf("%T (a Go function) is dropped: no state change", m))
+			return nil
+		}
+	}
+	out := chroma.Rules{}
+	for state, rs := range rules {
+		for _, r := range rs {
+			r.Type = emitter(r.Type, chroma.Text, state, r.Pattern)
+			r.Mutator = mutator(r.Mutator, state)
+			out[state] = append(out[state], r)
+		}
+	}
+	var why []string
+	for _, what := range sortedKeys(states) {
+		why = append(why, fmt.Sprintf("%s (states %s)", what, strings.Join(sortedKeys(states[what]), ", ")))
+	}
+	return out, why
+}
+
+// probe runs a Go emitter of a rule on placeholder groups: when it
+// emits each group once, in order, with a token type that does not
+// depend on the text (HTTP's header lines), it is that ByGroups (or
+// that token type for the whole match). Otherwise (it reads the lexer
+// state, the text, another lexer) nil.
+func probe(e chroma.Emitter, pattern string, cfg *chroma.Config) (out chroma.Emitter) {
+	groups := make([]string, 33)
+	for i := range groups {
+		groups[i] = fmt.Sprintf("\x00group%d\x00", i)
+	}
+	defer func() {
+		if recover() != nil {
+			out = nil
+		}
+	}()
+	state := &chroma.LexerState{Groups: groups, NamedGroups: map[string]string{}, MutatorContext: map[any]any{}}
+	toks := e.Emit(groups, state).Tokens()
+	if len(toks) == 1 && toks[0].Value == groups[0] {
+		return toks[0].Type
+	}
+	types := make([]chroma.Emitter, len(toks))
+	for i, tok := range toks {
+		if tok.Value != groups[i+1] {
+			return nil
+		}
+		types[i] = tok.Type
+	}
+	if len(types) == 0 {
+		return nil
+	}
+	// chroma checks that a ByGroups has one emitter per group.
+	c := *cfg
+	c.Name = "probe"
+	byGroups := chroma.ByGroups(types...)
+	l := chroma.MustNewLexer(&c, func() chroma.Rules {
+		return chroma.Rules{"root": {{Pattern: pattern, Type: byGroups}}}
+	})
+	if _, err := l.Tokenise(nil, ""); err != nil {
+		return nil
+	}
+	return byGroups
+}
+
+// describe names the token types of a plain or ByGroups emitter.
+func describe(e chroma.Emitter) string {
+	if tt, ok := e.(chroma.TokenType); ok {
+		return tt.String()
+	}
+	var names []string
+	for _, g := range reflect.ValueOf(e).Elem().FieldByName("Emitters").Interface().(chroma.Emitters) {
+		names = append(names, describe(g))
+	}
+	return "ByGroups " + strings.Join(names, ", ")
+}
+
+// groupType is the token type nearest group i of a ByGroups among its
+// plain token types (Text when it has none): a raw Go string's
+// ByGroups(String, UsingLexer(template), String) gives String.
+func groupType(groups chroma.Emitters, i int) chroma.TokenType {
+	for d := 1; d < len(groups); d++ {
+		for _, j := range []int{i - d, i + d} {
+			if j >= 0 && j < len(groups) {
+				if tt, ok := groups[j].(chroma.TokenType); ok {
+					return tt
+				}
+			}
+		}
+	}
+	return chroma.Text
 }
 
 // marshal serialises a lexer, recovering from the panics chroma raises
@@ -142,8 +514,11 @@ func sortStates(data []byte) []byte {
 // chroma in go.mod (so an upgrade that changes them fails here until
 // regenerated with -update), and that each embedded lexer loads.
 func TestGenerated(t *testing.T) {
-	zipped, files, css, skipped := generate(t)
-	t.Logf("%d lexers serialised; not serialisable (plain text in the UI, but for Go: golang.go): %s", len(files), strings.Join(skipped, ", "))
+	zipped, files, css, notes := generate(t)
+	t.Logf("%d lexers serialised, %d of them derived:", len(files), len(notes))
+	for _, name := range sortedKeys(notes) {
+		t.Logf("  %s: %s", name, strings.Join(notes[name], "; "))
+	}
 	if *update {
 		if err := os.WriteFile("lexers.zip", zipped, 0o644); err != nil {
 			t.Fatal(err)
@@ -182,9 +557,41 @@ func TestGenerated(t *testing.T) {
 			t.Errorf("chroma has lexer %s, the embedded zip does not: regenerate with -update", n)
 		}
 	}
-	if got, want := len(Registry().Lexers), len(files)+1; got != want { // + Go
+	if got, want := len(Registry().Lexers), len(files); got != want {
 		t.Errorf("registry has %d lexers, want %d", got, want)
 	}
+	// Every Using names a lexer of the registry: one that does not would
+	// panic at the first highlight reaching it.
+	for _, l := range Registry().Lexers {
+		for _, name := range usedLexers(t, l.(*chroma.RegexLexer)) {
+			if Registry().Get(name) == nil {
+				t.Errorf("%s uses lexer %q, not in the registry", l.Config().Name, name)
+			}
+		}
+	}
+}
+
+// usedLexers lists the lexers the rules of l name in Using emitters.
+func usedLexers(t *testing.T, l *chroma.RegexLexer) []string {
+	t.Helper()
+	data, err := chroma.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`<using lexer="([^"]*)"`).FindAllStringSubmatch(string(data), -1) {
+		names = append(names, html.UnescapeString(m[1]))
+	}
+	return names
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // TestSameTokensAsChroma highlights a few files with the embedded
