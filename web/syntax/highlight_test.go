@@ -196,13 +196,17 @@ func errorRunes(ts []chroma.Token) int {
 //     Common Lisp's and EmacsLisp's TypeRemappingLexer, which turns
 //     symbols such as defun into keywords) gives the lexer it wraps;
 //   - a DelegatingLexer (ERB, Go HTML Template, PHTML, Svelte,
-//     YAML+Jinja: a template language in HTML or YAML) gives its
-//     template lexer with each Other token (the text around the template
-//     tags) lexed by Using its root lexer, piece by piece;
+//     YAML+Jinja: a template language in HTML or YAML) becomes one lexer
+//     (merge): the host's states, each starting with the template's
+//     rules that open a template tag;
 //   - in the rules, an emitter written in Go (UsingLexer, ByGroupNames,
-//     an EmitterFunc) becomes the plain token type of its rule (the
-//     type of the nearest group of a ByGroups, else Text), and a mutator
-//     written in Go (a MutatorFunc) is dropped (no state change).
+//     an EmitterFunc) becomes the fixed token types it emits when it has
+//     them (probe: HTTP's headers), else the plain token type of its
+//     rule (the type of the nearest group of a ByGroups, else Text), and
+//     a mutator written in Go (a MutatorFunc) is dropped (no state
+//     change).
+//
+// generate then checks each derived lexer on chroma's test data.
 func derive(l chroma.Lexer) (*chroma.RegexLexer, []string, error) {
 	var why []string
 	if root, lang := field(l, "root"), field(l, "language"); root != nil && lang != nil {
