@@ -2,13 +2,14 @@ package lockstep
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/lockstep-hq/lockstep/internal/lazyre"
 )
 
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,99}$`)
+var nameRE = lazyre.New(`^[a-z0-9][a-z0-9._-]{0,99}$`)
 
 // ValidateName checks a repository, workspace or branch-component name
 // against the contract's rule `[a-z0-9][a-z0-9._-]{0,99}`. what names the
@@ -146,7 +147,7 @@ func refComponentProblem(c string) string {
 // branch must not exist yet"; as a new value it means "delete".
 const ZeroOID = "0000000000000000000000000000000000000000"
 
-var oidRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
+var oidRE = lazyre.New(`^[0-9a-f]{40}$`)
 
 // ValidateOID checks a full lowercase hex SHA-1 object id.
 func ValidateOID(what, oid string) error {

@@ -56,10 +56,10 @@ type benchOpts struct {
 
 // benchGroups are the scenario groups --only selects (a row name such as
 // fork-20k or read-refs selects its group).
-var benchGroups = []string{"push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "fsync-off", "fleet", "objstore", "db-burst"}
+var benchGroups = []string{"cli-startup", "push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "fsync-off", "fleet", "objstore", "db-burst"}
 
 // benchRowNames are every row a full run prints, in order.
-var benchRowNames = []string{"push-incremental", "push-incremental:server", "push-tar-full", "rollback", "idempotency-rollback", "read-commit", "read-refs", "mcp-tool-call",
+var benchRowNames = []string{"cli-startup", "push-incremental", "push-incremental:server", "push-tar-full", "rollback", "idempotency-rollback", "read-commit", "read-refs", "mcp-tool-call",
 	"fork-20k", "fork-200", "preflight-deep-20k", "preflight-renames-20k", "materialize-20k", "checkpoint", "restore", "run-true", "run-false",
 	"push-incremental (fsync=false)", "rollback (fsync=false)"}
 
@@ -309,6 +309,7 @@ func (b *bencher) runAll() error {
 		group string
 		run   func() error
 	}{
+		{"cli-startup", b.benchStartup},
 		{"push-incremental", b.benchPushIncremental},
 		{"push-tar-full", b.benchPushTarFull},
 		{"rollback", func() error { return b.benchRollback(true, "rollback") }},

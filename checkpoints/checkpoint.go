@@ -17,7 +17,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/internal/lazyre"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/telemetry"
 )
@@ -75,7 +75,7 @@ func ErrBranchingOff() error {
 	return lockstep.Errorf(lockstep.ENOTCONFIGURED, "database branching is off: start lockstep serve with LOCKSTEP_BRANCH_DATABASE_URL (or --branch-database-url) set to a Postgres server where Lockstep may create databases and roles")
 }
 
-var fsIDRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+var fsIDRE = lazyre.New(`^[A-Za-z0-9._:-]{1,128}$`)
 
 // CreateRequest is the body of a checkpoint.
 type CreateRequest struct {

@@ -8,12 +8,12 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/internal/lazyre"
 )
 
 // Object kinds: the letter after the prefix in every database or role name.
@@ -35,9 +35,9 @@ const (
 )
 
 var (
-	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,99}$`)
-	snapIDRE = regexp.MustCompile(`^[a-z0-9-]{1,40}$`)
-	prefixRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,5}$`)
+	nameRE   = lazyre.New(`^[a-z0-9][a-z0-9._-]{0,99}$`)
+	snapIDRE = lazyre.New(`^[a-z0-9-]{1,40}$`)
+	prefixRE = lazyre.New(`^[a-z][a-z0-9]{0,5}$`)
 )
 
 func validateName(what, name string) error {

@@ -34,7 +34,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,6 +42,7 @@ import (
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/internal/lazyre"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -110,7 +110,7 @@ func New(cfg Config) (*Manager, error) {
 	return &Manager{cfg: cfg, bin: p, lock: map[string]*sync.Mutex{}, proc: map[string]*exec.Cmd{}, done: map[string]chan struct{}{}}, nil
 }
 
-var idRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+var idRE = lazyre.New(`^[A-Za-z0-9._-]{1,128}$`)
 
 func (m *Manager) wsLock(ws string) *sync.Mutex {
 	m.mu.Lock()

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"regexp"
 	"sort"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/internal/lazyre"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/telemetry"
 )
@@ -29,7 +29,7 @@ func runMetrics(m *telemetry.Metrics) *telemetry.RunMetrics {
 	return m.Runs
 }
 
-var runIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var runIDRE = lazyre.New(`^[A-Za-z0-9_-]{1,64}$`)
 
 // Bounds of a run report beyond the JSON body limit.
 const (

@@ -7,24 +7,20 @@ package web
 // colours come from /ui/highlight.css (same origin, as the CSP requires).
 
 import (
-	"bytes"
 	"context"
 	"html/template"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 
 	"github.com/alecthomas/chroma/v2"
-	chromahtml "github.com/alecthomas/chroma/v2/formatters/html"
-	"github.com/alecthomas/chroma/v2/lexers"
-	"github.com/alecthomas/chroma/v2/styles"
 	"github.com/gin-gonic/gin"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/merge"
 	"github.com/lockstep-hq/lockstep/repositories"
+	"github.com/lockstep-hq/lockstep/web/syntax"
 	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
@@ -239,25 +235,16 @@ func (u *uiServer) timeline(ctx context.Context, name string) ([]timelineItem, e
 
 // --- highlighting and the split view ---------------------------------------
 
-var (
-	highlightCSSOnce sync.Once
-	highlightCSS     []byte
-)
-
+// handleHighlightCSS serves chroma's "github" style, generated into
+// web/syntax (chroma's styles package is not linked: see there).
 func (u *uiServer) handleHighlightCSS(c *gin.Context) {
-	highlightCSSOnce.Do(func() {
-		var b bytes.Buffer
-		if err := chromahtml.New(chromahtml.WithClasses(true)).WriteCSS(&b, styles.Get("github")); err == nil {
-			highlightCSS = b.Bytes()
-		}
-	})
 	c.Header("Cache-Control", "public, max-age=300")
-	c.Data(http.StatusOK, "text/css; charset=utf-8", highlightCSS)
+	c.Data(http.StatusOK, "text/css; charset=utf-8", syntax.CSS)
 }
 
 // lexerFor picks a lexer by file name; nil when none fits (plain text).
 func lexerFor(path string) chroma.Lexer {
-	l := lexers.Match(path)
+	l := syntax.Match(path)
 	if l == nil {
 		return nil
 	}

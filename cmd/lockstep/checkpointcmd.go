@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/fssnap"
+	"github.com/lockstep-hq/lockstep/internal/lazyre"
 )
 
 func cmdCheckpoint(ctx context.Context, e *env, args []string) error {
@@ -185,4 +185,4 @@ func checkFSSnapshot(e *env, stateRoot, id string) error {
 	return nil
 }
 
-var snapIDPattern = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)
+var snapIDPattern = lazyre.New(`^[a-z0-9-]{1,64}$`)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"time"
 
 	"github.com/lockstep-hq/lockstep/api"
@@ -16,6 +15,7 @@ import (
 	"github.com/lockstep-hq/lockstep/fssnap"
 	"github.com/lockstep-hq/lockstep/fssnap/contain"
 	"github.com/lockstep-hq/lockstep/fssnap/txrun"
+	"github.com/lockstep-hq/lockstep/internal/lazyre"
 )
 
 // lastRun is how the previous run of a directory on this machine ended:
@@ -58,7 +58,7 @@ func writeLastRun(stateRoot string, l lastRun) error {
 	return os.Rename(tmp, p)
 }
 
-var reportIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var reportIDRE = lazyre.New(`^[A-Za-z0-9_-]{1,64}$`)
 
 // runReportTimeout bounds the one attempt to send a run report.
 const runReportTimeout = 15 * time.Second

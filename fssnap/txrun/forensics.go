@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/fssnap"
 	"github.com/lockstep-hq/lockstep/fssnap/contain"
+	"github.com/lockstep-hq/lockstep/internal/lazyre"
 )
 
 // DefaultForensicsWindow is how long a failed run's record is kept.
@@ -35,7 +35,7 @@ type Record struct {
 	Upper      string           `json:"upper,omitempty"`
 }
 
-var runIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var runIDRE = lazyre.New(`^[A-Za-z0-9_-]{1,64}$`)
 
 // keepForensics records what the failed run wrote, before anything is
 // undone: Dir compared with its pre-run manifest, the overlay upper
