@@ -72,6 +72,12 @@ type Config struct {
 	// bucket, burst RateLimitBurst; 0: off).
 	RateLimitRPS   float64
 	RateLimitBurst int
+	// Run jobs (runjobs.go): a command's default and longest timeout
+	// (RunJobTimeout), the lease a runner renews while it runs a job
+	// (RunnerLease), how long a runner's poll waits for a job
+	// (RunnerPollWait) and how long a job waits for a runner to take it
+	// (RunJobQueueTimeout); 0 = the Default* values.
+	RunJobTimeout, RunnerLease, RunnerPollWait, RunJobQueueTimeout time.Duration
 }
 
 // Server holds the services the handlers call.
@@ -95,6 +101,7 @@ type Server struct {
 	Gate          *gate.Service
 	Checkpoints   *checkpoints.Service
 	Effects       *effects.Service // the effects outbox (nil: its routes answer 503)
+	Jobs          lockstep.RunJobStore // runners and run jobs (nil: their routes answer not_configured)
 	// MCP, when set, builds the handler served at /mcp (behind the API's
 	// authentication) from the API handler its tools call in-process.
 	MCP func(api http.Handler) http.Handler
@@ -125,6 +132,7 @@ func (s *Server) Handler() http.Handler {
 		s.Config.MaxConcurrentUploads = DefaultMaxConcurrentUploads
 	}
 	s.uploads = make(chan struct{}, s.Config.MaxConcurrentUploads)
+	s.runJobDefaults()
 	if s.Logger == nil {
 		s.Logger = slog.Default()
 	}
