@@ -160,6 +160,8 @@ func nextStep(code string, details map[string]any) string {
 		return "this feature is not configured on the server: do not retry; carry on without it or ask the operator to enable it"
 	case lockstep.EUNAUTH:
 		return "the API key is missing or revoked: ask the operator for a valid LOCKSTEP_KEY"
+	case lockstep.ENORUNNER:
+		return "no runner serves this workspace: do not retry now; ask the operator to start `lockstep runner --jobs` for it, or carry on without running code"
 	}
 	return ""
 }
@@ -443,6 +445,9 @@ func (t *tools) register(s *mcp.Server) {
 				}
 				return t.local(ctx, append(append(args, "--"), in.Command...))
 			})
+	}
+	if t.o.Local == nil {
+		t.registerRunJob(s) // runjob.go: run_command on a runner
 	}
 	t.registerMore(s) // more.go
 	t.resources(s)
