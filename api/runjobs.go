@@ -21,13 +21,13 @@ type RunJobRequest struct {
 
 // RunJobResult is how a job's run ended, as its runner reports it.
 type RunJobResult struct {
-	RunID      string  `json:"run_id,omitempty"`
-	CheckedOut string  `json:"checked_out"` // the tip the run started from
-	ExitCode   int     `json:"exit_code"`
-	Signal     string  `json:"signal,omitempty"`
-	TimedOut   bool    `json:"timed_out,omitempty"`
-	Succeeded  bool    `json:"succeeded"`
-	RolledBack bool    `json:"rolled_back"`
+	RunID      string `json:"run_id,omitempty"`
+	CheckedOut string `json:"checked_out"` // the tip the run started from
+	ExitCode   int    `json:"exit_code"`
+	Signal     string `json:"signal,omitempty"`
+	TimedOut   bool   `json:"timed_out,omitempty"`
+	Succeeded  bool   `json:"succeeded"`
+	RolledBack bool   `json:"rolled_back"`
 	// PushedCommit is the commit pushed after a successful run with
 	// push_on_success ("" otherwise).
 	PushedCommit string `json:"pushed_commit,omitempty"`

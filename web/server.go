@@ -100,7 +100,7 @@ type Server struct {
 	Workspaces    *workspaces.Service
 	Gate          *gate.Service
 	Checkpoints   *checkpoints.Service
-	Effects       *effects.Service // the effects outbox (nil: its routes answer 503)
+	Effects       *effects.Service     // the effects outbox (nil: its routes answer 503)
 	Jobs          lockstep.RunJobStore // runners and run jobs (nil: their routes answer not_configured)
 	// MCP, when set, builds the handler served at /mcp (behind the API's
 	// authentication) from the API handler its tools call in-process.

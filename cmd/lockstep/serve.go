@@ -92,9 +92,9 @@ type serveConfig struct {
 	IdemWait      time.Duration
 	// Run jobs on runners (web/runjobs.go).
 	RunJobTimeout, RunnerLease, RunnerPollWait, RunJobQueueTimeout time.Duration
-	ObjectStore   string
-	ObjectGrace   time.Duration
-	ObjectGC      time.Duration
+	ObjectStore                                                    string
+	ObjectGrace                                                    time.Duration
+	ObjectGC                                                       time.Duration
 	// idemPausePrefix is test-only fault injection, read from
 	// LOCKSTEP_TEST_PAUSE_AFTER_COMMIT (not a setting).
 	idemPausePrefix string
