@@ -22,11 +22,16 @@ type runJobIn struct {
 }
 
 // runJobSchema is run_command's output schema: the finished job.
-func runJobSchema() *jsonschema.Schema {
-	s, err := jsonschema.For[api.RunJob](nil)
+func runJobSchema() *jsonschema.Schema { return outputSchema[api.RunJob]() }
+
+// outputSchema is a tool's output schema inferred from the API type its
+// structured content has; fields the server may add later are allowed.
+func outputSchema[T any]() *jsonschema.Schema {
+	s, err := jsonschema.For[T](nil)
 	if err != nil {
-		panic(fmt.Sprintf("run job schema: %v", err)) // a static type: a bug if it fails
+		panic(fmt.Sprintf("output schema of %T: %v", *new(T), err)) // a static type: a bug if it fails
 	}
+	s.AdditionalProperties = nil
 	return s
 }
 
