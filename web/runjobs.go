@@ -118,16 +118,27 @@ func (s *Server) handleRunnerRegister() gin.HandlerFunc {
 	}
 }
 
-// myRunner returns the runner :id if the caller registered it.
-func (s *Server) myRunner(c *gin.Context, st lockstep.RunJobStore) (*lockstep.Runner, error) {
-	r, err := st.RunnerByID(c.Request.Context(), c.Param("id"))
+// runnerRequest starts a runner's call on /runners/:id/...: the store,
+// the runner :id if the caller registered it, and the body decoded into
+// body (nil: none); false once an error was written.
+func (s *Server) runnerRequest(c *gin.Context, body any) (lockstep.RunJobStore, *lockstep.Runner, bool) {
+	st, err := s.jobs()
 	if err != nil {
-		return nil, err
+		writeError(c, err)
+		return nil, nil, false
 	}
-	if r.KeyID != caller(c).ID {
-		return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "runner %s was registered by another key", r.ID)
+	r, err := st.RunnerByID(c.Request.Context(), c.Param("id"))
+	if err == nil && r.KeyID != caller(c).ID {
+		err = lockstep.Errorf(lockstep.EFORBIDDEN, "runner %s was registered by another key", r.ID)
 	}
-	return r, nil
+	if err == nil && body != nil {
+		err = s.decodeJSON(c, body)
+	}
+	if err != nil {
+		writeError(c, err)
+		return nil, nil, false
+	}
+	return st, r, true
 }
 
 // handleRunnerTake is the runner's long poll: it answers a job as soon as
@@ -136,14 +147,8 @@ func (s *Server) myRunner(c *gin.Context, st lockstep.RunJobStore) (*lockstep.Ru
 func (s *Server) handleRunnerTake() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		ctx := c.Request.Context()
-		st, err := s.jobs()
-		if err != nil {
-			writeError(c, err)
-			return
-		}
-		r, err := s.myRunner(c, st)
-		if err != nil {
-			writeError(c, err)
+		st, r, ok := s.runnerRequest(c, nil)
+		if !ok {
 			return
 		}
 		wait := s.Config.RunnerPollWait
@@ -205,19 +210,9 @@ func (s *Server) giveJob(c *gin.Context, st lockstep.RunJobStore, r *lockstep.Ru
 func (s *Server) handleRunnerOutput() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		ctx := c.Request.Context()
-		st, err := s.jobs()
-		if err != nil {
-			writeError(c, err)
-			return
-		}
-		r, err := s.myRunner(c, st)
-		if err != nil {
-			writeError(c, err)
-			return
-		}
 		var req api.RunJobOutput
-		if err := s.decodeJSON(c, &req); err != nil {
-			writeError(c, err)
+		st, r, ok := s.runnerRequest(c, &req)
+		if !ok {
 			return
 		}
 		if len(req.Lines) > maxRunJobLines {
@@ -246,19 +241,9 @@ func (s *Server) handleRunnerOutput() gin.HandlerFunc {
 func (s *Server) handleRunnerResult() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		ctx := c.Request.Context()
-		st, err := s.jobs()
-		if err != nil {
-			writeError(c, err)
-			return
-		}
-		r, err := s.myRunner(c, st)
-		if err != nil {
-			writeError(c, err)
-			return
-		}
 		var res api.RunJobResult
-		if err := s.decodeJSON(c, &res); err != nil {
-			writeError(c, err)
+		st, r, ok := s.runnerRequest(c, &res)
+		if !ok {
 			return
 		}
 		raw, _ := json.Marshal(res)
