@@ -18,6 +18,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
+	"github.com/lockstep-hq/lockstep/client"
 	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
@@ -241,5 +244,47 @@ func TestMCPRunOnRunnerAcrossRestart(t *testing.T) {
 	mustTool(t, cs, "promote", map[string]any{"workspace": "loop"}, nil)
 	if got := s2.Blob(t, "shop", "main", "app.txt"); got != "one\nTWO (agent, fixed, after base)\nthree\n" {
 		t.Fatalf("base after promote: %q", got)
+	}
+}
+
+// TestRunJobRunnerDies: a runner that takes a job and then goes silent
+// (it died) loses its lease: the agent's call ends with the job failed
+// and the reason, instead of hanging, and the runner's late result is
+// refused.
+func TestRunJobRunnerDies(t *testing.T) {
+	s := e2ekit.StartServer(t, e2ekit.ServerOpts{Args: []string{"--runner-lease", "1s", "--runner-poll-wait", "1s"}})
+	s.CreateRepo(t, "shop")
+	s.PushWith(t, s.AdminKey, "shop", e2ekit.PushQuery("main", "", "force=true"), map[string]string{"a.txt": "a\n"})
+	agentKey := s.CreateKey(t, "agent-dies", "agent")
+	runnerKey := s.CreateKey(t, "box-dies", "runner")
+	ctx := context.Background()
+	agent, runner := client.New(s.URL, agentKey.Secret), client.New(s.URL, runnerKey.Secret)
+	if _, err := agent.Fork(ctx, "shop", "dies"); err != nil {
+		t.Fatal(err)
+	}
+	info, err := runner.RegisterRunner(ctx, api.RunnerRegistration{Name: "dies", Workspaces: []string{"dies"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := make(chan *api.TakenJob, 1)
+	go func() {
+		for {
+			tj, err := runner.TakeRunJob(ctx, info.ID, 1)
+			if err != nil || tj != nil {
+				taken <- tj
+				return
+			}
+		}
+	}()
+	job, err := agent.ExecuteRun(ctx, "dies", api.RunJobRequest{Command: []string{"make", "test"}}, nil)
+	tj := <-taken
+	if tj == nil || job == nil || tj.Job.ID != job.ID {
+		t.Fatalf("the runner did not take the job: %+v %+v", tj, job)
+	}
+	if lockstep.ErrorCode(err) != lockstep.EUNAVAILABLE || job.State != lockstep.JobFailed || !strings.Contains(job.Error, "lease") {
+		t.Fatalf("a job whose runner died: %+v, %v; want failed, naming the lease", job, err)
+	}
+	if err := runner.FinishRunJob(ctx, info.ID, job.ID, api.RunJobResult{Succeeded: true}); lockstep.ErrorCode(err) != lockstep.EREFCONFLICT {
+		t.Fatalf("late result: %v; want ref_conflict", err)
 	}
 }
