@@ -96,8 +96,7 @@ func (p *progressLines) has(sub string) bool {
 // run_command answers no_runner at once; the runner key can do nothing
 // but take jobs.
 func TestMCPRunOnRunnerAcrossRestart(t *testing.T) {
-	// A short runner poll: a graceful stop waits for a poll in flight.
-	s := e2ekit.StartServer(t, e2ekit.ServerOpts{Args: []string{"--runner-poll-wait", "2s"}})
+	s := e2ekit.StartServer(t, e2ekit.ServerOpts{})
 	s.CreateRepo(t, "shop")
 	s.PushWith(t, s.AdminKey, "shop", e2ekit.PushQuery("main", "", "force=true"), map[string]string{
 		"app.txt": "one\ntwo\nthree\n",
@@ -286,5 +285,58 @@ func TestRunJobRunnerDies(t *testing.T) {
 	}
 	if err := runner.FinishRunJob(ctx, info.ID, job.ID, api.RunJobResult{Succeeded: true}); lockstep.ErrorCode(err) != lockstep.EREFCONFLICT {
 		t.Fatalf("late result: %v; want ref_conflict", err)
+	}
+}
+
+// TestRunJobStreamEndsOnShutdown: a graceful stop ends a job's stream and
+// a runner's long poll at once (Drain) instead of waiting for the job;
+// the caller is told the stream ended before the result, and the job,
+// kept in the metadata database, is still there after the restart.
+func TestRunJobStreamEndsOnShutdown(t *testing.T) {
+	s := e2ekit.StartServer(t, e2ekit.ServerOpts{})
+	s.CreateRepo(t, "shop")
+	s.PushWith(t, s.AdminKey, "shop", e2ekit.PushQuery("main", "", "force=true"), map[string]string{"a.txt": "a\n"})
+	agentKey := s.CreateKey(t, "agent-stop", "agent")
+	runnerKey := s.CreateKey(t, "box-stop", "runner")
+	ctx := context.Background()
+	agent, runner := client.New(s.URL, agentKey.Secret), client.New(s.URL, runnerKey.Secret)
+	agent.Retry, runner.Retry = client.RetryPolicy{MaxAttempts: 1}, client.RetryPolicy{MaxAttempts: 1}
+	if _, err := agent.Fork(ctx, "shop", "stop"); err != nil {
+		t.Fatal(err)
+	}
+	info, err := runner.RegisterRunner(ctx, api.RunnerRegistration{Name: "stop", Workspaces: []string{"stop"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		job *api.RunJob
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		job, err := agent.ExecuteRun(ctx, "stop", api.RunJobRequest{Command: []string{"sleep", "600"}}, nil)
+		done <- answer{job, err}
+	}()
+	var tj *api.TakenJob
+	for tj == nil {
+		if tj, err = runner.TakeRunJob(ctx, info.ID, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A second runner call is a long poll in flight during the stop.
+	polled := make(chan error, 1)
+	go func() { _, err := runner.TakeRunJob(ctx, info.ID, 600); polled <- err }()
+	if code := s.Stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("graceful stop with a job stream and a long poll open: exit %d", code)
+	}
+	a := <-done
+	if lockstep.ErrorCode(a.err) != lockstep.EUNAVAILABLE || a.job == nil || a.job.ID != tj.Job.ID || a.job.State == lockstep.JobFailed {
+		t.Fatalf("the caller after the stop: %+v, %v; want unavailable (stream ended) with the job as created", a.job, a.err)
+	}
+	<-polled
+	s2 := s.Restart(t)
+	again, err := client.New(s2.URL, agentKey.Secret).RunJob(ctx, "stop", tj.Job.ID, 0)
+	if err != nil || again.State != lockstep.JobRunning || again.RunnerID != info.ID {
+		t.Fatalf("the job after the restart: %+v, %v; want still running on its runner", again, err)
 	}
 }

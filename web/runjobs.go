@@ -180,7 +180,7 @@ func (s *Server) handleRunnerTake() gin.HandlerFunc {
 				s.giveJob(c, st, r, j)
 				return
 			}
-			if !now.Before(deadline) || !sleepCtx(ctx, min(runJobPollEvery*2, time.Until(deadline)+time.Millisecond)) {
+			if !now.Before(deadline) || !s.sleepCtx(ctx, min(runJobPollEvery*2, time.Until(deadline)+time.Millisecond)) {
 				c.Status(http.StatusNoContent)
 				return
 			}
@@ -427,18 +427,37 @@ func (s *Server) followJob(c *gin.Context, st lockstep.RunJobStore, j *lockstep.
 			w.Flush()
 			lastBeat = now
 		}
-		if !sleepCtx(ctx, runJobPollEvery) {
+		if !s.sleepCtx(ctx, runJobPollEvery) {
+			if !sse && ctx.Err() == nil { // draining: the job as it is now
+				if cur, err := st.RunJob(context.WithoutCancel(ctx), j.ID); err == nil {
+					c.JSON(http.StatusOK, apiJob(cur, tail))
+				}
+			}
 			return
 		}
 	}
 }
 
-// sleepCtx sleeps d; false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
+// Drain ends the runners' long polls (204 at once) and the streams of
+// jobs being followed (the job goes on; GET /repos/{ws}/jobs/{id} shows
+// it), so that a graceful stop does not wait for them. serve calls it when
+// the HTTP server starts shutting down.
+func (s *Server) Drain() {
+	s.drainOnce.Do(func() {
+		if s.drain != nil {
+			close(s.drain)
+		}
+	})
+}
+
+// sleepCtx sleeps d; false when ctx ended or the server drains first.
+func (s *Server) sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+		return false
+	case <-s.drain:
 		return false
 	case <-t.C:
 		return true

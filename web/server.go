@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -107,6 +108,8 @@ type Server struct {
 	MCP func(api http.Handler) http.Handler
 
 	tracer     trace.Tracer
+	drain      chan struct{} // closed by Drain: long polls and job streams end
+	drainOnce  sync.Once
 	uiNotFound gin.HandlerFunc // the UI's HTML 404 for unknown /ui/ paths
 	uploads    chan struct{}   // one token per upload in progress (uploadSlot)
 	buckets    keyBuckets      // per-key request rate (ratelimit.go)
@@ -133,6 +136,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	s.uploads = make(chan struct{}, s.Config.MaxConcurrentUploads)
 	s.runJobDefaults()
+	s.drain = make(chan struct{})
 	if s.Logger == nil {
 		s.Logger = slog.Default()
 	}

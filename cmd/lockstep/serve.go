@@ -632,6 +632,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		},
 	}
 	a.handler = srv.Handler()
+	a.onShutdown = append(a.onShutdown, srv.Drain) // runners' long polls and job streams end at once
 	pctx, stopPurge := context.WithCancel(context.Background())
 	purgeDone := make(chan struct{})
 	go func() { srv.PurgeIdempotencyKeys(pctx, min(c.IdemRetention/4, 10*time.Minute)); close(purgeDone) }()
