@@ -25,10 +25,6 @@ const (
 	JobFailed  = "failed"
 )
 
-// ENORUNNER (409): no live runner may take a run job for the workspace.
-// It is a final answer, not retried: register a runner first.
-const ENORUNNER = "no_runner"
-
 // Runner is a registered runner: the key it authenticates with and the
 // workspaces it takes jobs for (name prefixes; "*" is every workspace).
 type Runner struct {
