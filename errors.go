@@ -43,6 +43,10 @@ const ERATELIMITED = "rate_limited"
 // operator restarts the server with the setting.
 const ENOTCONFIGURED = "not_configured"
 
+// ENORUNNER (409): no live runner may take a run job for the workspace
+// (runjob.go). It is a final answer, not retried: start a runner first.
+const ENORUNNER = "no_runner"
+
 // Error is the one application error type, after upspin's: Code and
 // Message are for clients (the code is the API contract, the message is
 // written for the caller and never carries driver text); Op and Err are for

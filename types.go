@@ -8,12 +8,13 @@ const (
 	RoleAgent    = "agent"    // creates workspaces, writes only the ones it owns
 	RoleReviewer = "reviewer" // reads everything, marks workspaces failed
 	RoleCI       = "ci"       // reads everything, posts check results
+	RoleRunner   = "runner"   // takes run jobs for the workspaces its registration names; nothing else
 )
 
-// ValidRole reports whether r is one of the four roles.
+// ValidRole reports whether r is one of the five roles.
 func ValidRole(r string) bool {
 	switch r {
-	case RoleAdmin, RoleAgent, RoleReviewer, RoleCI:
+	case RoleAdmin, RoleAgent, RoleReviewer, RoleCI, RoleRunner:
 		return true
 	}
 	return false

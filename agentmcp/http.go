@@ -1,6 +1,7 @@
 package agentmcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -54,7 +55,12 @@ type HTTPOptions struct {
 
 // Handler is the /mcp endpoint; Shutdown ends its sessions and streams.
 type Handler struct {
-	h        http.Handler
+	h http.Handler
+	// sse answers, in stateless mode, the requests that ask for
+	// progress (a progressToken): as an event stream, so that progress
+	// notifications (run_command's output lines) reach the caller
+	// before the result; every other request gets one JSON answer.
+	sse      http.Handler
 	srv      *mcp.Server
 	o        HTTPOptions
 	mu       sync.Mutex
@@ -99,11 +105,14 @@ func HTTPHandler(api http.Handler, o HTTPOptions) *Handler {
 			return c, nil
 		},
 	})
-	mh := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
-		&mcp.StreamableHTTPOptions{Stateless: !o.Stateful, SessionTimeout: o.SessionTimeout, MaxRequestBodyBytes: o.MaxRequestBytes, JSONResponse: true,
-			// The API key, not the Host header, is what protects this
-			// endpoint; replicas sit behind load balancers with other names.
-			DisableLocalhostProtection: true})
+	sopts := mcp.StreamableHTTPOptions{Stateless: !o.Stateful, SessionTimeout: o.SessionTimeout, MaxRequestBodyBytes: o.MaxRequestBytes, JSONResponse: true,
+		// The API key, not the Host header, is what protects this
+		// endpoint; replicas sit behind load balancers with other names.
+		DisableLocalhostProtection: true}
+	mh := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &sopts)
+	streamed := sopts
+	streamed.JSONResponse = false
+	sh := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &streamed)
 	verify := func(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 		k := lauth.FromContext(ctx)
 		if k == nil {
@@ -116,6 +125,7 @@ func HTTPHandler(api http.Handler, o HTTPOptions) *Handler {
 	}
 	h := &Handler{srv: srv, o: o, sessions: map[string]string{}, pending: map[string]int{}}
 	h.h = auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(mh)
+	h.sse = auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(sh)
 	return h
 }
 
@@ -125,6 +135,10 @@ func HTTPHandler(api http.Handler, o HTTPOptions) *Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	jw := &jsonErrors{ResponseWriter: w}
 	defer jw.finish()
+	if !h.o.Stateful && r.Method == http.MethodPost && wantsProgress(r, h.o.MaxRequestBytes) {
+		h.sse.ServeHTTP(jw, r)
+		return
+	}
 	if !h.o.Stateful || r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
 		h.h.ServeHTTP(jw, r)
 		return
@@ -142,6 +156,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer h.release(keyID, jw)
 	h.h.ServeHTTP(jw, r)
+}
+
+// wantsProgress reads the request's body (up to limit, the SDK's own
+// bound; default 4 MiB) and puts it back; true when it carries a
+// progressToken.
+func wantsProgress(r *http.Request, limit int64) bool {
+	if limit <= 0 {
+		limit = 4 << 20
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), r.Body), r.Body}
+	return err == nil && int64(len(b)) <= limit && bytes.Contains(b, []byte(`"progressToken"`))
 }
 
 // reserve admits a new stateful session of keyID, or says why not.

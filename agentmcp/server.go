@@ -22,9 +22,11 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
 )
 
@@ -160,6 +162,8 @@ func nextStep(code string, details map[string]any) string {
 		return "this feature is not configured on the server: do not retry; carry on without it or ask the operator to enable it"
 	case lockstep.EUNAUTH:
 		return "the API key is missing or revoked: ask the operator for a valid LOCKSTEP_KEY"
+	case lockstep.ENORUNNER:
+		return "no runner serves this workspace: do not retry now; ask the operator to start `lockstep runner --jobs` for it, or carry on without running code"
 	}
 	return ""
 }
@@ -348,15 +352,15 @@ func (t *tools) register(s *mcp.Server) {
 		func(ctx context.Context, req *mcp.CallToolRequest, in fileReadIn) (*mcp.CallToolResult, any, error) {
 			return t.read(ctx, req, in)
 		})
-	mcp.AddTool(s, add("files_edit", "Write and delete files in a workspace as ONE commit (compare-and-swap on expect_oid). Each edit is {op: write, path, content} or {op: delete, path}; a write replaces the whole file. Returns the new commit: use it as expect_oid next time.", nil),
+	mcp.AddTool(s, withOutput(add("files_edit", "Write and delete files in a workspace as ONE commit (compare-and-swap on expect_oid). Each edit is {op: write, path, content} or {op: delete, path}; a write replaces the whole file. Returns the new commit: use it as expect_oid next time.", nil), outputSchema[api.PushResult]()),
 		func(ctx context.Context, req *mcp.CallToolRequest, in filesEditIn) (*mcp.CallToolResult, any, error) {
 			return t.edit(ctx, req, in.Workspace, in.Branch, in.ExpectOID, in.Force, in.Message, in.Edits)
 		})
-	mcp.AddTool(s, add("file_write", "Write one file of a workspace (the whole content) as a commit. For several files use files_edit.", nil),
+	mcp.AddTool(s, withOutput(add("file_write", "Write one file of a workspace (the whole content) as a commit. For several files use files_edit.", nil), outputSchema[api.PushResult]()),
 		func(ctx context.Context, req *mcp.CallToolRequest, in fileWriteIn) (*mcp.CallToolResult, any, error) {
 			return t.edit(ctx, req, in.Workspace, "", in.ExpectOID, in.Force, in.Message, []editIn{{Op: "write", Path: in.Path, Content: in.Content, Executable: in.Executable}})
 		})
-	mcp.AddTool(s, add("file_delete", "Delete a file or a whole directory of a workspace as a commit.", &mcp.ToolAnnotations{DestructiveHint: ptr(true)}),
+	mcp.AddTool(s, withOutput(add("file_delete", "Delete a file or a whole directory of a workspace as a commit.", &mcp.ToolAnnotations{DestructiveHint: ptr(true)}), outputSchema[api.PushResult]()),
 		func(ctx context.Context, req *mcp.CallToolRequest, in fileDeleteIn) (*mcp.CallToolResult, any, error) {
 			return t.edit(ctx, req, in.Workspace, "", in.ExpectOID, in.Force, in.Message, []editIn{{Op: "delete", Path: in.Path}})
 		})
@@ -444,11 +448,20 @@ func (t *tools) register(s *mcp.Server) {
 				return t.local(ctx, append(append(args, "--"), in.Command...))
 			})
 	}
+	if t.o.Local == nil {
+		t.registerRunJob(s) // runjob.go: run_command on a runner
+	}
 	t.registerMore(s) // more.go
 	t.resources(s)
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// withOutput gives tool an output schema (its structured content).
+func withOutput(tool *mcp.Tool, schema *jsonschema.Schema) *mcp.Tool {
+	tool.OutputSchema = schema
+	return tool
+}
 
 func revOr(rev string) string {
 	if rev == "" {

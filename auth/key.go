@@ -85,7 +85,7 @@ func (s *Service) Mint(ctx context.Context, actor *lockstep.Key, req MintRequest
 		return nil, "", lockstep.Errorf(lockstep.EFORBIDDEN, "only an admin or an agent key may create keys")
 	}
 	if !lockstep.ValidRole(role) {
-		return nil, "", lockstep.Errorf(lockstep.EINVALID, "invalid role %q: want admin, agent, reviewer or ci", role)
+		return nil, "", lockstep.Errorf(lockstep.EINVALID, "invalid role %q: want admin, agent, reviewer, ci or runner", role)
 	}
 	if err := lockstep.ValidateName("key name", name); err != nil {
 		return nil, "", err

@@ -74,6 +74,12 @@ var routeMethods = map[string]string{
 	"POST /api/v1/repos/:repo/effects/:id/reject":      "RejectEffect",
 	"POST /api/v1/repos/:repo/effects/:id/compensate":  "CompensateEffect",
 	"POST /api/v1/repos/:repo/runs":                    "ReportRun",
+	"POST /api/v1/repos/:repo/jobs":                    "ExecuteRun",
+	"GET /api/v1/repos/:repo/jobs/:id":                 "RunJob",
+	"POST /api/v1/runners":                             "RegisterRunner",
+	"POST /api/v1/runners/:id/jobs":                    "TakeRunJob",
+	"POST /api/v1/runners/:id/jobs/:job/output":        "PostRunJobOutput",
+	"POST /api/v1/runners/:id/jobs/:job/result":        "FinishRunJob",
 }
 
 // notForThisClient are routes other clients speak: the git smart-HTTP

@@ -65,7 +65,7 @@ func startServerWith(dir string, brancher lockstep.Brancher) (*testServer, error
 	g := gate.New(gate.Config{HookAllowHosts: allow}, db, repos, logger, m, nil)
 	wss := workspaces.New(db, repos, brancher, logger, m, nil)
 	cps := checkpoints.New(db, repos, brancher, logger, m, nil)
-	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: wss, Logger: logger, Gate: g, Checkpoints: cps}
+	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: wss, Logger: logger, Gate: g, Checkpoints: cps, Jobs: db}
 	h := s.Handler()
 	srv := httptest.NewServer(h)
 	return &testServer{URL: srv.URL, Handler: h, Admin: admin, Agent: agent, CI: ci, close: func() {

@@ -123,9 +123,22 @@ func TestMCPAgentSession(t *testing.T) {
 			t.Errorf("tools/list lacks %s (has %v)", want, names)
 		}
 	}
-	for _, local := range []string{"push_directory", "run_command"} {
-		if slices.Contains(names, local) {
-			t.Errorf("the HTTP server offers %s, which acts on the caller's machine", local)
+	if slices.Contains(names, "push_directory") {
+		t.Error("the HTTP server offers push_directory, which acts on the caller's machine")
+	}
+	// run_command over HTTP runs on a runner (issue 24); it and the write
+	// tools describe their structured results.
+	for _, tl := range tools.Tools {
+		switch tl.Name {
+		case "run_command":
+			if !strings.Contains(tl.Description, "runner") {
+				t.Errorf("HTTP run_command does not say it runs on a runner: %s", tl.Description)
+			}
+			fallthrough
+		case "files_edit", "file_write", "file_delete":
+			if tl.OutputSchema == nil {
+				t.Errorf("tool %s has no outputSchema", tl.Name)
+			}
 		}
 	}
 

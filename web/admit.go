@@ -80,6 +80,12 @@ var preAuthRoutes = map[string]preAuth{
 	"PUT /api/v1/repos/:repo/database":                 {roles: []string{lockstep.RoleAdmin}},
 	"POST /api/v1/repos/:repo/database/refresh":        {roles: []string{lockstep.RoleAdmin}},
 	"POST /git/:repo/git-receive-pack":                 {repo: canWriteRepo},
+	"POST /api/v1/repos/:repo/jobs":                    {repo: canWriteWorkspace("only the workspace's owner or an admin may run commands on %s")},
+	"GET /api/v1/repos/:repo/jobs/:id":                 {repo: canWriteWorkspace("only the workspace's owner or an admin may see the run jobs of %s")},
+	"POST /api/v1/runners":                             {roles: []string{lockstep.RoleRunner}},
+	"POST /api/v1/runners/:id/jobs":                    {roles: []string{lockstep.RoleRunner}},
+	"POST /api/v1/runners/:id/jobs/:job/output":        {roles: []string{lockstep.RoleRunner}},
+	"POST /api/v1/runners/:id/jobs/:job/result":        {roles: []string{lockstep.RoleRunner}},
 }
 
 // admit is the middleware (routes.go: after authenticate, before
@@ -107,6 +113,11 @@ func (s *Server) admit(c *gin.Context) {
 }
 
 func (s *Server) preAuthorize(c *gin.Context, route string) error {
+	if k := caller(c); k != nil && k.Role == lockstep.RoleRunner && !runnerRoutes[route] {
+		// A runner key takes jobs and posts their output; nothing else
+		// (it acts on a job's workspace with the job's own key).
+		return lockstep.Errorf(lockstep.EFORBIDDEN, "a runner key may only register, take run jobs and post their output and result")
+	}
 	rule, ok := preAuthRoutes[route]
 	if !ok {
 		return nil

@@ -33,6 +33,8 @@ var statuses = map[string]int{
 	lockstep.ERATELIMITED: http.StatusTooManyRequests,
 	// a feature not configured on this server: final, not retried
 	lockstep.ENOTCONFIGURED: http.StatusNotImplemented,
+	// no live runner may take a run job for the workspace: final
+	lockstep.ENORUNNER: http.StatusConflict,
 }
 
 // StatusOf returns the HTTP status of an error code.

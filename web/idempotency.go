@@ -115,7 +115,7 @@ func (s *Server) idempotency(c *gin.Context) {
 		return
 	}
 	vals := c.Request.Header.Values("Idempotency-Key")
-	if len(vals) == 0 {
+	if len(vals) == 0 || noIdemRoutes[c.Request.Method+" "+c.FullPath()] {
 		c.Next()
 		return
 	}

@@ -81,6 +81,13 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	api.POST("/repos/:repo/effects/:id/reject", s.handleEffectDecide(false))
 	api.POST("/repos/:repo/effects/:id/compensate", s.handleEffectCompensate())
 	api.POST("/repos/:repo/runs", s.handleRunReport()) // a lockstep run's report (runs.go)
+	// Run jobs on runners (runjobs.go).
+	api.POST("/repos/:repo/jobs", s.handleJobCreate())
+	api.GET("/repos/:repo/jobs/:id", s.handleJobGet())
+	api.POST("/runners", s.handleRunnerRegister())
+	api.POST("/runners/:id/jobs", s.handleRunnerTake())
+	api.POST("/runners/:id/jobs/:job/output", s.handleRunnerOutput())
+	api.POST("/runners/:id/jobs/:job/result", s.handleRunnerResult())
 
 	git := e.Group("/git", s.authenticate, s.admit)
 	git.GET("/:repo/info/refs", s.handleGitInfoRefs())

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,6 +73,12 @@ type Config struct {
 	// bucket, burst RateLimitBurst; 0: off).
 	RateLimitRPS   float64
 	RateLimitBurst int
+	// Run jobs (runjobs.go): a command's default and longest timeout
+	// (RunJobTimeout), the lease a runner renews while it runs a job
+	// (RunnerLease), how long a runner's poll waits for a job
+	// (RunnerPollWait) and how long a job waits for a runner to take it
+	// (RunJobQueueTimeout); 0 = the Default* values.
+	RunJobTimeout, RunnerLease, RunnerPollWait, RunJobQueueTimeout time.Duration
 }
 
 // Server holds the services the handlers call.
@@ -94,12 +101,15 @@ type Server struct {
 	Workspaces    *workspaces.Service
 	Gate          *gate.Service
 	Checkpoints   *checkpoints.Service
-	Effects       *effects.Service // the effects outbox (nil: its routes answer 503)
+	Effects       *effects.Service     // the effects outbox (nil: its routes answer 503)
+	Jobs          lockstep.RunJobStore // runners and run jobs (nil: their routes answer not_configured)
 	// MCP, when set, builds the handler served at /mcp (behind the API's
 	// authentication) from the API handler its tools call in-process.
 	MCP func(api http.Handler) http.Handler
 
 	tracer     trace.Tracer
+	drain      chan struct{} // closed by Drain: long polls and job streams end
+	drainOnce  sync.Once
 	uiNotFound gin.HandlerFunc // the UI's HTML 404 for unknown /ui/ paths
 	uploads    chan struct{}   // one token per upload in progress (uploadSlot)
 	buckets    keyBuckets      // per-key request rate (ratelimit.go)
@@ -125,6 +135,8 @@ func (s *Server) Handler() http.Handler {
 		s.Config.MaxConcurrentUploads = DefaultMaxConcurrentUploads
 	}
 	s.uploads = make(chan struct{}, s.Config.MaxConcurrentUploads)
+	s.runJobDefaults()
+	s.drain = make(chan struct{})
 	if s.Logger == nil {
 		s.Logger = slog.Default()
 	}

@@ -128,7 +128,7 @@ func cmdKeys(ctx context.Context, e *env, args []string) error {
 		cf, c, _, err := setup("keys create", e, args[1:], func(f *flagger) {
 			f.fs.BoolVar(&quiet, "quiet", false, "print only the secret (for KEY=$(lockstep keys create ... --quiet))")
 			f.fs.StringVar(&name, "name", "", "key name (shown as the author of its operations)")
-			f.fs.StringVar(&role, "role", "agent", "admin, agent, reviewer or ci")
+			f.fs.StringVar(&role, "role", "agent", "admin, agent, reviewer, ci or runner")
 			f.fs.DurationVar(&ttl, "ttl", 0, "the key expires after this long (e.g. 1h; agents: at most 24h)")
 			f.fs.StringVar(&ws, "workspace", "", "scope: the key acts only on this workspace")
 			f.fs.StringVar(&base, "base", "", "scope (with --task): the key acts only on this base's workspaces of --task")

@@ -212,10 +212,22 @@ type serverCheckpointer struct {
 	dir     string
 	command []string
 	cache   string
+	// expect, when set, is the tip the run started from: every push is a
+	// compare-and-swap on it (then on the commit the run last wrote),
+	// instead of on the tip read at each push.
+	expect string
+	pushed string // the commit Commit pushed
 }
 
 func (s *serverCheckpointer) push(ctx context.Context, msg string) (*pushReport, error) {
-	return pushDirCache(ctx, s.c, s.dir, s.ws, client.WriteOptions{Message: msg}, true, nil, s.cache)
+	if s.expect == "" {
+		return pushDirCache(ctx, s.c, s.dir, s.ws, client.WriteOptions{Message: msg}, true, nil, s.cache)
+	}
+	rep, err := pushDirCache(ctx, s.c, s.dir, s.ws, client.WriteOptions{Message: msg, ExpectOID: s.expect}, false, nil, s.cache)
+	if err == nil && rep.Commit != "" {
+		s.expect = rep.Commit
+	}
+	return rep, err
 }
 
 // Checkpoint pushes the worktree as it is before the run, then records the
@@ -284,13 +296,19 @@ func (s *serverCheckpointer) Restore(ctx context.Context, id string, f *txrun.Fa
 	if err != nil {
 		return txrun.RestoreReport{}, err
 	}
+	if s.expect != "" && r.Commit != "" {
+		s.expect = r.Commit
+	}
 	return txrun.RestoreReport{Commit: r.Commit, Tree: r.Tree, DBRestored: r.DBRestored, FSSnapshot: r.FSSnapshot, DurationMs: r.DurationMS,
 		RedisRestored: r.RedisRestored}, nil
 }
 
 // Commit pushes the successful run's result.
 func (s *serverCheckpointer) Commit(ctx context.Context) error {
-	_, err := s.push(ctx, "run: "+strings.Join(s.command, " "))
+	rep, err := s.push(ctx, "run: "+strings.Join(s.command, " "))
+	if err == nil && rep != nil {
+		s.pushed = rep.Commit
+	}
 	return err
 }
 
@@ -415,19 +433,6 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	stateRoot := stateRootOr(e, sf.stateRoot)
-	if q, err := os.ReadFile(quarantinePath(stateRoot)); err == nil {
-		fmt.Fprintf(e.stderr, "lockstep run: REFUSED: this machine is quarantined after a run left residue (%s); inspect it, then `lockstep run unquarantine --state-root %s`\n%s\n", quarantinePath(stateRoot), stateRoot, q)
-		return exitError(exitQuarantined)
-	}
-	if _, err := txrun.PruneRecords(forensicsDir(stateRoot), inst.window, time.Now()); err != nil {
-		fmt.Fprintf(e.stderr, "lockstep run: forensics retention: %v\n", err)
-	}
-	sf.stateRoot = stateRoot
-	drv, sopts, err := sf.driverFor(abs)
-	if err != nil {
-		return err
-	}
 	// A relative command path is the caller's, as a shell would read it,
 	// not --dir's (the command runs in --dir).
 	if p := rest[0]; strings.ContainsRune(p, '/') && !filepath.IsAbs(p) {
@@ -437,39 +442,20 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		}
 		rest = append([]string{a}, rest[1:]...)
 	}
-	opts := txrun.Options{Workspace: ws, Dir: abs, Args: rest, Timeout: timeout, CommitOnSuccess: commit, Driver: drv, Snap: sopts,
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Env: runEnv(ctx, e, c, cf, ws, noServer),
-		Contain: inst.contain, Share: inst.share, Outside: inst.outside, Instance: inst.config(e),
-		Forensics: forensicsDir(stateRoot), ContainTmpfsSize: inst.size}
+	sp := runSpec{ws: ws, dir: abs, args: rest, timeout: timeout, commit: commit, noServer: noServer, sf: sf, pol: pol, inst: inst, eg: eg,
+		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
 	if cf.json {
-		opts.Stdout = os.Stderr // keep stdout for the report
+		sp.stdout = os.Stderr // keep stdout for the report
 	}
-	if !noServer {
-		opts.Checkpointer = &serverCheckpointer{c: c, ws: ws, dir: abs, command: rest, cache: statCachePath(abs)}
-	}
-	// The egress proxy: writes the command sends through it are staged as
-	// effects of the run, discarded if the run fails.
-	var px *runEgress
-	if px, opts.Env, err = eg.start(c, cf, ws, noServer, opts.Env); err != nil {
-		return err
-	}
-	rep, err := txrun.Run(ctx, opts)
-	px.finish(ctx, e, rep, err)
+	rep, _, err := transactionalRun(ctx, e, c, cf, sp)
 	if rep != nil && rep.ContainNote != "" {
 		fmt.Fprintln(e.stderr, "lockstep run: WARNING:", rep.ContainNote)
 	}
 	if rep != nil {
 		cf.out(e, rep, func() { printRunReport(e, rep) })
-		keepSnapshots(e, drv, rep, ws, stateRoot, pol)
-		// Before the residue actuator marks the workspace failed (a
-		// failed workspace's refs no longer move: the report would be
-		// refused).
-		reportRun(ctx, e, c, ws, noServer, rep, drv.Name(), sopts, stateRoot, forensicsDir(stateRoot))
 	}
 	if err != nil {
 		if errors.Is(err, txrun.ErrResidue) {
-			fmt.Fprintln(e.stderr, "lockstep run: ROLLBACK IMPURE: residue left behind (see report)")
-			onResidue(ctx, e, c, ws, noServer, rep, inst, stateRoot)
 			fmt.Fprintln(e.stderr, "lockstep:", err)
 			return exitError(exitResidue)
 		}
@@ -489,6 +475,102 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return exitError(code)
 	}
 	return nil
+}
+
+// runSpec is one transactional run: what `lockstep run` and a runner's
+// job (runnercmd.go) hand to transactionalRun.
+type runSpec struct {
+	ws, dir          string // dir is absolute
+	args             []string
+	timeout          time.Duration
+	commit, noServer bool
+	// expect, when set, makes the run's pushes compare-and-swap on the tip
+	// the run started from (a runner's job: the tip it checked out).
+	expect string
+	// jobEnv drops the caller's LOCKSTEP_KEY and LOCKSTEP_KEY_FILE from
+	// the command's environment (a runner's key is not the job's).
+	jobEnv bool
+	sf     snapFlags
+	pol    retention
+	inst   instanceFlags
+	eg     egressFlags
+	stdin  *os.File // nil: /dev/null
+	stdout *os.File
+	stderr *os.File
+}
+
+// transactionalRun is `lockstep run`: snapshot, contain, run, roll back on
+// failure, verify, report to the server (and, after an impure rollback,
+// mark the workspace failed and maybe quarantine the machine). It returns
+// the report, the commit pushed after a successful run (commit) and the
+// run's error (txrun.ErrResidue after an impure rollback).
+func transactionalRun(ctx context.Context, e *env, c *client.Client, cf *clientFlags, sp runSpec) (*txrun.Report, string, error) {
+	ws, abs, rest, noServer, sf, pol, inst, eg := sp.ws, sp.dir, sp.args, sp.noServer, sp.sf, sp.pol, sp.inst, sp.eg
+	stateRoot := stateRootOr(e, sf.stateRoot)
+	if q, err := os.ReadFile(quarantinePath(stateRoot)); err == nil {
+		fmt.Fprintf(e.stderr, "lockstep run: REFUSED: this machine is quarantined after a run left residue (%s); inspect it, then `lockstep run unquarantine --state-root %s`\n%s\n", quarantinePath(stateRoot), stateRoot, q)
+		return nil, "", exitError(exitQuarantined)
+	}
+	if _, err := txrun.PruneRecords(forensicsDir(stateRoot), inst.window, time.Now()); err != nil {
+		fmt.Fprintf(e.stderr, "lockstep run: forensics retention: %v\n", err)
+	}
+	sf.stateRoot = stateRoot
+	drv, sopts, err := sf.driverFor(abs)
+	if err != nil {
+		return nil, "", err
+	}
+	env := runEnv(ctx, e, c, cf, ws, noServer)
+	if sp.jobEnv {
+		env = dropEnv(env, "LOCKSTEP_KEY", "LOCKSTEP_KEY_FILE")
+	}
+	opts := txrun.Options{Workspace: ws, Dir: abs, Args: rest, Timeout: sp.timeout, CommitOnSuccess: sp.commit, Driver: drv, Snap: sopts,
+		Stdin: sp.stdin, Stdout: sp.stdout, Stderr: sp.stderr, Env: env,
+		Contain: inst.contain, Share: inst.share, Outside: inst.outside, Instance: inst.config(e),
+		Forensics: forensicsDir(stateRoot), ContainTmpfsSize: inst.size}
+	var cp *serverCheckpointer
+	if !noServer {
+		cp = &serverCheckpointer{c: c, ws: ws, dir: abs, command: rest, cache: statCachePath(abs), expect: sp.expect}
+		opts.Checkpointer = cp
+	}
+	// The egress proxy: writes the command sends through it are staged as
+	// effects of the run, discarded if the run fails.
+	var px *runEgress
+	if px, opts.Env, err = eg.start(c, cf, ws, noServer, opts.Env); err != nil {
+		return nil, "", err
+	}
+	rep, err := txrun.Run(ctx, opts)
+	px.finish(ctx, e, rep, err)
+	pushed := ""
+	if cp != nil {
+		pushed = cp.pushed
+	}
+	if rep != nil {
+		keepSnapshots(e, drv, rep, ws, stateRoot, pol)
+		// Before the residue actuator marks the workspace failed (a
+		// failed workspace's refs no longer move: the report would be
+		// refused).
+		reportRun(ctx, e, c, ws, noServer, rep, drv.Name(), sopts, stateRoot, forensicsDir(stateRoot))
+	}
+	if errors.Is(err, txrun.ErrResidue) {
+		fmt.Fprintln(e.stderr, "lockstep run: ROLLBACK IMPURE: residue left behind (see report)")
+		onResidue(ctx, e, c, ws, noServer, rep, inst, stateRoot)
+	}
+	return rep, pushed, err
+}
+
+// dropEnv returns env without the variables named.
+func dropEnv(env []string, names ...string) []string {
+	out := env[:0:0]
+next:
+	for _, kv := range env {
+		for _, n := range names {
+			if strings.HasPrefix(kv, n+"=") {
+				continue next
+			}
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 // onResidue is the actuator of an impure rollback: the workspace is

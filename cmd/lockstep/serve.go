@@ -93,9 +93,11 @@ type serveConfig struct {
 	IdemRetention time.Duration
 	IdemLease     time.Duration
 	IdemWait      time.Duration
-	ObjectStore   string
-	ObjectGrace   time.Duration
-	ObjectGC      time.Duration
+	// Run jobs on runners (web/runjobs.go).
+	RunJobTimeout, RunnerLease, RunnerPollWait, RunJobQueueTimeout time.Duration
+	ObjectStore                                                    string
+	ObjectGrace                                                    time.Duration
+	ObjectGC                                                       time.Duration
 	// idemPausePrefix is test-only fault injection, read from
 	// LOCKSTEP_TEST_PAUSE_AFTER_COMMIT (not a setting).
 	idemPausePrefix string
@@ -299,6 +301,10 @@ func (c *serveConfig) declare(f *flagger) {
 	f.int(&c.MaxSSEPerKey, "max-sse-streams-per-key", "LOCKSTEP_MAX_SSE_STREAMS_PER_KEY", web.DefaultMaxSSEStreamsPerKey, "the UI's live-update streams one key may hold open; more answer 429 with Retry-After")
 	f.dur(&c.SSELifetime, "sse-max-lifetime", "LOCKSTEP_SSE_MAX_LIFETIME", web.DefaultSSEMaxLifetime, "a live-update stream is ended after this (the browser reconnects)")
 	f.i64(&c.WriteMinRate, "write-min-rate", "LOCKSTEP_WRITE_MIN_RATE", web.DefaultWriteMinRate, "slowest average rate (bytes/s) a client may read a response at after the grace")
+	f.dur(&c.RunJobTimeout, "run-job-timeout", "LOCKSTEP_RUN_JOB_TIMEOUT", web.DefaultRunJobTimeout, "a run job's command is killed after this (its default and longest timeout)")
+	f.dur(&c.RunnerLease, "runner-lease", "LOCKSTEP_RUNNER_LEASE", web.DefaultRunnerLease, "a runner running a job renews its lease within this; a job whose lease ends fails (its runner died)")
+	f.dur(&c.RunnerPollWait, "runner-poll-wait", "LOCKSTEP_RUNNER_POLL_WAIT", web.DefaultRunnerPollWait, "how long a runner's long poll waits for a job; a runner not seen for 2×this+--runner-lease is not alive")
+	f.dur(&c.RunJobQueueTimeout, "run-job-queue-timeout", "LOCKSTEP_RUN_JOB_QUEUE_TIMEOUT", web.DefaultRunJobQueueTimeout, "a run job no runner takes within this fails")
 	f.dur(&c.IdemRetention, "idempotency-retention", "LOCKSTEP_IDEMPOTENCY_RETENTION", 24*time.Hour, "how long an Idempotency-Key's answer is kept (then cleaned up)")
 	f.dur(&c.IdemLease, "idempotency-lease", "LOCKSTEP_IDEMPOTENCY_LEASE", 30*time.Second, "a running keyed request's lease (renewed while it runs); after a crash its key is free again once this passed, if nothing committed")
 	f.str(&c.ObjectStore, "object-store", s3packs.Setting, "", "s3://bucket/prefix?endpoint=host:port[&insecure=true&region=…&path_style=true] or file:///dir: keep each network's packs in this S3-compatible bucket or directory (several replicas; needs --database-url, a shared --secret-key-file; keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); empty = the local disk")
@@ -620,8 +626,9 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate, WriteTimeout: c.WriteTimeout, WriteMinRate: c.WriteMinRate,
 			MaxSSEStreams: c.MaxSSE, MaxSSEStreamsPerKey: c.MaxSSEPerKey, SSEMaxLifetime: c.SSELifetime, MaxConcurrentUploads: c.MaxUploads,
 			QuotaWorkspaces: c.QuotaWorkspaces, RateLimitRPS: float64(c.RateLimitRPS), RateLimitBurst: c.RateLimitBurst,
+			RunJobTimeout: c.RunJobTimeout, RunnerLease: c.RunnerLease, RunnerPollWait: c.RunnerPollWait, RunJobQueueTimeout: c.RunJobQueueTimeout,
 			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
-		Store: db, Keys: keys, Redis: rdb, ObjectStore: objectStore, Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps, Effects: fx,
+		Store: db, Keys: keys, Redis: rdb, ObjectStore: objectStore, Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps, Effects: fx, Jobs: db,
 		MCP: func(api http.Handler) http.Handler {
 			h := agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{Version: readVersion().short(), MaxRequestBytes: c.MaxEditBytes, MaxReadBytes: c.MCPMaxReadBytes,
 				Stateful: c.MCPStateful, MaxSessions: c.MCPMaxSessions, MaxSessionsPerKey: c.MCPMaxSessionsKey, SessionTimeout: c.MCPSessionIdle})
@@ -630,6 +637,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		},
 	}
 	a.handler = srv.Handler()
+	a.onShutdown = append(a.onShutdown, srv.Drain) // runners' long polls and job streams end at once
 	pctx, stopPurge := context.WithCancel(context.Background())
 	purgeDone := make(chan struct{})
 	go func() { srv.PurgeIdempotencyKeys(pctx, min(c.IdemRetention/4, 10*time.Minute)); close(purgeDone) }()

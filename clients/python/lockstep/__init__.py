@@ -25,6 +25,7 @@ from .errors import (
     LockstepError,
     MergeConflict,
     NotConfigured,
+    NoRunner,
     NotFound,
     PermissionDenied,
     PreconditionRequired,
@@ -67,5 +68,6 @@ __all__ = [
     "Unavailable",
     "RateLimited",
     "NotConfigured",
+    "NoRunner",
     "Internal",
 ]

@@ -651,6 +651,55 @@ class Client:
         Raises InvalidArgument, PermissionDenied, NotFound, TooLarge."""
         return self._post(self._repo(workspace, "runs"), dict(report))
 
+    # ------------------------------------------------------------ run jobs
+
+    def execute_run(self, workspace: str, command: List[str], *, push_on_success: bool = False, timeout_seconds: int = 0) -> JSON:
+        """Run ``command`` on a runner (``lockstep runner --jobs``) as a
+        transactional run on a fresh checkout of the workspace's tip, wait
+        for it to end and return the job: ``{"id", "state": "done" |
+        "failed", "result": {"checked_out", "exit_code", "succeeded",
+        "rolled_back", "pushed_commit", "residue", …}, "error", "output":
+        [last lines]}``. With ``push_on_success`` the result is pushed with
+        compare-and-swap on the tip checked out. Sent once (never retried:
+        a retry could run the command twice).
+
+        Raises NoRunner (no live runner covers the workspace; final),
+        InvalidArgument, PermissionDenied, NotFound."""
+        body: Dict[str, Any] = {"command": list(command), "push_on_success": push_on_success}
+        if timeout_seconds:
+            body["timeout_seconds"] = timeout_seconds
+        return self.request("POST", self._repo(workspace, "jobs"), body=body, idempotent=False)
+
+    def run_job(self, workspace: str, job_id: str, *, after: int = 0) -> JSON:
+        """A run job with its output lines after seq ``after``. Raises NotFound."""
+        return self._get(self._repo(workspace, "jobs", job_id), after=after or None)
+
+    def register_runner(self, name: str, workspaces: List[str]) -> JSON:
+        """Register a runner (runner key) taking jobs of the workspaces whose
+        names start with one of ``workspaces`` ("*": all): ``{"id",
+        "lease_seconds", "poll_seconds", …}``. Raises InvalidArgument,
+        PermissionDenied."""
+        return self.request("POST", "/api/v1/runners", body={"name": name, "workspaces": list(workspaces)}, idempotent=False)
+
+    def take_run_job(self, runner_id: str, *, wait: float = 0) -> Optional[JSON]:
+        """Long-poll for a job (runner key): ``{"job", "key", "timeout_ms",
+        "lease_seconds"}``, or None when none came within ``wait`` seconds."""
+        q = {"wait": wait} if wait else {}
+        return self.request("POST", "/api/v1/runners/" + urllib.parse.quote(runner_id, safe="") + "/jobs", query=q, idempotent=False)
+
+    def post_run_job_output(self, runner_id: str, job_id: str, lines: List[Mapping[str, Any]]) -> JSON:
+        """Append output lines ``[{"stream": "stdout" | "stderr", "text"}]``
+        to a running job and renew its lease (runner key). Raises RefConflict
+        when the job is no longer this runner's."""
+        path = "/api/v1/runners/" + urllib.parse.quote(runner_id, safe="") + "/jobs/" + urllib.parse.quote(job_id, safe="") + "/output"
+        return self.request("POST", path, body={"lines": [dict(l) for l in lines]}, idempotent=False)
+
+    def finish_run_job(self, runner_id: str, job_id: str, result: Mapping[str, Any]) -> JSON:
+        """Post a job's result (runner key; the server's RunJobResult).
+        Raises RefConflict when the job is no longer this runner's."""
+        path = "/api/v1/runners/" + urllib.parse.quote(runner_id, safe="") + "/jobs/" + urllib.parse.quote(job_id, safe="") + "/result"
+        return self.request("POST", path, body=dict(result), idempotent=False)
+
     # ------------------------------------------------------------ effects
 
     def stage_effect(
@@ -1045,6 +1094,12 @@ OPERATIONS: Dict[str, str] = {
     "setKeyQuota": "set_key_quota",
     "getRedis": "redis",
     "reportRun": "report_run",
+    "executeRun": "execute_run",
+    "getRunJob": "run_job",
+    "registerRunner": "register_runner",
+    "takeRunJob": "take_run_job",
+    "postRunJobOutput": "post_run_job_output",
+    "finishRunJob": "finish_run_job",
     "whoami": "whoami",
     "listOplog": "oplog",
     "verifyOplog": "verify_oplog",

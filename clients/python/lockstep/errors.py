@@ -154,6 +154,12 @@ class NotConfigured(LockstepError):
     code = "not_configured"
 
 
+class NoRunner(LockstepError):
+    """409: no live runner takes run jobs for the workspace; final, not retried (start ``lockstep runner --jobs``)."""
+
+    code = "no_runner"
+
+
 class Internal(LockstepError):
     """500: anything else; the server logged the details."""
 
@@ -178,6 +184,7 @@ ERRORS: Dict[str, Type[LockstepError]] = {
         Unavailable,
         RateLimited,
         NotConfigured,
+        NoRunner,
         Internal,
     )
 }

@@ -221,6 +221,43 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(self.c.read_file(repo, "main", "src/app.py"), b"print('v2')\n")
         self.assertEqual(a.status(ws)["status"], "promoted")
 
+    def test_execute_run_on_a_runner(self) -> None:
+        repo = self.base()
+        ws = name("job")
+        self.c.fork(repo, ws)
+        with self.assertRaises(lockstep.NoRunner):
+            self.c.execute_run(ws, ["make", "test"])
+        secret = self.c.create_key(name("box"), "runner")["secret"]
+        runner = lockstep.Client(URL, secret, retries=2)
+        with self.assertRaises(lockstep.PermissionDenied):
+            runner.repos()
+        info = runner.register_runner(name("box"), [ws])
+        failures = []
+
+        def serve() -> None:
+            try:
+                taken = None
+                while taken is None:
+                    taken = runner.take_run_job(info["id"], wait=1)
+                job = taken["job"]
+                runner.post_run_job_output(info["id"], job["id"], [{"stream": "stdout", "text": "ok 1"}, {"stream": "stderr", "text": "warn"}])
+                runner.finish_run_job(info["id"], job["id"], {"checked_out": "c0ffee", "exit_code": 0, "succeeded": True,
+                                                               "rolled_back": False, "duration_ms": 1, "pushed_commit": "beef"})
+            except Exception as e:  # noqa: BLE001 - reported by the test
+                failures.append(e)
+
+        t = threading.Thread(target=serve)
+        t.start()
+        job = self.c.execute_run(ws, ["make", "test"], push_on_success=True)
+        t.join()
+        self.assertEqual(failures, [])
+        self.assertEqual(job["state"], "done")
+        self.assertTrue(job["result"]["succeeded"])
+        self.assertEqual(job["result"]["pushed_commit"], "beef")
+        self.assertEqual([l["text"] for l in job["output"]], ["ok 1", "warn"])
+        again = self.c.run_job(ws, job["id"], after=1)
+        self.assertEqual([l["text"] for l in again["output"]], ["warn"])
+
     def test_effects_staged_listed_discarded(self) -> None:
         repo = self.base()
         ws = name("fx")

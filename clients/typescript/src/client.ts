@@ -157,6 +157,28 @@ export class Lockstep {
     return (await this.refs(repo)).find((r) => r.name === "refs/heads/" + b)?.oid ?? "";
   }
 
+  // -------------------------------------------------------------- run jobs
+
+  /**
+   * Run `command` on a runner (`lockstep runner --jobs`) as a transactional
+   * run on a fresh checkout of the workspace's tip; resolves with the
+   * finished job (`state` done or failed, `result`, the last `output`
+   * lines). With `pushOnSuccess` the result is pushed with compare-and-swap
+   * on the tip checked out. Throws NoRunner (no live runner covers the
+   * workspace; final), InvalidArgument, PermissionDenied, NotFound.
+   */
+  async executeRun(workspace: string, command: string[], opts: { pushOnSuccess?: boolean; timeoutSeconds?: number } = {}): Promise<Schemas["RunJob"]> {
+    const body: Schemas["RunJobRequest"] = { command, push_on_success: opts.pushOnSuccess ?? false };
+    if (opts.timeoutSeconds) body.timeout_seconds = opts.timeoutSeconds;
+    // Accept: application/json (send's default): one JSON job, not the event stream.
+    return (await this.must(this.api.POST("/api/v1/repos/{repo}/jobs", { params: { path: { repo: workspace } }, body }))) as Schemas["RunJob"];
+  }
+
+  /** A run job with its output lines after seq `after`. Throws NotFound. */
+  runJob(workspace: string, id: string, after?: number) {
+    return this.must(this.api.GET("/api/v1/repos/{repo}/jobs/{id}", { params: { path: { repo: workspace, id }, query: after ? { after } : {} } }));
+  }
+
   // ------------------------------------------------------------------ push
 
   /** Push a directory with the incremental protocol (see push.ts). */

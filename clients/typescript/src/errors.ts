@@ -75,6 +75,8 @@ export class RateLimited extends LockstepError { static override readonly defaul
 export class Unavailable extends LockstepError { static override readonly defaultCode = "unavailable"; }
 /** 501: the feature is not configured on this server; final, never retried. */
 export class NotConfigured extends LockstepError { static override readonly defaultCode = "not_configured"; }
+/** 409: no live runner takes run jobs for the workspace; final, not retried (start `lockstep runner --jobs`). */
+export class NoRunner extends LockstepError { static override readonly defaultCode = "no_runner"; }
 /** 500: anything else; the server logged the details. */
 export class Internal extends LockstepError { static override readonly defaultCode = "internal"; }
 
@@ -83,7 +85,7 @@ type ErrorClass = new (message: string, opts?: ConstructorParameters<typeof Lock
 const classes: ErrorClass[] = [
   InvalidArgument, Unauthenticated, PermissionDenied, NotFound, RefConflict, MergeConflict, AlreadyExists,
   InProgress, GateFailed, TooLarge, IdempotencyKeyReused, PreconditionRequired, RateLimited, Unavailable,
-  NotConfigured, Internal,
+  NotConfigured, NoRunner, Internal,
 ];
 
 /** The class of each code. The Record type makes the compiler check that every ErrorCode of the OpenAPI document has one. */

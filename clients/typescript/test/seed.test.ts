@@ -10,7 +10,7 @@ import { chmodSync, mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from "n
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { test } from "node:test";
-import { GateFailed, Lockstep, NotFound, PreconditionRequired, RefConflict, Unauthenticated, ZERO_OID, type Schemas } from "../src/index.js";
+import { GateFailed, Lockstep, NoRunner, NotFound, PreconditionRequired, RefConflict, Unauthenticated, ZERO_OID, type Schemas } from "../src/index.js";
 
 const URL_ = process.env["LOCKSTEP_URL"] ?? "";
 const KEY = process.env["LOCKSTEP_KEY"] ?? "";
@@ -127,3 +127,32 @@ test("typed errors per code", { skip }, async () => {
 // accepts (a field with a default is optional, issue 24 item 8).
 export const minimalMerge: Schemas["MergeRequest"] = { theirs: "ws:main" };
 export const minimalEdits: Schemas["EditsRequest"] = { edits: [{ op: "write", path: "a", content: "b" }] };
+
+test("executeRun: no_runner at once, then a job taken by a runner (the runner protocol through the typed api)", { skip }, async () => {
+  const admin = new Lockstep({ url: URL_, key: KEY, retries: 2 });
+  const repo = name("base");
+  await admin.createRepo(repo);
+  const agent = new Lockstep({ url: URL_, key: (await admin.createKey(name("agent"), "agent")).secret, retries: 2 });
+  const ws = name("job");
+  await agent.fork(repo, ws);
+  await assert.rejects(agent.executeRun(ws, ["make", "test"]), NoRunner);
+  const runner = new Lockstep({ url: URL_, key: (await admin.createKey(name("box"), "runner")).secret, retries: 2 });
+  const info = await runner.must(runner.api.POST("/api/v1/runners", { body: { name: name("box"), workspaces: [ws] } }));
+  const serve = (async () => {
+    for (;;) {
+      const { data, response } = await runner.api.POST("/api/v1/runners/{id}/jobs", { params: { path: { id: info.id }, query: { wait: 1 } } });
+      if (response.status === 204 || !data) continue;
+      const path = { id: info.id, job: data.job.id };
+      await runner.must(runner.api.POST("/api/v1/runners/{id}/jobs/{job}/output", { params: { path }, body: { lines: [{ stream: "stdout", text: "ok 1" }] } }));
+      await runner.must(runner.api.POST("/api/v1/runners/{id}/jobs/{job}/result", { params: { path },
+        body: { checked_out: "c0ffee", exit_code: 0, succeeded: true, rolled_back: false, duration_ms: 1, pushed_commit: "beef" } }));
+      return;
+    }
+  })();
+  const job = await agent.executeRun(ws, ["make", "test"], { pushOnSuccess: true });
+  await serve;
+  assert.equal(job.state, "done");
+  assert.equal(job.result?.pushed_commit, "beef");
+  assert.deepEqual(job.output?.map((l) => l.text), ["ok 1"]);
+  assert.equal((await agent.runJob(ws, job.id)).state, "done");
+});

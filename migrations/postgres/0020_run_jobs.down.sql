@@ -1,0 +1,3 @@
+DROP TABLE run_job_output;
+DROP TABLE run_jobs;
+DROP TABLE runners;

@@ -1,0 +1,113 @@
+package lockstep
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// Runners and run jobs (issue 24): an agent that reaches the service only
+// over HTTP asks for a command to be run on a workspace; a runner (the
+// `lockstep runner --jobs` process, on a machine the operator provides)
+// dials out, takes the job, runs it as a transactional run on a fresh
+// checkout of the workspace's tip and posts its output and result. Jobs
+// live in the metadata database, so every replica sees them; a job being
+// run holds a lease its runner renews, and a runner that dies loses it.
+
+// Run job states. A job is created queued, taken (running) by one runner,
+// and ends done (the runner posted a result) or failed (no runner took it
+// in time, or its runner lost the lease).
+const (
+	JobQueued  = "queued"
+	JobRunning = "running"
+	JobDone    = "done"
+	JobFailed  = "failed"
+)
+
+// Runner is a registered runner: the key it authenticates with and the
+// workspaces it takes jobs for (name prefixes; "*" is every workspace).
+type Runner struct {
+	ID         string    `json:"id"`
+	KeyID      string    `json:"key_id"`
+	Name       string    `json:"name"`
+	Workspaces []string  `json:"workspaces"`
+	CreatedAt  time.Time `json:"created_at"`
+	LastSeen   time.Time `json:"last_seen"`
+}
+
+// Takes reports whether r takes jobs for workspace ws.
+func (r *Runner) Takes(ws string) bool {
+	for _, p := range r.Workspaces {
+		if p == "*" || strings.HasPrefix(ws, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// RunJobSpec is what to run.
+type RunJobSpec struct {
+	Command       []string `json:"command"`
+	PushOnSuccess bool     `json:"push_on_success,omitempty"`
+	// TimeoutSeconds kills the command after this long (0: the server's
+	// run timeout).
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+}
+
+// RunJob is one request to run a command on a workspace.
+type RunJob struct {
+	ID         string          `json:"id"`
+	Workspace  string          `json:"workspace"`
+	KeyID      string          `json:"key_id"`
+	Spec       RunJobSpec      `json:"spec"`
+	State      string          `json:"state"`
+	RunnerID   string          `json:"runner_id,omitempty"`
+	LeaseUntil *time.Time      `json:"lease_until,omitempty"`
+	Result     json.RawMessage `json:"result,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	CreatedAt  time.Time       `json:"created_at"`
+	UpdatedAt  time.Time       `json:"updated_at"`
+}
+
+// RunJobLine is one line of a job's output.
+type RunJobLine struct {
+	Seq    int64  `json:"seq"`
+	Stream string `json:"stream"` // stdout or stderr
+	Text   string `json:"text"`
+}
+
+// RunJobStore keeps runners and run jobs (sqlstore implements it).
+type RunJobStore interface {
+	// PutRunner inserts r, or updates the runner with r's key and name
+	// (a runner that registers again keeps its id: r.ID is set to it).
+	PutRunner(ctx context.Context, r *Runner) error
+	// RunnerByID returns not_found for an unknown id.
+	RunnerByID(ctx context.Context, id string) (*Runner, error)
+	// TouchRunner records that the runner is alive at at.
+	TouchRunner(ctx context.Context, id string, at time.Time) error
+	// Runners lists the runners seen at or after since.
+	Runners(ctx context.Context, since time.Time) ([]*Runner, error)
+	// CreateRunJob inserts a queued job.
+	CreateRunJob(ctx context.Context, j *RunJob) error
+	// RunJob returns not_found for an unknown id.
+	RunJob(ctx context.Context, id string) (*RunJob, error)
+	// ClaimRunJob moves the oldest queued job r takes to running, held by
+	// r until leaseUntil; nil when there is none.
+	ClaimRunJob(ctx context.Context, r *Runner, leaseUntil time.Time) (*RunJob, error)
+	// RenewRunJob extends the lease of a job runnerID runs; ref_conflict
+	// when the job is no longer running on it (its lease was lost).
+	RenewRunJob(ctx context.Context, id, runnerID string, leaseUntil time.Time) error
+	// AppendRunJobOutput adds lines (their Seq is set) to a job runnerID
+	// runs, renewing its lease; ref_conflict as RenewRunJob.
+	AppendRunJobOutput(ctx context.Context, id, runnerID string, lines []RunJobLine, leaseUntil time.Time) error
+	// RunJobOutput returns the job's lines after seq, at most limit.
+	RunJobOutput(ctx context.Context, id string, after int64, limit int) ([]RunJobLine, error)
+	// FinishRunJob ends a job: done with result when runnerID is the
+	// runner holding it (ref_conflict otherwise); with runnerID "" it
+	// fails a queued or running job with errMsg (the server's own
+	// verdict: no runner took it, the lease expired).
+	FinishRunJob(ctx context.Context, id, runnerID string, result json.RawMessage, errMsg string) error
+	// ExpireRunJobs fails running jobs whose lease ended before now.
+	ExpireRunJobs(ctx context.Context, now time.Time) (int, error)
+}

@@ -1,0 +1,286 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+var _ lockstep.RunJobStore = (*DB)(nil)
+
+// PutRunner inserts or re-registers a runner (one per key and name).
+func (s *DB) PutRunner(ctx context.Context, r *lockstep.Runner) (err error) {
+	ctx, span := s.start(ctx, "PutRunner")
+	defer func() { err = end(span, err) }()
+	ws, err := json.Marshal(r.Workspaces)
+	if err != nil {
+		return err
+	}
+	now := lockstep.TruncateTime(s.now())
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		var id string
+		var created int64
+		err := tx.QueryRowContext(ctx, `SELECT id, created_at FROM runners WHERE key_id = $1 AND name = $2`, r.KeyID, r.Name).Scan(&id, &created)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			r.CreatedAt, r.LastSeen = now, now
+			_, err = tx.ExecContext(ctx, `INSERT INTO runners (id, key_id, name, workspaces, created_at, last_seen) VALUES ($1, $2, $3, $4, $5, $6)`,
+				r.ID, r.KeyID, r.Name, string(ws), micros(now), micros(now))
+			return err
+		case err != nil:
+			return err
+		}
+		r.ID, r.CreatedAt, r.LastSeen = id, fromMicros(created), now
+		_, err = tx.ExecContext(ctx, `UPDATE runners SET workspaces = $1, last_seen = $2 WHERE id = $3`, string(ws), micros(now), id)
+		return err
+	})
+}
+
+func scanRunner(row interface{ Scan(...any) error }) (*lockstep.Runner, error) {
+	var r lockstep.Runner
+	var ws string
+	var created, seen int64
+	if err := row.Scan(&r.ID, &r.KeyID, &r.Name, &ws, &created, &seen); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(ws), &r.Workspaces); err != nil {
+		return nil, fmt.Errorf("runner %s workspaces: %w", r.ID, err)
+	}
+	r.CreatedAt, r.LastSeen = fromMicros(created), fromMicros(seen)
+	return &r, nil
+}
+
+const runnerCols = `id, key_id, name, workspaces, created_at, last_seen`
+
+// RunnerByID returns one runner.
+func (s *DB) RunnerByID(ctx context.Context, id string) (r *lockstep.Runner, err error) {
+	ctx, span := s.start(ctx, "RunnerByID")
+	defer func() { err = end(span, err) }()
+	r, err = scanRunner(s.db.QueryRowContext(ctx, `SELECT `+runnerCols+` FROM runners WHERE id = $1`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, because(err, lockstep.ENOTFOUND, "runner %s not found: register again", id)
+	}
+	return r, err
+}
+
+// TouchRunner records a sign of life.
+func (s *DB) TouchRunner(ctx context.Context, id string, at time.Time) (err error) {
+	ctx, span := s.start(ctx, "TouchRunner")
+	defer func() { err = end(span, err) }()
+	_, err = s.db.ExecContext(ctx, `UPDATE runners SET last_seen = $1 WHERE id = $2`, micros(at), id)
+	return err
+}
+
+// Runners lists the runners seen since since, oldest first.
+func (s *DB) Runners(ctx context.Context, since time.Time) (rs []*lockstep.Runner, err error) {
+	ctx, span := s.start(ctx, "Runners")
+	defer func() { err = end(span, err) }()
+	rows, err := s.db.QueryContext(ctx, `SELECT `+runnerCols+` FROM runners WHERE last_seen >= $1 ORDER BY created_at, id`, micros(since))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanRunner(rows)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, r)
+	}
+	return rs, rows.Err()
+}
+
+// CreateRunJob inserts a queued job.
+func (s *DB) CreateRunJob(ctx context.Context, j *lockstep.RunJob) (err error) {
+	ctx, span := s.start(ctx, "CreateRunJob")
+	defer func() { err = end(span, err) }()
+	spec, err := json.Marshal(j.Spec)
+	if err != nil {
+		return err
+	}
+	now := lockstep.TruncateTime(s.now())
+	j.State, j.CreatedAt, j.UpdatedAt = lockstep.JobQueued, now, now
+	_, err = s.db.ExecContext(ctx, `INSERT INTO run_jobs (id, workspace, key_id, spec, state, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		j.ID, j.Workspace, j.KeyID, string(spec), j.State, micros(now), micros(now))
+	return err
+}
+
+const runJobCols = `id, workspace, key_id, spec, state, runner_id, lease_until, result, error, created_at, updated_at`
+
+func scanRunJob(row interface{ Scan(...any) error }) (*lockstep.RunJob, error) {
+	var j lockstep.RunJob
+	var spec, result string
+	var lease sql.NullInt64
+	var created, updated int64
+	if err := row.Scan(&j.ID, &j.Workspace, &j.KeyID, &spec, &j.State, &j.RunnerID, &lease, &result, &j.Error, &created, &updated); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(spec), &j.Spec); err != nil {
+		return nil, fmt.Errorf("run job %s spec: %w", j.ID, err)
+	}
+	if result != "" {
+		j.Result = json.RawMessage(result)
+	}
+	j.LeaseUntil = fromNullMicros(lease)
+	j.CreatedAt, j.UpdatedAt = fromMicros(created), fromMicros(updated)
+	return &j, nil
+}
+
+// RunJob returns one job.
+func (s *DB) RunJob(ctx context.Context, id string) (j *lockstep.RunJob, err error) {
+	ctx, span := s.start(ctx, "RunJob")
+	defer func() { err = end(span, err) }()
+	j, err = scanRunJob(s.db.QueryRowContext(ctx, `SELECT `+runJobCols+` FROM run_jobs WHERE id = $1`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, because(err, lockstep.ENOTFOUND, "run job %s not found", id)
+	}
+	return j, err
+}
+
+// ClaimRunJob takes the oldest queued job r takes: a compare-and-swap
+// from queued, so two runners (on any replica) never take the same job.
+func (s *DB) ClaimRunJob(ctx context.Context, r *lockstep.Runner, leaseUntil time.Time) (j *lockstep.RunJob, err error) {
+	ctx, span := s.start(ctx, "ClaimRunJob")
+	defer func() { err = end(span, err) }()
+	rows, err := s.db.QueryContext(ctx, `SELECT id, workspace FROM run_jobs WHERE state = $1 ORDER BY created_at, id LIMIT 200`, lockstep.JobQueued)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for rows.Next() {
+		var id, ws string
+		if err := rows.Scan(&id, &ws); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if r.Takes(ws) {
+			ids = append(ids, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	now := lockstep.TruncateTime(s.now())
+	for _, id := range ids {
+		res, err := s.db.ExecContext(ctx, `UPDATE run_jobs SET state = $1, runner_id = $2, lease_until = $3, updated_at = $4 WHERE id = $5 AND state = $6`,
+			lockstep.JobRunning, r.ID, micros(leaseUntil), micros(now), id, lockstep.JobQueued)
+		if err != nil {
+			return nil, err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			return scanRunJob(s.db.QueryRowContext(ctx, `SELECT `+runJobCols+` FROM run_jobs WHERE id = $1`, id))
+		}
+	}
+	return nil, nil
+}
+
+func lostLease(id string) error {
+	return lockstep.Errorf(lockstep.EREFCONFLICT, "run job %s is no longer running on this runner (its lease ended or it was finished)", id)
+}
+
+// RenewRunJob extends a running job's lease.
+func (s *DB) RenewRunJob(ctx context.Context, id, runnerID string, leaseUntil time.Time) (err error) {
+	ctx, span := s.start(ctx, "RenewRunJob")
+	defer func() { err = end(span, err) }()
+	return s.renew(ctx, s.db, id, runnerID, leaseUntil)
+}
+
+func (s *DB) renew(ctx context.Context, q interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, id, runnerID string, leaseUntil time.Time) error {
+	res, err := q.ExecContext(ctx, `UPDATE run_jobs SET lease_until = $1, updated_at = $2 WHERE id = $3 AND runner_id = $4 AND state = $5`,
+		micros(leaseUntil), micros(s.now()), id, runnerID, lockstep.JobRunning)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return lostLease(id)
+	}
+	return nil
+}
+
+// AppendRunJobOutput stores output lines and renews the lease.
+func (s *DB) AppendRunJobOutput(ctx context.Context, id, runnerID string, lines []lockstep.RunJobLine, leaseUntil time.Time) (err error) {
+	ctx, span := s.start(ctx, "AppendRunJobOutput")
+	defer func() { err = end(span, err) }()
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.renew(ctx, tx, id, runnerID, leaseUntil); err != nil {
+			return err
+		}
+		var last int64
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM run_job_output WHERE job_id = $1`, id).Scan(&last); err != nil {
+			return err
+		}
+		for i := range lines {
+			last++
+			lines[i].Seq = last
+			if _, err := tx.ExecContext(ctx, `INSERT INTO run_job_output (job_id, seq, stream, line) VALUES ($1, $2, $3, $4)`, id, last, lines[i].Stream, lines[i].Text); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// RunJobOutput returns lines after seq.
+func (s *DB) RunJobOutput(ctx context.Context, id string, after int64, limit int) (ls []lockstep.RunJobLine, err error) {
+	ctx, span := s.start(ctx, "RunJobOutput")
+	defer func() { err = end(span, err) }()
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, stream, line FROM run_job_output WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, id, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var l lockstep.RunJobLine
+		if err := rows.Scan(&l.Seq, &l.Stream, &l.Text); err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	return ls, rows.Err()
+}
+
+// FinishRunJob ends a job (see lockstep.RunJobStore).
+func (s *DB) FinishRunJob(ctx context.Context, id, runnerID string, result json.RawMessage, errMsg string) (err error) {
+	ctx, span := s.start(ctx, "FinishRunJob")
+	defer func() { err = end(span, err) }()
+	now := micros(s.now())
+	var res sql.Result
+	if runnerID != "" {
+		res, err = s.db.ExecContext(ctx, `UPDATE run_jobs SET state = $1, result = $2, error = $3, lease_until = NULL, updated_at = $4 WHERE id = $5 AND runner_id = $6 AND state = $7`,
+			lockstep.JobDone, string(result), errMsg, now, id, runnerID, lockstep.JobRunning)
+	} else {
+		res, err = s.db.ExecContext(ctx, `UPDATE run_jobs SET state = $1, error = $2, lease_until = NULL, updated_at = $3 WHERE id = $4 AND state IN ($5, $6)`,
+			lockstep.JobFailed, errMsg, now, id, lockstep.JobQueued, lockstep.JobRunning)
+	}
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return lostLease(id)
+	}
+	return nil
+}
+
+// ExpireRunJobs fails running jobs whose lease has ended.
+func (s *DB) ExpireRunJobs(ctx context.Context, now time.Time) (n int, err error) {
+	ctx, span := s.start(ctx, "ExpireRunJobs")
+	defer func() { err = end(span, err) }()
+	res, err := s.db.ExecContext(ctx, `UPDATE run_jobs SET state = $1, error = 'the runner stopped renewing its lease (it died or lost the server): the job was abandoned', lease_until = NULL, updated_at = $2
+		WHERE state = $3 AND lease_until < $4`, lockstep.JobFailed, micros(now), lockstep.JobRunning, micros(now))
+	if err != nil {
+		return 0, err
+	}
+	m, _ := res.RowsAffected()
+	return int(m), nil
+}

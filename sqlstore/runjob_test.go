@@ -1,0 +1,96 @@
+package sqlstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/internal/testenv"
+)
+
+// TestRunJobs: on both dialects, a runner registers (again: same id), takes
+// only the jobs of workspaces it is given, one runner per job, appends
+// output only while it holds the lease, and a lease that ends fails the
+// job so that its result is refused.
+func TestRunJobs(t *testing.T) {
+	urls := map[string]func(t *testing.T) string{
+		"sqlite":   func(t *testing.T) string { return filepath.Join(t.TempDir(), "meta.db") },
+		"postgres": func(t *testing.T) string { return testenv.MustPostgresDB(t) },
+	}
+	for name, url := range urls {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			c := &clock{t: time.Date(2026, 12, 6, 4, 0, 0, 0, time.UTC)}
+			db := openAt(t, url(t), c)
+			r := &lockstep.Runner{ID: "rnr_1", KeyID: "key_r", Name: "box", Workspaces: []string{"shop-"}}
+			if err := db.PutRunner(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			again := &lockstep.Runner{ID: "rnr_2", KeyID: "key_r", Name: "box", Workspaces: []string{"shop-a"}}
+			if err := db.PutRunner(ctx, again); err != nil || again.ID != "rnr_1" {
+				t.Fatalf("re-register: id %s, err %v; want rnr_1", again.ID, err)
+			}
+			other := &lockstep.Runner{ID: "rnr_3", KeyID: "key_r", Name: "other", Workspaces: []string{"*"}}
+			if err := db.PutRunner(ctx, other); err != nil {
+				t.Fatal(err)
+			}
+			live, err := db.Runners(ctx, c.Now().Add(-time.Second))
+			if err != nil || len(live) != 2 {
+				t.Fatalf("runners: %d, %v; want 2", len(live), err)
+			}
+			for _, j := range []*lockstep.RunJob{{ID: "job_b", Workspace: "docs-b"}, {ID: "job_a", Workspace: "shop-a1"}} {
+				j.KeyID, j.Spec = "key_agent", lockstep.RunJobSpec{Command: []string{"make", "test"}, PushOnSuccess: true}
+				if err := db.CreateRunJob(ctx, j); err != nil {
+					t.Fatal(err)
+				}
+				c.Set(c.Now().Add(time.Millisecond))
+			}
+			lease := c.Now().Add(30 * time.Second)
+			j, err := db.ClaimRunJob(ctx, again, lease)
+			if err != nil || j == nil || j.ID != "job_a" || j.State != lockstep.JobRunning || j.RunnerID != "rnr_1" || !j.Spec.PushOnSuccess {
+				t.Fatalf("claim by shop-a runner: %+v, %v; want job_a running", j, err)
+			}
+			if j, err := db.ClaimRunJob(ctx, again, lease); err != nil || j != nil {
+				t.Fatalf("second claim: %+v, %v; want none (docs-b is not its workspace)", j, err)
+			}
+			if j, err := db.ClaimRunJob(ctx, other, lease); err != nil || j == nil || j.ID != "job_b" {
+				t.Fatalf("claim by * runner: %+v, %v; want job_b", j, err)
+			}
+			lines := []lockstep.RunJobLine{{Stream: "stdout", Text: "ok 1"}, {Stream: "stderr", Text: "warn"}}
+			if err := db.AppendRunJobOutput(ctx, "job_a", "rnr_1", lines, lease); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.AppendRunJobOutput(ctx, "job_a", "rnr_3", lines, lease); lockstep.ErrorCode(err) != lockstep.EREFCONFLICT {
+				t.Fatalf("output from another runner: %v; want ref_conflict", err)
+			}
+			got, err := db.RunJobOutput(ctx, "job_a", 1, 0)
+			if err != nil || len(got) != 1 || got[0].Seq != 2 || got[0].Text != "warn" {
+				t.Fatalf("output after 1: %+v, %v", got, err)
+			}
+			if err := db.FinishRunJob(ctx, "job_a", "rnr_1", json.RawMessage(`{"exit_code":0}`), ""); err != nil {
+				t.Fatal(err)
+			}
+			if j, _ := db.RunJob(ctx, "job_a"); j.State != lockstep.JobDone || string(j.Result) != `{"exit_code":0}` {
+				t.Fatalf("finished job: %+v", j)
+			}
+			// job_b's runner goes silent: its lease ends, the job fails, its
+			// late result is refused.
+			c.Set(lease.Add(time.Second))
+			if n, err := db.ExpireRunJobs(ctx, c.Now()); err != nil || n != 1 {
+				t.Fatalf("expire: %d, %v; want 1", n, err)
+			}
+			if j, _ := db.RunJob(ctx, "job_b"); j.State != lockstep.JobFailed || j.Error == "" {
+				t.Fatalf("expired job: %+v", j)
+			}
+			if err := db.FinishRunJob(ctx, "job_b", "rnr_3", json.RawMessage(`{}`), ""); lockstep.ErrorCode(err) != lockstep.EREFCONFLICT {
+				t.Fatalf("late result: %v; want ref_conflict", err)
+			}
+			if _, err := db.RunJob(ctx, "job_x"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+				t.Fatalf("unknown job: %v", err)
+			}
+		})
+	}
+}
