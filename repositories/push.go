@@ -103,6 +103,20 @@ func (s *Service) PushTree(ctx context.Context, actor *lockstep.Key, repoName, t
 		}
 		return nil, fmt.Errorf("read tree %s: %w", tree, err)
 	}
+	// The tree's closure was checked when its pack was received, in an
+	// earlier request: an object GC since may have dropped an object the
+	// upload found stored. Check it again (only what differs from the
+	// branch's tree), now that the ref move is refused if a GC commits
+	// after this request began.
+	var base plumbing.Hash
+	if tip, err := s.branchTip(ctx, r, opts.Branch); err == nil {
+		if ci, err := n.Commit(tip); err == nil {
+			base = ci.Tree
+		}
+	}
+	if err := n.CheckClosure(plumbing.NewHash(tree), base); err != nil {
+		return nil, err
+	}
 	return s.commitTreeWith(ctx, actor, r, "push", plumbing.NewHash(tree), repo.WriteStats{}, opts, start, nil)
 }
 
@@ -374,7 +388,7 @@ func (s *Service) moveRefWith(ctx context.Context, actor *lockstep.Key, r *locks
 	if r.ForkOf != "" && new != lockstep.ZeroOID {
 		attempts = []lockstep.AttemptRecord{{RepoID: r.ID, Attempt: lockstep.Attempt{Commit: new, Tree: tree, Branch: branch, Op: op, KeyName: actor.Name}}}
 	}
-	updates := []lockstep.RefUpdate{{RepoID: r.ID, Repo: r.Name, Name: ref, Old: old, New: new}}
+	updates := []lockstep.RefUpdate{{RepoID: r.ID, Repo: r.Name, Name: ref, Old: old, New: new, ObjectsSince: objectsSince(ctx, t0)}}
 	var err error
 	if change != nil {
 		if change.Entry != nil {

@@ -72,6 +72,9 @@ type Config struct {
 	// bucket, burst RateLimitBurst; 0: off).
 	RateLimitRPS   float64
 	RateLimitBurst int
+	// ObjectRetention is the default retention of POST /api/v1/gc
+	// (--object-retention; 0 = repositories.DefaultObjectRetention).
+	ObjectRetention time.Duration
 }
 
 // Server holds the services the handlers call.
