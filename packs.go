@@ -100,9 +100,9 @@ type PackStore interface {
 
 // GCRoots is what an object GC of a network must keep, read in one
 // snapshot: every ref of every repository of the network, and the
-// commits retention keeps without a ref (the attempts of workspaces that
-// still exist — failed runs' evidence is pushed as an attempt — and
-// checkpoints).
+// commits retention keeps without a ref (the attempts and checkpoints of
+// repositories that still have a ref, i.e. not purged; failed runs'
+// evidence is pushed as an attempt).
 type GCRoots struct {
 	Refs     []NetworkRef
 	Retained []string

@@ -24,8 +24,9 @@ import (
 // default (git's gc.pruneExpire: two weeks).
 const DefaultObjectRetention = 14 * 24 * time.Hour
 
-// gcClockSkew is how far replicas' clocks may disagree: a ref move counts
-// its objects as checked this much before its request began.
+// gcClockSkew is how far replicas' clocks may disagree: with shared
+// networks (object storage) a ref move counts its objects as checked this
+// much before its request began. One process (local mode) has one clock.
 const gcClockSkew = time.Second
 
 // gcLease names the lease one GC run holds (one replica at a time).
@@ -37,13 +38,13 @@ const gcAttempts = 3
 
 // objectsSince is lockstep.RefUpdate.ObjectsSince of a write that began
 // at t0: the earlier of t0 and its request's start, less the clock skew
-// allowed between replicas.
-func objectsSince(ctx context.Context, t0 time.Time) time.Time {
+// allowed between replicas (shared networks only).
+func (s *Service) objectsSince(ctx context.Context, t0 time.Time) time.Time {
 	since := t0
 	if rs, ok := lockstep.RequestStart(ctx); ok && (since.IsZero() || rs.Before(since)) {
 		since = rs
 	}
-	if since.IsZero() {
+	if since.IsZero() || !s.cfg.Shared {
 		return since
 	}
 	return since.Add(-gcClockSkew)

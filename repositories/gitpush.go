@@ -134,7 +134,7 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 			results[i].Err = err
 			continue
 		}
-		updates = append(updates, lockstep.RefUpdate{RepoID: r.ID, Repo: r.Name, Name: c.Ref, Old: c.Old, New: c.New, ObjectsSince: objectsSince(ctx, start)})
+		updates = append(updates, lockstep.RefUpdate{RepoID: r.ID, Repo: r.Name, Name: c.Ref, Old: c.Old, New: c.New, ObjectsSince: s.objectsSince(ctx, start)})
 		moves = append(moves, lockstep.RefMove{Repo: r.Name, Ref: c.Ref, Old: c.Old, New: c.New})
 		if b, isBranch := strings.CutPrefix(c.Ref, "refs/heads/"); isBranch && r.ForkOf != "" && c.New != lockstep.ZeroOID {
 			tree := ""

@@ -388,7 +388,7 @@ func (s *Service) moveRefWith(ctx context.Context, actor *lockstep.Key, r *locks
 	if r.ForkOf != "" && new != lockstep.ZeroOID {
 		attempts = []lockstep.AttemptRecord{{RepoID: r.ID, Attempt: lockstep.Attempt{Commit: new, Tree: tree, Branch: branch, Op: op, KeyName: actor.Name}}}
 	}
-	updates := []lockstep.RefUpdate{{RepoID: r.ID, Repo: r.Name, Name: ref, Old: old, New: new, ObjectsSince: objectsSince(ctx, t0)}}
+	updates := []lockstep.RefUpdate{{RepoID: r.ID, Repo: r.Name, Name: ref, Old: old, New: new, ObjectsSince: s.objectsSince(ctx, t0)}}
 	var err error
 	if change != nil {
 		if change.Entry != nil {

@@ -39,8 +39,9 @@ func (s *DB) GCNetworks(ctx context.Context) (out []string, err error) {
 	return out, rows.Err()
 }
 
-// GCRoots reads the refs, attempts and checkpoints of network's
-// repositories in one read-only transaction.
+// GCRoots reads the refs of network's repositories, and the attempts and
+// checkpoints of those that still have a ref (not purged), in one
+// transaction.
 func (s *DB) GCRoots(ctx context.Context, network string) (roots lockstep.GCRoots, err error) {
 	ctx, span := s.start(ctx, "GCRoots")
 	defer func() { err = end(span, err) }()
@@ -50,8 +51,12 @@ func (s *DB) GCRoots(ctx context.Context, network string) (roots lockstep.GCRoot
 			return err
 		}
 		roots.Refs = refs
-		rows, err := tx.QueryContext(ctx, `SELECT a.commit_oid FROM attempts a JOIN repos r ON r.id = a.repo_id WHERE r.network = $1
-			UNION SELECT c.commit_oid FROM checkpoints c JOIN repos r ON r.id = c.repo_id WHERE r.network = $1`, network)
+		// A purged workspace (no ref left) retains nothing: its attempt
+		// rows stay for the log, its objects become cruft.
+		rows, err := tx.QueryContext(ctx, `SELECT a.commit_oid FROM attempts a JOIN repos r ON r.id = a.repo_id
+			WHERE r.network = $1 AND EXISTS (SELECT 1 FROM refs f WHERE f.repo_id = r.id)
+			UNION SELECT c.commit_oid FROM checkpoints c JOIN repos r ON r.id = c.repo_id
+			WHERE r.network = $1 AND EXISTS (SELECT 1 FROM refs f WHERE f.repo_id = r.id)`, network)
 		if err != nil {
 			return fmt.Errorf("read retained commits of %s: %w", network, err)
 		}
