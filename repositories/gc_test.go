@@ -266,6 +266,7 @@ func TestGCRacesWrites(t *testing.T) {
 					}
 					history = nil
 				}
+				time.Sleep(time.Duration(10+i%4*10) * time.Millisecond) // gaps in which a gc can commit
 				reqCtx := lockstep.WithRequestStart(ctx, time.Now())
 				var res *repositories.PushResult
 				var err error
