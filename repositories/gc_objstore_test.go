@@ -139,7 +139,7 @@ func TestGCObjectStorage(t *testing.T) {
 		fsckCache(t, n.Dir(), tips)
 	}
 
-	raceGC(t, ws, 6*time.Second)
+	raceGC(t, ws, 8*time.Second, 1500*time.Millisecond)
 	// Every live ref of the network, read on each replica, is complete.
 	refs, err := a.Store.NetworkRefs(ctx, network)
 	if err != nil {
