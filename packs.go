@@ -127,3 +127,39 @@ type GCStore interface {
 	// It returns the network's generation.
 	CommitGC(ctx context.Context, network string, check func([]NetworkRef) error, p *PackRecord, retire []string) (int64, error)
 }
+
+// HoldLease claims the named lease in ps for holder and renews it every
+// ttl/4 until the returned stop is called (which releases it); ok is
+// false when another holder has it. A failed renewal is passed to warn
+// (the lease may then expire under a long run: what it guards must stay
+// correct without it).
+func HoldLease(ctx context.Context, ps PackStore, name, holder string, ttl time.Duration, warn func(error)) (stop func(), ok bool, err error) {
+	ok, err = ps.ClaimLease(ctx, name, holder, ttl)
+	if err != nil || !ok {
+		return func() {}, ok, err
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(ttl / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if _, err := ps.ClaimLease(ctx, name, holder, ttl); err != nil {
+					warn(err)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		ps.ReleaseLease(rctx, name, holder)
+	}, true, nil
+}

@@ -227,35 +227,9 @@ func (s *Service) holdGCLease(ctx context.Context) (stop func(), ok bool, err er
 	if !isPS {
 		return func() {}, true, nil
 	}
-	const ttl = 2 * time.Minute
-	holder := s.gcHolder()
-	if ok, err := ps.ClaimLease(ctx, gcLease, holder, ttl); err != nil || !ok {
-		return func() {}, ok, err
-	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(ttl / 4)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if _, err := ps.ClaimLease(ctx, gcLease, holder, ttl); err != nil {
-					s.log.Warn("gc: lease not renewed", "error", err)
-				}
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		ps.ReleaseLease(rctx, gcLease, holder)
-	}, true, nil
+	return lockstep.HoldLease(ctx, ps, gcLease, s.gcHolder(), 2*time.Minute, func(err error) {
+		s.log.Warn("gc: lease not renewed", "error", err)
+	})
 }
 
 func (s *Service) gcHolder() string {
