@@ -97,3 +97,69 @@ type PackStore interface {
 	// ReleaseLease frees the lease if holder holds it.
 	ReleaseLease(ctx context.Context, name, holder string) error
 }
+
+// GCRoots is what an object GC of a network must keep, read in one
+// snapshot: every ref of every repository of the network, and the
+// commits retention keeps without a ref (the attempts and checkpoints of
+// repositories that still have a ref, i.e. not purged; failed runs'
+// evidence is pushed as an attempt).
+type GCRoots struct {
+	Refs     []NetworkRef
+	Retained []string
+}
+
+// GCStore is the metadata side of object GC (issue 28, docs/replicas.md
+// "Object GC"). Errors: unavailable and internal are the store's;
+// CommitGC returns what check returns (conflict when a ref moved to an
+// object the GC did not see) and the codes of ReplacePacks.
+type GCStore interface {
+	// GCNetworks lists every network that has a repository, by name.
+	GCNetworks(ctx context.Context) ([]string, error)
+	// GCRoots reads network's refs and retained commits in one snapshot.
+	GCRoots(ctx context.Context, network string) (GCRoots, error)
+	// CommitGC is the commit point of a GC of network, one transaction:
+	// it locks the network's state row (a ref move with ObjectsSince
+	// waits for it, or it for the move), reads the network's refs and
+	// passes them to check (an error aborts and is returned), records the
+	// GC's time (RefUpdate.ObjectsSince) and, when p is not nil or
+	// retire is not empty, registers p and retires the packs of retire
+	// (object-storage mode; p nil: the GC's result has no live object).
+	// It returns the network's generation.
+	CommitGC(ctx context.Context, network string, check func([]NetworkRef) error, p *PackRecord, retire []string) (int64, error)
+}
+
+// HoldLease claims the named lease in ps for holder and renews it every
+// ttl/4 until the returned stop is called (which releases it); ok is
+// false when another holder has it. A failed renewal is passed to warn
+// (the lease may then expire under a long run: what it guards must stay
+// correct without it).
+func HoldLease(ctx context.Context, ps PackStore, name, holder string, ttl time.Duration, warn func(error)) (stop func(), ok bool, err error) {
+	ok, err = ps.ClaimLease(ctx, name, holder, ttl)
+	if err != nil || !ok {
+		return func() {}, ok, err
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(ttl / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if _, err := ps.ClaimLease(ctx, name, holder, ttl); err != nil {
+					warn(err)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		ps.ReleaseLease(rctx, name, holder)
+	}, true, nil
+}

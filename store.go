@@ -74,6 +74,12 @@ type RefUpdate struct {
 	Name   string
 	Old    string
 	New    string
+	// ObjectsSince, when set, is when the write began checking that the
+	// objects New names exist (its request's start): the update is
+	// refused (unavailable, retry) when an object GC of the repository's
+	// network committed after it, since the GC may have dropped an
+	// object the write found (docs/replicas.md, "Object GC").
+	ObjectsSince time.Time
 }
 
 // TaskCount is one task label of a base with its workspaces by status.

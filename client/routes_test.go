@@ -19,6 +19,7 @@ var routeMethods = map[string]string{
 	"GET /metrics":                                     "Metrics",
 	"GET /api/v1/openapi.json":                         "OpenAPI",
 	"POST /api/v1/keys":                                "CreateKey",
+	"POST /api/v1/gc":                                  "GC",
 	"GET /api/v1/keys":                                 "Keys",
 	"DELETE /api/v1/keys/:id":                          "RevokeKey",
 	"PUT /api/v1/keys/:id/quota":                       "SetKeyQuota",

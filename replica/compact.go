@@ -24,34 +24,9 @@ const leaseTTL = 2 * time.Minute
 // holdLease claims name and renews it until the returned stop is called;
 // ok is false when another replica holds it.
 func (m *Manager) holdLease(ctx context.Context, name string) (stop func(), ok bool, err error) {
-	ok, err = m.cfg.Packs.ClaimLease(ctx, name, m.cfg.Holder, leaseTTL)
-	if err != nil || !ok {
-		return func() {}, ok, err
-	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(leaseTTL / 4)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if _, err := m.cfg.Packs.ClaimLease(ctx, name, m.cfg.Holder, leaseTTL); err != nil {
-					m.cfg.Log.Warn("object store: lease not renewed", "lease", name, "error", err)
-				}
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		m.cfg.Packs.ReleaseLease(rctx, name, m.cfg.Holder)
-	}, true, nil
+	return lockstep.HoldLease(ctx, m.cfg.Packs, name, m.cfg.Holder, leaseTTL, func(err error) {
+		m.cfg.Log.Warn("object store: lease not renewed", "lease", name, "error", err)
+	})
 }
 
 // Compact folds the network's live packs into one, on one replica at a

@@ -24,6 +24,8 @@ func (n *Network) PackCount() int {
 // removed under a reader is still open, and a lookup that misses reloads.
 // Without it every push adds a pack, an open file and a lookup table.
 func (n *Network) Compact(ctx context.Context) error {
+	n.gcMu.Lock()
+	defer n.gcMu.Unlock()
 	n.compacting.Add(1)
 	defer n.compacting.Add(-1)
 	cmd := exec.CommandContext(ctx, "git", "-c", "gc.auto=0", "repack", "-a", "-d", "--keep-unreachable", "-q")

@@ -98,6 +98,7 @@ type Network struct {
 	where map[plumbing.Hash]*pack // every packed object -> a pack holding it
 
 	writeMu sync.Mutex // serialises pack writers and Reload (a Reload must not miss a pack being published)
+	gcMu    sync.Mutex // one CollectGarbage or Compact at a time
 
 	packDirMod atomic.Int64 // objects/pack mtime (ns) seen by the last Reload
 	compacting atomic.Int32 // Compacts running: a lookup miss reloads
@@ -152,6 +153,7 @@ func Open(dir string, opts Options) (*Network, error) {
 	}
 	n.opts.TempGrace = opts.TempGrace
 	RemoveStaleTemps(abs, opts.TempGrace, time.Now())
+	restoreGCTrash(abs)
 	if err := n.Reload(); err != nil {
 		return nil, err
 	}

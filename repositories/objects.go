@@ -65,6 +65,12 @@ type ObjectStore interface {
 	// CheckRootTree refuses a tree a ref may not name (a symlink in it
 	// climbs above it).
 	CheckRootTree(h plumbing.Hash) error
+	// CheckClosure returns not_found when an object tree names is not
+	// stored (subtrees equal to base's at the same path are skipped).
+	CheckClosure(tree, base plumbing.Hash) error
+	// CollectGarbage drops the network's unreachable objects older than
+	// the cutoff (repo/gc.go; object storage: replica/objgc.go).
+	CollectGarbage(ctx context.Context, opts repo.GCOptions) (repo.GCStats, error)
 
 	// PackCount is the length of the pack list; Compact folds the packs
 	// into one (cancelled with ctx).

@@ -103,7 +103,21 @@ func (s *Service) PushTree(ctx context.Context, actor *lockstep.Key, repoName, t
 		}
 		return nil, fmt.Errorf("read tree %s: %w", tree, err)
 	}
-	return s.commitTree(ctx, actor, r, plumbing.NewHash(tree), repo.WriteStats{}, opts, Reason{Op: "push", Start: start})
+	// The tree's closure was checked when its pack was received, in an
+	// earlier request: an object GC since may have dropped an object the
+	// upload found stored. Check it again (only what differs from the
+	// branch's tree), now that the ref move is refused if a GC commits
+	// after this request began.
+	var base plumbing.Hash
+	if tip, err := s.branchTip(ctx, r, opts.Branch); err == nil {
+		if ci, err := n.Commit(tip); err == nil {
+			base = ci.Tree
+		}
+	}
+	if err := n.CheckClosure(plumbing.NewHash(tree), base); err != nil {
+		return nil, err
+	}
+		return s.commitTree(ctx, actor, r, plumbing.NewHash(tree), repo.WriteStats{}, opts, Reason{Op: "push", Start: start})
 }
 
 // Missing returns which of oids the repository's network lacks.

@@ -107,7 +107,7 @@ func (s *Service) move(ctx context.Context, m refMove) error {
 	var events []lockstep.HookEvent
 	for _, u := range m.Updates {
 		entry.Refs = append(entry.Refs, lockstep.RefMove{Repo: r.Name, Ref: u.Ref, Old: u.Old, New: u.New})
-		updates = append(updates, lockstep.RefUpdate{RepoID: r.ID, Repo: r.Name, Name: u.Ref, Old: u.Old, New: u.New})
+		updates = append(updates, lockstep.RefUpdate{RepoID: r.ID, Repo: r.Name, Name: u.Ref, Old: u.Old, New: u.New, ObjectsSince: s.objectsSince(ctx, t0)})
 		if u.New == lockstep.ZeroOID {
 			continue
 		}

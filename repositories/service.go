@@ -73,6 +73,10 @@ type Config struct {
 	// OpenNetwork returns a Refresher). The ref mirror is then synced per
 	// repository before git serves it, not for every repository at start.
 	Shared bool
+	// SweepBucket, when set (object storage), deletes from the bucket the
+	// packs retired longer than the grace period ago, at the end of a GC
+	// run, and returns how many it deleted.
+	SweepBucket func(ctx context.Context) (int, error)
 }
 
 // Service implements repositories.
@@ -94,6 +98,9 @@ type Service struct {
 	bgCtx      context.Context // cancelled by Close: stops a running compaction
 	bgCancel   context.CancelFunc
 	hooks      []EventHook
+
+	gcHolderOnce sync.Once
+	gcHolderName string // names this replica in the GC lease
 
 	problemsMu sync.Mutex
 	problems   map[string]MirrorProblem // "repo\x00ref" → refs the disk mirror lacks

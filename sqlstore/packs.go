@@ -219,22 +219,7 @@ func (s *DB) NetworkGeneration(ctx context.Context, network string) (g int64, er
 func (s *DB) NetworkRefs(ctx context.Context, network string) (out []lockstep.NetworkRef, err error) {
 	ctx, span := s.start(ctx, "NetworkRefs")
 	defer func() { err = end(span, err) }()
-	rows, err := s.db.QueryContext(ctx, `SELECT r.name, f.name, f.oid, f.updated_at FROM repos r JOIN refs f ON f.repo_id = r.id
-		WHERE r.network = $1 ORDER BY r.name, f.name`, network)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var nr lockstep.NetworkRef
-		var u int64
-		if err := rows.Scan(&nr.Repo, &nr.Name, &nr.OID, &u); err != nil {
-			return nil, err
-		}
-		nr.UpdatedAt = fromMicros(u)
-		out = append(out, nr)
-	}
-	return out, rows.Err()
+	return networkRefs(ctx, s.db, network)
 }
 
 // PackNetworks lists the networks with at least one pack record (live or

@@ -316,6 +316,9 @@ func (s *DB) updateRefs(ctx context.Context, tx *sql.Tx, updates []lockstep.RefU
 	if err := s.lockActive(ctx, tx, updates); err != nil {
 		return err
 	}
+	if err := s.checkGCSince(ctx, tx, updates); err != nil {
+		return err
+	}
 	locked := map[int64]bool{} // lockActive holds every repository row already
 	for _, u := range updates {
 		locked[u.RepoID] = true

@@ -28,6 +28,7 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	api.PUT("/keys/:id/quota", s.handleKeyQuota()) // key.go: per-key workspace quota
 	api.GET("/whoami", s.handleWhoami())
 
+	api.POST("/gc", s.handleGC()) // gc.go: object GC now (admin)
 	api.GET("/oplog", s.handleOplogList())
 	api.GET("/oplog/verify", s.handleOplogVerify())
 

@@ -79,6 +79,9 @@ type Config struct {
 	// (RunnerPollWait) and how long a job waits for a runner to take it
 	// (RunJobQueueTimeout); 0 = the Default* values.
 	RunJobTimeout, RunnerLease, RunnerPollWait, RunJobQueueTimeout time.Duration
+	// ObjectRetention is the default retention of POST /api/v1/gc
+	// (--object-retention; 0 = repositories.DefaultObjectRetention).
+	ObjectRetention time.Duration
 }
 
 // Server holds the services the handlers call.

@@ -98,6 +98,10 @@ type serveConfig struct {
 	ObjectStore                                                    string
 	ObjectGrace                                                    time.Duration
 	ObjectGC                                                       time.Duration
+	// Object GC (issue 28): unreachable objects older than
+	// ObjectRetention are dropped every GCInterval (0 = never).
+	ObjectRetention time.Duration
+	GCInterval      time.Duration
 	// idemPausePrefix is test-only fault injection, read from
 	// LOCKSTEP_TEST_PAUSE_AFTER_COMMIT (not a setting).
 	idemPausePrefix string
@@ -309,6 +313,8 @@ func (c *serveConfig) declare(f *flagger) {
 	f.dur(&c.IdemLease, "idempotency-lease", "LOCKSTEP_IDEMPOTENCY_LEASE", 30*time.Second, "a running keyed request's lease (renewed while it runs); after a crash its key is free again once this passed, if nothing committed")
 	f.str(&c.ObjectStore, "object-store", s3packs.Setting, "", "s3://bucket/prefix?endpoint=host:port[&insecure=true&region=…&path_style=true] or file:///dir: keep each network's packs in this S3-compatible bucket or directory (several replicas; needs --database-url, a shared --secret-key-file; keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); empty = the local disk")
 	f.dur(&c.ObjectGrace, "object-grace", "LOCKSTEP_OBJECT_GRACE", replica.DefaultGrace, "object store: a retired or never-registered pack is deleted only once older than this; a write whose upload takes over half of it fails (must exceed the longest upload)")
+	f.dur(&c.ObjectRetention, "object-retention", "LOCKSTEP_OBJECT_RETENTION", repositories.DefaultObjectRetention, "unreachable objects (abandoned and deleted workspaces' attempts, lost races) older than this are dropped by the object GC (`lockstep gc`, --gc-interval); 0 is refused (use `lockstep gc --prune now`)")
+	f.dur(&c.GCInterval, "gc-interval", "LOCKSTEP_GC_INTERVAL", 24*time.Hour, "how often the object GC runs (one replica at a time, lease in the database); 0 = never (run `lockstep gc`)")
 	f.dur(&c.ObjectGC, "object-gc-interval", "LOCKSTEP_OBJECT_GC_INTERVAL", 10*time.Minute, "object store: how often garbage collection of the bucket runs (one replica at a time); 0 = never")
 	f.bool(&c.MCPStateful, "mcp-stateful", "LOCKSTEP_MCP_STATEFUL", false, "keep MCP sessions (Mcp-Session-Id, SSE on GET) in this process; default stateless: every /mcp POST stands alone, so restarts and replicas are invisible to clients")
 	f.int(&c.MCPMaxSessions, "mcp-max-sessions", "LOCKSTEP_MCP_MAX_SESSIONS", agentmcp.DefaultMaxSessions, "stateful MCP sessions open at once; more answer 429 rate_limited with Retry-After")
@@ -500,6 +506,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		}
 	}
 	var openNetwork func(string, repo.Options) (repositories.ObjectStore, error)
+	var sweepBucket func(context.Context) (int, error) // object storage: the bucket GC, run at the end of an object GC
 	var objectStore bucket.Bucket
 	if c.ObjectStore != "" {
 		objects, err := objLoc.Open(ctx)
@@ -516,6 +523,10 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 			rc.Notify = redislock.NewNotifier(rdb, "lockstep:net:")
 		}
 		mgr := replica.New(rc)
+		sweepBucket = func(ctx context.Context) (int, error) {
+			st, err := mgr.GC(ctx)
+			return st.Deleted, err
+		}
 		a.closers = append(a.closers, mgr.Close)
 		openNetwork = mgr.Open
 		logger.Info("objects in object storage", "store", objLoc.String(), "grace", c.ObjectGrace.String(), "gc_interval", c.ObjectGC.String())
@@ -526,9 +537,15 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	if err != nil {
 		return nil, err
 	}
+	if c.ObjectRetention <= 0 {
+		return nil, fmt.Errorf("--object-retention (LOCKSTEP_OBJECT_RETENTION) must be positive, got %s", c.ObjectRetention)
+	}
+	if c.GCInterval < 0 {
+		return nil, fmt.Errorf("--gc-interval (LOCKSTEP_GC_INTERVAL) must not be negative, got %s", c.GCInterval)
+	}
 	a.repos = repositories.New(repositories.Config{DataDir: c.Data, Fsync: c.Fsync, MergeRetries: c.MergeRetries,
 		MergeMaxFileBytes: c.MergeMaxFileBytes, MergeRenameLimit: c.MergeRenameLimit, ComparePatchBytes: c.ComparePatchBytes, CompactPacks: c.CompactPacks, TempGrace: c.TempGrace,
-		OpenNetwork: openNetwork, Shared: openNetwork != nil,
+		OpenNetwork: openNetwork, Shared: openNetwork != nil, SweepBucket: sweepBucket,
 		Limits: repo.Limits{MaxUploadBytes: c.MaxUploadBytes, MaxFileBytes: c.MaxFileBytes, MaxFiles: c.MaxFiles}},
 		db, logger, metrics, nil)
 	a.closers = append(a.closers, func() { a.repos.Close() })
@@ -558,6 +575,29 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		}
 	}()
 	a.closers = append(a.closers, func() { stopSweep(); <-sweepDone })
+	if c.GCInterval > 0 {
+		gcCtx, stopGC := context.WithCancel(context.Background())
+		gcDone := make(chan struct{})
+		go func() {
+			defer close(gcDone)
+			t := time.NewTicker(c.GCInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-gcCtx.Done():
+					return
+				case <-t.C:
+					res, err := a.repos.GC(gcCtx, auth.System, repositories.GCOptions{Retention: c.ObjectRetention})
+					if err != nil {
+						logger.Error("object gc", "error", err)
+					} else if !res.Skipped {
+						logger.Info("object gc", "networks", res.Networks, "objects", res.Objects, "packs", res.Packs, "loose", res.Loose, "bytes", res.Bytes, "busy", res.Busy)
+					}
+				}
+			}
+		}()
+		a.closers = append(a.closers, func() { stopGC(); <-gcDone })
+	}
 	g := gate.New(gate.Config{HookTimeout: c.HookTimeout, HookMaxAttempts: c.HookMaxAttempts, HookBackoff: c.HookBackoff, HookMaxBackoff: c.HookMaxBackoff,
 		HookAllowHosts: allow},
 		db, a.repos, logger, metrics, nil)
@@ -625,7 +665,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	srv := &web.Server{
 		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate, WriteTimeout: c.WriteTimeout, WriteMinRate: c.WriteMinRate,
 			MaxSSEStreams: c.MaxSSE, MaxSSEStreamsPerKey: c.MaxSSEPerKey, SSEMaxLifetime: c.SSELifetime, MaxConcurrentUploads: c.MaxUploads,
-			QuotaWorkspaces: c.QuotaWorkspaces, RateLimitRPS: float64(c.RateLimitRPS), RateLimitBurst: c.RateLimitBurst,
+			QuotaWorkspaces: c.QuotaWorkspaces, RateLimitRPS: float64(c.RateLimitRPS), RateLimitBurst: c.RateLimitBurst, ObjectRetention: c.ObjectRetention,
 			RunJobTimeout: c.RunJobTimeout, RunnerLease: c.RunnerLease, RunnerPollWait: c.RunnerPollWait, RunJobQueueTimeout: c.RunJobQueueTimeout,
 			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
 		Store: db, Keys: keys, Redis: rdb, ObjectStore: objectStore, Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps, Effects: fx, Jobs: db,

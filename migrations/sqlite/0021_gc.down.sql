@@ -1,0 +1,1 @@
+ALTER TABLE network_state DROP COLUMN gc_at;
