@@ -459,12 +459,15 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.step("forensics", func() error { return keepForensics(opts, rep, m, sess) })
 	}
 	if sess != nil {
-		if err := rep.step("discard_layers", func() error {
-			if rep.Outside == nil {
-				rep.Outside, _ = sess.Changes()
-			}
-			return sess.Discard()
-		}); err != nil {
+		if rep.Outside == nil {
+			// A listing that fails is said in its step but fails nothing:
+			// the listing is forensics, the discard below the guarantee.
+			rep.step("list_outside", func() (err error) {
+				rep.Outside, err = sess.Changes()
+				return err
+			})
+		}
+		if err := rep.step("discard_layers", func() error { return sess.Discard() }); err != nil {
 			addErr(err)
 		}
 	}
