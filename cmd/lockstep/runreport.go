@@ -110,8 +110,13 @@ func buildRunReport(rep *txrun.Report, prev lastRun, hadPrev bool, drvName strin
 		if n, err := fssnap.ManifestBytes(sopts, rep.Dir, rep.FSSnapshot); err == nil {
 			r.ManifestBytes = n
 		}
-		if m, err := fssnap.LoadManifest(sopts, rep.Dir, rep.FSSnapshot); err == nil {
-			_, r.TreeBytes = m.Files()
+		// The run measured its tree; an older report (0) reads the
+		// stored manifest again.
+		r.TreeBytes = rep.TreeBytes
+		if r.TreeBytes == 0 {
+			if m, err := fssnap.LoadManifest(sopts, rep.Dir, rep.FSSnapshot); err == nil {
+				_, r.TreeBytes = m.Files()
+			}
 		}
 		// The copy driver's snapshot is a whole copy of the tree; the
 		// others share its blocks (copy-on-write) until it changes.

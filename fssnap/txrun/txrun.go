@@ -174,6 +174,9 @@ type Report struct {
 	RunID      string         `json:"run_id"`
 	Driver     string         `json:"driver"`
 	FSSnapshot string         `json:"fs_snapshot"`
+	// TreeBytes is the size of Dir's regular files when the snapshot was
+	// taken (from its manifest; 0 when unknown).
+	TreeBytes int64 `json:"tree_bytes,omitempty"`
 	Checkpoint string         `json:"checkpoint,omitempty"`
 	Status     proc.Status    `json:"status"`
 	Succeeded  bool           `json:"succeeded"`
@@ -313,6 +316,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}); err != nil {
 		return rep, err
 	}
+	_, rep.TreeBytes = m.Files()
 	if opts.Checkpointer != nil {
 		if err := rep.step("checkpoint", func() (err error) {
 			rep.Checkpoint, err = opts.Checkpointer.Checkpoint(ctx, snap.ID)
