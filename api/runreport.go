@@ -41,6 +41,15 @@ type RunReport struct {
 	// most MaxRunWrites entries; WroteOmitted counts the rest.
 	Wrote        []RunWrite `json:"wrote,omitempty"`
 	WroteOmitted int        `json:"wrote_omitted,omitempty"`
+	// Machine names the machine the run ran on (`lockstep run --machine`,
+	// default its hostname). Quarantined says the rollback left residue
+	// and `--on-residue quarantine` marked the machine dirty; a report
+	// with Unquarantine set is no run but `lockstep run unquarantine`
+	// clearing that mark. The server's quarantine record of a machine is
+	// its newest report carrying either.
+	Machine      string `json:"machine,omitempty"`
+	Quarantined  bool   `json:"quarantined,omitempty"`
+	Unquarantine bool   `json:"unquarantine,omitempty"`
 }
 
 // RunPurity says whether a rollback was verified clean.

@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -56,11 +55,11 @@ type benchOpts struct {
 
 // benchGroups are the scenario groups --only selects (a row name such as
 // fork-20k or read-refs selects its group).
-var benchGroups = []string{"cli-startup", "push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "fsync-off", "fleet", "objstore", "db-burst"}
+var benchGroups = []string{"cli-startup", "push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "run-baseline", "fsync-off", "fleet", "objstore", "db-burst"}
 
 // benchRowNames are every row a full run prints, in order.
 var benchRowNames = []string{"cli-startup", "push-incremental", "push-incremental:server", "push-tar-full", "rollback", "idempotency-rollback", "read-commit", "read-refs", "mcp-tool-call",
-	"fork-20k", "fork-200", "preflight-deep-20k", "preflight-renames-20k", "materialize-20k", "checkpoint", "restore", "run-true", "run-false",
+	"fork-20k", "fork-200", "preflight-deep-20k", "preflight-renames-20k", "materialize-20k", "checkpoint", "restore", "run-true", "run-false", "run-baseline-true", "run-baseline-false",
 	"push-incremental (fsync=false)", "rollback (fsync=false)"}
 
 // dist is a distribution of timings in milliseconds.
@@ -274,11 +273,23 @@ func (b *bencher) selected(group string) bool {
 		return true
 	}
 	for _, s := range b.o.only {
-		if s == group || strings.HasPrefix(s, group) {
+		if s == group || strings.HasPrefix(s, group) && longestGroup(s) == group {
 			return true
 		}
 	}
 	return false
+}
+
+// longestGroup is the longest group name that prefixes a --only item
+// (run-baseline-true selects run-baseline, not run).
+func longestGroup(s string) string {
+	best := ""
+	for _, g := range benchGroups {
+		if strings.HasPrefix(s, g) && len(g) > len(best) {
+			best = g
+		}
+	}
+	return best
 }
 
 func (b *bencher) add(r *benchRow) *benchRow {
@@ -322,6 +333,7 @@ func (b *bencher) runAll() error {
 		{"materialize", b.benchMaterialize},
 		{"checkpoint", b.benchCheckpoint},
 		{"run", b.benchRun},
+		{"run-baseline", b.benchRunBaseline},
 		{"fsync-off", b.benchFsyncOff},
 		{"fleet", b.benchFleet},
 		{"objstore", b.benchObjstore},
@@ -1558,53 +1570,9 @@ func (b *bencher) benchRun() error {
 		limit     float64
 		wantExit  int
 	}{{"run-true", "true", 150, 0}, {"run-false", "false", 300, 1}} {
-		steps := map[string][]float64{}
-		var order []string
+		steps := runSteps{}
 		ls, err := b.measure(x.name, 1, n, func(i int) (time.Duration, error) {
-			args := append([]string{"run", "--workspace", ws, "--dir", dir, "--json"}, snapArgs...)
-			args = append(args, "--", x.cmd)
-			c := b.cmd(dir, b.bin, args...)
-			c.Env = append(slices.Clone(b.env), "LOCKSTEP_URL="+s.url, "LOCKSTEP_KEY="+s.key)
-			var stderr bytes.Buffer
-			c.Stderr = &stderr
-			t := time.Now()
-			out, err := c.Output()
-			d := time.Since(t)
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				return 0, err
-			}
-			if code != x.wantExit {
-				return 0, fmt.Errorf("lockstep run -- %s: exit %d: %s", x.cmd, code, stderr.String())
-			}
-			var rep struct {
-				Succeeded bool `json:"succeeded"`
-				Purity    struct {
-					Checked, Clean bool
-				} `json:"purity"`
-				Steps []struct {
-					Name       string  `json:"name"`
-					DurationMs float64 `json:"duration_ms"`
-				} `json:"steps"`
-			}
-			if err := json.Unmarshal(out, &rep); err != nil {
-				return 0, fmt.Errorf("run report: %w: %s", err, out)
-			}
-			if rep.Purity.Checked && !rep.Purity.Clean {
-				return 0, fmt.Errorf("lockstep run -- %s: rollback left residue", x.cmd)
-			}
-			if i >= 1 {
-				for _, s := range rep.Steps {
-					if _, ok := steps[s.Name]; !ok {
-						order = append(order, s.Name)
-					}
-					steps[s.Name] = append(steps[s.Name], s.DurationMs)
-				}
-			}
-			return d, nil
+			return b.lockstepRun(s, ws, dir, snapArgs, x.cmd, x.wantExit, &steps, i >= 1)
 		})
 		if err != nil {
 			return err
@@ -1639,11 +1607,7 @@ func (b *bencher) benchRun() error {
 		}
 		r := b.add(&benchRow{Name: x.name, Size: b.small.describe(nbytes), LS: ls, Git: gd, GitCmd: gitCmd, Target: fmt.Sprintf("< %.0f ms", x.limit)})
 		r.check(fmt.Sprintf("≥ %.0f ms", x.limit), ls.Median < x.limit)
-		parts := make([]string, 0, len(order))
-		for _, name := range order {
-			parts = append(parts, fmt.Sprintf("%s %.1f", name, newDist(steps[name]).Median))
-		}
-		r.note("whole `lockstep run --driver copy -- %s` process on %s; step medians (ms): %s", x.cmd, b.fsType, strings.Join(parts, ", "))
+		r.note("whole `lockstep run --driver copy -- %s` process on %s; step medians (ms): %s", x.cmd, b.fsType, &steps)
 	}
 	return nil
 }

@@ -15,6 +15,21 @@ func TestBenchOnly(t *testing.T) {
 	}
 }
 
+// TestBenchOnlyLongestGroup: a row of run-baseline selects that group
+// only, not run (whose name prefixes it).
+func TestBenchOnlyLongestGroup(t *testing.T) {
+	b := &bencher{o: benchOpts{only: []string{"run-baseline-false"}}}
+	for g, want := range map[string]bool{"run-baseline": true, "run": false} {
+		if b.selected(g) != want {
+			t.Errorf("selected(%q) = %v, want %v", g, !want, want)
+		}
+	}
+	b = &bencher{o: benchOpts{only: []string{"run-true"}}}
+	if !b.selected("run") || b.selected("run-baseline") {
+		t.Errorf("run-true selects run only")
+	}
+}
+
 func TestBenchDist(t *testing.T) {
 	d := newDist([]float64{5, 1, 4, 2, 3, 6, 7, 8, 9, 10})
 	if d.Median != 5.5 || d.P90 != 9 || d.Min != 1 || d.Max != 10 || d.N != 10 {

@@ -200,7 +200,7 @@ func TestRunContainsTheInstance(t *testing.T) {
 		}
 		qfile := filepath.Join(tmp, "quarantine-ran")
 		rep, r := run(t, "ws2", work, home, env, "--state-root", state, "--contain=dir", "--share", shared,
-			"--on-residue", "quarantine", "--quarantine-command", "cp \"$LOCKSTEP_RESIDUE_FILE\" "+qfile)
+			"--on-residue", "quarantine", "--machine", "e2e-box-"+mark, "--quarantine-command", "cp \"$LOCKSTEP_RESIDUE_FILE\" "+qfile)
 		if r.Code != 10 {
 			t.Fatalf("exit %d, want 10 (residue)\n%s\n%s", r.Code, r.Stdout, r.Stderr)
 		}
@@ -241,8 +241,32 @@ func TestRunContainsTheInstance(t *testing.T) {
 		if again.Code != 11 || !strings.Contains(again.Stderr, "quarantined") {
 			t.Fatalf("a run on a quarantined machine: exit %d\n%s", again.Code, again.Stderr)
 		}
-		if r := s.CLIEnv(t, s.AdminKey, "", nil, "run", "unquarantine", "--state-root", state); r.Code != 0 {
-			t.Fatalf("unquarantine: %d %s", r.Code, r.Stderr)
+		// Marked dirty with the server too: the run's report names the
+		// machine as quarantined, the runs page lists it.
+		quarantineReports := func() (quarantined, cleared int) {
+			t.Helper()
+			for _, e := range s.api(t, s.AdminKey, "GET", "/oplog?op=run.report&repo=ws2", nil, 200)["entries"].([]any) {
+				d := e.(map[string]any)["details"].(map[string]any)
+				if d["machine"] != "e2e-box-"+mark {
+					t.Errorf("run report of machine %v, want e2e-box-%s", d["machine"], mark)
+				}
+				if d["quarantined"] == true {
+					quarantined++
+				}
+				if d["unquarantine"] == true {
+					cleared++
+				}
+			}
+			return quarantined, cleared
+		}
+		if q, c := quarantineReports(); q != 1 || c != 0 {
+			t.Errorf("server: %d quarantined and %d cleared reports, want 1 and 0", q, c)
+		}
+		if r := s.CLIEnv(t, s.AdminKey, "", nil, "run", "unquarantine", "--state-root", state); r.Code != 0 || !strings.Contains(r.Stdout, "cleared on the server") {
+			t.Fatalf("unquarantine: %d %s %s", r.Code, r.Stdout, r.Stderr)
+		}
+		if q, c := quarantineReports(); q != 1 || c != 1 {
+			t.Errorf("server after unquarantine: %d quarantined and %d cleared reports, want 1 and 1", q, c)
 		}
 		again = s.CLIEnv(t, s.AdminKey, work, []string{"XDG_CACHE_HOME=" + t.TempDir()}, "run", "--no-server", "--dir", work, "--driver", "copy", "--state-root", state, "--", "true")
 		if again.Code != 0 {

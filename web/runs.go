@@ -36,6 +36,7 @@ const (
 	maxRunResidue = 200
 	maxRunArgs    = 200
 	maxRunPath    = 4096
+	maxRunMachine = 255
 )
 
 func checkRunReport(r *api.RunReport) error {
@@ -65,6 +66,15 @@ func checkRunReport(r *api.RunReport) error {
 	if r.RetryFromClean && !r.Retry {
 		return lockstep.Errorf(lockstep.EINVALID, "retry_from_clean without retry")
 	}
+	if len(r.Machine) > maxRunMachine {
+		return lockstep.Errorf(lockstep.EINVALID, "machine: at most %d bytes", maxRunMachine)
+	}
+	if (r.Quarantined || r.Unquarantine) && r.Machine == "" {
+		return lockstep.Errorf(lockstep.EINVALID, "quarantined and unquarantine name a machine: machine is required")
+	}
+	if r.Quarantined && r.Unquarantine {
+		return lockstep.Errorf(lockstep.EINVALID, "quarantined and unquarantine: one or the other")
+	}
 	for i, w := range r.Wrote {
 		switch w.Kind {
 		case "created", "modified", "deleted":
@@ -81,6 +91,9 @@ func checkRunReport(r *api.RunReport) error {
 // runEvents are the audited events a report says happened.
 func runEvents(r *api.RunReport) []string {
 	var ev []string
+	if r.Unquarantine { // a machine's quarantine cleared: no run
+		return nil
+	}
 	if r.Captured {
 		ev = append(ev, "capture")
 	}
@@ -98,8 +111,9 @@ func runEvents(r *api.RunReport) []string {
 
 // handleRunReport records how one `lockstep run` of a workspace went: a
 // run.report oplog entry, a span per event (capture, failure, rollback,
-// verification) and the run metrics. Who may report is who may move the
-// workspace's refs, decided before the body is read.
+// verification) and the run metrics. Who may report is who may write the
+// workspace, decided before the body is read; a run (not the clearing of
+// a machine's quarantine) also needs the workspace's refs to move.
 func (s *Server) handleRunReport() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		ctx := c.Request.Context()
@@ -113,7 +127,7 @@ func (s *Server) handleRunReport() gin.HandlerFunc {
 			writeError(c, lockstep.Errorf(lockstep.EINVALID, "%s is a base repository: runs are reported on workspaces", ws.Name))
 			return
 		}
-		if err := repositories.CanMoveRefs(me, ws); err != nil {
+		if err := repositories.CanWrite(me, ws); err != nil {
 			writeError(c, err)
 			return
 		}
@@ -125,6 +139,15 @@ func (s *Server) handleRunReport() gin.HandlerFunc {
 		if err := checkRunReport(&req); err != nil {
 			writeError(c, err)
 			return
+		}
+		// A run is reported on a workspace whose refs still move; the
+		// clearing of a quarantine also on the workspace its residue
+		// marked failed.
+		if !req.Unquarantine {
+			if err := repositories.CanMoveRefs(me, ws); err != nil {
+				writeError(c, err)
+				return
+			}
 		}
 		res, err := s.recordRunReport(c, me, ws, &req)
 		if err != nil {
@@ -159,7 +182,12 @@ func (s *Server) recordRunReport(c *gin.Context, me *lockstep.Key, ws *lockstep.
 		return nil, err
 	}
 	result := "succeeded"
-	if !req.Succeeded {
+	switch {
+	case req.Unquarantine:
+		result = "unquarantined"
+	case req.Quarantined:
+		result = "quarantined"
+	case !req.Succeeded:
 		result = "failed"
 	}
 	e := &lockstep.OpEntry{KeyID: me.ID, KeyName: me.Name, Op: OpRunReport, Result: result, Repo: ws.Name,
@@ -220,6 +248,38 @@ type runsData struct {
 	Audit     string
 	Events    int
 	Logged    int
+	// Quarantined are the machines whose newest quarantine record in the
+	// window says dirty.
+	Quarantined []quarantineRecord
+}
+
+// quarantineRecord is a machine marked dirty by a run's residue: the
+// newest report of the machine that quarantined or unquarantined it.
+type quarantineRecord struct {
+	Machine   string
+	Workspace string
+	RunID     string
+	Time      time.Time
+	Residue   []string
+}
+
+// quarantines are the machines still quarantined according to entries
+// (newest first): a machine's newest quarantined / unquarantine report
+// decides.
+func quarantines(entries []*lockstep.OpEntry) []quarantineRecord {
+	var out []quarantineRecord
+	seen := map[string]bool{}
+	for _, e := range entries {
+		r, ok := runReport(e)
+		if !ok || r.Machine == "" || !(r.Quarantined || r.Unquarantine) || seen[r.Machine] {
+			continue
+		}
+		seen[r.Machine] = true
+		if r.Quarantined {
+			out = append(out, quarantineRecord{Machine: r.Machine, Workspace: e.Repo, RunID: r.RunID, Time: e.Time, Residue: r.Residue})
+		}
+	}
+	return out
 }
 
 type latency struct {
@@ -268,7 +328,7 @@ func (u *uiServer) handleRuns(c *gin.Context) {
 	var capture, rollback, verify, overhead []float64
 	for _, e := range entries {
 		r, ok := runReport(e)
-		if !ok {
+		if !ok || r.Unquarantine {
 			continue
 		}
 		if len(d.Rows) < 50 {
@@ -297,6 +357,7 @@ func (u *uiServer) handleRuns(c *gin.Context) {
 		d.Events += n
 		d.Logged += n
 	}
+	d.Quarantined = quarantines(entries)
 	d.Capture, d.Rollback, d.Verify = newLatency(capture), newLatency(rollback), newLatency(verify)
 	if d.Retries > 0 {
 		d.Purity = pct(d.FromClean, d.Retries)

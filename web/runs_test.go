@@ -121,3 +121,40 @@ func TestRunReports(t *testing.T) {
 		t.Error("another agent's runs page lists the owner's runs")
 	}
 }
+
+// TestRunQuarantineRecord: issue 22's "marked dirty with the server". A
+// run report with quarantined=true is the server's quarantine record of
+// its machine, shown on the runs page and the workspace page; the
+// workspace its residue marked failed takes no more runs, but takes the
+// unquarantine report that clears the record.
+func TestRunQuarantineRecord(t *testing.T) {
+	w := mustUIWorld(t)
+	w.api(t, "POST", "/api/v1/repos/task-1/runs", w.agent, `{"run_id":"q1","quarantined":true}`, 400) // no machine
+	w.api(t, "POST", "/api/v1/repos/task-1/runs", w.agent, `{"run_id":"q1","machine":"box-7","quarantined":true,"unquarantine":true}`, 400)
+	w.api(t, "POST", "/api/v1/repos/task-1/runs", w.agent, `{"run_id":"q1","machine":"`+strings.Repeat("m", 256)+`"}`, 400)
+	w.api(t, "POST", "/api/v1/repos/task-1/runs", w.agent, `{"run_id":"q1","exit":1,"rolled_back":true,"contain":"dir","captured":true,
+	  "purity":{"checked":true,"clean":false,"instance":true},"residue":["file /tmp/left-behind"],"machine":"box-7","quarantined":true}`, 201)
+	w.api(t, "POST", "/api/v1/repos/task-1/status", w.admin, `{"status":"failed","reason":"rollback left residue"}`, 200)
+
+	rev := w.login(t, w.reviewer)
+	_, body, _ := w.get(t, rev, "/ui/runs")
+	mustContain(t, "runs page", body, "Quarantined machines", "box-7", "/tmp/left-behind", "quarantined box-7")
+	_, body, _ = w.get(t, rev, "/ui/repos/task-1")
+	mustContain(t, "workspace page", body, "Machine box-7 quarantined", "q1")
+
+	// A failed workspace takes no run report, but takes the clearing.
+	w.api(t, "POST", "/api/v1/repos/task-1/runs", w.agent, `{"run_id":"q2","exit":1}`, 400)
+	w.api(t, "POST", "/api/v1/repos/task-1/runs", w.agent, `{"run_id":"unq1","machine":"box-7","unquarantine":true}`, 201)
+	_, body, _ = w.get(t, rev, "/ui/runs")
+	if strings.Contains(body, "Quarantined machines") {
+		t.Error("the runs page still lists box-7 as quarantined after unquarantine")
+	}
+	mustContain(t, "runs page after unquarantine", body, "q1") // the run itself stays listed
+	if strings.Contains(body, "unq1") {
+		t.Error("the clearing is listed as a run")
+	}
+	_, body, _ = w.get(t, rev, "/ui/repos/task-1")
+	if strings.Contains(body, "Machine box-7 quarantined") {
+		t.Error("the workspace page still shows the quarantine")
+	}
+}

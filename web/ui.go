@@ -530,6 +530,9 @@ type workspaceData struct {
 	Marked *lockstep.OpEntry
 	// What the failed runs wrote, from their run reports (runs.go).
 	Wrote []runWrites
+	// Machines a run of this workspace quarantined, not cleared since
+	// (runs.go).
+	Quarantined []quarantineRecord
 	// The effects outbox: what the workspace would send (or sent), and
 	// whether this key may approve or reject held effects.
 	Effects   []api.Effect
@@ -704,6 +707,7 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 		return
 	}
 	d.Wrote = failedRunWrites(reports)
+	d.Quarantined = quarantines(reports)
 	if info.Status == lockstep.StatusFailed {
 		marksFilter, err := visibleOps(me, lockstep.OpFilter{Repo: info.Name, Op: "workspace." + string(lockstep.StatusFailed), Newest: true, Limit: 1})
 		if err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -322,6 +324,7 @@ const (
 // settings of `lockstep run`.
 type instanceFlags struct {
 	contain, outside, onResidue, quarantineCmd  string
+	machine                                     string
 	roots, crontabDir, atSpool, userUnits, size string
 	share                                       stringList
 	window                                      time.Duration
@@ -339,6 +342,7 @@ func (i *instanceFlags) declare(f *flagger) {
 	f.fs.Var(&i.share, "share", "a path written through under containment (repeatable), e.g. a package cache (env LOCKSTEP_RUN_SHARE, colon-separated, when no --share is given)")
 	i.getenv = f.getenv
 	f.str(&i.onResidue, "on-residue", "LOCKSTEP_RUN_ON_RESIDUE", "fail", "after an impure rollback: fail, or quarantine (mark the machine dirty: later runs refuse until `lockstep run unquarantine`, and run --quarantine-command)")
+	f.str(&i.machine, "machine", "LOCKSTEP_RUN_MACHINE", "", "this machine's name in run reports and the server's quarantine record (default its hostname)")
 	f.str(&i.quarantineCmd, "quarantine-command", "LOCKSTEP_RUN_QUARANTINE_COMMAND", "", "shell command run when the machine is quarantined (e.g. destroy and recreate it); LOCKSTEP_RESIDUE_FILE names the residue")
 	f.str(&i.roots, "instance-roots", "LOCKSTEP_INSTANCE_ROOTS", "", "colon-separated directories walked for files changed by a --contain=dir run (default /tmp:/var/tmp:/opt:$HOME)")
 	f.str(&i.crontabDir, "crontab-dir", "LOCKSTEP_CRONTAB_DIR", "/var/spool/cron/crontabs", "crontab spool compared before and after a run")
@@ -400,7 +404,7 @@ func forensicsDir(stateRoot string) string { return filepath.Join(stateRoot, "fo
 
 func cmdRun(ctx context.Context, e *env, args []string) error {
 	if len(args) > 0 && (args[0] == "show" || args[0] == "unquarantine") {
-		return cmdRunSub(e, args)
+		return cmdRunSub(ctx, e, args)
 	}
 	var ws, dir string
 	var timeout time.Duration
@@ -549,7 +553,8 @@ func transactionalRun(ctx context.Context, e *env, c *client.Client, cf *clientF
 		// Before the residue actuator marks the workspace failed (a
 		// failed workspace's refs no longer move: the report would be
 		// refused).
-		reportRun(ctx, e, c, ws, noServer, rep, drv.Name(), sopts, stateRoot, forensicsDir(stateRoot))
+		quarantine := errors.Is(err, txrun.ErrResidue) && inst.onResidue == "quarantine"
+		reportRun(ctx, e, c, ws, noServer, rep, drv.Name(), sopts, stateRoot, forensicsDir(stateRoot), runMachine(inst.machine), quarantine)
 	}
 	if errors.Is(err, txrun.ErrResidue) {
 		fmt.Fprintln(e.stderr, "lockstep run: ROLLBACK IMPURE: residue left behind (see report)")
@@ -599,9 +604,12 @@ func onResidue(ctx context.Context, e *env, c *client.Client, ws string, noServe
 	if inst.onResidue != "quarantine" {
 		return
 	}
-	q := map[string]any{"at": time.Now().UTC(), "workspace": ws, "residue": names}
+	q := quarantineMark{At: time.Now().UTC(), Workspace: ws, Machine: runMachine(inst.machine), Residue: names}
+	if !noServer && c != nil {
+		q.Server = c.BaseURL
+	}
 	if rep != nil {
-		q["run_id"], q["dir"], q["command"] = rep.RunID, rep.Dir, rep.Command
+		q.RunID, q.Dir, q.Command = rep.RunID, rep.Dir, rep.Command
 	}
 	data, _ := json.MarshalIndent(q, "", "  ")
 	p := quarantinePath(stateRoot)
@@ -622,8 +630,87 @@ func onResidue(ctx context.Context, e *env, c *client.Client, ws string, noServe
 	}
 }
 
+// quarantineMark is <state-root>/quarantine.json: the machine a run left
+// dirty, and where the mark was also recorded with the server.
+type quarantineMark struct {
+	At        time.Time `json:"at"`
+	Workspace string    `json:"workspace,omitempty"`
+	Machine   string    `json:"machine"`
+	Server    string    `json:"server,omitempty"` // the server told (empty: none)
+	RunID     string    `json:"run_id,omitempty"`
+	Dir       string    `json:"dir,omitempty"`
+	Command   []string  `json:"command,omitempty"`
+	Residue   []string  `json:"residue"`
+}
+
+// runMachine is the machine's name in run reports: --machine, else the
+// hostname.
+func runMachine(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "unknown"
+	}
+	return h
+}
+
+// cmdUnquarantine is `lockstep run unquarantine`: it clears the server's
+// quarantine record of this machine (a run report with unquarantine set,
+// on the workspace whose run quarantined it), then the local mark. When
+// the server cannot be told, the local mark stays (later runs still
+// refuse) and the error says why.
+func cmdUnquarantine(ctx context.Context, e *env, args []string) error {
+	var stateRoot, machine string
+	cf, c, _, cerr := setup("run unquarantine", e, args, func(f *flagger) {
+		f.str(&stateRoot, "state-root", "LOCKSTEP_SNAPSHOT_STATE", "", "where snapshot records live")
+		f.str(&machine, "machine", "LOCKSTEP_RUN_MACHINE", "", "this machine's name (default: the one the quarantine recorded)")
+	})
+	if cf == nil {
+		return cerr
+	}
+	stateRoot = stateRootOr(e, stateRoot)
+	p := quarantinePath(stateRoot)
+	data, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(e.stdout, "not quarantined (%s)\n", p)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var q quarantineMark
+	if err := json.Unmarshal(data, &q); err != nil {
+		return fmt.Errorf("read %s: %w", p, err)
+	}
+	if machine == "" {
+		machine = q.Machine
+	}
+	if q.Workspace != "" && q.Server != "" && machine != "" {
+		if cerr != nil {
+			return fmt.Errorf("the quarantine is recorded with %s (workspace %s): clear it there first (LOCKSTEP_URL, LOCKSTEP_KEY): %w; the local mark %s stays", q.Server, q.Workspace, cerr, p)
+		}
+		var b [6]byte
+		rand.Read(b[:])
+		r := api.RunReport{RunID: "unquarantine-" + hex.EncodeToString(b[:]), Machine: machine, Unquarantine: true}
+		if _, err := c.ReportRun(ctx, q.Workspace, r); err != nil {
+			return fmt.Errorf("clear the quarantine of %s on workspace %s: %w; the local mark %s stays", machine, q.Workspace, err, p)
+		}
+		fmt.Fprintf(e.stdout, "quarantine of %s cleared on the server (workspace %s)\n", machine, q.Workspace)
+	}
+	if err := os.Remove(p); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "quarantine cleared (%s)\n", p)
+	return nil
+}
+
 // cmdRunSub is `lockstep run show RUNID` and `lockstep run unquarantine`.
-func cmdRunSub(e *env, args []string) error {
+func cmdRunSub(ctx context.Context, e *env, args []string) error {
+	if args[0] == "unquarantine" {
+		return cmdUnquarantine(ctx, e, args[1:])
+	}
 	var stateRoot string
 	var asJSON bool
 	f := newFlagger("run "+args[0], e)
@@ -633,19 +720,6 @@ func cmdRunSub(e *env, args []string) error {
 		return err
 	}
 	stateRoot = stateRootOr(e, stateRoot)
-	if args[0] == "unquarantine" {
-		p := quarantinePath(stateRoot)
-		err := os.Remove(p)
-		if errors.Is(err, os.ErrNotExist) {
-			fmt.Fprintf(e.stdout, "not quarantined (%s)\n", p)
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "quarantine cleared (%s)\n", p)
-		return nil
-	}
 	if len(f.pos) != 1 {
 		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep run show RUNID [--json] [--state-root P]")
 	}

@@ -66,7 +66,7 @@ const runReportTimeout = 15 * time.Second
 // buildRunReport is the server's record of a run: timings, purity, the
 // retry it was, the snapshot's storage overhead and (capped at
 // api.MaxRunWrites) what it wrote inside and outside --dir.
-func buildRunReport(rep *txrun.Report, prev lastRun, hadPrev bool, drvName string, sopts fssnap.Options, forensics string) (api.RunReport, bool) {
+func buildRunReport(rep *txrun.Report, prev lastRun, hadPrev bool, drvName string, sopts fssnap.Options, forensics, machine string, quarantined bool) (api.RunReport, bool) {
 	id := rep.RunID
 	if id == "" {
 		id = rep.FSSnapshot
@@ -76,7 +76,8 @@ func buildRunReport(rep *txrun.Report, prev lastRun, hadPrev bool, drvName strin
 	}
 	r := api.RunReport{RunID: id, Command: rep.Command, Exit: rep.Status.ExitCode, Signal: rep.Status.Signal, TimedOut: rep.Status.TimedOut,
 		Succeeded: rep.Succeeded, RolledBack: rep.RolledBack, Contain: rep.Contain, TotalMS: rep.TotalMs, Captured: rep.FSSnapshot != "",
-		Purity: api.RunPurity{Checked: rep.Purity.Checked, Clean: rep.Purity.Clean, Instance: rep.Purity.Instance}}
+		Purity: api.RunPurity{Checked: rep.Purity.Checked, Clean: rep.Purity.Clean, Instance: rep.Purity.Instance},
+		Machine: clip(machine, 255), Quarantined: quarantined}
 	if len(r.Command) > 200 {
 		r.Command = r.Command[:200]
 	}
@@ -84,7 +85,7 @@ func buildRunReport(rep *txrun.Report, prev lastRun, hadPrev bool, drvName strin
 		switch s.Name {
 		case "snapshot", "manifest":
 			r.CaptureMS += s.DurationMs
-		case "restore_fs", "discard_layers":
+		case "restore_fs", "list_outside", "discard_layers":
 			r.RollbackMS += s.DurationMs
 		case "verify":
 			r.VerifyMS += s.DurationMs
@@ -109,8 +110,13 @@ func buildRunReport(rep *txrun.Report, prev lastRun, hadPrev bool, drvName strin
 		if n, err := fssnap.ManifestBytes(sopts, rep.Dir, rep.FSSnapshot); err == nil {
 			r.ManifestBytes = n
 		}
-		if m, err := fssnap.LoadManifest(sopts, rep.Dir, rep.FSSnapshot); err == nil {
-			_, r.TreeBytes = m.Files()
+		// The run measured its tree; an older report (0) reads the
+		// stored manifest again.
+		r.TreeBytes = rep.TreeBytes
+		if r.TreeBytes == 0 {
+			if m, err := fssnap.LoadManifest(sopts, rep.Dir, rep.FSSnapshot); err == nil {
+				_, r.TreeBytes = m.Files()
+			}
 		}
 		// The copy driver's snapshot is a whole copy of the tree; the
 		// others share its blocks (copy-on-write) until it changes.
@@ -139,13 +145,13 @@ func buildRunReport(rep *txrun.Report, prev lastRun, hadPrev bool, drvName strin
 // reportRun sends the run's report to the server (one attempt, bounded;
 // a failure is a warning: the run's outcome does not depend on it) and
 // records how the run ended for the next run's retry accounting.
-func reportRun(ctx context.Context, e *env, c *client.Client, ws string, noServer bool, rep *txrun.Report, drvName string, sopts fssnap.Options, stateRoot, forensics string) {
+func reportRun(ctx context.Context, e *env, c *client.Client, ws string, noServer bool, rep *txrun.Report, drvName string, sopts fssnap.Options, stateRoot, forensics, machine string, quarantined bool) {
 	if rep == nil {
 		return
 	}
 	prev, hadPrev := readLastRun(stateRoot, rep.Dir)
 	if !noServer && c != nil && ws != "" {
-		if r, ok := buildRunReport(rep, prev, hadPrev, drvName, sopts, forensics); ok {
+		if r, ok := buildRunReport(rep, prev, hadPrev, drvName, sopts, forensics, machine, quarantined); ok {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runReportTimeout)
 			if _, err := c.ReportRun(rctx, ws, r); err != nil {
 				fmt.Fprintf(e.stderr, "lockstep run: WARNING: could not report the run to the server: %v\n", err)

@@ -463,6 +463,12 @@ func (s *Session) walk(fn func(real, upper string, fi fs.FileInfo, whiteout, opa
 			continue
 		}
 		err := filepath.Walk(m.Upper, func(p string, fi fs.FileInfo, err error) error {
+			if errors.Is(err, fs.ErrNotExist) && p != m.Upper {
+				// Gone since its directory was read (a process of the run
+				// still dying, overlayfs finishing a copy-up): it is not
+				// there to list, and the rest of the layer still is.
+				return nil
+			}
 			if err != nil {
 				return err
 			}

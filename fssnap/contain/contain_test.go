@@ -151,3 +151,28 @@ func BenchmarkContainCheck(b *testing.B) {
 		s.Discarded() // exists: the cost of the proof is what is measured
 	}
 }
+
+// TestWalkSkipsVanished: an entry of an upper directory that is gone by
+// the time the walk reaches it (a process of the run still dying, a
+// copy-up finishing) is skipped; before, the walk stopped there and the
+// run's listing lost every later entry, e.g. a whole /tmp.
+func TestWalkSkipsVanished(t *testing.T) {
+	upper := t.TempDir()
+	for _, n := range []string{"a", "b", "c"} {
+		if err := os.WriteFile(filepath.Join(upper, n), []byte(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &Session{Mounts: []Mount{{Path: "/real", Mode: ModeOverlay, Upper: upper}}}
+	var seen []string
+	err := s.walk(func(real, _ string, _ os.FileInfo, _, _ bool) error {
+		if real == "/real/a" {
+			os.Remove(filepath.Join(upper, "b")) // read by the walk, gone before it is visited
+		}
+		seen = append(seen, real)
+		return nil
+	})
+	if err != nil || !reflect.DeepEqual(seen, []string{"/real/a", "/real/c"}) {
+		t.Fatalf("walk = %v, %v; want /real/a and /real/c", seen, err)
+	}
+}

@@ -118,6 +118,7 @@ type Run struct {
 	nsfd *os.File
 
 	mu    sync.Mutex
+	ended bool         // Wait's last kill is done: nothing is the run's any more
 	seen  map[int]bool // every pid ever attributed to the run, to reap it
 	start time.Time
 	done  chan struct{}
@@ -272,6 +273,9 @@ func (r *Run) Wait(ctx context.Context) (Status, error) {
 	n, err := r.KillAll()
 	st.Leftover = n
 	st.CleanupMs = ms(time.Since(t0))
+	r.mu.Lock()
+	r.ended = true
+	r.mu.Unlock()
 	close(r.done)
 	return st, err
 }
@@ -284,15 +288,28 @@ func (r *Run) terminate() {
 		select {
 		case <-r.done:
 		case <-time.After(r.spec.KillGrace):
-			// The leader first (os.Process signals through a pidfd: never
-			// a reused pid), then the tree: killed after one of its
-			// children, a shell would see that child die and exit 137
-			// itself, and the status would say it exited rather than that
-			// it was killed.
-			r.proc.Kill()
-			r.KillAll()
+			r.graceKill()
 		}
 	}()
+}
+
+// graceKill is terminate's kill once the grace period is over: the
+// leader first (os.Process signals through a pidfd: never a reused pid),
+// then the tree: killed after one of its children, a shell would see that
+// child die and exit 137 itself, and the status would say it exited
+// rather than that it was killed. Once Wait is over it does nothing: when
+// the grace period and the end of Wait fall together, select may pick the
+// timer, and by then Close may have let the run's mount namespace number
+// (or process group) go to the next run, whose processes this kill would
+// take for the run's (seen as a next run killed 9 ms after its start).
+func (r *Run) graceKill() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended {
+		return
+	}
+	r.proc.Kill()
+	r.killAllLocked()
 }
 
 // KillAll kills every process of the run and returns how many were alive.
@@ -300,6 +317,10 @@ func (r *Run) terminate() {
 func (r *Run) KillAll() (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.killAllLocked()
+}
+
+func (r *Run) killAllLocked() (int, error) {
 	var err error
 	var n int
 	if r.mode == ModeCgroup {

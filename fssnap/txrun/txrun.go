@@ -174,6 +174,9 @@ type Report struct {
 	RunID      string         `json:"run_id"`
 	Driver     string         `json:"driver"`
 	FSSnapshot string         `json:"fs_snapshot"`
+	// TreeBytes is the size of Dir's regular files when the snapshot was
+	// taken (from its manifest; 0 when unknown).
+	TreeBytes int64 `json:"tree_bytes,omitempty"`
 	Checkpoint string         `json:"checkpoint,omitempty"`
 	Status     proc.Status    `json:"status"`
 	Succeeded  bool           `json:"succeeded"`
@@ -313,6 +316,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}); err != nil {
 		return rep, err
 	}
+	_, rep.TreeBytes = m.Files()
 	if opts.Checkpointer != nil {
 		if err := rep.step("checkpoint", func() (err error) {
 			rep.Checkpoint, err = opts.Checkpointer.Checkpoint(ctx, snap.ID)
@@ -459,12 +463,15 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.step("forensics", func() error { return keepForensics(opts, rep, m, sess) })
 	}
 	if sess != nil {
-		if err := rep.step("discard_layers", func() error {
-			if rep.Outside == nil {
-				rep.Outside, _ = sess.Changes()
-			}
-			return sess.Discard()
-		}); err != nil {
+		if rep.Outside == nil {
+			// A listing that fails is said in its step but fails nothing:
+			// the listing is forensics, the discard below the guarantee.
+			rep.step("list_outside", func() (err error) {
+				rep.Outside, err = sess.Changes()
+				return err
+			})
+		}
+		if err := rep.step("discard_layers", func() error { return sess.Discard() }); err != nil {
 			addErr(err)
 		}
 	}
