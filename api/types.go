@@ -101,6 +101,11 @@ type KeyLimits struct {
 	Workspaces       int     `json:"workspaces"`
 	WorkspacesActive int     `json:"workspaces_active"`
 	RateLimitRPS     float64 `json:"rate_limit_rps"`
+	// Uploads is how many uploads the key may have in progress at once
+	// (--quota-uploads; 0: unlimited), UploadsActive how many it has on
+	// the replica that answered.
+	Uploads       int `json:"uploads"`
+	UploadsActive int `json:"uploads_active"`
 }
 
 // KeyList is the answer of GET /keys.

@@ -325,3 +325,63 @@ func TestScopedKeyOverMCP(t *testing.T) {
 	mustCallError(t, scs, "file_read", map[string]any{"workspace": "ws2", "path": "a.txt"}, lockstep.EFORBIDDEN)
 	mustCallError(t, scs, "workspace_status", map[string]any{"workspace": "ws2"}, lockstep.EFORBIDDEN)
 }
+
+// TestUploadQuotaPerKey: with --quota-uploads 1 a key's second upload
+// while its first is in progress answers 429 rate_limited naming the
+// quota, with Retry-After; whoami shows the usage; an admin key is not
+// bound by it; the count drops when the upload ends.
+func TestUploadQuotaPerKey(t *testing.T) {
+	f := mustServerWith(t, web.Config{QuotaUploads: 1}, nil)
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	limits := func() map[string]any {
+		l, _ := f.want(t, "GET", "/api/v1/whoami", f.agent, "", 200)["limits"].(map[string]any)
+		return l
+	}
+	if l := limits(); l["uploads"] != float64(1) || l["uploads_active"] != float64(0) {
+		t.Fatalf("whoami limits before any upload: %v", l)
+	}
+	tarBytes := oneFileTar(t, "a.txt", "hello\n")
+	pr, pw := io.Pipe()
+	defer pw.CloseWithError(io.ErrUnexpectedEOF)
+	req, _ := http.NewRequest("PUT", f.srv.URL+"/api/v1/repos/ws/worktree?branch=b1&expect_oid="+lockstep.ZeroOID, pr)
+	req.Header.Set("Authorization", "Bearer "+f.agent)
+	req.Header.Set("Content-Type", "application/x-tar")
+	first := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- 0
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	pw.Write(tarBytes[:512])
+	// Wait (not a timing assertion) until the first upload is counted.
+	held := false
+	for i := 0; i < 3000 && !held; i++ {
+		if held = limits()["uploads_active"] == float64(1); !held {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if !held {
+		t.Fatal("the first upload was never counted (whoami uploads_active never 1)")
+	}
+	status, m, h := f.do(t, "POST", "/api/v1/repos/ws/objects", f.agent, "")
+	if status != 429 || errCode(m) != lockstep.ERATELIMITED || h.Get("Retry-After") == "" ||
+		!strings.Contains(errMessage(m), "upload quota") || !strings.Contains(errMessage(m), "quota-uploads") {
+		t.Fatalf("second upload of the key: %d %v %v, want 429 naming the upload quota with Retry-After", status, m, h)
+	}
+	// An admin is not bound by the per-key quota (400: an empty pack).
+	f.want(t, "POST", "/api/v1/repos/ws/objects", f.admin, "", 400)
+	pw.Write(tarBytes[512:])
+	pw.Close()
+	if code := <-first; code != http.StatusCreated {
+		t.Fatalf("first upload: %d", code)
+	}
+	if l := limits(); l["uploads_active"] != float64(0) {
+		t.Fatalf("whoami limits after the upload: %v", l)
+	}
+	f.want(t, "POST", "/api/v1/repos/ws/objects", f.agent, "", 400)
+}
