@@ -62,6 +62,7 @@ var preAuthRoutes = map[string]preAuth{
 	"POST /api/v1/keys":                                {roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}, // an agent mints scoped keys (auth.Mint decides)
 	"DELETE /api/v1/keys/:id":                          {roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}, // ... and revokes those it minted
 	"POST /api/v1/repos":                               {roles: []string{lockstep.RoleAdmin}},
+	"GET /api/v1/repos/:repo/usage":                    {roles: []string{lockstep.RoleAdmin}},
 	"POST /api/v1/repos/:repo/forks":                   {roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}},
 	"PUT /api/v1/repos/:repo/worktree":                 {repo: canWriteRepo},
 	"POST /api/v1/repos/:repo/edits":                   {repo: canWriteRepo},

@@ -385,3 +385,44 @@ func TestUploadQuotaPerKey(t *testing.T) {
 	}
 	f.want(t, "POST", "/api/v1/repos/ws/objects", f.agent, "", 400)
 }
+
+// TestUsage: GET /repos/{repo}/usage (admins) counts the network's
+// objects on disk, the same for the base and its workspaces, and grows
+// with a push; a non-admin key is refused before anything is read.
+func TestUsage(t *testing.T) {
+	f := mustServerWith(t, web.Config{}, nil)
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	disk := func(repo string) map[string]any {
+		u := f.want(t, "GET", "/api/v1/repos/"+repo+"/usage", f.admin, "", 200)
+		if u["network"] != "app" || u["workspaces"] != float64(1) || u["bucket"] != nil {
+			t.Fatalf("usage of %s: %v", repo, u)
+		}
+		return u["disk"].(map[string]any)
+	}
+	before := disk("app")
+	req, _ := http.NewRequest("PUT", f.srv.URL+"/api/v1/repos/ws/worktree?branch=b1&expect_oid="+lockstep.ZeroOID,
+		strings.NewReader(string(oneFileTar(t, "big.txt", strings.Repeat("lockstep ", 4096)))))
+	req.Header.Set("Authorization", "Bearer "+f.agent)
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Fatalf("push: %d", resp.StatusCode)
+	}
+	after, ws := disk("app"), disk("ws")
+	if after["total_bytes"].(float64) <= before["total_bytes"].(float64) || after["pack_bytes"].(float64)+after["loose_bytes"].(float64) == 0 {
+		t.Fatalf("disk usage did not grow with a push: before %v, after %v", before, after)
+	}
+	if after["total_bytes"] != ws["total_bytes"] {
+		t.Fatalf("base and workspace share a network: %v vs %v", after, ws)
+	}
+	status, m, _ := f.do(t, "GET", "/api/v1/repos/app/usage", f.agent, "")
+	if status != 403 || errCode(m) != lockstep.EFORBIDDEN {
+		t.Fatalf("usage with an agent key: %d %v, want 403", status, m)
+	}
+	f.want(t, "GET", "/api/v1/repos/nope/usage", f.admin, "", 404)
+}
