@@ -342,22 +342,7 @@ func TestUploadQuotaPerKey(t *testing.T) {
 		t.Fatalf("whoami limits before any upload: %v", l)
 	}
 	tarBytes := oneFileTar(t, "a.txt", "hello\n")
-	pr, pw := io.Pipe()
-	defer pw.CloseWithError(io.ErrUnexpectedEOF)
-	req, _ := http.NewRequest("PUT", f.srv.URL+"/api/v1/repos/ws/worktree?branch=b1&expect_oid="+lockstep.ZeroOID, pr)
-	req.Header.Set("Authorization", "Bearer "+f.agent)
-	req.Header.Set("Content-Type", "application/x-tar")
-	first := make(chan int, 1)
-	go func() {
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			first <- 0
-			return
-		}
-		resp.Body.Close()
-		first <- resp.StatusCode
-	}()
-	pw.Write(tarBytes[:512])
+	pw, first := slowUpload(t, f, f.agent, "/api/v1/repos/ws/worktree?branch=b1&expect_oid="+lockstep.ZeroOID, tarBytes[:512])
 	// Wait (not a timing assertion) until the first upload is counted.
 	held := false
 	for i := 0; i < 3000 && !held; i++ {
