@@ -101,6 +101,11 @@ type KeyLimits struct {
 	Workspaces       int     `json:"workspaces"`
 	WorkspacesActive int     `json:"workspaces_active"`
 	RateLimitRPS     float64 `json:"rate_limit_rps"`
+	// Uploads is how many uploads the key may have in progress at once
+	// (--quota-uploads; 0: unlimited), UploadsActive how many it has on
+	// the replica that answered.
+	Uploads       int `json:"uploads"`
+	UploadsActive int `json:"uploads_active"`
 }
 
 // KeyList is the answer of GET /keys.
@@ -762,4 +767,40 @@ type RestoreResult struct {
 	Redis         PartResult `json:"redis"`
 	RedisRestored bool       `json:"redis_restored"`
 	RedisMS       float64    `json:"redis_ms"`
+}
+
+// ---- storage accounting: GET /api/v1/repos/{repo}/usage
+
+// Usage is the storage of a repository's fork network (shared by the
+// base and all its workspaces).
+type Usage struct {
+	Repo    string `json:"repo"`
+	Network string `json:"network"`
+	// Workspaces counts the network's workspaces, whatever their status.
+	Workspaces int       `json:"workspaces"`
+	Disk       DiskUsage `json:"disk"`
+	// Bucket is set in object-storage mode (--object-store) only.
+	Bucket *BucketUsage `json:"bucket,omitempty"`
+}
+
+// DiskUsage is the network's objects directory on the replica that
+// answered (in object-storage mode its local cache).
+type DiskUsage struct {
+	LooseObjects int   `json:"loose_objects"`
+	LooseBytes   int64 `json:"loose_bytes"`
+	Packs        int   `json:"packs"`
+	PackBytes    int64 `json:"pack_bytes"`
+	IndexBytes   int64 `json:"index_bytes"` // pack indexes and their companions
+	OtherBytes   int64 `json:"other_bytes"` // info/, temp files
+	TotalBytes   int64 `json:"total_bytes"`
+}
+
+// BucketUsage is the network's packs in the bucket, from the pack list:
+// live ones, and retired ones (replaced by a compaction) that the
+// bucket's garbage collection deletes once older than --object-grace.
+type BucketUsage struct {
+	LivePacks    int   `json:"live_packs"`
+	LiveBytes    int64 `json:"live_bytes"`
+	RetiredPacks int   `json:"retired_packs"`
+	RetiredBytes int64 `json:"retired_bytes"`
 }

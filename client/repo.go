@@ -391,3 +391,11 @@ func (c *Client) Sync(ctx context.Context, ws string, req api.SyncRequest) (*api
 }
 
 func (c *Client) String() string { return fmt.Sprintf("lockstep client for %s", c.BaseURL) }
+
+// Usage returns the storage of repo's fork network (GET
+// /repos/{repo}/usage; admins: permission_denied otherwise, not_found if
+// repo does not exist).
+func (c *Client) Usage(ctx context.Context, repo string) (*api.Usage, error) {
+	var out api.Usage
+	return &out, c.get(ctx, repoPath(repo, "usage"), nil, &out)
+}

@@ -34,6 +34,7 @@ var routeMethods = map[string]string{
 	"POST /api/v1/repos/:repo/forks":                   "ForkTask",
 	"GET /api/v1/repos/:repo/workspaces":               "WorkspacePage",
 	"GET /api/v1/repos/:repo/attempts":                 "Attempts",
+	"GET /api/v1/repos/:repo/usage":                    "Usage",
 	"GET /api/v1/repos/:repo/refs":                     "Refs",
 	"PUT /api/v1/repos/:repo/worktree":                 "PushTar", // and PushTree, PushDir
 	"POST /api/v1/repos/:repo/edits":                   "EditFiles",

@@ -63,6 +63,7 @@ var preAuthRoutes = map[string]preAuth{
 	"DELETE /api/v1/keys/:id":                          {roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}, // ... and revokes those it minted
 	"POST /api/v1/repos":                               {roles: []string{lockstep.RoleAdmin}},
 	"POST /api/v1/gc":                                  {roles: []string{lockstep.RoleAdmin}},
+	"GET /api/v1/repos/:repo/usage":                    {roles: []string{lockstep.RoleAdmin}},
 	"POST /api/v1/repos/:repo/forks":                   {roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}},
 	"PUT /api/v1/repos/:repo/worktree":                 {repo: canWriteRepo},
 	"POST /api/v1/repos/:repo/edits":                   {repo: canWriteRepo},

@@ -70,6 +70,10 @@ func (s *Server) handleWhoami() gin.HandlerFunc {
 			return
 		}
 		lim.WorkspacesActive = n
+		if k.Role != lockstep.RoleAdmin {
+			lim.Uploads = s.Config.QuotaUploads
+		}
+		lim.UploadsActive = s.keyUploads.count(k.ID)
 		out := api.Key{ID: k.ID, Name: k.Name, Role: k.Role, Prefix: k.Prefix, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt,
 			LastUsedAt: k.LastUsedAt, ExpiresAt: k.ExpiresAt, ParentKeyID: k.ParentKeyID, QuotaWorkspaces: k.QuotaWorkspaces, Limits: lim}
 		if k.Scope != nil {

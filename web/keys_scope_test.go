@@ -325,3 +325,89 @@ func TestScopedKeyOverMCP(t *testing.T) {
 	mustCallError(t, scs, "file_read", map[string]any{"workspace": "ws2", "path": "a.txt"}, lockstep.EFORBIDDEN)
 	mustCallError(t, scs, "workspace_status", map[string]any{"workspace": "ws2"}, lockstep.EFORBIDDEN)
 }
+
+// TestUploadQuotaPerKey: with --quota-uploads 1 a key's second upload
+// while its first is in progress answers 429 rate_limited naming the
+// quota, with Retry-After; whoami shows the usage; an admin key is not
+// bound by it; the count drops when the upload ends.
+func TestUploadQuotaPerKey(t *testing.T) {
+	f := mustServerWith(t, web.Config{QuotaUploads: 1}, nil)
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	limits := func() map[string]any {
+		l, _ := f.want(t, "GET", "/api/v1/whoami", f.agent, "", 200)["limits"].(map[string]any)
+		return l
+	}
+	if l := limits(); l["uploads"] != float64(1) || l["uploads_active"] != float64(0) {
+		t.Fatalf("whoami limits before any upload: %v", l)
+	}
+	tarBytes := oneFileTar(t, "a.txt", "hello\n")
+	pw, first := slowUpload(t, f, f.agent, "/api/v1/repos/ws/worktree?branch=b1&expect_oid="+lockstep.ZeroOID, tarBytes[:512])
+	// Wait (not a timing assertion) until the first upload is counted.
+	held := false
+	for i := 0; i < 3000 && !held; i++ {
+		if held = limits()["uploads_active"] == float64(1); !held {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if !held {
+		t.Fatal("the first upload was never counted (whoami uploads_active never 1)")
+	}
+	status, m, h := f.do(t, "POST", "/api/v1/repos/ws/objects", f.agent, "")
+	if status != 429 || errCode(m) != lockstep.ERATELIMITED || h.Get("Retry-After") == "" ||
+		!strings.Contains(errMessage(m), "upload quota") || !strings.Contains(errMessage(m), "quota-uploads") {
+		t.Fatalf("second upload of the key: %d %v %v, want 429 naming the upload quota with Retry-After", status, m, h)
+	}
+	// An admin is not bound by the per-key quota (400: an empty pack).
+	f.want(t, "POST", "/api/v1/repos/ws/objects", f.admin, "", 400)
+	pw.Write(tarBytes[512:])
+	pw.Close()
+	if code := <-first; code != http.StatusCreated {
+		t.Fatalf("first upload: %d", code)
+	}
+	if l := limits(); l["uploads_active"] != float64(0) {
+		t.Fatalf("whoami limits after the upload: %v", l)
+	}
+	f.want(t, "POST", "/api/v1/repos/ws/objects", f.agent, "", 400)
+}
+
+// TestUsage: GET /repos/{repo}/usage (admins) counts the network's
+// objects on disk, the same for the base and its workspaces, and grows
+// with a push; a non-admin key is refused before anything is read.
+func TestUsage(t *testing.T) {
+	f := mustServerWith(t, web.Config{}, nil)
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	disk := func(repo string) map[string]any {
+		u := f.want(t, "GET", "/api/v1/repos/"+repo+"/usage", f.admin, "", 200)
+		if u["network"] != "app" || u["workspaces"] != float64(1) || u["bucket"] != nil {
+			t.Fatalf("usage of %s: %v", repo, u)
+		}
+		return u["disk"].(map[string]any)
+	}
+	before := disk("app")
+	req, _ := http.NewRequest("PUT", f.srv.URL+"/api/v1/repos/ws/worktree?branch=b1&expect_oid="+lockstep.ZeroOID,
+		strings.NewReader(string(oneFileTar(t, "big.txt", strings.Repeat("lockstep ", 4096)))))
+	req.Header.Set("Authorization", "Bearer "+f.agent)
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Fatalf("push: %d", resp.StatusCode)
+	}
+	after, ws := disk("app"), disk("ws")
+	if after["total_bytes"].(float64) <= before["total_bytes"].(float64) || after["pack_bytes"].(float64)+after["loose_bytes"].(float64) == 0 {
+		t.Fatalf("disk usage did not grow with a push: before %v, after %v", before, after)
+	}
+	if after["total_bytes"] != ws["total_bytes"] {
+		t.Fatalf("base and workspace share a network: %v vs %v", after, ws)
+	}
+	status, m, _ := f.do(t, "GET", "/api/v1/repos/app/usage", f.agent, "")
+	if status != 403 || errCode(m) != lockstep.EFORBIDDEN {
+		t.Fatalf("usage with an agent key: %d %v, want 403", status, m)
+	}
+	f.want(t, "GET", "/api/v1/repos/nope/usage", f.admin, "", 404)
+}

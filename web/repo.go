@@ -60,6 +60,19 @@ func (s *Server) handleRepoGet() gin.HandlerFunc {
 	}
 }
 
+// handleUsage answers the storage of a repository's fork network
+// (issue 28: storage accounting, admins only).
+func (s *Server) handleUsage() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		u, err := s.Repos.Usage(c.Request.Context(), caller(c), c.Param("repo"))
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, u)
+	}
+}
+
 func (s *Server) handleFork() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if err := s.checkWorkspaceQuota(c, caller(c)); err != nil {

@@ -40,6 +40,7 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	api.POST("/repos/:repo/forks", s.handleFork())
 	api.GET("/repos/:repo/workspaces", s.handleWorkspaces())
 	api.GET("/repos/:repo/attempts", s.handleAttempts())
+	api.GET("/repos/:repo/usage", s.handleUsage()) // repo.go: storage of its network (admins)
 	api.GET("/repos/:repo/refs", s.handleRefs())
 	api.PUT("/repos/:repo/worktree", s.handleWorktree())
 	api.POST("/repos/:repo/edits", s.handleEdits())

@@ -82,6 +82,10 @@ type Config struct {
 	// ObjectRetention is the default retention of POST /api/v1/gc
 	// (--object-retention; 0 = repositories.DefaultObjectRetention).
 	ObjectRetention time.Duration
+	// QuotaUploads bounds the uploads one non-admin key has in progress
+	// at once (0: unlimited, only MaxConcurrentUploads applies); more
+	// answer 429 rate_limited with Retry-After.
+	QuotaUploads int
 }
 
 // Server holds the services the handlers call.
@@ -116,6 +120,7 @@ type Server struct {
 	uiNotFound gin.HandlerFunc // the UI's HTML 404 for unknown /ui/ paths
 	uploads    chan struct{}   // one token per upload in progress (uploadSlot)
 	buckets    keyBuckets      // per-key request rate (ratelimit.go)
+	keyUploads keyCounts       // uploads in progress per key (uploadSlot)
 	gitCaps    gitCaps         // upload-pack's v0 capabilities (git.go)
 	// exhaustedAt is when (unix ns) a request last failed for want of
 	// file descriptors or memory; /readyz reports it for a while.

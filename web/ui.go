@@ -506,6 +506,8 @@ type baseData struct {
 	// NoNet: active workspaces ahead of the base whose tip has their fork
 	// point's tree (a rollback undid every change).
 	NoNet map[string]bool
+	// Usage is the network's storage (admins only; nil for others).
+	Usage *api.Usage
 }
 
 type checkedAttempt struct {
@@ -636,6 +638,12 @@ func (u *uiServer) handleRepo(c *gin.Context) {
 			row.Latest = &ds[0]
 		}
 		d.Hooks = append(d.Hooks, row)
+	}
+	if k := auth.FromContext(ctx); k != nil && k.Role == lockstep.RoleAdmin {
+		if d.Usage, err = u.s.Repos.Usage(ctx, k, info.Name); err != nil {
+			u.fail(c, err)
+			return
+		}
 	}
 	u.render(c, http.StatusOK, "base", view{Title: info.Name, Section: "repos", D: d})
 }

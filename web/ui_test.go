@@ -563,3 +563,24 @@ func sizeOf(fi os.FileInfo) int64 {
 	}
 	return fi.Size()
 }
+
+// TestUIStoragePanel: an admin sees the network's storage on the base
+// repository's page (GET /repos/{repo}/usage); a reviewer does not.
+func TestUIStoragePanel(t *testing.T) {
+	w := mustUIWorld(t)
+	for _, tc := range []struct {
+		key  string
+		want bool
+	}{{w.admin, true}, {w.reviewer, false}} {
+		status, body, _ := w.get(t, w.login(t, tc.key), "/ui/repos/app")
+		if status != 200 {
+			t.Fatalf("base page: %d\n%s", status, body)
+		}
+		if got := strings.Contains(body, "Storage · network <code>app</code>"); got != tc.want {
+			t.Fatalf("storage panel shown: %v, want %v\n%s", got, tc.want, body)
+		}
+		if tc.want {
+			mustContain(t, "storage panel", body, "On disk", "Packs", "Loose objects", "<dt>Workspaces</dt>")
+		}
+	}
+}

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"net/http"
+	"sync"
 
 	"github.com/gin-gonic/gin"
 
@@ -25,6 +26,15 @@ func (s *Server) uploadSlot(c *gin.Context) {
 		// (mcpSlot): its slot covers the call.
 		c.Next()
 		return
+	}
+	if k := caller(c); k != nil && k.Role != lockstep.RoleAdmin && s.Config.QuotaUploads > 0 {
+		if n, ok := s.keyUploads.take(k.ID, s.Config.QuotaUploads); !ok {
+			c.Header("Retry-After", "1")
+			writeError(c, lockstep.Errorf(lockstep.ERATELIMITED, "upload quota: key %s has %d uploads in progress, its limit (quota-uploads); retry when one ends", k.Name, n))
+			c.Abort()
+			return
+		}
+		defer s.keyUploads.release(k.ID)
 	}
 	select {
 	case s.uploads <- struct{}{}:
@@ -64,4 +74,45 @@ func (s *Server) mcpHoldSlot(c *gin.Context) {
 		c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), heldSlot{}, true))
 	}
 	c.Next()
+}
+
+// keyCounts counts what each key has in progress (its uploads), per
+// replica.
+type keyCounts struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+// take counts one more for key unless it has limit already; it returns
+// the count before and whether it took one.
+func (k *keyCounts) take(key string, limit int) (int, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := k.m[key]
+	if n >= limit {
+		return n, false
+	}
+	if k.m == nil {
+		k.m = map[string]int{}
+	}
+	k.m[key] = n + 1
+	return n, true
+}
+
+// release ends one of key's.
+func (k *keyCounts) release(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m[key] <= 1 {
+		delete(k.m, key)
+		return
+	}
+	k.m[key]--
+}
+
+// count is what key has in progress.
+func (k *keyCounts) count(key string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.m[key]
 }

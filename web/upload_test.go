@@ -71,22 +71,7 @@ func TestConcurrentUploadsBounded(t *testing.T) {
 	}
 	// Upload 1 holds the only slot: its body arrives slowly.
 	tarBytes := oneFileTar(t, "a.txt", "hello\n")
-	pr, pw := io.Pipe()
-	defer pw.CloseWithError(io.ErrUnexpectedEOF) // a failed test does not leave the upload hanging
-	req, _ := http.NewRequest("PUT", f.srv.URL+"/api/v1/repos/up/worktree?branch=main&expect_oid="+lockstep.ZeroOID, pr)
-	req.Header.Set("Authorization", "Bearer "+f.admin)
-	req.Header.Set("Content-Type", "application/x-tar")
-	first := make(chan int, 1)
-	go func() {
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			first <- 0
-			return
-		}
-		resp.Body.Close()
-		first <- resp.StatusCode
-	}()
-	pw.Write(tarBytes[:512]) // the header: the handler is reading
+	pw, first := slowUpload(t, f, f.admin, "/api/v1/repos/up/worktree?branch=main&expect_oid="+lockstep.ZeroOID, tarBytes[:512])
 	// Wait (not a timing assertion) until the first upload holds the slot,
 	// seen on /metrics (a probe upload would compete for the slot: one
 	// that arrives first makes the first upload the refused one); a probe
@@ -149,4 +134,29 @@ func uploadsInProgress(t *testing.T, f *fixture) int {
 	}
 	t.Fatalf("no lockstep_uploads_in_progress in /metrics:\n%s", b)
 	return 0
+}
+
+// slowUpload starts a tar upload to path with key whose body is head so
+// far (the handler is reading it); the caller writes the rest to pw and
+// closes it; the answer's status arrives on status (0: a transport
+// error). A failed test does not leave the upload hanging.
+func slowUpload(t *testing.T, f *fixture, key, path string, head []byte) (pw *io.PipeWriter, status chan int) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.CloseWithError(io.ErrUnexpectedEOF) })
+	req, _ := http.NewRequest("PUT", f.srv.URL+path, pr)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/x-tar")
+	status = make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			status <- 0
+			return
+		}
+		resp.Body.Close()
+		status <- resp.StatusCode
+	}()
+	pw.Write(head)
+	return pw, status
 }

@@ -2,6 +2,7 @@ package workspaces
 
 import (
 	"context"
+	"strings"
 
 	"github.com/lockstep-hq/lockstep"
 )
@@ -99,8 +100,15 @@ func (s *Service) dropAfterAbandon(ctx context.Context, ws string) {
 
 // Purge deletes a workspace at once (DELETE /repos/{ws}?purge=true, owner
 // or admin): an active one is abandoned first (which discards its staged
-// effects and drops its database branch), then its refs (rows and mirror)
-// and checkpoint records go, recorded by a "workspace.purge" oplog entry.
+// effects, in the abandon's transaction and entry), then its database
+// branch (with its snapshots and spares) and its Redis branch (instance,
+// data and RDB snapshots) are dropped, whatever its status (a failed
+// workspace keeps both for review until then), then its refs (rows and
+// mirror) and checkpoint records go, recorded by one "workspace.purge"
+// oplog entry whose details say what happened to each branch
+// ("dropped", "none", "off" when branching is not configured, or
+// "error: …"; a drop that failed is logged and the purge goes on: the
+// refs must not outlive the request because a branch server is down).
 // The repository row, its attempts and every oplog entry stay.
 func (s *Service) Purge(ctx context.Context, actor *lockstep.Key, wsName string) (*lockstep.Repo, error) {
 	ws, err := s.repos.Repo(ctx, wsName)
@@ -114,14 +122,27 @@ func (s *Service) Purge(ctx context.Context, actor *lockstep.Key, wsName string)
 		return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner or an admin may delete %s", ws.Name)
 	}
 	if ws.Status == lockstep.StatusActive {
-		if ws, err = s.SetStatus(ctx, actor, wsName, lockstep.StatusAbandoned, "deleted"); err != nil {
+		if ws, err = s.setStatus(ctx, actor, wsName, lockstep.StatusAbandoned, "deleted"); err != nil {
 			return nil, err
 		}
-	} else {
-		s.dropAfterAbandon(ctx, ws.Name)
 	}
-	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace.purge", Repo: ws.Name, TraceID: traceID(ctx),
-		Details: map[string]any{"status": string(ws.Status)}}
+	details := map[string]any{"status": string(ws.Status)}
+	if s.dbs == nil {
+		details["database_branch"] = "off"
+	} else {
+		details["database_branch"] = dropOutcome(s.dbs.DropBranch(context.WithoutCancel(ctx), ws.Name))
+	}
+	if s.rds == nil {
+		details["redis_branch"] = "off"
+	} else {
+		details["redis_branch"] = dropOutcome(s.rds.DropBranch(context.WithoutCancel(ctx), ws.Name))
+	}
+	for _, k := range []string{"database_branch", "redis_branch"} {
+		if v := details[k].(string); strings.HasPrefix(v, "error") {
+			s.log.WarnContext(ctx, "purge: drop "+k, "workspace", ws.Name, "error", v)
+		}
+	}
+	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace.purge", Repo: ws.Name, TraceID: traceID(ctx), Details: details}
 	refs, err := s.store.PurgeRepo(ctx, ws.ID, entry)
 	if err != nil {
 		return nil, err
@@ -130,4 +151,16 @@ func (s *Service) Purge(ctx context.Context, actor *lockstep.Key, wsName string)
 		s.log.WarnContext(ctx, "purge: unmirror refs", "workspace", ws.Name, "error", err)
 	}
 	return ws, nil
+}
+
+// dropOutcome names the result of a branch drop for the purge entry.
+func dropOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "dropped"
+	case lockstep.ErrorCode(err) == lockstep.ENOTFOUND:
+		return "none"
+	default:
+		return "error: " + err.Error()
+	}
 }

@@ -223,6 +223,17 @@ func (s *Service) Attempts(ctx context.Context, wsName string, limit int) ([]loc
 // it changed meanwhile (a promote landed, someone else marked it), the
 // change is decided again on the new status.
 func (s *Service) SetStatus(ctx context.Context, actor *lockstep.Key, wsName string, status lockstep.Status, reason string) (*lockstep.Repo, error) {
+	ws, err := s.setStatus(ctx, actor, wsName, status, reason)
+	if err == nil && status == lockstep.StatusAbandoned {
+		s.dropAfterAbandon(ctx, ws.Name)
+		s.dropRedisAfterAbandon(ctx, ws.Name)
+	}
+	return ws, err
+}
+
+// setStatus is SetStatus without the drops that follow an abandon (Purge
+// does them itself, to record them in its entry).
+func (s *Service) setStatus(ctx context.Context, actor *lockstep.Key, wsName string, status lockstep.Status, reason string) (*lockstep.Repo, error) {
 	for attempt := 0; ; attempt++ {
 		ws, err := s.repos.Repo(ctx, wsName)
 		if err != nil {
@@ -244,10 +255,6 @@ func (s *Service) SetStatus(ctx context.Context, actor *lockstep.Key, wsName str
 			return nil, err
 		}
 		ws.Status = status
-		if status == lockstep.StatusAbandoned {
-			s.dropAfterAbandon(ctx, ws.Name)
-			s.dropRedisAfterAbandon(ctx, ws.Name)
-		}
 		return ws, nil
 	}
 }

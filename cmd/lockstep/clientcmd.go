@@ -456,7 +456,8 @@ func cmdWhoami(ctx context.Context, e *env, args []string) error {
 			if l.RateLimitRPS > 0 {
 				rps = fmt.Sprintf("%g/s", l.RateLimitRPS)
 			}
-			fmt.Fprintf(e.stdout, "workspaces: %d active of %s; request rate: %s\n", l.WorkspacesActive, lim(l.Workspaces), rps)
+			fmt.Fprintf(e.stdout, "workspaces: %d active of %s; uploads: %d in progress of %s; request rate: %s\n",
+				l.WorkspacesActive, lim(l.Workspaces), l.UploadsActive, lim(l.Uploads), rps)
 		}
 	})
 }

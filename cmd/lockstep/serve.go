@@ -61,6 +61,7 @@ type serveConfig struct {
 	QuotaWorkspaces   int // issue 28: per-key bounds
 	RateLimitRPS      int
 	RateLimitBurst    int
+	QuotaUploads      int
 	Fsync             bool
 	LogLevel          string
 	ShutdownTimeout   time.Duration
@@ -265,6 +266,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.int(&c.QuotaWorkspaces, "quota-workspaces", "LOCKSTEP_QUOTA_WORKSPACES", 100, "active workspaces one non-admin key may own (0: unlimited; PUT /keys/{id}/quota overrides per key); more answer 429")
 	f.int(&c.RateLimitRPS, "rate-limit-rps", "LOCKSTEP_RATE_LIMIT_RPS", 0, "requests per second one key may make, per replica (token bucket; 0: off); more answer 429 with Retry-After")
 	f.int(&c.RateLimitBurst, "rate-limit-burst", "LOCKSTEP_RATE_LIMIT_BURST", 0, "requests one key may make at once above --rate-limit-rps (0: the rate itself)")
+	f.int(&c.QuotaUploads, "quota-uploads", "LOCKSTEP_QUOTA_UPLOADS", 0, "uploads (tar, objects, edits, git push) one non-admin key may have in progress at once (0: unlimited); more answer 429")
 	f.i64(&c.MaxJSONBytes, "max-json-bytes", "LOCKSTEP_MAX_JSON_BYTES", 1<<20, "largest JSON request body")
 	f.i64(&c.MaxEditBytes, "max-edit-bytes", "LOCKSTEP_MAX_EDIT_BYTES", 32<<20, "largest file-edit batch (POST /edits; JSON with file contents)")
 	f.bool(&c.Fsync, "fsync", "LOCKSTEP_FSYNC", true, "fsync objects before a ref moves (the ref mirror is rebuilt from the store at start-up)")
@@ -665,7 +667,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	srv := &web.Server{
 		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate, WriteTimeout: c.WriteTimeout, WriteMinRate: c.WriteMinRate,
 			MaxSSEStreams: c.MaxSSE, MaxSSEStreamsPerKey: c.MaxSSEPerKey, SSEMaxLifetime: c.SSELifetime, MaxConcurrentUploads: c.MaxUploads,
-			QuotaWorkspaces: c.QuotaWorkspaces, RateLimitRPS: float64(c.RateLimitRPS), RateLimitBurst: c.RateLimitBurst, ObjectRetention: c.ObjectRetention,
+			QuotaWorkspaces: c.QuotaWorkspaces, RateLimitRPS: float64(c.RateLimitRPS), RateLimitBurst: c.RateLimitBurst, ObjectRetention: c.ObjectRetention, QuotaUploads: c.QuotaUploads,
 			RunJobTimeout: c.RunJobTimeout, RunnerLease: c.RunnerLease, RunnerPollWait: c.RunnerPollWait, RunJobQueueTimeout: c.RunJobQueueTimeout,
 			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
 		Store: db, Keys: keys, Redis: rdb, ObjectStore: objectStore, Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps, Effects: fx, Jobs: db,

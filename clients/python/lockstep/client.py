@@ -373,6 +373,14 @@ class Client:
         Raises as :meth:`workspaces_page`."""
         return list(self.iter_workspaces(base, task=task, status=status))
 
+    def usage(self, repo: str) -> JSON:
+        """Storage of the repository's fork network (admins): ``disk``
+        (loose objects, packs, indexes on the answering replica) and, in
+        object-storage mode, ``bucket`` (live and retired packs).
+
+        Raises PermissionDenied (not an admin key), NotFound."""
+        return self._get(self._repo(repo, "usage"))
+
     def attempts(self, workspace: str, limit: int = 0) -> List[JSON]:
         """Commits pushed to a workspace, newest first (at most ``limit``,
         default 100; the route has no cursor).
@@ -1111,6 +1119,7 @@ OPERATIONS: Dict[str, str] = {
     "createWorkspace": "fork",
     "listWorkspaces": "workspaces_page",
     "listAttempts": "attempts",
+    "getUsage": "usage",
     "listRefs": "refs",
     "pushWorktree": "push_tar",
     "editFiles": "edit",

@@ -431,6 +431,9 @@ class CoverageTest(unittest.TestCase):
         self.assertEqual([e["name"] for e in self.c.tree(repo, commits[-1])], ["README.md", "n.txt", "src"])
         self.assertEqual([f["path"] for f in self.c.compare(repo, commits[0], commits[-1])["files"]], ["n.txt"])
         self.assertEqual(self.c.blob(repo, commits[-1], "n.txt"), b"3\n")
+        usage = self.c.usage(repo)
+        self.assertEqual(usage["network"], repo)
+        self.assertGreater(usage["disk"]["total_bytes"], 0)
 
     def test_archive_and_checkout(self) -> None:
         repo = self.base({"README.md": "hello\n", "src/app.py": "print('v1')\n", "bin/run": "#!/bin/sh\n"})

@@ -151,6 +151,11 @@ export class Lockstep {
     return (await this.must(this.api.GET("/api/v1/repos/{repo}/refs", { params: { path: { repo } } }))).refs;
   }
 
+  /** Storage of the repository's fork network (admins): disk, and bucket in object-storage mode. */
+  usage(repo: string) {
+    return this.must(this.api.GET("/api/v1/repos/{repo}/usage", { params: { path: { repo } } }));
+  }
+
   /** The oid of `branch` (default: the default branch), "" when it does not exist. */
   async head(repo: string, branch?: string): Promise<string> {
     const b = branch || (await this.repo(repo)).default_branch;

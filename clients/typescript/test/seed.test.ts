@@ -55,6 +55,9 @@ test("seed scenario: push, fork, CAS, stale push, rollback, checkpoint, gate, pr
   assert.equal(first.objectsSent, 6 + 1 + 6); // 6 distinct blobs + the link + root, src, pkg0..3
   assert.equal((await admin.readFile(repo, "main", "src/app.py")).toString(), "print('v1')\n");
   assert.equal(await admin.head(repo), first.commit);
+  const usage = await admin.usage(repo);
+  assert.equal(usage.network, repo);
+  assert.ok((usage.disk.total_bytes ?? 0) > 0);
 
   // An agent forks a workspace and pushes with CAS; only what changed is sent.
   const agentKey = await admin.createKey(name("agent"), "agent");
