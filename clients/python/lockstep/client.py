@@ -381,6 +381,26 @@ class Client:
         Raises PermissionDenied (not an admin key), NotFound."""
         return self._get(self._repo(repo, "usage"))
 
+    def gc(self, *, repo: str = "", prune: str = "", dry_run: bool = False) -> JSON:
+        """Run the object GC now (admins): objects no live ref, retained
+        attempt or checkpoint names and older than ``prune`` ("now" or a
+        duration such as "336h"; default the server's --object-retention)
+        are dropped, in every network or only ``repo``'s. ``dry_run``
+        reports what would be dropped and drops nothing. Answers the counts
+        and bytes (``objects``, ``packs``, ``loose``, ``bytes``,
+        ``bucket_packs_deleted``).
+
+        Raises PermissionDenied (not an admin key), NotFound (repo),
+        InvalidArgument (prune), Unavailable (a GC is running elsewhere)."""
+        body: JSON = {}
+        if repo:
+            body["repo"] = repo
+        if prune:
+            body["prune"] = prune
+        if dry_run:
+            body["dry_run"] = True
+        return self._post("/api/v1/gc", body)
+
     def attempts(self, workspace: str, limit: int = 0) -> List[JSON]:
         """Commits pushed to a workspace, newest first (at most ``limit``,
         default 100; the route has no cursor).
@@ -1120,6 +1140,7 @@ OPERATIONS: Dict[str, str] = {
     "listWorkspaces": "workspaces_page",
     "listAttempts": "attempts",
     "getUsage": "usage",
+    "runGC": "gc",
     "listRefs": "refs",
     "pushWorktree": "push_tar",
     "editFiles": "edit",

@@ -434,6 +434,10 @@ class CoverageTest(unittest.TestCase):
         usage = self.c.usage(repo)
         self.assertEqual(usage["network"], repo)
         self.assertGreater(usage["disk"]["total_bytes"], 0)
+        dry = self.c.gc(repo=repo, prune="now", dry_run=True)
+        self.assertTrue(dry["dry_run"])
+        self.assertEqual(dry["networks"], 1)
+        self.assertEqual(self.c.usage(repo)["disk"]["total_bytes"], usage["disk"]["total_bytes"])  # a dry run drops nothing
 
     def test_archive_and_checkout(self) -> None:
         repo = self.base({"README.md": "hello\n", "src/app.py": "print('v1')\n", "bin/run": "#!/bin/sh\n"})
