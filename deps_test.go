@@ -11,7 +11,7 @@ import (
 // (Store, Brancher, Locker, …), so none of them may depend, even
 // indirectly, on a driver or on the packages that adapt one.
 func TestDomainImportsNoDriver(t *testing.T) {
-	domain := []string{".", "./repositories", "./workspaces", "./gate", "./checkpoints", "./merge", "./effects"}
+	domain := []string{".", "./repositories", "./workspaces", "./gate", "./checkpoints", "./merge", "./effects", "./delivery"}
 	forbidden := []string{
 		"github.com/lockstep-hq/lockstep/sqlstore",
 		"github.com/lockstep-hq/lockstep/dbbranch",
@@ -76,6 +76,35 @@ func TestReplicaNamesNoBackend(t *testing.T) {
 	for _, dep := range strings.Fields(string(out)) {
 		if bad := match(dep, forbidden); bad != "" {
 			t.Errorf("replica or bucket depends on %s: reach packs through bucket.Bucket", dep)
+		}
+	}
+}
+
+// TestDeliveryImportsNoService keeps the outbox machinery (package
+// delivery: the drain loop, the single-attempt send, the target rules,
+// the signatures, the hook worker) below the services that fill the
+// outboxes: of our packages it may use only the root types and
+// telemetry, so gate and effects both build on it and it on neither.
+func TestDeliveryImportsNoService(t *testing.T) {
+	allowed := map[string]bool{
+		"github.com/lockstep-hq/lockstep":           true,
+		"github.com/lockstep-hq/lockstep/telemetry": true,
+		"github.com/lockstep-hq/lockstep/delivery":  true,
+	}
+	out, err := exec.Command("go", "list", "-deps", "./delivery").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps ./delivery: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 2 {
+		t.Fatalf("go list -deps ./delivery listed %q", out)
+	}
+	for _, dep := range deps {
+		if strings.HasPrefix(dep, "github.com/lockstep-hq/lockstep/internal/") {
+			continue
+		}
+		if (dep == "github.com/lockstep-hq/lockstep" || strings.HasPrefix(dep, "github.com/lockstep-hq/lockstep/")) && !allowed[dep] {
+			t.Errorf("delivery depends on %s: it may use only the root package and telemetry", dep)
 		}
 	}
 }
