@@ -109,6 +109,53 @@ func TestDeliveryImportsNoService(t *testing.T) {
 	}
 }
 
+// TestBenchOutsideTheServer keeps the benchmarks out of the server's
+// graph: `lockstep bench` and `lockstep load` are subcommands, so
+// cmd/lockstep links bench, but no other package may depend on it; and
+// bench drives a server the way a user does (the Go client, the binary
+// it execs), so of our packages it may use only the shared types, the
+// client, and the two adapters it measures directly (dbbranch: the
+// branch-burst benchmark; s3packs, with bucket: the raw bucket baseline
+// of the object-store benchmark).
+func TestBenchOutsideTheServer(t *testing.T) {
+	const mod, bench = "github.com/lockstep-hq/lockstep", "github.com/lockstep-hq/lockstep/bench"
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list ./...: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 10 {
+		t.Fatalf("go list ./... listed %d packages: %q", len(lines), out)
+	}
+	allowed := map[string]bool{mod: true, mod + "/api": true, mod + "/client": true, mod + "/worktree": true,
+		mod + "/dbbranch": true, mod + "/s3packs": true, mod + "/bucket": true}
+	sawBench := false
+	for _, line := range lines {
+		f := strings.Fields(line)
+		pkg, deps := f[0], f[1:]
+		if pkg == bench {
+			sawBench = true
+			for _, d := range deps {
+				if strings.HasPrefix(d, mod+"/") && !allowed[d] && !strings.HasPrefix(d, mod+"/internal/") {
+					t.Errorf("bench depends on %s: drive the server through the client or the binary", d)
+				}
+			}
+			continue
+		}
+		if pkg == mod+"/cmd/lockstep" {
+			continue // the bench and load subcommands
+		}
+		for _, d := range deps {
+			if d == bench {
+				t.Errorf("%s depends on bench: only cmd/lockstep (its subcommands) may", pkg)
+			}
+		}
+	}
+	if !sawBench {
+		t.Fatal("go list ./... did not list the bench package")
+	}
+}
+
 // match returns the entry of list that path is or lies under, or "".
 func match(path string, list []string) string {
 	for _, f := range list {
