@@ -11,7 +11,7 @@ import (
 // (Store, Brancher, Locker, …), so none of them may depend, even
 // indirectly, on a driver or on the packages that adapt one.
 func TestDomainImportsNoDriver(t *testing.T) {
-	domain := []string{".", "./repositories", "./workspaces", "./gate", "./checkpoints", "./merge", "./effects"}
+	domain := []string{".", "./repositories", "./workspaces", "./gate", "./checkpoints", "./merge", "./effects", "./delivery"}
 	forbidden := []string{
 		"github.com/lockstep-hq/lockstep/sqlstore",
 		"github.com/lockstep-hq/lockstep/dbbranch",
@@ -77,6 +77,82 @@ func TestReplicaNamesNoBackend(t *testing.T) {
 		if bad := match(dep, forbidden); bad != "" {
 			t.Errorf("replica or bucket depends on %s: reach packs through bucket.Bucket", dep)
 		}
+	}
+}
+
+// TestDeliveryImportsNoService keeps the outbox machinery (package
+// delivery: the drain loop, the single-attempt send, the target rules,
+// the signatures, the hook worker) below the services that fill the
+// outboxes: of our packages it may use only the root types and
+// telemetry, so gate and effects both build on it and it on neither.
+func TestDeliveryImportsNoService(t *testing.T) {
+	allowed := map[string]bool{
+		"github.com/lockstep-hq/lockstep":           true,
+		"github.com/lockstep-hq/lockstep/telemetry": true,
+		"github.com/lockstep-hq/lockstep/delivery":  true,
+	}
+	out, err := exec.Command("go", "list", "-deps", "./delivery").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps ./delivery: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 2 {
+		t.Fatalf("go list -deps ./delivery listed %q", out)
+	}
+	for _, dep := range deps {
+		if strings.HasPrefix(dep, "github.com/lockstep-hq/lockstep/internal/") {
+			continue
+		}
+		if (dep == "github.com/lockstep-hq/lockstep" || strings.HasPrefix(dep, "github.com/lockstep-hq/lockstep/")) && !allowed[dep] {
+			t.Errorf("delivery depends on %s: it may use only the root package and telemetry", dep)
+		}
+	}
+}
+
+// TestBenchOutsideTheServer keeps the benchmarks out of the server's
+// graph: `lockstep bench` and `lockstep load` are subcommands, so
+// cmd/lockstep links bench, but no other package may depend on it; and
+// bench drives a server the way a user does (the Go client, the binary
+// it execs), so of our packages it may use only the shared types, the
+// client, and the two adapters it measures directly (dbbranch: the
+// branch-burst benchmark; s3packs, with bucket: the raw bucket baseline
+// of the object-store benchmark).
+func TestBenchOutsideTheServer(t *testing.T) {
+	const mod, bench = "github.com/lockstep-hq/lockstep", "github.com/lockstep-hq/lockstep/bench"
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list ./...: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 10 {
+		t.Fatalf("go list ./... listed %d packages: %q", len(lines), out)
+	}
+	allowed := map[string]bool{mod: true, mod + "/api": true, mod + "/client": true, mod + "/worktree": true,
+		mod + "/dbbranch": true, mod + "/s3packs": true, mod + "/bucket": true}
+	sawBench := false
+	for _, line := range lines {
+		f := strings.Fields(line)
+		pkg, deps := f[0], f[1:]
+		if pkg == bench {
+			sawBench = true
+			for _, d := range deps {
+				if strings.HasPrefix(d, mod+"/") && !allowed[d] && !strings.HasPrefix(d, mod+"/internal/") {
+					t.Errorf("bench depends on %s: drive the server through the client or the binary", d)
+				}
+			}
+			continue
+		}
+		if pkg == mod+"/cmd/lockstep" {
+			continue // the bench and load subcommands
+		}
+		for _, d := range deps {
+			if d == bench {
+				t.Errorf("%s depends on bench: only cmd/lockstep (its subcommands) may", pkg)
+			}
+		}
+	}
+	if !sawBench {
+		t.Fatal("go list ./... did not list the bench package")
 	}
 }
 

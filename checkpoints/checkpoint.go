@@ -351,48 +351,19 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 			}
 		}
 	}
-	var dbErr error
-	switch {
-	case c.DBSnapshot == "":
-		res.Database.Skipped = "the checkpoint has no database snapshot"
-	case s.dbs == nil:
-		dbErr = ErrBranchingOff()
-	default:
-		t := s.now()
-		_, dspan := s.tracer.Start(ctx, "restore.database")
-		dbErr = s.dbs.Restore(ctx, ws.Name, c.DBSnapshot)
-		dspan.End()
-		res.DatabaseMS = msSince(s.now(), t)
+	// The data parts: the database, then Redis.
+	var dbRestore, redisRestore func(ctx context.Context, workspace, id string) error
+	if s.dbs != nil {
+		dbRestore = s.dbs.Restore
 	}
-	if dbErr != nil {
-		// The answer (and the operations log) get the safe message only;
-		// the cause (the database server's own text) goes to the log.
-		res.Database.Error = lockstep.ErrorMessage(dbErr)
-		if s.log != nil {
-			s.log.ErrorContext(ctx, "restore checkpoint database", "checkpoint", c.ID, "repo", ws.Name, "op", lockstep.ErrorOp(dbErr), "error", dbErr)
-		}
-	} else if c.DBSnapshot != "" {
-		res.Database.Restored, res.DBRestored = true, true
+	if s.rds != nil {
+		redisRestore = s.rds.Restore
 	}
-	var redisErr error
-	switch {
-	case c.RedisSnapshot == "":
-		res.Redis.Skipped = "the checkpoint has no redis snapshot"
-	case s.rds == nil:
-		redisErr = ErrRedisOff()
-	default:
-		t := s.now()
-		_, rspan := s.tracer.Start(ctx, "restore.redis")
-		redisErr = s.rds.Restore(ctx, ws.Name, c.RedisSnapshot)
-		rspan.End()
-		res.RedisMS = msSince(s.now(), t)
-	}
-	if redisErr != nil {
-		res.Redis.Error = lockstep.ErrorMessage(redisErr)
-		s.log.ErrorContext(ctx, "restore checkpoint redis", "checkpoint", c.ID, "repo", ws.Name, "error", redisErr)
-	} else if c.RedisSnapshot != "" {
-		res.Redis.Restored, res.RedisRestored = true, true
-	}
+	var dbErr, redisErr error
+	res.Database, res.DatabaseMS, dbErr = s.restorePart(ctx, c.ID, ws.Name, "database", c.DBSnapshot, dbRestore, ErrBranchingOff)
+	res.DBRestored = res.Database.Restored
+	res.Redis, res.RedisMS, redisErr = s.restorePart(ctx, c.ID, ws.Name, "redis", c.RedisSnapshot, redisRestore, ErrRedisOff)
+	res.RedisRestored = res.Redis.Restored
 	res.DurationMS = msSince(s.now(), start)
 	result := "ok"
 	if dbErr != nil || redisErr != nil {
@@ -424,6 +395,37 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 		return nil, rerr
 	}
 	return res, nil
+}
+
+// restorePart restores one data part of a checkpoint (part: "database",
+// "redis") and says how it went and how long it took: skipped when the
+// checkpoint has no snapshot of it, off() when its branching is off
+// (restore nil), else restore under a "restore.<part>" span. The answer
+// (and the operations log) get the safe message of an error only; the
+// cause (the server's own text) goes to the log.
+func (s *Service) restorePart(ctx context.Context, checkpoint, ws, part, snapshot string,
+	restore func(ctx context.Context, workspace, id string) error, off func() error) (PartResult, float64, error) {
+	if snapshot == "" {
+		return PartResult{Skipped: "the checkpoint has no " + part + " snapshot"}, 0, nil
+	}
+	var err error
+	var ms float64
+	if restore == nil {
+		err = off()
+	} else {
+		t := s.now()
+		_, span := s.tracer.Start(ctx, "restore."+part)
+		err = restore(ctx, ws, snapshot)
+		span.End()
+		ms = msSince(s.now(), t)
+	}
+	if err != nil {
+		if s.log != nil {
+			s.log.ErrorContext(ctx, "restore checkpoint "+part, "checkpoint", checkpoint, "repo", ws, "op", lockstep.ErrorOp(err), "error", err)
+		}
+		return PartResult{Error: lockstep.ErrorMessage(err)}, ms, err
+	}
+	return PartResult{Restored: true}, ms, nil
 }
 
 func msSince(now, t time.Time) float64 { return telemetry.Millis(now.Sub(t)) }

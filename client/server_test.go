@@ -14,6 +14,7 @@ import (
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/client"
+	"github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
@@ -58,7 +59,7 @@ func startServerWith(dir string, brancher lockstep.Brancher) (*testServer, error
 	m := telemetry.NewMetrics()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	repos := repositories.New(repositories.Config{DataDir: dir}, db, logger, m, nil)
-	allow, err := gate.ParseAllowList("127.0.0.1")
+	allow, err := delivery.ParseAllowList("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}

@@ -93,7 +93,7 @@ func VerifyWebhook(secrets []string, h http.Header, body []byte, now time.Time, 
 	return Webhook{}, ErrWebhookSignature
 }
 
-// webhookKey is gate.WebhookKey (kept here so the client needs no server
+// webhookKey is delivery.WebhookKey (kept here so the client needs no server
 // package).
 func webhookKey(secret string) []byte {
 	if rest, ok := strings.CutPrefix(secret, "whsec_"); ok {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/lockstep-hq/lockstep/client"
-	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/delivery"
 )
 
 func headers(id string, ts time.Time, sig string) http.Header {
@@ -27,7 +27,7 @@ func TestStandardWebhooksVector(t *testing.T) {
 	ts := time.Unix(1614265330, 0)
 	body := []byte(`{"test": 2432232314}`)
 	const want = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
-	if got := gate.SignStandard(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", ts, body); got != want {
+	if got := delivery.SignStandard(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", ts, body); got != want {
 		t.Errorf("SignStandard = %s, want %s", got, want)
 	}
 	if _, err := client.VerifyWebhook([]string{secret}, headers("msg_p5jXN8AQM9LWM0D4loKWxJek", ts, want), body, ts, 0); err != nil {
@@ -43,7 +43,7 @@ func TestVerifyWebhook(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	body := []byte(`{"event":"push","delivery_id":"dlv_1"}`)
 	const oldS, newS = "old-secret-0123456789", "whsec_c2VjcmV0LWJ5dGVzLWZvci10aGUtbmV3LWtleQ=="
-	both := gate.SignStandard(newS, "dlv_1", now, body) + " " + gate.SignStandard(oldS, "dlv_1", now, body)
+	both := delivery.SignStandard(newS, "dlv_1", now, body) + " " + delivery.SignStandard(oldS, "dlv_1", now, body)
 	for _, secrets := range [][]string{{oldS}, {newS}, {newS, oldS}} {
 		if _, err := client.VerifyWebhook(secrets, headers("dlv_1", now, both), body, now, 0); err != nil {
 			t.Errorf("secrets %v with both signatures: %v", secrets, err)
@@ -55,12 +55,12 @@ func TestVerifyWebhook(t *testing.T) {
 		body []byte
 		want error
 	}{
-		{"wrong secret", headers("dlv_1", now, gate.SignStandard("another-secret-xyz", "dlv_1", now, body)), body, client.ErrWebhookSignature},
+		{"wrong secret", headers("dlv_1", now, delivery.SignStandard("another-secret-xyz", "dlv_1", now, body)), body, client.ErrWebhookSignature},
 		{"tampered body", headers("dlv_1", now, both), []byte(`{"event":"push","delivery_id":"dlv_2"}`), client.ErrWebhookSignature},
 		{"other id", headers("dlv_2", now, both), body, client.ErrWebhookSignature},
 		{"no headers", http.Header{}, body, client.ErrWebhookSignature},
-		{"stale", headers("dlv_1", now.Add(-6*time.Minute), gate.SignStandard(newS, "dlv_1", now.Add(-6*time.Minute), body)), body, client.ErrWebhookTimestamp},
-		{"future", headers("dlv_1", now.Add(6*time.Minute), gate.SignStandard(newS, "dlv_1", now.Add(6*time.Minute), body)), body, client.ErrWebhookTimestamp},
+		{"stale", headers("dlv_1", now.Add(-6*time.Minute), delivery.SignStandard(newS, "dlv_1", now.Add(-6*time.Minute), body)), body, client.ErrWebhookTimestamp},
+		{"future", headers("dlv_1", now.Add(6*time.Minute), delivery.SignStandard(newS, "dlv_1", now.Add(6*time.Minute), body)), body, client.ErrWebhookTimestamp},
 	}
 	for _, c := range cases {
 		if _, err := client.VerifyWebhook([]string{newS, oldS}, c.h, c.body, now, 0); !errors.Is(err, c.want) {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/lockstep-hq/lockstep/client"
-	"github.com/lockstep-hq/lockstep/gate"
+	hookdelivery "github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
@@ -51,7 +51,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	if r.failing || len(r.calls) < r.failN {
 		status = http.StatusInternalServerError
 	}
-	if !gate.Verify(hookSecret, body, req.Header.Get("X-Lockstep-Signature")) {
+	if !hookdelivery.Verify(hookSecret, body, req.Header.Get("X-Lockstep-Signature")) {
 		r.badSigs++
 		status = http.StatusUnauthorized
 	}
@@ -406,7 +406,7 @@ func TestHookLeaseTakeover(t *testing.T) {
 		if first {
 			status = http.StatusInternalServerError
 		}
-		if !gate.Verify(hookSecret, body, r.Header.Get("X-Lockstep-Signature")) {
+		if !hookdelivery.Verify(hookSecret, body, r.Header.Get("X-Lockstep-Signature")) {
 			status = http.StatusUnauthorized
 		}
 		calls = append(calls, status)

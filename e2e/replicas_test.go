@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockstep-hq/lockstep/gate"
+	hookdelivery "github.com/lockstep-hq/lockstep/delivery"
 
 	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
@@ -90,7 +90,7 @@ func TestReplicasDeliverOnce(t *testing.T) {
 		if len(perID[id]) == 0 {
 			status = http.StatusServiceUnavailable // every delivery fails once
 		}
-		if !gate.Verify(hookSecret, body, r.Header.Get("X-Lockstep-Signature")) {
+		if !hookdelivery.Verify(hookSecret, body, r.Header.Get("X-Lockstep-Signature")) {
 			status = http.StatusUnauthorized
 		}
 		perID[id] = append(perID[id], status)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockstep-hq/lockstep/gate"
+	hookdelivery "github.com/lockstep-hq/lockstep/delivery"
 )
 
 // TestRunnerStopMidRun: a runner stopped (SIGTERM) while its command runs
@@ -123,7 +123,7 @@ func TestRunnerRefusesReplayAndStale(t *testing.T) {
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("webhook-id", id)
 		req.Header.Set("webhook-timestamp", strconv.FormatInt(ts.Unix(), 10))
-		req.Header.Set("webhook-signature", gate.SignStandard(secret, id, ts, body))
+		req.Header.Set("webhook-signature", hookdelivery.SignStandard(secret, id, ts, body))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatalf("send delivery: %v", err)

@@ -31,6 +31,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -40,7 +41,7 @@ import (
 type Config struct {
 	// AllowHosts are effect targets allowed although internal
 	// (--effect-allow-hosts).
-	AllowHosts gate.AllowList
+	AllowHosts delivery.AllowList
 	// MaxBodyBytes bounds an effect's body and its compensation's (default
 	// 1 MiB).
 	MaxBodyBytes int
@@ -179,7 +180,7 @@ func (s *Service) buildHTTP(ctx context.Context, part, method, rawURL string, he
 	if !methods[h.Method] {
 		return h, lockstep.Errorf(lockstep.EINVALID, "%s method %q: want POST, PUT, PATCH or DELETE (reads are not effects)", part, method)
 	}
-	if err := gate.CheckTargetURL(ctx, rawURL, s.cfg.AllowHosts, s.cfg.Resolver, part, "--effect-allow-hosts (LOCKSTEP_EFFECT_ALLOW_HOSTS)"); err != nil {
+	if err := delivery.CheckTargetURL(ctx, rawURL, s.cfg.AllowHosts, s.cfg.Resolver, part, "--effect-allow-hosts (LOCKSTEP_EFFECT_ALLOW_HOSTS)"); err != nil {
 		return h, err
 	}
 	if len(rawURL) > 4096 {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
+	"github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/effects"
-	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -112,7 +112,7 @@ func TestStageRules(t *testing.T) {
 		t.Fatalf("over the cap: %v", err)
 	}
 	// An allowed internal host.
-	allow, _ := gate.ParseAllowList("127.0.0.1")
+	allow, _ := delivery.ParseAllowList("127.0.0.1")
 	f2 := mustFixture(t, effects.Config{AllowHosts: allow})
 	if _, err := f2.svc.Stage(ctx, f2.owner, f2.ws, api.EffectRequest{Method: "POST", URL: "http://127.0.0.1:9/x"}); err != nil {
 		t.Fatalf("an allowed host: %v", err)
@@ -186,7 +186,7 @@ func TestSecretHeadersSealed(t *testing.T) {
 // effect, with the worker running and woken as the server wakes it;
 // reported as p50 and p99 (ms).
 func BenchmarkReleaseLatency(b *testing.B) {
-	allow, _ := gate.ParseAllowList("127.0.0.1")
+	allow, _ := delivery.ParseAllowList("127.0.0.1")
 	f := mustFixture(b, effects.Config{AllowHosts: allow, PollInterval: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -33,6 +33,7 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/telemetry"
 )
@@ -73,7 +74,7 @@ type Config struct {
 	PollInterval time.Duration
 	// HookAllowHosts are hook targets allowed although internal (loopback,
 	// private, link-local …): by host name, IP or CIDR.
-	HookAllowHosts AllowList
+	HookAllowHosts delivery.AllowList
 	// Resolver checks a hook's host at registration (nil: the system's).
 	Resolver *net.Resolver
 }

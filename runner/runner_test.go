@@ -15,7 +15,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
-	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/internal/e2ekit"
 )
 
@@ -163,7 +163,7 @@ func TestReceiveVerifiesDeliveries(t *testing.T) {
 		req.Header.Set("webhook-id", id)
 		req.Header.Set("webhook-timestamp", strconv.FormatInt(ts.Unix(), 10))
 		if secret != "" {
-			req.Header.Set("webhook-signature", gate.SignStandard(secret, id, ts, []byte(body)))
+			req.Header.Set("webhook-signature", delivery.SignStandard(secret, id, ts, []byte(body)))
 		}
 		var resp *http.Response
 		for i := 0; ; i++ { // the receiver starts serving in Run's goroutine

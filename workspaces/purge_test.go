@@ -10,8 +10,8 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/checkpoints"
+	"github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/effects"
-	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/internal/servicetest"
 	"github.com/lockstep-hq/lockstep/redisbranch"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -89,7 +89,7 @@ func TestPurgeDropsEverything(t *testing.T) {
 	}
 
 	// An active workspace with a staged effect: discarded by the purge.
-	allow, err := gate.ParseAllowList("127.0.0.1")
+	allow, err := delivery.ParseAllowList("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

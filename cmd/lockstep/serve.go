@@ -29,6 +29,7 @@ import (
 	"github.com/lockstep-hq/lockstep/bucket"
 	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/dbbranch"
+	"github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/effects"
 	"github.com/lockstep-hq/lockstep/filebucket"
 	"github.com/lockstep-hq/lockstep/gate"
@@ -465,7 +466,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 			return nil, err
 		}
 	}
-	allow, err := gate.ParseAllowList(c.HookAllowHosts)
+	allow, err := delivery.ParseAllowList(c.HookAllowHosts)
 	if err != nil {
 		return nil, fmt.Errorf("--hook-allow-hosts: %w", err)
 	}
@@ -647,7 +648,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		wss.SetRedis(rb)
 		cps.SetRedis(rb)
 	}
-	effectAllow, err := gate.ParseAllowList(c.EffectAllowHosts)
+	effectAllow, err := delivery.ParseAllowList(c.EffectAllowHosts)
 	if err != nil {
 		return nil, fmt.Errorf("--effect-allow-hosts: %w", err)
 	}

@@ -1,26 +1,14 @@
 package gate
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	crand "crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"math/rand/v2"
-	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/delivery"
 )
 
 // Events a hook can subscribe to ("*" is every one).
@@ -44,7 +32,7 @@ func (s *Service) CreateHook(ctx context.Context, actor *lockstep.Key, repoName 
 	if err != nil {
 		return nil, err
 	}
-	if err := checkHookURL(ctx, req.URL, s.cfg.HookAllowHosts, s.cfg.Resolver); err != nil {
+	if err := delivery.CheckHookURL(ctx, req.URL, s.cfg.HookAllowHosts, s.cfg.Resolver); err != nil {
 		return nil, err
 	}
 	if err := validSecret(req.Secret); err != nil {
@@ -195,7 +183,7 @@ func (s *Service) RotateHook(ctx context.Context, actor *lockstep.Key, repoName,
 		overlap = time.Duration(*req.OverlapSeconds) * time.Second
 	}
 	if req.Secret == "" {
-		req.Secret = NewSecret()
+		req.Secret = delivery.NewSecret()
 	}
 	if err := validSecret(req.Secret); err != nil {
 		return nil, err
@@ -241,151 +229,12 @@ func (s *Service) DeleteHook(ctx context.Context, actor *lockstep.Key, repoName,
 		Details: map[string]any{"hook_id": hookID}})
 }
 
-// NewSecret returns a random Standard Webhooks secret ("whsec_" + base64
-// of 32 random bytes).
-func NewSecret() string {
-	b := make([]byte, 32)
-	crand.Read(b)
-	return "whsec_" + base64.StdEncoding.EncodeToString(b)
-}
-
-// Sign returns the X-Lockstep-Signature value of a body.
-func Sign(secret string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
-}
-
-// Verify checks a signature in constant time (for receivers such as the
-// runner).
-func Verify(secret string, body []byte, signature string) bool {
-	return hmac.Equal([]byte(Sign(secret, body)), []byte(signature))
-}
-
-// Body is the exact JSON sent for a delivery: its payload plus its id.
-// Retries send the same bytes.
-func Body(d lockstep.Delivery) []byte {
-	var m map[string]any
-	json.Unmarshal([]byte(d.Payload), &m)
-	if m == nil {
-		m = map[string]any{}
-	}
-	m["delivery_id"] = d.ID
-	b, _ := json.Marshal(m)
-	return b
-}
-
-// Run drains the outbox until ctx ends: it claims due deliveries (a lease
-// in the metadata store, so replicas never send the same delivery at the
-// same time), sends them, and records every attempt.
+// Run drains the hook deliveries outbox until ctx ends (the worker is
+// delivery.Hooks; Wake wakes it).
 func (s *Service) Run(ctx context.Context) {
-	guarded, open := hookClients(s.cfg.HookTimeout, s.cfg.HookAllowHosts)
-	lease := s.cfg.HookTimeout + 30*time.Second
-	DrainOutbox(ctx, s.cfg.PollInterval, s.wake,
-		func(ctx context.Context) ([]lockstep.Delivery, error) {
-			return s.store.ClaimDeliveries(ctx, s.now(), lease, 16)
-		},
-		func(d lockstep.Delivery) { s.deliver(ctx, guarded, open, d) },
-		func(err error) { s.log.ErrorContext(ctx, "claim deliveries", "error", err) })
-}
-
-// deliver sends one attempt. The receiver gets the legacy
-// X-Lockstep-Signature (HMAC of the body with the current secret) and the
-// Standard Webhooks headers: webhook-id (the delivery id, the same on
-// every retry), webhook-timestamp (this attempt's time) and
-// webhook-signature (one v1 entry per secret in use: two during a
-// rotation's overlap).
-func (s *Service) deliver(ctx context.Context, guarded, open *http.Client, d lockstep.Delivery) {
-	h, err := s.store.Hook(ctx, d.HookID)
-	if err != nil {
-		s.log.ErrorContext(ctx, "delivery hook", "delivery", d.ID, "error", err)
-		return
-	}
-	if !h.Active {
-		return // deleted after the claim: DeactivateHook already marked it failed
-	}
-	body := Body(d)
-	start := s.now()
-	attempt := lockstep.DeliveryAttempt{Attempt: d.Attempts + 1, At: lockstep.TruncateTime(start)}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(body))
-	if err == nil {
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("User-Agent", "lockstep-hooks")
-		req.Header.Set("X-Lockstep-Event", d.Event)
-		req.Header.Set("X-Lockstep-Delivery", d.ID)
-		req.Header.Set("X-Lockstep-Signature", Sign(h.Secret, body))
-		sigs := SignStandard(h.Secret, d.ID, start, body)
-		if h.PrevSecret != "" && h.PrevSecretUntil != nil && start.Before(*h.PrevSecretUntil) {
-			sigs += " " + SignStandard(h.PrevSecret, d.ID, start, body)
-		}
-		req.Header.Set("webhook-id", d.ID)
-		req.Header.Set("webhook-timestamp", strconv.FormatInt(start.Unix(), 10))
-		req.Header.Set("webhook-signature", sigs)
-		client := guarded
-		if s.cfg.HookAllowHosts.hostAllowed(req.URL.Hostname()) {
-			client = open
-		}
-		var resp *http.Response
-		resp, err = client.Do(req)
-		if err == nil {
-			attempt.StatusCode = resp.StatusCode
-			io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-			resp.Body.Close()
-			switch {
-			case resp.StatusCode >= 300 && resp.StatusCode <= 399:
-				err = fmt.Errorf("receiver answered %d (redirect to %q): redirects are not followed; register the final URL", resp.StatusCode, truncate(resp.Header.Get("Location"), 200))
-			case resp.StatusCode < 200 || resp.StatusCode > 299:
-				err = fmt.Errorf("receiver answered %d", resp.StatusCode)
-			}
-		} else {
-			var be *blockedError
-			if errors.As(err, &be) {
-				err = be // the reason, without the transport's wrapping
-			}
-		}
-	}
-	if ctx.Err() != nil {
-		return // shutting down: the lease expires and another run retries
-	}
-	attempt.DurationMS = float64(s.now().Sub(start).Microseconds()) / 1000
-	status, next := lockstep.DeliverySucceeded, s.now()
-	if err != nil {
-		attempt.Error = truncate(err.Error(), 500)
-		if attempt.Attempt >= s.cfg.HookMaxAttempts {
-			status = lockstep.DeliveryFailed
-		} else {
-			status = lockstep.DeliveryPending
-			next = s.now().Add(s.backoff(attempt.Attempt))
-			n := lockstep.TruncateTime(next)
-			attempt.NextRetryAt = &n
-		}
-	}
-	result := "ok"
-	if err != nil {
-		result = "error"
-	}
-	s.metrics.ObserveOp("hook.delivery", result, s.now().Sub(start))
-	if rerr := s.store.RecordAttempt(context.WithoutCancel(ctx), d.ID, attempt, status, next); rerr != nil {
-		s.log.ErrorContext(ctx, "record delivery attempt", "delivery", d.ID, "error", rerr)
-	}
-}
-
-// backoff is HookBackoff·2^(n-1) with ±20% jitter, capped.
-func (s *Service) backoff(n int) time.Duration {
-	d := s.cfg.HookBackoff
-	for i := 1; i < n && d < s.cfg.HookMaxBackoff; i++ {
-		d *= 2
-	}
-	if d > s.cfg.HookMaxBackoff {
-		d = s.cfg.HookMaxBackoff
-	}
-	j := 0.8 + 0.4*rand.Float64()
-	return time.Duration(float64(d) * j)
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return strings.TrimSpace(s)
+	delivery.NewHooks(delivery.HookConfig{
+		Timeout: s.cfg.HookTimeout, MaxAttempts: s.cfg.HookMaxAttempts,
+		Backoff: s.cfg.HookBackoff, MaxBackoff: s.cfg.HookMaxBackoff,
+		PollInterval: s.cfg.PollInterval, AllowHosts: s.cfg.HookAllowHosts,
+	}, s.store, s.log, s.metrics, s.now, s.wake).Run(ctx)
 }

@@ -1,4 +1,4 @@
-package gate
+package delivery
 
 import (
 	"context"
@@ -151,12 +151,12 @@ func internalAddr(ip netip.Addr) string {
 	return ""
 }
 
-// checkHookURL validates a hook URL at registration: an absolute http(s)
+// CheckHookURL validates a hook URL at registration: an absolute http(s)
 // URL without credentials whose host is allowed by name, or whose address
 // (literal, or every address the name resolves to now) is public or on the
 // allow list. A name that does not resolve yet is accepted: every delivery
 // re-checks the address it dials.
-func checkHookURL(ctx context.Context, raw string, allow AllowList, resolver *net.Resolver) error {
+func CheckHookURL(ctx context.Context, raw string, allow AllowList, resolver *net.Resolver) error {
 	return checkTargetURL(ctx, raw, allow, resolver, "hook", "--hook-allow-hosts (LOCKSTEP_HOOK_ALLOW_HOSTS)")
 }
 
@@ -165,12 +165,6 @@ func checkHookURL(ctx context.Context, raw string, allow AllowList, resolver *ne
 // allows internal hosts).
 func CheckTargetURL(ctx context.Context, raw string, allow AllowList, resolver *net.Resolver, what, flag string) error {
 	return checkTargetURL(ctx, raw, allow, resolver, what, flag)
-}
-
-// Clients returns delivery clients with the hook rules (hookClients):
-// guarded checks every dialed address, open is for hosts allowed by name.
-func Clients(timeout time.Duration, allow AllowList, setting string) (guarded, open *http.Client) {
-	return targetClients(timeout, allow, setting)
 }
 
 // HostAllowed reports whether host is on the list by name.
@@ -261,17 +255,13 @@ func looksNumeric(h string) bool {
 	return true
 }
 
-// hookClients returns the delivery clients: guarded refuses to connect to
-// an internal address (the check runs on the address actually dialed, after
-// DNS resolution, so a name re-pointed at 169.254.169.254 after
-// registration is still refused) unless it is on the allow list; open is
-// for hosts allowed by name. Neither follows redirects nor uses a proxy
-// from the environment (the dialed address would be the proxy's).
-func hookClients(timeout time.Duration, allow AllowList) (guarded, open *http.Client) {
-	return targetClients(timeout, allow, "--hook-allow-hosts")
-}
-
-// targetClients is hookClients naming setting in a refusal.
+// targetClients returns the delivery clients: guarded refuses to connect
+// to an internal address (the check runs on the address actually dialed,
+// after DNS resolution, so a name re-pointed at 169.254.169.254 after
+// registration is still refused) unless it is on the allow list, naming
+// setting in the refusal; open is for hosts allowed by name. Neither
+// follows redirects nor uses a proxy from the environment (the dialed
+// address would be the proxy's).
 func targetClients(timeout time.Duration, allow AllowList, setting string) (guarded, open *http.Client) {
 	mk := func(control func(ctx context.Context, network, address string, c syscall.RawConn) error) *http.Client {
 		d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, ControlContext: control}

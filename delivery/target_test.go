@@ -1,4 +1,4 @@
-package gate
+package delivery
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func TestHookURLRefusesInternalTargets(t *testing.T) {
 		"/relative",
 	}
 	for _, u := range refused {
-		err := checkHookURL(ctx, u, none, nil)
+		err := CheckHookURL(ctx, u, none, nil)
 		if lockstep.ErrorCode(err) != lockstep.EINVALID {
 			t.Errorf("%s: %v, want invalid_argument", u, err)
 		}
@@ -61,7 +61,7 @@ func TestHookURLRefusesInternalTargets(t *testing.T) {
 		}
 	}
 	for _, u := range []string{"https://8.8.8.8/hook", "http://[2606:4700::1111]/", "https://203.0.114.1:8443/x"} {
-		if err := checkHookURL(ctx, u, none, nil); err != nil {
+		if err := CheckHookURL(ctx, u, none, nil); err != nil {
 			t.Errorf("%s: %v, want accepted", u, err)
 		}
 	}
@@ -70,11 +70,11 @@ func TestHookURLRefusesInternalTargets(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, u := range []string{"http://127.0.0.1:9/h", "http://CI.internal./h", "http://10.1.2.3/h", "http://[::ffff:127.0.0.1]:9/h"} {
-		if err := checkHookURL(ctx, u, allow, nil); err != nil {
+		if err := CheckHookURL(ctx, u, allow, nil); err != nil {
 			t.Errorf("%s with the allow list: %v", u, err)
 		}
 	}
-	if err := checkHookURL(ctx, "http://10.2.0.1/h", allow, nil); lockstep.ErrorCode(err) != lockstep.EINVALID {
+	if err := CheckHookURL(ctx, "http://10.2.0.1/h", allow, nil); lockstep.ErrorCode(err) != lockstep.EINVALID {
 		t.Errorf("10.2.0.1 is outside the allowed prefix: %v", err)
 	}
 	if _, err := ParseAllowList("http://x/"); err == nil {
@@ -110,7 +110,7 @@ func TestHookURLEmbeddedIPv4(t *testing.T) {
 		{"http://[::ffff:8.8.8.8]/", true},
 		{"http://[::1:0:0:1]/", true}, // outside ::/96: not an embedded address
 	} {
-		err := checkHookURL(ctx, c.url, none, nil)
+		err := CheckHookURL(ctx, c.url, none, nil)
 		if c.accept && err != nil {
 			t.Errorf("%s: %v, want accepted", c.url, err)
 		}
@@ -128,7 +128,7 @@ func TestHookURLEmbeddedIPv4(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, u := range []string{"http://127.0.0.1:9/h", "http://[::127.0.0.1]:9/h", "http://[::ffff:127.0.0.1]:9/h"} {
-		if err := checkHookURL(ctx, u, allow, nil); err != nil {
+		if err := CheckHookURL(ctx, u, allow, nil); err != nil {
 			t.Errorf("%s with ::127.0.0.1 allowed: %v", u, err)
 		}
 	}
@@ -150,7 +150,7 @@ func TestHookDeliveryChecksDialedAddress(t *testing.T) {
 	port := target.URL[strings.LastIndexByte(target.URL, ':'):]
 
 	none, _ := ParseAllowList("")
-	guarded, _ := hookClients(5*time.Second, none)
+	guarded, _ := targetClients(5*time.Second, none, "--hook-allow-hosts")
 	// "localhost" resolves to loopback: what a rebinding name does.
 	for _, u := range []string{"http://localhost" + port + "/", target.URL + "/"} {
 		_, err := guarded.Get(u)
@@ -164,7 +164,7 @@ func TestHookDeliveryChecksDialedAddress(t *testing.T) {
 	}
 
 	allow, _ := ParseAllowList("127.0.0.1")
-	guarded, _ = hookClients(5*time.Second, allow)
+	guarded, _ = targetClients(5*time.Second, allow, "--hook-allow-hosts")
 	resp, err := guarded.Get(redirect.URL + "/")
 	if err != nil {
 		t.Fatal(err)
