@@ -149,7 +149,10 @@ func containedRuns(t *testing.T, name string, runs int) {
 			if serr == nil && !rep.Status.TimedOut {
 				t.Fatalf("run %d: the command started but the report lists no write outside --dir (steps %+v, status %+v, stderr %q)", i, rep.Steps, rep.Status, rep.StderrTail)
 			}
-			if serr != nil {
+			// A round whose short timeout struck before the helper had
+			// mounted the layers and exec'd the command (a loaded machine:
+			// CI saw it at round 187) wrote nothing: still a pure round.
+			if serr != nil && !rep.Status.TimedOut {
 				t.Fatalf("run %d: the command never started (status %+v, stderr %q)", i, rep.Status, rep.StderrTail)
 			}
 		}
