@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -353,4 +354,46 @@ func raceGC(t *testing.T, worlds []*servicetest.World, d, pause time.Duration) {
 		t.Fatal(err)
 	}
 	t.Logf("%d workspaces checked", n)
+}
+
+// TestGCVisitsNetworkWithoutRepository: a network directory no repository
+// names any more (a create that failed after making it) is visited by a
+// GC of everything: its objects are dropped once older than the
+// retention, not kept forever.
+func TestGCVisitsNetworkWithoutRepository(t *testing.T) {
+	ctx := context.Background()
+	w := servicetest.MustWorld(t, servicetest.Options{})
+	w.MustRepo(t, "app", map[string]string{"README": "app\n"})
+	dir := filepath.Join(w.Dir, "networks", "orphan.git")
+	git := func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("", "init", "-q", "--bare", dir)
+	oid := git(randomText(t, 64<<10), "--git-dir", dir, "hash-object", "-w", "--stdin")
+	loose := filepath.Join(dir, "objects", oid[:2], oid[2:])
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(loose, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := w.Repos.GC(ctx, w.Admin, repositories.GCOptions{Retention: 2 * time.Hour}); err != nil || res.Objects != 0 || res.Networks != 2 {
+		t.Fatalf("gc with 2h retention: %+v, %v: want both networks visited, nothing dropped", res, err)
+	}
+	if _, err := os.Stat(loose); err != nil {
+		t.Fatalf("object younger than the retention: %v", err)
+	}
+	res, err := w.Repos.GC(ctx, w.Admin, repositories.GCOptions{Retention: 30 * time.Minute})
+	if err != nil || res.Networks != 2 || res.Loose != 1 || res.Bytes == 0 {
+		t.Fatalf("gc with 30m retention: %+v, %v: want the orphan network's loose object dropped", res, err)
+	}
+	if _, err := os.Stat(loose); !os.IsNotExist(err) {
+		t.Fatalf("orphan network's object after the gc: %v", err)
+	}
+	fsckClone(t, netDir(t, w, "app"))
 }
