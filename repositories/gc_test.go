@@ -305,12 +305,9 @@ func raceGC(t *testing.T, worlds []*servicetest.World, d, pause time.Duration) {
 					history = append(history, res.Commit)
 				case code == lockstep.EUNAVAILABLE || code == lockstep.ENOTFOUND:
 					// Refused because a gc committed meanwhile, or the
-					// object it found was dropped: nothing moved; retry.
-				case code == lockstep.EINVALID && strings.Contains(err.Error(), " missing"):
-					// The same, found by the write's own validation (a
-					// stored tree it names vanished from this replica's
-					// cache mid-request): refused, nothing moved. Known
-					// gap: the code should say "retry" (unavailable).
+					// object it found was dropped (also when the write's
+					// own validation finds a stored tree it names gone):
+					// nothing moved; retry.
 				default:
 					errs <- fmt.Errorf("write %d to %s (rollback %v): %w", i, ws, i%5 == 4 && len(history) > 1, err)
 					return
