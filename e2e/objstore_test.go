@@ -42,6 +42,8 @@ type objOpts struct {
 // objWorld is a set of replicas in object-storage mode.
 type objWorld struct {
 	dbURL    string
+	s3       testenv.S3Server
+	bucket   string   // the object store's bucket (its objects are under e2e/)
 	env      []string // object store, AWS keys, shared secret key file, Redis
 	args     []string
 	adminKey string
@@ -87,8 +89,10 @@ func newObjWorld(t *testing.T, o objOpts) *objWorld {
 	}
 	testenv.MustRedis(t) // reachable, or fail with instructions
 	w := &objWorld{
-		dbURL: testenv.MustPostgresDB(t),
-		args:  o.Args,
+		dbURL:  testenv.MustPostgresDB(t),
+		s3:     srv,
+		bucket: bucket,
+		args:   o.Args,
 		env: []string{
 			"LOCKSTEP_OBJECT_STORE=" + objStoreURL(srv, bucket, o.Timeout),
 			"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey,

@@ -93,3 +93,48 @@ func TestCheckClosure(t *testing.T) {
 		t.Fatalf("the base's own tree is not walked: %v", err)
 	}
 }
+
+// TestWriteNamingDroppedObjectUnavailable: a write of our own that names a
+// stored object an object GC (on another replica) dropped during the
+// request is refused with unavailable (retryable), not invalid_argument.
+func TestWriteNamingDroppedObjectUnavailable(t *testing.T) {
+	n := MustOpen(t)
+	storeLoose := func(typ plumbing.ObjectType, encode func(plumbing.EncodedObject) error) plumbing.Hash {
+		t.Helper()
+		o := n.Objects().NewEncodedObject()
+		o.SetType(typ)
+		if err := encode(o); err != nil {
+			t.Fatal(err)
+		}
+		h, err := n.Objects().SetEncodedObject(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	blob := storeLoose(plumbing.BlobObject, func(o plumbing.EncodedObject) error {
+		w, _ := o.Writer()
+		w.Write([]byte("sub\n"))
+		return w.Close()
+	})
+	sub := storeLoose(plumbing.TreeObject, (&object.Tree{Entries: []object.TreeEntry{{Name: "a.txt", Mode: filemode.Regular, Hash: blob}}}).Encode)
+	root := n.Objects().NewEncodedObject()
+	if err := (&object.Tree{Entries: []object.TreeEntry{{Name: "d", Mode: filemode.Dir, Hash: sub}}}).Encode(root); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(n.loosePath(sub)); err != nil { // the GC on another replica
+		t.Fatal(err)
+	}
+	if _, err := n.WriteObjects([]plumbing.EncodedObject{root}); lockstep.ErrorCode(err) != lockstep.EUNAVAILABLE {
+		t.Fatalf("tree naming a dropped subtree: %v, want unavailable", err)
+	}
+	// An entry naming a stored object of another type (a blob as a
+	// directory) stays invalid_argument.
+	bad := n.Objects().NewEncodedObject()
+	if err := (&object.Tree{Entries: []object.TreeEntry{{Name: "d", Mode: filemode.Dir, Hash: blob}}}).Encode(bad); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.WriteObjects([]plumbing.EncodedObject{bad}); lockstep.ErrorCode(err) != lockstep.EINVALID {
+		t.Fatalf("tree naming a blob as a directory: %v, want invalid_argument", err)
+	}
+}

@@ -337,6 +337,22 @@ func invalidObject(h plumbing.Hash, format string, args ...any) error {
 	return lockstep.Errorf(lockstep.EINVALID, "object %s: %s", h, fmt.Sprintf(format, args...))
 }
 
+// gone is the error for an object a check of h needs and finds neither in
+// the batch nor stored. A pushed pack (ReceivePack) that names it is bad
+// input (invalid_argument). A batch of our own writes (storedExist: tar
+// pushes, edits, merges, rollbacks) names outside itself only what it
+// read from the store when the request began: gone now means an object
+// GC (on another replica) dropped it meanwhile, and the write is refused
+// with unavailable (503, Retry-After): a retry writes it again.
+// m is the object looked for: one that exists (with another type than
+// the check wanted) is invalid_argument in both cases.
+func (ov *overlay) gone(h, m plumbing.Hash, format string, args ...any) error {
+	if _, inBatch := ov.objs[m]; ov.storedExist && !inBatch && !ov.n.has(m) {
+		return lockstep.Errorf(lockstep.EUNAVAILABLE, "object %s: %s: an object gc dropped it during this request; retry", h, fmt.Sprintf(format, args...))
+	}
+	return invalidObject(h, format, args...)
+}
+
 // validateObjects checks every object of the overlay (see ReceivePack).
 func (n *Network) validateObjects(ov *overlay) error {
 	trees := map[plumbing.Hash]*object.Tree{}
@@ -367,13 +383,17 @@ func (n *Network) validateObjects(ov *overlay) error {
 			if err := c.Decode(obj); err != nil {
 				return invalidObject(h, "corrupt commit: %v", err)
 			}
-			if typ, ok := ov.typeOf(c.TreeHash); !ok || typ != plumbing.TreeObject {
-				return invalidObject(h, "commit tree %s is missing or not a tree", c.TreeHash)
+			if typ, ok := ov.typeOf(c.TreeHash); !ok {
+				return ov.gone(h, c.TreeHash, "commit tree %s is missing", c.TreeHash)
+			} else if typ != plumbing.TreeObject {
+				return invalidObject(h, "commit tree %s is not a tree", c.TreeHash)
 			}
 			roots = append(roots, c.TreeHash)
 			for _, p := range c.ParentHashes {
-				if typ, ok := ov.typeOf(p); !ok || typ != plumbing.CommitObject {
-					return invalidObject(h, "parent %s is missing or not a commit", p)
+				if typ, ok := ov.typeOf(p); !ok {
+					return ov.gone(h, p, "parent %s is missing", p)
+				} else if typ != plumbing.CommitObject {
+					return invalidObject(h, "parent %s is not a commit", p)
 				}
 			}
 		case plumbing.TagObject:
@@ -441,7 +461,7 @@ func (ov *overlay) checkTreeEntries(h plumbing.Hash, t *object.Tree, types bool)
 		}
 		if _, inBatch := ov.objs[e.Hash]; types && !inBatch && ov.storedExist {
 			if !ov.n.has(e.Hash) {
-				return invalidObject(h, "entry %q names %s, which is neither in the batch nor stored", e.Name, e.Hash)
+				return ov.gone(h, e.Hash, "entry %q names %s, which is neither in the batch nor stored", e.Name, e.Hash)
 			}
 		} else if types {
 			want := plumbing.BlobObject
@@ -461,7 +481,7 @@ func (ov *overlay) checkTreeEntries(h plumbing.Hash, t *object.Tree, types bool)
 		} else if special != "" {
 			blob, err := ov.EncodedObject(plumbing.BlobObject, e.Hash)
 			if err != nil {
-				return invalidObject(h, "entry %q: blob %s missing", e.Name, e.Hash)
+				return ov.gone(h, e.Hash, "entry %q: blob %s missing", e.Name, e.Hash)
 			}
 			var data []byte
 			if blob.Size() <= maxGitmodulesBytes || special == ".gitattributes" && blob.Size() <= maxAttributesBytes {
@@ -614,7 +634,7 @@ func (n *Network) ascent(ov *overlay, h plumbing.Hash, depth int) (int, string, 
 	}
 	obj, err := ov.EncodedObject(plumbing.TreeObject, h)
 	if err != nil {
-		return 0, "", invalidObject(h, "tree missing")
+		return 0, "", ov.gone(h, h, "tree missing")
 	}
 	var t *object.Tree
 	if _, inPack := ov.objs[h]; !inPack {

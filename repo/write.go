@@ -93,7 +93,9 @@ func (n *Network) WriteObjects(objs []plumbing.EncodedObject) (WriteStats, error
 // subtrees included (CheckRootTree, cached): a rollback to a tree stored
 // before these rules is refused like an upload of it. Blobs alone are
 // not checked (what they are depends on the tree naming them).
-// Errors: invalid_argument naming the object and the rule.
+// Errors: invalid_argument naming the object and the rule; unavailable
+// when a stored object the batch names is gone (an object GC dropped it
+// during the request: retry).
 func (n *Network) checkWrite(objs []plumbing.EncodedObject) error {
 	ov := &overlay{n: n, objs: make(map[plumbing.Hash]plumbing.EncodedObject, len(objs)), storedExist: true}
 	structural := false

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -105,7 +108,7 @@ func (s *Service) GC(ctx context.Context, actor *lockstep.Key, opts GCOptions) (
 		nets = []string{r.Network}
 	} else {
 		var err error
-		if nets, err = gcs.GCNetworks(ctx); err != nil {
+		if nets, err = s.gcNetworks(ctx, gcs); err != nil {
 			return nil, err
 		}
 	}
@@ -153,6 +156,30 @@ func (s *Service) GC(ctx context.Context, actor *lockstep.Key, opts GCOptions) (
 		return res, err
 	}
 	return res, nil
+}
+
+// gcNetworks lists the networks a GC of everything visits: those the
+// store knows (with a repository; in object storage also with live packs
+// registered) and, in local mode, every network directory on disk. A
+// network with no repository left (a create that failed after making its
+// directory) has no roots: its objects are dropped once older than the
+// retention, and its empty directory stays.
+func (s *Service) gcNetworks(ctx context.Context, gcs lockstep.GCStore) ([]string, error) {
+	nets, err := gcs.GCNetworks(ctx)
+	if err != nil || s.cfg.Shared {
+		return nets, err
+	}
+	dirs, err := filepath.Glob(filepath.Join(s.cfg.DataDir, "networks", "*.git"))
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range dirs {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			nets = append(nets, strings.TrimSuffix(filepath.Base(d), ".git"))
+		}
+	}
+	slices.Sort(nets)
+	return slices.Compact(nets), nil
 }
 
 // GCPlan answers what a GC with this retention would drop now (objects,

@@ -159,3 +159,35 @@ func TestGCObjectStorage(t *testing.T) {
 		fsckCache(t, filepath.Clean(n.Dir()), tips)
 	}
 }
+
+// TestGCObjectStorageNetworkWithoutRepository: a network no repository
+// names any more but whose packs are registered (in the bucket) is
+// visited by a GC of everything: its packs are retired and, past the
+// grace period, leave the bucket.
+func TestGCObjectStorageNetworkWithoutRepository(t *testing.T) {
+	ctx := context.Background()
+	worlds, objects := objReplicas(t, 1)
+	w := worlds[0]
+	w.MustRepo(t, "gone", map[string]string{"big.txt": randomText(t, 256<<10)})
+	if packs, _ := bucketBytes(t, objects, "gone"); packs == 0 {
+		t.Fatal("no pack of network gone in the bucket")
+	}
+	// No repository names the network any more (what a failed create, or
+	// a repository deletion, leaves).
+	for _, q := range []string{`DELETE FROM refs WHERE repo_id = (SELECT id FROM repos WHERE name = 'gone')`,
+		`UPDATE repos SET network = 'elsewhere' WHERE name = 'gone'`} {
+		if _, err := w.Store.SQL().ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := w.Repos.GC(ctx, w.Admin, repositories.GCOptions{Retention: 0}); err != nil || res.Objects == 0 || res.Networks != 2 {
+		t.Fatalf("gc --prune now: %+v, %v: want network gone visited and its objects dropped", res, err)
+	}
+	time.Sleep(2100 * time.Millisecond) // past the grace period (1 s; listings report times to the second)
+	if _, err := w.Repos.GC(ctx, w.Admin, repositories.GCOptions{Retention: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if packs, bytes := bucketBytes(t, objects, "gone"); packs != 0 {
+		t.Fatalf("network gone still has %d packs (%d bytes) in the bucket", packs, bytes)
+	}
+}

@@ -20,11 +20,13 @@ import (
 
 var _ lockstep.GCStore = (*DB)(nil)
 
-// GCNetworks lists every network that has a repository, by name.
+// GCNetworks lists every network that has a repository or a live pack
+// registered (object storage: a network whose repositories are gone still
+// holds packs in the bucket), by name.
 func (s *DB) GCNetworks(ctx context.Context) (out []string, err error) {
 	ctx, span := s.start(ctx, "GCNetworks")
 	defer func() { err = end(span, err) }()
-	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT network FROM repos ORDER BY network`)
+	rows, err := s.db.QueryContext(ctx, `SELECT network FROM repos UNION SELECT network FROM network_packs WHERE retired_at IS NULL ORDER BY network`)
 	if err != nil {
 		return nil, err
 	}
