@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,12 +232,15 @@ func raceGC(t *testing.T, worlds []*servicetest.World, d, pause time.Duration) {
 	gw := worlds[len(worlds)-1]
 	shared := randomText(t, 4000) // every agent's trees name this blob: dedup against old objects
 	stop := make(chan struct{})
-	var gcRuns, dropped int
+	var gcRuns atomic.Int64
+	var acks atomic.Int64 // writes acknowledged so far
+	var dropped int
 	var gcErr error
 	var gcWG sync.WaitGroup
 	gcWG.Add(1)
 	go func() {
 		defer gcWG.Done()
+		gap, seen := pause, int64(-1)
 		for {
 			select {
 			case <-stop:
@@ -248,9 +252,17 @@ func raceGC(t *testing.T, worlds []*servicetest.World, d, pause time.Duration) {
 				gcErr = err
 				return
 			}
-			gcRuns++
+			gcRuns.Add(1)
 			dropped += res.Objects
-			time.Sleep(pause) // let writes through between runs
+			// On a loaded machine (-race, CI) a write can take longer than
+			// a gc and its pause: every write would be refused. The gap
+			// grows until a write gets through, then returns to pause.
+			if n := acks.Load(); n == seen {
+				gap = min(2*gap, 2*time.Second)
+			} else {
+				gap, seen = pause, n
+			}
+			time.Sleep(gap) // let writes through between runs
 		}
 	}()
 	const agents = 3
@@ -270,7 +282,9 @@ func raceGC(t *testing.T, worlds []*servicetest.World, d, pause time.Duration) {
 			// pushed again, it is found stored (cruft a gc may be dropping)
 			// and not written again.
 			recycled, last := "", ""
-			for i := 0; time.Now().Before(deadline); i++ {
+			// Past the deadline an agent goes on until it has one
+			// acknowledged write to check (bounded).
+			for i := 0; time.Now().Before(deadline) || len(acked[a]) == 0 && time.Now().Before(deadline.Add(time.Minute)); i++ {
 				if ws == "" || i%7 == 6 {
 					if ws != "" {
 						if _, err := w.Workspaces.Purge(ctx, w.Admin, ws); err != nil {
@@ -302,6 +316,7 @@ func raceGC(t *testing.T, worlds []*servicetest.World, d, pause time.Duration) {
 				switch code := lockstep.ErrorCode(err); {
 				case err == nil:
 					acked[a][ws] = res.Commit
+					acks.Add(1)
 					history = append(history, res.Commit)
 				case code == lockstep.EUNAVAILABLE || code == lockstep.ENOTFOUND:
 					// Refused because a gc committed meanwhile, or the
@@ -316,6 +331,9 @@ func raceGC(t *testing.T, worlds []*servicetest.World, d, pause time.Duration) {
 		}(a)
 	}
 	wg.Wait()
+	for end := time.Now().Add(time.Minute); gcRuns.Load() == 0 && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond) // a gc run slower than the writers: let one finish
+	}
 	close(stop)
 	gcWG.Wait()
 	close(errs)
@@ -325,8 +343,8 @@ func raceGC(t *testing.T, worlds []*servicetest.World, d, pause time.Duration) {
 	if gcErr != nil {
 		t.Fatalf("gc: %v", gcErr)
 	}
-	t.Logf("%d gc runs dropped %d objects", gcRuns, dropped)
-	if gcRuns == 0 {
+	t.Logf("%d gc runs dropped %d objects", gcRuns.Load(), dropped)
+	if gcRuns.Load() == 0 {
 		t.Fatal("no gc run finished: the race was not exercised")
 	}
 	if dropped == 0 {

@@ -117,7 +117,7 @@ func (s *Service) PushTree(ctx context.Context, actor *lockstep.Key, repoName, t
 	if err := n.CheckClosure(plumbing.NewHash(tree), base); err != nil {
 		return nil, err
 	}
-		return s.commitTree(ctx, actor, r, plumbing.NewHash(tree), repo.WriteStats{}, opts, Reason{Op: "push", Start: start})
+	return s.commitTree(ctx, actor, r, plumbing.NewHash(tree), repo.WriteStats{}, opts, Reason{Op: "push", Start: start})
 }
 
 // Missing returns which of oids the repository's network lacks.

@@ -76,7 +76,7 @@ func buildRunReport(rep *txrun.Report, prev lastRun, hadPrev bool, drvName strin
 	}
 	r := api.RunReport{RunID: id, Command: rep.Command, Exit: rep.Status.ExitCode, Signal: rep.Status.Signal, TimedOut: rep.Status.TimedOut,
 		Succeeded: rep.Succeeded, RolledBack: rep.RolledBack, Contain: rep.Contain, TotalMS: rep.TotalMs, Captured: rep.FSSnapshot != "",
-		Purity: api.RunPurity{Checked: rep.Purity.Checked, Clean: rep.Purity.Clean, Instance: rep.Purity.Instance},
+		Purity:  api.RunPurity{Checked: rep.Purity.Checked, Clean: rep.Purity.Clean, Instance: rep.Purity.Instance},
 		Machine: clip(machine, 255), Quarantined: quarantined}
 	if len(r.Command) > 200 {
 		r.Command = r.Command[:200]
