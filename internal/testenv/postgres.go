@@ -71,8 +71,10 @@ func MustPostgresDB(tb testing.TB) string {
 
 // dropDB drops a test database. It reports failures with tb.Errorf rather
 // than Fatalf because it runs during cleanup.
+// The timeout is generous: DROP DATABASE waits for a checkpoint, which on
+// a machine busy copying template databases (CI saw 30 s run out) is slow.
 func dropDB(tb testing.TB, admin, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
