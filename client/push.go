@@ -124,7 +124,7 @@ func (c *Client) PushDir(ctx context.Context, repo, dir string, o PushDirOptions
 	if err != nil {
 		return nil, err
 	}
-	snap, err := worktree.Scan(abs, worktree.ScanOptions{Cache: cache})
+	snap, err := worktree.Scan(abs, worktree.ScanOptions{Cache: cache, Watcher: worktree.WatchSocketPath(abs)})
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,9 @@ type StatCache struct {
 	// compression, without sorting.
 	order []string
 	known *Known
+	// watchToken is the watcher token to save with the cache (see
+	// ScanOptions.Watcher); "" removes the saved one.
+	watchToken string
 }
 
 type cacheEntry struct {
@@ -260,6 +263,13 @@ func (c *StatCache) Save() error {
 	if err := os.MkdirAll(filepath.Dir(c.path), 0o755); err != nil {
 		return fmt.Errorf("save stat cache: %w", err)
 	}
+	if c.watchToken == "" {
+		// A watcher token must never describe a newer state than the
+		// cache: drop it before the cache changes.
+		if err := os.Remove(c.watchPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("save stat cache: %w", err)
+		}
+	}
 	paths := c.order
 	if len(paths) != len(c.entries) { // entries changed another way (tests)
 		paths = slices.Sorted(maps.Keys(c.entries))
@@ -309,6 +319,11 @@ func (c *StatCache) Save() error {
 	if err := os.Rename(tmp, c.path); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("save stat cache: %w", err)
+	}
+	if c.watchToken != "" {
+		// Written after the cache: a crash in between leaves the older
+		// token, whose dirty set is a superset, or none.
+		return c.saveWatchToken()
 	}
 	return nil
 }
