@@ -105,7 +105,7 @@ func Watch(ctx context.Context, dir string, ready func()) error {
 	var idb [8]byte
 	rand.Read(idb[:])
 	d := &watchd{root: root, state: state, id: hex.EncodeToString(idb[:]), changed: map[string]uint64{},
-		queries: make(chan *watchQuery)}
+		queries: make(chan *watchQuery), pending: map[string]*watchQuery{}}
 	if err := d.resync(); err != nil {
 		return err
 	}
@@ -122,6 +122,10 @@ func Watch(ctx context.Context, dir string, ready func()) error {
 	}
 	return d.loop(ctx)
 }
+
+// watchTestHook, set by tests only, runs before each event is handled (a
+// test blocks it to make the kernel's event queue overflow).
+var watchTestHook func()
 
 type watchd struct {
 	root, state, id string
@@ -154,6 +158,14 @@ func (d *watchd) resync() error {
 	d.seq++
 	d.reset = d.seq
 	clear(d.changed)
+	defer func() {
+		// Their cookies may have been lost with the old watches: they
+		// scan everything, from the new token on.
+		for name, q := range d.pending {
+			q.reply <- watchReply{Token: d.token(), Full: true}
+			delete(d.pending, name)
+		}
+	}()
 	if err := w.Add(d.state); err != nil {
 		return fmt.Errorf("watch: %w", err)
 	}
@@ -220,7 +232,6 @@ func (d *watchd) serve(ln net.Listener) {
 }
 
 func (d *watchd) loop(ctx context.Context) error {
-	d.pending = map[string]*watchQuery{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -245,6 +256,9 @@ func (d *watchd) loop(ctx context.Context) error {
 		case ev, ok := <-d.w.Events:
 			if !ok {
 				return errors.New("watch: watcher closed")
+			}
+			if watchTestHook != nil {
+				watchTestHook()
 			}
 			if err := d.event(ev); err != nil {
 				return err
