@@ -214,7 +214,8 @@ func (r *reader) varint() int64 {
 	return v
 }
 
-// Len returns the number of paths in the cache.
+// Len returns the number of paths in the cache (regular files and
+// symlinks: the watcher rebuilds a tree from it).
 func (c *StatCache) Len() int { return len(c.entries) }
 
 // Known returns the trees recorded by SetKnown (saved with the cache), or
