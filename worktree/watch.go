@@ -34,7 +34,7 @@ import (
 // then been seen), and answers one JSON line: the new token and either the
 // paths changed since the client's token or full=true (unknown token, the
 // daemon restarted, the event queue overflowed, a watched directory was
-// renamed or removed, or too many changed paths were tracked). A token is
+// renamed, or too many changed paths were tracked). A token is
 // "<daemon instance>:<sequence>"; the client keeps it next to its stat
 // cache and uses it only with the cache it was saved with.
 
@@ -298,9 +298,13 @@ func (d *watchd) event(ev fsnotify.Event) error {
 	d.seq++
 	d.changed[rel] = d.seq
 	switch {
-	case d.dirs[rel] && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)):
+	case d.dirs[rel] && ev.Has(fsnotify.Rename):
 		// The watches under a moved directory would report old names.
 		return d.resync()
+	case d.dirs[rel] && ev.Has(fsnotify.Remove):
+		// Gone with its inode (the kernel drops its watch): no stale
+		// names, and the dirty path makes the push drop all under it.
+		delete(d.dirs, rel)
 	case ev.Has(fsnotify.Create):
 		if st, err := os.Lstat(ev.Name); err == nil && st.IsDir() {
 			// Files made before the watch is in place are covered: the

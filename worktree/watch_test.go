@@ -146,7 +146,15 @@ func TestWatchPushSeesEveryChange(t *testing.T) {
 			if err := os.RemoveAll(p("brand2")); err != nil {
 				t.Fatal(err)
 			}
-		}, -1, true},
+		}, 0, false},
+		{"removed directory made again", func() {
+			mustWrite(t, p("brand2/new/again.txt"), []byte("again"), 0o644)
+			ageFiles(t, dir, []string{"brand2/new/again.txt"})
+		}, 1, false},
+		{"change in it", func() {
+			mustWrite(t, p("brand2/new/again.txt"), []byte("again!"), 0o644)
+			ageFiles(t, dir, []string{"brand2/new/again.txt"})
+		}, 1, false},
 		{".lockstep is not pushed", func() {
 			mustWrite(t, p(".lockstep/other"), []byte("x"), 0o644)
 			mustWrite(t, p("sub/.lockstep/other"), []byte("x"), 0o644)
