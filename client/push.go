@@ -44,6 +44,7 @@ type PushDirResult struct {
 	api.PushResult
 	Files       int     `json:"files"`        // files scanned
 	Hashed      int     `json:"hashed"`       // files hashed (not answered by the stat cache)
+	Watched     bool    `json:"watched"`      // a `lockstep watch` daemon's changed paths replaced the walk
 	ObjectsSent int     `json:"objects_sent"` // objects in the pack
 	BytesSent   int64   `json:"bytes_sent"`
 	RoundTrips  int     `json:"round_trips"`
@@ -124,12 +125,12 @@ func (c *Client) PushDir(ctx context.Context, repo, dir string, o PushDirOptions
 	if err != nil {
 		return nil, err
 	}
-	snap, err := worktree.Scan(abs, worktree.ScanOptions{Cache: cache})
+	snap, err := worktree.Scan(abs, worktree.ScanOptions{Cache: cache, Watcher: worktree.WatchSocketPath(abs)})
 	if err != nil {
 		return nil, err
 	}
 	rep.ScanMS = msSince(t0)
-	rep.Files, rep.Hashed = snap.Files, snap.Hashed
+	rep.Files, rep.Hashed, rep.Watched = snap.Files, snap.Hashed, snap.Watched
 	t1 := time.Now()
 	missing, err := worktree.Plan(ctx, snap, func(ctx context.Context, oids []plumbing.Hash) ([]plumbing.Hash, error) {
 		rep.RoundTrips++

@@ -16,6 +16,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
+	"github.com/lockstep-hq/lockstep/worktree"
 )
 
 func writeFiles(t *testing.T, dir string, files map[string]string) {
@@ -194,3 +195,46 @@ type sliceWriter struct{ p *[]byte }
 func (w sliceWriter) Write(b []byte) (int, error) { *w.p = append(*w.p, b...); return len(b), nil }
 
 func writerTo(p *[]byte) sliceWriter { return sliceWriter{p} }
+
+// TestPushDirWithWatcher: with `lockstep watch` running on the directory,
+// a push stats only the changed paths, and commits the same tree a push
+// that scans everything does.
+func TestPushDirWithWatcher(t *testing.T) {
+	ctx := context.Background()
+	s := mustServer(t)
+	c := mustClient(t, s, s.Admin)
+	if _, err := c.CreateRepo(ctx, "r", "main"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"a.txt": "a\n", "src/b.go": "package b\n", "docs/d.md": "# d\n"})
+	wctx, stop := context.WithCancel(ctx)
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- worktree.Watch(wctx, dir, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	defer func() { stop(); <-done }()
+	cache := filepath.Join(t.TempDir(), "statcache")
+	opts := client.PushDirOptions{ExpectCurrent: true, StatCache: cache}
+	one, err := c.PushDir(ctx, "r", dir, opts)
+	if err != nil || one.Watched {
+		t.Fatalf("first push (no token yet): %+v, %v", one, err)
+	}
+	writeFiles(t, dir, map[string]string{"src/new/e.go": "package e\n"})
+	if err := os.Remove(filepath.Join(dir, "docs", "d.md")); err != nil {
+		t.Fatal(err)
+	}
+	two, err := c.PushDir(ctx, "r", dir, opts)
+	if err != nil || !two.Watched || !two.Changed {
+		t.Fatalf("watched push: %+v, %v", two, err)
+	}
+	// A push that scans everything (a fresh cache has no token) finds
+	// nothing to commit: the watched push's tree was the directory's.
+	three, err := c.PushDir(ctx, "r", dir, client.PushDirOptions{ExpectCurrent: true, StatCache: filepath.Join(t.TempDir(), "fresh")})
+	if err != nil || three.Watched || three.Changed || three.Tree != two.Tree {
+		t.Fatalf("full-scan push after the watched one: %+v, %v (watched tree %s)", three, err, two.Tree)
+	}
+}

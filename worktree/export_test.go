@@ -40,3 +40,6 @@ func FillCache(c *StatCache, n int) {
 		}
 	}
 }
+
+// SetWatchTestHook sets the hook the watcher calls before each event.
+func SetWatchTestHook(f func()) { watchTestHook = f }

@@ -42,6 +42,13 @@ type ScanOptions struct {
 	// ignore file. ".git" entries (git cannot store one) and ".lockstep"
 	// directories are left out before Ignore is asked.
 	Ignore func(rel string, isDir bool) bool
+	// Watcher, with Cache, is the socket of a `lockstep watch` daemon
+	// (WatchSocketPath): when one answers there with the changes since
+	// the token saved with the cache, Scan stats and hashes only the
+	// changed paths and takes the rest from the cache. Without an answer,
+	// or when the daemon cannot vouch for every change (restarted,
+	// overflowed, unknown token), Scan walks everything.
+	Watcher string
 }
 
 // Snapshot is a scanned directory as git objects. The trees are held in
@@ -56,6 +63,8 @@ type Snapshot struct {
 	// Hashed is the number of files Scan read and hashed because the cache
 	// had no valid entry for them.
 	Hashed int
+	// Watched is true when the watcher's changed paths replaced the walk.
+	Watched bool
 
 	dir   string
 	trees map[plumbing.Hash]*treeObj
@@ -118,7 +127,7 @@ type scanner struct {
 
 	// filled by collect after the walk
 	todo []*blobRef // files to read and hash
-	reg  []*blobRef // every regular file, for the cache
+	reg  []*blobRef // every regular file and symlink, for the cache
 	nblb int        // files and symlinks
 }
 
@@ -143,9 +152,28 @@ func Scan(dir string, opts ScanOptions) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", dir, err)
 	}
+	var dirty []string
+	incremental := false
+	if c := opts.Cache; c != nil && opts.Watcher != "" {
+		tok := c.loadWatchToken()
+		c.watchToken = ""
+		if r, err := queryWatcher(opts.Watcher, tok); err == nil {
+			// The token is taken before any file is read: what changes
+			// from now on is in the next answer.
+			c.watchToken = r.Token
+			dirty, incremental = r.Paths, !r.Full && tok != ""
+		}
+	} else if c != nil {
+		c.watchToken = ""
+	}
 	var started int64 // filesystem clock before any file is read: see StatCache.Save
 	if c := opts.Cache; c != nil {
 		started = c.clock()
+	}
+	if incremental {
+		if snap, ok, err := scanDirty(root, opts, dirty, started); ok || err != nil {
+			return snap, err
+		}
 	}
 	s := &scanner{root: root, opts: opts, sem: make(chan struct{}, runtime.GOMAXPROCS(0)-1)}
 	top := &dirNode{}
@@ -187,10 +215,10 @@ func (s *scanner) collect(n *dirNode) {
 			continue
 		}
 		s.nblb++
+		s.reg = append(s.reg, e.blob) // symlinks too: ScanOptions.Watcher rebuilds from the cache
 		if e.blob.link {
 			continue
 		}
-		s.reg = append(s.reg, e.blob)
 		if e.blob.oid.IsZero() {
 			s.todo = append(s.todo, e.blob)
 		}
@@ -238,77 +266,81 @@ func (s *scanner) walk(n *dirNode, rel string) error {
 	fd := int(f.Fd())
 	n.entries = make([]nodeEntry, 0, len(des))
 	for _, de := range des {
-		name := de.Name()
-		isDir := de.IsDir()
-		if name == ".git" || (name == ".lockstep" && isDir) {
-			continue
+		if err := s.entry(n, fd, rel, de.Name(), de.IsDir()); err != nil {
+			return err
 		}
-		p := name
-		if rel != "" {
-			p = rel + "/" + name
-		}
-		if !utf8.ValidString(name) {
-			return lockstep.Errorf(lockstep.EINVALID, "file name is not valid UTF-8: %q", p)
-		}
-		if s.opts.Ignore != nil && s.opts.Ignore(p, isDir) {
-			continue
-		}
-		if isDir {
-			sub := &dirNode{}
-			n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
-			if err := s.subdir(sub, p); err != nil {
-				return err
-			}
-			continue
-		}
-		var st unix.Stat_t
-		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				continue // deleted while we walk: as if we had come earlier
-			}
-			return fmt.Errorf("scan: lstat %s: %w", p, err)
-		}
-		fs := statOf(&st)
-		b := &blobRef{rel: p, st: fs}
-		var mode filemode.FileMode
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFDIR: // the entry type changed under us; follow the stat
-			sub := &dirNode{}
-			n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
-			if err := s.subdir(sub, p); err != nil {
-				return err
-			}
-			continue
-		case unix.S_IFREG:
-			mode = filemode.Regular
-			if st.Mode&0o100 != 0 {
-				mode = filemode.Executable
-			}
-			if s.opts.MaxFileBytes > 0 && st.Size > s.opts.MaxFileBytes {
-				return lockstep.Errorf(lockstep.ETOOLARGE, "file %q is %d bytes, over the limit of %d", p, st.Size, s.opts.MaxFileBytes)
-			}
-			if e, ok := s.opts.Cache.lookup(p, fs); ok {
-				b.oid = e.oid // else zero: collect queues it for hashing
-			}
-		case unix.S_IFLNK:
-			mode = filemode.Symlink
-			target, err := readlinkat(fd, name)
-			if err != nil {
-				return fmt.Errorf("scan: readlink %s: %w", p, err)
-			}
-			if err := checkLink(s.root, p, target); err != nil {
-				return err
-			}
-			b.link, b.target = true, target
-			b.oid = plumbing.ComputeHash(plumbing.BlobObject, []byte(target))
-		default:
-			return lockstep.Errorf(lockstep.EINVALID, "%s %q cannot be pushed: only regular files, symlinks and directories can", kindOf(uint32(st.Mode)), p)
-		}
-		if nf := s.files.Add(1); s.opts.MaxFiles > 0 && nf > int64(s.opts.MaxFiles) {
-			return lockstep.Errorf(lockstep.ETOOLARGE, "more than %d files (at %q)", s.opts.MaxFiles, p)
-		}
-		n.entries = append(n.entries, nodeEntry{name: name, mode: mode, blob: b})
 	}
+	return nil
+}
+
+// entry adds the entry name of the directory rel (open as fd) to n, if it
+// is stored: isDir is what the directory listing said about it.
+func (s *scanner) entry(n *dirNode, fd int, rel, name string, isDir bool) error {
+	if name == ".git" || (name == ".lockstep" && isDir) {
+		return nil
+	}
+	p := name
+	if rel != "" {
+		p = rel + "/" + name
+	}
+	if !utf8.ValidString(name) {
+		return lockstep.Errorf(lockstep.EINVALID, "file name is not valid UTF-8: %q", p)
+	}
+	if s.opts.Ignore != nil && s.opts.Ignore(p, isDir) {
+		return nil
+	}
+	if isDir {
+		sub := &dirNode{}
+		n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
+		return s.subdir(sub, p)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil // deleted while we walk: as if we had come earlier
+		}
+		return fmt.Errorf("scan: lstat %s: %w", p, err)
+	}
+	fs := statOf(&st)
+	b := &blobRef{rel: p, st: fs}
+	var mode filemode.FileMode
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR: // the entry type changed under us; follow the stat
+		if name == ".lockstep" {
+			return nil
+		}
+		sub := &dirNode{}
+		n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
+		return s.subdir(sub, p)
+	case unix.S_IFREG:
+		mode = filemode.Regular
+		if st.Mode&0o100 != 0 {
+			mode = filemode.Executable
+		}
+		if s.opts.MaxFileBytes > 0 && st.Size > s.opts.MaxFileBytes {
+			return lockstep.Errorf(lockstep.ETOOLARGE, "file %q is %d bytes, over the limit of %d", p, st.Size, s.opts.MaxFileBytes)
+		}
+		if e, ok := s.opts.Cache.lookup(p, fs); ok {
+			b.oid = e.oid // else zero: collect queues it for hashing
+		}
+	case unix.S_IFLNK:
+		mode = filemode.Symlink
+		target, err := readlinkat(fd, name)
+		if err != nil {
+			return fmt.Errorf("scan: readlink %s: %w", p, err)
+		}
+		if err := checkLink(s.root, p, target); err != nil {
+			return err
+		}
+		b.link, b.target = true, target
+		b.oid = plumbing.ComputeHash(plumbing.BlobObject, []byte(target))
+	default:
+		return lockstep.Errorf(lockstep.EINVALID, "%s %q cannot be pushed: only regular files, symlinks and directories can", kindOf(uint32(st.Mode)), p)
+	}
+	if nf := s.files.Add(1); s.opts.MaxFiles > 0 && nf > int64(s.opts.MaxFiles) {
+		return lockstep.Errorf(lockstep.ETOOLARGE, "more than %d files (at %q)", s.opts.MaxFiles, p)
+	}
+	n.entries = append(n.entries, nodeEntry{name: name, mode: mode, blob: b})
 	return nil
 }
 

@@ -41,6 +41,9 @@ type StatCache struct {
 	// compression, without sorting.
 	order []string
 	known *Known
+	// watchToken is the watcher token to save with the cache (see
+	// ScanOptions.Watcher); "" removes the saved one.
+	watchToken string
 }
 
 type cacheEntry struct {
@@ -211,7 +214,8 @@ func (r *reader) varint() int64 {
 	return v
 }
 
-// Len returns the number of paths in the cache.
+// Len returns the number of paths in the cache (regular files and
+// symlinks: the watcher rebuilds a tree from it).
 func (c *StatCache) Len() int { return len(c.entries) }
 
 // Known returns the trees recorded by SetKnown (saved with the cache), or
@@ -259,6 +263,13 @@ func (c *StatCache) replace(files []*blobRef, started int64) {
 func (c *StatCache) Save() error {
 	if err := os.MkdirAll(filepath.Dir(c.path), 0o755); err != nil {
 		return fmt.Errorf("save stat cache: %w", err)
+	}
+	if c.watchToken == "" {
+		// A watcher token must never describe a newer state than the
+		// cache: drop it before the cache changes.
+		if err := os.Remove(c.watchPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("save stat cache: %w", err)
+		}
 	}
 	paths := c.order
 	if len(paths) != len(c.entries) { // entries changed another way (tests)
@@ -309,6 +320,11 @@ func (c *StatCache) Save() error {
 	if err := os.Rename(tmp, c.path); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("save stat cache: %w", err)
+	}
+	if c.watchToken != "" {
+		// Written after the cache: a crash in between leaves the older
+		// token, whose dirty set is a superset, or none.
+		return c.saveWatchToken()
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ type pushReport struct {
 	client.PushResult
 	Files       int     `json:"files"`
 	Hashed      int     `json:"hashed"`
+	Watched     bool    `json:"watched"`
 	ObjectsSent int     `json:"objects_sent"`
 	BytesSent   int64   `json:"bytes_sent"`
 	RoundTrips  int     `json:"round_trips"`
@@ -94,7 +95,7 @@ func pushDirCache(ctx context.Context, c *client.Client, dir, repoName string, o
 	if err != nil {
 		return nil, err
 	}
-	return &pushReport{PushResult: res.PushResult, Files: res.Files, Hashed: res.Hashed, ObjectsSent: res.ObjectsSent, BytesSent: res.BytesSent,
+	return &pushReport{PushResult: res.PushResult, Files: res.Files, Hashed: res.Hashed, Watched: res.Watched, ObjectsSent: res.ObjectsSent, BytesSent: res.BytesSent,
 		RoundTrips: res.RoundTrips, ScanMS: res.ScanMS, ServerMS: res.ServerMS, uploaded: res.Uploaded}, nil
 }
 
