@@ -54,7 +54,7 @@ const (
 // sh, psql and redis-cli); measured per round on this 2-CPU machine, see
 // the numbers logged at the end (t.Logf) and README / docs/benchmarks.md.
 func TestRandomizedRunsWithData(t *testing.T) {
-	for _, b := range []string{"redis-server", "redis-cli", "psql", "python3"} {
+	for _, b := range []string{"redis-server", "redis-cli", "psql", "/usr/bin/python3"} {
 		if _, err := exec.LookPath(b); err != nil {
 			t.Skipf("%s not installed: this test's agent command needs it", b)
 		}
@@ -70,11 +70,19 @@ func TestRandomizedRunsWithData(t *testing.T) {
 		runs, _ = strconv.Atoi(v)
 	}
 	ctx := context.Background()
+	t0 := time.Now()
+	dbg := func(what string) {
+		if os.Getenv("RR_DEBUG") != "" {
+			t.Logf("%s at %v", what, time.Since(t0))
+		}
+	}
 
 	// Postgres: the base repository's template database, a few rows.
 	adminURL := testenv.PostgresURL(t)
 	prefix := "rr" + randHex(2)
+	t.Cleanup(func() { dbg("cleanup done") })
 	t.Cleanup(func() { dropPrefix(t, adminURL, prefix) })
+	t.Cleanup(func() { dbg("dropPrefix starts") })
 	tpl := "apptpl_" + prefix
 	t.Cleanup(func() {
 		if c, err := pgx.Connect(ctx, adminURL); err == nil {
@@ -101,6 +109,7 @@ func TestRandomizedRunsWithData(t *testing.T) {
 	}
 	tc.Close(ctx)
 
+	dbg("pg template")
 	// Redis: the base's template dataset, an RDB saved by a real redis-server.
 	rdir := t.TempDir()
 	ports := 21000 + os.Getpid()%300*30
@@ -132,9 +141,11 @@ func TestRandomizedRunsWithData(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	dbg("redis template")
 	s := startRunServer(t, "LOCKSTEP_BRANCH_DATABASE_URL="+adminURL, "LOCKSTEP_BRANCH_PREFIX="+prefix,
 		"LOCKSTEP_BRANCH_REDIS=on", "LOCKSTEP_BRANCH_REDIS_DIR="+rdir,
 		"LOCKSTEP_BRANCH_REDIS_PORTS="+strconv.Itoa(ports)+"-"+strconv.Itoa(ports+19))
+	dbg("server")
 	s.api(t, s.AdminKey, "POST", "/repos", map[string]string{"name": "app"}, 201)
 	s.api(t, s.AdminKey, "PUT", "/repos/app/database", map[string]string{"template": tpl}, 200)
 	agent := s.api(t, s.AdminKey, "POST", "/keys", map[string]string{"name": "agent-1", "role": "agent"}, 201)["secret"].(string)
@@ -144,6 +155,7 @@ func TestRandomizedRunsWithData(t *testing.T) {
 		t.Fatalf("push base: %v\n%s", err, out)
 	}
 	s.api(t, agent, "POST", "/repos/app/forks", map[string]string{"name": "ws"}, 201)
+	dbg("forked")
 	dsn := s.api(t, agent, "GET", "/repos/ws/database", nil, 200)["dsn"].(string)
 	rurl, _ := s.api(t, agent, "GET", "/repos/ws/redis", nil, 200)["url"].(string)
 	if !strings.HasPrefix(rurl, "redis://") {
@@ -154,6 +166,7 @@ func TestRandomizedRunsWithData(t *testing.T) {
 		t.Fatalf("checkout: %v\n%s", err, out)
 	}
 
+	dbg("checkout")
 	tag := fmt.Sprintf("lockstep-rr-%d-%d", os.Getpid(), time.Now().UnixNano())
 	t.Cleanup(func() { killMarked(tag) })
 	home := filepath.Join(t.TempDir(), "home")
@@ -211,7 +224,7 @@ func TestRandomizedRunsWithData(t *testing.T) {
 			fmt.Fprintf(&b, "(setsid env -i /bin/sh -c 'exec sleep 1000 %s' &)\n", tag)
 		case 1:
 			port := filepath.Join(shared, fmt.Sprintf("port-%d", i))
-			fmt.Fprintf(&b, "(setsid env -i python3 -c 'import socket,time; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(); open(\"%s\",\"w\").write(\"up\"); time.sleep(1000)' %s &)\n", port, tag)
+			fmt.Fprintf(&b, "(setsid env -i /usr/bin/python3 -S -c 'import socket,time; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(); open(\"%s\",\"w\").write(\"up\"); time.sleep(1000)' %s &)\n", port, tag)
 			fmt.Fprintf(&b, "for k in $(seq 200); do [ -s %s ] && break; sleep 0.02; done\n", port)
 		}
 		code := 1 + rnd.IntN(9) // 10 and 11 are lockstep run's own (residue, quarantined)
@@ -285,6 +298,7 @@ func TestRandomizedRunsWithData(t *testing.T) {
 	if strings.Contains(string(m), `lockstep_run_retries_total{from_clean="false"}`) {
 		t.Errorf("/metrics counts a retry from an unverified instance")
 	}
+	dbg("final run and metrics")
 	t.Logf("purity index %d/%d (100%%): %d failing runs with rows and keys in %v, %v per round", runs, runs, runs, elapsed.Round(time.Millisecond), (elapsed / time.Duration(max(runs, 1))).Round(time.Millisecond))
 }
 
