@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -65,11 +66,35 @@ func dropPrefix(t *testing.T, adminURL, prefix string) {
 	// Templates cannot be dropped; an invalid database (a drop cut short)
 	// cannot be altered, only dropped.
 	conn.Exec(ctx, `UPDATE pg_database SET datistemplate = false WHERE datname LIKE $1`, prefix+"\\_%")
-	for _, d := range dbs {
-		if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{d}.Sanitize()+` WITH (FORCE)`); err != nil {
-			t.Errorf("cleanup drop %s: %v", d, err)
-		}
+	// Concurrently, on a few connections: each DROP DATABASE waits for a
+	// checkpoint, and concurrent drops share one (a test that checkpointed
+	// many runs leaves one database per checkpoint).
+	var wg sync.WaitGroup
+	next := make(chan string)
+	for w := 0; w < min(len(dbs), 8); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := pgx.Connect(ctx, adminURL)
+			if err != nil {
+				t.Errorf("cleanup: %v", err)
+				for range next {
+				}
+				return
+			}
+			defer c.Close(ctx)
+			for d := range next {
+				if _, err := c.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{d}.Sanitize()+` WITH (FORCE)`); err != nil {
+					t.Errorf("cleanup drop %s: %v", d, err)
+				}
+			}
+		}()
 	}
+	for _, d := range dbs {
+		next <- d
+	}
+	close(next)
+	wg.Wait()
 	rows, _ = conn.Query(ctx, `SELECT rolname FROM pg_roles WHERE rolname LIKE $1`, prefix+"\\_%")
 	roles, _ := pgx.CollectRows(rows, pgx.RowTo[string])
 	for _, r := range roles {
