@@ -36,6 +36,10 @@ type PushDirOptions struct {
 	// DefaultStatCachePath of the directory. It is kept outside the
 	// pushed directory.
 	StatCache string
+	// WatchTimeout bounds the query to a `lockstep watch` daemon of the
+	// directory (0: worktree.DefaultWatchTimeout); on timeout the push
+	// scans everything.
+	WatchTimeout time.Duration
 }
 
 // PushDirResult is what PushDir did: the server's answer (with the
@@ -125,7 +129,7 @@ func (c *Client) PushDir(ctx context.Context, repo, dir string, o PushDirOptions
 	if err != nil {
 		return nil, err
 	}
-	snap, err := worktree.Scan(abs, worktree.ScanOptions{Cache: cache, Watcher: worktree.WatchSocketPath(abs)})
+	snap, err := worktree.Scan(abs, worktree.ScanOptions{Cache: cache, Watcher: worktree.WatchSocketPath(abs), WatchTimeout: o.WatchTimeout})
 	if err != nil {
 		return nil, err
 	}

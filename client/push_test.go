@@ -210,7 +210,7 @@ func TestPushDirWithWatcher(t *testing.T) {
 	writeFiles(t, dir, map[string]string{"a.txt": "a\n", "src/b.go": "package b\n", "docs/d.md": "# d\n"})
 	wctx, stop := context.WithCancel(ctx)
 	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- worktree.Watch(wctx, dir, func() { close(ready) }) }()
+	go func() { done <- worktree.Watch(wctx, dir, worktree.WatchOptions{}, func() { close(ready) }) }()
 	select {
 	case <-ready:
 	case err := <-done:

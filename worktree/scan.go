@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -42,6 +43,9 @@ type ScanOptions struct {
 	// ignore file. ".git" entries (git cannot store one) and ".lockstep"
 	// directories are left out before Ignore is asked.
 	Ignore func(rel string, isDir bool) bool
+	// WatchTimeout bounds the query to Watcher (0: DefaultWatchTimeout);
+	// on timeout Scan walks everything.
+	WatchTimeout time.Duration
 	// Watcher, with Cache, is the socket of a `lockstep watch` daemon
 	// (WatchSocketPath): when one answers there with the changes since
 	// the token saved with the cache, Scan stats and hashes only the
@@ -157,7 +161,7 @@ func Scan(dir string, opts ScanOptions) (*Snapshot, error) {
 	if c := opts.Cache; c != nil && opts.Watcher != "" {
 		tok := c.loadWatchToken()
 		c.watchToken = ""
-		if r, err := queryWatcher(opts.Watcher, tok); err == nil {
+		if r, err := queryWatcher(opts.Watcher, tok, opts.WatchTimeout); err == nil {
 			// The token is taken before any file is read: what changes
 			// from now on is in the next answer.
 			c.watchToken = r.Token

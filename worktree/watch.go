@@ -38,13 +38,34 @@ import (
 // "<daemon instance>:<sequence>"; the client keeps it next to its stat
 // cache and uses it only with the cache it was saved with.
 
-// WatchTimeout bounds a push's query to the watcher; on timeout the push
-// scans everything.
-const WatchTimeout = 2 * time.Second
+// DefaultWatchTimeout bounds a push's query to the watcher (on timeout
+// the push scans everything) and the watcher's wait on one query.
+const DefaultWatchTimeout = 2 * time.Second
 
-// WatchMaxTracked is how many changed paths the watcher remembers; past
-// it, the next push of every client scans everything.
-const WatchMaxTracked = 1_000_000
+// DefaultWatchMaxTracked is how many changed paths the watcher remembers;
+// past it, the next push of every client scans everything.
+const DefaultWatchMaxTracked = 1_000_000
+
+// WatchOptions are the watcher's limits; zero values take the defaults.
+type WatchOptions struct {
+	// Timeout bounds one query: reading it, and waiting for the event
+	// loop and its answer (DefaultWatchTimeout).
+	Timeout time.Duration
+	// MaxTracked is how many changed paths are remembered before the
+	// watcher forgets them all and every next push scans everything
+	// (DefaultWatchMaxTracked).
+	MaxTracked int
+}
+
+func (o WatchOptions) withDefaults() WatchOptions {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultWatchTimeout
+	}
+	if o.MaxTracked <= 0 {
+		o.MaxTracked = DefaultWatchMaxTracked
+	}
+	return o
+}
 
 // WatchSocketPath is the watcher's socket for the directory absDir.
 func WatchSocketPath(absDir string) string {
@@ -58,13 +79,16 @@ type watchReply struct {
 }
 
 // queryWatcher asks the watcher at sock for the paths changed since token.
-func queryWatcher(sock, token string) (*watchReply, error) {
-	conn, err := net.DialTimeout("unix", sock, WatchTimeout)
+func queryWatcher(sock, token string, timeout time.Duration) (*watchReply, error) {
+	if timeout <= 0 {
+		timeout = DefaultWatchTimeout
+	}
+	conn, err := net.DialTimeout("unix", sock, timeout)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(WatchTimeout))
+	conn.SetDeadline(time.Now().Add(timeout))
 	if _, err := conn.Write([]byte(token + "\n")); err != nil {
 		return nil, err
 	}
@@ -80,7 +104,8 @@ func queryWatcher(sock, token string) (*watchReply, error) {
 
 // Watch runs the watcher for dir until ctx ends or dir goes away. ready,
 // if set, is called once the socket is listening.
-func Watch(ctx context.Context, dir string, ready func()) error {
+func Watch(ctx context.Context, dir string, opts WatchOptions, ready func()) error {
+	opts = opts.withDefaults()
 	root, err := filepath.Abs(dir)
 	if err != nil {
 		return err
@@ -104,7 +129,7 @@ func Watch(ctx context.Context, dir string, ready func()) error {
 	os.Remove(sock) // left by a killed watcher
 	var idb [8]byte
 	rand.Read(idb[:])
-	d := &watchd{root: root, state: state, id: hex.EncodeToString(idb[:]), changed: map[string]uint64{},
+	d := &watchd{opts: opts, root: root, state: state, id: hex.EncodeToString(idb[:]), changed: map[string]uint64{},
 		queries: make(chan *watchQuery), pending: map[string]*watchQuery{}}
 	if err := d.resync(); err != nil {
 		return err
@@ -128,6 +153,7 @@ func Watch(ctx context.Context, dir string, ready func()) error {
 var watchTestHook func()
 
 type watchd struct {
+	opts            WatchOptions
 	root, state, id string
 	w               *fsnotify.Watcher
 	seq             uint64
@@ -211,7 +237,7 @@ func (d *watchd) serve(ln net.Listener) {
 		}
 		go func() {
 			defer c.Close()
-			c.SetDeadline(time.Now().Add(WatchTimeout))
+			c.SetDeadline(time.Now().Add(d.opts.Timeout))
 			line, err := bufio.NewReader(c).ReadString('\n')
 			if err != nil {
 				return
@@ -219,13 +245,13 @@ func (d *watchd) serve(ln net.Listener) {
 			q := &watchQuery{since: strings.TrimSpace(line), reply: make(chan watchReply, 1)}
 			select {
 			case d.queries <- q:
-			case <-time.After(WatchTimeout):
+			case <-time.After(d.opts.Timeout):
 				return
 			}
 			select {
 			case r := <-q.reply:
 				json.NewEncoder(c).Encode(r)
-			case <-time.After(WatchTimeout):
+			case <-time.After(d.opts.Timeout):
 			}
 		}()
 	}
@@ -314,7 +340,7 @@ func (d *watchd) event(ev fsnotify.Event) error {
 			}
 		}
 	}
-	if len(d.changed) > WatchMaxTracked {
+	if len(d.changed) > d.opts.MaxTracked {
 		return d.resync()
 	}
 	return nil

@@ -31,7 +31,7 @@ func benchWatchPushScan(b *testing.B, n int) {
 	ageFiles(b, dir, files)
 	ctx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- worktree.Watch(ctx, dir, func() { close(ready) }) }()
+	go func() { done <- worktree.Watch(ctx, dir, worktree.WatchOptions{}, func() { close(ready) }) }()
 	<-ready
 	defer func() { cancel(); <-done }()
 	g := newGitBench(b, dir)

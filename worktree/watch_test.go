@@ -14,10 +14,15 @@ import (
 // is called (or the test ends).
 func startWatch(t *testing.T, dir string) (stop func()) {
 	t.Helper()
+	return startWatchWith(t, dir, worktree.WatchOptions{})
+}
+
+func startWatchWith(t *testing.T, dir string, opts worktree.WatchOptions) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan error, 1)
-	go func() { done <- worktree.Watch(ctx, dir, func() { close(ready) }) }()
+	go func() { done <- worktree.Watch(ctx, dir, opts, func() { close(ready) }) }()
 	select {
 	case <-ready:
 	case err := <-done:
@@ -204,6 +209,31 @@ func TestWatchKilledOrRestartedFallsBack(t *testing.T) {
 	ageFiles(t, dir, files[2:3])
 	if snap := watchedPush(t, g, dir, cachePath); !snap.Watched || snap.Hashed != 1 {
 		t.Fatalf("after the restart: Watched %v Hashed %d, want true 1", snap.Watched, snap.Hashed)
+	}
+}
+
+// More changed paths than --max-tracked: the watcher forgets them and the
+// next push scans everything (and sees every change); below the limit
+// the watcher answers again.
+func TestWatchMaxTrackedFallsBack(t *testing.T) {
+	dir := t.TempDir()
+	files := genTree(t, dir, genSpec{Files: 60, Dirs: 3, AvgSize: 100, Seed: 5})
+	ageFiles(t, dir, files)
+	cachePath := filepath.Join(t.TempDir(), "statcache")
+	g := newGitRepo(t)
+	startWatchWith(t, dir, worktree.WatchOptions{MaxTracked: 3})
+	watchedPush(t, g, dir, cachePath)
+	for _, f := range files[:5] {
+		mustWrite(t, filepath.Join(dir, f), []byte("more than the watcher tracks "+f), 0o644)
+	}
+	ageFiles(t, dir, files[:5])
+	if snap := watchedPush(t, g, dir, cachePath); snap.Watched {
+		t.Fatal("push trusted a watcher past its changed-path limit")
+	}
+	mustWrite(t, filepath.Join(dir, files[6]), []byte("one change"), 0o644)
+	ageFiles(t, dir, files[6:7])
+	if snap := watchedPush(t, g, dir, cachePath); !snap.Watched || snap.Hashed != 1 {
+		t.Fatalf("below the limit: Watched %v Hashed %d, want true 1", snap.Watched, snap.Hashed)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
+	"github.com/lockstep-hq/lockstep/worktree"
 )
 
 // pushReport is what `lockstep push` prints.
@@ -33,7 +34,9 @@ type pushReport struct {
 func cmdPush(ctx context.Context, e *env, args []string) error {
 	var repoName, branch, expect, message, author, from string
 	var expectCurrent, force, allowEmpty, quiet bool
+	var watchTimeout time.Duration
 	cf, c, rest, err := setup("push", e, args, func(f *flagger) {
+		f.dur(&watchTimeout, "watch-timeout", "LOCKSTEP_WATCH_TIMEOUT", worktree.DefaultWatchTimeout, "how long to wait for a `lockstep watch` daemon's answer before scanning everything")
 		f.fs.StringVar(&repoName, "repo", "", "repository or workspace (required)")
 		f.fs.StringVar(&branch, "branch", "", "branch (default: the repository's default branch)")
 		f.fs.StringVar(&expect, "expect", "", "compare-and-swap: the oid the branch must still have (40 zeros: must not exist)")
@@ -57,7 +60,7 @@ func cmdPush(ctx context.Context, e *env, args []string) error {
 	start := time.Now()
 	prog := newProgress(e, cf.json || quiet, "uploading")
 	rep, err := pushDir(ctx, c, rest[0], repoName, client.WriteOptions{Branch: branch, ExpectOID: expect, Force: force,
-		Message: message, Author: author, AllowEmpty: allowEmpty, From: from}, expectCurrent, prog)
+		Message: message, Author: author, AllowEmpty: allowEmpty, From: from}, expectCurrent, prog, watchTimeout)
 	if err != nil {
 		return pushWords(err, repoName)
 	}
@@ -75,18 +78,19 @@ func cmdPush(ctx context.Context, e *env, args []string) error {
 }
 
 // pushDir runs client.PushDir on dir with the stat cache outside it.
-func pushDir(ctx context.Context, c *client.Client, dir, repoName string, o client.WriteOptions, expectCurrent bool, progress *progress) (*pushReport, error) {
+func pushDir(ctx context.Context, c *client.Client, dir, repoName string, o client.WriteOptions, expectCurrent bool, progress *progress, watchTimeout time.Duration) (*pushReport, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
-	return pushDirCache(ctx, c, abs, repoName, o, expectCurrent, progress, statCachePath(abs))
+	return pushDirCache(ctx, c, abs, repoName, o, expectCurrent, progress, statCachePath(abs), watchTimeout)
 }
 
 // pushDirCache is client.PushDir with an explicit stat cache file, its
-// result as `lockstep push` prints it.
-func pushDirCache(ctx context.Context, c *client.Client, dir, repoName string, o client.WriteOptions, expectCurrent bool, progress *progress, cachePath string) (*pushReport, error) {
-	po := client.PushDirOptions{WriteOptions: o, ExpectCurrent: expectCurrent, StatCache: cachePath}
+// result as `lockstep push` prints it. watchTimeout bounds the query to a
+// `lockstep watch` daemon (0: the default).
+func pushDirCache(ctx context.Context, c *client.Client, dir, repoName string, o client.WriteOptions, expectCurrent bool, progress *progress, cachePath string, watchTimeout time.Duration) (*pushReport, error) {
+	po := client.PushDirOptions{WriteOptions: o, ExpectCurrent: expectCurrent, StatCache: cachePath, WatchTimeout: watchTimeout}
 	if progress != nil {
 		po.Progress = progress.update
 		po.ToSend = func(n int) { progress.total = n }

@@ -223,9 +223,9 @@ type serverCheckpointer struct {
 
 func (s *serverCheckpointer) push(ctx context.Context, msg string) (*pushReport, error) {
 	if s.expect == "" {
-		return pushDirCache(ctx, s.c, s.dir, s.ws, client.WriteOptions{Message: msg}, true, nil, s.cache)
+		return pushDirCache(ctx, s.c, s.dir, s.ws, client.WriteOptions{Message: msg}, true, nil, s.cache, 0)
 	}
-	rep, err := pushDirCache(ctx, s.c, s.dir, s.ws, client.WriteOptions{Message: msg, ExpectOID: s.expect}, false, nil, s.cache)
+	rep, err := pushDirCache(ctx, s.c, s.dir, s.ws, client.WriteOptions{Message: msg, ExpectOID: s.expect}, false, nil, s.cache, 0)
 	if err == nil && rep.Commit != "" {
 		s.expect = rep.Commit
 	}
