@@ -148,8 +148,8 @@ func (s *Service) sweepBase(ctx context.Context, actor *lockstep.Key, rr lockste
 		if err != nil {
 			return err
 		}
-		if len(refs) == 0 {
-			continue // purged already
+		if len(refs) == 0 && ws.Status != lockstep.StatusActive {
+			continue // purged already (a purge abandons an active one first)
 		}
 		var act error
 		switch {

@@ -222,3 +222,24 @@ func TestRetentionOffDoesNothing(t *testing.T) {
 		t.Fatalf("retention on a workspace: %v, want invalid_argument", err)
 	}
 }
+
+// TestRetentionAbandonsEmptyWorkspace: a workspace of an empty base has
+// no ref; idle, it is abandoned all the same (the sweeper took "no ref"
+// for "purged already" and skipped it).
+func TestRetentionAbandonsEmptyWorkspace(t *testing.T) {
+	ctx := context.Background()
+	w, c := retentionWorld(t)
+	if _, err := w.Repos.CreateRepo(ctx, w.Admin, "empty", "main"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Workspaces.Fork(ctx, w.Agent, "empty", "ws-empty", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Workspaces.SetRetention(ctx, w.Admin, "empty", lockstep.RetentionPolicy{AbandonAfter: day}); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(2 * day)
+	if res := sweep(t, w); len(res.Abandoned) != 1 || res.Abandoned[0] != "ws-empty" {
+		t.Fatalf("sweep: %+v, want ws-empty abandoned", res)
+	}
+}
