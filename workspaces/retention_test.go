@@ -12,6 +12,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/internal/servicetest"
+	"github.com/lockstep-hq/lockstep/internal/testenv"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/workspaces"
 )
@@ -31,10 +32,14 @@ func (c *clock) Advance(d time.Duration) {
 
 const day = 24 * time.Hour
 
-func retentionWorld(t *testing.T) (*servicetest.World, *clock) {
+func retentionWorld(t *testing.T, dbURL ...string) (*servicetest.World, *clock) {
 	t.Helper()
 	c := &clock{t: time.Now()}
-	w := servicetest.MustWorld(t, servicetest.Options{Now: c.Now, StoreNow: c.Now})
+	o := servicetest.Options{Now: c.Now, StoreNow: c.Now}
+	if len(dbURL) > 0 {
+		o.DB = dbURL[0]
+	}
+	w := servicetest.MustWorld(t, o)
 	w.MustRepo(t, "app", map[string]string{"a.txt": "a\n"})
 	return w, c
 }
@@ -100,8 +105,13 @@ func opOf(t *testing.T, w *servicetest.World, repo, op string) *lockstep.OpEntry
 // the purge and an object GC with --prune now, while the purged
 // abandoned workspace's commit is gone.
 func TestRetentionAbandonsIdleAndPurgesAfter(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { testRetention(t, "") })
+	t.Run("postgres", func(t *testing.T) { testRetention(t, testenv.MustPostgresDB(t)) })
+}
+
+func testRetention(t *testing.T, dbURL string) {
 	ctx := context.Background()
-	w, c := retentionWorld(t)
+	w, c := retentionWorld(t, dbURL) // "": SQLite
 	idle := forkAndPush(t, w, "ws-idle", "idle\n")
 	failed := forkAndPush(t, w, "ws-failed", "failed\n")
 	if _, err := w.Workspaces.SetStatus(ctx, w.CI, "ws-failed", lockstep.StatusFailed, "tests failed"); err != nil {
