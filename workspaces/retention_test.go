@@ -253,3 +253,29 @@ func TestRetentionAbandonsEmptyWorkspace(t *testing.T) {
 		t.Fatalf("sweep: %+v, want ws-empty abandoned", res)
 	}
 }
+
+// TestRetentionOneReplicaAtATime: while another replica holds the
+// "retention" lease, a sweep does nothing (Skipped); once it is free the
+// sweep runs.
+func TestRetentionOneReplicaAtATime(t *testing.T) {
+	ctx := context.Background()
+	w, c := retentionWorld(t)
+	forkAndPush(t, w, "ws-idle", "idle\n")
+	if _, err := w.Workspaces.SetRetention(ctx, w.Admin, "app", lockstep.RetentionPolicy{AbandonAfter: day}); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(2 * day)
+	if ok, err := w.Store.ClaimLease(ctx, workspaces.RetentionLease, "other-replica", time.Hour); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	res, err := w.Workspaces.SweepRetention(ctx, auth.System)
+	if err != nil || !res.Skipped || len(res.Abandoned) != 0 || status(t, w, "ws-idle") != lockstep.StatusActive {
+		t.Fatalf("sweep while another replica holds the lease: %+v %v", res, err)
+	}
+	if err := w.Store.ReleaseLease(ctx, workspaces.RetentionLease, "other-replica"); err != nil {
+		t.Fatal(err)
+	}
+	if res := sweep(t, w); len(res.Abandoned) != 1 {
+		t.Fatalf("sweep after the lease was released: %+v", res)
+	}
+}
