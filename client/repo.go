@@ -399,3 +399,18 @@ func (c *Client) Usage(ctx context.Context, repo string) (*api.Usage, error) {
 	var out api.Usage
 	return &out, c.get(ctx, repoPath(repo, "usage"), nil, &out)
 }
+
+// Retention is a base repository's retention policy (GET
+// /api/v1/repos/{repo}/retention; admin only).
+func (c *Client) Retention(ctx context.Context, repo string) (*api.Retention, error) {
+	var out api.Retention
+	return &out, c.get(ctx, "/api/v1/repos/"+url.PathEscape(repo)+"/retention", nil, &out)
+}
+
+// SetRetention sets a base repository's retention policy (PUT
+// /api/v1/repos/{repo}/retention; admin only). Ages are "0" (off), days
+// ("7d") or a Go duration ("36h").
+func (c *Client) SetRetention(ctx context.Context, repo string, p api.Retention) (*api.Retention, error) {
+	var out api.Retention
+	return &out, c.put(ctx, "/api/v1/repos/"+url.PathEscape(repo)+"/retention", p, &out)
+}

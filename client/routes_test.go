@@ -35,6 +35,8 @@ var routeMethods = map[string]string{
 	"GET /api/v1/repos/:repo/workspaces":               "WorkspacePage",
 	"GET /api/v1/repos/:repo/attempts":                 "Attempts",
 	"GET /api/v1/repos/:repo/usage":                    "Usage",
+	"GET /api/v1/repos/:repo/retention":                "Retention",
+	"PUT /api/v1/repos/:repo/retention":                "SetRetention",
 	"GET /api/v1/repos/:repo/refs":                     "Refs",
 	"PUT /api/v1/repos/:repo/worktree":                 "PushTar", // and PushTree, PushDir
 	"POST /api/v1/repos/:repo/edits":                   "EditFiles",

@@ -64,6 +64,8 @@ var preAuthRoutes = map[string]preAuth{
 	"POST /api/v1/repos":                               {roles: []string{lockstep.RoleAdmin}},
 	"POST /api/v1/gc":                                  {roles: []string{lockstep.RoleAdmin}},
 	"GET /api/v1/repos/:repo/usage":                    {roles: []string{lockstep.RoleAdmin}},
+	"GET /api/v1/repos/:repo/retention":                {roles: []string{lockstep.RoleAdmin}},
+	"PUT /api/v1/repos/:repo/retention":                {roles: []string{lockstep.RoleAdmin}},
 	"POST /api/v1/repos/:repo/forks":                   {roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}},
 	"PUT /api/v1/repos/:repo/worktree":                 {repo: canWriteRepo},
 	"POST /api/v1/repos/:repo/edits":                   {repo: canWriteRepo},

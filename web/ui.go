@@ -117,6 +117,7 @@ func (s *Server) registerUI(e *gin.Engine) {
 	a.GET("/oplog", u.handleOplog)
 	a.GET("/oplog/entries/:id", u.handleOplogEntry)
 	a.GET("/runs", u.handleRuns) // runs.go
+	a.GET("/keys", u.handleKeys) // ui_keys.go (admins)
 }
 
 func mustParseUI() map[string]*template.Template {

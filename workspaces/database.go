@@ -111,6 +111,13 @@ func (s *Service) dropAfterAbandon(ctx context.Context, ws string) {
 // refs must not outlive the request because a branch server is down).
 // The repository row, its attempts and every oplog entry stay.
 func (s *Service) Purge(ctx context.Context, actor *lockstep.Key, wsName string) (*lockstep.Repo, error) {
+	return s.purge(ctx, actor, wsName, "deleted")
+}
+
+// purge is Purge with the reason its entries record (the abandon's and
+// the purge's details.reason): "deleted" for a request, the policy for
+// the retention sweeper.
+func (s *Service) purge(ctx context.Context, actor *lockstep.Key, wsName, reason string) (*lockstep.Repo, error) {
 	ws, err := s.repos.Repo(ctx, wsName)
 	if err != nil {
 		return nil, err
@@ -122,11 +129,11 @@ func (s *Service) Purge(ctx context.Context, actor *lockstep.Key, wsName string)
 		return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner or an admin may delete %s", ws.Name)
 	}
 	if ws.Status == lockstep.StatusActive {
-		if ws, err = s.setStatus(ctx, actor, wsName, lockstep.StatusAbandoned, "deleted"); err != nil {
+		if ws, err = s.setStatus(ctx, actor, wsName, lockstep.StatusAbandoned, reason); err != nil {
 			return nil, err
 		}
 	}
-	details := map[string]any{"status": string(ws.Status)}
+	details := map[string]any{"status": string(ws.Status), "reason": reason}
 	if s.dbs == nil {
 		details["database_branch"] = "off"
 	} else {

@@ -245,7 +245,7 @@ func cmdOplog(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdRepo(ctx context.Context, e *env, args []string) error {
-	if done, err := subcommands(e, "repo", "usage: lockstep repo create NAME [--default-branch B] | list | show NAME", args); done {
+	if done, err := subcommands(e, "repo", "usage: lockstep repo create NAME [--default-branch B] | list | show NAME | retention REPO [--abandon-after AGE] [--delete-after AGE] [--archive-failed]", args); done {
 		return err
 	}
 	switch args[0] {
@@ -303,6 +303,8 @@ func cmdRepo(ctx context.Context, e *env, args []string) error {
 		return cf.out(e, viewRepo(&r.Repo, r.Head), func() {
 			fmt.Fprintf(e.stdout, "name:     %s\nfork of:  %s\nstatus:   %s\nbranch:   %s\nhead:     %s\n", r.Name, r.ForkOf, r.Status, r.DefaultBranch, r.Head)
 		})
+	case "retention":
+		return cmdRepoRetention(ctx, e, args[1:]) // retentioncmd.go
 	}
 	return lockstep.Errorf(lockstep.EINVALID, "unknown repo subcommand %q", args[0])
 }

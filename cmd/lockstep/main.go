@@ -237,6 +237,7 @@ var synopsis = map[string]string{
 	"keys revoke":      "KEY_ID",
 	"repo create":      "NAME [--default-branch B]",
 	"repo show":        "NAME",
+	"repo retention":   "REPO [--abandon-after AGE] [--delete-after AGE] [--archive-failed]",
 	"refs":             "REPO",
 	"gc":               "[--repo R] [--prune now|DURATION] [--dry-run]",
 	"log":              "REPO [--ref B] [--limit N]",

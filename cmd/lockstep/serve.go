@@ -104,6 +104,9 @@ type serveConfig struct {
 	// ObjectRetention are dropped every GCInterval (0 = never).
 	ObjectRetention time.Duration
 	GCInterval      time.Duration
+	// RetentionInterval: how often the workspace retention sweeper runs
+	// (issue 28 item 2; 0 = never).
+	RetentionInterval time.Duration
 	// idemPausePrefix is test-only fault injection, read from
 	// LOCKSTEP_TEST_PAUSE_AFTER_COMMIT (not a setting).
 	idemPausePrefix string
@@ -318,6 +321,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.dur(&c.ObjectGrace, "object-grace", "LOCKSTEP_OBJECT_GRACE", replica.DefaultGrace, "object store: a retired or never-registered pack is deleted only once older than this; a write whose upload takes over half of it fails (must exceed the longest upload)")
 	f.dur(&c.ObjectRetention, "object-retention", "LOCKSTEP_OBJECT_RETENTION", repositories.DefaultObjectRetention, "unreachable objects (abandoned and deleted workspaces' attempts, lost races) older than this are dropped by the object GC (`lockstep gc`, --gc-interval); 0 is refused (use `lockstep gc --prune now`)")
 	f.dur(&c.GCInterval, "gc-interval", "LOCKSTEP_GC_INTERVAL", 24*time.Hour, "how often the object GC runs (one replica at a time, lease in the database); 0 = never (run `lockstep gc`)")
+	f.dur(&c.RetentionInterval, "retention-interval", "LOCKSTEP_RETENTION_INTERVAL", time.Hour, "how often the workspace retention sweeper applies the repositories' retention policies (`lockstep repo retention`; one replica at a time, lease in the database); 0 = never")
 	f.dur(&c.ObjectGC, "object-gc-interval", "LOCKSTEP_OBJECT_GC_INTERVAL", 10*time.Minute, "object store: how often garbage collection of the bucket runs (one replica at a time); 0 = never")
 	f.bool(&c.MCPStateful, "mcp-stateful", "LOCKSTEP_MCP_STATEFUL", false, "keep MCP sessions (Mcp-Session-Id, SSE on GET) in this process; default stateless: every /mcp POST stands alone, so restarts and replicas are invisible to clients")
 	f.int(&c.MCPMaxSessions, "mcp-max-sessions", "LOCKSTEP_MCP_MAX_SESSIONS", agentmcp.DefaultMaxSessions, "stateful MCP sessions open at once; more answer 429 rate_limited with Retry-After")
@@ -543,6 +547,9 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	if c.ObjectRetention <= 0 {
 		return nil, fmt.Errorf("--object-retention (LOCKSTEP_OBJECT_RETENTION) must be positive, got %s", c.ObjectRetention)
 	}
+	if c.RetentionInterval < 0 {
+		return nil, fmt.Errorf("--retention-interval (LOCKSTEP_RETENTION_INTERVAL) must not be negative, got %s", c.RetentionInterval)
+	}
 	if c.GCInterval < 0 {
 		return nil, fmt.Errorf("--gc-interval (LOCKSTEP_GC_INTERVAL) must not be negative, got %s", c.GCInterval)
 	}
@@ -660,6 +667,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		go func() { fx.Run(ectx); close(effectsDone) }()
 		a.closers = append(a.closers, func() { stopEffects(); <-effectsDone })
 	}
+	a.startRetention(wss, c.RetentionInterval, logger) // retentioncmd.go
 	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) {
 		cps.AfterPromote(ctx, base.Name)
 		wss.AfterPromote(ctx, ws.Name)

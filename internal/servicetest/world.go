@@ -40,7 +40,10 @@ type World struct {
 
 // Options tunes MustWorld.
 type Options struct {
-	Now      func() time.Time  // nil: time.Now
+	Now func() time.Time // nil: time.Now
+	// StoreNow is the metadata store's clock (timestamps of refs and
+	// status changes); nil: time.Now.
+	StoreNow func() time.Time
 	Brancher lockstep.Brancher // nil: database branching off
 	Repos    repositories.Config
 	// DB is the metadata store's URL (sqlstore.Open): "" for SQLite in
@@ -58,7 +61,7 @@ func MustWorld(tb testing.TB, o Options) *World {
 	if dbURL == "" {
 		dbURL = filepath.Join(dir, "m.db")
 	}
-	db, err := sqlstore.Open(ctx, dbURL, sqlstore.Options{Migrate: true})
+	db, err := sqlstore.Open(ctx, dbURL, sqlstore.Options{Migrate: true, Now: o.StoreNow})
 	if err != nil {
 		tb.Fatal(err)
 	}
