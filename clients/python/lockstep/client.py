@@ -381,6 +381,29 @@ class Client:
         Raises PermissionDenied (not an admin key), NotFound."""
         return self._get(self._repo(repo, "usage"))
 
+    def retention(self, repo: str) -> JSON:
+        """The retention policy of base repository ``repo`` (admins):
+        ``abandon_after``, ``delete_after`` (ages such as "7d" or "36h";
+        "0" = off) and ``archive_failed``.
+
+        Raises PermissionDenied (not an admin key), NotFound,
+        InvalidArgument (a workspace: policies are set on its base)."""
+        return self._get(self._repo(repo, "retention"))
+
+    def set_retention(self, repo: str, *, abandon_after: str = "0", delete_after: str = "0", archive_failed: bool = False) -> JSON:
+        """Set the retention policy of base repository ``repo`` (admins):
+        the sweeper abandons its active workspaces idle for
+        ``abandon_after`` and purges abandoned and failed ones
+        ``delete_after`` after their status changed, first keeping a
+        failed workspace's attempts on ``refs/archive/{workspace}/{n}``
+        when ``archive_failed``. "0" turns a rule off. Answers the policy
+        stored.
+
+        Raises PermissionDenied, NotFound, InvalidArgument (an age that
+        does not parse, or a workspace)."""
+        body = {"abandon_after": abandon_after, "delete_after": delete_after, "archive_failed": archive_failed}
+        return self.request("PUT", self._repo(repo, "retention"), body=body)
+
     def gc(self, *, repo: str = "", prune: str = "", dry_run: bool = False) -> JSON:
         """Run the object GC now (admins): objects no live ref, retained
         attempt or checkpoint names and older than ``prune`` ("now" or a
@@ -1141,6 +1164,8 @@ OPERATIONS: Dict[str, str] = {
     "listAttempts": "attempts",
     "getUsage": "usage",
     "runGC": "gc",
+    "getRetention": "retention",
+    "setRetention": "set_retention",
     "listRefs": "refs",
     "pushWorktree": "push_tar",
     "editFiles": "edit",

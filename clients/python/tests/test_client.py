@@ -434,6 +434,12 @@ class CoverageTest(unittest.TestCase):
         usage = self.c.usage(repo)
         self.assertEqual(usage["network"], repo)
         self.assertGreater(usage["disk"]["total_bytes"], 0)
+        self.assertEqual(self.c.retention(repo)["abandon_after"], "0")
+        pol = self.c.set_retention(repo, abandon_after="7d", delete_after="30d", archive_failed=True)
+        self.assertEqual((pol["abandon_after"], pol["delete_after"], pol["archive_failed"]), ("7d", "30d", True))
+        self.assertEqual(self.c.retention(repo)["delete_after"], "30d")
+        with self.assertRaises(lockstep.InvalidArgument):
+            self.c.set_retention(repo, abandon_after="soon")
         dry = self.c.gc(repo=repo, prune="now", dry_run=True)
         self.assertTrue(dry["dry_run"])
         self.assertEqual(dry["networks"], 1)
