@@ -1,8 +1,10 @@
 package merge
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -71,5 +73,45 @@ func TestCommitHeaderMatchesDecode(t *testing.T) {
 		}
 		st.Close()
 		t.Logf("%s: %d commits agree", name, n)
+	}
+}
+
+// TestCommitCacheSharedAcrossMerges: every two-parent merge of the echo
+// history (495), all sharing one CommitCache, answers what a merge with
+// its own walk answers.
+func TestCommitCacheSharedAcrossMerges(t *testing.T) {
+	cdir := corpusDir()
+	if cdir == "" {
+		t.Skip("shared/corpus not found (set LOCKSTEP_CORPUS)")
+	}
+	dir := filepath.Join(tempDir(t), "echo.git")
+	gitRun(t, filepath.Dir(dir), nil, "clone", "-q", "--mirror", filepath.Join(cdir, "echo.bundle"), dir)
+	st := filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(64<<20), filesystem.Options{KeepDescriptors: true})
+	defer st.Close()
+	ctx := context.Background()
+	cc := NewCommitCache()
+	n := 0
+	for _, l := range strings.Split(string(gitRun(t, dir, nil, "rev-list", "--all", "--merges", "--parents")), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			continue
+		}
+		p1, p2 := plumbing.NewHash(f[1]), plumbing.NewHash(f[2])
+		want, err := Merge(ctx, NewOverlay(st), p1, p2, Options{Deep: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Merge(ctx, NewOverlay(st), p1, p2, Options{Deep: true, Commits: cc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Clean != want.Clean || got.Tree != want.Tree || got.MergeBase != want.MergeBase || !reflect.DeepEqual(conflictPaths(got), conflictPaths(want)) {
+			t.Fatalf("merge %s %s with a shared cache: clean=%v tree=%s base=%s %v; alone: clean=%v tree=%s base=%s %v",
+				p1, p2, got.Clean, got.Tree, got.MergeBase, conflictPaths(got), want.Clean, want.Tree, want.MergeBase, conflictPaths(want))
+		}
+		n++
+	}
+	if n == 0 || len(cc.m) == 0 {
+		t.Fatalf("%d merges, %d cached commits", n, len(cc.m))
 	}
 }

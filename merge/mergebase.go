@@ -34,7 +34,20 @@ type commitInfo struct {
 type walker struct {
 	s       Store
 	commits map[plumbing.Hash]*commitInfo
+	shared  *CommitCache // nil: none
 }
+
+// CommitCache keeps the commits a merge-base walk read from the store
+// (tree, parents, committer time: immutable, by hash) for the next merges
+// of a sequence, such as the preflights of one batch into one branch,
+// whose walks cover much the same history. Virtual merge bases are never
+// kept. Not safe for concurrent use; pass it to merges of one store only.
+type CommitCache struct {
+	m map[plumbing.Hash]*commitInfo
+}
+
+// NewCommitCache returns an empty cache.
+func NewCommitCache() *CommitCache { return &CommitCache{m: map[plumbing.Hash]*commitInfo{}} }
 
 func newWalker(s Store) *walker {
 	return &walker{s: s, commits: make(map[plumbing.Hash]*commitInfo)}
@@ -43,6 +56,12 @@ func newWalker(s Store) *walker {
 func (w *walker) commit(h plumbing.Hash) (*commitInfo, error) {
 	if c, ok := w.commits[h]; ok {
 		return c, nil
+	}
+	if w.shared != nil {
+		if c, ok := w.shared.m[h]; ok {
+			w.commits[h] = c
+			return c, nil
+		}
 	}
 	obj, err := w.s.EncodedObject(plumbing.CommitObject, h)
 	if err != nil {
@@ -58,6 +77,9 @@ func (w *walker) commit(h plumbing.Hash) (*commitInfo, error) {
 		ci = &commitInfo{tree: c.TreeHash, parents: c.ParentHashes, when: c.Committer.When}
 	}
 	w.commits[h] = ci
+	if w.shared != nil {
+		w.shared.m[h] = ci
+	}
 	return ci, nil
 }
 
