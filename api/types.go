@@ -514,6 +514,36 @@ type MergeResponse struct {
 	DurationMS  float64    `json:"duration_ms"`
 }
 
+// PreflightBatchRequest is the body of POST /repos/{base}/merges/preflight:
+// the workspaces listed, or those of a task (exactly one of the two), each
+// merged in memory into the base's branch Ours (default: its default
+// branch).
+type PreflightBatchRequest struct {
+	Ours       string   `json:"ours,omitempty"`
+	Workspaces []string `json:"workspaces,omitempty"`
+	Task       string   `json:"task,omitempty"`
+	Deep       bool     `json:"deep,omitempty"`
+	Renames    *bool    `json:"renames,omitempty"`
+}
+
+// PreflightBatchItem is one workspace's answer: Result is what the single
+// preflight (POST /repos/{base}/merges with theirs "<workspace>:<its
+// default branch>") answers, or Error what it fails with.
+type PreflightBatchItem struct {
+	Workspace string         `json:"workspace"`
+	Theirs    string         `json:"theirs"`
+	Result    *MergeResponse `json:"result,omitempty"`
+	Error     *ErrorBody     `json:"error,omitempty"`
+}
+
+// PreflightBatchResponse is the answer of POST /repos/{base}/merges/preflight.
+type PreflightBatchResponse struct {
+	Ours       string               `json:"ours"`
+	OursOID    string               `json:"ours_oid"`
+	Results    []PreflightBatchItem `json:"results"`
+	DurationMS float64              `json:"duration_ms"`
+}
+
 // SyncRequest is the body of POST /repos/{workspace}/sync (optional).
 type SyncRequest struct {
 	ExpectOID  string `json:"expect_oid,omitempty"`

@@ -377,6 +377,15 @@ func (c *Client) MergeBranches(ctx context.Context, repo string, req MergeReques
 	return &out, c.post(ctx, repoPath(repo, "merges"), req, &out)
 }
 
+// PreflightBatch preflights many workspaces of base in one call (POST
+// /repos/{base}/merges/preflight): one item per workspace, each with the
+// single preflight's answer or its error. More workspaces than the
+// server's --preflight-batch-max is invalid_argument.
+func (c *Client) PreflightBatch(ctx context.Context, base string, req api.PreflightBatchRequest) (*api.PreflightBatchResponse, error) {
+	var out api.PreflightBatchResponse
+	return &out, c.post(ctx, repoPath(base, "merges/preflight"), req, &out)
+}
+
 // Merge is MergeBranches answering raw JSON.
 //
 // Deprecated: use MergeBranches (kept for the bench until it moves).

@@ -57,6 +57,9 @@ type Options struct {
 	// pairs remain after exact and basename matches, only those count.
 	// 0 means DefaultRenameLimit; negative means no limit.
 	RenameLimit int
+	// Commits, when set, shares the merge-base walk's commits with the
+	// other merges given the same cache (see CommitCache).
+	Commits *CommitCache
 
 	// virtual: this merge builds a virtual merge base. As in git's inner
 	// merges, modify/delete, type and binary conflicts keep the base
@@ -153,6 +156,7 @@ func Merge(ctx context.Context, s Store, ours, theirs plumbing.Hash, opts Option
 		return &Result{Clean: true, UpToDate: true, Tree: oc.TreeHash, MergeBase: ours}, nil
 	}
 	w := newWalker(ov)
+	w.shared = opts.Commits
 	bases, err := w.bestCommon(ctx, ours, theirs)
 	if err != nil {
 		return nil, err

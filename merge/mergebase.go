@@ -1,10 +1,14 @@
 package merge
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -30,7 +34,20 @@ type commitInfo struct {
 type walker struct {
 	s       Store
 	commits map[plumbing.Hash]*commitInfo
+	shared  *CommitCache // nil: none
 }
+
+// CommitCache keeps the commits a merge-base walk read from the store
+// (tree, parents, committer time: immutable, by hash) for the next merges
+// of a sequence, such as the preflights of one batch into one branch,
+// whose walks cover much the same history. Virtual merge bases are never
+// kept. Not safe for concurrent use; pass it to merges of one store only.
+type CommitCache struct {
+	m map[plumbing.Hash]*commitInfo
+}
+
+// NewCommitCache returns an empty cache.
+func NewCommitCache() *CommitCache { return &CommitCache{m: map[plumbing.Hash]*commitInfo{}} }
 
 func newWalker(s Store) *walker {
 	return &walker{s: s, commits: make(map[plumbing.Hash]*commitInfo)}
@@ -40,13 +57,109 @@ func (w *walker) commit(h plumbing.Hash) (*commitInfo, error) {
 	if c, ok := w.commits[h]; ok {
 		return c, nil
 	}
-	c, err := readCommit(w.s, h)
-	if err != nil {
-		return nil, err
+	if w.shared != nil {
+		if c, ok := w.shared.m[h]; ok {
+			w.commits[h] = c
+			return c, nil
+		}
 	}
-	ci := &commitInfo{tree: c.TreeHash, parents: c.ParentHashes, when: c.Committer.When}
+	obj, err := w.s.EncodedObject(plumbing.CommitObject, h)
+	if err != nil {
+		return nil, notFound(err, "commit", h)
+	}
+	ci, ok := commitHeader(obj)
+	if !ok {
+		// Not the plain layout commitHeader reads: go-git's full decoder.
+		c, err := decodeCommit(obj)
+		if err != nil {
+			return nil, err
+		}
+		ci = &commitInfo{tree: c.TreeHash, parents: c.ParentHashes, when: c.Committer.When}
+	}
 	w.commits[h] = ci
+	if w.shared != nil {
+		w.shared.m[h] = ci
+	}
 	return ci, nil
+}
+
+// commitHeader reads only what the merge-base walk needs (tree, parents,
+// committer time) from a commit's header lines, without decoding the
+// message, signatures or author as object.Commit.Decode does (most of a
+// deep preflight's time on long histories). ok is false for anything but
+// the plain layout: "tree", "parent"*, then "committer <…> <unix> <tz>"
+// somewhere before the blank line.
+func commitHeader(obj plumbing.EncodedObject) (*commitInfo, bool) {
+	r, err := obj.Reader()
+	if err != nil {
+		return nil, false
+	}
+	defer r.Close()
+	buf := make([]byte, 0, 512)
+	var chunk [512]byte
+	for {
+		// Read until the end of the header (a blank line) or the object.
+		if i := bytes.Index(buf, []byte("\n\n")); i >= 0 {
+			buf = buf[:i+1]
+			break
+		}
+		n, err := r.Read(chunk[:])
+		buf = append(buf, chunk[:n]...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, false
+		}
+	}
+	ci := &commitInfo{}
+	sawTree, sawCommitter := false, false
+	for len(buf) > 0 {
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 {
+			i = len(buf)
+		}
+		line := buf[:i]
+		buf = buf[min(i+1, len(buf)):]
+		switch {
+		case bytes.HasPrefix(line, []byte("tree ")):
+			h, ok := parseHex(line[5:])
+			if !ok || sawTree {
+				return nil, false
+			}
+			ci.tree, sawTree = h, true
+		case bytes.HasPrefix(line, []byte("parent ")):
+			h, ok := parseHex(line[7:])
+			if !ok {
+				return nil, false
+			}
+			ci.parents = append(ci.parents, h)
+		case bytes.HasPrefix(line, []byte("committer ")):
+			// "committer Name <email> 1700000000 +0100": the time is the
+			// second field from the end.
+			f := bytes.Fields(line[bytes.LastIndexByte(line, '>')+1:])
+			if len(f) != 2 || sawCommitter {
+				return nil, false
+			}
+			sec, err := strconv.ParseInt(string(f[0]), 10, 64)
+			if err != nil {
+				return nil, false
+			}
+			ci.when, sawCommitter = time.Unix(sec, 0), true
+		}
+	}
+	return ci, sawTree && sawCommitter
+}
+
+func parseHex(b []byte) (plumbing.Hash, bool) {
+	var h plumbing.Hash
+	if len(b) != 2*len(h) {
+		return h, false
+	}
+	if _, err := hex.Decode(h[:], b); err != nil {
+		return h, false
+	}
+	return h, true
 }
 
 // ancestors returns every commit reachable from h, h included.

@@ -56,6 +56,10 @@ type Config struct {
 	// merge.renameLimit): 0 = the merge package's default (7000), negative
 	// = no limit.
 	MergeRenameLimit int
+	// PreflightBatchMax bounds the workspaces of one batch preflight
+	// (POST /repos/{base}/merges/preflight); more is invalid_argument.
+	// 0 = DefaultPreflightBatchMax.
+	PreflightBatchMax int
 	// ComparePatchBytes bounds the unified diffs of one compare answer
 	// (files past it are listed with counts, patch_truncated); 0 = 1 MiB.
 	ComparePatchBytes int64

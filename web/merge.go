@@ -25,6 +25,24 @@ func (s *Server) handleMerge() gin.HandlerFunc {
 	}
 }
 
+// handlePreflightBatch: POST /repos/{base}/merges/preflight, the
+// preflight of many workspaces of base in one call.
+func (s *Server) handlePreflightBatch() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		var req repositories.PreflightBatchRequest
+		if err := s.decodeJSON(c, &req); err != nil {
+			writeError(c, err)
+			return
+		}
+		res, err := s.Repos.PreflightBatch(c.Request.Context(), caller(c), c.Param("repo"), req)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, res)
+	}
+}
+
 func (s *Server) handleSync() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		var req api.SyncRequest

@@ -56,6 +56,7 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 	api.GET("/repos/:repo/archive/:rev", s.handleArchive())
 	api.GET("/repos/:repo/compare", s.handleCompare())
 	api.POST("/repos/:repo/merges", s.handleMerge())
+	api.POST("/repos/:repo/merges/preflight", s.handlePreflightBatch())
 	api.POST("/repos/:repo/sync", s.handleSync())
 	api.PUT("/repos/:repo/gate", s.handleGateSet())
 	api.GET("/repos/:repo/gate", s.handleGateGet())

@@ -69,6 +69,7 @@ type serveConfig struct {
 	MergeRetries      int
 	MergeMaxFileBytes int64
 	MergeRenameLimit  int
+	PreflightBatchMax int
 	ComparePatchBytes int64
 	CompactPacks      int
 	HookTimeout       time.Duration
@@ -278,6 +279,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.dur(&c.ShutdownTimeout, "shutdown-timeout", "LOCKSTEP_SHUTDOWN_TIMEOUT", 30*time.Second, "time in-flight requests get to finish on SIGINT/SIGTERM")
 	f.int(&c.MergeRetries, "merge-retries", "LOCKSTEP_MERGE_RETRIES", 8, "how often a materialize recomputes when the target branch moved meanwhile")
 	f.int(&c.MergeRenameLimit, "merge-rename-limit", "LOCKSTEP_MERGE_RENAME_LIMIT", 7000, "rename detection in merges compares at most this many squared deleted×added files by similarity (git's merge.renameLimit); exact renames are always found")
+	f.int(&c.PreflightBatchMax, "preflight-batch-max", "LOCKSTEP_PREFLIGHT_BATCH_MAX", repositories.DefaultPreflightBatchMax, "most workspaces one batch preflight (POST /repos/{base}/merges/preflight) takes; more is invalid_argument")
 	f.i64(&c.MergeMaxFileBytes, "merge-max-file-bytes", "LOCKSTEP_MERGE_MAX_FILE_BYTES", 8<<20, "larger files are not merged line by line (a path-level conflict instead)")
 	f.i64(&c.ComparePatchBytes, "compare-patch-bytes", "LOCKSTEP_COMPARE_PATCH_BYTES", 1<<20, "unified diffs returned by one compare (later files: counts only)")
 	f.int(&c.CompactPacks, "compact-packs", "LOCKSTEP_COMPACT_PACKS", 64, "fold a network's packs into one (git repack) once it has more than this; 0 = never")
@@ -554,7 +556,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		return nil, fmt.Errorf("--gc-interval (LOCKSTEP_GC_INTERVAL) must not be negative, got %s", c.GCInterval)
 	}
 	a.repos = repositories.New(repositories.Config{DataDir: c.Data, Fsync: c.Fsync, MergeRetries: c.MergeRetries,
-		MergeMaxFileBytes: c.MergeMaxFileBytes, MergeRenameLimit: c.MergeRenameLimit, ComparePatchBytes: c.ComparePatchBytes, CompactPacks: c.CompactPacks, TempGrace: c.TempGrace,
+		MergeMaxFileBytes: c.MergeMaxFileBytes, MergeRenameLimit: c.MergeRenameLimit, PreflightBatchMax: c.PreflightBatchMax, ComparePatchBytes: c.ComparePatchBytes, CompactPacks: c.CompactPacks, TempGrace: c.TempGrace,
 		OpenNetwork: openNetwork, Shared: openNetwork != nil, SweepBucket: sweepBucket,
 		Limits: repo.Limits{MaxUploadBytes: c.MaxUploadBytes, MaxFileBytes: c.MaxFileBytes, MaxFiles: c.MaxFiles}},
 		db, logger, metrics, nil)

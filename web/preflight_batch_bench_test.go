@@ -1,0 +1,178 @@
+package web_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
+	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/client"
+	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/repositories"
+	"github.com/lockstep-hq/lockstep/sqlstore"
+	"github.com/lockstep-hq/lockstep/telemetry"
+	"github.com/lockstep-hq/lockstep/web"
+	"github.com/lockstep-hq/lockstep/workspaces"
+)
+
+// echoBundle finds shared/corpus/echo.bundle beside the repository or
+// above it (LOCKSTEP_CORPUS overrides the directory).
+func echoBundle() string {
+	if d := os.Getenv("LOCKSTEP_CORPUS"); d != "" {
+		return filepath.Join(d, "echo.bundle")
+	}
+	wd, _ := os.Getwd()
+	for d := wd; filepath.Dir(d) != d; d = filepath.Dir(d) {
+		if p := filepath.Join(d, "shared", "corpus", "echo.bundle"); fileExists(p) {
+			return p
+		}
+	}
+	return ""
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func gitOut(b *testing.B, dir string, stdin []byte, args ...string) string {
+	b.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok && cmd.Args[1] == "merge-tree" && ee.ExitCode() == 1 {
+			return string(out) // conflicts
+		}
+		b.Fatalf("git %v: %v %s", args, err, out)
+	}
+	return string(out)
+}
+
+// BenchmarkPreflightBatch: 50 deep preflights of real labstack/echo
+// branches (the second parents of master's 50 newest merges, each a
+// workspace) into one base commit (the first parent of the 51st), three
+// ways, interleaved in every iteration: 50 single POST /merges requests,
+// one POST /merges/preflight batch, and one `git merge-tree --stdin`
+// process. Metrics are per merge.
+//
+//	go test -run XXX -bench PreflightBatch -benchtime 20x ./web/
+func BenchmarkPreflightBatch(b *testing.B) {
+	bundle := echoBundle()
+	if bundle == "" {
+		b.Skip("no shared/corpus/echo.bundle (set LOCKSTEP_CORPUS)")
+	}
+	ctx := context.Background()
+	dir := b.TempDir()
+	src := filepath.Join(dir, "echo.git")
+	gitOut(b, dir, nil, "clone", "-q", "--mirror", bundle, src)
+	var p2 []string
+	base := ""
+	for _, l := range strings.Split(gitOut(b, src, nil, "rev-list", "--first-parent", "--merges", "--parents", "-n", "51", "master"), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			continue
+		}
+		if len(p2) == 50 {
+			base = f[1]
+			break
+		}
+		p2 = append(p2, f[2])
+	}
+	if len(p2) != 50 || base == "" {
+		b.Fatalf("echo corpus: %d merges", len(p2))
+	}
+
+	db, err := sqlstore.Open(ctx, filepath.Join(dir, "m.db"), sqlstore.Options{Migrate: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	keys := auth.New(db, nil)
+	admin, secret, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
+	m := telemetry.NewMetrics()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	repos := repositories.New(repositories.Config{DataDir: filepath.Join(dir, "data")}, db, logger, m, nil)
+	defer repos.Close()
+	wss := workspaces.New(db, repos, nil, nil, m, nil)
+	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: wss, Logger: logger, Gate: gate.New(gate.Config{}, db, repos, logger, m, nil)}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	if _, err := repos.CreateRepo(ctx, admin, "echo", "main"); err != nil {
+		b.Fatal(err)
+	}
+	u, _ := url.Parse(srv.URL)
+	u.User = url.UserPassword("x", secret)
+	remote := func(repo string) string { return u.String() + "/git/" + repo + ".git" }
+	gitOut(b, src, nil, "push", "-q", "--force", remote("echo"), base+":refs/heads/main", "refs/heads/master:refs/heads/master")
+	var names []string
+	var stdin bytes.Buffer
+	for i, c := range p2 {
+		name := fmt.Sprintf("attempt-%02d", i)
+		if _, err := wss.Fork(ctx, admin, "echo", name, "bench"); err != nil {
+			b.Fatal(err)
+		}
+		gitOut(b, src, nil, "push", "-q", "--force", remote(name), c+":refs/heads/main")
+		names = append(names, name)
+		fmt.Fprintf(&stdin, "%s %s\n", base, c)
+	}
+	c := client.New(srv.URL, secret)
+	// The three agree on which merges are clean.
+	batch, err := c.PreflightBatch(ctx, "echo", api.PreflightBatchRequest{Task: "bench", Deep: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	git := strings.Split(gitOut(b, src, stdin.Bytes(), "merge-tree", "--stdin", "--write-tree", "--name-only", "--no-messages", "-z"), "\x00")
+	cleanGit, cleanBatch := 0, 0
+	for _, r := range git {
+		if r == "1" {
+			cleanGit++
+		}
+	}
+	for _, it := range batch.Results {
+		if it.Result == nil {
+			b.Fatalf("%s: %+v", it.Workspace, it.Error)
+		}
+		if it.Result.Clean {
+			cleanBatch++
+		}
+	}
+	b.Logf("50 echo merges into %s: %d clean (git: %d)", base[:10], cleanBatch, cleanGit)
+
+	var single, batched, gitd time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		for _, n := range names {
+			if _, err := c.MergeBranches(ctx, "echo", client.MergeRequest{Ours: "main", Theirs: n + ":main", Preflight: true, Deep: true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		t1 := time.Now()
+		if _, err := c.PreflightBatch(ctx, "echo", api.PreflightBatchRequest{Workspaces: names, Deep: true}); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		gitOut(b, src, stdin.Bytes(), "merge-tree", "--stdin", "--write-tree", "--name-only", "--no-messages", "-z")
+		t3 := time.Now()
+		single += t1.Sub(t0)
+		batched += t2.Sub(t1)
+		gitd += t3.Sub(t2)
+	}
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) / 50 }
+	b.ReportMetric(per(single), "ms/merge-single")
+	b.ReportMetric(per(batched), "ms/merge-batch")
+	b.ReportMetric(per(gitd), "ms/merge-git")
+	b.ReportMetric(0, "ns/op")
+}
