@@ -891,6 +891,26 @@ class Client:
         base = ws.get("fork_of") or workspace
         return self.merge(base, f"{workspace}:{ws['default_branch']}", preflight=True, deep=deep)
 
+    def preflight_batch(self, base: str, workspaces: Optional[List[str]] = None, *, task: str = "", ours: str = "", deep: bool = True, renames: bool = True) -> JSON:
+        """Preflight many workspaces of ``base`` in one call: each one's
+        default branch merged in memory into the base's branch ``ours``
+        (default its default branch); nothing is written. Give
+        ``workspaces`` or ``task`` (every workspace with that label).
+        Answers ``{"ours", "ours_oid", "results": [{"workspace",
+        "theirs", "result" | "error"}], "duration_ms"}``: an item holds
+        what :meth:`preflight` answers for it, or its own error.
+
+        Raises InvalidArgument (neither or both of workspaces and task,
+        more than the server's --preflight-batch-max), NotFound (base)."""
+        body: JSON = {"deep": deep, "renames": renames}
+        if workspaces is not None:
+            body["workspaces"] = list(workspaces)
+        if task:
+            body["task"] = task
+        if ours:
+            body["ours"] = ours
+        return self._post(self._repo(base, "merges", "preflight"), body)
+
     def sync(self, workspace: str, expect_oid: str = "", on_conflict: str = "") -> MergeResult:
         """Merge the base's branch into the workspace (after the base moved),
         with compare-and-swap; ``on_conflict`` "markers" commits markers.
@@ -1164,6 +1184,7 @@ OPERATIONS: Dict[str, str] = {
     "listAttempts": "attempts",
     "getUsage": "usage",
     "runGC": "gc",
+    "preflightBatch": "preflight_batch",
     "getRetention": "retention",
     "setRetention": "set_retention",
     "listRefs": "refs",

@@ -205,6 +205,11 @@ class ServerTest(unittest.TestCase):
 
         pre = a.preflight(ws)
         self.assertTrue(pre["clean"])
+        batch = a.preflight_batch(repo, [ws, "no-such-ws"])
+        self.assertEqual([r["workspace"] for r in batch["results"]], [ws, "no-such-ws"])
+        self.assertEqual(batch["results"][0]["result"]["clean"], pre["clean"])
+        self.assertEqual(batch["results"][0]["result"]["tree"], pre["tree"])
+        self.assertEqual(batch["results"][1]["error"]["code"], "not_found")
         self.assertEqual(self.c.head(repo), self.c.head(repo))  # preflight wrote nothing
 
         self.c.set_gate(repo, {"branch": "main", "required_checks": ["ci"]})
