@@ -50,6 +50,7 @@ var routeMethods = map[string]string{
 	"GET /api/v1/repos/:repo/archive/:rev":             "Archive",
 	"GET /api/v1/repos/:repo/compare":                  "Compare",
 	"POST /api/v1/repos/:repo/merges":                  "MergeBranches",
+	"POST /api/v1/repos/:repo/merges/preflight":        "PreflightBatch",
 	"POST /api/v1/repos/:repo/sync":                    "Sync",
 	"PUT /api/v1/repos/:repo/gate":                     "SetGate",
 	"GET /api/v1/repos/:repo/gate":                     "Gate",
