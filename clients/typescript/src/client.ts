@@ -156,6 +156,34 @@ export class Lockstep {
     return this.must(this.api.GET("/api/v1/repos/{repo}/usage", { params: { path: { repo } } }));
   }
 
+  /** Run the object GC now (admins): unreachable objects older than `prune` ("now" or a duration; default the server's --object-retention) are dropped; `dryRun` drops nothing. */
+  gc(opts: { repo?: string; prune?: string; dryRun?: boolean } = {}) {
+    const body: { repo?: string; prune?: string; dry_run?: boolean } = {};
+    if (opts.repo) body.repo = opts.repo;
+    if (opts.prune) body.prune = opts.prune;
+    if (opts.dryRun) body.dry_run = true;
+    return this.must(this.api.POST("/api/v1/gc", { body }));
+  }
+
+  /** The retention policy of a base repository (admins). */
+  retention(repo: string) {
+    return this.must(this.api.GET("/api/v1/repos/{repo}/retention", { params: { path: { repo } } }));
+  }
+
+  /** Set the retention policy of a base repository (admins); ages such as "7d" or "36h", "0" = off. */
+  setRetention(repo: string, policy: { abandon_after: string; delete_after: string; archive_failed: boolean }) {
+    return this.must(this.api.PUT("/api/v1/repos/{repo}/retention", { params: { path: { repo } }, body: policy }));
+  }
+
+  /** Preflight many workspaces of `base` (listed, or every one of `task`) into its branch `ours` in one call; writes nothing. */
+  preflightBatch(base: string, opts: { workspaces?: string[]; task?: string; ours?: string; deep?: boolean; renames?: boolean }) {
+    const body: Schemas["PreflightBatchRequest"] = { deep: opts.deep ?? true, renames: opts.renames ?? true };
+    if (opts.workspaces) body.workspaces = opts.workspaces;
+    if (opts.task) body.task = opts.task;
+    if (opts.ours) body.ours = opts.ours;
+    return this.must(this.api.POST("/api/v1/repos/{repo}/merges/preflight", { params: { path: { repo: base } }, body }));
+  }
+
   /** The oid of `branch` (default: the default branch), "" when it does not exist. */
   async head(repo: string, branch?: string): Promise<string> {
     const b = branch || (await this.repo(repo)).default_branch;

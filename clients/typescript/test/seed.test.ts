@@ -58,6 +58,12 @@ test("seed scenario: push, fork, CAS, stale push, rollback, checkpoint, gate, pr
   const usage = await admin.usage(repo);
   assert.equal(usage.network, repo);
   assert.ok((usage.disk.total_bytes ?? 0) > 0);
+  const dry = await admin.gc({ repo, prune: "now", dryRun: true });
+  assert.equal(dry.dry_run, true);
+  assert.equal(dry.networks, 1);
+  const pol = await admin.setRetention(repo, { abandon_after: "7d", delete_after: "0", archive_failed: true });
+  assert.equal(pol.abandon_after, "7d");
+  assert.equal((await admin.retention(repo)).archive_failed, true);
 
   // An agent forks a workspace and pushes with CAS; only what changed is sent.
   const agentKey = await admin.createKey(name("agent"), "agent");
