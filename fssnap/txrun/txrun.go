@@ -168,15 +168,15 @@ type Purity struct {
 
 // Report describes a run.
 type Report struct {
-	Workspace  string         `json:"workspace,omitempty"`
-	Dir        string         `json:"dir"`
-	Command    []string       `json:"command"`
-	RunID      string         `json:"run_id"`
-	Driver     string         `json:"driver"`
-	FSSnapshot string         `json:"fs_snapshot"`
+	Workspace  string   `json:"workspace,omitempty"`
+	Dir        string   `json:"dir"`
+	Command    []string `json:"command"`
+	RunID      string   `json:"run_id"`
+	Driver     string   `json:"driver"`
+	FSSnapshot string   `json:"fs_snapshot"`
 	// TreeBytes is the size of Dir's regular files when the snapshot was
 	// taken (from its manifest; 0 when unknown).
-	TreeBytes int64 `json:"tree_bytes,omitempty"`
+	TreeBytes  int64          `json:"tree_bytes,omitempty"`
 	Checkpoint string         `json:"checkpoint,omitempty"`
 	Status     proc.Status    `json:"status"`
 	Succeeded  bool           `json:"succeeded"`
