@@ -18,7 +18,19 @@
 // overlapping layers, and the tmpfs survives the namespace so the caller can
 // read it after the run.
 //
-// Requires root (CAP_SYS_ADMIN) and overlayfs. Not contained: the network,
+// Two mechanisms make the namespace (Detect picks one). MechanismRoot needs
+// root (CAP_SYS_ADMIN) and overlayfs. MechanismUserns needs neither: the
+// helper is started in a new user namespace as well (the invoking user's
+// uid and gid mapped to themselves, CAP_SYS_ADMIN and CAP_SYS_CHROOT as
+// ambient capabilities dropped before the command's exec), its overlays
+// use the userxattr option (kernel >= 5.11), the upper directories are
+// ordinary directories under the state root (no tmpfs can be mounted in
+// the caller's namespace), and a directory with another mount below it
+// cannot be a lower layer (the kernel refuses locked submounts): it is
+// split, its own entries shown read-only and each subdirectory overlaid
+// on its own (see PlanUserns).
+//
+// Not contained: the network,
 // other namespaces (IPC, UTS, pid), kernel state (sysctl, modules), /proc,
 // /sys and /dev (bound through), remote filesystems (NFS, FUSE…), and the
 // shared paths.
@@ -50,12 +62,25 @@ import (
 // the namespace's helper (see Helper).
 const HelperArg = "__contain"
 
+// Mechanisms (Options.Mechanism, Detect).
+const (
+	MechanismAuto   = "auto"   // root when root, else userns
+	MechanismRoot   = "root"   // a mount namespace made as root
+	MechanismUserns = "userns" // an unprivileged user and mount namespace
+)
+
 // Mount modes.
 const (
 	ModeOverlay = "overlay" // copy-on-write: writes land in the upper directory
 	ModeBind    = "bind"    // written through (read-only, pseudo or remote filesystem)
 	ModeRBind   = "rbind"   // /proc, /sys, /dev with everything under them
 	ModeShare   = "share"   // declared shared: the real path bound over the overlay
+	// userns only: a directory with a mount below it (no lower layer
+	// can have one); its entries are shown read-only, each subdirectory
+	// is its own entry.
+	ModeSplit    = "split"
+	ModeSymlink  = "symlink"  // userns: a symbolic link of a split directory, recreated
+	ModeReadOnly = "readonly" // userns: a file of a split directory, bound read-only
 )
 
 // Mount is one entry of the contained tree.
@@ -67,6 +92,10 @@ type Mount struct {
 	Work   string `json:"work,omitempty"`
 	// Reason says why a writable mount is written through.
 	Reason string `json:"reason,omitempty"`
+	// Target is a ModeSymlink's link; Perm the mode given to the top of
+	// an overlay's upper directory (userns: the overlay's root takes its
+	// attributes from it).
+	Target string `json:"target,omitempty"`
 }
 
 // Options configure one contained run.
@@ -84,8 +113,15 @@ type Options struct {
 	Cwd string
 	// TmpfsSize bounds the tmpfs holding the upper directories (mount
 	// option size=, e.g. "50%" or "4g"); "" is the kernel's default (half
-	// of RAM).
+	// of RAM). Not used by MechanismUserns (the layers are on the state
+	// root's filesystem).
 	TmpfsSize string
+	// Mechanism is MechanismRoot (or "") or MechanismUserns; see Detect.
+	Mechanism string
+	// Writable are directories the command may write that get an
+	// overlay of their own under MechanismUserns (see PlanUserns); nil:
+	// WritableDirs(os.Getenv).
+	Writable []string
 }
 
 // Session is one prepared containment.
@@ -96,9 +132,93 @@ type Session struct {
 	Cwd    string  `json:"cwd"`
 	Mounts []Mount `json:"mounts"`
 	Share  []string
+	// Mechanism is MechanismRoot or MechanismUserns; UID and GID the
+	// invoking user's (userns: mapped to themselves).
+	Mechanism string `json:"mechanism"`
+	UID       int    `json:"uid"`
+	GID       int    `json:"gid"`
 }
 
-// Available reports why containment cannot be used here (nil: it can).
+// Detect resolves mech (MechanismAuto or "", MechanismRoot,
+// MechanismUserns) to the mechanism usable here, or says why none is:
+// auto is root when the process is root, else userns.
+func Detect(mech string) (string, error) {
+	switch mech {
+	case "", MechanismAuto:
+		rerr := Available()
+		if rerr == nil {
+			return MechanismRoot, nil
+		}
+		uerr := AvailableUserns()
+		if uerr == nil {
+			return MechanismUserns, nil
+		}
+		return "", fmt.Errorf("%v; %v", rerr, uerr)
+	case MechanismRoot:
+		return mech, Available()
+	case MechanismUserns:
+		return mech, AvailableUserns()
+	}
+	return "", lockstep.Errorf(lockstep.EINVALID, "containment mechanism %q: auto, root or userns", mech)
+}
+
+// AvailableUserns reports why an unprivileged user namespace with
+// overlays cannot be used here (nil: it can): the kernel must allow
+// unprivileged user namespaces (kernel.unprivileged_userns_clone where
+// it exists, user.max_user_namespaces, Ubuntu's
+// kernel.apparmor_restrict_unprivileged_userns) and be 5.11 or later
+// (overlayfs in a user namespace). A refusal these files do not show
+// (a seccomp filter, an LSM) fails the run's helper and is said there.
+func AvailableUserns() error {
+	if b, err := os.ReadFile("/proc/sys/kernel/unprivileged_userns_clone"); err == nil && strings.TrimSpace(string(b)) == "0" && os.Geteuid() != 0 {
+		return errors.New("no user namespaces (kernel.unprivileged_userns_clone = 0)")
+	}
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		return errors.New("no user namespaces (user.max_user_namespaces = 0)")
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"); err == nil && strings.TrimSpace(string(b)) == "1" && os.Geteuid() != 0 {
+		return errors.New("no user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1)")
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err == nil {
+		var maj, min int
+		fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &maj, &min)
+		if maj < 5 || maj == 5 && min < 11 {
+			return fmt.Errorf("kernel %d.%d: overlayfs in a user namespace needs 5.11", maj, min)
+		}
+	}
+	if err := overlayInKernel(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func overlayInKernel() error {
+	data, err := os.ReadFile("/proc/filesystems")
+	if err != nil {
+		return fmt.Errorf("read /proc/filesystems: %w", err)
+	}
+	if !strings.Contains(string(data), "\toverlay\n") {
+		return errors.New("the kernel has no overlayfs")
+	}
+	return nil
+}
+
+// WritableDirs are the directories a user's command commonly writes
+// that get their own overlay under MechanismUserns: $HOME, $TMPDIR,
+// $XDG_RUNTIME_DIR, /tmp, /var/tmp (those that exist).
+func WritableDirs(getenv func(string) string) []string {
+	var out []string
+	for _, p := range []string{getenv("HOME"), getenv("TMPDIR"), getenv("XDG_RUNTIME_DIR"), "/tmp", "/var/tmp"} {
+		if p != "" && filepath.IsAbs(p) {
+			out = append(out, filepath.Clean(p))
+		}
+	}
+	return out
+}
+
+// Available reports why containment as root cannot be used here (nil: it
+// can).
 func Available() error {
 	if os.Geteuid() != 0 {
 		return errors.New("not root (a mount namespace with overlays needs CAP_SYS_ADMIN)")
@@ -281,7 +401,14 @@ func Prepare(opts Options) (*Session, error) {
 	}
 	var b [8]byte
 	rand.Read(b[:])
-	s := &Session{ID: hex.EncodeToString(b[:]), Cwd: opts.Cwd}
+	s := &Session{ID: hex.EncodeToString(b[:]), Cwd: opts.Cwd, Mechanism: MechanismRoot, UID: os.Getuid(), GID: os.Getgid()}
+	switch opts.Mechanism {
+	case "", MechanismRoot:
+	case MechanismUserns:
+		s.Mechanism = MechanismUserns
+	default:
+		return nil, lockstep.Errorf(lockstep.EINVALID, "containment mechanism %q: root or userns", opts.Mechanism)
+	}
 	s.Base = filepath.Join(opts.StateRoot, "contain", s.ID)
 	s.Root = filepath.Join(s.Base, "root")
 	for _, p := range opts.Share {
@@ -290,17 +417,27 @@ func Prepare(opts Options) (*Session, error) {
 		}
 	}
 	exclude := append([]string{filepath.Join(opts.StateRoot, "contain")}, opts.Exclude...)
-	s.Mounts = Plan(mounts, s.Share, exclude)
+	if s.Mechanism == MechanismUserns {
+		writable := opts.Writable
+		if writable == nil {
+			writable = WritableDirs(os.Getenv)
+		}
+		s.Mounts = PlanUserns(mounts, s.Share, exclude, writable)
+	} else {
+		s.Mounts = Plan(mounts, s.Share, exclude)
+	}
 	if err := os.MkdirAll(s.Base, 0o700); err != nil {
 		return nil, err
 	}
-	data := "mode=0700"
-	if opts.TmpfsSize != "" {
-		data += ",size=" + opts.TmpfsSize
-	}
-	if err := unix.Mount(tmpfsSource, s.Base, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
-		os.Remove(s.Base)
-		return nil, fmt.Errorf("mount the run's tmpfs at %s: %w", s.Base, err)
+	if s.Mechanism == MechanismRoot {
+		data := "mode=0700"
+		if opts.TmpfsSize != "" {
+			data += ",size=" + opts.TmpfsSize
+		}
+		if err := unix.Mount(tmpfsSource, s.Base, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+			os.Remove(s.Base)
+			return nil, fmt.Errorf("mount the run's tmpfs at %s: %w", s.Base, err)
+		}
 	}
 	for i := range s.Mounts {
 		m := &s.Mounts[i]
@@ -311,6 +448,12 @@ func Prepare(opts Options) (*Session, error) {
 		m.Work = filepath.Join(s.Base, "w", strconv.Itoa(i))
 		for _, d := range []string{m.Upper, m.Work} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
+				s.Discard()
+				return nil, err
+			}
+		}
+		if s.Mechanism == MechanismUserns {
+			if err := upperPerm(m.Upper, m.Path); err != nil {
 				s.Discard()
 				return nil, err
 			}
@@ -329,7 +472,28 @@ func Prepare(opts Options) (*Session, error) {
 }
 
 // Cloneflags is what the helper must be started with.
-func (s *Session) Cloneflags() uintptr { return unix.CLONE_NEWNS }
+func (s *Session) Cloneflags() uintptr {
+	if s.Mechanism == MechanismUserns {
+		return unix.CLONE_NEWUSER | unix.CLONE_NEWNS
+	}
+	return unix.CLONE_NEWNS
+}
+
+// IDMaps are the helper's user namespace maps (MechanismUserns: the
+// user's uid and gid mapped to themselves; nil otherwise) and its
+// ambient capabilities (mounting, chroot, overlayfs's own needs),
+// dropped before the command's exec.
+func (s *Session) IDMaps() (uids, gids []syscall.SysProcIDMap, ambient []uintptr) {
+	if s.Mechanism != MechanismUserns {
+		return nil, nil, nil
+	}
+	return []syscall.SysProcIDMap{{ContainerID: s.UID, HostID: s.UID, Size: 1}},
+		[]syscall.SysProcIDMap{{ContainerID: s.GID, HostID: s.GID, Size: 1}},
+		// DAC_OVERRIDE: overlayfs refuses to mount without it (its work
+		// directory); FOWNER and CHOWN for copy-ups. In the namespace
+		// they bear only on inodes of mapped ids: the user's.
+		[]uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SYS_CHROOT, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_CHOWN}
+}
 
 // Wrap turns a command into the helper's command line.
 func (s *Session) Wrap(helper string, args []string) []string {
@@ -360,6 +524,11 @@ func (s *Session) Uncontained() []Mount {
 // Discard unmounts the run's tmpfs (every upper directory with it) and
 // removes its directory.
 func (s *Session) Discard() error {
+	if s.Mechanism == MechanismUserns {
+		// Nothing is mounted in this namespace: the layers are
+		// directories.
+		return removeAll(s.Base)
+	}
 	err := unix.Unmount(s.Base, unix.MNT_DETACH)
 	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmount %s: %w", s.Base, err)
@@ -452,8 +621,13 @@ func isWhiteout(fi fs.FileInfo) bool {
 
 func isOpaque(path string) bool {
 	buf := make([]byte, 4)
-	n, err := unix.Lgetxattr(path, "trusted.overlay.opaque", buf)
-	return err == nil && n > 0 && buf[0] == 'y'
+	for _, name := range []string{"trusted.overlay.opaque", "user.overlay.opaque"} { // root, userns (userxattr)
+		n, err := unix.Lgetxattr(path, name, buf)
+		if err == nil && n > 0 && buf[0] == 'y' {
+			return true
+		}
+	}
+	return false
 }
 
 // walk visits every entry of every upper directory, parents first.
@@ -495,7 +669,25 @@ func (s *Session) Apply() ([]Change, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = s.walk(func(real, upper string, fi fs.FileInfo, whiteout, opaque bool) error {
+	// A path that cannot be applied (the user may not write it: a
+	// userns run wrote it in a directory shown as the user's) is said in
+	// the error; the others are still applied.
+	var errs []error
+	werr := s.walk(func(real, upper string, fi fs.FileInfo, whiteout, opaque bool) error {
+		if err := applyOne(real, upper, fi, whiteout, opaque); err != nil {
+			if len(errs) < 20 {
+				errs = append(errs, fmt.Errorf("apply %s: %w", real, err))
+			} else if len(errs) == 20 {
+				errs = append(errs, errors.New("more paths not applied"))
+			}
+		}
+		return nil
+	})
+	return changes, errors.Join(append(errs, werr)...)
+}
+
+func applyOne(real, upper string, fi fs.FileInfo, whiteout, opaque bool) error {
+	{
 		switch {
 		case whiteout:
 			return os.RemoveAll(real)
@@ -520,8 +712,7 @@ func (s *Session) Apply() ([]Change, error) {
 			return copyFile(upper, real, fi)
 		}
 		return nil // devices, fifos, sockets: not applied
-	})
-	return changes, err
+	}
 }
 
 func chmodOwn(p string, fi fs.FileInfo) error {

@@ -2,6 +2,8 @@ package contain
 
 import (
 	"os"
+
+	"github.com/lockstep-hq/lockstep/fssnap/internal/fstest"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -10,6 +12,7 @@ import (
 
 func TestMain(m *testing.M) {
 	MaybeHelper()
+	fstest.MaybeNobody()
 	os.Exit(m.Run())
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -41,13 +42,26 @@ func Helper(args []string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / private: %w", err)
 	}
+	userns := s.Mechanism == MechanismUserns
+	splitRoot := userns && len(s.Mounts) > 0 && s.Mounts[0].Path == "/" && s.Mounts[0].Mode == ModeSplit
+	if splitRoot {
+		// The staging root: a tmpfs in this namespace, read-only once
+		// every entry is in place.
+		if err := unix.Mount("lockstep-run", s.Root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+			return fmt.Errorf("staging tmpfs: %w", err)
+		}
+	}
+	var readonly []string
 	var fallback []Mount
 	for _, m := range s.Mounts {
 		target := s.Root + m.Path
 		if m.Path == "/" {
 			target = s.Root
 		}
-		fb, err := mountOne(m, target)
+		fb, err := mountOne(m, target, userns)
+		if err == nil && m.Mode == ModeReadOnly {
+			readonly = append(readonly, target)
+		}
 		switch {
 		case err == nil:
 			if fb != nil {
@@ -79,6 +93,16 @@ func Helper(args []string) error {
 			return fmt.Errorf("share %s: %w", p, err)
 		}
 	}
+	for _, t := range readonly {
+		if err := unix.Mount("", t, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("read-only %s: %w", t, err)
+		}
+	}
+	if splitRoot {
+		if err := unix.Mount("", s.Root, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+			return fmt.Errorf("staging tmpfs read-only: %w", err)
+		}
+	}
 	if err := unix.Chroot(s.Root); err != nil {
 		return fmt.Errorf("chroot: %w", err)
 	}
@@ -94,14 +118,48 @@ func Helper(args []string) error {
 	if err != nil {
 		return fmt.Errorf("command %q: %w", cmd[0], err)
 	}
+	if userns {
+		// The command gets no capability: it cannot unmount its layers
+		// or leave the chroot. Capabilities are per thread: the exec
+		// happens on this one.
+		runtime.LockOSThread()
+		if err := dropCaps(); err != nil {
+			return fmt.Errorf("drop capabilities: %w", err)
+		}
+	}
 	return syscall.Exec(path, cmd, os.Environ())
+}
+
+// dropCaps clears this thread's ambient and inheritable capabilities: an
+// exec as a uid other than 0 then keeps none.
+func dropCaps() error {
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return err
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return err
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	return unix.Capset(&hdr, &data[0])
 }
 
 // mountOne shows mount m at target; fb, when not nil, is m written
 // through because the kernel refused the overlay.
-func mountOne(m Mount, target string) (fb *Mount, err error) {
+func mountOne(m Mount, target string, userns bool) (fb *Mount, err error) {
 	if _, err := os.Lstat(m.Path); errors.Is(err, os.ErrNotExist) {
 		return nil, nil // unmounted and removed since the plan: nothing to show
+	}
+	switch m.Mode {
+	case ModeSymlink:
+		os.MkdirAll(filepath.Dir(target), 0o755)
+		return nil, os.Symlink(m.Target, target)
+	case ModeSplit:
+		if m.Path == "/" {
+			return nil, nil // the staging tmpfs
+		}
+		return nil, os.MkdirAll(target, 0o755)
 	}
 	if err := ensureTarget(m.Path, target); err != nil {
 		if gone(err) {
@@ -112,6 +170,9 @@ func mountOne(m Mount, target string) (fb *Mount, err error) {
 	switch m.Mode {
 	case ModeOverlay:
 		opts := "lowerdir=" + m.Path + ",upperdir=" + m.Upper + ",workdir=" + m.Work
+		if userns {
+			opts += ",userxattr" // trusted.* cannot be set in a user namespace
+		}
 		if err := unix.Mount("lockstep-run", target, "overlay", 0, opts); err != nil {
 			// Refused (a lower overlayfs cannot stack, an odd
 			// filesystem): written through, and said so.
@@ -124,8 +185,15 @@ func mountOne(m Mount, target string) (fb *Mount, err error) {
 			m.Mode, m.Reason = ModeBind, "overlay refused: "+err.Error()
 			return &m, nil
 		}
-	case ModeBind:
-		if err := unix.Mount(m.Path, target, "", unix.MS_BIND, ""); err != nil && !gone(err) {
+	case ModeBind, ModeReadOnly:
+		err := unix.Mount(m.Path, target, "", unix.MS_BIND, "")
+		if userns && errors.Is(err, unix.EINVAL) {
+			// A mount with mounts below it, locked in a user namespace:
+			// only a recursive bind may show it (e.g. /dev with
+			// /dev/shm, then overlaid by its own entry).
+			err = unix.Mount(m.Path, target, "", unix.MS_BIND|unix.MS_REC, "")
+		}
+		if err != nil && !gone(err) {
 			return nil, fmt.Errorf("bind %s: %w", m.Path, err)
 		}
 	case ModeRBind:

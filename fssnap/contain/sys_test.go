@@ -3,5 +3,6 @@ package contain
 import "syscall"
 
 func sysProcAttr(s *Session) *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Cloneflags: s.Cloneflags()}
+	u, g, caps := s.IDMaps()
+	return &syscall.SysProcAttr{Cloneflags: s.Cloneflags(), UidMappings: u, GidMappings: g, AmbientCaps: caps}
 }

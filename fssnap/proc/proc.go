@@ -75,6 +75,13 @@ type Spec struct {
 	// in the run's mount namespace belongs to the run, whatever it does
 	// (setsid, double fork, a cleared environment).
 	Cloneflags uintptr
+	// UidMappings, GidMappings and AmbientCaps go with CLONE_NEWUSER (a
+	// contained run's helper in an unprivileged user namespace): the
+	// maps are written before the exec (setgroups denied), the ambient
+	// capabilities survive it.
+	UidMappings []syscall.SysProcIDMap
+	GidMappings []syscall.SysProcIDMap
+	AmbientCaps []uintptr
 }
 
 // Status is how a run ended.
@@ -160,7 +167,8 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 			files[i] = dn
 		}
 	}
-	sys := &syscall.SysProcAttr{Setpgid: true, Cloneflags: spec.Cloneflags}
+	sys := &syscall.SysProcAttr{Setpgid: true, Cloneflags: spec.Cloneflags,
+		UidMappings: spec.UidMappings, GidMappings: spec.GidMappings, AmbientCaps: spec.AmbientCaps}
 	if cg, err := r.makeCgroup(); err == nil && cg != "" {
 		fd, err := unix.Open(cg, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err == nil {
