@@ -80,7 +80,7 @@ func TestUsernsChangesAndDiscard(t *testing.T) {
 		Changes     []Change
 		Uncontained []Mount
 		Discarded   string
-		Output    string
+		Output      string
 	}
 	i := strings.Index(string(out), "RESULT:")
 	if i < 0 {
