@@ -20,6 +20,7 @@ import (
 
 func TestMain(m *testing.M) {
 	contain.MaybeHelper() // this test binary is the namespace helper of contained runs
+	fstest.MaybeNobody()  // and, for the userns tests, their unprivileged child
 	os.Exit(m.Run())
 }
 

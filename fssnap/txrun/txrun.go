@@ -28,7 +28,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
@@ -127,6 +129,10 @@ type Options struct {
 	// ContainTmpfsSize bounds the tmpfs holding the run's writes (see
 	// contain.Options.TmpfsSize).
 	ContainTmpfsSize string
+	// ContainMechanism is how the namespace is made: contain.MechanismAuto
+	// (or ""; root when root, else an unprivileged user namespace),
+	// MechanismRoot or MechanismUserns (see contain.Detect).
+	ContainMechanism string
 	// Forensics, when set, is the directory a failed run's record is kept
 	// in (<Forensics>/<run id>/): what it wrote inside and outside Dir,
 	// the overlay upper directories.
@@ -140,6 +146,10 @@ const (
 	OutsideKeep     = "keep"
 	OutsideDiscard  = "discard"
 )
+
+// UsernsNote begins the ContainNote of a run contained with
+// contain.MechanismUserns.
+const UsernsNote = "contained by the userns mechanism"
 
 // DefaultOutputTail is what Options.OutputTail 0 keeps of each stream.
 const DefaultOutputTail = 4 << 10
@@ -195,7 +205,8 @@ type Report struct {
 	Contain string `json:"contain"`
 	// ContainNote says why a run asked to contain the instance protects
 	// only Dir (no root, no overlayfs): verification is then the only
-	// guard outside Dir.
+	// guard outside Dir. A run contained in an unprivileged user
+	// namespace says so here too (it begins with UsernsNote).
 	ContainNote string `json:"contain_note,omitempty"`
 	// Uncontained lists what a contained run could write through: shared
 	// paths, read-only/pseudo/remote mounts, overlays the kernel refused.
@@ -267,10 +278,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		})
 	}
 	args := opts.Args
+	var uids, gids []syscall.SysProcIDMap
+	var caps []uintptr
 	var clone uintptr
 	var sess *contain.Session
 	if opts.Contain == ContainInstance {
-		if err := contain.Available(); err != nil {
+		mech, err := contain.Detect(opts.ContainMechanism)
+		if err != nil && lockstep.ErrorCode(err) == lockstep.EINVALID {
+			return rep, err
+		}
+		if err != nil {
 			rep.ContainNote = "only --dir is contained (" + err.Error() + "): writes elsewhere are not undone, verification is the only guard"
 		} else {
 			if _, err := exec.LookPath(opts.Args[0]); err != nil {
@@ -285,14 +302,22 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			}
 			if err := rep.step("contain", func() (err error) {
 				sess, err = contain.Prepare(contain.Options{StateRoot: stateRoot, Share: append([]string{opts.Dir}, opts.Share...),
-					Exclude: nonEmpty(opts.Snap.DataRoot), Cwd: opts.Dir, TmpfsSize: opts.ContainTmpfsSize})
+					Exclude: nonEmpty(opts.Snap.DataRoot), Cwd: opts.Dir, TmpfsSize: opts.ContainTmpfsSize,
+					Mechanism: mech, Writable: contain.WritableDirs(getenvOf(opts.Env))})
 				return err
 			}); err != nil {
 				return rep, err
 			}
 			defer sess.Discard() // idempotent; every path below discards itself first
 			args, clone = sess.Wrap(helper, opts.Args), sess.Cloneflags()
+			uids, gids, caps = sess.IDMaps()
 			rep.Contain = ContainInstance
+			if mech == contain.MechanismUserns {
+				rep.ContainNote = fmt.Sprintf("%s (an unprivileged user and mount namespace, uid %d and gid %d mapped to themselves): "+
+					"files of other users appear owned by nobody, a write the user could not make outside fails, and so does one "+
+					"that needs another user's directory copied up (EOVERFLOW) or an entry made directly in a directory with a mount below it (EROFS)",
+					UsernsNote, sess.UID, sess.GID)
+			}
 		}
 	}
 
@@ -346,7 +371,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	rep.step("run", func() error {
 		run, runErr = proc.Start(ctx, proc.Spec{
-			Args: args, Dir: opts.Dir, Env: opts.Env, Cloneflags: clone,
+			Args: args, Dir: opts.Dir, Env: opts.Env, Cloneflags: clone, UidMappings: uids, GidMappings: gids, AmbientCaps: caps,
 			Stdin: opts.Stdin, Stdout: stdout, Stderr: stderr,
 			Timeout: opts.Timeout, KillGrace: opts.KillGrace, CgroupRoot: opts.CgroupRoot,
 		})
@@ -538,6 +563,22 @@ func nonEmpty(ss ...string) []string {
 		}
 	}
 	return out
+}
+
+// getenvOf looks names up in env (nil: this process's environment).
+func getenvOf(env []string) func(string) string {
+	if env == nil {
+		return os.Getenv
+	}
+	return func(k string) string {
+		v := ""
+		for _, kv := range env {
+			if strings.HasPrefix(kv, k+"=") {
+				v = kv[len(k)+1:] // the last one wins, as for exec
+			}
+		}
+		return v
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
