@@ -326,6 +326,7 @@ type instanceFlags struct {
 	contain, outside, onResidue, quarantineCmd  string
 	machine                                     string
 	roots, crontabDir, atSpool, userUnits, size string
+	mechanism                                   string
 	share                                       stringList
 	window                                      time.Duration
 	getenv                                      func(string) string
@@ -337,7 +338,8 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 func (i *instanceFlags) declare(f *flagger) {
-	f.str(&i.contain, "contain", "LOCKSTEP_RUN_CONTAIN", txrun.ContainInstance, "instance: the command's writes anywhere go to copy-on-write layers (root needed); dir: only --dir is protected")
+	f.str(&i.contain, "contain", "LOCKSTEP_RUN_CONTAIN", txrun.ContainInstance, "instance: the command's writes anywhere go to copy-on-write layers (root, or unprivileged user namespaces); dir: only --dir is protected")
+	f.str(&i.mechanism, "contain-mechanism", "LOCKSTEP_RUN_CONTAIN_MECHANISM", contain.MechanismAuto, "how --contain instance makes the run's namespace: auto (root when root, else userns), root, or userns (an unprivileged user namespace, kernel >= 5.11)")
 	f.str(&i.outside, "outside", "LOCKSTEP_RUN_OUTSIDE", txrun.OutsideKeep, "a contained run that succeeds: keep (apply its writes outside --dir) or discard them")
 	f.fs.Var(&i.share, "share", "a path written through under containment (repeatable), e.g. a package cache (env LOCKSTEP_RUN_SHARE, colon-separated, when no --share is given)")
 	i.getenv = f.getenv
@@ -355,6 +357,11 @@ func (i *instanceFlags) declare(f *flagger) {
 func (i *instanceFlags) check() error {
 	if i.contain != txrun.ContainInstance && i.contain != txrun.ContainDir {
 		return lockstep.Errorf(lockstep.EINVALID, "--contain %q: instance or dir", i.contain)
+	}
+	switch i.mechanism {
+	case contain.MechanismAuto, contain.MechanismRoot, contain.MechanismUserns:
+	default:
+		return lockstep.Errorf(lockstep.EINVALID, "--contain-mechanism %q: auto, root or userns", i.mechanism)
 	}
 	if i.outside != txrun.OutsideKeep && i.outside != txrun.OutsideDiscard {
 		return lockstep.Errorf(lockstep.EINVALID, "--outside %q: keep or discard", i.outside)
@@ -453,7 +460,11 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	}
 	rep, _, err := transactionalRun(ctx, e, c, cf, sp)
 	if rep != nil && rep.ContainNote != "" {
-		fmt.Fprintln(e.stderr, "lockstep run: WARNING:", rep.ContainNote)
+		if rep.Contain == txrun.ContainInstance {
+			fmt.Fprintln(e.stderr, "lockstep run: note:", rep.ContainNote) // contained, by userns
+		} else {
+			fmt.Fprintln(e.stderr, "lockstep run: WARNING:", rep.ContainNote)
+		}
 	}
 	if rep != nil {
 		cf.out(e, rep, func() { printRunReport(e, rep) })
@@ -530,7 +541,7 @@ func transactionalRun(ctx context.Context, e *env, c *client.Client, cf *clientF
 	opts := txrun.Options{Workspace: ws, Dir: abs, Args: rest, Timeout: sp.timeout, CommitOnSuccess: sp.commit, Driver: drv, Snap: sopts,
 		Stdin: sp.stdin, Stdout: sp.stdout, Stderr: sp.stderr, Env: env,
 		Contain: inst.contain, Share: inst.share, Outside: inst.outside, Instance: inst.config(e),
-		Forensics: forensicsDir(stateRoot), ContainTmpfsSize: inst.size}
+		Forensics: forensicsDir(stateRoot), ContainTmpfsSize: inst.size, ContainMechanism: inst.mechanism}
 	var cp *serverCheckpointer
 	if !noServer {
 		cp = &serverCheckpointer{c: c, ws: ws, dir: abs, command: rest, cache: statCachePath(abs), expect: sp.expect}
