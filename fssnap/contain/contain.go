@@ -122,6 +122,9 @@ type Options struct {
 	// overlay of their own under MechanismUserns (see PlanUserns); nil:
 	// WritableDirs(os.Getenv).
 	Writable []string
+	// LayerRoot holds MechanismUserns's layers (<LayerRoot>/contain/<id>);
+	// "": UserLayerRoot (a tmpfs of the user's when there is one).
+	LayerRoot string
 }
 
 // Session is one prepared containment.
@@ -409,14 +412,20 @@ func Prepare(opts Options) (*Session, error) {
 	default:
 		return nil, lockstep.Errorf(lockstep.EINVALID, "containment mechanism %q: root or userns", opts.Mechanism)
 	}
-	s.Base = filepath.Join(opts.StateRoot, "contain", s.ID)
+	layers := opts.StateRoot
+	if s.Mechanism == MechanismUserns {
+		if layers = opts.LayerRoot; layers == "" {
+			layers = UserLayerRoot(opts.StateRoot)
+		}
+	}
+	s.Base = filepath.Join(layers, "contain", s.ID)
 	s.Root = filepath.Join(s.Base, "root")
 	for _, p := range opts.Share {
 		if p = filepath.Clean(p); filepath.IsAbs(p) && p != "/" {
 			s.Share = append(s.Share, p)
 		}
 	}
-	exclude := append([]string{filepath.Join(opts.StateRoot, "contain")}, opts.Exclude...)
+	exclude := append([]string{filepath.Join(opts.StateRoot, "contain"), filepath.Join(layers, "contain")}, opts.Exclude...)
 	if s.Mechanism == MechanismUserns {
 		writable := opts.Writable
 		if writable == nil {

@@ -142,6 +142,40 @@ func BenchmarkContainSetupTeardown(b *testing.B) {
 	}
 }
 
+// BenchmarkContainSetupTeardownUserns: the same by MechanismUserns
+// (clone CLONE_NEWUSER|CLONE_NEWNS, the split plan, a userxattr overlay
+// per entry, layers as directories, removed), the layers under the state
+// root or (LOCKSTEP_BENCH_LAYERS=tmpfs) on a tmpfs. Run
+// as root, which takes the same steps; the unprivileged run is
+// TestUsernsChangesAndDiscard's.
+func BenchmarkContainSetupTeardownUserns(b *testing.B) {
+	if err := AvailableUserns(); err != nil {
+		b.Skipf("user namespaces unavailable: %v", err)
+	}
+	self, _ := os.Executable()
+	state := b.TempDir()
+	layers := state // the state root's filesystem; LOCKSTEP_BENCH_LAYERS=tmpfs: a tmpfs, as UserLayerRoot finds one
+	if os.Getenv("LOCKSTEP_BENCH_LAYERS") == "tmpfs" {
+		layers = fstest.Tmpfs(b)
+	}
+	for b.Loop() {
+		s, err := Prepare(Options{StateRoot: state, LayerRoot: layers, Cwd: "/", Mechanism: MechanismUserns})
+		if err != nil {
+			b.Fatal(err)
+		}
+		args := s.Wrap(self, []string{"true"})
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.SysProcAttr = sysProcAttr(s)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			s.Discard()
+			b.Fatalf("%v %s", err, out)
+		}
+		if err := s.Discard(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkContainCheck: listing a run's writes and proving its layers
 // are gone (the containment check after a rollback).
 func BenchmarkContainCheck(b *testing.B) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -154,4 +155,35 @@ func removeAll(p string) error {
 		return nil
 	})
 	return os.RemoveAll(p)
+}
+
+// UserLayerRoot is where MechanismUserns keeps a run's layers: like the
+// root mechanism's, on a tmpfs when the user has one, since no tmpfs
+// can be mounted for it ($XDG_RUNTIME_DIR/lockstep, else
+// /dev/shm/lockstep-<uid>, a directory of the user's, mode 0700);
+// else the state root (creating and removing the layers' directories
+// then costs what that filesystem makes it cost).
+func UserLayerRoot(stateRoot string) string {
+	uid := os.Getuid()
+	var cands []string
+	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
+		cands = append(cands, filepath.Join(x, "lockstep"))
+	}
+	cands = append(cands, filepath.Join("/dev/shm", "lockstep-"+strconv.Itoa(uid)))
+	for _, d := range cands {
+		var sfs unix.Statfs_t
+		if unix.Statfs(filepath.Dir(d), &sfs) != nil || sfs.Type != unix.TMPFS_MAGIC {
+			continue
+		}
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		// Ours, a directory, not a link another user planted.
+		var st unix.Stat_t
+		if unix.Lstat(d, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != uid || st.Mode&0o077 != 0 {
+			continue
+		}
+		return d
+	}
+	return stateRoot
 }

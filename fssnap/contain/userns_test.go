@@ -130,7 +130,7 @@ func usernsChild(t *testing.T) {
 		return
 	}
 	home, tmpName := os.Getenv("HOME"), os.Getenv("TMPNAME")
-	s, err := Prepare(Options{StateRoot: os.Getenv("STATE"), Cwd: home, Mechanism: MechanismUserns})
+	s, err := Prepare(Options{StateRoot: os.Getenv("STATE"), LayerRoot: os.Getenv("STATE"), Cwd: home, Mechanism: MechanismUserns})
 	if err != nil {
 		t.Fatal(err)
 	}

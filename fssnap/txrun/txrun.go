@@ -133,6 +133,9 @@ type Options struct {
 	// (or ""; root when root, else an unprivileged user namespace),
 	// MechanismRoot or MechanismUserns (see contain.Detect).
 	ContainMechanism string
+	// ContainLayerRoot holds a userns run's layers ("": see
+	// contain.UserLayerRoot).
+	ContainLayerRoot string
 	// Forensics, when set, is the directory a failed run's record is kept
 	// in (<Forensics>/<run id>/): what it wrote inside and outside Dir,
 	// the overlay upper directories.
@@ -303,7 +306,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			if err := rep.step("contain", func() (err error) {
 				sess, err = contain.Prepare(contain.Options{StateRoot: stateRoot, Share: append([]string{opts.Dir}, opts.Share...),
 					Exclude: nonEmpty(opts.Snap.DataRoot), Cwd: opts.Dir, TmpfsSize: opts.ContainTmpfsSize,
-					Mechanism: mech, Writable: contain.WritableDirs(getenvOf(opts.Env))})
+					Mechanism: mech, Writable: contain.WritableDirs(getenvOf(opts.Env)), LayerRoot: opts.ContainLayerRoot})
 				return err
 			}); err != nil {
 				return rep, err

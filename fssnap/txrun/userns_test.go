@@ -118,7 +118,7 @@ func usernsRunChild(t *testing.T) {
 	icfg.CrontabDir, icfg.AtSpool = "", "" // the system's spools: not this test's
 	rep, err := txrun.Run(context.Background(), txrun.Options{Dir: dir, Args: []string{"sh", "-c", os.Getenv("SCRIPT")},
 		Snap: fssnap.Options{StateRoot: state}, Contain: txrun.ContainInstance, ContainMechanism: contain.MechanismUserns,
-		Outside: txrun.OutsideKeep, Instance: &icfg})
+		Outside: txrun.OutsideKeep, Instance: &icfg, ContainLayerRoot: state}) // not /dev/shm: nothing outside the test's directories
 	res := struct {
 		*txrun.Report
 		Err string
