@@ -67,6 +67,10 @@ func TestUsernsChangesAndDiscard(t *testing.T) {
 	os.Chown(filepath.Join(home, "old"), fstest.Nobody, fstest.Nobody)
 	rootFile := filepath.Join(home, "roots")
 	os.WriteFile(rootFile, []byte("root's"), 0o644) // in the user's $HOME, not the user's
+	// root's, writable by all: writing in it needs it copied up, which
+	// overlayfs refuses for an owner not mapped (EOVERFLOW).
+	os.Mkdir(filepath.Join(home, "shared"), 0o777)
+	os.Chmod(filepath.Join(home, "shared"), 0o777)
 	tmpName := "/tmp/lockstep-userns-" + filepath.Base(filepath.Dir(home))
 	t.Cleanup(func() { os.Remove(tmpName) })
 	out, errOut, err := fstest.AsNobody(t, t.Name(), []string{"HOME=" + home, "STATE=" + state, "TMPNAME=" + tmpName})
@@ -80,6 +84,7 @@ func TestUsernsChangesAndDiscard(t *testing.T) {
 		Changes     []Change
 		Uncontained []Mount
 		Discarded   string
+		Detect      map[string]string
 		Output      string
 	}
 	i := strings.Index(string(out), "RESULT:")
@@ -103,6 +108,14 @@ func TestUsernsChangesAndDiscard(t *testing.T) {
 	}
 	if !strings.Contains(res.Output, "roots: denied") {
 		t.Errorf("writing another user's file: %q, want it refused", res.Output)
+	}
+	for _, want := range []string{"shared: Value too large", "slash: Read-only file system"} {
+		if !strings.Contains(res.Output, want) {
+			t.Errorf("output %q: want %q", res.Output, want)
+		}
+	}
+	if res.Detect["auto"] != MechanismUserns || !strings.Contains(res.Detect["root"], "not root") {
+		t.Errorf("detect as a user: %v; want auto → userns, root refused", res.Detect)
 	}
 	if !strings.Contains(res.Output, "uid=65534") {
 		t.Errorf("the command's identity: %q, want the user's own uid", res.Output)
@@ -136,7 +149,8 @@ func usernsChild(t *testing.T) {
 	}
 	self, _ := os.Executable()
 	script := "id; echo new > $HOME/new && rm $HOME/old && echo t > " + tmpName + " && mkdir $HOME/d && echo f > $HOME/d/f && " +
-		"(echo w >> $HOME/roots 2>/dev/null && echo 'roots: written' || echo 'roots: denied')"
+		"(echo w >> $HOME/roots 2>/dev/null && echo 'roots: written' || echo 'roots: denied'); " +
+		"(echo x > $HOME/shared/x) 2>&1 | sed 's/.*: /shared: /'; (mkdir /lockstep-userns-probe) 2>&1 | sed 's/.*: /slash: /'"
 	args := s.Wrap(self, []string{"sh", "-c", script})
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.SysProcAttr = sysProcAttr(s)
@@ -153,7 +167,15 @@ func usernsChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := map[string]any{"Changes": ch, "Output": string(out), "Uncontained": s.Uncontained()}
+	detect := map[string]string{}
+	for _, m := range []string{MechanismAuto, MechanismRoot} {
+		got, err := Detect(m)
+		if err != nil {
+			got = err.Error()
+		}
+		detect[m] = got
+	}
+	res := map[string]any{"Changes": ch, "Output": string(out), "Uncontained": s.Uncontained(), "Detect": detect}
 	if err := s.Discard(); err != nil {
 		res["Discarded"] = err.Error()
 	} else if err := s.Discarded(); err != nil {

@@ -36,13 +36,13 @@ func TestUsernsContainedRun(t *testing.T) {
 			home := fstest.OwnedDir(t, "home")
 			dir := fstest.OwnedDir(t, "dir")
 			state := fstest.OwnedDir(t, "state")
-			for _, f := range []string{filepath.Join(dir, "a.txt"), filepath.Join(home, "keep")} {
+			for _, f := range []string{filepath.Join(dir, "a.txt"), filepath.Join(home, "keep"), filepath.Join(home, "gone")} {
 				os.WriteFile(f, []byte("before\n"), 0o644)
 				os.Chown(f, fstest.Nobody, fstest.Nobody)
 			}
 			tmpName := "/tmp/lockstep-userns-run-" + filepath.Base(filepath.Dir(filepath.Dir(home)))
 			t.Cleanup(func() { os.Remove(tmpName) })
-			script := "echo h > $HOME/h && echo more >> $HOME/keep && echo t > " + tmpName +
+			script := "echo h > $HOME/h && echo more >> $HOME/keep && rm $HOME/gone && echo t > " + tmpName +
 				" && echo after > a.txt && echo n > new.txt && exit " + tc.exit
 			out, errOut, err := fstest.AsNobody(t, "TestUsernsContainedRun", []string{"HOME=" + home, "RUN_DIR=" + dir,
 				"STATE=" + state, "SCRIPT=" + script})
@@ -71,13 +71,28 @@ func TestUsernsContainedRun(t *testing.T) {
 			for _, c := range rep.Outside {
 				outside[c.Path] = c.Kind
 			}
-			if outside[filepath.Join(home, "h")] != "created" || outside[filepath.Join(home, "keep")] != "modified" || outside[tmpName] != "created" {
-				t.Errorf("outside %+v: want $HOME/h, $HOME/keep and %s", rep.Outside, tmpName)
+			if outside[filepath.Join(home, "h")] != "created" || outside[filepath.Join(home, "keep")] != "modified" ||
+				outside[filepath.Join(home, "gone")] != "deleted" || outside[tmpName] != "created" {
+				t.Errorf("outside %+v: want $HOME/h, $HOME/keep, $HOME/gone and %s", rep.Outside, tmpName)
+			}
+			_, goneErr := os.Lstat(filepath.Join(home, "gone"))
+			if (goneErr == nil) != (tc.exit == "1") {
+				t.Errorf("$HOME/gone after the %s run: %v", tc.name, goneErr)
 			}
 			read := func(p string) string { b, _ := os.ReadFile(p); return string(b) }
 			if tc.exit == "1" {
 				if rep.Succeeded || !rep.RolledBack || !rep.Purity.Checked || !rep.Purity.Clean || !rep.Purity.Instance {
 					t.Errorf("failed run: succeeded %v, rolled back %v, purity %+v, residue %+v", rep.Succeeded, rep.RolledBack, rep.Purity, rep.Residue)
+				}
+				for _, st := range rep.Steps {
+					if st.Name == "forensics" && st.Error != "" {
+						t.Errorf("the failed run's record (its layers copied as the user): %s", st.Error)
+					}
+				}
+				if rep.Forensics == "" {
+					t.Error("no forensics record of the failed run")
+				} else if b, err := os.ReadFile(filepath.Join(rep.Forensics, "upper", "mounts.json")); err != nil || !strings.Contains(string(b), home) {
+					t.Errorf("the record's layers: %s %v; want $HOME's among them", b, err)
 				}
 				for _, p := range []string{filepath.Join(home, "h"), tmpName, filepath.Join(dir, "new.txt")} {
 					if _, err := os.Lstat(p); err == nil {
@@ -118,7 +133,7 @@ func usernsRunChild(t *testing.T) {
 	icfg.CrontabDir, icfg.AtSpool = "", "" // the system's spools: not this test's
 	rep, err := txrun.Run(context.Background(), txrun.Options{Dir: dir, Args: []string{"sh", "-c", os.Getenv("SCRIPT")},
 		Snap: fssnap.Options{StateRoot: state}, Contain: txrun.ContainInstance, ContainMechanism: contain.MechanismUserns,
-		Outside: txrun.OutsideKeep, Instance: &icfg, ContainLayerRoot: state}) // not /dev/shm: nothing outside the test's directories
+		Outside: txrun.OutsideKeep, Instance: &icfg, ContainLayerRoot: state, Forensics: filepath.Join(state, "forensics")}) // not /dev/shm: nothing outside the test's directories
 	res := struct {
 		*txrun.Report
 		Err string
