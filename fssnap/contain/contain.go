@@ -535,7 +535,12 @@ func (s *Session) Uncontained() []Mount {
 func (s *Session) Discard() error {
 	if s.Mechanism == MechanismUserns {
 		// Nothing is mounted in this namespace: the layers are
-		// directories.
+		// directories. overlayfs leaves <work>/work mode 000.
+		for _, m := range s.Mounts {
+			if m.Work != "" {
+				os.Chmod(filepath.Join(m.Work, "work"), 0o700)
+			}
+		}
 		return removeAll(s.Base)
 	}
 	err := unix.Unmount(s.Base, unix.MNT_DETACH)
@@ -696,32 +701,30 @@ func (s *Session) Apply() ([]Change, error) {
 }
 
 func applyOne(real, upper string, fi fs.FileInfo, whiteout, opaque bool) error {
-	{
-		switch {
-		case whiteout:
-			return os.RemoveAll(real)
-		case fi.IsDir():
-			if rfi, err := os.Lstat(real); err == nil && (!rfi.IsDir() || opaque) {
-				if err := os.RemoveAll(real); err != nil {
-					return err
-				}
-			}
-			if err := os.MkdirAll(real, fi.Mode().Perm()); err != nil {
+	switch {
+	case whiteout:
+		return os.RemoveAll(real)
+	case fi.IsDir():
+		if rfi, err := os.Lstat(real); err == nil && (!rfi.IsDir() || opaque) {
+			if err := os.RemoveAll(real); err != nil {
 				return err
 			}
-			return chmodOwn(real, fi)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(upper)
-			if err != nil {
-				return err
-			}
-			os.RemoveAll(real)
-			return os.Symlink(target, real)
-		case fi.Mode().IsRegular():
-			return copyFile(upper, real, fi)
 		}
-		return nil // devices, fifos, sockets: not applied
+		if err := os.MkdirAll(real, fi.Mode().Perm()); err != nil {
+			return err
+		}
+		return chmodOwn(real, fi)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(upper)
+		if err != nil {
+			return err
+		}
+		os.RemoveAll(real)
+		return os.Symlink(target, real)
+	case fi.Mode().IsRegular():
+		return copyFile(upper, real, fi)
 	}
+	return nil // devices, fifos, sockets: not applied
 }
 
 func chmodOwn(p string, fi fs.FileInfo) error {

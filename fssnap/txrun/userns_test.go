@@ -28,11 +28,21 @@ func TestUsernsContainedRun(t *testing.T) {
 		usernsRunChild(t)
 		return
 	}
+	// "notmine": the run makes itself a file where the user may not
+	// write outside (the top of an overlay shows the user as its owner,
+	// so chmod u+w works inside): applying it fails, named in the error,
+	// and everything else is still applied.
+	notMine := "/opt"
+	if fi, err := os.Stat(notMine); err != nil || !fi.IsDir() || fi.Mode()&0o002 != 0 {
+		notMine = ""
+	}
 	for _, tc := range []struct {
-		name string
-		exit string
-	}{{"failed", "1"}, {"succeeded", "0"}} {
+		name, exit, extra string
+	}{{"failed", "1", ""}, {"succeeded", "0", ""}, {"notmine", "0", notMine}} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "notmine" && notMine == "" {
+				t.Skip("no /opt of root's here")
+			}
 			home := fstest.OwnedDir(t, "home")
 			dir := fstest.OwnedDir(t, "dir")
 			state := fstest.OwnedDir(t, "state")
@@ -43,7 +53,14 @@ func TestUsernsContainedRun(t *testing.T) {
 			tmpName := "/tmp/lockstep-userns-run-" + filepath.Base(filepath.Dir(filepath.Dir(home)))
 			t.Cleanup(func() { os.Remove(tmpName) })
 			script := "echo h > $HOME/h && echo more >> $HOME/keep && rm $HOME/gone && echo t > " + tmpName +
-				" && echo after > a.txt && echo n > new.txt && exit " + tc.exit
+				" && echo after > a.txt && echo n > new.txt"
+			notMinePath := ""
+			if tc.extra != "" {
+				notMinePath = filepath.Join(tc.extra, filepath.Base(tmpName))
+				t.Cleanup(func() { os.Remove(notMinePath) }) // only if applying it wrongly succeeded
+				script += " && chmod u+w " + tc.extra + " && echo x > " + notMinePath
+			}
+			script += " && exit " + tc.exit
 			out, errOut, err := fstest.AsNobody(t, "TestUsernsContainedRun", []string{"HOME=" + home, "RUN_DIR=" + dir,
 				"STATE=" + state, "SCRIPT=" + script})
 			if i := strings.Index(string(out), "SKIP-USERNS:"); i >= 0 {
@@ -59,6 +76,15 @@ func TestUsernsContainedRun(t *testing.T) {
 			}
 			if err := json.Unmarshal([]byte(strings.SplitN(string(out[i+7:]), "\n", 2)[0]), &rep); err != nil {
 				t.Fatal(err)
+			}
+			if notMinePath != "" {
+				if !strings.Contains(rep.Err, notMinePath) || !strings.Contains(rep.Err, "permission denied") || rep.OutsideApplied {
+					t.Errorf("applying %s as the user: error %q, outside applied %v; want it refused and said", notMinePath, rep.Err, rep.OutsideApplied)
+				}
+				if _, err := os.Lstat(notMinePath); err == nil {
+					t.Errorf("%s was applied", notMinePath)
+				}
+				rep.Err, rep.OutsideApplied = "", true // the rest as a successful run
 			}
 			if rep.Err != "" {
 				t.Fatalf("run: %s (report %+v)", rep.Err, rep.Report)
