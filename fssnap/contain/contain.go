@@ -51,6 +51,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -192,6 +193,30 @@ func AvailableUserns() error {
 	}
 	if err := overlayInKernel(); err != nil {
 		return err
+	}
+	probeOnce.Do(func() { probeErr = probeUserns() })
+	return probeErr
+}
+
+var (
+	probeOnce sync.Once
+	probeErr  error
+)
+
+// probeUserns starts true(1) in a new user and mount namespace: a
+// refusal the sysctls do not show (a container's seccomp filter, an
+// LSM) is found here, once per process, not by a failed run.
+func probeUserns() error {
+	path, err := exec.LookPath("true")
+	if err != nil {
+		return nil // nothing to probe with: the run's helper will say
+	}
+	cmd := exec.Command(path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}}
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("a user namespace is refused here (%v)", err)
 	}
 	return nil
 }
