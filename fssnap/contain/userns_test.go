@@ -52,9 +52,11 @@ func TestPlanUserns(t *testing.T) {
 
 // TestUsernsChangesAndDiscard: as an unprivileged user (Nobody), a
 // contained command's writes to its $HOME (a file, a deletion, a
-// directory replaced), to /tmp and to a directory of its own are listed
-// from the upper directories and reach none of the real files; a write
-// to a file of another user fails as it would outside; Discard removes
+// directory made, one removed and made again: opaque by user.overlay.*)
+// and to /tmp are listed from the upper directories and reach none of
+// the real files; a write to a file of another user fails as it would
+// outside, one needing a root-owned directory copied up with EOVERFLOW,
+// an entry made in / with EROFS; Detect says userns; Discard removes
 // the layers.
 func TestUsernsChangesAndDiscard(t *testing.T) {
 	if fstest.IsNobody() {
@@ -65,6 +67,12 @@ func TestUsernsChangesAndDiscard(t *testing.T) {
 	state := fstest.OwnedDir(t, "state")
 	os.WriteFile(filepath.Join(home, "old"), []byte("x"), 0o644)
 	os.Chown(filepath.Join(home, "old"), fstest.Nobody, fstest.Nobody)
+	od := filepath.Join(home, "od") // removed and made again: opaque (user.overlay.opaque)
+	os.Mkdir(od, 0o755)
+	os.WriteFile(filepath.Join(od, "x"), []byte("x"), 0o644)
+	for _, p := range []string{od, filepath.Join(od, "x")} {
+		os.Chown(p, fstest.Nobody, fstest.Nobody)
+	}
 	rootFile := filepath.Join(home, "roots")
 	os.WriteFile(rootFile, []byte("root's"), 0o644) // in the user's $HOME, not the user's
 	// root's, writable by all: writing in it needs it copied up, which
@@ -98,7 +106,7 @@ func TestUsernsChangesAndDiscard(t *testing.T) {
 	for _, c := range res.Changes {
 		kinds[c.Path] = c.Kind
 	}
-	for p, k := range map[string]string{home + "/new": "created", home + "/old": "deleted", tmpName: "created", home + "/d": "created"} {
+	for p, k := range map[string]string{home + "/new": "created", home + "/old": "deleted", tmpName: "created", home + "/d": "created", od: "modified", od + "/y": "created"} {
 		if kinds[p] != k {
 			t.Errorf("%s: %q, want %q (changes %+v; output %s; uncontained %+v)", p, kinds[p], k, res.Changes, res.Output, res.Uncontained)
 		}
@@ -149,6 +157,7 @@ func usernsChild(t *testing.T) {
 	}
 	self, _ := os.Executable()
 	script := "id; echo new > $HOME/new && rm $HOME/old && echo t > " + tmpName + " && mkdir $HOME/d && echo f > $HOME/d/f && " +
+		"rm -r $HOME/od && mkdir $HOME/od && echo y > $HOME/od/y && " +
 		"(echo w >> $HOME/roots 2>/dev/null && echo 'roots: written' || echo 'roots: denied'); " +
 		"(echo x > $HOME/shared/x) 2>&1 | sed 's/.*: /shared: /'; (mkdir /lockstep-userns-probe) 2>&1 | sed 's/.*: /slash: /'"
 	args := s.Wrap(self, []string{"sh", "-c", script})
