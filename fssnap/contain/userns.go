@@ -23,7 +23,8 @@ import (
 //     own entries are shown read-only (subdirectories without a mount
 //     below are overlaid on their own, directories with one are split in
 //     turn, symbolic links recreated, other files bound read-only), so
-//     creating or removing an entry directly in it fails with EROFS.
+//     creating or removing an entry directly in it fails with EROFS;
+//     a subdirectory the user cannot enter is bound read-only.
 //
 // mounts is the whole of mountinfo (every mount counts as a lock).
 func PlanUserns(mounts []MountInfo, share, exclude, writable []string) []Mount {
@@ -101,6 +102,10 @@ func PlanUserns(mounts []MountInfo, share, exclude, writable []string) []Mount {
 			case t.IsDir() && below(p):
 				split(c)
 				continue
+			case t.IsDir() && unix.Access(p, unix.X_OK) != nil:
+				// The user cannot enter it (e.g. /root): nothing in it
+				// to write; bound read-only rather than overlaid.
+				c.Mode = ModeReadOnly
 			case t.IsDir():
 				c.Mode = ModeOverlay
 			default:
