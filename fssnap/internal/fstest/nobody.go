@@ -114,7 +114,9 @@ func OwnedDir(tb testing.TB, name string) string {
 // error. Skipped unless root.
 func AsNobody(tb testing.TB, test string, env []string) (stdout, stderr []byte, err error) {
 	tb.Helper()
-	RequireRoot(tb)
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root to start its child as nobody (uid 65534)")
+	}
 	self, err := os.Executable()
 	if err != nil {
 		tb.Fatal(err)
