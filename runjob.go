@@ -110,4 +110,17 @@ type RunJobStore interface {
 	FinishRunJob(ctx context.Context, id, runnerID string, result json.RawMessage, errMsg string) error
 	// ExpireRunJobs fails running jobs whose lease ended before now.
 	ExpireRunJobs(ctx context.Context, now time.Time) (int, error)
+	// SetRunJobKey records the id of the key minted for a taken job.
+	SetRunJobKey(ctx context.Context, id, keyID string) error
+	// EndedRunJobKeys lists, at most limit, the jobs that have ended
+	// (done or failed) and still name their minted key.
+	EndedRunJobKeys(ctx context.Context, limit int) ([]RunJobKey, error)
+	// ClearRunJobKey forgets a job's minted key once it is revoked.
+	ClearRunJobKey(ctx context.Context, id, keyID string) error
+}
+
+// RunJobKey names the key minted for a job.
+type RunJobKey struct {
+	JobID string
+	KeyID string
 }

@@ -51,6 +51,7 @@ func TestExecuteRun(t *testing.T) {
 	wg.Add(1)
 	var runnerErr error
 	var sawKey bool
+	var jobKey string
 	go func() {
 		defer wg.Done()
 		var tj *api.TakenJob
@@ -61,6 +62,7 @@ func TestExecuteRun(t *testing.T) {
 			return
 		}
 		// The job's key acts on the workspace, and only as its owner.
+		jobKey = tj.Key
 		jk := mustClient(t, s, tj.Key)
 		if k, err := jk.Whoami(ctx); err == nil && k.Role == lockstep.RoleAgent && k.Scope != nil && k.Scope.Workspace == "ws1" {
 			sawKey = true
@@ -97,4 +99,7 @@ func TestExecuteRun(t *testing.T) {
 	// The finished job is no longer the runner's.
 	err = runner.PostRunJobOutput(ctx, info.ID, job.ID, nil)
 	wantCode(t, "output after the end", err, lockstep.EREFCONFLICT)
+	// Nor is its key anyone's: revoked when the result came in.
+	_, err = mustClient(t, s, jobKey).Whoami(ctx)
+	wantCode(t, "the job's key after the job ended", err, lockstep.EUNAUTH)
 }

@@ -286,6 +286,11 @@ func TestRunJobRunnerDies(t *testing.T) {
 	if err := runner.FinishRunJob(ctx, info.ID, job.ID, api.RunJobResult{Succeeded: true}); lockstep.ErrorCode(err) != lockstep.EREFCONFLICT {
 		t.Fatalf("late result: %v; want ref_conflict", err)
 	}
+	// The abandoned job's key died with it: a runner that comes back
+	// cannot push with it.
+	if _, err := client.New(s.URL, tj.Key).Whoami(ctx); lockstep.ErrorCode(err) != lockstep.EUNAUTH {
+		t.Fatalf("the abandoned job's key: %v; want unauthenticated", err)
+	}
 }
 
 // TestRunJobStreamEndsOnShutdown: a graceful stop ends a job's stream and

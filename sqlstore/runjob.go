@@ -284,3 +284,45 @@ func (s *DB) ExpireRunJobs(ctx context.Context, now time.Time) (n int, err error
 	m, _ := res.RowsAffected()
 	return int(m), nil
 }
+
+// SetRunJobKey records a taken job's minted key (see lockstep.RunJobStore).
+func (s *DB) SetRunJobKey(ctx context.Context, id, keyID string) (err error) {
+	ctx, span := s.start(ctx, "SetRunJobKey")
+	defer func() { err = end(span, err) }()
+	res, err := s.db.ExecContext(ctx, `UPDATE run_jobs SET job_key_id = $1 WHERE id = $2`, keyID, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return lockstep.Errorf(lockstep.ENOTFOUND, "run job %s not found", id)
+	}
+	return nil
+}
+
+// EndedRunJobKeys lists ended jobs that still name a minted key.
+func (s *DB) EndedRunJobKeys(ctx context.Context, limit int) (ks []lockstep.RunJobKey, err error) {
+	ctx, span := s.start(ctx, "EndedRunJobKeys")
+	defer func() { err = end(span, err) }()
+	rows, err := s.db.QueryContext(ctx, `SELECT id, job_key_id FROM run_jobs WHERE job_key_id <> '' AND state IN ($1, $2) ORDER BY updated_at, id LIMIT $3`,
+		lockstep.JobDone, lockstep.JobFailed, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k lockstep.RunJobKey
+		if err := rows.Scan(&k.JobID, &k.KeyID); err != nil {
+			return nil, err
+		}
+		ks = append(ks, k)
+	}
+	return ks, rows.Err()
+}
+
+// ClearRunJobKey forgets a job's minted key once revoked.
+func (s *DB) ClearRunJobKey(ctx context.Context, id, keyID string) (err error) {
+	ctx, span := s.start(ctx, "ClearRunJobKey")
+	defer func() { err = end(span, err) }()
+	_, err = s.db.ExecContext(ctx, `UPDATE run_jobs SET job_key_id = '' WHERE id = $1 AND job_key_id = $2`, id, keyID)
+	return err
+}

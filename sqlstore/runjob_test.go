@@ -91,6 +91,37 @@ func TestRunJobs(t *testing.T) {
 			if _, err := db.RunJob(ctx, "job_x"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
 				t.Fatalf("unknown job: %v", err)
 			}
+			// Minted job keys: only ended jobs' are listed, and a cleared one
+			// (revoked) is not listed again.
+			if err := db.SetRunJobKey(ctx, "job_a", "key_ja"); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.SetRunJobKey(ctx, "job_b", "key_jb"); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.SetRunJobKey(ctx, "job_x", "key_jx"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+				t.Fatalf("key of an unknown job: %v; want not_found", err)
+			}
+			jobC := &lockstep.RunJob{ID: "job_c", Workspace: "shop-a2", KeyID: "key_agent", Spec: lockstep.RunJobSpec{Command: []string{"true"}}}
+			if err := db.CreateRunJob(ctx, jobC); err != nil {
+				t.Fatal(err)
+			}
+			if j, err := db.ClaimRunJob(ctx, again, c.Now().Add(time.Minute)); err != nil || j == nil || j.ID != "job_c" {
+				t.Fatalf("claim job_c: %+v, %v", j, err)
+			}
+			if err := db.SetRunJobKey(ctx, "job_c", "key_jc"); err != nil {
+				t.Fatal(err)
+			}
+			ks, err := db.EndedRunJobKeys(ctx, 10)
+			if err != nil || len(ks) != 2 || ks[0] != (lockstep.RunJobKey{JobID: "job_a", KeyID: "key_ja"}) || ks[1].KeyID != "key_jb" {
+				t.Fatalf("ended job keys: %+v, %v; want job_a's and job_b's, not the running job_c's", ks, err)
+			}
+			if err := db.ClearRunJobKey(ctx, "job_a", "key_ja"); err != nil {
+				t.Fatal(err)
+			}
+			if ks, err := db.EndedRunJobKeys(ctx, 10); err != nil || len(ks) != 1 || ks[0].JobID != "job_b" {
+				t.Fatalf("after clearing job_a's: %+v, %v", ks, err)
+			}
 		})
 	}
 }

@@ -171,6 +171,7 @@ func (s *Server) handleRunnerTake() gin.HandlerFunc {
 				writeError(c, err)
 				return
 			}
+			s.revokeEndedJobKeys(ctx, st)
 			j, err := st.ClaimRunJob(ctx, r, now.Add(s.Config.RunnerLease))
 			if err != nil {
 				writeError(c, err)
@@ -188,6 +189,24 @@ func (s *Server) handleRunnerTake() gin.HandlerFunc {
 	}
 }
 
+// revokeEndedJobKeys revokes the keys minted for jobs that have ended,
+// however they ended (result posted, lease lost, abandoned), and forgets
+// them. A failure leaves the job naming its key, so the next sweep (every
+// runner poll) retries; the key's own expiry is the backstop.
+func (s *Server) revokeEndedJobKeys(ctx context.Context, st lockstep.RunJobStore) {
+	ctx = context.WithoutCancel(ctx)
+	ks, err := st.EndedRunJobKeys(ctx, 100)
+	if err != nil {
+		return
+	}
+	for _, k := range ks {
+		if err := s.Keys.Revoke(ctx, auth.System, k.KeyID); err != nil && lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+			continue
+		}
+		_ = st.ClearRunJobKey(ctx, k.JobID, k.KeyID)
+	}
+}
+
 // giveJob answers a taken job with the key the runner acts with: an
 // agent key scoped to the job's workspace, expiring after the job could
 // have ended.
@@ -197,8 +216,13 @@ func (s *Server) giveJob(c *gin.Context, st lockstep.RunJobStore, r *lockstep.Ru
 	if t := time.Duration(j.Spec.TimeoutSeconds) * time.Second; t > 0 && t < timeout {
 		timeout = t
 	}
-	_, secret, err := s.Keys.Mint(ctx, auth.System, auth.MintRequest{Name: "runner-job", Role: lockstep.RoleAgent,
+	k, secret, err := s.Keys.Mint(ctx, auth.System, auth.MintRequest{Name: "runner-job", Role: lockstep.RoleAgent,
 		TTL: timeout + 2*s.Config.RunnerLease + time.Minute, Scope: &lockstep.KeyScope{Workspace: j.Workspace}})
+	if err == nil {
+		if err = st.SetRunJobKey(ctx, j.ID, k.ID); err != nil {
+			_ = s.Keys.Revoke(context.WithoutCancel(ctx), auth.System, k.ID)
+		}
+	}
 	if err != nil {
 		_ = st.FinishRunJob(context.WithoutCancel(ctx), j.ID, "", nil, "the server could not issue the job's key: "+lockstep.ErrorMessage(err))
 		writeError(c, err)
@@ -251,6 +275,7 @@ func (s *Server) handleRunnerResult() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
+		s.revokeEndedJobKeys(ctx, st)
 		_ = st.TouchRunner(ctx, r.ID, time.Now())
 		c.JSON(http.StatusOK, gin.H{"ok": true})
 	}
@@ -409,6 +434,7 @@ func (s *Server) followJob(c *gin.Context, st lockstep.RunJobStore, j *lockstep.
 				continue
 			case cur.State == lockstep.JobRunning && cur.LeaseUntil != nil && now.After(*cur.LeaseUntil):
 				_, _ = st.ExpireRunJobs(ctx, now)
+				s.revokeEndedJobKeys(ctx, st)
 				continue
 			case cur.State == lockstep.JobDone || cur.State == lockstep.JobFailed:
 				if lines, err := st.RunJobOutput(ctx, j.ID, seq, maxRunJobLines); err == nil && len(lines) > 0 {
