@@ -39,10 +39,11 @@ type Signature = object.Signature
 
 // The object types a service names.
 const (
-	CommitObject = plumbing.CommitObject
-	TreeObject   = plumbing.TreeObject
-	BlobObject   = plumbing.BlobObject
-	TagObject    = plumbing.TagObject
+	CommitObject  = plumbing.CommitObject
+	TreeObject    = plumbing.TreeObject
+	BlobObject    = plumbing.BlobObject
+	TagObject     = plumbing.TagObject
+	AnyObjectType = plumbing.AnyObject
 )
 
 // ZeroHash is the zero hash: no object (an empty tree for Compare, a

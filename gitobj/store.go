@@ -62,7 +62,9 @@ type Reader interface {
 // Writer adds objects to a network and maintains its pack list.
 type Writer interface {
 	// WriteObjects writes objs as one pack (objects already stored are
-	// skipped).
+	// skipped). An object naming one that is neither in objs nor stored
+	// is refused (unavailable: a GC dropped it during the request;
+	// retry) and nothing is written.
 	WriteObjects(objs []EncodedObject) (WriteStats, error)
 	WriteCommit(spec CommitSpec) (Hash, WriteStats, error)
 	// EditTree computes the tree of edits applied to base and returns
