@@ -108,7 +108,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // editBase is the tree an edit batch applies to: the branch tip's, or for
 // a new branch the tree of the commit it will start from (empty if none).
-func (s *Service) editBase(ctx context.Context, r *lockstep.Repo, n ObjectStore, cur string, opts WriteOptions) (gitobj.Hash, error) {
+func (s *Service) editBase(ctx context.Context, r *lockstep.Repo, n gitobj.Reader, cur string, opts WriteOptions) (gitobj.Hash, error) {
 	from := cur
 	if cur == lockstep.ZeroOID {
 		from = opts.From

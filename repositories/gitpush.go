@@ -291,7 +291,7 @@ func refusal(err error) bool {
 // peelMemo returns the commit (and its tree) an oid names: itself, or the
 // commit an annotated tag (chain) points at; "" when it is not a commit
 // (memo as for peelTagsMemo).
-func peelMemo(n ObjectStore, oid string, memo map[gitobj.Hash]gitobj.Hash) (commit, tree string) {
+func peelMemo(n gitobj.Reader, oid string, memo map[gitobj.Hash]gitobj.Hash) (commit, tree string) {
 	h, _ := peelTagsMemo(n, gitobj.NewHash(oid), memo)
 	if ci, err := n.Commit(h); err == nil {
 		return h.String(), ci.Tree.String()
@@ -311,7 +311,7 @@ const maxTagChain = 100000
 // peelTagsMemo remembers in memo (when not nil) the end of
 // the chain of every tag it walked through, so that many refs naming tags
 // of one long chain cost one walk of it, not one each.
-func peelTagsMemo(n ObjectStore, h gitobj.Hash, memo map[gitobj.Hash]gitobj.Hash) (peeled gitobj.Hash, tag bool) {
+func peelTagsMemo(n gitobj.Reader, h gitobj.Hash, memo map[gitobj.Hash]gitobj.Hash) (peeled gitobj.Hash, tag bool) {
 	var walked []gitobj.Hash
 	for range maxTagChain {
 		if end, ok := memo[h]; ok {
@@ -387,7 +387,7 @@ func validateTag(name string) error {
 // checkGitObject checks that a pushed ref's new value is stored: a branch
 // names a commit whose tree and parents exist, a tag any stored object
 // (a tag object's target was checked when its pack was received).
-func checkGitObject(n ObjectStore, c RefCommand) error {
+func checkGitObject(n gitobj.Reader, c RefCommand) error {
 	if c.New == lockstep.ZeroOID {
 		return nil
 	}

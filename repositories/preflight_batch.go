@@ -142,7 +142,7 @@ func (s *Service) PreflightBatch(ctx context.Context, actor *lockstep.Key, baseN
 
 // preflightWorkspace is one item of a batch: the workspace (looked up
 // unless ws is given), its authorization, its tip, the merge.
-func (s *Service) preflightWorkspace(ctx context.Context, actor *lockstep.Key, base *lockstep.Repo, n ObjectStore, ours gitobj.Hash,
+func (s *Service) preflightWorkspace(ctx context.Context, actor *lockstep.Key, base *lockstep.Repo, n gitobj.Reader, ours gitobj.Hash,
 	req MergeRequest, name string, ws *lockstep.Repo, commits *merge.CommitCache, it *PreflightBatchItem) (*merge.Result, gitobj.Hash, error) {
 	if ws == nil {
 		var err error

@@ -341,7 +341,7 @@ func (s *Service) commitTree(ctx context.Context, actor *lockstep.Key, r *lockst
 const forcedPushAttempts = 6
 
 // writeCommit writes one commit authored by opts.Author or the key.
-func (s *Service) writeCommit(n ObjectStore, actor *lockstep.Key, tree gitobj.Hash, parents []gitobj.Hash, msg, author string) (gitobj.Hash, gitobj.WriteStats, error) {
+func (s *Service) writeCommit(n gitobj.Writer, actor *lockstep.Key, tree gitobj.Hash, parents []gitobj.Hash, msg, author string) (gitobj.Hash, gitobj.WriteStats, error) {
 	when := s.now()
 	committer := gitobj.Signature{Name: actor.Name, Email: actor.Name + "@lockstep.local", When: when}
 	a := committer

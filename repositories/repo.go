@@ -263,7 +263,7 @@ func missingOr(err, nf error) error {
 }
 
 // resolveBase resolves a revision without ancestry suffixes.
-func (s *Service) resolveBase(ctx context.Context, n ObjectStore, r *lockstep.Repo, rev, full string) (gitobj.Hash, error) {
+func (s *Service) resolveBase(ctx context.Context, n gitobj.Reader, r *lockstep.Repo, rev, full string) (gitobj.Hash, error) {
 	if lockstep.IsOID(rev) {
 		h := gitobj.NewHash(rev)
 		if _, err := n.Commit(h); err != nil {
@@ -310,7 +310,7 @@ func (s *Service) resolveBase(ctx context.Context, n ObjectStore, r *lockstep.Re
 
 // abbrev resolves an abbreviated commit oid; ok is false when name is not
 // one (not hex, too short, or no such object).
-func (s *Service) abbrev(n ObjectStore, r *lockstep.Repo, name, full string) (gitobj.Hash, bool, error) {
+func (s *Service) abbrev(n gitobj.Reader, r *lockstep.Repo, name, full string) (gitobj.Hash, bool, error) {
 	if len(name) < gitobj.MinAbbrev || len(name) > 40 || strings.Trim(name, "0123456789abcdef") != "" {
 		return gitobj.ZeroHash, false, nil
 	}

@@ -66,7 +66,7 @@ const maxUndoneWalk = 1000
 // commits a rollback of base's branch to target undoes: the first-parent
 // chain from the tip down to the merge base with target (where promotes
 // land), newest first. Best effort: a failure to read offers nothing.
-func (s *Service) compensationOffers(ctx context.Context, r *lockstep.Repo, n ObjectStore, opts WriteOptions, target gitobj.Hash) []lockstep.CompensationOffer {
+func (s *Service) compensationOffers(ctx context.Context, r *lockstep.Repo, n gitobj.Reader, opts WriteOptions, target gitobj.Hash) []lockstep.CompensationOffer {
 	tip, err := s.branchTip(ctx, r, opts.Branch)
 	if err != nil || tip == target {
 		return nil

@@ -306,7 +306,7 @@ func (s *Service) ResyncMirrors(ctx context.Context) error {
 }
 
 // syncMirror runs SyncMirror and records what it could not mirror.
-func (s *Service) syncMirror(ctx context.Context, n ObjectStore, name string, refs map[string]gitobj.Hash) {
+func (s *Service) syncMirror(ctx context.Context, n gitobj.RefMirror, name string, refs map[string]gitobj.Hash) {
 	s.clearMirrorProblems(name)
 	err := n.SyncMirror(name, refs)
 	var me *gitobj.MirrorError
