@@ -3,9 +3,10 @@
 // compare-and-swap, rollback, merge, git receive, the on-disk ref mirror
 // and compaction. It is the one place a ref moves (workspaces and the
 // gate's landing call it). It orchestrates the object storage of a network
-// (the ObjectStore seam, gitobj.Store: a local bare repository or object storage), the metadata store
-// (lockstep.Store, the source of truth for refs) and the operations log so
-// that a failure half-way leaves nothing visible:
+// (the ObjectStore seam, gitobj.Store: a local bare repository or object
+// storage), the metadata store (lockstep.Store, the source of truth for
+// refs) and the operations log so that a failure half-way leaves nothing
+// visible:
 //
 //  1. objects are written (and fsynced) first;
 //  2. the ref moves by compare-and-swap in the metadata store, in the same
