@@ -59,6 +59,61 @@ func TestDomainImportsNoDriver(t *testing.T) {
 	}
 }
 
+// TestServicesNameNoGitAdapter keeps the object-store seam: the
+// services (and web) reach objects through gitobj's interfaces
+// (repositories.ObjectStore = gitobj.Store), opened by the
+// repositories.Config.Objects that cmd chose, so none of them depends,
+// even indirectly, on an implementation (repo, replica), and none
+// imports go-git itself: gitobj names its hash and object types. Only
+// the merge engine, which reads objects through go-git's storer
+// interface, imports go-git directly. gitobj is types and interfaces:
+// of our packages it uses only the root package.
+func TestServicesNameNoGitAdapter(t *testing.T) {
+	const mod = "github.com/lockstep-hq/lockstep"
+	services := []string{".", "./repositories", "./workspaces", "./gate", "./checkpoints", "./effects", "./delivery", "./web"}
+	adapters := []string{mod + "/repo", mod + "/replica"}
+	for _, pkg := range services {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) < 2 {
+			t.Fatalf("go list -deps %s listed %d packages: %q", pkg, len(lines), out)
+		}
+		for _, line := range lines {
+			f := strings.Fields(line)
+			dep, imports := f[0], f[1:]
+			if match(dep, adapters) != "" {
+				t.Errorf("%s depends on %s (an object-store implementation): reach objects through gitobj", pkg, dep)
+			}
+			// go-git directly: only gitobj (the aliases) and merge (the
+			// engine) among our packages.
+			if !strings.HasPrefix(dep, mod) || dep == mod+"/gitobj" || dep == mod+"/merge" || match(dep, adapters) != "" {
+				continue
+			}
+			for _, imp := range imports {
+				if strings.HasPrefix(imp, "github.com/go-git/") {
+					t.Errorf("%s depends on %s, which imports %s: use gitobj's types", pkg, dep, imp)
+				}
+			}
+		}
+	}
+	out, err := exec.Command("go", "list", "-deps", "./gitobj").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps ./gitobj: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 2 {
+		t.Fatalf("go list -deps ./gitobj listed %q", out)
+	}
+	for _, dep := range deps {
+		if strings.HasPrefix(dep, mod+"/") && dep != mod+"/gitobj" && !strings.HasPrefix(dep, mod+"/internal/") {
+			t.Errorf("gitobj depends on %s: it holds types and interfaces, using only the root package", dep)
+		}
+	}
+}
+
 // TestReplicaNamesNoBackend keeps the bucket seam: the object-storage
 // mode reaches its packs through bucket.Bucket, whichever backend cmd
 // chose by URL scheme, so it depends on none of them (nor on an S3

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/merge"
-	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
 )
 
@@ -17,8 +15,8 @@ type PromoteTarget struct {
 	Workspace *lockstep.Repo
 	Base      *lockstep.Repo
 	Branch    string
-	Commit    plumbing.Hash
-	Tree      plumbing.Hash
+	Commit    gitobj.Hash
+	Tree      gitobj.Hash
 	// HoldEffectClasses are the effect classes the base branch's policy
 	// holds for a reviewer (set by Promote from the policy).
 	HoldEffectClasses []string
@@ -83,14 +81,14 @@ func (s *Service) Target(ctx context.Context, wsName, commit string) (*PromoteTa
 // PromoteChanges lists what the workspace commit changes relative to its
 // merge base with the base branch: the workspace's own work, not what the
 // base did meanwhile.
-func (s *Service) PromoteChanges(ctx context.Context, t *PromoteTarget) ([]repo.FileChange, error) {
+func (s *Service) PromoteChanges(ctx context.Context, t *PromoteTarget) ([]gitobj.FileChange, error) {
 	n, err := s.repos.Network(t.Base.Network)
 	if err != nil {
 		return nil, err
 	}
 	tip, err := s.repos.Tip(ctx, t.Base, t.Branch)
 	if lockstep.ErrorCode(err) == lockstep.ENOTFOUND {
-		return n.Compare(plumbing.ZeroHash, t.Commit, repo.CompareOptions{MaxPatchBytes: 1})
+		return n.Compare(gitobj.ZeroHash, t.Commit, gitobj.CompareOptions{MaxPatchBytes: 1})
 	}
 	if err != nil {
 		return nil, err
@@ -99,7 +97,7 @@ func (s *Service) PromoteChanges(ctx context.Context, t *PromoteTarget) ([]repo.
 	if err != nil {
 		return nil, err
 	}
-	return n.Compare(mb, t.Commit, repo.CompareOptions{MaxPatchBytes: 1})
+	return n.Compare(mb, t.Commit, gitobj.CompareOptions{MaxPatchBytes: 1})
 }
 
 // PromotePreflight merges the commit into the base branch's current tip in

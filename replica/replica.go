@@ -26,7 +26,8 @@
 //     registering.
 //
 // Package replica is an adapter (like sqlstore and s3packs): the domain
-// reaches it through repositories.ObjectStore.
+// reaches it through gitobj.Store (repositories.ObjectStore), opened by
+// Manager, a gitobj.Opener.
 package replica
 
 import (
@@ -42,8 +43,8 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/bucket"
+	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/repo"
-	"github.com/lockstep-hq/lockstep/repositories"
 )
 
 // DefaultGrace is the default grace period (Config.Grace).
@@ -86,9 +87,9 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Manager opens networks in object-storage mode (its Open is a
-// repositories.Config.OpenNetwork) and runs GC and the notification
-// subscriber.
+// Manager opens networks in object-storage mode (a gitobj.Opener:
+// repositories.Config.Objects; a gitobj.Shared, as several replicas
+// share its networks) and runs GC and the notification subscriber.
 type Manager struct {
 	cfg Config
 
@@ -191,16 +192,14 @@ func (m *Manager) notified(network string, gen int64) {
 }
 
 // Open opens the cache of the network whose bare repository is dir
-// (networks/<name>.git) in object-storage mode: a repositories.Config
-// OpenNetwork. Local packs the database does not list as live are
+// (networks/<name>.git) in object-storage mode (gitobj.Opener). Local packs the database does not list as live are
 // adopted (uploaded and registered: a crash after an upload, or a data
 // directory that was in local mode) or, when retired, removed; then the
 // cache catches up with the database.
-func (m *Manager) Open(dir string, opts repo.Options) (repositories.ObjectStore, error) {
+func (m *Manager) Open(dir string, oo gitobj.OpenOptions) (gitobj.Store, error) {
 	name := strings.TrimSuffix(filepath.Base(dir), ".git")
 	n := &Network{m: m, name: name, gen: -1}
-	opts.OnPack = n.onPack
-	opts.OnMiss = n.onMiss
+	opts := repo.Options{Fsync: oo.Fsync, TempGrace: oo.TempGrace, OnPack: n.onPack, OnMiss: n.onMiss}
 	rn, err := repo.Open(dir, opts)
 	if err != nil {
 		return nil, err
@@ -221,6 +220,23 @@ func (m *Manager) Open(dir string, opts repo.Options) (repositories.ObjectStore,
 	m.mu.Unlock()
 	return n, nil
 }
+
+// SharesNetworks reports true: several replicas share the networks
+// (gitobj.Shared).
+func (m *Manager) SharesNetworks() bool { return true }
+
+// SweepTemps removes the temp files a crash left in the cache dir of a
+// network (gitobj.TempSweeper): the cache is a local bare repository.
+func (m *Manager) SweepTemps(dir string, grace time.Duration, now time.Time) gitobj.TempSweep {
+	return repo.RemoveStaleTemps(dir, grace, now)
+}
+
+var (
+	_ gitobj.Shared      = (*Manager)(nil)
+	_ gitobj.TempSweeper = (*Manager)(nil)
+	_ gitobj.Store       = (*Network)(nil)
+	_ gitobj.Refresher   = (*Network)(nil)
+)
 
 // unavailable wraps an object-store failure of op as a 503. The message
 // names the operation only: the cause (which may name the endpoint's host

@@ -18,6 +18,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
 	"github.com/lockstep-hq/lockstep/redislock"
 	"github.com/lockstep-hq/lockstep/replica"
@@ -84,7 +85,7 @@ func (e *env) replica(grace time.Duration) *replicaT {
 
 func (r *replicaT) open(t *testing.T, network string) repositories.ObjectStore {
 	t.Helper()
-	n, err := r.m.Open(filepath.Join(r.dir, network+".git"), repo.Options{Fsync: true})
+	n, err := r.m.Open(filepath.Join(r.dir, network+".git"), gitobj.OpenOptions{Fsync: true})
 	if err != nil {
 		t.Fatalf("open %s: %v", network, err)
 	}
@@ -620,7 +621,7 @@ func TestRefreshOncePerRequest(t *testing.T) {
 	m := replica.New(replica.Config{Objects: e.objects, Packs: cp, Grace: time.Hour,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(func() { m.Close() })
-	na, err := m.Open(filepath.Join(t.TempDir(), "net.git"), repo.Options{})
+	na, err := m.Open(filepath.Join(t.TempDir(), "net.git"), gitobj.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 )
 
-// MinAbbrev is the shortest abbreviated object id accepted (git's
-// minimum).
-const MinAbbrev = 4
-
 // ExpandPrefix returns up to limit distinct stored objects whose id starts
 // with the lowercase hex prefix (MinAbbrev to 40 digits), in no particular
 // order: one result is a unique abbreviation, two an ambiguous one. It

@@ -11,40 +11,6 @@ import (
 	"github.com/lockstep-hq/lockstep"
 )
 
-// CommitSpec describes a commit to create.
-type CommitSpec struct {
-	Tree      plumbing.Hash
-	Parents   []plumbing.Hash
-	Author    object.Signature
-	Committer object.Signature
-	Message   string
-}
-
-// CommitInfo is a decoded commit.
-type CommitInfo struct {
-	Hash      plumbing.Hash    `json:"hash"`
-	Tree      plumbing.Hash    `json:"tree"`
-	Parents   []plumbing.Hash  `json:"parents"`
-	Author    object.Signature `json:"author"`
-	Committer object.Signature `json:"committer"`
-	Message   string           `json:"message"`
-}
-
-// EncodeCommit builds the commit object for spec without writing it.
-func EncodeCommit(spec CommitSpec) plumbing.EncodedObject {
-	c := &object.Commit{
-		Author:       spec.Author,
-		Committer:    spec.Committer,
-		Message:      spec.Message,
-		TreeHash:     spec.Tree,
-		ParentHashes: spec.Parents,
-	}
-	obj := &plumbing.MemoryObject{}
-	// Encoding into a MemoryObject cannot fail.
-	_ = c.Encode(obj)
-	return obj
-}
-
 // WriteCommit writes the commit for spec as one loose object (durable when
 // Options.Fsync) and returns its hash. The tree and parents must exist
 // (not_found otherwise). Rollback is WriteCommit with an older tree.

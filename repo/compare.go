@@ -14,44 +14,6 @@ import (
 	"github.com/go-git/go-git/v5/utils/merkletrie"
 )
 
-// CompareOptions tune Compare.
-type CompareOptions struct {
-	// Context is the number of context lines around each hunk
-	// (default 3; negative means 0).
-	Context int
-	// MaxPatchBytes bounds the total size of the patches returned; once it
-	// is reached the remaining files come without a patch and with
-	// PatchTruncated set (0 = 1 MiB).
-	MaxPatchBytes int64
-}
-
-// FileChange is one changed path between two trees.
-type FileChange struct {
-	Path string `json:"path"`
-	// Status is "added", "deleted", "modified", "mode_changed" (same
-	// content, mode 100644 <-> 100755) or "type_changed" (file, symlink
-	// and submodule turned into one another).
-	Status  string        `json:"status"`
-	OldMode string        `json:"old_mode,omitempty"`
-	NewMode string        `json:"new_mode,omitempty"`
-	OldHash plumbing.Hash `json:"old_hash"`
-	NewHash plumbing.Hash `json:"new_hash"`
-	// Added and Removed count lines (0 for binary files).
-	Added   int `json:"added"`
-	Removed int `json:"removed"`
-	// Binary is set when either side has a NUL byte in its first 8000
-	// bytes, as git decides; binary files get no patch.
-	Binary bool `json:"binary"`
-	// Patch is the unified diff with git-style headers (diff --git,
-	// mode lines, index, ---/+++).
-	Patch string `json:"patch,omitempty"`
-	// PatchTruncated is set when the patch was left out: the total
-	// CompareOptions.MaxPatchBytes was reached, or a side is over 16 MiB
-	// (then no line diff runs and Added/Removed count every line of the
-	// new/old file, an upper bound).
-	PatchTruncated bool `json:"patch_truncated,omitempty"`
-}
-
 // Compare lists the files that differ from base to head (commits or
 // trees), sorted by path, with unified diffs. Only subtrees whose hashes
 // differ are read. Directories are not reported, only the files in them;

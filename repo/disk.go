@@ -42,10 +42,6 @@ func DiskError(err error) error {
 // diskError is DiskError for this package's writers.
 func diskError(err error) error { return DiskError(err) }
 
-// DefaultTempGrace is the age after which a temp file is taken as left
-// by a crash when Options.TempGrace is not set.
-const DefaultTempGrace = 15 * time.Minute
-
 // tempPrefixes start the names of temp files written into a network
 // directory: ours (".tmp_"), git's pack-objects / index-pack ("tmp_pack_",
 // "tmp_idx_", "tmp_rev_", "tmp_mtimes_", "tmp_obj_") and git repack's
@@ -59,12 +55,6 @@ func isTempName(name string) bool {
 		}
 	}
 	return false
-}
-
-// TempSweep says what RemoveStaleTemps removed.
-type TempSweep struct {
-	Files int
-	Bytes int64
 }
 
 // RemoveStaleTemps deletes the temp files that a crash (SIGKILL, power

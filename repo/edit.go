@@ -12,15 +12,6 @@ import (
 	"github.com/lockstep-hq/lockstep"
 )
 
-// TreeEdit is one change to a tree: write a regular file (Delete false)
-// or delete a file or a whole directory (Delete true).
-type TreeEdit struct {
-	Path       string
-	Delete     bool
-	Content    []byte
-	Executable bool
-}
-
 // EditTree applies edits, in order, to the tree base (ZeroHash for an
 // empty tree) and returns the new root tree and the objects to write
 // (blobs and the trees on the edited paths; nothing is written here).
@@ -34,7 +25,7 @@ type TreeEdit struct {
 // not_found for a delete of a path that does not exist; too_large when a
 // file exceeds lim.MaxFileBytes or the edits lim.MaxUploadBytes in all.
 func (n *Network) EditTree(base plumbing.Hash, edits []TreeEdit, lim Limits) (plumbing.Hash, []plumbing.EncodedObject, error) {
-	lim = lim.withDefaults()
+	lim = lim.WithDefaults()
 	if len(edits) > lim.MaxFiles {
 		return plumbing.ZeroHash, nil, lockstep.Errorf(lockstep.ETOOLARGE, "%d edits: at most %d per request", len(edits), lim.MaxFiles)
 	}

@@ -38,45 +38,6 @@ import (
 // before its commit point; Open puts back what a crash left there.
 const gcTrashPrefix = "gc-trash-"
 
-// GCOptions configure one CollectGarbage.
-type GCOptions struct {
-	// Roots are the commits (or any objects) that must stay with their
-	// closure: refs and retained commits.
-	Roots []plumbing.Hash
-	// Cutoff: only objects of packs and loose files last modified (object
-	// storage: registered) before it may be dropped.
-	Cutoff time.Time
-	// DryRun computes what would be dropped and changes nothing.
-	DryRun bool
-	// Commit is the commit point, called once the dropped objects are no
-	// longer visible and before they are deleted; an error puts them back
-	// and is returned. p and retire are object storage's: the pack
-	// holding the live objects of the replaced packs (nil when none) and
-	// the packs it replaces; nil and empty in local mode.
-	// It returns the network's generation after the commit.
-	Commit func(p *lockstep.PackRecord, retire []string) (int64, error)
-}
-
-// GCStats says what one CollectGarbage dropped (or, dry, would drop).
-type GCStats struct {
-	// Objects counts unreachable objects dropped, Packs the packs removed
-	// (replaced by one holding their live objects, if any), Loose the
-	// loose object files removed, Bytes the bytes freed (pack bytes of
-	// the dropped objects plus the removed loose files).
-	Objects int   `json:"objects"`
-	Packs   int   `json:"packs"`
-	Loose   int   `json:"loose"`
-	Bytes   int64 `json:"bytes"`
-}
-
-// Add adds o to s.
-func (s *GCStats) Add(o GCStats) {
-	s.Objects += o.Objects
-	s.Packs += o.Packs
-	s.Loose += o.Loose
-	s.Bytes += o.Bytes
-}
-
 // PackEntry is one object of a pack with its packed size (bytes in the
 // pack, delta or not).
 type PackEntry struct {

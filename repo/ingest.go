@@ -22,59 +22,6 @@ import (
 	"github.com/lockstep-hq/lockstep"
 )
 
-// Limits bound an upload (tar or pack).
-type Limits struct {
-	// MaxUploadBytes bounds the decompressed size of the whole upload.
-	MaxUploadBytes int64
-	// MaxFileBytes bounds the size of one file (blob).
-	MaxFileBytes int64
-	// MaxFiles bounds the number of tar entries, or of objects in a pack.
-	MaxFiles int
-}
-
-// DefaultLimits returns the limits used for a zero field of Limits:
-// 512 MiB per upload (decompressed), 100 MiB per file, 100,000 files.
-// (A function, not a variable: no package-level mutable state.)
-func DefaultLimits() Limits {
-	return Limits{MaxUploadBytes: 512 << 20, MaxFileBytes: 100 << 20, MaxFiles: 100_000}
-}
-
-func (l Limits) withDefaults() Limits {
-	d := DefaultLimits()
-	if l.MaxUploadBytes <= 0 {
-		l.MaxUploadBytes = d.MaxUploadBytes
-	}
-	if l.MaxFileBytes <= 0 {
-		l.MaxFileBytes = d.MaxFileBytes
-	}
-	if l.MaxFiles <= 0 {
-		l.MaxFiles = d.MaxFiles
-	}
-	return l
-}
-
-// Ingest is a worktree read from a tar stream: its root tree and every
-// blob and tree object it needs (not yet written; pass Objects to
-// WriteObjects, then call Close).
-type Ingest struct {
-	Tree    plumbing.Hash            `json:"tree"`
-	Objects []plumbing.EncodedObject `json:"-"`
-	// Files counts regular files and symlinks.
-	Files int `json:"files"`
-	// Bytes is the total size of file contents.
-	Bytes int64 `json:"bytes"`
-
-	spool *spool // large blobs, see spoolThreshold
-}
-
-// Close removes the temporary file holding the upload's large blobs.
-// Objects must not be read after Close (write them first).
-func (in *Ingest) Close() {
-	if in != nil {
-		in.spool.close()
-	}
-}
-
 // IngestTar reads a tar stream (gzip-compressed or not: the gzip magic is
 // sniffed) and builds its blobs and canonically sorted trees in memory.
 // Modes: 100644, 100755 for any exec bit, 120000 for symlinks (the target
@@ -111,7 +58,7 @@ func (n *Network) IngestTar(ctx context.Context, r io.Reader, lim Limits) (*Inge
 }
 
 func ingestTar(ctx context.Context, r io.Reader, lim Limits, spoolDir string, threshold int64) (in *Ingest, err error) {
-	lim = lim.withDefaults()
+	lim = lim.WithDefaults()
 	var sp *spool
 	defer func() {
 		if err != nil {
@@ -293,7 +240,7 @@ func ingestTar(ctx context.Context, r io.Reader, lim Limits, spoolDir string, th
 	if err := b.checkSymlinks(); err != nil {
 		return nil, err
 	}
-	in = &Ingest{Files: b.files, Bytes: b.bytes, spool: sp}
+	in = &Ingest{Files: b.files, Bytes: b.bytes, Spool: sp}
 	seen := map[plumbing.Hash]bool{}
 	add := func(o plumbing.EncodedObject) {
 		if h := o.Hash(); !seen[h] {

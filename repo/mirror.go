@@ -39,16 +39,6 @@ func checkRepoName(repo string) error {
 	return nil
 }
 
-// CheckRefName checks that ref is a full ref name git accepts (exactly
-// the rules of git check-ref-format, lockstep.CheckRefFormat) starting
-// with "refs/".
-func CheckRefName(ref string) error {
-	if !strings.HasPrefix(ref, "refs/") || len(ref) > 1024 {
-		return lockstep.Errorf(lockstep.EINVALID, "invalid ref name %q: want refs/… of at most 1024 bytes", ref)
-	}
-	return lockstep.CheckRefFormat(ref)
-}
-
 func isRefComponent(c string) bool {
 	if strings.Contains(c, "..") {
 		return false
@@ -174,34 +164,6 @@ func (n *Network) refExists(ns, full, ref string) bool {
 		}
 	}
 	return false
-}
-
-// RefProblem is a ref the on-disk mirror cannot hold: a name git refuses
-// or a write that failed (for example a file/directory clash with another
-// ref that an older server let into the store).
-type RefProblem struct {
-	Repo string
-	Ref  string
-	Err  error
-}
-
-// MirrorError lists the refs SyncMirror skipped; every other ref of the
-// repository was synced.
-type MirrorError struct {
-	Problems []RefProblem
-}
-
-func (e *MirrorError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d refs not mirrored:", len(e.Problems))
-	for i, p := range e.Problems {
-		if i == 5 {
-			fmt.Fprintf(&b, " …")
-			break
-		}
-		fmt.Fprintf(&b, " %s %s (%v);", p.Repo, p.Ref, p.Err)
-	}
-	return strings.TrimSuffix(b.String(), ";")
 }
 
 // SyncMirror makes the on-disk refs of namespace repo exactly refs (keys

@@ -70,7 +70,7 @@ func TestPrescanMatchesScanner(t *testing.T) {
 	pack := packObjects(t, dir+"/.git", c+"\n", "--revs")
 	limits := []Limits{{}, {MaxFileBytes: 4000}, {MaxUploadBytes: 6000}}
 	for i := range limits {
-		limits[i] = limits[i].withDefaults()
+		limits[i] = limits[i].WithDefaults()
 	}
 	dictCases := 0
 	check := func(data []byte) {

@@ -16,27 +16,6 @@ import (
 	"github.com/lockstep-hq/lockstep"
 )
 
-// TreeEntry is one entry of a tree listing.
-type TreeEntry struct {
-	Name string `json:"name"`
-	Path string `json:"path"`
-	// Mode is git's octal mode: "100644", "100755", "120000", "040000",
-	// "160000".
-	Mode string `json:"mode"`
-	// Type is "blob", "tree", "symlink" or "commit" (a submodule).
-	Type string        `json:"type"`
-	Hash plumbing.Hash `json:"hash"`
-	// Size is the blob size (files and symlinks), 0 otherwise.
-	Size int64 `json:"size"`
-}
-
-// BlobInfo describes a file returned by Blob.
-type BlobInfo struct {
-	Hash plumbing.Hash `json:"hash"`
-	Mode string        `json:"mode"`
-	Size int64         `json:"size"`
-}
-
 func modeString(m filemode.FileMode) string { return fmt.Sprintf("%06o", uint32(m)) }
 
 func entryType(m filemode.FileMode) string {

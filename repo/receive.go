@@ -45,7 +45,7 @@ import (
 // pack and for its inflated objects, MaxFileBytes per blob, MaxFiles
 // objects); nothing is written then.
 func (n *Network) ReceivePack(r io.Reader, lim Limits) (WriteStats, error) {
-	lim = lim.withDefaults()
+	lim = lim.WithDefaults()
 	// The pack goes to a temporary file, not memory; large blobs are
 	// spooled as they are parsed (overlay.SetEncodedObject).
 	f, err := os.CreateTemp(filepath.Join(n.dir, "objects", "pack"), "tmp_pack_recv_")

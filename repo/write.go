@@ -21,19 +21,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/objfile"
 )
 
-// WriteStats says what a write added to the store.
-type WriteStats struct {
-	// Objects is the number of objects written (objects already stored are
-	// skipped and not counted).
-	Objects int `json:"objects"`
-	// Bytes is the number of bytes written to disk (pack + index, or the
-	// compressed loose object).
-	Bytes int64 `json:"bytes"`
-}
-
-// Add accumulates o into s.
-func (s *WriteStats) Add(o WriteStats) { s.Objects += o.Objects; s.Bytes += o.Bytes }
-
 // packCompression is the zlib level of pack entries. Level 1 is ~3x faster
 // than the default for a few percent more bytes; git reads any level.
 const packCompression = zlib.BestSpeed

@@ -6,15 +6,13 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitobj"
 )
 
 // Edit is one file change of an edit batch: write Content at Path, or
 // delete Path (a file or a whole directory).
-type Edit = repo.TreeEdit
+type Edit = gitobj.TreeEdit
 
 // MaxEditPaths bounds how many paths an edit's operations-log entry lists.
 const MaxEditPaths = 50
@@ -110,7 +108,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // editBase is the tree an edit batch applies to: the branch tip's, or for
 // a new branch the tree of the commit it will start from (empty if none).
-func (s *Service) editBase(ctx context.Context, r *lockstep.Repo, n ObjectStore, cur string, opts WriteOptions) (plumbing.Hash, error) {
+func (s *Service) editBase(ctx context.Context, r *lockstep.Repo, n gitobj.Reader, cur string, opts WriteOptions) (gitobj.Hash, error) {
 	from := cur
 	if cur == lockstep.ZeroOID {
 		from = opts.From
@@ -120,17 +118,17 @@ func (s *Service) editBase(ctx context.Context, r *lockstep.Repo, n ObjectStore,
 			}
 		}
 		if from == "" {
-			return plumbing.ZeroHash, nil
+			return gitobj.ZeroHash, nil
 		}
 		h, err := s.Resolve(ctx, r, from)
 		if err != nil {
-			return plumbing.ZeroHash, err
+			return gitobj.ZeroHash, err
 		}
 		from = h.String()
 	}
-	c, err := n.Commit(plumbing.NewHash(from))
+	c, err := n.Commit(gitobj.NewHash(from))
 	if err != nil {
-		return plumbing.ZeroHash, err
+		return gitobj.ZeroHash, err
 	}
 	return c.Tree, nil
 }

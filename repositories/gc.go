@@ -9,10 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitobj"
 )
 
 // Object GC (issue 28 item 1; docs/replicas.md "Object GC"). The
@@ -47,7 +45,7 @@ func (s *Service) objectsSince(ctx context.Context, t0 time.Time) time.Time {
 	if rs, ok := lockstep.RequestStart(ctx); ok && (since.IsZero() || rs.Before(since)) {
 		since = rs
 	}
-	if since.IsZero() || !s.cfg.Shared {
+	if since.IsZero() || !s.shared {
 		return since
 	}
 	return since.Add(-gcClockSkew)
@@ -69,7 +67,7 @@ type GCResult struct {
 	DryRun    bool   `json:"dry_run"`
 	Retention string `json:"retention"`
 	Networks  int    `json:"networks"`
-	repo.GCStats
+	gitobj.GCStats
 	// BucketPacks counts packs deleted from the object store (retired
 	// longer than the grace period ago); object storage only.
 	BucketPacks int `json:"bucket_packs_deleted"`
@@ -166,7 +164,7 @@ func (s *Service) GC(ctx context.Context, actor *lockstep.Key, opts GCOptions) (
 // retention, and its empty directory stays.
 func (s *Service) gcNetworks(ctx context.Context, gcs lockstep.GCStore) ([]string, error) {
 	nets, err := gcs.GCNetworks(ctx)
-	if err != nil || s.cfg.Shared {
+	if err != nil || s.shared {
 		return nets, err
 	}
 	dirs, err := filepath.Glob(filepath.Join(s.cfg.DataDir, "networks", "*.git"))
@@ -191,23 +189,23 @@ func (s *Service) GCPlan(ctx context.Context, repoName string, retention time.Du
 
 // gcNetwork runs one network's GC, again when its commit point found a
 // ref moved meanwhile (up to gcAttempts; then busy).
-func (s *Service) gcNetwork(ctx context.Context, gcs lockstep.GCStore, name string, cutoff time.Time, dry bool) (repo.GCStats, bool, error) {
+func (s *Service) gcNetwork(ctx context.Context, gcs lockstep.GCStore, name string, cutoff time.Time, dry bool) (gitobj.GCStats, bool, error) {
 	for attempt := 1; ; attempt++ {
 		roots, err := gcs.GCRoots(ctx, name)
 		if err != nil {
-			return repo.GCStats{}, false, err
+			return gitobj.GCStats{}, false, err
 		}
 		n, err := s.network(ctx, name)
 		if err != nil {
-			return repo.GCStats{}, false, err
+			return gitobj.GCStats{}, false, err
 		}
 		seen := map[string]string{}
 		allowed := map[string]bool{}
-		var tips []plumbing.Hash
+		var tips []gitobj.Hash
 		add := func(oid string) {
-			if oid != "" && oid != lockstep.ZeroOID && !allowed[oid] && plumbing.IsHash(oid) {
+			if oid != "" && oid != lockstep.ZeroOID && !allowed[oid] && gitobj.IsHash(oid) {
 				allowed[oid] = true
-				tips = append(tips, plumbing.NewHash(oid))
+				tips = append(tips, gitobj.NewHash(oid))
 			}
 		}
 		for _, r := range roots.Refs {
@@ -228,7 +226,7 @@ func (s *Service) gcNetwork(ctx context.Context, gcs lockstep.GCStore, name stri
 			}
 			return nil
 		}
-		st, err := n.CollectGarbage(ctx, repo.GCOptions{Roots: tips, Cutoff: cutoff, DryRun: dry,
+		st, err := n.CollectGarbage(ctx, gitobj.GCOptions{Roots: tips, Cutoff: cutoff, DryRun: dry,
 			Commit: func(p *lockstep.PackRecord, retire []string) (int64, error) {
 				return gcs.CommitGC(ctx, name, check, p, retire)
 			}})
@@ -239,9 +237,9 @@ func (s *Service) gcNetwork(ctx context.Context, gcs lockstep.GCStore, name stri
 			continue
 		case c == lockstep.EREFCONFLICT || c == lockstep.ECONFLICT:
 			s.log.InfoContext(ctx, "gc: network busy, left for the next run", "network", name, "error", err)
-			return repo.GCStats{}, true, nil
+			return gitobj.GCStats{}, true, nil
 		default:
-			return repo.GCStats{}, false, err
+			return gitobj.GCStats{}, false, err
 		}
 	}
 }

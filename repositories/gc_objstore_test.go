@@ -47,7 +47,7 @@ func objReplicas(t *testing.T, n int) ([]*servicetest.World, *s3packs.Store) {
 			return st.Deleted, err
 		}
 		worlds = append(worlds, servicetest.MustWorld(t, servicetest.Options{DB: dbURL,
-			Repos: repositories.Config{OpenNetwork: m.Open, Shared: true, SweepBucket: sweep}}))
+			Repos: repositories.Config{Objects: m, SweepBucket: sweep}}))
 	}
 	return worlds, objects
 }

@@ -9,11 +9,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
-
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitobj"
 )
 
 // RefCommand is one ref update of a `git push`: the client's old value is
@@ -112,7 +109,7 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		refuseRest(lockstep.Errorf(lockstep.EINVALID, "atomic push failed"))
 		return nil, results, nil
 	}
-	var stats repo.WriteStats
+	var stats gitobj.WriteStats
 	if pack != nil {
 		stats, unpackErr = n.ReceivePack(pack, s.cfg.Limits)
 		if unpackErr != nil {
@@ -124,7 +121,7 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		s.afterWrite(r.Network, n)
 	}
 	var updates []refUpdate
-	peeled := map[plumbing.Hash]plumbing.Hash{}
+	peeled := map[gitobj.Hash]gitobj.Hash{}
 	for i, c := range cmds {
 		if results[i].Err != nil {
 			continue
@@ -153,7 +150,7 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		m.Tentative = whole && !atomic
 		err := s.move(ctx, m)
 		if err == nil {
-			push.Stats = repo.WriteStats{}
+			push.Stats = gitobj.WriteStats{}
 		}
 		return err
 	}
@@ -241,13 +238,13 @@ func (s *Service) GitRefs(ctx context.Context, repoName string) (head string, re
 	s.problemsMu.Unlock()
 	var n ObjectStore
 	kept := map[string]bool{}
-	peeled := map[plumbing.Hash]plumbing.Hash{} // tag → the end of its chain, for this answer
+	peeled := map[gitobj.Hash]gitobj.Hash{} // tag → the end of its chain, for this answer
 	refs = make([]AdvertisedRef, 0, len(stored))
 	for _, ref := range stored {
 		// What the on-disk mirror could not hold (a name git refuses, the
 		// second of "a" and "a/b", which older servers let in) is not
 		// advertised either: git clients would refuse the whole list.
-		if skip[ref.Name] || repo.CheckRefName(ref.Name) != nil || underKept(kept, ref.Name) {
+		if skip[ref.Name] || gitobj.CheckRefName(ref.Name) != nil || underKept(kept, ref.Name) {
 			continue
 		}
 		kept[ref.Name] = true
@@ -258,7 +255,7 @@ func (s *Service) GitRefs(ctx context.Context, repoName string) (head string, re
 					return "", nil, err
 				}
 			}
-			if h, tag := peelTagsMemo(n, plumbing.NewHash(ref.OID), peeled); tag {
+			if h, tag := peelTagsMemo(n, gitobj.NewHash(ref.OID), peeled); tag {
 				a.Peeled = h.String()
 			}
 		}
@@ -294,8 +291,8 @@ func refusal(err error) bool {
 // peelMemo returns the commit (and its tree) an oid names: itself, or the
 // commit an annotated tag (chain) points at; "" when it is not a commit
 // (memo as for peelTagsMemo).
-func peelMemo(n ObjectStore, oid string, memo map[plumbing.Hash]plumbing.Hash) (commit, tree string) {
-	h, _ := peelTagsMemo(n, plumbing.NewHash(oid), memo)
+func peelMemo(n gitobj.Reader, oid string, memo map[gitobj.Hash]gitobj.Hash) (commit, tree string) {
+	h, _ := peelTagsMemo(n, gitobj.NewHash(oid), memo)
 	if ci, err := n.Commit(h); err == nil {
 		return h.String(), ci.Tree.String()
 	}
@@ -314,19 +311,19 @@ const maxTagChain = 100000
 // peelTagsMemo remembers in memo (when not nil) the end of
 // the chain of every tag it walked through, so that many refs naming tags
 // of one long chain cost one walk of it, not one each.
-func peelTagsMemo(n ObjectStore, h plumbing.Hash, memo map[plumbing.Hash]plumbing.Hash) (peeled plumbing.Hash, tag bool) {
-	var walked []plumbing.Hash
+func peelTagsMemo(n gitobj.Reader, h gitobj.Hash, memo map[gitobj.Hash]gitobj.Hash) (peeled gitobj.Hash, tag bool) {
+	var walked []gitobj.Hash
 	for range maxTagChain {
 		if end, ok := memo[h]; ok {
 			h, tag = end, true
 			break
 		}
-		t, err := object.GetTag(n.Objects(), h)
+		target, err := gitobj.TagTarget(n.Objects(), h)
 		if err != nil {
 			break
 		}
 		walked = append(walked, h)
-		h, tag = t.Target, true
+		h, tag = target, true
 	}
 	if memo != nil {
 		for _, w := range walked {
@@ -390,11 +387,11 @@ func validateTag(name string) error {
 // checkGitObject checks that a pushed ref's new value is stored: a branch
 // names a commit whose tree and parents exist, a tag any stored object
 // (a tag object's target was checked when its pack was received).
-func checkGitObject(n ObjectStore, c RefCommand) error {
+func checkGitObject(n gitobj.Reader, c RefCommand) error {
 	if c.New == lockstep.ZeroOID {
 		return nil
 	}
-	h := plumbing.NewHash(c.New)
+	h := gitobj.NewHash(c.New)
 	if strings.HasPrefix(c.Ref, "refs/tags/") {
 		if !n.Has(h) {
 			return lockstep.Errorf(lockstep.EINVALID, "%s is not an object in this repository", c.New)

@@ -3,11 +3,9 @@ package repositories
 import (
 	"context"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/merge"
-	"github.com/lockstep-hq/lockstep/repo"
 )
 
 // The exported primitives below are what the workspaces service and the
@@ -17,7 +15,7 @@ import (
 
 // Tip is a branch's commit. Errors: not_found when the branch does not
 // exist.
-func (s *Service) Tip(ctx context.Context, r *lockstep.Repo, branch string) (plumbing.Hash, error) {
+func (s *Service) Tip(ctx context.Context, r *lockstep.Repo, branch string) (gitobj.Hash, error) {
 	return s.branchTip(ctx, r, branch)
 }
 
@@ -29,19 +27,19 @@ func (s *Service) MergeOptions(deep bool) merge.Options {
 // Materialize merges theirs into r's branch req.Ours and moves it (see
 // Merge) for why (why.Op names the operation in the log; why.Change, a
 // promote's workspace status, commits in the same transaction as the ref).
-func (s *Service) Materialize(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs plumbing.Hash, why Reason) (*MergeResponse, error) {
+func (s *Service) Materialize(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs gitobj.Hash, why Reason) (*MergeResponse, error) {
 	return s.materialize(ctx, actor, r, req, theirs, why)
 }
 
 // LandCommit brings commit (with tree) onto r's branch: the branch is
 // created when it does not exist yet, else commit is merged into it by
 // mode (Materialize). why.Change commits in the same transaction as the ref.
-func (s *Service) LandCommit(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, branch string, commit, tree plumbing.Hash,
+func (s *Service) LandCommit(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, branch string, commit, tree gitobj.Hash,
 	mode, message string, why Reason) (*MergeResponse, error) {
 	if _, terr := s.branchTip(ctx, r, branch); lockstep.ErrorCode(terr) == lockstep.ENOTFOUND {
 		res := &MergeResponse{Clean: true, FastForward: true, Theirs: commit.String(), Tree: tree.String(), Commit: commit.String(), Branch: branch, Conflicts: []merge.Conflict{}}
 		lockstep.StageResult(ctx, res)
-		if err := s.move(ctx, branchMove(actor, r, branch, lockstep.ZeroOID, commit.String(), tree.String(), repo.WriteStats{}, why)); err != nil {
+		if err := s.move(ctx, branchMove(actor, r, branch, lockstep.ZeroOID, commit.String(), tree.String(), gitobj.WriteStats{}, why)); err != nil {
 			return nil, err
 		}
 		return res, nil
@@ -54,7 +52,7 @@ func (s *Service) LandCommit(ctx context.Context, actor *lockstep.Key, r *lockst
 // on-disk mirror; a failure is remembered (MirrorProblems), not returned:
 // the store already holds the truth.
 func (s *Service) MirrorNew(ctx context.Context, r *lockstep.Repo, refs []lockstep.Ref) {
-	if s.cfg.Shared {
+	if s.shared {
 		// Shared networks: the mirror is rewritten from the store before
 		// git serves r (PrepareGit), so a fork touches neither the cache
 		// nor the object store.
@@ -65,9 +63,9 @@ func (s *Service) MirrorNew(ctx context.Context, r *lockstep.Repo, refs []lockst
 		s.mirrorFailed(ctx, r.Name, "", err)
 		return
 	}
-	m := make(map[string]plumbing.Hash, len(refs))
+	m := make(map[string]gitobj.Hash, len(refs))
 	for _, ref := range refs {
-		m[ref.Name] = plumbing.NewHash(ref.OID)
+		m[ref.Name] = gitobj.NewHash(ref.OID)
 	}
 	s.syncMirror(ctx, n, r.Name, m)
 	if err := n.MirrorHEAD(r.Name, r.DefaultBranch); err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/internal/servicetest"
 	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
@@ -16,7 +17,7 @@ import (
 // a duration assertion.
 const hangGuard = 60 * time.Second
 
-// heldCompaction is the real local object store (repositories.OpenLocal)
+// heldCompaction is the real local object store (repo.Local)
 // whose Compact reports that it started and then holds, as a long git
 // repack would, until its context is cancelled (or the test releases
 // it), before running the real Compact under that context.
@@ -52,14 +53,14 @@ func TestCloseCancelsRunningCompaction(t *testing.T) {
 	held := &heldCompaction{started: make(chan struct{}), release: make(chan struct{})}
 	w := servicetest.MustWorld(t, servicetest.Options{Repos: repositories.Config{
 		CompactPacks: 1,
-		OpenNetwork: func(dir string, opts repo.Options) (repositories.ObjectStore, error) {
-			n, err := repositories.OpenLocal(dir, opts)
+		Objects: gitobj.OpenerFunc(func(dir string, opts gitobj.OpenOptions) (gitobj.Store, error) {
+			n, err := repo.Local{}.Open(dir, opts)
 			if err != nil {
 				return nil, err
 			}
 			held.ObjectStore = n
 			return held, nil
-		},
+		}),
 	}})
 	// Registered after MustWorld's cleanups, so it runs before them: on
 	// broken code the held compaction ends and the world's Close returns.

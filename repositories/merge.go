@@ -6,12 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
-
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/merge"
-	"github.com/lockstep-hq/lockstep/repo"
 )
 
 // MergeRequest asks for a merge of Theirs into the branch Ours of a
@@ -114,7 +111,7 @@ func (s *Service) mergeOptions(req MergeRequest, markers bool) merge.Options {
 		NoRenames: req.Renames != nil && !*req.Renames, RenameLimit: s.cfg.MergeRenameLimit}
 }
 
-func (s *Service) preflight(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs plumbing.Hash, start time.Time) (*MergeResponse, error) {
+func (s *Service) preflight(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs gitobj.Hash, start time.Time) (*MergeResponse, error) {
 	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return nil, err
@@ -141,18 +138,18 @@ func (s *Service) preflight(ctx context.Context, actor *lockstep.Key, r *lockste
 	return out, nil
 }
 
-func (s *Service) branchTip(ctx context.Context, r *lockstep.Repo, branch string) (plumbing.Hash, error) {
+func (s *Service) branchTip(ctx context.Context, r *lockstep.Repo, branch string) (gitobj.Hash, error) {
 	ref, err := s.store.Ref(ctx, r.ID, branchRef(branch))
 	if err != nil {
 		if lockstep.ErrorCode(err) == lockstep.ENOTFOUND {
-			return plumbing.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "branch %s not found in %s", branch, r.Name)
+			return gitobj.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "branch %s not found in %s", branch, r.Name)
 		}
-		return plumbing.ZeroHash, err
+		return gitobj.ZeroHash, err
 	}
-	return plumbing.NewHash(ref.OID), nil
+	return gitobj.NewHash(ref.OID), nil
 }
 
-func response(res *merge.Result, ours, theirs plumbing.Hash, branch string) *MergeResponse {
+func response(res *merge.Result, ours, theirs gitobj.Hash, branch string) *MergeResponse {
 	out := &MergeResponse{Clean: res.Clean, FastForward: res.FastForward, UpToDate: res.UpToDate, MergeBase: hashStr(res.MergeBase),
 		Ours: ours.String(), Theirs: theirs.String(), Tree: hashStr(res.Tree), Branch: branch, Conflicts: res.Conflicts}
 	if out.Conflicts == nil {
@@ -161,7 +158,7 @@ func response(res *merge.Result, ours, theirs plumbing.Hash, branch string) *Mer
 	return out
 }
 
-func hashStr(h plumbing.Hash) string {
+func hashStr(h gitobj.Hash) string {
 	if h.IsZero() {
 		return ""
 	}
@@ -172,7 +169,7 @@ func hashStr(h plumbing.Hash) string {
 // preflight), writes a fast-forward or a merge commit, and moves the branch
 // by compare-and-swap; if the branch moved meanwhile it recomputes, at most
 // MergeRetries times.
-func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs plumbing.Hash,
+func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs gitobj.Hash,
 	why Reason) (*MergeResponse, error) {
 	if why.Start.IsZero() {
 		why.Start = s.now()
@@ -225,21 +222,21 @@ func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *locks
 		if mode == "" {
 			mode = "merge"
 		}
-		var newTip plumbing.Hash
-		var stats repo.WriteStats
+		var newTip gitobj.Hash
+		var stats gitobj.WriteStats
 		switch {
 		case res.FastForward && mode != "squash":
 			newTip = theirs
 		case mode == "fast_forward":
 			return lockstep.Errorf(lockstep.EINVALID, "%s cannot be fast-forwarded to %s: the histories diverged (use mode merge or squash)", req.Ours, req.Theirs)
 		default:
-			parents := []plumbing.Hash{ours, theirs}
+			parents := []gitobj.Hash{ours, theirs}
 			msg := req.Message
 			if msg == "" {
 				msg = fmt.Sprintf("Merge %s into %s", req.Theirs, req.Ours)
 			}
 			if mode == "squash" {
-				parents = []plumbing.Hash{ours}
+				parents = []gitobj.Hash{ours}
 				if req.Message == "" {
 					msg = fmt.Sprintf("Squash %s into %s", req.Theirs, req.Ours)
 				}
@@ -279,19 +276,19 @@ func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *locks
 	return final, nil
 }
 
-func (s *Service) encodeCommit(actor *lockstep.Key, tree plumbing.Hash, parents []plumbing.Hash, msg string) plumbing.EncodedObject {
-	sig := object.Signature{Name: actor.Name, Email: actor.Name + "@lockstep.local", When: s.now()}
+func (s *Service) encodeCommit(actor *lockstep.Key, tree gitobj.Hash, parents []gitobj.Hash, msg string) gitobj.EncodedObject {
+	sig := gitobj.Signature{Name: actor.Name, Email: actor.Name + "@lockstep.local", When: s.now()}
 	if !strings.HasSuffix(msg, "\n") {
 		msg += "\n"
 	}
-	return repo.EncodeCommit(repo.CommitSpec{Tree: tree, Parents: parents, Author: sig, Committer: sig, Message: msg})
+	return gitobj.EncodeCommit(gitobj.CommitSpec{Tree: tree, Parents: parents, Author: sig, Committer: sig, Message: msg})
 }
 
 // writeMarkers stores the conflicted merge (files with diff3 markers) as a
 // two-parent commit on the side branch conflicts/<ours>, so an agent can
 // check it out, fix the markers and push.
 func (s *Service) writeMarkers(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, n ObjectStore, ov *merge.Overlay,
-	req MergeRequest, res *merge.Result, out *MergeResponse, ours, theirs plumbing.Hash, start time.Time) (*MergeResponse, error) {
+	req MergeRequest, res *merge.Result, out *MergeResponse, ours, theirs gitobj.Hash, start time.Time) (*MergeResponse, error) {
 	side := "conflicts/" + req.Ours
 	if err := lockstep.ValidateBranch(side); err != nil {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "on_conflict=markers: the side branch %s is not a valid branch name (%s)", side, lockstep.ErrorMessage(err))
@@ -301,7 +298,7 @@ func (s *Service) writeMarkers(ctx context.Context, actor *lockstep.Key, r *lock
 		paths = append(paths, c.Path)
 	}
 	msg := fmt.Sprintf("Merge %s into %s (with conflict markers)\n\nConflicts:\n\t%s", req.Theirs, req.Ours, strings.Join(paths, "\n\t"))
-	commit := s.encodeCommit(actor, res.Tree, []plumbing.Hash{ours, theirs}, msg)
+	commit := s.encodeCommit(actor, res.Tree, []gitobj.Hash{ours, theirs}, msg)
 	stats, err := n.WriteObjects(append(ov.Objects(), commit))
 	if err != nil {
 		return nil, err

@@ -3,10 +3,9 @@ package repositories
 import (
 	"context"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
+	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/merge"
 )
 
@@ -143,31 +142,31 @@ func (s *Service) PreflightBatch(ctx context.Context, actor *lockstep.Key, baseN
 
 // preflightWorkspace is one item of a batch: the workspace (looked up
 // unless ws is given), its authorization, its tip, the merge.
-func (s *Service) preflightWorkspace(ctx context.Context, actor *lockstep.Key, base *lockstep.Repo, n ObjectStore, ours plumbing.Hash,
-	req MergeRequest, name string, ws *lockstep.Repo, commits *merge.CommitCache, it *PreflightBatchItem) (*merge.Result, plumbing.Hash, error) {
+func (s *Service) preflightWorkspace(ctx context.Context, actor *lockstep.Key, base *lockstep.Repo, n gitobj.Reader, ours gitobj.Hash,
+	req MergeRequest, name string, ws *lockstep.Repo, commits *merge.CommitCache, it *PreflightBatchItem) (*merge.Result, gitobj.Hash, error) {
 	if ws == nil {
 		var err error
 		if ws, err = s.Repo(ctx, name); err != nil {
-			return nil, plumbing.ZeroHash, err
+			return nil, gitobj.ZeroHash, err
 		}
 	}
 	if err := actor.InScope(ws); err != nil {
-		return nil, plumbing.ZeroHash, err
+		return nil, gitobj.ZeroHash, err
 	}
 	if ws.Network != base.Network {
-		return nil, plumbing.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "%s is not in the fork network of %s", ws.Name, base.Name)
+		return nil, gitobj.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "%s is not in the fork network of %s", ws.Name, base.Name)
 	}
 	it.Theirs = ws.Name + ":" + ws.DefaultBranch
 	theirs, err := s.branchTip(ctx, ws, ws.DefaultBranch)
 	if err != nil {
-		return nil, plumbing.ZeroHash, err
+		return nil, gitobj.ZeroHash, err
 	}
 	req.Theirs = it.Theirs
 	opts := s.mergeOptions(req, false)
 	opts.Commits = commits
 	res, err := merge.Merge(ctx, merge.NewOverlay(n.Objects()), ours, theirs, opts)
 	if err != nil {
-		return nil, plumbing.ZeroHash, err
+		return nil, gitobj.ZeroHash, err
 	}
 	return res, theirs, nil
 }

@@ -9,11 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
-
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitobj"
 )
 
 // WriteOptions are the compare-and-swap rules of every branch write
@@ -97,8 +94,8 @@ func (s *Service) PushTree(ctx context.Context, actor *lockstep.Key, repoName, t
 	// Only the tree itself: an uploaded tree's closure was checked when
 	// its pack was received. Any other error than a miss is reported as
 	// it is, not as a missing tree.
-	if _, err := n.Objects().EncodedObject(plumbing.TreeObject, plumbing.NewHash(tree)); err != nil {
-		if errors.Is(err, plumbing.ErrObjectNotFound) {
+	if _, err := n.Objects().EncodedObject(gitobj.TreeObject, gitobj.NewHash(tree)); err != nil {
+		if errors.Is(err, gitobj.ErrObjectNotFound) {
 			return nil, lockstep.Errorf(lockstep.ENOTFOUND, "tree %s not found: upload its objects first", tree)
 		}
 		return nil, fmt.Errorf("read tree %s: %w", tree, err)
@@ -108,16 +105,16 @@ func (s *Service) PushTree(ctx context.Context, actor *lockstep.Key, repoName, t
 	// upload found stored. Check it again (only what differs from the
 	// branch's tree), now that the ref move is refused if a GC commits
 	// after this request began.
-	var base plumbing.Hash
+	var base gitobj.Hash
 	if tip, err := s.branchTip(ctx, r, opts.Branch); err == nil {
 		if ci, err := n.Commit(tip); err == nil {
 			base = ci.Tree
 		}
 	}
-	if err := n.CheckClosure(plumbing.NewHash(tree), base); err != nil {
+	if err := n.CheckClosure(gitobj.NewHash(tree), base); err != nil {
 		return nil, err
 	}
-	return s.commitTree(ctx, actor, r, plumbing.NewHash(tree), repo.WriteStats{}, opts, Reason{Op: "push", Start: start})
+	return s.commitTree(ctx, actor, r, gitobj.NewHash(tree), gitobj.WriteStats{}, opts, Reason{Op: "push", Start: start})
 }
 
 // Missing returns which of oids the repository's network lacks.
@@ -132,12 +129,12 @@ func (s *Service) Missing(ctx context.Context, actor *lockstep.Key, repoName str
 	if len(oids) > 100_000 {
 		return nil, lockstep.Errorf(lockstep.ETOOLARGE, "at most 100000 oids per request")
 	}
-	hs := make([]plumbing.Hash, len(oids))
+	hs := make([]gitobj.Hash, len(oids))
 	for i, o := range oids {
 		if err := lockstep.ValidateOID("oid", o); err != nil {
 			return nil, err
 		}
-		hs[i] = plumbing.NewHash(o)
+		hs[i] = gitobj.NewHash(o)
 	}
 	n, err := s.network(ctx, r.Network)
 	if err != nil {
@@ -152,17 +149,17 @@ func (s *Service) Missing(ctx context.Context, actor *lockstep.Key, repoName str
 
 // UploadPack stores a client-built packfile after validating every object
 // and logs it (op objects.upload, the objects and bytes it stored).
-func (s *Service) UploadPack(ctx context.Context, actor *lockstep.Key, repoName string, body io.Reader) (repo.WriteStats, error) {
+func (s *Service) UploadPack(ctx context.Context, actor *lockstep.Key, repoName string, body io.Reader) (gitobj.WriteStats, error) {
 	r, err := s.Repo(ctx, repoName)
 	if err != nil {
-		return repo.WriteStats{}, err
+		return gitobj.WriteStats{}, err
 	}
 	if err := writable(actor, r); err != nil {
-		return repo.WriteStats{}, err
+		return gitobj.WriteStats{}, err
 	}
 	n, err := s.network(ctx, r.Network)
 	if err != nil {
-		return repo.WriteStats{}, err
+		return gitobj.WriteStats{}, err
 	}
 	start := s.now()
 	stats, err := n.ReceivePack(body, s.cfg.Limits)
@@ -178,7 +175,7 @@ func (s *Service) UploadPack(ctx context.Context, actor *lockstep.Key, repoName 
 	e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "objects.upload", Repo: r.Name, TraceID: traceID(ctx),
 		Objects: stats.Objects, Bytes: stats.Bytes, DurationUS: s.now().Sub(start).Microseconds()}
 	if err := s.store.AppendOp(ctx, e); err != nil {
-		return repo.WriteStats{}, err
+		return gitobj.WriteStats{}, err
 	}
 	return stats, nil
 }
@@ -259,8 +256,8 @@ func (s *Service) checkRefClash(ctx context.Context, r *lockstep.Repo, ref strin
 // commitTree makes a commit of tree on top of the branch and moves the
 // branch (why.Op names the operation). Forced writes without expect_oid
 // are recomputed when the branch moves under them (forcedPushAttempts).
-func (s *Service) commitTree(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, tree plumbing.Hash,
-	stats repo.WriteStats, opts WriteOptions, why Reason) (*PushResult, error) {
+func (s *Service) commitTree(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, tree gitobj.Hash,
+	stats gitobj.WriteStats, opts WriteOptions, why Reason) (*PushResult, error) {
 	// The operation started before the objects were written (a tar push
 	// ingests first): its duration_ms and log entry count from there.
 	if why.Start.IsZero() {
@@ -282,7 +279,7 @@ func (s *Service) commitTree(ctx context.Context, actor *lockstep.Key, r *lockst
 		if err != nil {
 			return s.logFailure(ctx, actor, r, why.Op, opts.Branch, t0, err)
 		}
-		var parents []plumbing.Hash
+		var parents []gitobj.Hash
 		parent := cur
 		if cur == lockstep.ZeroOID {
 			from := opts.From
@@ -300,8 +297,8 @@ func (s *Service) commitTree(ctx context.Context, actor *lockstep.Key, r *lockst
 			}
 		}
 		if parent != lockstep.ZeroOID {
-			p := plumbing.NewHash(parent)
-			parents = []plumbing.Hash{p}
+			p := gitobj.NewHash(parent)
+			parents = []gitobj.Hash{p}
 			pc, err := n.Commit(p)
 			if err != nil {
 				return err
@@ -344,14 +341,14 @@ func (s *Service) commitTree(ctx context.Context, actor *lockstep.Key, r *lockst
 const forcedPushAttempts = 6
 
 // writeCommit writes one commit authored by opts.Author or the key.
-func (s *Service) writeCommit(n ObjectStore, actor *lockstep.Key, tree plumbing.Hash, parents []plumbing.Hash, msg, author string) (plumbing.Hash, repo.WriteStats, error) {
+func (s *Service) writeCommit(n gitobj.Writer, actor *lockstep.Key, tree gitobj.Hash, parents []gitobj.Hash, msg, author string) (gitobj.Hash, gitobj.WriteStats, error) {
 	when := s.now()
-	committer := object.Signature{Name: actor.Name, Email: actor.Name + "@lockstep.local", When: when}
+	committer := gitobj.Signature{Name: actor.Name, Email: actor.Name + "@lockstep.local", When: when}
 	a := committer
 	if author != "" {
 		sig, err := parseAuthor(author)
 		if err != nil {
-			return plumbing.ZeroHash, repo.WriteStats{}, err
+			return gitobj.ZeroHash, gitobj.WriteStats{}, err
 		}
 		a = sig
 		a.When = when
@@ -359,7 +356,7 @@ func (s *Service) writeCommit(n ObjectStore, actor *lockstep.Key, tree plumbing.
 	if !strings.HasSuffix(msg, "\n") {
 		msg += "\n"
 	}
-	return n.WriteCommit(repo.CommitSpec{Tree: tree, Parents: parents, Author: a, Committer: committer, Message: msg})
+	return n.WriteCommit(gitobj.CommitSpec{Tree: tree, Parents: parents, Author: a, Committer: committer, Message: msg})
 }
 
 // checkLanding refuses (invalid_argument) to move a branch to a commit
@@ -377,7 +374,7 @@ func (s *Service) checkLanding(ctx context.Context, r *lockstep.Repo, commit str
 	if err != nil {
 		return err
 	}
-	ci, err := n.Commit(plumbing.NewHash(commit))
+	ci, err := n.Commit(gitobj.NewHash(commit))
 	if err != nil {
 		return err
 	}
@@ -404,12 +401,12 @@ func (s *Service) logFailure(ctx context.Context, actor *lockstep.Key, r *lockst
 	return err
 }
 
-func parseAuthor(a string) (object.Signature, error) {
+func parseAuthor(a string) (gitobj.Signature, error) {
 	addr, err := mail.ParseAddress(a)
 	if err != nil || addr.Name == "" {
-		return object.Signature{}, lockstep.Errorf(lockstep.EINVALID, "author %q: want \"Name <email>\"", a)
+		return gitobj.Signature{}, lockstep.Errorf(lockstep.EINVALID, "author %q: want \"Name <email>\"", a)
 	}
-	return object.Signature{Name: addr.Name, Email: addr.Address}, nil
+	return gitobj.Signature{Name: addr.Name, Email: addr.Address}, nil
 }
 
 func resultOf(err error) string {

@@ -4,22 +4,20 @@ import (
 	"context"
 	"io"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/merge"
-	"github.com/lockstep-hq/lockstep/repo"
 )
 
 // open resolves a repository and a revision of it.
-func (s *Service) open(ctx context.Context, repoName, rev string) (*lockstep.Repo, ObjectStore, plumbing.Hash, error) {
+func (s *Service) open(ctx context.Context, repoName, rev string) (*lockstep.Repo, ObjectStore, gitobj.Hash, error) {
 	r, err := s.Repo(ctx, repoName)
 	if err != nil {
-		return nil, nil, plumbing.ZeroHash, err
+		return nil, nil, gitobj.ZeroHash, err
 	}
 	n, err := s.network(ctx, r.Network)
 	if err != nil {
-		return nil, nil, plumbing.ZeroHash, err
+		return nil, nil, gitobj.ZeroHash, err
 	}
 	if rev == "" {
 		rev = r.DefaultBranch
@@ -30,17 +28,17 @@ func (s *Service) open(ctx context.Context, repoName, rev string) (*lockstep.Rep
 
 // Log lists commits reachable from rev in git log order, after the cursor
 // commit when given.
-func (s *Service) Log(ctx context.Context, repoName, rev string, limit int, after string) ([]repo.CommitInfo, error) {
+func (s *Service) Log(ctx context.Context, repoName, rev string, limit int, after string) ([]gitobj.CommitInfo, error) {
 	_, n, h, err := s.open(ctx, repoName, rev)
 	if err != nil {
 		return nil, err
 	}
-	cursor := plumbing.ZeroHash
+	cursor := gitobj.ZeroHash
 	if after != "" {
 		if err := lockstep.ValidateOID("after", after); err != nil {
 			return nil, err
 		}
-		cursor = plumbing.NewHash(after)
+		cursor = gitobj.NewHash(after)
 	}
 	if limit <= 0 || limit > 1000 {
 		limit = 50
@@ -49,7 +47,7 @@ func (s *Service) Log(ctx context.Context, repoName, rev string, limit int, afte
 }
 
 // Commit returns one commit.
-func (s *Service) Commit(ctx context.Context, repoName, rev string) (*repo.CommitInfo, error) {
+func (s *Service) Commit(ctx context.Context, repoName, rev string) (*gitobj.CommitInfo, error) {
 	_, n, h, err := s.open(ctx, repoName, rev)
 	if err != nil {
 		return nil, err
@@ -58,7 +56,7 @@ func (s *Service) Commit(ctx context.Context, repoName, rev string) (*repo.Commi
 }
 
 // Tree lists the entries of a directory at rev.
-func (s *Service) Tree(ctx context.Context, repoName, rev, path string) ([]repo.TreeEntry, error) {
+func (s *Service) Tree(ctx context.Context, repoName, rev, path string) ([]gitobj.TreeEntry, error) {
 	_, n, h, err := s.open(ctx, repoName, rev)
 	if err != nil {
 		return nil, err
@@ -67,7 +65,7 @@ func (s *Service) Tree(ctx context.Context, repoName, rev, path string) ([]repo.
 }
 
 // Blob opens a file at rev.
-func (s *Service) Blob(ctx context.Context, repoName, rev, path string) (*repo.BlobInfo, io.ReadCloser, error) {
+func (s *Service) Blob(ctx context.Context, repoName, rev, path string) (*gitobj.BlobInfo, io.ReadCloser, error) {
 	_, n, h, err := s.open(ctx, repoName, rev)
 	if err != nil {
 		return nil, nil, err
@@ -90,11 +88,11 @@ func (s *Service) Archive(ctx context.Context, repoName, rev string, w io.Writer
 
 // CompareResult is the answer to a compare.
 type CompareResult struct {
-	Base    string            `json:"base"`
-	Head    string            `json:"head"`
-	Files   []repo.FileChange `json:"files"`
-	Added   int               `json:"added"`
-	Removed int               `json:"removed"`
+	Base    string              `json:"base"`
+	Head    string              `json:"head"`
+	Files   []gitobj.FileChange `json:"files"`
+	Added   int                 `json:"added"`
+	Removed int                 `json:"removed"`
 }
 
 // Compare lists the files changed between base and head with diffs.
@@ -110,13 +108,13 @@ func (s *Service) Compare(ctx context.Context, repoName, base, head string) (*Co
 	if err != nil {
 		return nil, err
 	}
-	files, err := n.Compare(bh, hh, repo.CompareOptions{MaxPatchBytes: s.cfg.ComparePatchBytes})
+	files, err := n.Compare(bh, hh, gitobj.CompareOptions{MaxPatchBytes: s.cfg.ComparePatchBytes})
 	if err != nil {
 		return nil, err
 	}
 	res := &CompareResult{Base: bh.String(), Head: hh.String(), Files: files}
 	if res.Files == nil {
-		res.Files = []repo.FileChange{}
+		res.Files = []gitobj.FileChange{}
 	}
 	for _, f := range files {
 		res.Added += f.Added
@@ -128,15 +126,15 @@ func (s *Service) Compare(ctx context.Context, repoName, base, head string) (*Co
 // ChangesSinceMergeBase lists what head changes relative to its merge base
 // with base (full patches): a review's view of a branch's own work. The
 // merge base is ZeroHash when the histories share none.
-func (s *Service) ChangesSinceMergeBase(ctx context.Context, r *lockstep.Repo, base, head plumbing.Hash) (plumbing.Hash, []repo.FileChange, error) {
+func (s *Service) ChangesSinceMergeBase(ctx context.Context, r *lockstep.Repo, base, head gitobj.Hash) (gitobj.Hash, []gitobj.FileChange, error) {
 	n, err := s.network(ctx, r.Network)
 	if err != nil {
-		return plumbing.ZeroHash, nil, err
+		return gitobj.ZeroHash, nil, err
 	}
 	mb, err := merge.MergeBase(ctx, n.Objects(), base, head)
 	if err != nil {
-		return plumbing.ZeroHash, nil, err
+		return gitobj.ZeroHash, nil, err
 	}
-	files, err := n.Compare(mb, head, repo.CompareOptions{})
+	files, err := n.Compare(mb, head, gitobj.CompareOptions{})
 	return mb, files, err
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitobj"
 )
 
 // One path moves a ref (gitaly's updateref is the model): every write
@@ -59,7 +59,7 @@ type refMove struct {
 	Actor   *lockstep.Key
 	Repo    *lockstep.Repo
 	Updates []refUpdate
-	Stats   repo.WriteStats
+	Stats   gitobj.WriteStats
 	// Checked: the caller checked every new object itself (git receive,
 	// checkGitObject); otherwise move refuses a new commit whose tree
 	// breaks the content rules (checkLanding).
@@ -72,7 +72,7 @@ type refMove struct {
 
 // branchMove is the move of one branch of r from old to new (a commit
 // with tree).
-func branchMove(actor *lockstep.Key, r *lockstep.Repo, branch, old, new, tree string, stats repo.WriteStats, why Reason) refMove {
+func branchMove(actor *lockstep.Key, r *lockstep.Repo, branch, old, new, tree string, stats gitobj.WriteStats, why Reason) refMove {
 	return refMove{Reason: why, Actor: actor, Repo: r, Stats: stats,
 		Updates: []refUpdate{{Ref: branchRef(branch), Old: old, New: new, Tree: tree}}}
 }

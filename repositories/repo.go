@@ -6,11 +6,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitobj"
 )
 
 // CreateRepo creates an empty base repository with its own fork network.
@@ -172,24 +170,24 @@ func writable(actor *lockstep.Key, r *lockstep.Repo) error { return CanMoveRefs(
 // and "~" (the first parent). A name that is both a branch and a hex
 // prefix is the branch, as in git. Errors: not_found, invalid_argument
 // (malformed, or an ambiguous abbreviation).
-func (s *Service) Resolve(ctx context.Context, r *lockstep.Repo, rev string) (plumbing.Hash, error) {
+func (s *Service) Resolve(ctx context.Context, r *lockstep.Repo, rev string) (gitobj.Hash, error) {
 	n, err := s.network(ctx, r.Network)
 	if err != nil {
-		return plumbing.ZeroHash, err
+		return gitobj.ZeroHash, err
 	}
 	base, steps, err := splitRevSuffix(rev)
 	if err != nil {
-		return plumbing.ZeroHash, err
+		return gitobj.ZeroHash, err
 	}
 	h, err := s.resolveBase(ctx, n, r, base, rev)
 	if err != nil {
-		return plumbing.ZeroHash, err
+		return gitobj.ZeroHash, err
 	}
 	for _, st := range steps {
 		for range st.count {
 			c, err := n.Commit(h)
 			if err != nil {
-				return plumbing.ZeroHash, missingOr(err, lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", h, r.Name))
+				return gitobj.ZeroHash, missingOr(err, lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", h, r.Name))
 			}
 			p := 1
 			if st.op == '^' {
@@ -199,7 +197,7 @@ func (s *Service) Resolve(ctx context.Context, r *lockstep.Repo, rev string) (pl
 				break // ^0 is the commit itself
 			}
 			if len(c.Parents) < p {
-				return plumbing.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "revision %s not found in %s: %s has %d parent(s)", rev, r.Name, h.String()[:12], len(c.Parents))
+				return gitobj.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "revision %s not found in %s: %s has %d parent(s)", rev, r.Name, h.String()[:12], len(c.Parents))
 			}
 			h = c.Parents[p-1]
 		}
@@ -258,18 +256,18 @@ func splitRevSuffix(rev string) (string, []revStep, error) {
 // err itself otherwise: a read that failed (out of file descriptors, an
 // I/O error) is never answered as a missing commit.
 func missingOr(err, nf error) error {
-	if lockstep.ErrorCode(err) == lockstep.ENOTFOUND || errors.Is(err, plumbing.ErrObjectNotFound) {
+	if lockstep.ErrorCode(err) == lockstep.ENOTFOUND || errors.Is(err, gitobj.ErrObjectNotFound) {
 		return nf
 	}
 	return err
 }
 
 // resolveBase resolves a revision without ancestry suffixes.
-func (s *Service) resolveBase(ctx context.Context, n ObjectStore, r *lockstep.Repo, rev, full string) (plumbing.Hash, error) {
+func (s *Service) resolveBase(ctx context.Context, n gitobj.Reader, r *lockstep.Repo, rev, full string) (gitobj.Hash, error) {
 	if lockstep.IsOID(rev) {
-		h := plumbing.NewHash(rev)
+		h := gitobj.NewHash(rev)
 		if _, err := n.Commit(h); err != nil {
-			return plumbing.ZeroHash, missingOr(err, lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", rev, r.Name))
+			return gitobj.ZeroHash, missingOr(err, lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", rev, r.Name))
 		}
 		return h, nil
 	}
@@ -280,10 +278,10 @@ func (s *Service) resolveBase(ctx context.Context, n ObjectStore, r *lockstep.Re
 	if i := strings.IndexByte(rev, ':'); i >= 0 {
 		other, err := s.Repo(ctx, rev[:i])
 		if err != nil {
-			return plumbing.ZeroHash, err
+			return gitobj.ZeroHash, err
 		}
 		if other.Network != r.Network {
-			return plumbing.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "%s is not in the fork network of %s", other.Name, r.Name)
+			return gitobj.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "%s is not in the fork network of %s", other.Name, r.Name)
 		}
 		target, branch = other, rev[i+1:]
 	}
@@ -293,30 +291,30 @@ func (s *Service) resolveBase(ctx context.Context, n ObjectStore, r *lockstep.Re
 			if h, ok, err := s.abbrev(n, r, branch, full); ok || err != nil {
 				return h, err
 			}
-			return plumbing.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "invalid revision %q: want an oid (4 to 40 hex digits), a branch, or repo:branch, optionally with ~N or ^N", full)
+			return gitobj.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "invalid revision %q: want an oid (4 to 40 hex digits), a branch, or repo:branch, optionally with ~N or ^N", full)
 		}
 		ref = branchRef(branch)
 	}
 	cur, err := s.store.Ref(ctx, target.ID, ref)
 	if err != nil {
 		if lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
-			return plumbing.ZeroHash, err
+			return gitobj.ZeroHash, err
 		}
 		if h, ok, err := s.abbrev(n, r, branch, full); ok || err != nil {
 			return h, err
 		}
-		return plumbing.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "revision %s not found in %s", full, target.Name)
+		return gitobj.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "revision %s not found in %s", full, target.Name)
 	}
-	return plumbing.NewHash(cur.OID), nil
+	return gitobj.NewHash(cur.OID), nil
 }
 
 // abbrev resolves an abbreviated commit oid; ok is false when name is not
 // one (not hex, too short, or no such object).
-func (s *Service) abbrev(n ObjectStore, r *lockstep.Repo, name, full string) (plumbing.Hash, bool, error) {
-	if len(name) < repo.MinAbbrev || len(name) > 40 || strings.Trim(name, "0123456789abcdef") != "" {
-		return plumbing.ZeroHash, false, nil
+func (s *Service) abbrev(n gitobj.Reader, r *lockstep.Repo, name, full string) (gitobj.Hash, bool, error) {
+	if len(name) < gitobj.MinAbbrev || len(name) > 40 || strings.Trim(name, "0123456789abcdef") != "" {
+		return gitobj.ZeroHash, false, nil
 	}
-	var commits []plumbing.Hash
+	var commits []gitobj.Hash
 	for _, h := range n.ExpandPrefix(name, 16) {
 		if _, err := n.Commit(h); err == nil {
 			commits = append(commits, h)
@@ -324,7 +322,7 @@ func (s *Service) abbrev(n ObjectStore, r *lockstep.Repo, name, full string) (pl
 	}
 	switch len(commits) {
 	case 0:
-		return plumbing.ZeroHash, false, nil
+		return gitobj.ZeroHash, false, nil
 	case 1:
 		return commits[0], true, nil
 	}
@@ -332,7 +330,7 @@ func (s *Service) abbrev(n ObjectStore, r *lockstep.Repo, name, full string) (pl
 	for i, h := range commits {
 		names[i] = h.String()
 	}
-	return plumbing.ZeroHash, true, lockstep.Errorf(lockstep.EINVALID, "revision %q is ambiguous in %s: it abbreviates %d commits; give more digits", full, r.Name, len(commits)).
+	return gitobj.ZeroHash, true, lockstep.Errorf(lockstep.EINVALID, "revision %q is ambiguous in %s: it abbreviates %d commits; give more digits", full, r.Name, len(commits)).
 		WithDetails(map[string]any{"candidates": names})
 }
 
@@ -346,7 +344,7 @@ func (s *Service) Unmirror(ctx context.Context, r *lockstep.Repo, refs []lockste
 	}
 	var first error
 	for _, ref := range refs {
-		if err := n.MirrorRef(r.Name, ref.Name, plumbing.ZeroHash); err != nil && first == nil {
+		if err := n.MirrorRef(r.Name, ref.Name, gitobj.ZeroHash); err != nil && first == nil {
 			first = err
 		}
 	}

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/merge"
-	"github.com/lockstep-hq/lockstep/repo"
 )
 
 // Rollback makes a new commit on the branch whose tree is exactly the tree
@@ -54,7 +52,7 @@ func (s *Service) rollback(ctx context.Context, actor *lockstep.Key, repoName, t
 			return inner
 		})()
 	}
-	res, err := s.commitTree(ctx, actor, r, c.Tree, repo.WriteStats{}, opts, why)
+	res, err := s.commitTree(ctx, actor, r, c.Tree, gitobj.WriteStats{}, opts, why)
 	if res != nil {
 		res.Compensations = offers
 	}
@@ -68,7 +66,7 @@ const maxUndoneWalk = 1000
 // commits a rollback of base's branch to target undoes: the first-parent
 // chain from the tip down to the merge base with target (where promotes
 // land), newest first. Best effort: a failure to read offers nothing.
-func (s *Service) compensationOffers(ctx context.Context, r *lockstep.Repo, n ObjectStore, opts WriteOptions, target plumbing.Hash) []lockstep.CompensationOffer {
+func (s *Service) compensationOffers(ctx context.Context, r *lockstep.Repo, n gitobj.Reader, opts WriteOptions, target gitobj.Hash) []lockstep.CompensationOffer {
 	tip, err := s.branchTip(ctx, r, opts.Branch)
 	if err != nil || tip == target {
 		return nil
@@ -153,7 +151,7 @@ func (s *Service) RestoreTree(ctx context.Context, actor *lockstep.Key, wsName, 
 	if err != nil {
 		return nil, err
 	}
-	target, err := n.Commit(plumbing.NewHash(commit))
+	target, err := n.Commit(gitobj.NewHash(commit))
 	if err != nil {
 		return nil, err
 	}

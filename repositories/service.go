@@ -3,9 +3,10 @@
 // compare-and-swap, rollback, merge, git receive, the on-disk ref mirror
 // and compaction. It is the one place a ref moves (workspaces and the
 // gate's landing call it). It orchestrates the object storage of a network
-// (the ObjectStore seam; repo.Network today), the metadata store
-// (lockstep.Store, the source of truth for refs) and the operations log so
-// that a failure half-way leaves nothing visible:
+// (the ObjectStore seam, gitobj.Store: a local bare repository or object
+// storage), the metadata store (lockstep.Store, the source of truth for
+// refs) and the operations log so that a failure half-way leaves nothing
+// visible:
 //
 //  1. objects are written (and fsynced) first;
 //  2. the ref moves by compare-and-swap in the metadata store, in the same
@@ -29,12 +30,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/telemetry"
 )
 
@@ -43,7 +43,7 @@ type Config struct {
 	// DataDir holds networks/<network>.git.
 	DataDir string
 	// Limits bound uploads (tar pushes, packs).
-	Limits repo.Limits
+	Limits gitobj.Limits
 	// Fsync makes object and mirror writes durable before refs move.
 	Fsync bool
 	// MergeRetries bounds how often materialize recomputes when the target
@@ -67,16 +67,18 @@ type Config struct {
 	// folded into one in the background (every push adds a pack and an
 	// open file). 0 never compacts.
 	CompactPacks int
-	// OpenNetwork opens the object storage of the network in dir
-	// (created when missing); nil = OpenLocal, a local bare repository.
-	OpenNetwork func(dir string, opts repo.Options) (ObjectStore, error)
+	// Objects opens the object storage of the network in a directory
+	// (created when missing): repo.Local{} (a local bare repository) or a
+	// *replica.Manager (object storage). Required: opening a network
+	// without it is an internal error. What it implements of gitobj's
+	// optional interfaces decides the mode: a gitobj.Shared opener (its
+	// networks shared by several replicas) has each repository's ref
+	// mirror synced before git serves it, not for every repository at
+	// start; a gitobj.TempSweeper has crash leftovers swept (SweepTemps).
+	Objects gitobj.Opener
 	// TempGrace: temp files in a network older than this are taken as left
-	// by a crash and removed (SweepTemps); 0 = repo.DefaultTempGrace.
+	// by a crash and removed (SweepTemps); 0 = gitobj.DefaultTempGrace.
 	TempGrace time.Duration
-	// Shared: networks are shared by several replicas (object storage;
-	// OpenNetwork returns a Refresher). The ref mirror is then synced per
-	// repository before git serves it, not for every repository at start.
-	Shared bool
 	// SweepBucket, when set (object storage), deletes from the bucket the
 	// packs retired longer than the grace period ago, at the end of a GC
 	// run, and returns how many it deleted.
@@ -86,6 +88,7 @@ type Config struct {
 // Service implements repositories.
 type Service struct {
 	cfg     Config
+	shared  bool // cfg.Objects is a gitobj.Shared that shares its networks
 	store   lockstep.Store
 	log     *slog.Logger
 	metrics *telemetry.Metrics
@@ -136,7 +139,9 @@ func New(cfg Config, store lockstep.Store, log *slog.Logger, metrics *telemetry.
 		log = slog.Default()
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, store: store, log: log, metrics: metrics, now: now,
+	sh, shared := cfg.Objects.(gitobj.Shared)
+	shared = shared && sh.SharesNetworks()
+	return &Service{cfg: cfg, shared: shared, store: store, log: log, metrics: metrics, now: now,
 		tracer: otel.Tracer("lockstep/repositories"), networks: map[string]ObjectStore{}, bgCtx: bgCtx, bgCancel: bgCancel}
 }
 
@@ -188,19 +193,11 @@ func (s *Service) network(ctx context.Context, name string) (ObjectStore, error)
 // refreshTimeout bounds one catch-up of a shared network's cache.
 const refreshTimeout = 5 * time.Minute
 
-// Refresher is an ObjectStore whose objects are shared by several
-// replicas (replica.Network): Refresh brings its cache up to date with
-// what the others wrote, and git's ref mirror of a repository is synced
-// from the store before git serves it.
-type Refresher interface {
-	Refresh(ctx context.Context) error
-}
-
 // PrepareGit returns the network of r for git to serve; with shared
 // networks it first rewrites r's ref mirror from the store (other
 // replicas moved refs this cache has not mirrored).
 func (s *Service) PrepareGit(ctx context.Context, r *lockstep.Repo) (ObjectStore, error) {
-	if !s.cfg.Shared {
+	if !s.shared {
 		return s.Network(r.Network)
 	}
 	// Refs first, then the catch-up: every pack is registered before the
@@ -215,9 +212,9 @@ func (s *Service) PrepareGit(ctx context.Context, r *lockstep.Repo) (ObjectStore
 	if err != nil {
 		return nil, err
 	}
-	m := make(map[string]plumbing.Hash, len(refs))
+	m := make(map[string]gitobj.Hash, len(refs))
 	for _, ref := range refs {
-		m[ref.Name] = plumbing.NewHash(ref.OID)
+		m[ref.Name] = gitobj.NewHash(ref.OID)
 	}
 	unlock := s.lockRepoMirror(r.Name)
 	defer unlock()
@@ -245,11 +242,10 @@ func (s *Service) openNetwork(name string) (ObjectStore, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, fmt.Errorf("create networks dir: %w", err)
 	}
-	open := s.cfg.OpenNetwork
-	if open == nil {
-		open = OpenLocal
+	if s.cfg.Objects == nil {
+		return nil, lockstep.Errorf(lockstep.EINTERNAL, "open network %s: no object store configured (repositories.Config.Objects)", name)
 	}
-	n, err := open(dir, repo.Options{Fsync: s.cfg.Fsync, TempGrace: s.cfg.TempGrace})
+	n, err := s.cfg.Objects.Open(dir, gitobj.OpenOptions{Fsync: s.cfg.Fsync, TempGrace: s.cfg.TempGrace})
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +275,7 @@ func (s *Service) Close() error {
 // remembered (MirrorProblems, shown by /readyz) and skipped: the rest is
 // synced and served. Only an error of the store itself is returned.
 func (s *Service) ResyncMirrors(ctx context.Context) error {
-	if s.cfg.Shared {
+	if s.shared {
 		return nil // per repository, before git serves it (PrepareGit)
 	}
 	repos, err := s.store.ListRepos(ctx, lockstep.RepoFilter{})
@@ -296,9 +292,9 @@ func (s *Service) ResyncMirrors(ctx context.Context) error {
 			s.mirrorFailed(ctx, r.Name, "", err)
 			continue
 		}
-		m := map[string]plumbing.Hash{}
+		m := map[string]gitobj.Hash{}
 		for _, ref := range all[r.Name] {
-			m[ref.Name] = plumbing.NewHash(ref.OID)
+			m[ref.Name] = gitobj.NewHash(ref.OID)
 		}
 		s.syncMirror(ctx, n, r.Name, m)
 		if err := n.MirrorHEAD(r.Name, r.DefaultBranch); err != nil {
@@ -311,10 +307,10 @@ func (s *Service) ResyncMirrors(ctx context.Context) error {
 }
 
 // syncMirror runs SyncMirror and records what it could not mirror.
-func (s *Service) syncMirror(ctx context.Context, n ObjectStore, name string, refs map[string]plumbing.Hash) {
+func (s *Service) syncMirror(ctx context.Context, n gitobj.RefMirror, name string, refs map[string]gitobj.Hash) {
 	s.clearMirrorProblems(name)
 	err := n.SyncMirror(name, refs)
-	var me *repo.MirrorError
+	var me *gitobj.MirrorError
 	switch {
 	case errors.As(err, &me):
 		for _, p := range me.Problems {
@@ -381,7 +377,7 @@ func (s *Service) clearMirrorProblems(repoName string) {
 // store under a per-ref lock so that two updates finishing out of order
 // never leave the older value on disk.
 func (s *Service) mirror(ctx context.Context, r *lockstep.Repo, ref string) {
-	if s.cfg.Shared {
+	if s.shared {
 		return // rewritten from the store before git serves r (PrepareGit)
 	}
 	lk, _ := s.refLocks.LoadOrStore(r.Name+"\x00"+ref, &sync.Mutex{})
@@ -390,11 +386,11 @@ func (s *Service) mirror(ctx context.Context, r *lockstep.Repo, ref string) {
 	defer mu.Unlock()
 	n, err := s.network(ctx, r.Network)
 	if err == nil {
-		oid := plumbing.ZeroHash
+		oid := gitobj.ZeroHash
 		cur, rerr := s.store.Ref(ctx, r.ID, ref)
 		switch {
 		case rerr == nil:
-			oid = plumbing.NewHash(cur.OID)
+			oid = gitobj.NewHash(cur.OID)
 		case lockstep.ErrorCode(rerr) != lockstep.ENOTFOUND:
 			err = rerr
 		}
@@ -415,15 +411,19 @@ func (s *Service) mirror(ctx context.Context, r *lockstep.Repo, ref string) {
 // data directory (only those untouched for TempGrace: never one being
 // written) and logs what it freed. The server runs it at start-up and
 // then periodically.
-func (s *Service) SweepTemps() repo.TempSweep {
+func (s *Service) SweepTemps() gitobj.TempSweep {
 	grace := s.cfg.TempGrace
 	if grace <= 0 {
-		grace = repo.DefaultTempGrace
+		grace = gitobj.DefaultTempGrace
 	}
-	var total repo.TempSweep
+	var total gitobj.TempSweep
+	sw, ok := s.cfg.Objects.(gitobj.TempSweeper)
+	if !ok {
+		return total
+	}
 	dirs, _ := filepath.Glob(filepath.Join(s.cfg.DataDir, "networks", "*.git"))
 	for _, d := range dirs {
-		st := repo.RemoveStaleTemps(d, grace, s.now())
+		st := sw.SweepTemps(d, grace, s.now())
 		total.Files += st.Files
 		total.Bytes += st.Bytes
 	}

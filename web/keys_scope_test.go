@@ -17,6 +17,7 @@ import (
 	"github.com/lockstep-hq/lockstep/agentmcp"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -52,7 +53,7 @@ func mustServerWith(t *testing.T, cfg web.Config, now func() time.Time) *fixture
 	_, admin, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
 	_, agent, _ := keys.Create(ctx, auth.System, "agent", lockstep.RoleAgent)
 	m := telemetry.NewMetrics()
-	repos := repositories.New(repositories.Config{DataDir: dir}, db, nil, m, nil)
+	repos := repositories.New(repositories.Config{Objects: repo.Local{}, DataDir: dir}, db, nil, m, nil)
 	t.Cleanup(func() { repos.Close() })
 	if cfg.MaxJSONBytes == 0 {
 		cfg.MaxJSONBytes = 4096

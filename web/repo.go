@@ -13,7 +13,7 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/workspaces"
 )
@@ -418,7 +418,7 @@ func (s *Server) handleCompare() gin.HandlerFunc {
 	}
 }
 
-func toCommitJSON(ci *repo.CommitInfo) api.Commit {
+func toCommitJSON(ci *gitobj.CommitInfo) api.Commit {
 	out := api.Commit{Commit: ci.Hash.String(), Tree: ci.Tree.String(), Parents: []string{}, Message: ci.Message,
 		Author:    api.Signature{Name: ci.Author.Name, Email: ci.Author.Email, Time: ci.Author.When.UTC().Format(time.RFC3339)},
 		Committer: api.Signature{Name: ci.Committer.Name, Email: ci.Committer.Email, Time: ci.Committer.When.UTC().Format(time.RFC3339)},

@@ -38,14 +38,13 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/effects"
 	"github.com/lockstep-hq/lockstep/gate"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/workspaces"
 )
@@ -498,7 +497,7 @@ type baseData struct {
 	WSQuery   workspaces.WorkspaceQuery
 	NextAfter string
 	Statuses  []string
-	Commits   []repo.CommitInfo
+	Commits   []gitobj.CommitInfo
 	LogError  string
 	Hooks     []hookRow
 	// Tasks: a page of the task labels with counts by status.
@@ -809,7 +808,7 @@ type diffLine struct {
 }
 
 type fileDiff struct {
-	repo.FileChange
+	gitobj.FileChange
 	Anchor string
 	Lines  []diffLine
 	Cut    int        // lines left out beyond uiMaxDiffLines
@@ -827,7 +826,7 @@ type diffData struct {
 	UnifiedURL, SplitURL string
 }
 
-func newDiff(repoName, head string, files []repo.FileChange) diffData {
+func newDiff(repoName, head string, files []gitobj.FileChange) diffData {
 	d := diffData{Repo: repoName, Head: head}
 	for i, f := range files {
 		fd := fileDiff{FileChange: f, Anchor: "f" + strconv.Itoa(i)}
@@ -896,7 +895,7 @@ func hunkStart(h string) (int, int) {
 
 type commitData struct {
 	Repo    string
-	Commit  *repo.CommitInfo
+	Commit  *gitobj.CommitInfo
 	Parents []string
 	Checks  *gate.CheckSet
 	Diff    diffData
@@ -920,7 +919,7 @@ func (u *uiServer) handleCommit(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
-	var files []repo.FileChange
+	var files []gitobj.FileChange
 	if len(d.Parents) > 0 {
 		d.Against = d.Parents[0]
 		res, err := u.s.Repos.Compare(ctx, name, d.Against, head)
@@ -935,7 +934,7 @@ func (u *uiServer) handleCommit(c *gin.Context) {
 		if err == nil {
 			var n repositories.ObjectStore
 			if n, err = u.s.Repos.Network(r.Network); err == nil {
-				files, err = n.Compare(plumbing.ZeroHash, ci.Hash, repo.CompareOptions{})
+				files, err = n.Compare(gitobj.ZeroHash, ci.Hash, gitobj.CompareOptions{})
 			}
 		}
 		if err != nil {
@@ -972,7 +971,7 @@ func (u *uiServer) handleCompare(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
-	var files []repo.FileChange
+	var files []gitobj.FileChange
 	if d.MergeBase {
 		// What the head adds since it left the base: the diff from their
 		// merge base, as a promote would land it.
@@ -993,7 +992,7 @@ func (u *uiServer) handleCompare(c *gin.Context) {
 	u.render(c, http.StatusOK, "compare", view{Title: d.BaseRev + "…" + d.HeadRev, Section: "repos", D: d})
 }
 
-func (u *uiServer) compareFromMergeBase(ctx context.Context, r *lockstep.Repo, baseRev, headRev string) ([]repo.FileChange, string, string, error) {
+func (u *uiServer) compareFromMergeBase(ctx context.Context, r *lockstep.Repo, baseRev, headRev string) ([]gitobj.FileChange, string, string, error) {
 	bh, err := u.s.Repos.Resolve(ctx, r, baseRev)
 	if err != nil {
 		return nil, "", "", err
@@ -1007,7 +1006,7 @@ func (u *uiServer) compareFromMergeBase(ctx context.Context, r *lockstep.Repo, b
 		return nil, "", "", err
 	}
 	if files == nil {
-		files = []repo.FileChange{}
+		files = []gitobj.FileChange{}
 	}
 	base := mb.String()
 	if mb.IsZero() {
@@ -1025,7 +1024,7 @@ type treeData struct {
 	Rev     string
 	Path    string
 	Crumbs  []crumb
-	Entries []repo.TreeEntry
+	Entries []gitobj.TreeEntry
 }
 
 func crumbs(p string) []crumb {
@@ -1058,7 +1057,7 @@ type blobData struct {
 	Rev     string
 	Path    string
 	Crumbs  []crumb
-	Info    *repo.BlobInfo
+	Info    *gitobj.BlobInfo
 	Binary  bool
 	Cut     bool
 	Lines   []string

@@ -15,7 +15,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/gate"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/workspaces"
 )
@@ -40,7 +40,7 @@ type taskAttempt struct {
 	Met         []string // the policy's rules this attempt meets
 	Checks      []lockstep.Check
 	Runs        []failedRun
-	Files       []repo.FileChange
+	Files       []gitobj.FileChange
 	Added       int
 	Removed     int
 	DiffErr     string
@@ -59,8 +59,8 @@ type effectCount struct {
 
 type matrixRow struct {
 	Path  string
-	Cells []*repo.FileChange // per attempt, nil when untouched
-	By    int                // how many attempts touched it
+	Cells []*gitobj.FileChange // per attempt, nil when untouched
+	By    int                  // how many attempts touched it
 }
 
 type taskData struct {
@@ -230,7 +230,7 @@ func fileMatrix(as []taskAttempt, max int) ([]matrixRow, int) {
 			f := &a.Files[j]
 			r := rows[f.Path]
 			if r == nil {
-				r = &matrixRow{Path: f.Path, Cells: make([]*repo.FileChange, len(as))}
+				r = &matrixRow{Path: f.Path, Cells: make([]*gitobj.FileChange, len(as))}
 				rows[f.Path] = r
 			}
 			r.Cells[i] = f

@@ -6,10 +6,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/repositories"
 )
 
@@ -172,9 +171,9 @@ func (s *Service) Workspaces(ctx context.Context, baseName string, q WorkspaceQu
 	if err != nil {
 		return nil, "", err
 	}
-	baseTip := plumbing.ZeroHash
+	baseTip := gitobj.ZeroHash
 	if ref, err := s.store.Ref(ctx, base.ID, branchRef(base.DefaultBranch)); err == nil {
-		baseTip = plumbing.NewHash(ref.OID)
+		baseTip = gitobj.NewHash(ref.OID)
 	}
 	out := []WorkspaceInfo{}
 	for _, ws := range forks {
@@ -183,7 +182,7 @@ func (s *Service) Workspaces(ctx context.Context, baseName string, q WorkspaceQu
 		if ref, err := s.store.Ref(ctx, ws.ID, branchRef(ws.DefaultBranch)); err == nil {
 			info.Tip = ref.OID
 			if !baseTip.IsZero() {
-				info.Ahead, info.Behind, _ = n.AheadBehind(plumbing.NewHash(ref.OID), baseTip)
+				info.Ahead, info.Behind, _ = n.AheadBehind(gitobj.NewHash(ref.OID), baseTip)
 			}
 		}
 		out = append(out, info)

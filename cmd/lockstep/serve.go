@@ -33,6 +33,7 @@ import (
 	"github.com/lockstep-hq/lockstep/effects"
 	"github.com/lockstep-hq/lockstep/filebucket"
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/redisbranch"
 	"github.com/lockstep-hq/lockstep/redislock"
 	"github.com/lockstep-hq/lockstep/replica"
@@ -514,20 +515,22 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 			return nil, fmt.Errorf("redis at LOCKSTEP_REDIS_URL does not answer: %w", err)
 		}
 	}
-	var openNetwork func(string, repo.Options) (repositories.ObjectStore, error)
+	// The object store of every network: the one line that picks an
+	// implementation of gitobj.Opener (docs/architecture.md).
+	var objects gitobj.Opener = repo.Local{}
 	var sweepBucket func(context.Context) (int, error) // object storage: the bucket GC, run at the end of an object GC
 	var objectStore bucket.Bucket
 	if c.ObjectStore != "" {
-		objects, err := objLoc.Open(ctx)
+		bkt, err := objLoc.Open(ctx)
 		if err != nil {
 			return nil, err
 		}
-		objectStore = objects
+		objectStore = bkt
 		packs, ok := any(db).(lockstep.PackStore)
 		if !ok {
 			return nil, fmt.Errorf("%s: this metadata store keeps no pack lists", s3packs.Setting)
 		}
-		rc := replica.Config{Objects: objects, Packs: packs, Grace: c.ObjectGrace, GCInterval: c.ObjectGC, Log: logger}
+		rc := replica.Config{Objects: bkt, Packs: packs, Grace: c.ObjectGrace, GCInterval: c.ObjectGC, Log: logger}
 		if rdb != nil {
 			rc.Notify = redislock.NewNotifier(rdb, "lockstep:net:")
 		}
@@ -537,7 +540,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 			return st.Deleted, err
 		}
 		a.closers = append(a.closers, mgr.Close)
-		openNetwork = mgr.Open
+		objects = mgr
 		logger.Info("objects in object storage", "store", objLoc.String(), "grace", c.ObjectGrace.String(), "gc_interval", c.ObjectGC.String())
 	}
 	metrics := telemetry.NewMetrics()
@@ -557,8 +560,8 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	}
 	a.repos = repositories.New(repositories.Config{DataDir: c.Data, Fsync: c.Fsync, MergeRetries: c.MergeRetries,
 		MergeMaxFileBytes: c.MergeMaxFileBytes, MergeRenameLimit: c.MergeRenameLimit, PreflightBatchMax: c.PreflightBatchMax, ComparePatchBytes: c.ComparePatchBytes, CompactPacks: c.CompactPacks, TempGrace: c.TempGrace,
-		OpenNetwork: openNetwork, Shared: openNetwork != nil, SweepBucket: sweepBucket,
-		Limits: repo.Limits{MaxUploadBytes: c.MaxUploadBytes, MaxFileBytes: c.MaxFileBytes, MaxFiles: c.MaxFiles}},
+		Objects: objects, SweepBucket: sweepBucket,
+		Limits: gitobj.Limits{MaxUploadBytes: c.MaxUploadBytes, MaxFileBytes: c.MaxFileBytes, MaxFiles: c.MaxFiles}},
 		db, logger, metrics, nil)
 	a.closers = append(a.closers, func() { a.repos.Close() })
 	if c.TempGrace <= 0 {

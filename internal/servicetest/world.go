@@ -19,6 +19,7 @@ import (
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -44,8 +45,8 @@ type Options struct {
 	// StoreNow is the metadata store's clock (timestamps of refs and
 	// status changes); nil: time.Now.
 	StoreNow func() time.Time
-	Brancher lockstep.Brancher // nil: database branching off
-	Repos    repositories.Config
+	Brancher lockstep.Brancher   // nil: database branching off
+	Repos    repositories.Config // Objects nil: repo.Local{}
 	// DB is the metadata store's URL (sqlstore.Open): "" for SQLite in
 	// the temp dir; a Postgres URL (testenv.MustPostgresDB) for Postgres.
 	DB string
@@ -83,6 +84,9 @@ func MustWorld(tb testing.TB, o Options) *World {
 	m := telemetry.NewMetrics()
 	cfg := o.Repos
 	cfg.DataDir = dir
+	if cfg.Objects == nil {
+		cfg.Objects = repo.Local{}
+	}
 	w.Repos = repositories.New(cfg, db, log, m, o.Now)
 	tb.Cleanup(func() { w.Repos.Close() })
 	w.Workspaces = workspaces.New(db, w.Repos, o.Brancher, log, m, o.Now)

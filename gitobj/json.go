@@ -1,18 +1,15 @@
-package repo
+package gitobj
 
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
 // JSON: these structs go straight into the HTTP API, so hashes are hex
 // strings (go-git's plumbing.Hash would encode as a byte array), a zero
 // hash is omitted, keys are snake_case.
 
-func hexOrEmpty(h plumbing.Hash) string {
+func hexOrEmpty(h Hash) string {
 	if h.IsZero() {
 		return ""
 	}
@@ -25,7 +22,7 @@ type signatureJSON struct {
 	Time  time.Time `json:"time"`
 }
 
-func sigJSON(s object.Signature) signatureJSON {
+func sigJSON(s Signature) signatureJSON {
 	return signatureJSON{Name: s.Name, Email: s.Email, Time: s.When}
 }
 
