@@ -19,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/go-git/go-git/v5/storage/memory"
 
@@ -331,32 +330,4 @@ func BenchmarkStatCache20k(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(fi.Size()), "file-bytes")
-}
-
-// BenchmarkStatCache20kOneChange is what a push that changed one file of
-// 20,000 does with the cache: load it (base and records), change one
-// entry, save (a record appended; a rewrite every 32 pushes or when the
-// records pass a quarter of the base). Compare BenchmarkStatCache20k, the
-// whole-file save every push did before.
-func BenchmarkStatCache20kOneChange(b *testing.B) {
-	path := filepath.Join(b.TempDir(), "statcache")
-	c := openCache(b, path)
-	worktree.FillCache(c, 20000)
-	worktree.SetCacheWritten(c, time.Now().UnixNano()) // no entry racy, as after a scan of aged files
-	if err := c.Save(); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		c, err := worktree.OpenStatCache(path)
-		if err != nil || c.Len() != 20000 {
-			b.Fatalf("load: %v, %d entries", err, c.Len())
-		}
-		i++
-		worktree.ChangeOne(c, i*7919)
-		if err := c.Save(); err != nil {
-			b.Fatal(err)
-		}
-	}
 }

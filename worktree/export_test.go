@@ -2,8 +2,6 @@ package worktree
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/go-git/go-git/v5/plumbing"
 )
@@ -16,14 +14,7 @@ func FilesRead() int64 { return readCount.Load() }
 func CacheWritten(c *StatCache) int64 { return c.written }
 
 // SetCacheWritten overrides the cache's write time, to stage a racy entry.
-func SetCacheWritten(c *StatCache, ns int64) {
-	c.written = ns
-	for p, e := range c.entries {
-		e.at = 0
-		c.entries[p] = e
-	}
-	c.prev = nil
-}
+func SetCacheWritten(c *StatCache, ns int64) { c.written = ns }
 
 // SetCacheOID overwrites the oid cached for rel, keeping its stat: what the
 // cache would hold had the file been rewritten, same size, in the same
@@ -35,7 +26,6 @@ func SetCacheOID(c *StatCache, rel string, oid plumbing.Hash) bool {
 	}
 	e.oid = oid
 	c.entries[rel] = e
-	c.prev = nil
 	return true
 }
 
@@ -49,25 +39,7 @@ func FillCache(c *StatCache, n int) {
 			oid: plumbing.ComputeHash(plumbing.BlobObject, []byte(p)),
 		}
 	}
-	c.order = slices.Sorted(maps.Keys(c.entries))
-	c.prev = nil
-}
-
-// ChangeOne replaces the entries as a scan does (a new map) with one
-// entry's size changed, for the append benchmark.
-func ChangeOne(c *StatCache, i int) {
-	m := maps.Clone(c.entries)
-	p := c.order[i%len(c.order)]
-	e := m[p]
-	e.st.size++
-	e.at = 0
-	m[p] = e
-	c.entries = m
 }
 
 // SetWatchTestHook sets the hook the watcher calls before each event.
 func SetWatchTestHook(f func()) { watchTestHook = f }
-
-// CacheRecords returns how many delta records follow the base in the file
-// the cache was loaded from or last saved to.
-func CacheRecords(c *StatCache) int64 { return c.records }

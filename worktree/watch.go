@@ -404,7 +404,7 @@ func scanDirty(root string, opts ScanOptions, dirty []string, started int64) (sn
 		set[p] = true
 	}
 	for p, e := range c.entries {
-		if c.racy(e) { // racy: stat it again
+		if e.st.mtime >= c.written { // racy: stat it again
 			set[p] = true
 		}
 	}
