@@ -12,12 +12,15 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 # Pure Go (SQLite is modernc.org/sqlite): a static binary runs on any base.
-# .git stays out of the context, so `lockstep version` learns the commit
+# Two builds of cmd/lockstep: lockstep (the client, which starts in about a
+# millisecond) and lockstep-server beside it (the server build, which
+# `lockstep serve` runs). .git stays out of the context, so `lockstep version` learns the commit
 # from --build-arg REVISION=$(git rev-parse HEAD).
 ARG REVISION=""
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.revision=${REVISION}" -o /out/lockstep ./cmd/lockstep
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.revision=${REVISION}" -o /out/lockstep ./cmd/lockstep \
+ && CGO_ENABLED=0 go build -trimpath -tags lockstep_server -ldflags="-s -w -X main.revision=${REVISION}" -o /out/lockstep-server ./cmd/lockstep
 
 # --- runtime ----------------------------------------------------------------
 FROM debian:bookworm-slim
@@ -30,7 +33,7 @@ RUN apt-get update \
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/lockstep lockstep \
  && mkdir -p /data \
  && chown lockstep:lockstep /data
-COPY --from=build /out/lockstep /usr/local/bin/lockstep
+COPY --from=build /out/lockstep /out/lockstep-server /usr/local/bin/
 USER lockstep
 ENV HOME=/home/lockstep
 WORKDIR /data

@@ -354,19 +354,30 @@ func (b *bencher) runAll() error {
 	return nil
 }
 
-// lockstepBinary is the binary the end-to-end scenarios run: --bin, this
-// executable unless it is a test binary, else one built with go build.
+// lockstepBinary is the binary the end-to-end scenarios run (the client
+// build, which runs the server build beside it for mcp): --bin; the client
+// build that started this server build (LOCKSTEP_CLIENT_BINARY, set by
+// `lockstep bench` when it runs lockstep-server); this executable unless
+// it is a test binary; else both builds made with go build, side by side.
 func (b *bencher) lockstepBinary() (string, error) {
 	if b.o.bin != "" {
 		return b.o.bin, nil
+	}
+	if p := os.Getenv("LOCKSTEP_CLIENT_BINARY"); p != "" {
+		return p, nil
 	}
 	if exe, err := os.Executable(); err == nil && !strings.HasSuffix(filepath.Base(exe), ".test") {
 		return exe, nil
 	}
 	out := b.path("lockstep")
-	cmd := exec.CommandContext(b.ctx, "go", "build", "-o", out, "github.com/lockstep-hq/lockstep/cmd/lockstep")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build lockstep: %v: %s", err, msg)
+	for _, args := range [][]string{
+		{"build", "-o", out, "github.com/lockstep-hq/lockstep/cmd/lockstep"},
+		{"build", "-tags", "lockstep_server", "-o", b.path("lockstep-server"), "github.com/lockstep-hq/lockstep/cmd/lockstep"},
+	} {
+		cmd := exec.CommandContext(b.ctx, "go", args...)
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go %s: %v: %s", strings.Join(args, " "), err, msg)
+		}
 	}
 	return out, nil
 }

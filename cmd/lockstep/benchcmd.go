@@ -1,3 +1,5 @@
+//go:build lockstep_server
+
 package main
 
 import (

@@ -22,6 +22,9 @@ func TestHelpNeverShowsSecrets(t *testing.T) {
 	}
 	getenv := func(k string) string { return env[k] }
 	for _, args := range [][]string{{"oplog", "-h"}, {"push", "-h"}, {"serve", "-h"}, {"load", "-h"}, {"help", "client"}} {
+		if !serverBuild && (args[0] == "serve" || args[0] == "load") {
+			continue // they run the server build: tested with -tags lockstep_server
+		}
 		var out, errb bytes.Buffer
 		if err := run(context.Background(), args, getenv, strings.NewReader(""), &out, &errb); err != nil && err != exitError(0) {
 			t.Fatalf("%v: %v", args, err)

@@ -1,7 +1,16 @@
-// Command lockstep is the one Lockstep binary: `lockstep serve` runs the
+// Command lockstep is the Lockstep command: `lockstep serve` runs the
 // service; every other subcommand is a client of its HTTP API (keys, repo,
 // push, rollback, log, checkout, fork, merge, sync, …). This package only
 // parses flags and environment and wires packages together.
+//
+// It builds two ways from the same files. `go build ./cmd/lockstep` is
+// the client: it links none of the server's packages (web, sqlstore, the
+// drivers, gin, pgx, minio, prometheus, OpenTelemetry, the MCP SDK), so a
+// client command starts in about a millisecond, and it runs the server
+// commands (serve, migrate, mcp, bench, load) by executing the server
+// build, lockstep-server (servercmd_client.go). `go build -tags
+// lockstep_server` is that server build: every command in process
+// (servercmd_server.go). docs/architecture.md, "Two builds".
 package main
 
 import (
@@ -160,8 +169,8 @@ type env struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"serve":       {"run the service", cmdServe},
-		"migrate":     {"apply metadata schema migrations and exit", cmdMigrate},
+		"serve":       {"run the service", runServe},
+		"migrate":     {"apply metadata schema migrations and exit", runMigrate},
 		"keys":        {"create | list | revoke API keys", cmdKeys},
 		"oplog":       {"read or verify the operations log", cmdOplog},
 		"repo":        {"create | list | show repositories", cmdRepo},
@@ -189,9 +198,9 @@ func commands() map[string]command {
 		"snapshot":    {"take | restore | list | drop | prune filesystem snapshots of a directory", cmdSnapshot},
 		"run":         {"run a command as a transaction: checkpoint, run, roll back everything on failure", cmdRun},
 		"runner":      {"a CI runner: receives gate hooks, runs a command, posts a check; with --jobs, takes agents' run jobs from the server", cmdRunner},
-		"bench":       {"measure Lockstep side by side with the git CLI", cmdBench},
-		"load":        {"simulated agents against running servers (fork, push, preflight, promote), then a lost-update check", cmdLoad},
-		"mcp":         {"serve the MCP tools over stdio for an agent on this machine", cmdMCP},
+		"bench":       {"measure Lockstep side by side with the git CLI", runBench},
+		"load":        {"simulated agents against running servers (fork, push, preflight, promote), then a lost-update check", runLoad},
+		"mcp":         {"serve the MCP tools over stdio for an agent on this machine", runMCP},
 		"version":     {"print the version", cmdVersion},
 		"whoami":      {"show the key the client uses (id, name, role)", cmdWhoami},
 	}

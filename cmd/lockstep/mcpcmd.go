@@ -1,3 +1,5 @@
+//go:build lockstep_server
+
 package main
 
 import (
@@ -27,9 +29,13 @@ func cmdMCP(ctx context.Context, e *env, args []string) error {
 	if len(rest) != 0 {
 		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep mcp [--url URL] [--key KEY | --key-file F] (speaks MCP on stdin/stdout)")
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find own binary: %w", err)
+	// Local tools run client commands: with the client build that started
+	// this server build when there is one (it starts faster), else this one.
+	self := e.getenv("LOCKSTEP_CLIENT_BINARY")
+	if self == "" {
+		if self, err = os.Executable(); err != nil {
+			return fmt.Errorf("find own binary: %w", err)
+		}
 	}
 	srv := agentmcp.New(agentmcp.Options{
 		Version: readVersion().short(),

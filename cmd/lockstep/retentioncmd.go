@@ -4,12 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 const retentionUsage = "usage: lockstep repo retention REPO [--abandon-after AGE] [--delete-after AGE] [--archive-failed[=false]]"
@@ -68,35 +64,4 @@ func cmdRepoRetention(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "retention of %s: abandon after %s, delete after %s, archive failed %v\n", rest[0], p.AbandonAfter, p.DeleteAfter, p.ArchiveFailed)
 	})
-}
-
-// startRetention runs the retention sweeper every interval (0: never)
-// until the app closes; one replica sweeps at a time (the store's
-// "retention" lease), as the system key.
-func (a *app) startRetention(wss *workspaces.Service, interval time.Duration, logger *slog.Logger) {
-	if interval <= 0 {
-		return
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				res, err := wss.SweepRetention(ctx, auth.System)
-				switch {
-				case err != nil:
-					logger.Error("retention sweep", "error", err)
-				case !res.Skipped && len(res.Abandoned)+len(res.Purged)+len(res.Errors) > 0:
-					logger.Info("retention sweep", "abandoned", res.Abandoned, "purged", res.Purged, "archived", res.Archived, "errors", res.Errors)
-				}
-			}
-		}
-	}()
-	a.closers = append(a.closers, func() { stop(); <-done })
 }

@@ -142,23 +142,33 @@ func leakedSnapshots(state string, before map[string]bool, tmp string) []string 
 	return leaked
 }
 
-// build compiles ./cmd/lockstep of the enclosing module into out and sets
-// Binary.
+// build compiles ./cmd/lockstep of the enclosing module into out (the
+// client build) and, beside it, lockstep-server (the server build, -tags
+// lockstep_server), which the client runs for serve as a user's install
+// does; it sets Binary.
 func build(out string) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
 	}
-	args := []string{"build", "-o", out}
-	if raceEnabled && os.Getenv("LOCKSTEP_E2E_RACE") != "0" {
-		args = append(args, "-race")
-	}
-	args = append(args, "./cmd/lockstep")
-	cmd := exec.Command("go", args...)
-	cmd.Dir = root
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return err
+	for _, b := range []struct{ out, tags string }{
+		{out, ""},
+		{filepath.Join(filepath.Dir(out), "lockstep-server"), "lockstep_server"},
+	} {
+		args := []string{"build", "-o", b.out}
+		if b.tags != "" {
+			args = append(args, "-tags", b.tags)
+		}
+		if raceEnabled && os.Getenv("LOCKSTEP_E2E_RACE") != "0" {
+			args = append(args, "-race")
+		}
+		args = append(args, "./cmd/lockstep")
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return err
+		}
 	}
 	Binary = out
 	return nil
