@@ -342,7 +342,7 @@ func (b base) saveSnapshot(s Snapshot) error {
 		return err
 	}
 	if s.Manifest != nil {
-		if err := writeManifest(filepath.Join(md, s.ID+".manifest.json"), s.Manifest); err != nil {
+		if err := writeManifest(manifestBase(md, s.ID), s.Manifest); err != nil {
 			return err
 		}
 	}
@@ -372,7 +372,7 @@ func SaveManifest(opts Options, dir, id string, m *Manifest) error {
 	if _, err := b.loadSnapshot(abs, id); err != nil {
 		return err
 	}
-	return writeManifest(filepath.Join(b.metaDir(abs), "snapshots", id+".manifest.json"), m)
+	return writeManifest(manifestBase(filepath.Join(b.metaDir(abs), "snapshots"), id), m)
 }
 
 // ManifestBytes is the size the stored manifest of snapshot id of dir
@@ -386,9 +386,9 @@ func ManifestBytes(opts Options, dir, id string) (int64, error) {
 	if !validID(id) {
 		return 0, lockstep.Errorf(lockstep.EINVALID, "bad snapshot id %q", id)
 	}
-	p := filepath.Join(b.metaDir(abs), "snapshots", id+".manifest.json")
-	for _, q := range []string{p + manifestZst, p} {
-		if fi, err := os.Stat(q); err == nil {
+	p := manifestBase(filepath.Join(b.metaDir(abs), "snapshots"), id)
+	for _, suffix := range manifestSuffixes {
+		if fi, err := os.Stat(p + suffix); err == nil {
 			return fi.Size(), nil
 		}
 	}
@@ -410,7 +410,7 @@ func (b base) loadManifest(abs, id string) (*Manifest, error) {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "bad snapshot id %q", id)
 	}
 	var m Manifest
-	err := readManifest(filepath.Join(b.metaDir(abs), "snapshots", id+".manifest.json"), &m)
+	err := readManifest(manifestBase(filepath.Join(b.metaDir(abs), "snapshots"), id), &m)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "manifest of snapshot %s of %s", id, abs)
 	}
@@ -453,8 +453,9 @@ func (b base) list(dir, driver string) ([]Snapshot, error) {
 
 func (b base) dropMeta(abs, id string) error {
 	md := filepath.Join(b.metaDir(abs), "snapshots")
-	os.Remove(filepath.Join(md, id+".manifest.json"))
-	os.Remove(filepath.Join(md, id+".manifest.json"+manifestZst))
+	for _, suffix := range manifestSuffixes {
+		os.Remove(manifestBase(md, id) + suffix)
+	}
 	if err := os.Remove(filepath.Join(md, id+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -480,6 +481,8 @@ func readJSON(p string, v any) error {
 	}
 	return json.Unmarshal(data, v)
 }
+
+func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 
 // unavailable wraps a refusal by the filesystem or the kernel.
 func unavailable(format string, args ...any) error {
