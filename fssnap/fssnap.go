@@ -30,6 +30,11 @@ type Snapshot struct {
 	// overlay, whose data is Layers.
 	Path   string   `json:"path,omitempty"`
 	Layers []string `json:"layers,omitempty"` // overlay lower layers, top first
+	// Objects is the content store of a copy or reflink snapshot (its
+	// files' data by sha256, shared with the directory's other
+	// snapshots); empty for snapshots of earlier versions, whose copy tree
+	// is Path.
+	Objects string `json:"objects,omitempty"`
 	Files  int      `json:"files"`            // regular files, when known
 	Bytes  int64    `json:"bytes"`            // their total size, when known
 
@@ -421,6 +426,21 @@ func (b base) loadManifest(abs, id string) (*Manifest, error) {
 }
 
 func (b base) list(dir, driver string) ([]Snapshot, error) {
+	all, err := b.listAll(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Snapshot
+	for _, s := range all {
+		if s.Driver == driver {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// listAll returns dir's snapshots of every driver, oldest first.
+func (b base) listAll(dir string) ([]Snapshot, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -443,9 +463,7 @@ func (b base) list(dir, driver string) ([]Snapshot, error) {
 		if err := readJSON(filepath.Join(md, name), &s); err != nil {
 			return nil, err
 		}
-		if s.Driver == driver {
-			out = append(out, s)
-		}
+		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
