@@ -35,8 +35,8 @@ type Snapshot struct {
 	// snapshots); empty for snapshots of earlier versions, whose copy tree
 	// is Path.
 	Objects string `json:"objects,omitempty"`
-	Files  int      `json:"files"`            // regular files, when known
-	Bytes  int64    `json:"bytes"`            // their total size, when known
+	Files   int    `json:"files"` // regular files, when known
+	Bytes   int64  `json:"bytes"` // their total size, when known
 
 	// Manifest is set by Take when the driver computed one anyway (copy,
 	// reflink); callers can use it instead of building their own.
