@@ -85,8 +85,8 @@ func (c *Copy) Take(ctx context.Context, dir string) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	// The previous snapshot's manifest vouches for the hashes of files
-	// whose stat did not change, and its objects hold their content. It
-	// is decoded beside the walk.
+	// whose stat did not change, and its objects hold their content;
+	// its directories' names spare the walk their reads (walkPrev).
 	prevc := make(chan *Manifest, 1)
 	if snaps, _ := c.list(abs, c.Name()); len(snaps) > 0 && snaps[len(snaps)-1].Objects == objects {
 		id := snaps[len(snaps)-1].ID
@@ -101,8 +101,8 @@ func (c *Copy) Take(ctx context.Context, dir string) (Snapshot, error) {
 		prevc <- nil
 	}
 	start := time.Now()
-	entries, err := walk(abs)
 	prev := <-prevc
+	entries, err := walkPrev(abs, prev)
 	if err != nil {
 		return Snapshot{}, err
 	}
