@@ -300,10 +300,10 @@ type walker struct {
 	prev *Manifest
 	kids map[string][]string // prev's names by directory
 	sem  chan struct{}
-	wg  sync.WaitGroup
-	mu  sync.Mutex
-	out []Entry
-	err error
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	out  []Entry
+	err  error
 }
 
 func (w *walker) fail(err error) {
