@@ -281,6 +281,44 @@ func (c *Copy) Restore(ctx context.Context, dir, id string) error {
 	return nil
 }
 
+// ResidueRestorer is implemented by drivers whose Restore is "verify, then
+// repair what differs" (copy, reflink): a caller that has just compared
+// the directory with the snapshot's manifest (a failed run's forensics)
+// passes that residue instead of having the driver walk and compare again.
+type ResidueRestorer interface {
+	// RestoreResidue repairs dir by the inverse of res, which must be
+	// Verify(dir, m) with m snapshot id's manifest and dir unchanged
+	// since; a stale residue leaves what it does not name unrepaired, so
+	// the caller verifies afterwards (as a run does).
+	RestoreResidue(ctx context.Context, dir, id string, m *Manifest, res Residue) error
+}
+
+var _ ResidueRestorer = (*Copy)(nil)
+
+// RestoreResidue is Restore with the comparison already done.
+func (c *Copy) RestoreResidue(ctx context.Context, dir, id string, m *Manifest, res Residue) error {
+	abs, err := absDir(dir)
+	if err != nil {
+		return err
+	}
+	unlock, err := c.lock(abs)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	s, err := c.loadSnapshot(abs, id)
+	if err != nil {
+		return err
+	}
+	if m == nil {
+		return lockstep.Errorf(lockstep.EINVALID, "restore of %s: no manifest given", id)
+	}
+	if err := repair(ctx, abs, s.source(), m, res, c.reflink); err != nil {
+		return fmt.Errorf("%s restore %s: %w", c.Name(), abs, err)
+	}
+	return nil
+}
+
 // source names where a copy snapshot keeps the content of file e: its
 // object, or (earlier versions) its copy in the snapshot's tree.
 func (s Snapshot) source() func(Entry) (string, error) {

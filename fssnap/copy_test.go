@@ -284,3 +284,34 @@ func TestCopyRestoresTreeSnapshot(t *testing.T) {
 	full, _ = fssnap.BuildManifest(dir, nil)
 	sameTree(t, s1.Manifest, full)
 }
+
+// TestCopyRestoreResidue: a restore given the comparison already made
+// (a failed run's forensics) repairs exactly what it names; a stale,
+// empty one repairs nothing, which the caller's verify then reports.
+func TestCopyRestoreResidue(t *testing.T) {
+	ctx := context.Background()
+	drv, dir, _ := copyDriver(t)
+	s, err := drv.Take(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(dir, firstFile(t, s.Manifest))
+	os.WriteFile(f, []byte("damaged"), 0o644)
+	os.WriteFile(filepath.Join(dir, "extra"), []byte("x"), 0o644)
+	rr := drv.(fssnap.ResidueRestorer)
+	if err := rr.RestoreResidue(ctx, dir, s.ID, s.Manifest, fssnap.Residue{}); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := fssnap.Verify(dir, s.Manifest); res.Clean() {
+		t.Fatal("an empty residue repaired something")
+	}
+	res, err := fssnap.Verify(dir, s.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rr.RestoreResidue(ctx, dir, s.ID, s.Manifest, res); err != nil {
+		t.Fatal(err)
+	}
+	full, _ := fssnap.BuildManifest(dir, nil)
+	sameTree(t, s.Manifest, full)
+}
