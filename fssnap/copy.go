@@ -378,25 +378,20 @@ func (c *Copy) collect(abs, objects string, dropped *Manifest) error {
 	if err != nil {
 		return err
 	}
-	live := make(map[string]bool)
+	live := make(map[[32]byte]bool)
+	md := filepath.Join(c.metaDir(abs), "snapshots")
 	for _, s := range snaps {
 		if s.Objects != objects {
 			continue
 		}
-		m, err := c.loadManifest(abs, s.ID)
-		if err != nil {
+		if err := manifestFileHashes(manifestBase(md, s.ID), live); err != nil {
 			return nil
-		}
-		for _, e := range m.Entries {
-			if e.Type == TypeFile {
-				live[e.Hash] = true
-			}
 		}
 	}
 	var candidates []string
 	if dropped != nil {
 		for _, e := range dropped.Entries {
-			if e.Type == TypeFile && validHash(e.Hash) {
+			if h, ok := rawHash(e); ok && !live[h] {
 				candidates = append(candidates, e.Hash)
 			}
 		}
@@ -406,14 +401,16 @@ func (c *Copy) collect(abs, objects string, dropped *Manifest) error {
 			return err
 		}
 		for _, e := range ents {
-			candidates = append(candidates, e.Name()) // .tmp- leftovers of a crashed take included
+			// .tmp- leftovers of a crashed take included
+			if h, ok := rawHash(Entry{Type: TypeFile, Hash: e.Name()}); ok && live[h] {
+				continue
+			}
+			candidates = append(candidates, e.Name())
 		}
 	}
 	for _, h := range candidates {
-		if !live[h] {
-			if err := os.Remove(filepath.Join(objects, h)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return err
-			}
+		if err := os.Remove(filepath.Join(objects, h)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
 		}
 	}
 	return nil

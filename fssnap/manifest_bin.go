@@ -252,3 +252,49 @@ func decodeManifest(data []byte) (*Manifest, error) {
 	}
 	return m, nil
 }
+
+// fileHashes adds to set the content hashes of the files of a binary
+// manifest, without building its entries (what a drop's collection of
+// unnamed objects needs from every remaining snapshot).
+func fileHashes(data []byte, set map[[32]byte]bool) error {
+	if len(data) < len(manifestMagic)+4 || string(data[:len(manifestMagic)]) != manifestMagic {
+		return errCorrupt
+	}
+	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return errCorrupt
+	}
+	r := &manifestReader{b: body[len(manifestMagic):]}
+	r.bytes(r.uvarint())
+	r.varint()
+	n := r.uvarint()
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		r.uvarint()
+		r.bytes(r.uvarint())
+		tc := r.byte1()
+		r.uvarint()
+		r.uvarint()
+		r.uvarint()
+		r.varint()
+		switch r.byte1() {
+		case 0:
+		case 1:
+			if h := r.bytes(32); tc == 0 && len(h) == 32 {
+				set[[32]byte(h)] = true
+			}
+		case 2:
+			r.bytes(r.uvarint())
+		default:
+			r.fail()
+		}
+		r.bytes(r.uvarint())
+		r.uvarint()
+		r.varint()
+		r.varint()
+		r.uvarint()
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail()
+	}
+	return r.err
+}

@@ -131,3 +131,31 @@ func TestManifestReadsOldZstdJSON(t *testing.T) {
 		t.Fatalf("old form left beside the new one: %v", err)
 	}
 }
+
+// TestManifestFileHashes: the hashes-only read (a drop's collection) finds
+// exactly the files' sha256 hashes of the full decode, and refuses damage.
+func TestManifestFileHashes(t *testing.T) {
+	m := sampleManifest()
+	data, err := encodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[[32]byte]bool{}
+	if err := fileHashes(data, got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[[32]byte]bool{}
+	for _, e := range m.Entries {
+		if h, ok := rawHash(e); ok {
+			want[h] = true
+		}
+	}
+	if len(want) != 1 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("hashes %v, want %v", got, want)
+	}
+	for n := 0; n < len(data); n++ {
+		if err := fileHashes(data[:n], map[[32]byte]bool{}); !errors.Is(err, errCorrupt) {
+			t.Fatalf("truncated to %d bytes: %v", n, err)
+		}
+	}
+}

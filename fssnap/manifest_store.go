@@ -1,6 +1,7 @@
 package fssnap
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -96,4 +97,42 @@ func readManifestJSON(base string, m *Manifest) error {
 		return err
 	}
 	return jsonUnmarshal(data, m)
+}
+
+// manifestFileHashes adds to set the content hashes of the files of the
+// manifest stored at base (any form).
+func manifestFileHashes(base string, set map[[32]byte]bool) error {
+	z, err := os.ReadFile(base + manifestBin)
+	if err == nil {
+		data, err := zstdDec.DecodeAll(z, nil)
+		if err != nil {
+			return fmt.Errorf("%s%s: %w: %v", base, manifestBin, errCorrupt, err)
+		}
+		if err := fileHashes(data, set); err != nil {
+			return fmt.Errorf("%s%s: %w", base, manifestBin, err)
+		}
+		return nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var m Manifest
+	if err := readManifestJSON(base, &m); err != nil {
+		return err
+	}
+	for _, e := range m.Entries {
+		if h, ok := rawHash(e); ok {
+			set[h] = true
+		}
+	}
+	return nil
+}
+
+// rawHash is the 32-byte form of a file entry's hash.
+func rawHash(e Entry) (h [32]byte, ok bool) {
+	if e.Type != TypeFile || !validHash(e.Hash) {
+		return h, false
+	}
+	_, err := hex.Decode(h[:], []byte(e.Hash))
+	return h, err == nil
 }
