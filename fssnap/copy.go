@@ -2,25 +2,39 @@ package fssnap
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/lockstep-hq/lockstep"
 )
 
-// Copy is the reflink and the plain-copy driver. A snapshot is a copy of the
-// tree under the data root (reflink: FICLONE, sharing extents; copy: bytes).
-// Files unchanged since the previous snapshot (same inode, size, mtime,
-// ctime, mode, owner) are hard-linked from that snapshot instead of copied:
-// snapshot trees are never written after Take. Restore verifies the directory
-// against the snapshot's manifest and repairs only what differs.
+// Copy is the reflink and the plain-copy driver. A snapshot is a manifest
+// (every path's type, mode, owner, times and, for files, the sha256 of the
+// content) plus the content of its files in a store shared by the
+// directory's snapshots: objects/<sha256> under the data root, each a
+// copy (copy) or a clone (reflink) of the file, never written after it
+// is stored. A take stats the tree, and reads and stores only the files
+// whose inode, size, mtime or ctime changed since the previous snapshot
+// (their hash and object are the previous one's): its cost follows the
+// tree's entry count in stat calls and what changed in bytes, not a copy
+// or a link of every path. Restore verifies the directory against the
+// snapshot's manifest and repairs only what differs, copying files back
+// from the store. Drop removes the objects no remaining snapshot names.
+//
+// Snapshots taken by earlier versions (a copy tree at Snapshot.Path, files
+// hard-linked from the previous tree) are still restored and dropped.
 type Copy struct {
 	base
 	reflink bool
@@ -50,7 +64,8 @@ func (c *Copy) snapRoot(abs string) (string, error) {
 	return dr, nil
 }
 
-// Take copies dir into a new snapshot and records its manifest.
+// Take records dir's manifest and stores the content of the files that
+// changed since the previous snapshot.
 func (c *Copy) Take(ctx context.Context, dir string) (Snapshot, error) {
 	abs, err := absDir(dir)
 	if err != nil {
@@ -65,43 +80,175 @@ func (c *Copy) Take(ctx context.Context, dir string) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	var prevSnap *Snapshot
-	var prev *Manifest
-	if snaps, _ := c.list(abs, c.Name()); len(snaps) > 0 {
-		s := snaps[len(snaps)-1]
-		if m, err := c.loadManifest(abs, s.ID); err == nil {
-			prevSnap, prev = &s, m
-		}
+	objects := filepath.Join(root, "objects")
+	if err := os.MkdirAll(objects, 0o700); err != nil {
+		return Snapshot{}, err
 	}
-	m, err := BuildManifest(abs, prev)
+	// The previous snapshot's manifest vouches for the hashes of files
+	// whose stat did not change, and its objects hold their content;
+	// its directories' names spare the walk their reads (walkPrev).
+	prevc := make(chan *Manifest, 1)
+	if snaps, _ := c.list(abs, c.Name()); len(snaps) > 0 && snaps[len(snaps)-1].Objects == objects {
+		id := snaps[len(snaps)-1].ID
+		go func() {
+			m, err := c.loadManifest(abs, id)
+			if err != nil {
+				m = nil // damaged or missing: every file is stored again
+			}
+			prevc <- m
+		}()
+	} else {
+		prevc <- nil
+	}
+	start := time.Now()
+	prev := <-prevc
+	entries, err := walkPrev(abs, prev)
 	if err != nil {
 		return Snapshot{}, err
 	}
-	id := newID()
-	s := Snapshot{ID: id, Driver: c.Name(), Dir: abs, CreatedAt: c.opts.Now(), Path: filepath.Join(root, id), Manifest: m}
-	s.Files, s.Bytes = m.Files()
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return Snapshot{}, err
-	}
-	var reuse func(Entry) string
-	if prevSnap != nil {
-		reuse = func(e Entry) string {
-			p, ok := prev.Lookup(e.Path)
-			if ok && p.Type == TypeFile && statSame(p, e) && len(metaDiff(p, e)) == 0 && !racy(p, prev.CreatedAt) {
-				return filepath.Join(prevSnap.Path, filepath.FromSlash(e.Path))
+	var todo []int
+	for i := range entries {
+		e := &entries[i]
+		if e.Type != TypeFile {
+			continue
+		}
+		if prev != nil {
+			if p, ok := prev.Lookup(e.Path); ok && p.Type == TypeFile && statSame(p, *e) && !racy(p, prev.CreatedAt) && validHash(p.Hash) {
+				e.Hash = p.Hash
+				continue
 			}
-			return ""
+		}
+		todo = append(todo, i)
+	}
+	created, err := storeAll(ctx, abs, objects, entries, todo, c.reflink)
+	undo := func() {
+		for _, h := range created {
+			os.Remove(filepath.Join(objects, h))
 		}
 	}
-	if err := copyEntries(ctx, abs, s.Path, m.Entries, c.reflink, reuse); err != nil {
-		os.RemoveAll(s.Path)
+	if err != nil {
+		undo()
 		return Snapshot{}, fmt.Errorf("%s take %s: %w", c.Name(), abs, err)
 	}
+	m := &Manifest{Root: abs, CreatedAt: start, Entries: entries, Hashed: len(todo)}
+	s := Snapshot{ID: newID(), Driver: c.Name(), Dir: abs, CreatedAt: c.opts.Now(), Objects: objects, Manifest: m}
+	s.Files, s.Bytes = m.Files()
 	if err := c.saveSnapshot(s); err != nil {
-		os.RemoveAll(s.Path)
+		undo()
+		c.dropMeta(abs, s.ID)
 		return Snapshot{}, err
 	}
 	return s, nil
+}
+
+// validHash reports whether h names an object (64 lower-case hex digits).
+func validHash(h string) bool { return len(h) == 64 && hexLower(h) }
+
+// storeAll stores the content of entries[i] (i in todo) in objects, in
+// parallel, and sets their hashes; it returns the objects it created.
+func storeAll(ctx context.Context, root, objects string, entries []Entry, todo []int, reflink bool) ([]string, error) {
+	if len(todo) == 0 {
+		return nil, nil
+	}
+	workers := min(runtime.GOMAXPROCS(0)*2, len(todo))
+	ch := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	var created []string
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 128<<10)
+			for i := range ch {
+				h, isNew, err := storeObject(root+"/"+entries[i].Path, objects, reflink, buf)
+				mu.Lock()
+				if err != nil && first == nil {
+					first = err
+				}
+				if isNew {
+					created = append(created, h)
+				}
+				mu.Unlock()
+				entries[i].Hash = h
+			}
+		}()
+	}
+	for n, i := range todo {
+		if n%64 == 0 && ctx.Err() != nil {
+			mu.Lock()
+			if first == nil {
+				first = ctx.Err()
+			}
+			mu.Unlock()
+			break
+		}
+		ch <- i
+	}
+	close(ch)
+	wg.Wait()
+	return created, first
+}
+
+// storeObject copies (or clones) the file at p into objects under the
+// sha256 of the copy's content, which it returns, with whether the object
+// is new. The hash is the copy's, so an object's name always matches its
+// content even if p changed meanwhile.
+func storeObject(p, objects string, reflink bool, buf []byte) (hash string, created bool, err error) {
+	in, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return "", false, fmt.Errorf("store %s: %w", p, err)
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(objects, ".tmp-")
+	if err != nil {
+		return "", false, err
+	}
+	defer func() {
+		if tmp != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	h := sha256.New()
+	if reflink {
+		if err := unix.IoctlFileClone(int(tmp.Fd()), int(in.Fd())); err != nil {
+			return "", false, fmt.Errorf("clone %s: %w", p, err)
+		}
+		if _, err := io.CopyBuffer(h, tmp, buf); err != nil {
+			return "", false, fmt.Errorf("hash %s: %w", p, err)
+		}
+	} else {
+		for {
+			n, rerr := in.Read(buf)
+			if n > 0 {
+				h.Write(buf[:n])
+				if _, err := tmp.Write(buf[:n]); err != nil {
+					return "", false, fmt.Errorf("store %s: %w", p, err)
+				}
+			}
+			if rerr == io.EOF {
+				break
+			}
+			if rerr != nil {
+				return "", false, fmt.Errorf("store %s: %w", p, rerr)
+			}
+		}
+	}
+	if err := tmp.Close(); err != nil {
+		return "", false, err
+	}
+	hash = hex.EncodeToString(h.Sum(nil))
+	obj := filepath.Join(objects, hash)
+	if _, err := os.Lstat(obj); err == nil {
+		return hash, false, nil // the same content is stored already; the deferred cleanup drops the copy
+	}
+	if err := os.Rename(tmp.Name(), obj); err != nil {
+		return "", false, err
+	}
+	tmp = nil
+	return hash, true, nil
 }
 
 // Restore repairs dir so that it matches snapshot id: extra paths are
@@ -128,10 +275,62 @@ func (c *Copy) Restore(ctx context.Context, dir, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := repair(ctx, abs, s.Path, m, res, c.reflink); err != nil {
+	if err := repair(ctx, abs, s.source(), m, res, c.reflink); err != nil {
 		return fmt.Errorf("%s restore %s: %w", c.Name(), abs, err)
 	}
 	return nil
+}
+
+// ResidueRestorer is implemented by drivers whose Restore is "verify, then
+// repair what differs" (copy, reflink): a caller that has just compared
+// the directory with the snapshot's manifest (a failed run's forensics)
+// passes that residue instead of having the driver walk and compare again.
+type ResidueRestorer interface {
+	// RestoreResidue repairs dir by the inverse of res, which must be
+	// Verify(dir, m) with m snapshot id's manifest and dir unchanged
+	// since; a stale residue leaves what it does not name unrepaired, so
+	// the caller verifies afterwards (as a run does).
+	RestoreResidue(ctx context.Context, dir, id string, m *Manifest, res Residue) error
+}
+
+var _ ResidueRestorer = (*Copy)(nil)
+
+// RestoreResidue is Restore with the comparison already done.
+func (c *Copy) RestoreResidue(ctx context.Context, dir, id string, m *Manifest, res Residue) error {
+	abs, err := absDir(dir)
+	if err != nil {
+		return err
+	}
+	unlock, err := c.lock(abs)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	s, err := c.loadSnapshot(abs, id)
+	if err != nil {
+		return err
+	}
+	if m == nil {
+		return lockstep.Errorf(lockstep.EINVALID, "restore of %s: no manifest given", id)
+	}
+	if err := repair(ctx, abs, s.source(), m, res, c.reflink); err != nil {
+		return fmt.Errorf("%s restore %s: %w", c.Name(), abs, err)
+	}
+	return nil
+}
+
+// source names where a copy snapshot keeps the content of file e: its
+// object, or (earlier versions) its copy in the snapshot's tree.
+func (s Snapshot) source() func(Entry) (string, error) {
+	if s.Objects != "" {
+		return func(e Entry) (string, error) {
+			if !validHash(e.Hash) {
+				return "", lockstep.Errorf(lockstep.EINTERNAL, "snapshot %s: no content hash for %s", s.ID, e.Path)
+			}
+			return filepath.Join(s.Objects, e.Hash), nil
+		}
+	}
+	return func(e Entry) (string, error) { return filepath.Join(s.Path, filepath.FromSlash(e.Path)), nil }
 }
 
 // List returns dir's snapshots, oldest first.
@@ -157,12 +356,69 @@ func (c *Copy) Drop(dir, id string) error {
 			return err
 		}
 	}
-	return c.dropMeta(abs, id)
+	var dropped *Manifest
+	if s.Objects != "" {
+		dropped, _ = c.loadManifest(abs, id)
+	}
+	if err := c.dropMeta(abs, id); err != nil {
+		return err
+	}
+	if s.Objects != "" {
+		return c.collect(abs, s.Objects, dropped)
+	}
+	return nil
 }
 
-// repair applies the inverse of res to dir, taking content from snap (a
-// copy of the tree described by m).
-func repair(ctx context.Context, dir, snap string, m *Manifest, res Residue, reflink bool) error {
+// collect removes from objects what no remaining snapshot of abs names:
+// the objects of dropped (the manifest just dropped), or, when it could
+// not be read, every unnamed object. A remaining snapshot whose manifest
+// cannot be read keeps everything (nothing is known to be garbage).
+func (c *Copy) collect(abs, objects string, dropped *Manifest) error {
+	snaps, err := c.listAll(abs)
+	if err != nil {
+		return err
+	}
+	live := make(map[[32]byte]bool)
+	md := filepath.Join(c.metaDir(abs), "snapshots")
+	for _, s := range snaps {
+		if s.Objects != objects {
+			continue
+		}
+		if err := manifestFileHashes(manifestBase(md, s.ID), live); err != nil {
+			return nil
+		}
+	}
+	var candidates []string
+	if dropped != nil {
+		for _, e := range dropped.Entries {
+			if h, ok := rawHash(e); ok && !live[h] {
+				candidates = append(candidates, e.Hash)
+			}
+		}
+	} else {
+		ents, err := os.ReadDir(objects)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		for _, e := range ents {
+			// .tmp- leftovers of a crashed take included
+			if h, ok := rawHash(Entry{Type: TypeFile, Hash: e.Name()}); ok && live[h] {
+				continue
+			}
+			candidates = append(candidates, e.Name())
+		}
+	}
+	for _, h := range candidates {
+		if err := os.Remove(filepath.Join(objects, h)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// repair applies the inverse of res to dir, taking the content of files
+// from where from names (the snapshot's objects or tree).
+func repair(ctx context.Context, dir string, from func(Entry) (string, error), m *Manifest, res Residue, reflink bool) error {
 	var remove, create, fix []string
 	remove = append(remove, res.Added...)
 	create = append(create, res.Removed...)
@@ -191,7 +447,7 @@ func repair(ctx context.Context, dir, snap string, m *Manifest, res Residue, ref
 		ents = append(ents, e)
 	}
 	sort.Slice(ents, func(i, j int) bool { return ents[i].Path < ents[j].Path })
-	if err := copyEntries(ctx, snap, dir, ents, reflink, nil); err != nil {
+	if err := copyEntries(ctx, "", dir, ents, reflink, from); err != nil {
 		return err
 	}
 	for _, p := range fix {
@@ -216,15 +472,14 @@ func recreate(what string) bool {
 }
 
 // copyEntries creates ents (sorted, parents first; paths relative to src and
-// dst) under dst from src, then sets owner, mode and times. reuse, if not
-// nil, names an existing identical file to hard-link instead of copying.
-func copyEntries(ctx context.Context, src, dst string, ents []Entry, reflink bool, reuse func(Entry) string) error {
+// dst) under dst from src, then sets owner, mode and times. from, if not
+// nil, names where a file's content is instead of src.
+func copyEntries(ctx context.Context, src, dst string, ents []Entry, reflink bool, from func(Entry) (string, error)) error {
 	var dirs []Entry
 	for i, e := range ents {
 		if i%64 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		from := filepath.Join(src, filepath.FromSlash(e.Path))
 		to := filepath.Join(dst, filepath.FromSlash(e.Path))
 		switch e.Type {
 		case TypeDir:
@@ -238,14 +493,14 @@ func copyEntries(ctx context.Context, src, dst string, ents []Entry, reflink boo
 			dirs = append(dirs, e)
 			continue
 		case TypeFile:
-			if reuse != nil {
-				if old := reuse(e); old != "" {
-					if err := os.Link(old, to); err == nil {
-						continue
-					}
+			src := filepath.Join(src, filepath.FromSlash(e.Path))
+			if from != nil {
+				var err error
+				if src, err = from(e); err != nil {
+					return err
 				}
 			}
-			if err := copyFile(from, to, reflink); err != nil {
+			if err := copyFile(src, to, reflink); err != nil {
 				return err
 			}
 		case TypeSymlink:

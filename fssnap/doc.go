@@ -32,9 +32,13 @@
 //     modes: nested subvolumes inside the directory prevent the destroy
 //     (ENOTEMPTY); processes whose cwd is inside keep the destroyed subvolume
 //     alive until they exit.
-//   - reflink: a FICLONE copy of every file (XFS, btrfs, bcachefs), chosen by
-//     probing the data root. Restore compares the directory with the
-//     snapshot's manifest and repairs only what differs.
+//   - reflink: a snapshot is a manifest plus the content of its files in an
+//     object store shared by the directory's snapshots (objects/<sha256>
+//     under the data root), each stored as a FICLONE clone (XFS, btrfs,
+//     bcachefs; chosen by probing the data root). Take stores only the files
+//     whose stat changed since the previous snapshot. Restore compares the
+//     directory with the snapshot's manifest and repairs only what differs;
+//     Drop removes the objects no other snapshot names.
 //   - copy: the portable fallback; like reflink with plain copies.
 //
 // Manifest lists every path with type, mode, owner, size, content hash (files),

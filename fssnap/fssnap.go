@@ -30,8 +30,13 @@ type Snapshot struct {
 	// overlay, whose data is Layers.
 	Path   string   `json:"path,omitempty"`
 	Layers []string `json:"layers,omitempty"` // overlay lower layers, top first
-	Files  int      `json:"files"`            // regular files, when known
-	Bytes  int64    `json:"bytes"`            // their total size, when known
+	// Objects is the content store of a copy or reflink snapshot (its
+	// files' data by sha256, shared with the directory's other
+	// snapshots); empty for snapshots of earlier versions, whose copy tree
+	// is Path.
+	Objects string `json:"objects,omitempty"`
+	Files   int    `json:"files"` // regular files, when known
+	Bytes   int64  `json:"bytes"` // their total size, when known
 
 	// Manifest is set by Take when the driver computed one anyway (copy,
 	// reflink); callers can use it instead of building their own.
@@ -342,7 +347,7 @@ func (b base) saveSnapshot(s Snapshot) error {
 		return err
 	}
 	if s.Manifest != nil {
-		if err := writeManifest(filepath.Join(md, s.ID+".manifest.json"), s.Manifest); err != nil {
+		if err := writeManifest(manifestBase(md, s.ID), s.Manifest); err != nil {
 			return err
 		}
 	}
@@ -372,7 +377,7 @@ func SaveManifest(opts Options, dir, id string, m *Manifest) error {
 	if _, err := b.loadSnapshot(abs, id); err != nil {
 		return err
 	}
-	return writeManifest(filepath.Join(b.metaDir(abs), "snapshots", id+".manifest.json"), m)
+	return writeManifest(manifestBase(filepath.Join(b.metaDir(abs), "snapshots"), id), m)
 }
 
 // ManifestBytes is the size the stored manifest of snapshot id of dir
@@ -386,9 +391,9 @@ func ManifestBytes(opts Options, dir, id string) (int64, error) {
 	if !validID(id) {
 		return 0, lockstep.Errorf(lockstep.EINVALID, "bad snapshot id %q", id)
 	}
-	p := filepath.Join(b.metaDir(abs), "snapshots", id+".manifest.json")
-	for _, q := range []string{p + manifestZst, p} {
-		if fi, err := os.Stat(q); err == nil {
+	p := manifestBase(filepath.Join(b.metaDir(abs), "snapshots"), id)
+	for _, suffix := range manifestSuffixes {
+		if fi, err := os.Stat(p + suffix); err == nil {
 			return fi.Size(), nil
 		}
 	}
@@ -410,7 +415,7 @@ func (b base) loadManifest(abs, id string) (*Manifest, error) {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "bad snapshot id %q", id)
 	}
 	var m Manifest
-	err := readManifest(filepath.Join(b.metaDir(abs), "snapshots", id+".manifest.json"), &m)
+	err := readManifest(manifestBase(filepath.Join(b.metaDir(abs), "snapshots"), id), &m)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "manifest of snapshot %s of %s", id, abs)
 	}
@@ -421,6 +426,21 @@ func (b base) loadManifest(abs, id string) (*Manifest, error) {
 }
 
 func (b base) list(dir, driver string) ([]Snapshot, error) {
+	all, err := b.listAll(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Snapshot
+	for _, s := range all {
+		if s.Driver == driver {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// listAll returns dir's snapshots of every driver, oldest first.
+func (b base) listAll(dir string) ([]Snapshot, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -443,9 +463,7 @@ func (b base) list(dir, driver string) ([]Snapshot, error) {
 		if err := readJSON(filepath.Join(md, name), &s); err != nil {
 			return nil, err
 		}
-		if s.Driver == driver {
-			out = append(out, s)
-		}
+		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
@@ -453,8 +471,9 @@ func (b base) list(dir, driver string) ([]Snapshot, error) {
 
 func (b base) dropMeta(abs, id string) error {
 	md := filepath.Join(b.metaDir(abs), "snapshots")
-	os.Remove(filepath.Join(md, id+".manifest.json"))
-	os.Remove(filepath.Join(md, id+".manifest.json"+manifestZst))
+	for _, suffix := range manifestSuffixes {
+		os.Remove(manifestBase(md, id) + suffix)
+	}
 	if err := os.Remove(filepath.Join(md, id+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -480,6 +499,8 @@ func readJSON(p string, v any) error {
 	}
 	return json.Unmarshal(data, v)
 }
+
+func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 
 // unavailable wraps a refusal by the filesystem or the kernel.
 func unavailable(format string, args ...any) error {

@@ -130,14 +130,14 @@ func BuildManifest(dir string, prev *Manifest) (*Manifest, error) {
 }
 
 // buildManifest is BuildManifest with the previous manifest asked for
-// after the walk (it may still be loading).
+// when the walk starts (it may still be loading).
 func buildManifest(abs string, prevOf func() *Manifest) (*Manifest, error) {
 	start := time.Now()
-	entries, err := walk(abs)
+	prev := prevOf()
+	entries, err := walkPrev(abs, prev)
 	if err != nil {
 		return nil, err
 	}
-	prev := prevOf()
 	var todo []int
 	for i := range entries {
 		e := &entries[i]
@@ -248,7 +248,16 @@ func racy(e Entry, created time.Time) bool {
 
 // walk lists the tree under root (root included as "."), sorted by path,
 // without hashing.
-func walk(root string) ([]Entry, error) {
+func walk(root string) ([]Entry, error) { return walkPrev(root, nil) }
+
+// walkPrev is walk for a take: a directory whose inode, mtime and ctime
+// are those prev recorded (and not racy: prev was started more than the
+// racy window after its ctime) has the names prev lists under it, since
+// creating, removing or renaming an entry moves its directory's mtime and
+// ctime. Its entries are then lstat'ed by name without opening and
+// reading the directory. Everything is still lstat'ed: a file's content
+// changes nothing in its directory. Verify never uses prev.
+func walkPrev(root string, prev *Manifest) ([]Entry, error) {
 	var st unix.Stat_t
 	if err := unix.Lstat(root, &st); err != nil {
 		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "directory %s: %v", root, err)
@@ -257,8 +266,24 @@ func walk(root string) ([]Entry, error) {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "%s is not a directory", root)
 	}
 	w := &walker{sem: make(chan struct{}, runtime.GOMAXPROCS(0)*2)}
-	w.out = []Entry{entryFromStat(".", &st)}
-	w.dir(root, ".")
+	if prev != nil {
+		w.prev = prev
+		prev.Lookup(".") // builds the index before the walkers share it
+		w.kids = make(map[string][]string)
+		for _, e := range prev.Entries {
+			if e.Path != "." {
+				d, name := path.Split(e.Path)
+				d = strings.TrimSuffix(d, "/")
+				if d == "" {
+					d = "."
+				}
+				w.kids[d] = append(w.kids[d], name)
+			}
+		}
+	}
+	top := entryFromStat(".", &st)
+	w.out = []Entry{top}
+	w.dir(root, top)
 	w.wg.Wait()
 	if w.err != nil {
 		return nil, w.err
@@ -272,11 +297,13 @@ func walk(root string) ([]Entry, error) {
 // mount, a new btrfs subvolume) every lookup is a real read, and a few in
 // flight hide the latency.
 type walker struct {
-	sem chan struct{}
-	wg  sync.WaitGroup
-	mu  sync.Mutex
-	out []Entry
-	err error
+	prev *Manifest
+	kids map[string][]string // prev's names by directory
+	sem  chan struct{}
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	out  []Entry
+	err  error
 }
 
 func (w *walker) fail(err error) {
@@ -287,8 +314,27 @@ func (w *walker) fail(err error) {
 	w.mu.Unlock()
 }
 
-func (w *walker) dir(abs, rel string) {
-	ents, subdirs, err := readDir(abs, rel)
+// known returns the names prev lists under directory d when d's stat
+// vouches that they are still its names.
+func (w *walker) known(d Entry) ([]string, bool) {
+	if w.prev == nil {
+		return nil, false
+	}
+	p, ok := w.prev.Lookup(d.Path)
+	if !ok || p.Type != TypeDir || p.Ino != d.Ino || p.MtimeNs != d.MtimeNs || p.CtimeNs != d.CtimeNs || racy(p, w.prev.CreatedAt) {
+		return nil, false
+	}
+	return w.kids[d.Path], true
+}
+
+func (w *walker) dir(abs string, d Entry) {
+	var ents []Entry
+	var err error
+	if names, ok := w.known(d); ok {
+		ents, err = statNames(abs, d.Path, names)
+	} else {
+		ents, err = readDir(abs, d.Path)
+	}
 	if err != nil {
 		w.fail(err)
 		return
@@ -296,32 +342,64 @@ func (w *walker) dir(abs, rel string) {
 	w.mu.Lock()
 	w.out = append(w.out, ents...)
 	w.mu.Unlock()
-	for _, name := range subdirs {
-		a, r := abs+"/"+name, path.Join(rel, name)
+	for _, e := range ents {
+		if e.Type != TypeDir {
+			continue
+		}
+		a := abs + "/" + path.Base(e.Path)
 		select {
 		case w.sem <- struct{}{}:
 			w.wg.Add(1)
 			go func() {
 				defer w.wg.Done()
-				w.dir(a, r)
+				w.dir(a, e)
 				<-w.sem
 			}()
 		default:
-			w.dir(a, r)
+			w.dir(a, e)
 		}
 	}
 }
 
+// statNames lstats the entries of one directory whose names are known.
+func statNames(abs, rel string, names []string) ([]Entry, error) {
+	ents := make([]Entry, 0, len(names))
+	var buf []byte
+	for _, name := range names {
+		var st unix.Stat_t
+		p := abs + "/" + name
+		if err := unix.Lstat(p, &st); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // raced with a deletion; the caller's dir must be quiescent
+			}
+			return nil, fmt.Errorf("stat %s: %w", p, err)
+		}
+		e := entryFromStat(path.Join(rel, name), &st)
+		if e.Type == TypeSymlink {
+			if buf == nil {
+				buf = make([]byte, unix.PathMax)
+			}
+			n, err := unix.Readlink(p, buf)
+			if err != nil {
+				return nil, fmt.Errorf("readlink %s: %w", p, err)
+			}
+			e.Target = string(buf[:n])
+		}
+		ents = append(ents, e)
+	}
+	return ents, nil
+}
+
 // readDir lstats the entries of one directory.
-func readDir(abs, rel string) (ents []Entry, subdirs []string, err error) {
+func readDir(abs, rel string) (ents []Entry, err error) {
 	f, err := os.Open(abs)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open %s: %w", abs, err)
+		return nil, fmt.Errorf("open %s: %w", abs, err)
 	}
 	defer f.Close()
 	names, err := f.Readdirnames(-1)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read dir %s: %w", abs, err)
+		return nil, fmt.Errorf("read dir %s: %w", abs, err)
 	}
 	fd := int(f.Fd())
 	var buf []byte
@@ -331,7 +409,7 @@ func readDir(abs, rel string) (ents []Entry, subdirs []string, err error) {
 			if errors.Is(err, unix.ENOENT) {
 				continue // raced with a deletion; the caller's dir must be quiescent
 			}
-			return nil, nil, fmt.Errorf("stat %s/%s: %w", abs, name, err)
+			return nil, fmt.Errorf("stat %s/%s: %w", abs, name, err)
 		}
 		e := entryFromStat(path.Join(rel, name), &st)
 		if e.Type == TypeSymlink {
@@ -340,16 +418,13 @@ func readDir(abs, rel string) (ents []Entry, subdirs []string, err error) {
 			}
 			n, err := unix.Readlinkat(fd, name, buf)
 			if err != nil {
-				return nil, nil, fmt.Errorf("readlink %s/%s: %w", abs, name, err)
+				return nil, fmt.Errorf("readlink %s/%s: %w", abs, name, err)
 			}
 			e.Target = string(buf[:n])
 		}
 		ents = append(ents, e)
-		if e.Type == TypeDir {
-			subdirs = append(subdirs, name)
-		}
 	}
-	return ents, subdirs, nil
+	return ents, nil
 }
 
 func entryFromStat(p string, st *unix.Stat_t) Entry {

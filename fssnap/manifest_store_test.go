@@ -60,7 +60,7 @@ func TestManifestOverhead(t *testing.T) {
 
 // TestManifestReadsOldUncompressed: a manifest stored before compression
 // (plain <id>.manifest.json) is still read, and dropping the snapshot
-// removes it.
+// removes it. (The previous compressed JSON form: TestManifestReadsOldZstdJSON.)
 func TestManifestReadsOldUncompressed(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "tree")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -84,19 +84,19 @@ func TestManifestReadsOldUncompressed(t *testing.T) {
 	if err := fssnap.SaveManifest(opts, dir, s.ID, m); err != nil {
 		t.Fatal(err)
 	}
-	// Rewrite it as an old server would have: plain JSON, no .zst.
+	// Rewrite it as an old server would have: plain JSON, no .bin.
 	var zst string
 	filepath.WalkDir(state, func(p string, d os.DirEntry, err error) error {
-		if err == nil && filepath.Base(p) == s.ID+".manifest.json.zst" {
+		if err == nil && filepath.Base(p) == s.ID+".manifest.bin" {
 			zst = p
 		}
 		return nil
 	})
 	if zst == "" {
-		t.Fatal("no compressed manifest stored")
+		t.Fatal("no binary manifest stored")
 	}
 	plain, _ := json.Marshal(m)
-	old := zst[:len(zst)-len(".zst")]
+	old := zst[:len(zst)-len(".bin")] + ".json"
 	if err := os.WriteFile(old, plain, 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func TakeRecorded(ctx context.Context, drv Driver, opts Options, dir string) (Sn
 	} else {
 		<-prevc
 	}
-	if err := writeManifest(filepath.Join(b.metaDir(abs), "snapshots", s.ID+".manifest.json"), m); err != nil {
+	if err := writeManifest(manifestBase(filepath.Join(b.metaDir(abs), "snapshots"), s.ID), m); err != nil {
 		return Snapshot{}, err
 	}
 	s.Manifest = m

@@ -118,8 +118,9 @@ func buildRunReport(rep *txrun.Report, prev lastRun, hadPrev bool, drvName strin
 				_, r.TreeBytes = m.Files()
 			}
 		}
-		// The copy driver's snapshot is a whole copy of the tree; the
-		// others share its blocks (copy-on-write) until it changes.
+		// The copy driver's object store holds a whole copy of the tree
+		// (snapshots share unchanged content); the others share its
+		// blocks (copy-on-write) until it changes.
 		if drvName == fssnap.NameCopy {
 			r.SnapshotBytes = r.TreeBytes
 		}

@@ -39,8 +39,9 @@ var runIDRE = lazyre.New(`^[A-Za-z0-9_-]{1,64}$`)
 
 // keepForensics records what the failed run wrote, before anything is
 // undone: Dir compared with its pre-run manifest, the overlay upper
-// directories listed and copied.
-func keepForensics(opts Options, rep *Report, m *fssnap.Manifest, sess *contain.Session) error {
+// directories listed and copied. The comparison, when made, is stored in
+// *res (a copy driver's restore repairs by it instead of comparing again).
+func keepForensics(opts Options, rep *Report, m *fssnap.Manifest, sess *contain.Session, residue **fssnap.Residue) error {
 	id := rep.RunID
 	if id == "" {
 		id = rep.FSSnapshot
@@ -59,6 +60,7 @@ func keepForensics(opts Options, rep *Report, m *fssnap.Manifest, sess *contain.
 		if err != nil {
 			return err
 		}
+		*residue = &res
 		for _, p := range res.Added {
 			rec.Inside = append(rec.Inside, statChange(filepath.Join(opts.Dir, p), "created"))
 		}

@@ -27,6 +27,19 @@ func TestForensicsRecordAndRetention(t *testing.T) {
 	if err != nil || rep.Succeeded || rep.Forensics == "" {
 		t.Fatalf("run: %v %+v", err, rep)
 	}
+	// The copy driver repaired by the forensics' comparison: the
+	// rollback is exact and verified.
+	if !rep.Purity.Checked || !rep.Purity.Clean {
+		t.Fatalf("rollback purity %+v", rep.Purity)
+	}
+	for name, want := range map[string]string{"a": "a", "gone": "12345"} {
+		if got, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(got) != want {
+			t.Fatalf("%s after rollback: %q %v, want %q", name, got, err, want)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "new")); !os.IsNotExist(err) {
+		t.Fatalf("new after rollback: %v", err)
+	}
 	rec, err := txrun.LoadRecord(keep, rep.RunID)
 	if err != nil {
 		t.Fatal(err)

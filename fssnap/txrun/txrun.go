@@ -485,10 +485,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			rep.Restored = &rr
 		}()
 	}
+	// before is Dir compared with m by the forensics, before the restore.
+	var before *fssnap.Residue
 	if opts.Forensics != "" {
 		// A record that cannot be kept is said in the step, but does not
 		// stop or fail the rollback.
-		rep.step("forensics", func() error { return keepForensics(opts, rep, m, sess) })
+		rep.step("forensics", func() error { return keepForensics(opts, rep, m, sess, &before) })
 	}
 	if sess != nil {
 		if rep.Outside == nil {
@@ -503,7 +505,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			addErr(err)
 		}
 	}
-	if err := rep.step("restore_fs", func() error { return drv.Restore(ctx, opts.Dir, snap.ID) }); err != nil {
+	if err := rep.step("restore_fs", func() error {
+		// The copy drivers' restore is that same comparison and a repair:
+		// reuse the forensics' comparison (Dir is unchanged since: the
+		// run's processes are gone, the layers discarded are outside
+		// Dir); the verify below is the guard either way.
+		if rr, ok := drv.(fssnap.ResidueRestorer); ok && before != nil {
+			return rr.RestoreResidue(ctx, opts.Dir, snap.ID, m, *before)
+		}
+		return drv.Restore(ctx, opts.Dir, snap.ID)
+	}); err != nil {
 		addErr(err)
 	}
 	rep.step("verify", func() error {
