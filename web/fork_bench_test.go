@@ -71,7 +71,7 @@ func BenchmarkForkKeptAlive(b *testing.B) {
 			gitOut(b, dir, nil, "--git-dir", bare, "update-ref", "refs/heads/main", tip)
 			c := client.New(srv.URL, secret)
 			for i := range 5 { // warm: connection, prepared statements
-				if _, err := c.Fork(ctx, "app", fmt.Sprintf("warm-%d", i), ""); err != nil {
+				if _, err := c.Fork(ctx, "app", fmt.Sprintf("warm-%d", i)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -79,7 +79,7 @@ func BenchmarkForkKeptAlive(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				t0 := time.Now()
-				if _, err := c.Fork(ctx, "app", fmt.Sprintf("ws-%07d", i), ""); err != nil {
+				if _, err := c.Fork(ctx, "app", fmt.Sprintf("ws-%07d", i)); err != nil {
 					b.Fatal(err)
 				}
 				t1 := time.Now()
