@@ -326,7 +326,7 @@ func (w *walker) bestCommon(ctx context.Context, a, b plumbing.Hash) ([]plumbing
 		if !ci.when.Equal(cj.when) {
 			return ci.when.Before(cj.when)
 		}
-		return cands[i].String() < cands[j].String()
+		return bytes.Compare(cands[i][:], cands[j][:]) < 0 // the order of their hex names
 	})
 	return cands, nil
 }
@@ -343,7 +343,7 @@ func (q *commitQueue) less(i, j int) bool {
 	if !ci.when.Equal(cj.when) {
 		return ci.when.After(cj.when)
 	}
-	return q.hs[i].String() < q.hs[j].String()
+	return bytes.Compare(q.hs[i][:], q.hs[j][:]) < 0 // the order of their hex names, without formatting them
 }
 
 func (q *commitQueue) push(h plumbing.Hash) {
