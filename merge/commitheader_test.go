@@ -2,6 +2,7 @@ package merge
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -111,7 +112,80 @@ func TestCommitCacheSharedAcrossMerges(t *testing.T) {
 		}
 		n++
 	}
-	if n == 0 || len(cc.m) == 0 {
-		t.Fatalf("%d merges, %d cached commits", n, len(cc.m))
+	if n == 0 || cc.Len() == 0 {
+		t.Fatalf("%d merges, %d cached commits", n, cc.Len())
+	}
+}
+
+// TestBoundedCommitCacheConcurrent: one bounded cache shared by merges
+// running at once (the service's per-network cache of single preflights)
+// answers what each merge alone answers, and never holds more than its
+// bound, though it starts over many times.
+func TestBoundedCommitCacheConcurrent(t *testing.T) {
+	cdir := corpusDir()
+	if cdir == "" {
+		t.Skip("shared/corpus not found (set LOCKSTEP_CORPUS)")
+	}
+	dir := filepath.Join(tempDir(t), "echo.git")
+	gitRun(t, filepath.Dir(dir), nil, "clone", "-q", "--mirror", filepath.Join(cdir, "echo.bundle"), dir)
+	open := func() *filesystem.Storage {
+		st := filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(64<<20), filesystem.Options{KeepDescriptors: true})
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	ctx := context.Background()
+	type pair struct{ a, b plumbing.Hash }
+	var pairs []pair
+	for _, l := range strings.Split(string(gitRun(t, dir, nil, "rev-list", "--all", "--merges", "--parents", "-n", "40")), "\n") {
+		if f := strings.Fields(l); len(f) == 3 {
+			pairs = append(pairs, pair{plumbing.NewHash(f[1]), plumbing.NewHash(f[2])})
+		}
+	}
+	if len(pairs) < 20 {
+		t.Fatalf("echo corpus: %d merges", len(pairs))
+	}
+	st := open()
+	want := make([]*Result, len(pairs))
+	for i, p := range pairs {
+		r, err := Merge(ctx, NewOverlay(st), p.a, p.b, Options{Deep: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = r
+	}
+	const bound = 300
+	cc := NewBoundedCommitCache(bound)
+	errs := make(chan error, 4)
+	for g := 0; g < 4; g++ {
+		st := open() // a storer per goroutine: the cache is what they share
+		go func(g int) {
+			for k := range pairs {
+				i := (k + g*len(pairs)/4) % len(pairs)
+				got, err := Merge(ctx, NewOverlay(st), pairs[i].a, pairs[i].b, Options{Deep: true, Commits: cc})
+				if err != nil {
+					errs <- err
+					return
+				}
+				w := want[i]
+				if got.Clean != w.Clean || got.Tree != w.Tree || got.MergeBase != w.MergeBase || !reflect.DeepEqual(conflictPaths(got), conflictPaths(w)) {
+					errs <- fmt.Errorf("merge %s %s with the shared bounded cache: clean=%v tree=%s base=%s; alone: clean=%v tree=%s base=%s",
+						pairs[i].a, pairs[i].b, got.Clean, got.Tree, got.MergeBase, w.Clean, w.Tree, w.MergeBase)
+					return
+				}
+				if n := cc.Len(); n > bound {
+					errs <- fmt.Errorf("cache holds %d commits, bound %d", n, bound)
+					return
+				}
+			}
+			errs <- nil
+		}(g)
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cc.Len() == 0 {
+		t.Fatal("the shared cache holds nothing")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -39,15 +40,47 @@ type walker struct {
 
 // CommitCache keeps the commits a merge-base walk read from the store
 // (tree, parents, committer time: immutable, by hash) for the next merges
-// of a sequence, such as the preflights of one batch into one branch,
-// whose walks cover much the same history. Virtual merge bases are never
-// kept. Not safe for concurrent use; pass it to merges of one store only.
+// that use it, such as the preflights of one batch into one branch, or
+// every preflight of one fork network, whose walks cover much the same
+// history. Virtual merge bases are never kept. Safe for concurrent use;
+// pass it to merges of one store (one fork network) only.
 type CommitCache struct {
-	m map[plumbing.Hash]*commitInfo
+	mu  sync.RWMutex
+	m   map[plumbing.Hash]*commitInfo
+	max int // 0: unbounded
 }
 
-// NewCommitCache returns an empty cache.
+// NewCommitCache returns an empty, unbounded cache (for one batch).
 func NewCommitCache() *CommitCache { return &CommitCache{m: map[plumbing.Hash]*commitInfo{}} }
+
+// NewBoundedCommitCache returns an empty cache that holds at most max
+// commits (about 150 bytes each): when full, it starts over empty.
+func NewBoundedCommitCache(max int) *CommitCache {
+	return &CommitCache{m: map[plumbing.Hash]*commitInfo{}, max: max}
+}
+
+// Len is the number of commits held.
+func (c *CommitCache) Len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.m)
+}
+
+func (c *CommitCache) get(h plumbing.Hash) (*commitInfo, bool) {
+	c.mu.RLock()
+	ci, ok := c.m[h]
+	c.mu.RUnlock()
+	return ci, ok
+}
+
+func (c *CommitCache) put(h plumbing.Hash, ci *commitInfo) {
+	c.mu.Lock()
+	if c.max > 0 && len(c.m) >= c.max {
+		c.m = make(map[plumbing.Hash]*commitInfo, c.max/4)
+	}
+	c.m[h] = ci
+	c.mu.Unlock()
+}
 
 func newWalker(s Store) *walker {
 	return &walker{s: s, commits: make(map[plumbing.Hash]*commitInfo)}
@@ -58,7 +91,7 @@ func (w *walker) commit(h plumbing.Hash) (*commitInfo, error) {
 		return c, nil
 	}
 	if w.shared != nil {
-		if c, ok := w.shared.m[h]; ok {
+		if c, ok := w.shared.get(h); ok {
 			w.commits[h] = c
 			return c, nil
 		}
@@ -78,7 +111,7 @@ func (w *walker) commit(h plumbing.Hash) (*commitInfo, error) {
 	}
 	w.commits[h] = ci
 	if w.shared != nil {
-		w.shared.m[h] = ci
+		w.shared.put(h, ci)
 	}
 	return ci, nil
 }
@@ -293,7 +326,7 @@ func (w *walker) bestCommon(ctx context.Context, a, b plumbing.Hash) ([]plumbing
 		if !ci.when.Equal(cj.when) {
 			return ci.when.Before(cj.when)
 		}
-		return cands[i].String() < cands[j].String()
+		return bytes.Compare(cands[i][:], cands[j][:]) < 0 // the order of their hex names
 	})
 	return cands, nil
 }
@@ -310,7 +343,7 @@ func (q *commitQueue) less(i, j int) bool {
 	if !ci.when.Equal(cj.when) {
 		return ci.when.After(cj.when)
 	}
-	return q.hs[i].String() < q.hs[j].String()
+	return bytes.Compare(q.hs[i][:], q.hs[j][:]) < 0 // the order of their hex names, without formatting them
 }
 
 func (q *commitQueue) push(h plumbing.Hash) {

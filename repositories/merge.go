@@ -120,7 +120,9 @@ func (s *Service) preflight(ctx context.Context, actor *lockstep.Key, r *lockste
 	if err != nil {
 		return nil, err
 	}
-	res, err := merge.Merge(ctx, merge.NewOverlay(n.Objects()), ours, theirs, s.mergeOptions(req, false))
+	opts := s.mergeOptions(req, false)
+	opts.Commits = s.commitCache(r.Network)
+	res, err := merge.Merge(ctx, merge.NewOverlay(n.Objects()), ours, theirs, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +197,9 @@ func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *locks
 			return err
 		}
 		ov := merge.NewOverlay(n.Objects())
-		res, err := merge.Merge(ctx, ov, ours, theirs, s.mergeOptions(req, markers))
+		opts := s.mergeOptions(req, markers)
+		opts.Commits = s.commitCache(r.Network)
+		res, err := merge.Merge(ctx, ov, ours, theirs, opts)
 		if err != nil {
 			return err
 		}

@@ -99,7 +99,7 @@ func (s *Service) PreflightBatch(ctx context.Context, actor *lockstep.Key, baseN
 	out := &PreflightBatchResponse{Ours: req.Ours, OursOID: ours.String(), Results: []PreflightBatchItem{}}
 	one := MergeRequest{Ours: req.Ours, Preflight: true, Deep: req.Deep, Renames: req.Renames}
 	var logged []map[string]any
-	commits := merge.NewCommitCache() // the walks share ours' history
+	commits := s.commitCache(base.Network) // the walks share ours' history
 	item := func(name string, ws *lockstep.Repo) PreflightBatchItem {
 		it := PreflightBatchItem{Workspace: name}
 		itemStart := s.now()

@@ -111,6 +111,8 @@ type Service struct {
 
 	problemsMu sync.Mutex
 	problems   map[string]MirrorProblem // "repo\x00ref" → refs the disk mirror lacks
+
+	commits commitCaches // per network, for merge-base walks (commitcache.go)
 }
 
 // EventHook is called after an event committed (push, rollback, promote,

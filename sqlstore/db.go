@@ -55,6 +55,7 @@ type DB struct {
 	aead    cipher.AEAD // seals hook secrets; nil: stored as given
 	sealed  int         // plaintext secrets encrypted by Open
 	hooks   opHooks     // OnOp callbacks
+	stmts   sync.Map    // query → *sql.Stmt, SQLite only (stmts.go)
 }
 
 var _ lockstep.Store = (*DB)(nil)
@@ -136,6 +137,7 @@ func Open(ctx context.Context, dbURL string, opts Options) (*DB, error) {
 		s.db.Close()
 		return nil, err
 	}
+	s.prepareHot(ctx)
 	if opts.SecretKey != nil {
 		if s.aead, err = newAEAD(opts.SecretKey); err != nil {
 			s.db.Close()
@@ -175,7 +177,10 @@ func (s *DB) Dialect() string { return s.dialect }
 func (s *DB) SQL() *sql.DB { return s.db }
 
 // Close closes the connection pool.
-func (s *DB) Close() error { return s.db.Close() }
+func (s *DB) Close() error {
+	s.closeStmts()
+	return s.db.Close()
+}
 
 // Ping checks the database answers.
 func (s *DB) Ping(ctx context.Context) (err error) {

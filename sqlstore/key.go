@@ -88,7 +88,7 @@ func (s *DB) CreateKey(ctx context.Context, k *lockstep.Key, entry *lockstep.OpE
 func (s *DB) KeyByPrefix(ctx context.Context, prefix string) (k *lockstep.Key, err error) {
 	ctx, span := s.start(ctx, "KeyByPrefix")
 	defer func() { err = end(span, err) }()
-	k, err = scanKey(s.db.QueryRowContext(ctx, `SELECT `+keyCols+` FROM keys WHERE prefix = $1`, prefix))
+	k, err = scanKey(s.queryRow(ctx, qKeyByPrefix, prefix))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, because(err, lockstep.ENOTFOUND, "key not found")
 	}

@@ -38,7 +38,7 @@ func (s *DB) appendOp(ctx context.Context, tx *sql.Tx, e *lockstep.OpEntry) erro
 	}
 	var seq int64
 	var prev string
-	if err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM oplog_head WHERE id = 1`+lock).Scan(&seq, &prev); err != nil {
+	if err := s.txQueryRow(ctx, tx, qOplogHead+lock).Scan(&seq, &prev); err != nil {
 		return fmt.Errorf("read oplog head: %w", err)
 	}
 	if e.ID == "" {
@@ -75,15 +75,13 @@ func (s *DB) appendOp(ctx context.Context, tx *sql.Tx, e *lockstep.OpEntry) erro
 	details := lockstep.CanonicalDetails(e.Details)
 	e.Hash = lockstep.EntryHash(e, details)
 	refs, _ := json.Marshal(nonNilRefs(e.Refs))
-	_, err := tx.ExecContext(ctx, `INSERT INTO oplog (seq, id, time, key_id, key_name, op, result, read_only, repo, refs,
-		objects, bytes, duration_us, trace_id, follows, details, prev_hash, hash, idem_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
+	_, err := s.txExec(ctx, tx, qOplogInsert,
 		e.Seq, e.ID, micros(e.Time), e.KeyID, e.KeyName, e.Op, e.Result, e.ReadOnly, e.Repo, string(refs),
 		e.Objects, e.Bytes, e.DurationUS, e.TraceID, e.Follows, string(details), e.PrevHash, e.Hash, e.IdempotencyKey)
 	if err != nil {
 		return fmt.Errorf("insert oplog entry: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE oplog_head SET seq = $1, hash = $2 WHERE id = 1`, e.Seq, e.Hash); err != nil {
+	if _, err := s.txExec(ctx, tx, qOplogMoveHead, e.Seq, e.Hash); err != nil {
 		return fmt.Errorf("move oplog head: %w", err)
 	}
 	if err := s.commitIdemRecord(ctx, tx, e); err != nil {

@@ -59,7 +59,7 @@ func (s *DB) CreateRepo(ctx context.Context, r *lockstep.Repo, refs []lockstep.R
 func (s *DB) RepoByName(ctx context.Context, name string) (r *lockstep.Repo, err error) {
 	ctx, span := s.start(ctx, "RepoByName")
 	defer func() { err = end(span, err) }()
-	r, err = scanRepo(s.db.QueryRowContext(ctx, `SELECT `+repoCols+` FROM repos WHERE name = $1`, name))
+	r, err = scanRepo(s.queryRow(ctx, qRepoByName, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, because(err, lockstep.ENOTFOUND, "repository %s not found", name)
 	}
@@ -214,7 +214,7 @@ func (s *DB) Ref(ctx context.Context, repoID int64, name string) (r lockstep.Ref
 	ctx, span := s.start(ctx, "Ref")
 	defer func() { err = end(span, err) }()
 	var u int64
-	err = s.db.QueryRowContext(ctx, `SELECT name, oid, updated_at FROM refs WHERE repo_id = $1 AND name = $2`, repoID, name).Scan(&r.Name, &r.OID, &u)
+	err = s.queryRow(ctx, qRef, repoID, name).Scan(&r.Name, &r.OID, &u)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, because(err, lockstep.ENOTFOUND, "ref %s not found", name)
 	}

@@ -1,0 +1,56 @@
+package repositories
+
+import (
+	"sync"
+
+	"github.com/lockstep-hq/lockstep/merge"
+)
+
+// The merge-base walks of a network's preflights and merges share the
+// commits they read (tree, parents, committer time: immutable, by hash),
+// so a single preflight into a long history does not re-read and re-parse
+// it on every request. Bounded: at most commitCacheNetworks networks (the
+// ones merged most recently), each at most commitCacheMax commits (~150
+// bytes each: ≤ 15 MB per network); a full cache starts over empty.
+const (
+	commitCacheMax      = 100_000
+	commitCacheNetworks = 8
+)
+
+type commitCaches struct {
+	mu    sync.Mutex
+	tick  uint64
+	byNet map[string]*netCommits
+}
+
+type netCommits struct {
+	c    *merge.CommitCache
+	used uint64
+}
+
+// commitCache returns the shared commit cache of a fork network.
+func (s *Service) commitCache(network string) *merge.CommitCache {
+	cc := &s.commits
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cc.tick++
+	if e, ok := cc.byNet[network]; ok {
+		e.used = cc.tick
+		return e.c
+	}
+	if cc.byNet == nil {
+		cc.byNet = map[string]*netCommits{}
+	}
+	if len(cc.byNet) >= commitCacheNetworks {
+		oldest, at := "", uint64(0)
+		for n, e := range cc.byNet {
+			if oldest == "" || e.used < at {
+				oldest, at = n, e.used
+			}
+		}
+		delete(cc.byNet, oldest)
+	}
+	e := &netCommits{c: merge.NewBoundedCommitCache(commitCacheMax), used: cc.tick}
+	cc.byNet[network] = e
+	return e.c
+}
