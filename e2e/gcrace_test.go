@@ -649,8 +649,7 @@ func checkRaceReplica(t *testing.T, i int, s *server, admin string, fleet []*rac
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), fmt.Sprintf("replica-%d.git", i))
 	e2ekit.Git(t, "", "init", "-q", "--bare", dir)
-	e2ekit.Git(t, dir, "fetch", "-q", s.GitURL("base", admin), "+refs/*:refs/base/*")
-	e2ekit.Git(t, dir, "symbolic-ref", "HEAD", "refs/base/heads/main") // not an unborn branch (fsck notices it)
+	e2ekit.Git(t, dir, "fetch", "-q", s.GitURL("base", admin), "+refs/*:refs/base/*", "+refs/heads/main:refs/heads/main")
 	history := func(ref string) map[string]bool {
 		m := map[string]bool{}
 		for _, c := range strings.Fields(e2ekit.Git(t, dir, "rev-list", ref)) {
