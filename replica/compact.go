@@ -22,11 +22,40 @@ import (
 const leaseTTL = 2 * time.Minute
 
 // holdLease claims name and renews it until the returned stop is called;
-// ok is false when another replica holds it.
-func (m *Manager) holdLease(ctx context.Context, name string) (stop func(), ok bool, err error) {
-	return lockstep.HoldLease(ctx, m.cfg.Packs, name, m.cfg.Holder, leaseTTL, func(err error) {
+// ok is false when another replica holds it, or this one does already.
+// The database lease is the replica's (a claim by its holder succeeds
+// while it holds it), so the leases held in this process are tracked
+// too: without that a GC and a compaction of one network on the same
+// replica ran at once, and the compaction removed from the cache a pack
+// the GC was reading (a GC failing with "no such file", seen by
+// e2e/gcrace_test.go), and the first to finish released the other's lease.
+func (m *Manager) holdLease(ctx context.Context, name string) (func(), bool, error) {
+	m.leaseMu.Lock()
+	if m.leases[name] {
+		m.leaseMu.Unlock()
+		return func() {}, false, nil
+	}
+	if m.leases == nil {
+		m.leases = map[string]bool{}
+	}
+	m.leases[name] = true
+	m.leaseMu.Unlock()
+	free := func() {
+		m.leaseMu.Lock()
+		delete(m.leases, name)
+		m.leaseMu.Unlock()
+	}
+	release, ok, err := lockstep.HoldLease(ctx, m.cfg.Packs, name, m.cfg.Holder, leaseTTL, func(err error) {
 		m.cfg.Log.Warn("object store: lease not renewed", "lease", name, "error", err)
 	})
+	if err != nil || !ok {
+		free()
+		return release, ok, err
+	}
+	return func() {
+		release()
+		free()
+	}, true, nil
 }
 
 // Compact folds the network's live packs into one, on one replica at a

@@ -96,6 +96,9 @@ type Manager struct {
 	mu   sync.Mutex
 	nets map[string]*Network
 
+	leaseMu sync.Mutex
+	leases  map[string]bool // held by this process (holdLease)
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
