@@ -275,7 +275,7 @@ func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, cl
 	if ir.status == 0 {
 		ir.status = http.StatusOK
 	}
-	claim.Render = func(v any, staged bool) (int, map[string]string, []byte, bool) { return renderStaged(ir, v, staged) }
+	claim.Status = ir.status
 	ctx := c.Request.Context()
 	c.Request = c.Request.WithContext(lockstep.WithIdemClaim(ctx, claim))
 
@@ -418,9 +418,11 @@ func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, cl
 			release()
 			s.send(c, status, header, body)
 			return
-		case status >= 500 && cur.State != lockstep.IdemRunning && cur.Token == claim.Token && cur.Status != 0:
-			// The effect is durable: its staged answer is the result.
-			status, header, body = cur.Status, cur.Header, cur.Body
+		case status >= 500 && cur.State != lockstep.IdemRunning && cur.Token == claim.Token:
+			// The effect is durable: the answer its entry carried is the result.
+			if st, h, b, ok := storedAnswer(cur); ok {
+				status, header, body = st, h, b
+			}
 		}
 	}
 	stored := redact(body)
@@ -590,9 +592,9 @@ func (s *Server) send(c *gin.Context, status int, header map[string]string, body
 // replay answers from a stored record and counts the replay.
 func (s *Server) replay(c *gin.Context, r *lockstep.IdemRecord) {
 	ctx := c.Request.Context()
-	status, header, body := r.Status, r.Header, r.Body
-	if status == 0 {
-		// Committed without a staged answer (an operation that stages
+	status, header, body, ok := storedAnswer(r)
+	if !ok {
+		// Committed without an answer (an operation whose entry carries
 		// none): say so instead of running it again.
 		ops, _ := s.Store.OpsByIdemKey(ctx, r.Owner, r.Key)
 		writeError(c, rebuildFromOps(r, ops))
@@ -630,87 +632,22 @@ func rebuildFromOps(r *lockstep.IdemRecord, ops []*lockstep.OpEntry) error {
 	return lockstep.Errorf(lockstep.EINTERNAL, "the operation with Idempotency-Key %q committed but its answer was not recorded: read the current state", r.Key)
 }
 
-// renderStaged turns a staged domain result into the route's answer.
-func renderStaged(ir idemRoute, v any, staged bool) (int, map[string]string, []byte, bool) {
-	if !staged {
-		if ir.status == http.StatusNoContent {
-			return ir.status, map[string]string{}, nil, true
+// redact is lockstep.RedactSecrets: the one place a stored answer loses
+// its secrets (every field in lockstep.SecretFields, at any depth).
+func redact(body []byte) []byte { return lockstep.RedactSecrets(body) }
+
+// storedAnswer is the answer a record replays. A refusal carried by a log
+// entry is stored as its error envelope without a status: its code maps to
+// one here, through the one table (StatusOf). ok false: nothing was stored.
+func storedAnswer(r *lockstep.IdemRecord) (status int, header map[string]string, body []byte, ok bool) {
+	status, header, body = r.Status, r.Header, r.Body
+	if status == 0 {
+		if len(body) == 0 {
+			return 0, nil, nil, false
 		}
-		return 0, nil, nil, false
+		status = StatusOf(lockstep.ErrorEnvelopeCode(body))
 	}
-	if err, ok := v.(error); ok {
-		b, _ := json.Marshal(errorBody{Error: errorDetail{Code: lockstep.ErrorCode(err), Message: lockstep.ErrorMessage(err), Details: lockstep.ErrorDetails(err)}})
-		return StatusOf(lockstep.ErrorCode(err)), jsonHeader(), b, true
-	}
-	if ir.status == http.StatusNoContent {
-		return ir.status, map[string]string{}, nil, true
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return 0, nil, nil, false
-	}
-	return ir.status, jsonHeader(), redact(b), true
-}
-
-func jsonHeader() map[string]string {
-	return map[string]string{"Content-Type": "application/json; charset=utf-8"}
-}
-
-// secretFields are the JSON field names that carry a secret shown once
-// (a new API key's secret, a rotated hook secret). Whatever the route, a
-// stored answer never holds them.
-var secretFields = map[string]bool{"secret": true}
-
-// redact is the one place a stored answer loses its secrets: every field
-// named in secretFields, at any depth of the JSON answer, is dropped and
-// replaced by "<field>_withheld": true, so a replay says the secret was
-// shown once and is not kept. Used for every route, on the staged answer
-// and on the answer the handler wrote alike.
-func redact(body []byte) []byte {
-	if len(body) == 0 || !bytes.Contains(body, []byte(`"secret`)) {
-		return body
-	}
-	var v any
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	if d.Decode(&v) != nil {
-		return body
-	}
-	if !redactValue(v) {
-		return body
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return body
-	}
-	return b
-}
-
-// redactValue drops secret fields from a decoded JSON value in place and
-// reports whether it dropped any.
-func redactValue(v any) bool {
-	changed := false
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			if secretFields[k] {
-				delete(x, k)
-				x[k+"_withheld"] = true
-				changed = true
-				continue
-			}
-			if redactValue(e) {
-				changed = true
-			}
-		}
-	case []any:
-		for _, e := range x {
-			if redactValue(e) {
-				changed = true
-			}
-		}
-	}
-	return changed
+	return status, header, body, true
 }
 
 // keptHeaders are the answer headers a replay repeats.
