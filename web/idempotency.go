@@ -62,33 +62,6 @@ const MaxIdempotencyKey = 255
 // execution.
 const IdempotentReplayedHeader = "Idempotent-Replayed"
 
-// idemRoute is how a route's staged result becomes its answer.
-type idemRoute struct {
-	status int // success status (200 when not listed)
-	// oneTx: the route's effect is one metadata transaction (through
-	// appendOp) with nothing outside the database that matters before it
-	// (objects are content-addressed), and a success commits once. Its key
-	// is claimed inside that transaction, and its answer stored as done
-	// there (docs/idempotency.md, "One transaction").
-	oneTx bool
-}
-
-// idemRoutes lists the mutating routes whose success is not a plain 200.
-var idemRoutes = map[string]idemRoute{
-	"POST /api/v1/keys":                            {status: http.StatusCreated},
-	"DELETE /api/v1/keys/:id":                      {status: http.StatusNoContent},
-	"POST /api/v1/repos":                           {status: http.StatusCreated},
-	"POST /api/v1/repos/:repo/forks":               {status: http.StatusCreated},
-	"POST /api/v1/repos/:repo/effects":             {status: http.StatusCreated, oneTx: true},
-	"PUT /api/v1/repos/:repo/worktree":             {status: http.StatusCreated, oneTx: true},
-	"POST /api/v1/repos/:repo/edits":               {status: http.StatusCreated, oneTx: true},
-	"POST /api/v1/repos/:repo/rollback":            {status: http.StatusCreated, oneTx: true},
-	"POST /api/v1/repos/:repo/commits/:rev/checks": {status: http.StatusCreated, oneTx: true},
-	"POST /api/v1/repos/:repo/hooks":               {status: http.StatusCreated},
-	"DELETE /api/v1/repos/:repo/hooks/:id":         {status: http.StatusNoContent},
-	"POST /api/v1/repos/:repo/checkpoints":         {status: http.StatusCreated},
-}
-
 // validIdemKey: 1-255 visible ASCII characters.
 func validIdemKey(k string) error {
 	if len(k) == 0 || len(k) > MaxIdempotencyKey {
@@ -115,7 +88,8 @@ func (s *Server) idempotency(c *gin.Context) {
 		return
 	}
 	vals := c.Request.Header.Values("Idempotency-Key")
-	if len(vals) == 0 || noIdemRoutes[c.Request.Method+" "+c.FullPath()] {
+	facts := factsOf(c.Request.Method + " " + c.FullPath())
+	if len(vals) == 0 || facts.idem == idemNone {
 		c.Next()
 		return
 	}
@@ -163,7 +137,7 @@ func (s *Server) idempotency(c *gin.Context) {
 	rec := &lockstep.IdemRecord{Owner: k.ID, Key: key, Fingerprint: fp, Method: c.Request.Method, Path: c.Request.URL.Path,
 		Token: token, LeaseUntil: now.Add(cfg.Lease), ExpiresAt: now.Add(cfg.Retention)}
 	deadline := now.Add(cfg.Wait)
-	oneTx := idemRoutes[route].oneTx
+	oneTx := facts.idem == idemOneTx
 
 	// A duplicate on this replica waits here for the first request to be
 	// answered and stored, without polling the database; duplicates on
@@ -271,11 +245,7 @@ execute:
 // claim the effect's commit makes) and stores its answer. release ends
 // this replica's single flight for the key once the answer is stored.
 func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, claim *lockstep.IdemClaim, release func(), deferred *lockstep.IdemRecord) {
-	ir := idemRoutes[route]
-	if ir.status == 0 {
-		ir.status = http.StatusOK
-	}
-	claim.Status = ir.status
+	claim.Status = factsOf(route).successStatus()
 	ctx := c.Request.Context()
 	c.Request = c.Request.WithContext(lockstep.WithIdemClaim(ctx, claim))
 
