@@ -327,19 +327,18 @@ func (s *DB) insertIdemAtCommit(ctx context.Context, tx *sql.Tx, c *lockstep.Ide
 	}
 	ic, ok := c.Answer(e.Answer)
 	if !ok && len(c.Commits()) > 0 {
-		// A later entry of the same request that carries no answer (a
-		// promote's status entry): the record is ours already and keeps
-		// the answer stored with it; only the fencing is checked.
+		// A later entry of the same request that carries no answer: the
+		// record is ours already and keeps the answer stored with it. (If
+		// it is not there after all, the commit noted rolled back: the
+		// upsert below decides as for a first commit.)
 		res, err := tx.ExecContext(ctx, `UPDATE idempotency_keys SET op_id = CASE WHEN op_id = '' THEN $1 ELSE op_id END
 			WHERE owner_key_id = $2 AND idem_key = $3 AND token = $4`, e.ID, c.Owner, c.Key, c.Token)
 		if err != nil {
 			return fmt.Errorf("record idempotency key: %w", err)
 		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			c.MarkLost()
-			return lockstep.Errorf(lockstep.EINPROGRESS, "idempotency key %q is held by another request: this one did not commit", c.Key)
+		if n, _ := res.RowsAffected(); n == 1 {
+			return nil
 		}
-		return nil
 	}
 	switch {
 	case !ok:
