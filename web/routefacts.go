@@ -102,7 +102,7 @@ var routeTable = []routeFact{
 	{method: "POST", path: "/api/v1/keys", group: groupAPI, handler: (*Server).handleKeyCreate, status: http.StatusCreated, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}}, // an agent mints scoped keys (auth.Mint decides)
 	{method: "GET", path: "/api/v1/keys", group: groupAPI, handler: (*Server).handleKeyList},
 	{method: "DELETE", path: "/api/v1/keys/:id", group: groupAPI, handler: (*Server).handleKeyRevoke, status: http.StatusNoContent, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}}, // ... and revokes those it minted
-	{method: "PUT", path: "/api/v1/keys/:id/quota", group: groupAPI, handler: (*Server).handleKeyQuota},
+	{method: "PUT", path: "/api/v1/keys/:id/quota", group: groupAPI, handler: (*Server).handleKeyQuota, status: http.StatusNoContent},
 	{method: "GET", path: "/api/v1/whoami", group: groupAPI, handler: (*Server).handleWhoami, runner: true},
 	{method: "POST", path: "/api/v1/gc", group: groupAPI, handler: (*Server).handleGC, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin}}},
 	{method: "GET", path: "/api/v1/oplog", group: groupAPI, handler: (*Server).handleOplogList},
@@ -159,7 +159,7 @@ var routeTable = []routeFact{
 	{method: "POST", path: "/api/v1/repos/:repo/effects/:id/approve", group: groupAPI, handler: func(s *Server) gin.HandlerFunc { return s.handleEffectDecide(true) }},
 	{method: "POST", path: "/api/v1/repos/:repo/effects/:id/reject", group: groupAPI, handler: func(s *Server) gin.HandlerFunc { return s.handleEffectDecide(false) }},
 	{method: "POST", path: "/api/v1/repos/:repo/effects/:id/compensate", group: groupAPI, handler: (*Server).handleEffectCompensate},
-	{method: "POST", path: "/api/v1/repos/:repo/runs", group: groupAPI, handler: (*Server).handleRunReport},
+	{method: "POST", path: "/api/v1/repos/:repo/runs", group: groupAPI, handler: (*Server).handleRunReport, status: http.StatusCreated},
 	{method: "POST", path: "/api/v1/repos/:repo/jobs", group: groupAPI, handler: (*Server).handleJobCreate, idem: idemNone, preAuth: &preAuth{repo: canWriteWorkspace("only the workspace's owner or an admin may run commands on %s")}},
 	{method: "GET", path: "/api/v1/repos/:repo/jobs/:id", group: groupAPI, handler: (*Server).handleJobGet, preAuth: &preAuth{repo: canWriteWorkspace("only the workspace's owner or an admin may see the run jobs of %s")}},
 	{method: "POST", path: "/api/v1/runners", group: groupAPI, handler: (*Server).handleRunnerRegister, preAuth: &preAuth{roles: []string{lockstep.RoleRunner}}, runner: true},
