@@ -1,7 +1,9 @@
 package lockstep
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"sync"
 	"time"
 )
@@ -9,7 +11,7 @@ import (
 // Idempotency records (docs/idempotency.md). A request that carries an
 // Idempotency-Key claims a record (owner key id, key) before it runs; the
 // transaction that commits the operation's effect also marks the record
-// committed and stores the answer staged so far, so a retry after a crash
+// committed and stores the answer its log entry carries, so a retry after a crash
 // between commit and response gets the first answer instead of a second
 // execution.
 const (
@@ -67,28 +69,29 @@ type IdempotencyStore interface {
 	OpsByIdemKey(ctx context.Context, owner, key string) ([]*OpEntry, error)
 }
 
-// IdemClaim is the request-scoped side of a claimed idempotency key. The
-// metadata store consults it inside every transaction that appends an
-// operations-log entry: the entry records the key, and the record turns
-// committed with the answer staged so far, atomically with the effect.
+// IdemClaim is the request-scoped side of a claimed idempotency key. It
+// carries data only: the metadata store consults it inside every
+// transaction that appends an operations-log entry, where the entry
+// records the key and the record turns committed with the answer the
+// entry carries (OpEntry.Answer), atomically with the effect.
 type IdemClaim struct {
 	Owner, Key, Token string
-	// Render turns a staged value (or error) into the HTTP answer; set by
-	// the web layer, which alone knows statuses. ok false: nothing to store.
-	Render func(v any, staged bool) (status int, header map[string]string, body []byte, ok bool)
+	// Status is the route's success status, set by the web layer (which
+	// alone knows routes): a value an entry carries is stored with it; a
+	// 204 stores no body (and is stored even when no value is carried).
+	// A carried error is stored as its error envelope with status 0: the
+	// web layer maps its code to a status when it replays it.
+	Status int
 	// Deferred, when set, means the record is not in the store yet (a
 	// route whose effect is one transaction, docs/idempotency.md): the
 	// first commit under the claim inserts it, with this record's owner,
 	// key, fingerprint, method, path and times, and a concurrent
 	// duplicate that committed first makes that transaction fail. A
-	// success answer staged at such a commit is stored as done: it is the
+	// success answer carried by such a commit is stored as done: it is the
 	// final answer, and the web layer sends exactly it.
 	Deferred *IdemRecord
 
 	mu      sync.Mutex
-	value   any
-	staged  bool
-	wraps   []func(any) any
 	lost    bool
 	commits []IdemCommit
 }
@@ -96,10 +99,13 @@ type IdemClaim struct {
 // IdemCommit is an answer the store wrote with a commit under a claim.
 type IdemCommit struct {
 	State  string // IdemCommitted or IdemDone
-	Status int    // 0: nothing staged
+	Status int    // 0: nothing carried, or a refusal (Body is its error envelope)
 	Header map[string]string
 	Body   []byte
 }
+
+// Refusal reports whether the commit stored a refused write's answer.
+func (ic IdemCommit) Refusal() bool { return ic.Status == 0 && len(ic.Body) > 0 }
 
 // NoteCommit is called by the store inside the transaction that wrote the
 // record (the transaction's effect fails the request if it rolls back).
@@ -144,51 +150,120 @@ func IdemClaimFrom(ctx context.Context) *IdemClaim {
 	return c
 }
 
-// StageResult records the answer an operation will give if the commit it
-// is about to make succeeds (a pointer is rendered when the commit runs,
-// so fields the store fills in are included). Without a claim it does
-// nothing. An error value stages an error answer (a refused write).
-func StageResult(ctx context.Context, v any) {
-	if c := IdemClaimFrom(ctx); c != nil {
-		c.mu.Lock()
-		c.value, c.staged = v, true
-		c.mu.Unlock()
+// Answer is what the store writes on the record for the value an entry
+// carries (OpEntry.Answer), rendered when the entry is appended (so the
+// fields the store fills in a pointer are in it). A value: the claim's
+// status, a JSON body with its secrets redacted (RedactSecrets). An
+// error: status 0 and its error envelope (the web layer maps the code to
+// a status). No value: nothing to store (ok false), except for a 204.
+func (c *IdemClaim) Answer(v any) (ic IdemCommit, ok bool) {
+	if v == nil {
+		if c.Status == 204 {
+			return IdemCommit{Status: 204, Header: map[string]string{}}, true
+		}
+		return IdemCommit{}, false
 	}
+	if err, isErr := v.(error); isErr {
+		return IdemCommit{Header: jsonHeader(), Body: ErrorEnvelope(err)}, true
+	}
+	if c.Status == 204 {
+		return IdemCommit{Status: 204, Header: map[string]string{}}, true
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return IdemCommit{}, false
+	}
+	st := c.Status
+	if st == 0 {
+		st = 200
+	}
+	return IdemCommit{Status: st, Header: jsonHeader(), Body: RedactSecrets(b)}, true
 }
 
-// StageWrap lets an outer operation turn the inner one's staged value into
-// its own answer (promote wraps the merge it lands). Call the returned
-// function when the outer operation is done.
-func StageWrap(ctx context.Context, f func(inner any) any) (undo func()) {
-	c := IdemClaimFrom(ctx)
-	if c == nil {
-		return func() {}
-	}
-	c.mu.Lock()
-	c.wraps = append(c.wraps, f)
-	n := len(c.wraps)
-	c.mu.Unlock()
-	return func() {
-		c.mu.Lock()
-		if len(c.wraps) >= n {
-			c.wraps = c.wraps[:n-1]
-		}
-		c.mu.Unlock()
-	}
+func jsonHeader() map[string]string {
+	return map[string]string{"Content-Type": "application/json; charset=utf-8"}
 }
 
-// Provisional renders the staged answer for the commit being made.
-func (c *IdemClaim) Provisional() (status int, header map[string]string, body []byte, ok bool) {
-	c.mu.Lock()
-	v, staged := c.value, c.staged
-	if _, isErr := v.(error); staged && !isErr {
-		for i := len(c.wraps) - 1; i >= 0; i-- {
-			v = c.wraps[i](v)
+// ErrorEnvelope is the JSON error answer of err, as the web layer writes
+// it: {"error":{"code","message","details"}}.
+func ErrorEnvelope(err error) []byte {
+	b, _ := json.Marshal(errorEnvelope{Error: errorEnvelopeDetail{Code: ErrorCode(err), Message: ErrorMessage(err), Details: ErrorDetails(err)}})
+	return b
+}
+
+// ErrorEnvelopeCode returns the code of an error envelope ("" when body is
+// not one).
+func ErrorEnvelopeCode(body []byte) string {
+	var e errorEnvelope
+	if json.Unmarshal(body, &e) != nil {
+		return ""
+	}
+	return e.Error.Code
+}
+
+type errorEnvelope struct {
+	Error errorEnvelopeDetail `json:"error"`
+}
+
+type errorEnvelopeDetail struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// SecretFields are the JSON field names that carry a secret shown once
+// (a new API key's secret, a rotated hook secret). Whatever the route, a
+// stored answer never holds them.
+var SecretFields = map[string]bool{"secret": true}
+
+// RedactSecrets is the one place a stored answer loses its secrets: every
+// field named in SecretFields, at any depth of the JSON answer, is
+// dropped and replaced by "<field>_withheld": true, so a replay says the
+// secret was shown once and is not kept. Used for every route, on the
+// answer an entry carries and on the answer the handler wrote alike.
+func RedactSecrets(body []byte) []byte {
+	if len(body) == 0 || !bytes.Contains(body, []byte(`"secret`)) {
+		return body
+	}
+	var v any
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
+	if d.Decode(&v) != nil {
+		return body
+	}
+	if !redactValue(v) {
+		return body
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return body
+	}
+	return b
+}
+
+// redactValue drops secret fields from a decoded JSON value in place and
+// reports whether it dropped any.
+func redactValue(v any) bool {
+	changed := false
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if SecretFields[k] {
+				delete(x, k)
+				x[k+"_withheld"] = true
+				changed = true
+				continue
+			}
+			if redactValue(e) {
+				changed = true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if redactValue(e) {
+				changed = true
+			}
 		}
 	}
-	c.mu.Unlock()
-	if c.Render == nil {
-		return 0, nil, nil, false
-	}
-	return c.Render(v, staged)
+	return changed
 }

@@ -136,6 +136,12 @@ type OpEntry struct {
 	Replays  int    `json:"replays,omitempty"`
 	PrevHash string `json:"prev_hash"`
 	Hash     string `json:"hash"`
+	// Answer is the operation's result (a value, or the error of a
+	// refused write) when it commits with this entry: under an
+	// Idempotency-Key the store writes it on the key's record in the same
+	// transaction (IdemClaim.Answer), so a retry after a crash between
+	// commit and response replays it. Neither stored in the log nor hashed.
+	Answer any `json:"-"`
 }
 
 // Repo is a repository: a named set of refs in a fork network.

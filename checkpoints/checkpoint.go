@@ -160,8 +160,8 @@ func (s *Service) Create(ctx context.Context, actor *lockstep.Key, wsName string
 		DurationUS: s.now().Sub(start).Microseconds(),
 		Details: map[string]any{"checkpoint": c.ID, "branch": c.Branch, "commit": commit, "tree": tree, "db_snapshot": c.DBSnapshot,
 			"fs_snapshot": c.FSSnapshot, "label": c.Label, "db_ms": dbMS, "redis_snapshot": c.RedisSnapshot, "redis_ms": redisMS}}
+	entry.Answer = c
 	ev := s.repos.HookEvent(ws, "checkpoint", c.Branch, commit, tree, map[string]any{"checkpoint": c.ID})
-	lockstep.StageResult(ctx, c)
 	if err := s.store.CreateCheckpoint(ctx, c, []lockstep.HookEvent{ev}, entry); err != nil {
 		s.dropOrphans(ctx, ws.Name, c)
 		return nil, err
@@ -314,17 +314,17 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 	}
 	res := &RestoreResult{Checkpoint: c.ID, FSSnapshot: c.FSSnapshot, Tree: c.Tree}
 	// Under an Idempotency-Key the code part's commit stores this answer
-	// (the database part not yet run); the final log entry stores it whole.
-	defer lockstep.StageWrap(ctx, func(inner any) any {
-		if pr, ok := inner.(*repositories.PushResult); ok && res.Commit == "" {
+	// (the database part not yet run); the final log entry carries it whole.
+	codePart := func(inner any) any {
+		if pr, ok := inner.(*repositories.PushResult); ok {
 			out := *res
 			out.Commit, out.Code = pr.Commit, PartResult{Restored: true}
 			out.Database = PartResult{Error: "not run: the server stopped after the code part"}
 			out.Redis = out.Database
 			return &out
 		}
-		return res
-	})()
+		return inner
+	}
 	t := s.now()
 	_, cspan := s.tracer.Start(ctx, "restore.code")
 	// The effects staged after the checkpoint are discarded in the
@@ -333,7 +333,7 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 		&lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "effect.discard", Repo: ws.Name, TraceID: traceID(ctx), Follows: c.OpID,
 			Details: map[string]any{"checkpoint": c.ID}})
 	pr, err := s.repos.RestoreTree(rctx, actor, ws.Name, c.Branch, c.Commit, req.ExpectOID, follows,
-		map[string]any{"checkpoint": c.ID, "db_snapshot": c.DBSnapshot, "fs_snapshot": c.FSSnapshot})
+		map[string]any{"checkpoint": c.ID, "db_snapshot": c.DBSnapshot, "fs_snapshot": c.FSSnapshot}, codePart)
 	cspan.End()
 	res.CodeMS = msSince(s.now(), t)
 	if err != nil {
@@ -372,7 +372,8 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 	e := &lockstep.OpEntry{ID: lockstep.NewOpID(), KeyID: actor.ID, KeyName: actor.Name, Op: "checkpoint.restored", Result: result, Repo: ws.Name, TraceID: traceID(ctx),
 		Follows: follows, DurationUS: s.now().Sub(start).Microseconds(),
 		Details: map[string]any{"checkpoint": c.ID, "commit": res.Commit, "tree": c.Tree, "code": res.Code, "database": res.Database,
-			"fs_snapshot": c.FSSnapshot, "code_ms": res.CodeMS, "database_ms": res.DatabaseMS, "redis": res.Redis, "redis_ms": res.RedisMS}}
+			"fs_snapshot": c.FSSnapshot, "code_ms": res.CodeMS, "database_ms": res.DatabaseMS, "redis": res.Redis, "redis_ms": res.RedisMS},
+		Answer: res}
 	res.OpID = e.ID
 	var rerr error
 	if dbErr != nil || redisErr != nil {
@@ -385,7 +386,7 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 		}
 		rerr = lockstep.Errorf(lockstep.EUNAVAILABLE, "checkpoint %s: code restored (commit %s), %s", c.ID, res.Commit, strings.Join(not, "; ")).
 			WithDetails(map[string]any{"parts": res})
-		lockstep.StageResult(ctx, rerr)
+		e.Answer = rerr
 	}
 	if err := s.store.AppendOp(ctx, e); err != nil {
 		s.log.ErrorContext(ctx, "log restore", "error", err)

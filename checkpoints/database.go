@@ -47,7 +47,7 @@ func (s *Service) BindTemplate(ctx context.Context, actor *lockstep.Key, repoNam
 	e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "database.bind", Repo: r.Name, TraceID: traceID(ctx),
 		DurationUS: s.now().Sub(start).Microseconds(), Details: map[string]any{"template": template}}
 	out := &Database{Repo: r.Name, Template: template}
-	lockstep.StageResult(ctx, out)
+	e.Answer = out
 	if err := s.store.AppendOp(ctx, e); err != nil {
 		return nil, err
 	}
@@ -74,10 +74,9 @@ func (s *Service) RefreshTemplate(ctx context.Context, actor *lockstep.Key, repo
 		return nil, err
 	}
 	out := &Database{Repo: r.Name, Template: t.Source}
-	lockstep.StageResult(ctx, out)
 	// The template was re-copied: the log must say so, or the audit
 	// chain silently misses a change (the caller learns it failed).
-	if err := s.store.AppendOp(ctx, &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "database.refresh", Repo: r.Name, TraceID: traceID(ctx)}); err != nil {
+	if err := s.store.AppendOp(ctx, &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "database.refresh", Repo: r.Name, TraceID: traceID(ctx), Answer: out}); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -283,7 +283,7 @@ func (s *Service) Stage(ctx context.Context, actor *lockstep.Key, ws *lockstep.R
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "effect.stage", Repo: ws.Name, TraceID: telemetry.TraceID(ctx),
 		Details: map[string]any{"effect": e.ID, "method": main.Method, "url": logURL(main.URL), "bytes": len(main.Body), "class": req.Class,
 			"label": req.Label, "run_id": req.RunID, "consuming": req.Consuming, "compensation": e.Compensation != nil}}
-	lockstep.StageResult(ctx, (*Staged)(e))
+	entry.Answer = (*Staged)(e)
 	if err := s.store.StageEffect(ctx, e, s.cfg.MaxStaged, entry); err != nil {
 		return nil, err
 	}
@@ -381,7 +381,7 @@ func (s *Service) Discard(ctx context.Context, actor *lockstep.Key, wsName strin
 	}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "effect.discard", Repo: ws.Name, TraceID: telemetry.TraceID(ctx),
 		Details: map[string]any{"after_seq": req.AfterSeq, "run_id": req.RunID}}
-	lockstep.StageResult(ctx, discardAnswer{entry})
+	entry.Answer = discardAnswer{entry}
 	ids, err := s.store.DiscardEffects(ctx, lockstep.EffectFilter{RepoID: ws.ID, AfterSeq: req.AfterSeq, RunID: req.RunID, Reason: reason}, entry)
 	if err != nil {
 		return nil, err
@@ -525,8 +525,8 @@ func (s *Service) Offered(ctx context.Context, base *lockstep.Repo, commits []st
 	return out, nil
 }
 
-// discardAnswer is a discard's answer staged before the store knows the
-// ids: rendered at commit, from the entry the store filled in.
+// discardAnswer is a discard's answer, carried by its entry before the
+// store knows the ids: encoded at commit, from the entry the store filled in.
 type discardAnswer struct{ e *lockstep.OpEntry }
 
 // MarshalJSON encodes api.EffectDiscardResult.

@@ -168,7 +168,7 @@ func (s *Service) SetPolicy(ctx context.Context, actor *lockstep.Key, repoName s
 	if len(p.HoldEffectClasses) > 0 {
 		entry.Details["hold_effect_classes"] = p.HoldEffectClasses
 	}
-	lockstep.StageResult(ctx, &p)
+	entry.Answer = &p
 	if err := s.store.SetPolicy(ctx, r.ID, p, entry); err != nil {
 		return nil, err
 	}
@@ -237,7 +237,7 @@ func (s *Service) PostCheck(ctx context.Context, actor *lockstep.Key, repoName, 
 	c.Commit, c.KeyName = commit, actor.Name
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "check", Repo: r.Name,
 		Details: map[string]any{"commit": commit, "name": c.Name, "status": c.Status}}
-	lockstep.StageResult(ctx, &c)
+	entry.Answer = &c
 	if err := s.store.AddCheck(ctx, r.Network, &c, entry); err != nil {
 		return nil, err
 	}
@@ -459,7 +459,7 @@ func (s *Service) Promote(ctx context.Context, actor *lockstep.Key, wsName strin
 			WithDetails(map[string]any{"reasons": ev.Reasons, "commit": ev.Commit, "into": ev.Into})
 		e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "promote", Result: lockstep.EGATEFAILED, Repo: ws.Name,
 			DurationUS: s.now().Sub(start).Microseconds(), Details: map[string]any{"commit": ev.Commit, "into": ev.Into, "reasons": ev.Reasons}}
-		lockstep.StageResult(ctx, gerr)
+		e.Answer = gerr
 		if err := s.store.AppendOp(ctx, e); err != nil {
 			s.log.ErrorContext(ctx, "log gate failure", "error", err)
 		}
@@ -472,13 +472,13 @@ func (s *Service) Promote(ctx context.Context, actor *lockstep.Key, wsName strin
 	}
 	t.HoldEffectClasses = p.HoldEffectClasses
 	// Under an Idempotency-Key the landing's commit stores this answer.
-	defer lockstep.StageWrap(ctx, func(inner any) any {
+	answer := func(inner any) any {
 		if mr, ok := inner.(*repositories.MergeResponse); ok {
 			return &PromoteResult{MergeResponse: mr, Evaluation: ev, Workspace: ws.Name, Into: ev.Into, QueuedMS: float64(queued.Microseconds()) / 1000}
 		}
 		return inner
-	})()
-	res, err := s.land(ctx, actor, t, mode, req.Message, map[string]any{"checks": p.RequiredChecks, "queued_ms": float64(queued.Microseconds()) / 1000})
+	}
+	res, err := s.land(ctx, actor, t, mode, req.Message, map[string]any{"checks": p.RequiredChecks, "queued_ms": float64(queued.Microseconds()) / 1000}, answer)
 	if err != nil {
 		return nil, err
 	}

@@ -49,7 +49,7 @@ func (s *Service) CreateHook(ctx context.Context, actor *lockstep.Key, repoName 
 	h := &lockstep.Hook{ID: lockstep.NewID("hook_"), Repo: r.Name, RepoID: r.ID, URL: req.URL, Secret: req.Secret, Events: req.Events, Active: true}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "hook.create", Repo: r.Name,
 		Details: map[string]any{"hook_id": h.ID, "url": logURL(h.URL), "events": h.Events}}
-	lockstep.StageResult(ctx, h)
+	entry.Answer = h
 	if err := s.store.CreateHook(ctx, h, entry); err != nil {
 		return nil, err
 	}

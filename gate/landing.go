@@ -122,7 +122,10 @@ func (s *Service) PromotePreflight(ctx context.Context, t *PromoteTarget) (*merg
 // merges (mode merge, squash, fast_forward), moves it by compare-and-swap
 // and marks the workspace promoted in the same transaction. Promote calls
 // it from its landing queue after every rule passed.
-func (s *Service) land(ctx context.Context, actor *lockstep.Key, t *PromoteTarget, mode, message string, details map[string]any) (*repositories.MergeResponse, error) {
+// wrap (may be nil) turns the landing's *MergeResponse into the answer
+// its log entry carries (repositories.Reason.Wrap).
+func (s *Service) land(ctx context.Context, actor *lockstep.Key, t *PromoteTarget, mode, message string, details map[string]any,
+	wrap func(inner any) any) (*repositories.MergeResponse, error) {
 	start := s.now()
 	if message == "" {
 		message = fmt.Sprintf("Promote %s into %s", t.Workspace.Name, t.Branch)
@@ -141,7 +144,7 @@ func (s *Service) land(ctx context.Context, actor *lockstep.Key, t *PromoteTarge
 		// The workspace's staged effects go to the outbox with the move.
 		Effects: &lockstep.EffectRelease{Into: t.Base.Name, IntoID: t.Base.ID, Hold: t.HoldEffectClasses}}
 	res, err := s.repos.LandCommit(ctx, actor, t.Base, t.Branch, t.Commit, t.Tree, mode, message,
-		repositories.Reason{Op: "promote", Start: start, Details: details, Workspace: t.Workspace.Name, Change: change})
+		repositories.Reason{Op: "promote", Start: start, Details: details, Workspace: t.Workspace.Name, Change: change, Wrap: wrap})
 	if err != nil {
 		return nil, err
 	}

@@ -128,7 +128,7 @@ func TestLandIsAtomic(t *testing.T) {
 	if _, err := w.wss.SetStatus(ctx, w.admin, "ws", lockstep.StatusFailed, "ci broke"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.gate.land(ctx, w.agent, target, "", "", nil); err == nil {
+	if _, err := w.gate.land(ctx, w.agent, target, "", "", nil, nil); err == nil {
 		t.Fatal("land succeeded on a workspace that is no longer active")
 	}
 	if got := w.tip(t, "app"); got != w.base {

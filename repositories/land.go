@@ -38,8 +38,9 @@ func (s *Service) LandCommit(ctx context.Context, actor *lockstep.Key, r *lockst
 	mode, message string, why Reason) (*MergeResponse, error) {
 	if _, terr := s.branchTip(ctx, r, branch); lockstep.ErrorCode(terr) == lockstep.ENOTFOUND {
 		res := &MergeResponse{Clean: true, FastForward: true, Theirs: commit.String(), Tree: tree.String(), Commit: commit.String(), Branch: branch, Conflicts: []merge.Conflict{}}
-		lockstep.StageResult(ctx, res)
-		if err := s.move(ctx, branchMove(actor, r, branch, lockstep.ZeroOID, commit.String(), tree.String(), gitobj.WriteStats{}, why)); err != nil {
+		m := branchMove(actor, r, branch, lockstep.ZeroOID, commit.String(), tree.String(), gitobj.WriteStats{}, why)
+		m.Answer = res
+		if err := s.move(ctx, m); err != nil {
 			return nil, err
 		}
 		return res, nil

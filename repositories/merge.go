@@ -132,8 +132,7 @@ func (s *Service) preflight(ctx context.Context, actor *lockstep.Key, r *lockste
 	e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "merge.preflight", ReadOnly: true, Repo: r.Name, TraceID: traceID(ctx),
 		DurationUS: s.now().Sub(start).Microseconds(),
 		Details: map[string]any{"ours": req.Ours, "ours_oid": ours.String(), "theirs": req.Theirs, "theirs_oid": theirs.String(),
-			"deep": req.Deep, "clean": res.Clean, "conflicts": len(res.Conflicts)}}
-	lockstep.StageResult(ctx, out)
+			"deep": req.Deep, "clean": res.Clean, "conflicts": len(res.Conflicts)}, Answer: out}
 	if err := s.store.AppendOp(ctx, e); err != nil {
 		return nil, err
 	}
@@ -218,8 +217,7 @@ func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *locks
 			}
 			cerr := lockstep.Errorf(lockstep.EMERGECONFLICT, "merging %s into %s: %d conflicting paths", req.Theirs, req.Ours, len(res.Conflicts)).
 				WithDetails(map[string]any{"conflicts": res.Conflicts, "merge_base": hashStr(res.MergeBase), "ours": ours.String(), "theirs": theirs.String()})
-			lockstep.StageResult(ctx, cerr)
-			s.logMergeConflict(ctx, actor, r, why.Op, req, res, start)
+			s.logMergeConflict(ctx, actor, r, why.Op, req, res, start, cerr)
 			return cerr
 		}
 		mode := req.Mode
@@ -262,10 +260,11 @@ func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *locks
 		out.Commit = newTip.String()
 		out.FastForward = newTip == theirs
 		out.DurationMS = ms(s.now().Sub(start))
-		lockstep.StageResult(ctx, out)
 		move := why
 		move.Details = d
-		if err := s.move(ctx, branchMove(actor, r, req.Ours, ours.String(), newTip.String(), res.Tree.String(), stats, move)); err != nil {
+		m := branchMove(actor, r, req.Ours, ours.String(), newTip.String(), res.Tree.String(), stats, move)
+		m.Answer = out
+		if err := s.move(ctx, m); err != nil {
 			return err
 		}
 		out.Commit = newTip.String()
@@ -315,9 +314,10 @@ func (s *Service) writeMarkers(ctx context.Context, actor *lockstep.Key, r *lock
 	out.Commit = commit.Hash().String()
 	out.SideRef = branchRef(side)
 	out.DurationMS = ms(s.now().Sub(start))
-	lockstep.StageResult(ctx, out)
 	why := Reason{Op: "merge.markers", Start: start, Details: d}
-	if err := s.move(ctx, branchMove(actor, r, side, old, commit.Hash().String(), res.Tree.String(), stats, why)); err != nil {
+	m := branchMove(actor, r, side, old, commit.Hash().String(), res.Tree.String(), stats, why)
+	m.Answer = out
+	if err := s.move(ctx, m); err != nil {
 		return nil, err
 	}
 	out.Commit = commit.Hash().String()
@@ -326,13 +326,13 @@ func (s *Service) writeMarkers(ctx context.Context, actor *lockstep.Key, r *lock
 	return out, nil
 }
 
-func (s *Service) logMergeConflict(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, op string, req MergeRequest, res *merge.Result, start time.Time) {
+func (s *Service) logMergeConflict(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, op string, req MergeRequest, res *merge.Result, start time.Time, cerr error) {
 	var paths []string
 	for _, c := range res.Conflicts {
 		paths = append(paths, c.Kind+":"+c.Path)
 	}
 	e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: op, Result: lockstep.EMERGECONFLICT, Repo: r.Name, TraceID: traceID(ctx),
-		DurationUS: s.now().Sub(start).Microseconds(), Details: map[string]any{"ours": req.Ours, "theirs": req.Theirs, "conflicts": paths}}
+		DurationUS: s.now().Sub(start).Microseconds(), Details: map[string]any{"ours": req.Ours, "theirs": req.Theirs, "conflicts": paths}, Answer: cerr}
 	if err := s.store.AppendOp(ctx, e); err != nil {
 		s.log.ErrorContext(ctx, "log merge conflict", "error", err)
 	}

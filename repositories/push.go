@@ -322,8 +322,9 @@ func (s *Service) commitTree(ctx context.Context, actor *lockstep.Key, r *lockst
 		out := &PushResult{Commit: commit.String(), Tree: tree.String(), Parent: strings.TrimPrefix(parent, lockstep.ZeroOID),
 			Branch: opts.Branch, Changed: true, ObjectsWritten: total.Objects, BytesWritten: total.Bytes}
 		out.DurationMS = ms(s.now().Sub(t0))
-		lockstep.StageResult(ctx, out) // the answer, stored with the commit under an Idempotency-Key
-		if err := s.move(ctx, branchMove(actor, r, opts.Branch, cur, commit.String(), tree.String(), total, why)); err != nil {
+		m := branchMove(actor, r, opts.Branch, cur, commit.String(), tree.String(), total, why)
+		m.Answer = out // the answer, stored with the commit under an Idempotency-Key
+		if err := s.move(ctx, m); err != nil {
 			return err
 		}
 		out.DurationMS = ms(s.now().Sub(t0))
@@ -393,8 +394,7 @@ func (s *Service) logFailure(ctx context.Context, actor *lockstep.Key, r *lockst
 	}
 	e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: op, Result: code, Repo: r.Name, TraceID: traceID(ctx),
 		DurationUS: s.now().Sub(t0).Microseconds(),
-		Details:    map[string]any{"branch": branch, "error": lockstep.ErrorMessage(err)}}
-	lockstep.StageResult(ctx, err)
+		Details:    map[string]any{"branch": branch, "error": lockstep.ErrorMessage(err)}, Answer: err}
 	if aerr := s.store.AppendOp(ctx, e); aerr != nil {
 		s.log.ErrorContext(ctx, "log refused write", "error", aerr)
 	}

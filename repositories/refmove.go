@@ -40,6 +40,21 @@ type Reason struct {
 	// Change (a promote's workspace status) commits in the same
 	// transaction as the refs; its entry's details name the landed commit.
 	Change *lockstep.StatusChange
+	// Wrap, when set, turns the move's answer (the result its log entry
+	// carries, OpEntry.Answer) into the outer operation's: promote turns
+	// the landing's *MergeResponse into its PromoteResult, a checkpoint
+	// restore the rollback's *PushResult into its RestoreResult. Errors
+	// are not wrapped.
+	Wrap func(inner any) any
+}
+
+// answer is what the log entry of an operation with result v carries:
+// v through Wrap, an error as it is.
+func (why Reason) answer(v any) any {
+	if _, isErr := v.(error); v == nil || isErr || why.Wrap == nil {
+		return v
+	}
+	return why.Wrap(v)
 }
 
 // refUpdate is one ref of a move: Old is the compare-and-swap
@@ -64,6 +79,10 @@ type refMove struct {
 	// checkGitObject); otherwise move refuses a new commit whose tree
 	// breaks the content rules (checkLanding).
 	Checked bool
+	// Answer is the operation's result if the move commits (a pointer,
+	// encoded when the entry is appended): the log entry carries it
+	// through Wrap (docs/idempotency.md).
+	Answer any
 	// Tentative: a refusal is not yet the operation's outcome (a whole
 	// non-atomic git push, re-applied ref by ref when refused): neither
 	// logged nor counted.
@@ -101,7 +120,7 @@ func (s *Service) move(ctx context.Context, m refMove) error {
 		details["workspace"] = m.Workspace
 	}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: m.Op, Repo: r.Name, TraceID: traceID(ctx),
-		Objects: m.Stats.Objects, Bytes: m.Stats.Bytes, Details: details, Follows: m.Follows}
+		Objects: m.Stats.Objects, Bytes: m.Stats.Bytes, Details: details, Follows: m.Follows, Answer: m.answer(m.Answer)}
 	updates := make([]lockstep.RefUpdate, 0, len(m.Updates))
 	var attempts []lockstep.AttemptRecord
 	var events []lockstep.HookEvent

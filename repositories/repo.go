@@ -35,9 +35,8 @@ func (s *Service) CreateRepo(ctx context.Context, actor *lockstep.Key, name, def
 		return nil, err
 	}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "repo.create", Repo: name, TraceID: traceID(ctx),
-		Details: map[string]any{"default_branch": defaultBranch}}
+		Details: map[string]any{"default_branch": defaultBranch}, Answer: RepoInfo{Repo: r}}
 	defer func() { entry.DurationUS = s.now().Sub(start).Microseconds() }()
-	lockstep.StageResult(ctx, RepoInfo{Repo: r})
 	if err := s.store.CreateRepo(ctx, r, nil, entry); err != nil {
 		return nil, err
 	}

@@ -45,12 +45,16 @@ func (s *Service) rollback(ctx context.Context, actor *lockstep.Key, repoName, t
 	var offers []lockstep.CompensationOffer
 	if why.Op == "rollback" && r.ForkOf == "" {
 		offers = s.compensationOffers(ctx, r, n, opts, target)
-		defer lockstep.StageWrap(ctx, func(inner any) any {
+		outer := why.Wrap
+		why.Wrap = func(inner any) any {
 			if pr, ok := inner.(*PushResult); ok {
 				pr.Compensations = offers
 			}
+			if outer != nil {
+				return outer(inner)
+			}
 			return inner
-		})()
+		}
 	}
 	res, err := s.commitTree(ctx, actor, r, c.Tree, gitobj.WriteStats{}, opts, why)
 	if res != nil {
@@ -129,7 +133,10 @@ func (s *Service) BranchTip(ctx context.Context, r *lockstep.Repo, branch string
 // to commit's tree on branch, linked in the operations log to the entry it
 // follows. When the branch already has that tree nothing is written
 // (Changed false). Without expect the restore applies to the current tip.
-func (s *Service) RestoreTree(ctx context.Context, actor *lockstep.Key, wsName, branch, commit, expectOID, follows string, details map[string]any) (*PushResult, error) {
+// wrap (may be nil) turns the rollback's *PushResult into the restore's
+// answer, carried by the rollback's log entry (Reason.Wrap).
+func (s *Service) RestoreTree(ctx context.Context, actor *lockstep.Key, wsName, branch, commit, expectOID, follows string, details map[string]any,
+	wrap func(inner any) any) (*PushResult, error) {
 	r, err := s.Repo(ctx, wsName)
 	if err != nil {
 		return nil, err
@@ -160,5 +167,5 @@ func (s *Service) RestoreTree(ctx context.Context, actor *lockstep.Key, wsName, 
 	}
 	opts := WriteOptions{Branch: branch, ExpectOID: tipCommit,
 		Message: fmt.Sprintf("Restore checkpoint %v\n\nRestores the tree of %s.", details["checkpoint"], commit)}
-	return s.rollback(ctx, actor, wsName, commit, opts, Reason{Op: "checkpoint.restore", Details: details, Follows: follows})
+	return s.rollback(ctx, actor, wsName, commit, opts, Reason{Op: "checkpoint.restore", Details: details, Follows: follows, Wrap: wrap})
 }

@@ -231,7 +231,7 @@ func TestEveryWritePathRefusesBadTrees(t *testing.T) {
 				return err
 			}},
 			{"checkpoint restore", func() error {
-				_, err := w.Repos.RestoreTree(ctx, w.Admin, "app", "main", oldCommit, "", "", map[string]any{"checkpoint": "c"})
+				_, err := w.Repos.RestoreTree(ctx, w.Admin, "app", "main", oldCommit, "", "", map[string]any{"checkpoint": "c"}, nil)
 				return err
 			}},
 			{"fast-forward merge", func() error {

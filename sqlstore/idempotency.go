@@ -245,7 +245,7 @@ func (s *DB) OpsByIdemKey(ctx context.Context, owner, key string) (out []*lockst
 
 // commitIdem runs inside the transaction that appends e: it tags e with the
 // request's Idempotency-Key and marks the claimed record committed with the
-// answer staged so far. A claim taken over by another request fails the
+// answer e carries (OpEntry.Answer). A claim taken over by another request fails the
 // transaction, so one key never commits two executions.
 func (s *DB) commitIdem(ctx context.Context, tx *sql.Tx, e *lockstep.OpEntry) error {
 	c := lockstep.IdemClaimFrom(ctx)
@@ -267,17 +267,20 @@ func (s *DB) commitIdemRecord(ctx context.Context, tx *sql.Tx, e *lockstep.OpEnt
 	}
 	var res sql.Result
 	var err error
-	status, header, body, ok := c.Provisional()
+	ic, ok := c.Answer(e.Answer)
 	if ok {
-		h, _ := json.Marshal(header)
+		h, _ := json.Marshal(ic.Header)
+		body := ic.Body
 		if body == nil {
 			body = []byte{}
 		}
 		res, err = tx.ExecContext(ctx, `UPDATE idempotency_keys SET state = $1, op_id = CASE WHEN op_id = '' THEN $2 ELSE op_id END, status = $3, header = $4, body = $5
 			WHERE owner_key_id = $6 AND idem_key = $7 AND token = $8`,
-			lockstep.IdemCommitted, e.ID, status, string(h), body, c.Owner, c.Key, c.Token)
+			lockstep.IdemCommitted, e.ID, ic.Status, string(h), body, c.Owner, c.Key, c.Token)
 	} else {
-		status, header, body = 0, nil, nil
+		// The entry carries no answer (a later step of the operation):
+		// the record keeps the one an earlier commit stored.
+		ic = lockstep.IdemCommit{}
 		res, err = tx.ExecContext(ctx, `UPDATE idempotency_keys SET state = $1, op_id = CASE WHEN op_id = '' THEN $2 ELSE op_id END
 			WHERE owner_key_id = $3 AND idem_key = $4 AND token = $5`,
 			lockstep.IdemCommitted, e.ID, c.Owner, c.Key, c.Token)
@@ -289,7 +292,8 @@ func (s *DB) commitIdemRecord(ctx context.Context, tx *sql.Tx, e *lockstep.OpEnt
 		c.MarkLost()
 		return lockstep.Errorf(lockstep.EINPROGRESS, "idempotency key %q was taken over by another request: this one did not commit", c.Key)
 	}
-	c.NoteCommit(lockstep.IdemCommit{State: lockstep.IdemCommitted, Status: status, Header: header, Body: body})
+	ic.State = lockstep.IdemCommitted
+	c.NoteCommit(ic)
 	return nil
 }
 
@@ -307,7 +311,7 @@ const idemUpsertSQL = `INSERT INTO idempotency_keys (owner_key_id, idem_key, fin
 			OR (idempotency_keys.expires_at < $15 AND NOT (idempotency_keys.state = $16 AND idempotency_keys.lease_until >= $15))`
 
 // insertIdemAtCommit claims a deferred key inside the effect's own
-// transaction: one upsert that inserts the record (done with the staged
+// transaction: one upsert that inserts the record (done with the carried
 // answer when that is a success, else committed), updates it when this
 // request already holds it (a second commit), replaces an expired record,
 // and changes nothing when another request holds the key. In that last
@@ -321,18 +325,35 @@ func (s *DB) insertIdemAtCommit(ctx context.Context, tx *sql.Tx, c *lockstep.Ide
 	if d.CreatedAt.IsZero() {
 		d.CreatedAt = lockstep.TruncateTime(now)
 	}
-	state := lockstep.IdemCommitted
-	status, header, body, ok := c.Provisional()
-	if !ok {
-		status, header, body = 0, nil, nil
-	} else if status < 400 {
-		state = lockstep.IdemDone
+	ic, ok := c.Answer(e.Answer)
+	if !ok && len(c.Commits()) > 0 {
+		// A later entry of the same request that carries no answer: the
+		// record is ours already and keeps the answer stored with it. (If
+		// it is not there after all, the commit noted rolled back: the
+		// upsert below decides as for a first commit.)
+		res, err := tx.ExecContext(ctx, `UPDATE idempotency_keys SET op_id = CASE WHEN op_id = '' THEN $1 ELSE op_id END
+			WHERE owner_key_id = $2 AND idem_key = $3 AND token = $4`, e.ID, c.Owner, c.Key, c.Token)
+		if err != nil {
+			return fmt.Errorf("record idempotency key: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			return nil
+		}
+	}
+	switch {
+	case !ok:
+		ic = lockstep.IdemCommit{State: lockstep.IdemCommitted}
+	case ic.Refusal():
+		ic.State = lockstep.IdemCommitted // a forced push may follow it with a success
+	default:
+		ic.State = lockstep.IdemDone
 	}
 	h := "{}"
-	if len(header) > 0 {
-		b, _ := json.Marshal(header)
+	if len(ic.Header) > 0 {
+		b, _ := json.Marshal(ic.Header)
 		h = string(b)
 	}
+	body := ic.Body
 	if body == nil {
 		body = []byte{}
 	}
@@ -341,7 +362,7 @@ func (s *DB) insertIdemAtCommit(ctx context.Context, tx *sql.Tx, c *lockstep.Ide
 		return err
 	}
 	res, err := tx.StmtContext(ctx, st.upsert).ExecContext(ctx,
-		d.Owner, d.Key, d.Fingerprint, d.Method, d.Path, state, c.Token, micros(d.LeaseUntil), e.ID, status, h, body,
+		d.Owner, d.Key, d.Fingerprint, d.Method, d.Path, ic.State, c.Token, micros(d.LeaseUntil), e.ID, ic.Status, h, body,
 		micros(d.CreatedAt), micros(d.ExpiresAt), micros(now), lockstep.IdemRunning)
 	if err != nil {
 		return fmt.Errorf("record idempotency key: %w", err)
@@ -350,6 +371,6 @@ func (s *DB) insertIdemAtCommit(ctx context.Context, tx *sql.Tx, c *lockstep.Ide
 		c.MarkLost()
 		return lockstep.Errorf(lockstep.EINPROGRESS, "idempotency key %q is held by another request: this one did not commit", c.Key)
 	}
-	c.NoteCommit(lockstep.IdemCommit{State: state, Status: status, Header: header, Body: body})
+	c.NoteCommit(ic)
 	return nil
 }

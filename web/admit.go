@@ -22,14 +22,6 @@ import (
 // check the same rules again on what they read themselves: this is the
 // early refusal, not the only one.
 
-// uploadSlotRoutes hold an upload slot (uploadSlot) while they run.
-var uploadSlotRoutes = map[string]bool{
-	"PUT /api/v1/repos/:repo/worktree": true,
-	"POST /api/v1/repos/:repo/edits":   true,
-	"POST /api/v1/repos/:repo/objects": true,
-	"POST /git/:repo/git-receive-pack": true,
-}
-
 // preAuth is a route's early rule: by role alone (roles) or on the
 // repository named by :repo (repo).
 type preAuth struct {
@@ -56,47 +48,16 @@ func canWriteWorkspace(msg string) func(k *lockstep.Key, r *lockstep.Repo) error
 	}
 }
 
-// Routes whose rule depends on the body are left out (a merge preflight
-// is open to every key; a status change's rule depends on the status).
-var preAuthRoutes = map[string]preAuth{
-	"POST /api/v1/keys":                                {roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}, // an agent mints scoped keys (auth.Mint decides)
-	"DELETE /api/v1/keys/:id":                          {roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}, // ... and revokes those it minted
-	"POST /api/v1/repos":                               {roles: []string{lockstep.RoleAdmin}},
-	"POST /api/v1/gc":                                  {roles: []string{lockstep.RoleAdmin}},
-	"GET /api/v1/repos/:repo/usage":                    {roles: []string{lockstep.RoleAdmin}},
-	"GET /api/v1/repos/:repo/retention":                {roles: []string{lockstep.RoleAdmin}},
-	"PUT /api/v1/repos/:repo/retention":                {roles: []string{lockstep.RoleAdmin}},
-	"POST /api/v1/repos/:repo/forks":                   {roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}},
-	"PUT /api/v1/repos/:repo/worktree":                 {repo: canWriteRepo},
-	"POST /api/v1/repos/:repo/edits":                   {repo: canWriteRepo},
-	"POST /api/v1/repos/:repo/objects":                 {repo: canWriteRepo},
-	"POST /api/v1/repos/:repo/objects/missing":         {repo: canWriteRepo},
-	"POST /api/v1/repos/:repo/rollback":                {repo: canWriteRepo},
-	"POST /api/v1/repos/:repo/sync":                    {repo: canWriteWorkspace("")},
-	"POST /api/v1/repos/:repo/promote":                 {repo: canWriteWorkspace("only the workspace's owner or an admin may promote %s")},
-	"POST /api/v1/repos/:repo/checkpoints":             {repo: canWriteRepo},
-	"POST /api/v1/repos/:repo/checkpoints/:id/restore": {repo: canWriteRepo},
-	"PUT /api/v1/repos/:repo/gate":                     {roles: []string{lockstep.RoleAdmin}},
-	"POST /api/v1/repos/:repo/commits/:rev/checks":     {roles: []string{lockstep.RoleCI, lockstep.RoleAdmin}},
-	"POST /api/v1/repos/:repo/hooks":                   {roles: []string{lockstep.RoleAdmin, lockstep.RoleCI}},
-	"DELETE /api/v1/repos/:repo/hooks/:id":             {roles: []string{lockstep.RoleAdmin, lockstep.RoleCI}},
-	"POST /api/v1/repos/:repo/hooks/:id/rotate":        {roles: []string{lockstep.RoleAdmin, lockstep.RoleCI}},
-	"PUT /api/v1/repos/:repo/database":                 {roles: []string{lockstep.RoleAdmin}},
-	"POST /api/v1/repos/:repo/database/refresh":        {roles: []string{lockstep.RoleAdmin}},
-	"POST /git/:repo/git-receive-pack":                 {repo: canWriteRepo},
-	"POST /api/v1/repos/:repo/jobs":                    {repo: canWriteWorkspace("only the workspace's owner or an admin may run commands on %s")},
-	"GET /api/v1/repos/:repo/jobs/:id":                 {repo: canWriteWorkspace("only the workspace's owner or an admin may see the run jobs of %s")},
-	"POST /api/v1/runners":                             {roles: []string{lockstep.RoleRunner}},
-	"POST /api/v1/runners/:id/jobs":                    {roles: []string{lockstep.RoleRunner}},
-	"POST /api/v1/runners/:id/jobs/:job/output":        {roles: []string{lockstep.RoleRunner}},
-	"POST /api/v1/runners/:id/jobs/:job/result":        {roles: []string{lockstep.RoleRunner}},
-}
+// Each route's rule is its preAuth in routeTable (routefacts.go). Routes
+// whose rule depends on the body have none (a merge preflight is open to
+// every key; a status change's rule depends on the status).
 
 // admit is the middleware (routes.go: after authenticate, before
 // idempotency and any handler).
 func (s *Server) admit(c *gin.Context) {
 	route := c.Request.Method + " " + c.FullPath()
-	if err := s.preAuthorize(c, route); err != nil {
+	f := factsOf(route)
+	if err := s.preAuthorize(c, route, f); err != nil {
 		if c.Request.Body != nil && c.Request.Body != http.NoBody {
 			// The body stays unread: do not wait for it after the answer.
 			c.Header("Connection", "close")
@@ -109,21 +70,21 @@ func (s *Server) admit(c *gin.Context) {
 		c.Abort()
 		return
 	}
-	if uploadSlotRoutes[route] {
+	if f.uploadSlot {
 		s.uploadSlot(c)
 		return
 	}
 	c.Next()
 }
 
-func (s *Server) preAuthorize(c *gin.Context, route string) error {
-	if k := caller(c); k != nil && k.Role == lockstep.RoleRunner && !runnerRoutes[route] {
+func (s *Server) preAuthorize(c *gin.Context, route string, f *routeFact) error {
+	if k := caller(c); k != nil && k.Role == lockstep.RoleRunner && !f.runner {
 		// A runner key takes jobs and posts their output; nothing else
 		// (it acts on a job's workspace with the job's own key).
 		return lockstep.Errorf(lockstep.EFORBIDDEN, "a runner key may only register, take run jobs and post their output and result")
 	}
-	rule, ok := preAuthRoutes[route]
-	if !ok {
+	rule := f.preAuth
+	if rule == nil {
 		return nil
 	}
 	k := caller(c)

@@ -62,33 +62,6 @@ const MaxIdempotencyKey = 255
 // execution.
 const IdempotentReplayedHeader = "Idempotent-Replayed"
 
-// idemRoute is how a route's staged result becomes its answer.
-type idemRoute struct {
-	status int // success status (200 when not listed)
-	// oneTx: the route's effect is one metadata transaction (through
-	// appendOp) with nothing outside the database that matters before it
-	// (objects are content-addressed), and a success commits once. Its key
-	// is claimed inside that transaction, and its answer stored as done
-	// there (docs/idempotency.md, "One transaction").
-	oneTx bool
-}
-
-// idemRoutes lists the mutating routes whose success is not a plain 200.
-var idemRoutes = map[string]idemRoute{
-	"POST /api/v1/keys":                            {status: http.StatusCreated},
-	"DELETE /api/v1/keys/:id":                      {status: http.StatusNoContent},
-	"POST /api/v1/repos":                           {status: http.StatusCreated},
-	"POST /api/v1/repos/:repo/forks":               {status: http.StatusCreated},
-	"POST /api/v1/repos/:repo/effects":             {status: http.StatusCreated, oneTx: true},
-	"PUT /api/v1/repos/:repo/worktree":             {status: http.StatusCreated, oneTx: true},
-	"POST /api/v1/repos/:repo/edits":               {status: http.StatusCreated, oneTx: true},
-	"POST /api/v1/repos/:repo/rollback":            {status: http.StatusCreated, oneTx: true},
-	"POST /api/v1/repos/:repo/commits/:rev/checks": {status: http.StatusCreated, oneTx: true},
-	"POST /api/v1/repos/:repo/hooks":               {status: http.StatusCreated},
-	"DELETE /api/v1/repos/:repo/hooks/:id":         {status: http.StatusNoContent},
-	"POST /api/v1/repos/:repo/checkpoints":         {status: http.StatusCreated},
-}
-
 // validIdemKey: 1-255 visible ASCII characters.
 func validIdemKey(k string) error {
 	if len(k) == 0 || len(k) > MaxIdempotencyKey {
@@ -115,7 +88,8 @@ func (s *Server) idempotency(c *gin.Context) {
 		return
 	}
 	vals := c.Request.Header.Values("Idempotency-Key")
-	if len(vals) == 0 || noIdemRoutes[c.Request.Method+" "+c.FullPath()] {
+	facts := factsOf(c.Request.Method + " " + c.FullPath())
+	if len(vals) == 0 || facts.idem == idemNone {
 		c.Next()
 		return
 	}
@@ -163,7 +137,7 @@ func (s *Server) idempotency(c *gin.Context) {
 	rec := &lockstep.IdemRecord{Owner: k.ID, Key: key, Fingerprint: fp, Method: c.Request.Method, Path: c.Request.URL.Path,
 		Token: token, LeaseUntil: now.Add(cfg.Lease), ExpiresAt: now.Add(cfg.Retention)}
 	deadline := now.Add(cfg.Wait)
-	oneTx := idemRoutes[route].oneTx
+	oneTx := facts.idem == idemOneTx
 
 	// A duplicate on this replica waits here for the first request to be
 	// answered and stored, without polling the database; duplicates on
@@ -271,11 +245,7 @@ execute:
 // claim the effect's commit makes) and stores its answer. release ends
 // this replica's single flight for the key once the answer is stored.
 func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, claim *lockstep.IdemClaim, release func(), deferred *lockstep.IdemRecord) {
-	ir := idemRoutes[route]
-	if ir.status == 0 {
-		ir.status = http.StatusOK
-	}
-	claim.Render = func(v any, staged bool) (int, map[string]string, []byte, bool) { return renderStaged(ir, v, staged) }
+	claim.Status = factsOf(route).successStatus()
 	ctx := c.Request.Context()
 	c.Request = c.Request.WithContext(lockstep.WithIdemClaim(ctx, claim))
 
@@ -418,9 +388,11 @@ func (s *Server) execute(c *gin.Context, cfg IdempotencyConfig, route string, cl
 			release()
 			s.send(c, status, header, body)
 			return
-		case status >= 500 && cur.State != lockstep.IdemRunning && cur.Token == claim.Token && cur.Status != 0:
-			// The effect is durable: its staged answer is the result.
-			status, header, body = cur.Status, cur.Header, cur.Body
+		case status >= 500 && cur.State != lockstep.IdemRunning && cur.Token == claim.Token:
+			// The effect is durable: the answer its entry carried is the result.
+			if st, h, b, ok := storedAnswer(cur); ok {
+				status, header, body = st, h, b
+			}
 		}
 	}
 	stored := redact(body)
@@ -590,9 +562,9 @@ func (s *Server) send(c *gin.Context, status int, header map[string]string, body
 // replay answers from a stored record and counts the replay.
 func (s *Server) replay(c *gin.Context, r *lockstep.IdemRecord) {
 	ctx := c.Request.Context()
-	status, header, body := r.Status, r.Header, r.Body
-	if status == 0 {
-		// Committed without a staged answer (an operation that stages
+	status, header, body, ok := storedAnswer(r)
+	if !ok {
+		// Committed without an answer (an operation whose entry carries
 		// none): say so instead of running it again.
 		ops, _ := s.Store.OpsByIdemKey(ctx, r.Owner, r.Key)
 		writeError(c, rebuildFromOps(r, ops))
@@ -630,87 +602,22 @@ func rebuildFromOps(r *lockstep.IdemRecord, ops []*lockstep.OpEntry) error {
 	return lockstep.Errorf(lockstep.EINTERNAL, "the operation with Idempotency-Key %q committed but its answer was not recorded: read the current state", r.Key)
 }
 
-// renderStaged turns a staged domain result into the route's answer.
-func renderStaged(ir idemRoute, v any, staged bool) (int, map[string]string, []byte, bool) {
-	if !staged {
-		if ir.status == http.StatusNoContent {
-			return ir.status, map[string]string{}, nil, true
+// redact is lockstep.RedactSecrets: the one place a stored answer loses
+// its secrets (every field in lockstep.SecretFields, at any depth).
+func redact(body []byte) []byte { return lockstep.RedactSecrets(body) }
+
+// storedAnswer is the answer a record replays. A refusal carried by a log
+// entry is stored as its error envelope without a status: its code maps to
+// one here, through the one table (StatusOf). ok false: nothing was stored.
+func storedAnswer(r *lockstep.IdemRecord) (status int, header map[string]string, body []byte, ok bool) {
+	status, header, body = r.Status, r.Header, r.Body
+	if status == 0 {
+		if len(body) == 0 {
+			return 0, nil, nil, false
 		}
-		return 0, nil, nil, false
+		status = StatusOf(lockstep.ErrorEnvelopeCode(body))
 	}
-	if err, ok := v.(error); ok {
-		b, _ := json.Marshal(errorBody{Error: errorDetail{Code: lockstep.ErrorCode(err), Message: lockstep.ErrorMessage(err), Details: lockstep.ErrorDetails(err)}})
-		return StatusOf(lockstep.ErrorCode(err)), jsonHeader(), b, true
-	}
-	if ir.status == http.StatusNoContent {
-		return ir.status, map[string]string{}, nil, true
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return 0, nil, nil, false
-	}
-	return ir.status, jsonHeader(), redact(b), true
-}
-
-func jsonHeader() map[string]string {
-	return map[string]string{"Content-Type": "application/json; charset=utf-8"}
-}
-
-// secretFields are the JSON field names that carry a secret shown once
-// (a new API key's secret, a rotated hook secret). Whatever the route, a
-// stored answer never holds them.
-var secretFields = map[string]bool{"secret": true}
-
-// redact is the one place a stored answer loses its secrets: every field
-// named in secretFields, at any depth of the JSON answer, is dropped and
-// replaced by "<field>_withheld": true, so a replay says the secret was
-// shown once and is not kept. Used for every route, on the staged answer
-// and on the answer the handler wrote alike.
-func redact(body []byte) []byte {
-	if len(body) == 0 || !bytes.Contains(body, []byte(`"secret`)) {
-		return body
-	}
-	var v any
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	if d.Decode(&v) != nil {
-		return body
-	}
-	if !redactValue(v) {
-		return body
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return body
-	}
-	return b
-}
-
-// redactValue drops secret fields from a decoded JSON value in place and
-// reports whether it dropped any.
-func redactValue(v any) bool {
-	changed := false
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			if secretFields[k] {
-				delete(x, k)
-				x[k+"_withheld"] = true
-				changed = true
-				continue
-			}
-			if redactValue(e) {
-				changed = true
-			}
-		}
-	case []any:
-		for _, e := range x {
-			if redactValue(e) {
-				changed = true
-			}
-		}
-	}
-	return changed
+	return status, header, body, true
 }
 
 // keptHeaders are the answer headers a replay repeats.

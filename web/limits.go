@@ -34,21 +34,15 @@ const (
 	DefaultBodyMinRate = 4096 // bytes per second
 )
 
-// uploadRoutes take bodies up to MaxUploadBytes; every other route's
-// limit is MaxJSONBytes.
-var uploadRoutes = map[string]bool{
-	"/api/v1/repos/:repo/worktree": true,
-	"/api/v1/repos/:repo/objects":  true,
-	"/git/:repo/git-upload-pack":   true,
-	"/git/:repo/git-receive-pack":  true,
-}
-
+// routeBodyLimit is the route's body limit, by its body kind in
+// routeTable (routefacts.go): uploads up to MaxUploadBytes, JSON carrying
+// file contents (edits, MCP) up to MaxEditBytes, any other route
+// MaxJSONBytes.
 func (s *Server) routeBodyLimit(c *gin.Context) int64 {
-	switch c.FullPath() {
-	case "/api/v1/repos/:repo/edits", "/mcp": // JSON carrying file contents
+	switch factsOf(c.Request.Method + " " + c.FullPath()).body {
+	case bodyEdit:
 		return s.Config.MaxEditBytes
-	}
-	if uploadRoutes[c.FullPath()] {
+	case bodyUpload:
 		if s.Config.MaxUploadBytes > 0 {
 			return s.Config.MaxUploadBytes
 		}

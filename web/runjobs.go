@@ -62,24 +62,10 @@ func (s *Server) jobs() (lockstep.RunJobStore, error) {
 	return s.Jobs, nil
 }
 
-// runnerRoutes are the only routes a runner key may call (admit).
-var runnerRoutes = map[string]bool{
-	"POST /api/v1/runners":                      true,
-	"POST /api/v1/runners/:id/jobs":             true,
-	"POST /api/v1/runners/:id/jobs/:job/output": true,
-	"POST /api/v1/runners/:id/jobs/:job/result": true,
-	"GET /api/v1/whoami":                        true,
-}
-
-// noIdemRoutes take no Idempotency-Key: a job is created once per
-// request and its answer is a stream; a runner's calls are its own
-// protocol (a take is not repeatable).
-var noIdemRoutes = map[string]bool{
-	"POST /api/v1/repos/:repo/jobs":             true,
-	"POST /api/v1/runners/:id/jobs":             true,
-	"POST /api/v1/runners/:id/jobs/:job/output": true,
-	"POST /api/v1/runners/:id/jobs/:job/result": true,
-}
+// The runner routes (runner in routeTable) are the only ones a runner key
+// may call (admit). The run-job routes take no Idempotency-Key (idemNone):
+// a job is created once per request and its answer is a stream; a
+// runner's calls are its own protocol (a take is not repeatable).
 
 func (s *Server) handleRunnerRegister() gin.HandlerFunc {
 	return func(c *gin.Context) {

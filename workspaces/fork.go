@@ -100,7 +100,7 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name,
 	}
 	entry.DurationUS = s.now().Sub(start).Microseconds()
 	out := &ForkResult{Name: name, ForkOf: base.Name, Network: ws.Network, BaseCommit: baseCommit, Owner: actor.Name, Task: task, DurationMS: ms(s.now().Sub(start))}
-	lockstep.StageResult(ctx, out)
+	entry.Answer = out
 	if err := s.store.CreateRepo(ctx, ws, copied, entry); err != nil {
 		return nil, err
 	}
@@ -245,7 +245,7 @@ func (s *Service) setStatus(ctx context.Context, actor *lockstep.Key, wsName str
 			Details: map[string]any{"from": string(ws.Status), "to": string(status), "reason": reason}}
 		staged := *ws
 		staged.Status = status
-		lockstep.StageResult(ctx, &staged)
+		entry.Answer = &staged
 		err = s.store.SetRepoStatus(ctx, lockstep.StatusChange{RepoID: ws.ID, Repo: ws.Name, From: ws.Status, To: status, Entry: entry})
 		if lockstep.ErrorCode(err) == lockstep.EREFCONFLICT && attempt < 3 {
 			continue // the status changed since it was read: decide again
