@@ -110,4 +110,10 @@ type RunJobStore interface {
 	FinishRunJob(ctx context.Context, id, runnerID string, result json.RawMessage, errMsg string) error
 	// ExpireRunJobs fails running jobs whose lease ended before now.
 	ExpireRunJobs(ctx context.Context, now time.Time) (int, error)
+	// CountActiveRunJobs counts keyID's jobs that still hold a place: the
+	// queued ones created at or after queuedSince (older ones are failed
+	// by the queue timeout, or were left by a server that died), and the
+	// running ones whose lease has not ended before now (the
+	// concurrent-runs quota).
+	CountActiveRunJobs(ctx context.Context, keyID string, queuedSince, now time.Time) (int, error)
 }

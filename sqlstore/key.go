@@ -212,6 +212,16 @@ func (s *DB) CountOwnedWorkspaces(ctx context.Context, keyID string) (n int, err
 	return n, err
 }
 
+// KeyStorageBytes sums the oplog bytes of the successful entries of the
+// active workspaces keyID owns (by the index oplog_repo).
+func (s *DB) KeyStorageBytes(ctx context.Context, keyID string) (n int64, err error) {
+	ctx, span := s.start(ctx, "KeyStorageBytes")
+	defer func() { err = end(span, err) }()
+	err = s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(o.bytes), 0) FROM repos r JOIN oplog o ON o.repo = r.name
+		WHERE r.owner_key_id = $1 AND r.fork_of <> '' AND r.status = 'active' AND o.result = 'ok'`, keyID).Scan(&n)
+	return n, err
+}
+
 // TouchKey records a key's last use.
 func (s *DB) TouchKey(ctx context.Context, id string, at time.Time) (err error) {
 	ctx, span := s.start(ctx, "TouchKey")

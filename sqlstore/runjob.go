@@ -284,3 +284,14 @@ func (s *DB) ExpireRunJobs(ctx context.Context, now time.Time) (n int, err error
 	m, _ := res.RowsAffected()
 	return int(m), nil
 }
+
+// CountActiveRunJobs counts keyID's queued jobs created at or after
+// queuedSince and its running jobs whose lease lasts until now or later.
+func (s *DB) CountActiveRunJobs(ctx context.Context, keyID string, queuedSince, now time.Time) (n int, err error) {
+	ctx, span := s.start(ctx, "CountActiveRunJobs")
+	defer func() { err = end(span, err) }()
+	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM run_jobs WHERE key_id = $1 AND
+		((state = $2 AND created_at >= $3) OR (state = $4 AND lease_until >= $5))`,
+		keyID, lockstep.JobQueued, micros(queuedSince), lockstep.JobRunning, micros(now)).Scan(&n)
+	return n, err
+}
