@@ -106,6 +106,17 @@ type KeyLimits struct {
 	// the replica that answered.
 	Uploads       int `json:"uploads"`
 	UploadsActive int `json:"uploads_active"`
+	// StorageBytes is how many bytes the key's active workspaces may add
+	// to the object store (--quota-storage-bytes; 0: unlimited),
+	// StorageBytesUsed how many their successful writes added (the
+	// operations log's bytes: packs and loose objects as written).
+	StorageBytes     int64 `json:"storage_bytes"`
+	StorageBytesUsed int64 `json:"storage_bytes_used"`
+	// Runs is how many run jobs the key may have queued or running at
+	// once (--quota-runs; 0: unlimited), RunsActive how many it has
+	// (-1 when run jobs are not configured on the server).
+	Runs       int `json:"runs"`
+	RunsActive int `json:"runs_active"`
 }
 
 // KeyList is the answer of GET /keys.

@@ -96,7 +96,14 @@ var preAuthRoutes = map[string]preAuth{
 // idempotency and any handler).
 func (s *Server) admit(c *gin.Context) {
 	route := c.Request.Method + " " + c.FullPath()
-	if err := s.preAuthorize(c, route); err != nil {
+	err := s.preAuthorize(c, route)
+	if err == nil && uploadSlotRoutes[route] {
+		// Every write (an MCP tool's edits too: they call the edits
+		// route in-process) is refused here once the key's active
+		// workspaces reached --quota-storage-bytes.
+		err = s.checkStorageQuota(c.Request.Context(), c, caller(c))
+	}
+	if err != nil {
 		if c.Request.Body != nil && c.Request.Body != http.NoBody {
 			// The body stays unread: do not wait for it after the answer.
 			c.Header("Connection", "close")
