@@ -158,3 +158,34 @@ func (f *fixture) page(t *testing.T, path, key string) string {
 	}
 	return body
 }
+
+// TestUsageReclaimableAndCheckpoints: the usage answer counts the
+// network's checkpoints and says what the object GC would free: nothing
+// now (the objects of a purged workspace are younger than the
+// retention), its objects once past the retention.
+func TestUsageReclaimableAndCheckpoints(t *testing.T) {
+	f := mustServerWith(t, web.Config{}, nil)
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	if code, _ := pushTar(t, f, f.agent, "ws", "main", "only in the workspace\n"); code != 201 {
+		t.Fatalf("push: %d", code)
+	}
+	f.want(t, "POST", "/api/v1/repos/ws/checkpoints", f.agent, `{"label":"one"}`, 201)
+	u := f.want(t, "GET", "/api/v1/repos/app/usage", f.admin, "", 200)
+	if cp := u["checkpoints"].(map[string]any); cp["checkpoints"] != float64(1) || cp["database_snapshots"] != float64(0) {
+		t.Fatalf("checkpoints in the usage: %v", u["checkpoints"])
+	}
+	if u["databases"] != nil || u["redis"] != nil {
+		t.Fatalf("branch usage without branching configured: %v %v", u["databases"], u["redis"])
+	}
+	f.want(t, "DELETE", "/api/v1/repos/ws?purge=true", f.agent, "", 200)
+	u = f.want(t, "GET", "/api/v1/repos/app/usage", f.admin, "", 200)
+	rc, _ := u["reclaimable"].(map[string]any)
+	if rc == nil || rc["retention"] != "336h0m0s" || rc["objects"] != float64(0) ||
+		rc["after_retention_objects"].(float64) < 1 || rc["after_retention_bytes"].(float64) <= 0 {
+		t.Fatalf("reclaimable after purging the workspace: %v; want nothing now, its objects after the retention", u["reclaimable"])
+	}
+	if cp := u["checkpoints"].(map[string]any); cp["checkpoints"] != float64(0) {
+		t.Fatalf("checkpoints after the purge: %v", u["checkpoints"])
+	}
+}
