@@ -170,7 +170,15 @@ func TestUsageReclaimableAndCheckpoints(t *testing.T) {
 	if code, _ := pushTar(t, f, f.agent, "ws", "main", "only in the workspace\n"); code != 201 {
 		t.Fatalf("push: %d", code)
 	}
-	f.want(t, "POST", "/api/v1/repos/ws/checkpoints", f.agent, `{"label":"one"}`, 201)
+	ws, err := f.db.RepoByName(context.Background(), "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fixture has no checkpoints service: the record alone.
+	if err := f.db.CreateCheckpoint(context.Background(), &lockstep.Checkpoint{ID: "ckpt_1", RepoID: ws.ID, Repo: "ws", Branch: "main",
+		Commit: lockstep.ZeroOID, Tree: lockstep.ZeroOID, Label: "one"}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
 	u := f.want(t, "GET", "/api/v1/repos/app/usage", f.admin, "", 200)
 	if cp := u["checkpoints"].(map[string]any); cp["checkpoints"] != float64(1) || cp["database_snapshots"] != float64(0) {
 		t.Fatalf("checkpoints in the usage: %v", u["checkpoints"])
