@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/dbbranch"
 	"github.com/lockstep-hq/lockstep/internal/servicetest"
@@ -118,6 +119,28 @@ func TestCheckpointSnapshotRetention(t *testing.T) {
 	if s := snapIDs("ws1"); !s[old.DBSnapshot] || !s[young.DBSnapshot] {
 		t.Fatalf("ws1's database snapshots before the retention: %v", s)
 	}
+	usage := func() *api.Usage {
+		t.Helper()
+		u := &api.Usage{Repo: "app", Network: "app"}
+		if err := w.Workspaces.AddBranchUsage(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		if u.Databases == nil || (rb != nil && u.Redis == nil) {
+			t.Fatalf("usage without branch sizes: %+v", u)
+		}
+		return u
+	}
+	u2 := usage()
+	// ws2's branch went with the abandon; ws1 has two snapshots.
+	if d := u2.Databases; d.Branches != 1 || d.Snapshots != 2 || d.Bytes <= 0 || d.SnapshotBytes <= 0 || d.TotalBytes != d.Bytes+d.SnapshotBytes {
+		t.Fatalf("database usage before the retention: %+v", d)
+	}
+	if r := u2.Redis; rb != nil && (r.Branches != 1 || r.Snapshots != 2) {
+		t.Fatalf("redis usage before the retention: %+v", r)
+	}
+	if c := u2.Checkpoints; c.Checkpoints != 3 || c.DatabaseSnapshots != 3 {
+		t.Fatalf("checkpoint usage before the retention: %+v", c)
+	}
 	res, err := w.Checkpoints.PruneSnapshots(ctx, 7*24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -136,6 +159,16 @@ func TestCheckpointSnapshotRetention(t *testing.T) {
 		if rdb("ws1", old.RedisSnapshot) || !rdb("ws1", young.RedisSnapshot) {
 			t.Fatalf("ws1's Redis snapshots after the retention: old kept %v, young kept %v", rdb("ws1", old.RedisSnapshot), rdb("ws1", young.RedisSnapshot))
 		}
+	}
+	u2 = usage()
+	if d := u2.Databases; d.Branches != 1 || d.Snapshots != 1 {
+		t.Fatalf("database usage after the retention: %+v", d)
+	}
+	if r := u2.Redis; rb != nil && (r.Branches != 1 || r.Snapshots != 1) {
+		t.Fatalf("redis usage after the retention: %+v", r)
+	}
+	if c := u2.Checkpoints; c.Checkpoints != 3 || c.DatabaseSnapshots != 1 {
+		t.Fatalf("checkpoint usage after the retention: %+v", c)
 	}
 	ws1, _ := w.Repos.Repo(ctx, "ws1")
 	ws2, _ := w.Repos.Repo(ctx, "ws2")
