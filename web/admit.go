@@ -103,6 +103,15 @@ func (s *Server) admit(c *gin.Context) {
 		// workspaces reached --quota-storage-bytes.
 		err = s.checkStorageQuota(c.Request.Context(), c, caller(c))
 	}
+	if err == nil && route == "GET /git/:repo/info/refs" && c.Query("service") == "git-receive-pack" {
+		// A git push is refused at its first request too: git prints
+		// that answer's text, not the pack POST's.
+		if err = s.checkStorageQuota(c.Request.Context(), c, caller(c)); err != nil {
+			gitAdvertiseError(c, err)
+			c.Abort()
+			return
+		}
+	}
 	if err != nil {
 		if c.Request.Body != nil && c.Request.Body != http.NoBody {
 			// The body stays unread: do not wait for it after the answer.
