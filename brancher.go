@@ -50,3 +50,18 @@ type Brancher interface {
 	// the same name and role (the workspace's DSN stays valid).
 	Restore(ctx context.Context, workspace, id string) error
 }
+
+// BranchSize is the storage of one workspace's branch (database or Redis)
+// and of its checkpoint snapshots.
+type BranchSize struct {
+	Bytes         int64
+	Snapshots     int
+	SnapshotBytes int64
+}
+
+// BranchUsager is implemented by branchers that can measure a
+// workspace's branch (the storage accounting, GET /repos/{repo}/usage).
+// Usage returns not_found when the workspace has no branch.
+type BranchUsager interface {
+	Usage(ctx context.Context, workspace string) (BranchSize, error)
+}

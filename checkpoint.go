@@ -38,4 +38,14 @@ type CheckpointStore interface {
 	Checkpoint(ctx context.Context, repoID int64, id string) (*Checkpoint, error)
 	// Checkpoints lists a repository's checkpoints, newest first.
 	Checkpoints(ctx context.Context, repoID int64, limit int) ([]Checkpoint, error)
+	// SnapshotCheckpoints lists, oldest first and at most limit, the
+	// checkpoints that still name a database or Redis snapshot and were
+	// created before before, or belong to a workspace that is abandoned
+	// or promoted (its branches, snapshots included, are dropped): what
+	// the checkpoint snapshot retention drops.
+	SnapshotCheckpoints(ctx context.Context, before time.Time, limit int) ([]Checkpoint, error)
+	// ClearCheckpointSnapshots forgets the database (db) and/or Redis
+	// (redis) snapshot of checkpoint id of repoID once it was dropped:
+	// a restore then skips that part. not_found for an unknown one.
+	ClearCheckpointSnapshots(ctx context.Context, repoID int64, id string, db, redis bool) error
 }

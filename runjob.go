@@ -117,6 +117,12 @@ type RunJobStore interface {
 	EndedRunJobKeys(ctx context.Context, limit int) ([]RunJobKey, error)
 	// ClearRunJobKey forgets a job's minted key once it is revoked.
 	ClearRunJobKey(ctx context.Context, id, keyID string) error
+	// CountActiveRunJobs counts keyID's jobs that still hold a place: the
+	// queued ones created at or after queuedSince (older ones are failed
+	// by the queue timeout, or were left by a server that died), and the
+	// running ones whose lease has not ended before now (the
+	// concurrent-runs quota).
+	CountActiveRunJobs(ctx context.Context, keyID string, queuedSince, now time.Time) (int, error)
 }
 
 // RunJobKey names the key minted for a job.

@@ -45,6 +45,11 @@ type KeyStore interface {
 	SetKeyQuota(ctx context.Context, id string, workspaces *int, entry *OpEntry) error
 	// CountOwnedWorkspaces counts the active workspaces keyID owns.
 	CountOwnedWorkspaces(ctx context.Context, keyID string) (int, error)
+	// KeyStorageBytes sums the bytes that successful writes added to the
+	// objects of the active workspaces keyID owns (the operations log's
+	// bytes of their entries: packs and loose objects as written, objects
+	// already stored not counted), the storage-bytes quota's measure.
+	KeyStorageBytes(ctx context.Context, keyID string) (int64, error)
 	// PurgeRepo deletes the refs and checkpoint records of a workspace
 	// that is no longer active (invalid_argument if it is, not_found if
 	// unknown) and appends entry with the deleted refs as moves to

@@ -106,6 +106,17 @@ type KeyLimits struct {
 	// the replica that answered.
 	Uploads       int `json:"uploads"`
 	UploadsActive int `json:"uploads_active"`
+	// StorageBytes is how many bytes the key's active workspaces may add
+	// to the object store (--quota-storage-bytes; 0: unlimited),
+	// StorageBytesUsed how many their successful writes added (the
+	// operations log's bytes: packs and loose objects as written).
+	StorageBytes     int64 `json:"storage_bytes"`
+	StorageBytesUsed int64 `json:"storage_bytes_used"`
+	// Runs is how many run jobs the key may have queued or running at
+	// once (--quota-runs; 0: unlimited), RunsActive how many it has
+	// (-1 when run jobs are not configured on the server).
+	Runs       int `json:"runs"`
+	RunsActive int `json:"runs_active"`
 }
 
 // KeyList is the answer of GET /keys.
@@ -811,6 +822,47 @@ type Usage struct {
 	Disk       DiskUsage `json:"disk"`
 	// Bucket is set in object-storage mode (--object-store) only.
 	Bucket *BucketUsage `json:"bucket,omitempty"`
+	// Databases is the network's workspaces' Postgres branches and their
+	// checkpoint snapshots (pg_database_size each); set when database
+	// branching is configured (--branch-database-url).
+	Databases *BranchUsage `json:"databases,omitempty"`
+	// Redis is the network's workspaces' Redis branches (dump.rdb as of
+	// the last save) and RDB snapshots; set when Redis branching is
+	// configured (--branch-redis).
+	Redis *BranchUsage `json:"redis,omitempty"`
+	// Checkpoints counts the network's checkpoints and those that still
+	// name a database or Redis snapshot (--checkpoint-retention drops
+	// older ones).
+	Checkpoints CheckpointUsage `json:"checkpoints"`
+	// Reclaimable is what the object GC would free in this network: now
+	// (unreachable objects older than --object-retention) and once every
+	// unreachable object has aged past it (as `lockstep gc --prune now`).
+	Reclaimable *Reclaimable `json:"reclaimable,omitempty"`
+}
+
+// BranchUsage is the storage of a network's workspace branches.
+type BranchUsage struct {
+	Branches      int   `json:"branches"`
+	Bytes         int64 `json:"bytes"`
+	Snapshots     int   `json:"snapshots"`
+	SnapshotBytes int64 `json:"snapshot_bytes"`
+	TotalBytes    int64 `json:"total_bytes"`
+}
+
+// CheckpointUsage counts a network's checkpoints.
+type CheckpointUsage struct {
+	Checkpoints       int `json:"checkpoints"`
+	DatabaseSnapshots int `json:"database_snapshots"`
+	RedisSnapshots    int `json:"redis_snapshots"`
+}
+
+// Reclaimable is what the object GC would free (a dry run).
+type Reclaimable struct {
+	Retention             string `json:"retention"`
+	Objects               int    `json:"objects"`
+	Bytes                 int64  `json:"bytes"`
+	AfterRetentionObjects int    `json:"after_retention_objects"`
+	AfterRetentionBytes   int64  `json:"after_retention_bytes"`
 }
 
 // DiskUsage is the network's objects directory on the replica that

@@ -70,3 +70,10 @@ func (a Brancher) Restore(ctx context.Context, workspace, id string) error {
 	_, err := a.M.Restore(ctx, workspace, id)
 	return err
 }
+
+// Usage implements lockstep.BranchUsager.
+func (a Brancher) Usage(ctx context.Context, workspace string) (lockstep.BranchSize, error) {
+	return a.M.Usage(ctx, workspace)
+}
+
+var _ lockstep.BranchUsager = Brancher{}

@@ -368,3 +368,37 @@ func (m *Manager) maintainWorkspace(ctx context.Context, wh string) error {
 func (m *Manager) trashName(wh string, i int) string {
 	return m.names.prefix + "_" + string(kindTrash) + "_" + wh + fmt.Sprintf("_%016x", time.Now().UnixNano()+int64(i))
 }
+
+// Usage is the size of workspace's branch database and of its snapshots
+// (pg_database_size each). Errors: not_found if the workspace has no
+// branch.
+func (m *Manager) Usage(ctx context.Context, workspace string) (lockstep.BranchSize, error) {
+	if err := validateName("workspace", workspace); err != nil {
+		return lockstep.BranchSize{}, err
+	}
+	wh := m.names.wsHash(workspace)
+	var out lockstep.BranchSize
+	err := m.withLocks(ctx, []lockSpec{wsLock(wh)}, func(conn *pgx.Conn) error {
+		dbs, err := m.repairWorkspace(ctx, conn, wh, false)
+		if err != nil {
+			return err
+		}
+		b := find(dbs, kindBranch)
+		if b == nil {
+			return lockstep.Errorf(lockstep.ENOTFOUND, "workspace %q has no database branch", workspace)
+		}
+		if out.Bytes, err = m.dbSize(ctx, conn, b.Name); err != nil {
+			return err
+		}
+		for _, d := range m.live(snapshotsOf(dbs)) {
+			size, err := m.dbSize(ctx, conn, d.Name)
+			if err != nil {
+				return err
+			}
+			out.Snapshots++
+			out.SnapshotBytes += size
+		}
+		return nil
+	})
+	return out, err
+}

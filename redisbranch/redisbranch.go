@@ -569,3 +569,38 @@ func writeAtomic(path string, b []byte) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// Usage implements lockstep.BranchUsager: the instance's dataset on disk
+// (dump.rdb, as of its last save) and its RDB snapshots; a snapshot that
+// still shares dump.rdb's file (no save since) is counted once.
+func (m *Manager) Usage(ctx context.Context, ws string) (lockstep.BranchSize, error) {
+	l := m.wsLock(ws)
+	l.Lock()
+	defer l.Unlock()
+	dir := m.branchDir(ws)
+	if !exists(dir) {
+		return lockstep.BranchSize{}, lockstep.Errorf(lockstep.ENOTFOUND, "workspace %s has no redis branch", ws)
+	}
+	var out lockstep.BranchSize
+	dump, err := os.Stat(filepath.Join(dir, "dump.rdb"))
+	if err == nil {
+		out.Bytes = dump.Size()
+	}
+	ents, err := os.ReadDir(filepath.Join(dir, "snapshots"))
+	if err != nil && !os.IsNotExist(err) {
+		return out, err
+	}
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil || !strings.HasSuffix(e.Name(), ".rdb") {
+			continue
+		}
+		out.Snapshots++
+		if dump == nil || !os.SameFile(dump, fi) {
+			out.SnapshotBytes += fi.Size()
+		}
+	}
+	return out, nil
+}
+
+var _ lockstep.BranchUsager = (*Manager)(nil)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/lockstep-hq/lockstep"
 )
@@ -83,4 +84,48 @@ func (s *DB) Checkpoints(ctx context.Context, repoID int64, limit int) (out []lo
 		out = append(out, *c)
 	}
 	return out, rows.Err()
+}
+
+// SnapshotCheckpoints lists the checkpoints whose snapshots the
+// retention drops (see lockstep.CheckpointStore), oldest first.
+func (s *DB) SnapshotCheckpoints(ctx context.Context, before time.Time, limit int) (out []lockstep.Checkpoint, err error) {
+	ctx, span := s.start(ctx, "SnapshotCheckpoints")
+	defer func() { err = end(span, err) }()
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+checkpointCols+` FROM checkpoints c JOIN repos r ON r.id = c.repo_id
+		WHERE (c.db_snapshot <> '' OR c.redis_snapshot <> '') AND (c.created_at < $1 OR r.status IN ($2, $3))
+		ORDER BY c.created_at, c.id LIMIT $4`, micros(before), string(lockstep.StatusAbandoned), string(lockstep.StatusPromoted), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		c, err := scanCheckpoint(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *c)
+	}
+	return out, rows.Err()
+}
+
+// ClearCheckpointSnapshots forgets a checkpoint's dropped snapshots.
+func (s *DB) ClearCheckpointSnapshots(ctx context.Context, repoID int64, id string, db, redis bool) (err error) {
+	ctx, span := s.start(ctx, "ClearCheckpointSnapshots")
+	defer func() { err = end(span, err) }()
+	res, err := s.db.ExecContext(ctx, `UPDATE checkpoints SET
+		db_snapshot = CASE WHEN $1 THEN '' ELSE db_snapshot END,
+		redis_snapshot = CASE WHEN $2 THEN '' ELSE redis_snapshot END
+		WHERE repo_id = $3 AND id = $4`, db, redis, repoID, id)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return lockstep.Errorf(lockstep.ENOTFOUND, "checkpoint %s not found", id)
+	}
+	return nil
 }

@@ -212,6 +212,19 @@ func (s *DB) CountOwnedWorkspaces(ctx context.Context, keyID string) (n int, err
 	return n, err
 }
 
+// KeyStorageBytes sums the oplog bytes of the successful entries of the
+// active workspaces keyID owns (by the index oplog_repo).
+func (s *DB) KeyStorageBytes(ctx context.Context, keyID string) (n int64, err error) {
+	ctx, span := s.start(ctx, "KeyStorageBytes")
+	defer func() { err = end(span, err) }()
+	// IN (subquery) rather than a join: SQLite then walks oplog_repo per
+	// workspace instead of scanning the whole log (16 ms → see
+	// BenchmarkQuotaCheck in docs/benchmarks.md).
+	err = s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(bytes), 0) FROM oplog WHERE result = 'ok' AND repo IN
+		(SELECT name FROM repos WHERE owner_key_id = $1 AND fork_of <> '' AND status = 'active')`, keyID).Scan(&n)
+	return n, err
+}
+
 // TouchKey records a key's last use.
 func (s *DB) TouchKey(ctx context.Context, id string, at time.Time) (err error) {
 	ctx, span := s.start(ctx, "TouchKey")

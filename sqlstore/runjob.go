@@ -326,3 +326,14 @@ func (s *DB) ClearRunJobKey(ctx context.Context, id, keyID string) (err error) {
 	_, err = s.db.ExecContext(ctx, `UPDATE run_jobs SET job_key_id = '' WHERE id = $1 AND job_key_id = $2`, id, keyID)
 	return err
 }
+
+// CountActiveRunJobs counts keyID's queued jobs created at or after
+// queuedSince and its running jobs whose lease lasts until now or later.
+func (s *DB) CountActiveRunJobs(ctx context.Context, keyID string, queuedSince, now time.Time) (n int, err error) {
+	ctx, span := s.start(ctx, "CountActiveRunJobs")
+	defer func() { err = end(span, err) }()
+	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM run_jobs WHERE key_id = $1 AND
+		((state = $2 AND created_at >= $3) OR (state = $4 AND lease_until >= $5))`,
+		keyID, lockstep.JobQueued, micros(queuedSince), lockstep.JobRunning, micros(now)).Scan(&n)
+	return n, err
+}

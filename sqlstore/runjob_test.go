@@ -125,3 +125,66 @@ func TestRunJobs(t *testing.T) {
 		})
 	}
 }
+
+// TestCountActiveRunJobs: on both dialects, a key's queued jobs (within
+// the queue window) and running jobs (lease not ended) count; finished,
+// expired, stale queued jobs and other keys' jobs do not.
+func TestCountActiveRunJobs(t *testing.T) {
+	urls := map[string]func(t *testing.T) string{
+		"sqlite":   func(t *testing.T) string { return filepath.Join(t.TempDir(), "meta.db") },
+		"postgres": func(t *testing.T) string { return testenv.MustPostgresDB(t) },
+	}
+	for name, url := range urls {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			c := &clock{t: time.Date(2026, 12, 6, 4, 0, 0, 0, time.UTC)}
+			db := openAt(t, url(t), c)
+			r := &lockstep.Runner{ID: "rnr_1", KeyID: "key_r", Name: "box", Workspaces: []string{"*"}}
+			if err := db.PutRunner(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			mk := func(id, key string) {
+				t.Helper()
+				j := &lockstep.RunJob{ID: id, Workspace: "shop-a", KeyID: key, Spec: lockstep.RunJobSpec{Command: []string{"true"}}}
+				if err := db.CreateRunJob(ctx, j); err != nil {
+					t.Fatal(err)
+				}
+				c.Set(c.Now().Add(time.Millisecond))
+			}
+			count := func(want int, why string) {
+				t.Helper()
+				n, err := db.CountActiveRunJobs(ctx, "key_a", c.Now().Add(-30*time.Second), c.Now())
+				if err != nil || n != want {
+					t.Fatalf("%s: %d active, %v; want %d", why, n, err, want)
+				}
+			}
+			count(0, "no jobs")
+			mk("job_stale", "key_a") // queued, then outlives the queue window
+			c.Set(c.Now().Add(time.Minute))
+			count(0, "a queued job older than the window")
+			if err := db.FinishRunJob(ctx, "job_stale", "", nil, "no runner"); err != nil {
+				t.Fatal(err)
+			}
+			mk("job_1", "key_a")
+			mk("job_2", "key_a")
+			mk("job_other", "key_b")
+			count(2, "two queued")
+			// The runner takes job_1 (the oldest queued job).
+			lease := c.Now().Add(30 * time.Second)
+			if j, err := db.ClaimRunJob(ctx, r, lease); err != nil || j == nil || j.ID != "job_1" {
+				t.Fatalf("claim: %+v, %v; want job_1", j, err)
+			}
+			count(2, "one running, one queued")
+			if err := db.FinishRunJob(ctx, "job_1", "rnr_1", json.RawMessage(`{"exit_code":0}`), ""); err != nil {
+				t.Fatal(err)
+			}
+			count(1, "one done, one queued")
+			if j, err := db.ClaimRunJob(ctx, r, lease); err != nil || j == nil || j.ID != "job_2" {
+				t.Fatalf("claim: %+v, %v; want job_2", j, err)
+			}
+			count(1, "one running")
+			c.Set(lease.Add(time.Second))
+			count(0, "the running job's lease ended (its runner died)")
+		})
+	}
+}

@@ -57,7 +57,23 @@ func canWriteWorkspace(msg string) func(k *lockstep.Key, r *lockstep.Repo) error
 func (s *Server) admit(c *gin.Context) {
 	route := c.Request.Method + " " + c.FullPath()
 	f := factsOf(route)
-	if err := s.preAuthorize(c, route, f); err != nil {
+	err := s.preAuthorize(c, route, f)
+	if err == nil && f.uploadSlot {
+		// Every write (an MCP tool's edits too: they call the edits
+		// route in-process) is refused here once the key's active
+		// workspaces reached --quota-storage-bytes.
+		err = s.checkStorageQuota(c.Request.Context(), c, caller(c))
+	}
+	if err == nil && route == "GET /git/:repo/info/refs" && c.Query("service") == "git-receive-pack" {
+		// A git push is refused at its first request too: git prints
+		// that answer's text, not the pack POST's.
+		if err = s.checkStorageQuota(c.Request.Context(), c, caller(c)); err != nil {
+			gitAdvertiseError(c, err)
+			c.Abort()
+			return
+		}
+	}
+	if err != nil {
 		if c.Request.Body != nil && c.Request.Body != http.NoBody {
 			// The body stays unread: do not wait for it after the answer.
 			c.Header("Connection", "close")

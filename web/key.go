@@ -1,6 +1,8 @@
 package web
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -74,6 +76,10 @@ func (s *Server) handleWhoami() gin.HandlerFunc {
 			lim.Uploads = s.Config.QuotaUploads
 		}
 		lim.UploadsActive = s.keyUploads.count(k.ID)
+		if err := s.fillKeyUsage(c.Request.Context(), k, lim); err != nil {
+			writeError(c, err)
+			return
+		}
 		out := api.Key{ID: k.ID, Name: k.Name, Role: k.Role, Prefix: k.Prefix, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt,
 			LastUsedAt: k.LastUsedAt, ExpiresAt: k.ExpiresAt, ParentKeyID: k.ParentKeyID, QuotaWorkspaces: k.QuotaWorkspaces, Limits: lim}
 		if k.Scope != nil {
@@ -127,4 +133,87 @@ func (s *Server) checkWorkspaceQuota(c *gin.Context, k *lockstep.Key) error {
 		return lockstep.Errorf(lockstep.ERATELIMITED, "workspace quota: key %s owns %d active workspaces, its limit is %d (quota-workspaces): abandon, promote or delete one first", k.Name, n, q)
 	}
 	return nil
+}
+
+// fillKeyUsage sets the storage-bytes and concurrent-runs quotas of k
+// (0 for an admin key: not bound) and its usage of them.
+func (s *Server) fillKeyUsage(ctx context.Context, k *lockstep.Key, lim *api.KeyLimits) error {
+	if k.Role != lockstep.RoleAdmin {
+		lim.StorageBytes, lim.Runs = s.Config.QuotaStorageBytes, s.Config.QuotaRuns
+	}
+	b, err := s.Store.KeyStorageBytes(ctx, k.ID)
+	if err != nil {
+		return err
+	}
+	lim.StorageBytesUsed = b
+	lim.RunsActive = -1
+	if s.Jobs != nil {
+		if lim.RunsActive, err = s.activeRuns(ctx, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// activeRuns counts k's run jobs that hold a place: queued within the
+// queue timeout (older ones are failed by it, or were left by a replica
+// that died), or running under a lease that has not ended.
+func (s *Server) activeRuns(ctx context.Context, k *lockstep.Key) (int, error) {
+	now := time.Now()
+	return s.Jobs.CountActiveRunJobs(ctx, k.ID, now.Add(-s.Config.RunJobQueueTimeout), now)
+}
+
+// checkRunQuota answers rate_limited when a non-admin k has as many run
+// jobs queued or running as --quota-runs allows. The count and the
+// create are not one transaction: concurrent creates on several
+// replicas may pass it together (a bound on a steady state, not a lock).
+func (s *Server) checkRunQuota(ctx context.Context, c *gin.Context, k *lockstep.Key) error {
+	q := s.Config.QuotaRuns
+	if q <= 0 || k.Role == lockstep.RoleAdmin || s.Jobs == nil {
+		return nil
+	}
+	n, err := s.activeRuns(ctx, k)
+	if err != nil {
+		return err
+	}
+	if n >= q {
+		c.Header("Retry-After", "5")
+		return lockstep.Errorf(lockstep.ERATELIMITED, "run quota: key %s has %d run jobs queued or running, its limit is %d (quota-runs): retry when one ends", k.Name, n, q)
+	}
+	return nil
+}
+
+// checkStorageQuota answers rate_limited when a non-admin k's active
+// workspaces have added at least --quota-storage-bytes to the object
+// store. It runs before a write's body is read, so the write that
+// crosses the limit completes and the next one is refused; promoting,
+// abandoning or deleting a workspace takes its bytes off the count.
+func (s *Server) checkStorageQuota(ctx context.Context, c *gin.Context, k *lockstep.Key) error {
+	q := s.Config.QuotaStorageBytes
+	if q <= 0 || k == nil || k.Role == lockstep.RoleAdmin {
+		return nil
+	}
+	n, err := s.Store.KeyStorageBytes(ctx, k.ID)
+	if err != nil {
+		return err
+	}
+	if n >= q {
+		c.Header("Retry-After", "60")
+		return lockstep.Errorf(lockstep.ERATELIMITED, "storage quota: key %s's active workspaces hold %s written, its limit is %s (quota-storage-bytes): promote, abandon or delete a workspace first", k.Name, byteCount(n), byteCount(q))
+	}
+	return nil
+}
+
+// byteCount writes n bytes exactly and, past 1 KiB, in binary units too.
+func byteCount(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%d bytes (%.1f %ciB)", n, float64(n)/float64(div), "KMGTP"[exp])
 }

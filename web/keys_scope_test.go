@@ -42,6 +42,13 @@ func (c *clock) add(d time.Duration) {
 // service's clock.
 func mustServerWith(t *testing.T, cfg web.Config, now func() time.Time) *fixture {
 	t.Helper()
+	return mustServerTweak(t, cfg, now, nil)
+}
+
+// mustServerTweak is mustServerWith with tweak applied to the server
+// before its handler is built (nil: none).
+func mustServerTweak(t *testing.T, cfg web.Config, now func() time.Time, tweak func(s *web.Server, db *sqlstore.DB)) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	db, err := sqlstore.Open(ctx, filepath.Join(dir, "m.db"), sqlstore.Options{Migrate: true})
@@ -61,6 +68,9 @@ func mustServerWith(t *testing.T, cfg web.Config, now func() time.Time) *fixture
 	s := &web.Server{Config: cfg, Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: workspaces.New(db, repos, nil, nil, m, nil), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Gate: gate.New(gate.Config{}, db, repos, nil, m, nil),
 		MCP:  func(api http.Handler) http.Handler { return agentmcp.HTTPHandler(api, agentmcp.HTTPOptions{}) }}
+	if tweak != nil {
+		tweak(s, db)
+	}
 	h := s.Handler()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

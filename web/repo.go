@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"mime"
@@ -64,8 +65,19 @@ func (s *Server) handleRepoGet() gin.HandlerFunc {
 // (issue 28: storage accounting, admins only).
 func (s *Server) handleUsage() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		u, err := s.Repos.Usage(c.Request.Context(), caller(c), c.Param("repo"))
+		ctx := c.Request.Context()
+		u, err := s.Repos.Usage(ctx, caller(c), c.Param("repo"))
 		if err != nil {
+			writeError(c, err)
+			return
+		}
+		if s.Workspaces != nil {
+			if err := s.Workspaces.AddBranchUsage(ctx, u); err != nil {
+				writeError(c, err)
+				return
+			}
+		}
+		if u.Reclaimable, err = s.reclaimable(ctx, u.Repo); err != nil {
 			writeError(c, err)
 			return
 		}
@@ -427,4 +439,28 @@ func toCommitJSON(ci *gitobj.CommitInfo) api.Commit {
 		out.Parents = append(out.Parents, p.String())
 	}
 	return out
+}
+
+// reclaimable is what the object GC would free in repo's network, by two
+// dry runs: at the configured retention (now) and at none (once every
+// unreachable object is older than the retention). nil when the store
+// has no GC support (unavailable).
+func (s *Server) reclaimable(ctx context.Context, repo string) (*api.Reclaimable, error) {
+	retention := s.Config.ObjectRetention
+	if retention <= 0 {
+		retention = repositories.DefaultObjectRetention
+	}
+	now, err := s.Repos.GCPlan(ctx, repo, retention)
+	if lockstep.ErrorCode(err) == lockstep.EUNAVAILABLE {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	all, err := s.Repos.GCPlan(ctx, repo, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &api.Reclaimable{Retention: retention.String(), Objects: now.Objects, Bytes: now.Bytes,
+		AfterRetentionObjects: all.Objects, AfterRetentionBytes: all.Bytes}, nil
 }

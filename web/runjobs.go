@@ -319,6 +319,10 @@ func (s *Server) handleJobCreate() gin.HandlerFunc {
 			writeError(c, lockstep.Errorf(lockstep.ENORUNNER, "no runner is registered and alive for workspace %s: start `lockstep runner --jobs` with a runner key (its --workspaces must cover %s)", ws.Name, ws.Name))
 			return
 		}
+		if err := s.checkRunQuota(ctx, c, me); err != nil {
+			writeError(c, err)
+			return
+		}
 		j := &lockstep.RunJob{ID: lockstep.NewID("job_"), Workspace: ws.Name, KeyID: me.ID,
 			Spec: lockstep.RunJobSpec{Command: req.Command, PushOnSuccess: req.PushOnSuccess, TimeoutSeconds: req.TimeoutSeconds}}
 		if err := st.CreateRunJob(ctx, j); err != nil {

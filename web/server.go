@@ -86,6 +86,14 @@ type Config struct {
 	// at once (0: unlimited, only MaxConcurrentUploads applies); more
 	// answer 429 rate_limited with Retry-After.
 	QuotaUploads int
+	// QuotaStorageBytes bounds the bytes a non-admin key's active
+	// workspaces have added to the object store (Store.KeyStorageBytes;
+	// 0: unlimited): at or beyond it a write answers 429 rate_limited
+	// before its body is read.
+	QuotaStorageBytes int64
+	// QuotaRuns bounds a non-admin key's run jobs queued or running at
+	// once (0: unlimited); more answer 429 rate_limited.
+	QuotaRuns int
 }
 
 // Server holds the services the handlers call.

@@ -644,6 +644,12 @@ func (u *uiServer) handleRepo(c *gin.Context) {
 			u.fail(c, err)
 			return
 		}
+		// Branches and checkpoints too; not the GC dry runs of the
+		// API's reclaimable (a walk of the network's objects per view).
+		if err := u.s.Workspaces.AddBranchUsage(ctx, d.Usage); err != nil {
+			u.fail(c, err)
+			return
+		}
 	}
 	u.render(c, http.StatusOK, "base", view{Title: info.Name, Section: "repos", D: d})
 }

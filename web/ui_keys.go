@@ -7,6 +7,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/auth"
 )
 
@@ -19,6 +20,10 @@ type keyRow struct {
 	WorkspacesQuota  int // 0: unlimited
 	UploadsActive    int
 	UploadsQuota     int // 0: unlimited
+	StorageBytes     int64
+	StorageQuota     int64 // 0: unlimited
+	RunsActive       int   // -1: run jobs not configured
+	RunsQuota        int   // 0: unlimited
 }
 
 // handleKeys is GET /ui/keys (admins only): every key with its role,
@@ -53,6 +58,12 @@ func (u *uiServer) handleKeys(c *gin.Context) {
 		if k.Role != lockstep.RoleAdmin {
 			r.UploadsQuota = u.s.Config.QuotaUploads
 		}
+		var lim api.KeyLimits
+		if err := u.s.fillKeyUsage(ctx, k, &lim); err != nil {
+			u.fail(c, err)
+			return
+		}
+		r.StorageBytes, r.StorageQuota, r.RunsActive, r.RunsQuota = lim.StorageBytesUsed, lim.StorageBytes, lim.RunsActive, lim.Runs
 		if k.ParentKeyID != "" && r.Parent == "" {
 			r.Parent = k.ParentKeyID
 		}

@@ -581,7 +581,7 @@ func TestUIStoragePanel(t *testing.T) {
 			t.Fatalf("storage panel shown: %v, want %v\n%s", got, tc.want, body)
 		}
 		if tc.want {
-			mustContain(t, "storage panel", body, "On disk", "Packs", "Loose objects", "<dt>Workspaces</dt>")
+			mustContain(t, "storage panel", body, "On disk", "Packs", "Loose objects", "<dt>Workspaces</dt>", "<dt>Checkpoints</dt>")
 		}
 	}
 }

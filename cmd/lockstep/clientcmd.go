@@ -460,6 +460,16 @@ func cmdWhoami(ctx context.Context, e *env, args []string) error {
 			}
 			fmt.Fprintf(e.stdout, "workspaces: %d active of %s; uploads: %d in progress of %s; request rate: %s\n",
 				l.WorkspacesActive, lim(l.Workspaces), l.UploadsActive, lim(l.Uploads), rps)
+			storage := "unlimited"
+			if l.StorageBytes > 0 {
+				storage = fmt.Sprint(l.StorageBytes)
+			}
+			runs := fmt.Sprint(l.RunsActive)
+			if l.RunsActive < 0 {
+				runs = "none (run jobs not configured)"
+			}
+			fmt.Fprintf(e.stdout, "storage: %d bytes written by active workspaces of %s; runs: %s queued or running of %s\n",
+				l.StorageBytesUsed, storage, runs, lim(l.Runs))
 		}
 	})
 }

@@ -62,6 +62,8 @@ type serveConfig struct {
 	RateLimitRPS      int
 	RateLimitBurst    int
 	QuotaUploads      int
+	QuotaStorage      int64
+	QuotaRuns         int
 	Fsync             bool
 	LogLevel          string
 	ShutdownTimeout   time.Duration
@@ -107,6 +109,10 @@ type serveConfig struct {
 	// RetentionInterval: how often the workspace retention sweeper runs
 	// (issue 28 item 2; 0 = never).
 	RetentionInterval time.Duration
+	// CheckpointRetention: checkpoints' database and Redis snapshots
+	// older than this are dropped by the retention sweeper (0: kept
+	// until their workspace goes).
+	CheckpointRetention time.Duration
 	// idemPausePrefix is test-only fault injection, read from
 	// LOCKSTEP_TEST_PAUSE_AFTER_COMMIT (not a setting).
 	idemPausePrefix string
@@ -156,6 +162,8 @@ func (c *serveConfig) declare(f *flagger) {
 	f.int(&c.QuotaWorkspaces, "quota-workspaces", "LOCKSTEP_QUOTA_WORKSPACES", 100, "active workspaces one non-admin key may own (0: unlimited; PUT /keys/{id}/quota overrides per key); more answer 429")
 	f.int(&c.RateLimitRPS, "rate-limit-rps", "LOCKSTEP_RATE_LIMIT_RPS", 0, "requests per second one key may make, per replica (token bucket; 0: off); more answer 429 with Retry-After")
 	f.int(&c.RateLimitBurst, "rate-limit-burst", "LOCKSTEP_RATE_LIMIT_BURST", 0, "requests one key may make at once above --rate-limit-rps (0: the rate itself)")
+	f.i64(&c.QuotaStorage, "quota-storage-bytes", "LOCKSTEP_QUOTA_STORAGE_BYTES", 0, "bytes the successful writes into one non-admin key's active workspaces may add to the object store (0: unlimited); at or beyond it writes answer 429")
+	f.int(&c.QuotaRuns, "quota-runs", "LOCKSTEP_QUOTA_RUNS", 0, "run jobs one non-admin key may have queued or running at once (0: unlimited); more answer 429")
 	f.int(&c.QuotaUploads, "quota-uploads", "LOCKSTEP_QUOTA_UPLOADS", 0, "uploads (tar, objects, edits, git push) one non-admin key may have in progress at once (0: unlimited); more answer 429")
 	f.i64(&c.MaxJSONBytes, "max-json-bytes", "LOCKSTEP_MAX_JSON_BYTES", 1<<20, "largest JSON request body")
 	f.i64(&c.MaxEditBytes, "max-edit-bytes", "LOCKSTEP_MAX_EDIT_BYTES", 32<<20, "largest file-edit batch (POST /edits; JSON with file contents)")
@@ -208,6 +216,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.dur(&c.ObjectGrace, "object-grace", "LOCKSTEP_OBJECT_GRACE", replica.DefaultGrace, "object store: a retired or never-registered pack is deleted only once older than this; a write whose upload takes over half of it fails (must exceed the longest upload)")
 	f.dur(&c.ObjectRetention, "object-retention", "LOCKSTEP_OBJECT_RETENTION", repositories.DefaultObjectRetention, "unreachable objects (abandoned and deleted workspaces' attempts, lost races) older than this are dropped by the object GC (`lockstep gc`, --gc-interval); 0 is refused (use `lockstep gc --prune now`)")
 	f.dur(&c.GCInterval, "gc-interval", "LOCKSTEP_GC_INTERVAL", 24*time.Hour, "how often the object GC runs (one replica at a time, lease in the database); 0 = never (run `lockstep gc`)")
+	f.dur(&c.CheckpointRetention, "checkpoint-retention", "LOCKSTEP_CHECKPOINT_RETENTION", checkpoints.DefaultSnapshotRetention, "checkpoints' database and Redis snapshots older than this are dropped every --retention-interval (the checkpoint stays, its restore skips those parts); 0 = kept until their workspace is abandoned, promoted or deleted")
 	f.dur(&c.RetentionInterval, "retention-interval", "LOCKSTEP_RETENTION_INTERVAL", time.Hour, "how often the workspace retention sweeper applies the repositories' retention policies (`lockstep repo retention`; one replica at a time, lease in the database); 0 = never")
 	f.dur(&c.ObjectGC, "object-gc-interval", "LOCKSTEP_OBJECT_GC_INTERVAL", 10*time.Minute, "object store: how often garbage collection of the bucket runs (one replica at a time); 0 = never")
 	f.bool(&c.MCPStateful, "mcp-stateful", "LOCKSTEP_MCP_STATEFUL", false, "keep MCP sessions (Mcp-Session-Id, SSE on GET) in this process; default stateless: every /mcp POST stands alone, so restarts and replicas are invisible to clients")
@@ -436,6 +445,15 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	if c.ObjectRetention <= 0 {
 		return nil, fmt.Errorf("--object-retention (LOCKSTEP_OBJECT_RETENTION) must be positive, got %s", c.ObjectRetention)
 	}
+	if c.QuotaStorage < 0 {
+		return nil, fmt.Errorf("--quota-storage-bytes (LOCKSTEP_QUOTA_STORAGE_BYTES) must not be negative (0: unlimited), got %d", c.QuotaStorage)
+	}
+	if c.QuotaRuns < 0 {
+		return nil, fmt.Errorf("--quota-runs (LOCKSTEP_QUOTA_RUNS) must not be negative (0: unlimited), got %d", c.QuotaRuns)
+	}
+	if c.CheckpointRetention < 0 {
+		return nil, fmt.Errorf("--checkpoint-retention (LOCKSTEP_CHECKPOINT_RETENTION) must not be negative (0: no age limit), got %s", c.CheckpointRetention)
+	}
 	if c.RetentionInterval < 0 {
 		return nil, fmt.Errorf("--retention-interval (LOCKSTEP_RETENTION_INTERVAL) must not be negative, got %s", c.RetentionInterval)
 	}
@@ -556,7 +574,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		go func() { fx.Run(ectx); close(effectsDone) }()
 		a.closers = append(a.closers, func() { stopEffects(); <-effectsDone })
 	}
-	a.startRetention(wss, c.RetentionInterval, logger) // retentioncmd.go
+	a.startRetention(wss, cps, c.RetentionInterval, c.CheckpointRetention, logger) // retentionloop.go
 	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) {
 		cps.AfterPromote(ctx, base.Name)
 		wss.AfterPromote(ctx, ws.Name)
@@ -566,6 +584,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		Config: web.Config{MaxJSONBytes: c.MaxJSONBytes, MaxEditBytes: c.MaxEditBytes, MaxUploadBytes: c.MaxUploadBytes, BodyTimeout: c.BodyTimeout, BodyMinRate: c.BodyMinRate, WriteTimeout: c.WriteTimeout, WriteMinRate: c.WriteMinRate,
 			MaxSSEStreams: c.MaxSSE, MaxSSEStreamsPerKey: c.MaxSSEPerKey, SSEMaxLifetime: c.SSELifetime, MaxConcurrentUploads: c.MaxUploads,
 			QuotaWorkspaces: c.QuotaWorkspaces, RateLimitRPS: float64(c.RateLimitRPS), RateLimitBurst: c.RateLimitBurst, ObjectRetention: c.ObjectRetention, QuotaUploads: c.QuotaUploads,
+			QuotaStorageBytes: c.QuotaStorage, QuotaRuns: c.QuotaRuns,
 			RunJobTimeout: c.RunJobTimeout, RunnerLease: c.RunnerLease, RunnerPollWait: c.RunnerPollWait, RunJobQueueTimeout: c.RunJobQueueTimeout,
 			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
 		Store: db, Keys: keys, Redis: rdb, ObjectStore: objectStore, Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps, Effects: fx, Jobs: db,

@@ -16,6 +16,49 @@ func mustCheckpoint(t *testing.T, s lockstep.Store, r *lockstep.Repo, id string,
 
 func checkpointTests() map[string]test {
 	return map[string]test{
+		"SnapshotCheckpoints": func(t *testing.T, s lockstep.Store) {
+			mustRepo(t, s, "base", "")
+			live := mustRepo(t, s, "live", "base")
+			gone := mustRepo(t, s, "gone", "base")
+			mk := func(r *lockstep.Repo, id string, sec int, db, rd string) {
+				c := &lockstep.Checkpoint{ID: id, RepoID: r.ID, Repo: r.Name, Branch: "main", Commit: oid(sec), Tree: oid(1000 + sec), CreatedAt: at(sec), DBSnapshot: db, RedisSnapshot: rd}
+				must(t, s.CreateCheckpoint(bg, c, nil, ent("checkpoint.create")))
+			}
+			mk(live, "ckpt_old", 1, "ckpt_old", "ckpt_old")
+			mk(live, "ckpt_nosnap", 2, "", "")
+			mk(live, "ckpt_new", 100, "ckpt_new", "")
+			mk(gone, "ckpt_gone", 101, "", "ckpt_gone")
+			ids := func(before int) string {
+				t.Helper()
+				cs, err := s.SnapshotCheckpoints(bg, at(before), 10)
+				must(t, err)
+				var out []string
+				for _, c := range cs {
+					out = append(out, c.ID+"@"+c.Repo)
+				}
+				return fmt.Sprint(out)
+			}
+			if got := ids(50); got != "[ckpt_old@live]" {
+				t.Fatalf("SnapshotCheckpoints(before 50) = %s, want the old one with snapshots only", got)
+			}
+			setStatus(t, s, gone, lockstep.StatusAbandoned, "workspace.abandoned")
+			if got := ids(50); got != "[ckpt_old@live ckpt_gone@gone]" {
+				t.Fatalf("SnapshotCheckpoints after abandoning gone = %s, want its checkpoint too", got)
+			}
+			must(t, s.ClearCheckpointSnapshots(bg, live.ID, "ckpt_old", true, false))
+			if c, _ := s.Checkpoint(bg, live.ID, "ckpt_old"); c.DBSnapshot != "" || c.RedisSnapshot != "ckpt_old" {
+				t.Fatalf("after clearing the database part: %+v", c)
+			}
+			if got := ids(50); got != "[ckpt_old@live ckpt_gone@gone]" {
+				t.Fatalf("a checkpoint with its Redis snapshot left is still listed: %s", got)
+			}
+			must(t, s.ClearCheckpointSnapshots(bg, live.ID, "ckpt_old", false, true))
+			must(t, s.ClearCheckpointSnapshots(bg, gone.ID, "ckpt_gone", true, true))
+			if got := ids(1000); got != "[ckpt_new@live]" {
+				t.Fatalf("SnapshotCheckpoints(before 1000) after clearing = %s", got)
+			}
+			wantCode(t, s.ClearCheckpointSnapshots(bg, live.ID, "ckpt_missing", true, true), lockstep.ENOTFOUND)
+		},
 		"CreateCheckpoint": func(t *testing.T, s lockstep.Store) {
 			base := mustRepo(t, s, "base", "")
 			ws := mustRepo(t, s, "ws", "base")

@@ -97,6 +97,36 @@ func keyTests() map[string]test {
 				t.Fatalf("CountOwnedWorkspaces of a key owning nothing = %d", n)
 			}
 		},
+		"KeyStorageBytes": func(t *testing.T, s lockstep.Store) {
+			mustRepo(t, s, "app", "")
+			mk := func(name, owner string) *lockstep.Repo {
+				r := &lockstep.Repo{Name: name, Network: "app", ForkOf: "app", DefaultBranch: "main", Status: lockstep.StatusActive, OwnerKeyID: owner, OwnerName: owner}
+				must(t, s.CreateRepo(bg, r, nil, ent("fork")))
+				return r
+			}
+			_, ws2, _ := mk("ws1", "key_a"), mk("ws2", "key_a"), mk("ws3", "key_b")
+			write := func(repo, key string, bytes int64, result string) {
+				must(t, s.AppendOp(bg, &lockstep.OpEntry{KeyID: key, KeyName: key, Op: "push", Repo: repo, Objects: 1, Bytes: bytes, Result: result}))
+			}
+			write("ws1", "key_a", 1000, "")
+			write("ws1", "key_x", 200, "") // another key writing into key_a's workspace counts for its owner
+			write("ws1", "key_a", 5000, "refused")
+			write("ws2", "key_a", 30, "")
+			write("ws3", "key_b", 7, "")
+			write("app", "key_a", 90000, "") // the base repository is not a workspace
+			n, err := s.KeyStorageBytes(bg, "key_a")
+			must(t, err)
+			if n != 1230 {
+				t.Fatalf("KeyStorageBytes = %d, want 1230 (successful writes into key_a's active workspaces)", n)
+			}
+			setStatus(t, s, ws2, lockstep.StatusAbandoned, "workspace.abandoned")
+			if n, _ = s.KeyStorageBytes(bg, "key_a"); n != 1200 {
+				t.Fatalf("KeyStorageBytes after abandoning ws2 = %d, want 1200", n)
+			}
+			if n, _ = s.KeyStorageBytes(bg, "key_none"); n != 0 {
+				t.Fatalf("KeyStorageBytes of a key owning nothing = %d", n)
+			}
+		},
 		"PurgeRepo": func(t *testing.T, s lockstep.Store) {
 			base := mustRepo(t, s, "base", "", lockstep.Ref{Name: "refs/heads/main", OID: oid(1)})
 			r := &lockstep.Repo{Name: "ws", Network: "base", ForkOf: "base", DefaultBranch: "main", Status: lockstep.StatusActive, OwnerKeyID: "k1", OwnerName: "k1"}

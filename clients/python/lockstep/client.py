@@ -256,7 +256,9 @@ class Client:
     # ------------------------------------------------------------ identity
 
     def whoami(self) -> JSON:
-        """The calling key (id, name, role, prefix). Raises Unauthenticated for a bad key."""
+        """The calling key (id, name, role, prefix) and its ``limits``: quotas
+        and usage (workspaces, uploads, ``storage_bytes``/``storage_bytes_used``,
+        ``runs``/``runs_active``). Raises Unauthenticated for a bad key."""
         return self._get("/api/v1/whoami")
 
     def create_key(self, name: str, role: str, *, ttl: str = "", scope: Optional[Mapping[str, Any]] = None) -> JSON:
@@ -375,8 +377,13 @@ class Client:
 
     def usage(self, repo: str) -> JSON:
         """Storage of the repository's fork network (admins): ``disk``
-        (loose objects, packs, indexes on the answering replica) and, in
-        object-storage mode, ``bucket`` (live and retired packs).
+        (loose objects, packs, indexes on the answering replica), in
+        object-storage mode ``bucket`` (live and retired packs), with
+        branching configured ``databases`` and ``redis`` (branches and
+        their snapshots: ``branches``, ``bytes``, ``snapshots``,
+        ``snapshot_bytes``, ``total_bytes``), ``checkpoints`` (counts,
+        with database/Redis snapshots) and ``reclaimable`` (what the
+        object GC would free now and after the retention).
 
         Raises PermissionDenied (not an admin key), NotFound."""
         return self._get(self._repo(repo, "usage"))

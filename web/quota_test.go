@@ -1,0 +1,199 @@
+package web_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/sqlstore"
+	"github.com/lockstep-hq/lockstep/web"
+)
+
+// pushTar PUTs a one-file tar to repo's branch as key and returns the
+// status, the error envelope (nil on success) and the headers.
+func pushTar(t *testing.T, f *fixture, key, repo, branch, body string) (int, http.Header) {
+	t.Helper()
+	req, _ := http.NewRequest("PUT", f.srv.URL+"/api/v1/repos/"+repo+"/worktree?branch="+branch+"&expect_oid="+lockstep.ZeroOID,
+		strings.NewReader(string(oneFileTar(t, "f.txt", body))))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header
+}
+
+// TestStorageQuotaPerKey: with --quota-storage-bytes a key's write is
+// refused (429 rate_limited naming the limit, with Retry-After) once
+// the successful writes into its active workspaces added that many
+// bytes; whoami and the keys page show the count; an admin is not bound;
+// abandoning the workspace takes its bytes off the count.
+func TestStorageQuotaPerKey(t *testing.T) {
+	f := mustServerWith(t, web.Config{QuotaStorageBytes: 1000}, nil)
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	limits := func() map[string]any {
+		l, _ := f.want(t, "GET", "/api/v1/whoami", f.agent, "", 200)["limits"].(map[string]any)
+		return l
+	}
+	if l := limits(); l["storage_bytes"] != float64(1000) || l["storage_bytes_used"] != float64(0) {
+		t.Fatalf("whoami limits before any write: %v", l)
+	}
+	// Random-looking content so the pack does not compress below 1000.
+	var big strings.Builder
+	for i := 0; big.Len() < 4000; i++ {
+		big.WriteString(strings.Repeat(string(rune('a'+i*7%26)), i%13+1))
+		big.WriteString(time.Duration(i * 7919).String())
+	}
+	if code, _ := pushTar(t, f, f.agent, "ws", "b1", big.String()); code != 201 {
+		t.Fatalf("first push: %d", code)
+	}
+	used := limits()["storage_bytes_used"].(float64)
+	if used < 1000 {
+		t.Fatalf("storage_bytes_used after a push of 4000 bytes: %v, want at least 1000", used)
+	}
+	code, h := pushTar(t, f, f.agent, "ws", "b2", "small\n")
+	status, m, _ := f.do(t, "POST", "/api/v1/repos/ws/objects", f.agent, "")
+	if code != 429 || h.Get("Retry-After") == "" || status != 429 || errCode(m) != lockstep.ERATELIMITED ||
+		!strings.Contains(errMessage(m), "storage quota") || !strings.Contains(errMessage(m), "quota-storage-bytes") {
+		t.Fatalf("writes over the storage quota: push %d %v, objects %d %v; want 429 naming quota-storage-bytes with Retry-After", code, h, status, m)
+	}
+	// The keys page shows the count against the quota.
+	page := f.page(t, "/ui/keys", f.admin)
+	if !strings.Contains(page, "storage") || !strings.Contains(page, " / 1000<") {
+		t.Fatalf("keys page lacks the storage quota column:\n%s", page)
+	}
+	// An admin writing into the workspace is not bound (and its bytes
+	// count for the owner).
+	if code, _ := pushTar(t, f, f.admin, "ws", "b3", "admin\n"); code != 201 {
+		t.Fatalf("admin push: %d", code)
+	}
+	// Abandoning the workspace frees the key's storage.
+	f.want(t, "DELETE", "/api/v1/repos/ws", f.agent, "", 200)
+	if l := limits(); l["storage_bytes_used"] != float64(0) {
+		t.Fatalf("storage after abandoning the workspace: %v", l)
+	}
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws2"}`, 201)
+	if code, _ := pushTar(t, f, f.agent, "ws2", "b1", "again\n"); code != 201 {
+		t.Fatalf("push after the workspace was abandoned: %d", code)
+	}
+}
+
+// TestRunQuotaPerKey: with --quota-runs 1 a key with a queued run job is
+// refused another (429 rate_limited naming quota-runs, Retry-After);
+// whoami shows the count; once the job ends the count drops.
+func TestRunQuotaPerKey(t *testing.T) {
+	f := mustServerTweak(t, web.Config{QuotaRuns: 1}, nil, func(s *web.Server, db *sqlstore.DB) { s.Jobs = db })
+	ctx := context.Background()
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	who := f.want(t, "GET", "/api/v1/whoami", f.agent, "", 200)
+	if l := who["limits"].(map[string]any); l["runs"] != float64(1) || l["runs_active"] != float64(0) {
+		t.Fatalf("whoami limits before any job: %v", l)
+	}
+	if err := f.db.PutRunner(ctx, &lockstep.Runner{ID: "rnr_1", KeyID: "key_runner", Name: "box", Workspaces: []string{"*"}}); err != nil {
+		t.Fatal(err)
+	}
+	// A job of the agent's waits in the queue (no runner polls here).
+	job := &lockstep.RunJob{ID: "job_1", Workspace: "ws", KeyID: who["id"].(string), Spec: lockstep.RunJobSpec{Command: []string{"true"}}}
+	if err := f.db.CreateRunJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if l := f.want(t, "GET", "/api/v1/whoami", f.agent, "", 200)["limits"].(map[string]any); l["runs_active"] != float64(1) {
+		t.Fatalf("whoami limits with a queued job: %v", l)
+	}
+	status, m, h := f.do(t, "POST", "/api/v1/repos/ws/jobs", f.agent, `{"command":["make","test"]}`)
+	if status != 429 || errCode(m) != lockstep.ERATELIMITED || h.Get("Retry-After") == "" ||
+		!strings.Contains(errMessage(m), "run quota") || !strings.Contains(errMessage(m), "quota-runs") {
+		t.Fatalf("a second job: %d %v %v; want 429 naming quota-runs with Retry-After", status, m, h)
+	}
+	page := f.page(t, "/ui/keys", f.admin)
+	if !strings.Contains(page, `<td class="runs">1 / 1</td>`) {
+		t.Fatalf("keys page lacks the agent's runs against its quota:\n%s", page)
+	}
+	if err := f.db.FinishRunJob(ctx, "job_1", "", nil, "cancelled by the test"); err != nil {
+		t.Fatal(err)
+	}
+	if l := f.want(t, "GET", "/api/v1/whoami", f.agent, "", 200)["limits"].(map[string]any); l["runs_active"] != float64(0) {
+		t.Fatalf("whoami limits after the job ended: %v", l)
+	}
+}
+
+// page signs in to the UI with key as a browser does and returns the
+// page at path (200 expected).
+func (f *fixture) page(t *testing.T, path, key string) string {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	get := func(p string) (int, string) {
+		resp, err := c.Get(f.srv.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	_, login := get("/ui/login")
+	tok := csrfRE.FindStringSubmatch(login)
+	if tok == nil {
+		t.Fatalf("login form has no CSRF token: %s", login)
+	}
+	resp, err := c.PostForm(f.srv.URL+"/ui/login", url.Values{"csrf": {tok[1]}, "key": {key}, "next": {"/ui/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	st, body := get(path)
+	if st != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, st, body)
+	}
+	return body
+}
+
+// TestUsageReclaimableAndCheckpoints: the usage answer counts the
+// network's checkpoints and says what the object GC would free: nothing
+// now (the objects of a purged workspace are younger than the
+// retention), its objects once past the retention.
+func TestUsageReclaimableAndCheckpoints(t *testing.T) {
+	f := mustServerWith(t, web.Config{}, nil)
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	if code, _ := pushTar(t, f, f.agent, "ws", "main", "only in the workspace\n"); code != 201 {
+		t.Fatalf("push: %d", code)
+	}
+	ws, err := f.db.RepoByName(context.Background(), "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fixture has no checkpoints service: the record alone.
+	if err := f.db.CreateCheckpoint(context.Background(), &lockstep.Checkpoint{ID: "ckpt_1", RepoID: ws.ID, Repo: "ws", Branch: "main",
+		Commit: lockstep.ZeroOID, Tree: lockstep.ZeroOID, Label: "one"}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	u := f.want(t, "GET", "/api/v1/repos/app/usage", f.admin, "", 200)
+	if cp := u["checkpoints"].(map[string]any); cp["checkpoints"] != float64(1) || cp["database_snapshots"] != float64(0) {
+		t.Fatalf("checkpoints in the usage: %v", u["checkpoints"])
+	}
+	if u["databases"] != nil || u["redis"] != nil {
+		t.Fatalf("branch usage without branching configured: %v %v", u["databases"], u["redis"])
+	}
+	f.want(t, "DELETE", "/api/v1/repos/ws?purge=true", f.agent, "", 200)
+	u = f.want(t, "GET", "/api/v1/repos/app/usage", f.admin, "", 200)
+	rc, _ := u["reclaimable"].(map[string]any)
+	if rc == nil || rc["retention"] != "336h0m0s" || rc["objects"] != float64(0) ||
+		rc["after_retention_objects"].(float64) < 1 || rc["after_retention_bytes"].(float64) <= 0 {
+		t.Fatalf("reclaimable after purging the workspace: %v; want nothing now, its objects after the retention", u["reclaimable"])
+	}
+	if cp := u["checkpoints"].(map[string]any); cp["checkpoints"] != float64(0) {
+		t.Fatalf("checkpoints after the purge: %v", u["checkpoints"])
+	}
+}
