@@ -1,7 +1,9 @@
 package contain
 
 import (
+	"encoding/json"
 	"os"
+	"strings"
 
 	"github.com/lockstep-hq/lockstep/fssnap/internal/fstest"
 	"os/exec"
@@ -211,5 +213,35 @@ func TestWalkSkipsVanished(t *testing.T) {
 	})
 	if err != nil || !reflect.DeepEqual(seen, []string{"/real/a", "/real/c"}) {
 		t.Fatalf("walk = %v, %v; want /real/a and /real/c", seen, err)
+	}
+}
+
+// TestHelperSkipsVanishedEntry: an entry of the plan removed before the
+// helper mounts it (another process's temporary file, as in /dev/shm
+// while other tests run) is skipped, not made read-only: the command
+// runs. Before the fix the helper failed with "read-only …: no such file
+// or directory" (exit 126).
+func TestHelperSkipsVanishedEntry(t *testing.T) {
+	s := prepare(t)
+	dir := t.TempDir()
+	vanished := filepath.Join(dir, "vanished")
+	s.Mounts = append(s.Mounts, Mount{Path: vanished, Mode: ModeReadOnly}, Mount{Path: vanished + "-dir", Mode: ModeBind})
+	spec, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.Base, "spec.json"), spec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	self, _ := os.Executable()
+	args := s.Wrap(self, []string{"sh", "-c", "echo ran; test ! -e " + vanished})
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.SysProcAttr = sysProcAttr(s)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ran") {
+		t.Fatalf("contained command with a vanished entry: %v %s", err, out)
+	}
+	if err := s.Discard(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -59,6 +59,11 @@ func Helper(args []string) error {
 			target = s.Root
 		}
 		fb, err := mountOne(m, target, userns)
+		if errors.Is(err, errGone) {
+			// Removed since the plan (another process's temporary file
+			// or mount): nothing to show, nothing to make read-only.
+			continue
+		}
 		if err == nil && m.Mode == ModeReadOnly {
 			readonly = append(readonly, target)
 		}
@@ -149,7 +154,7 @@ func dropCaps() error {
 // through because the kernel refused the overlay.
 func mountOne(m Mount, target string, userns bool) (fb *Mount, err error) {
 	if _, err := os.Lstat(m.Path); errors.Is(err, os.ErrNotExist) {
-		return nil, nil // unmounted and removed since the plan: nothing to show
+		return nil, errGone // unmounted and removed since the plan: nothing to show
 	}
 	switch m.Mode {
 	case ModeSymlink:
@@ -163,7 +168,7 @@ func mountOne(m Mount, target string, userns bool) (fb *Mount, err error) {
 	}
 	if err := ensureTarget(m.Path, target); err != nil {
 		if gone(err) {
-			return nil, nil
+			return nil, errGone
 		}
 		return nil, fmt.Errorf("mount point %s: %w", target, err)
 	}
@@ -178,7 +183,7 @@ func mountOne(m Mount, target string, userns bool) (fb *Mount, err error) {
 			// filesystem): written through, and said so.
 			if berr := unix.Mount(m.Path, target, "", unix.MS_BIND, ""); berr != nil {
 				if gone(berr) {
-					return nil, nil
+					return nil, errGone
 				}
 				return nil, fmt.Errorf("overlay %s: %v; bind: %w", m.Path, err, berr)
 			}
@@ -193,16 +198,26 @@ func mountOne(m Mount, target string, userns bool) (fb *Mount, err error) {
 			// /dev/shm, then overlaid by its own entry).
 			err = unix.Mount(m.Path, target, "", unix.MS_BIND|unix.MS_REC, "")
 		}
-		if err != nil && !gone(err) {
+		if err != nil && gone(err) {
+			return nil, errGone
+		}
+		if err != nil {
 			return nil, fmt.Errorf("bind %s: %w", m.Path, err)
 		}
 	case ModeRBind:
-		if err := unix.Mount(m.Path, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil && !gone(err) {
+		if err := unix.Mount(m.Path, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			if gone(err) {
+				return nil, errGone
+			}
 			return nil, fmt.Errorf("rbind %s: %w", m.Path, err)
 		}
 	}
 	return nil, nil
 }
+
+// errGone is mountOne's answer for an entry removed since the plan:
+// nothing was mounted at its target (so nothing is to be made read-only).
+var errGone = errors.New("removed since the plan")
 
 // gone reports an error of a mount removed since the plan (another
 // process's temporary mount): it is skipped, not fatal.
