@@ -12,6 +12,6 @@
 // a check, a checkpoint) it still encodes from the domain type, and the
 // client's tests check, answer by answer, that decoding into the api type
 // and encoding again gives the server's bytes. The package imports only the
-// standard library (and sigs.k8s.io/yaml for the document), never a
+// standard library (its tests also sigs.k8s.io/yaml), never a
 // driver, gin or a domain package, so any Go program can use it.
 package api

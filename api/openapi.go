@@ -8,17 +8,12 @@ package api
 
 import (
 	_ "embed"
-	"sync"
-
-	"sigs.k8s.io/yaml"
 )
 
-// YAML is the document as kept in the repository.
+// YAML is the document as kept in the repository. Its JSON form (what
+// web serves) is made in web, not here: this package is linked into the
+// client build (`lockstep`), where a YAML library's initialisers would
+// run at every start of every client command.
 //
 //go:embed openapi.yaml
 var YAML []byte
-
-var jsonOnce = sync.OnceValues(func() ([]byte, error) { return yaml.YAMLToJSON(YAML) })
-
-// JSON returns the document converted to JSON (computed once).
-func JSON() ([]byte, error) { return jsonOnce() }

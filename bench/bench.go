@@ -372,11 +372,16 @@ func (b *bencher) lockstepBinary() (string, error) {
 		return exe, nil
 	}
 	out := b.path("lockstep")
-	for _, args := range [][]string{
+	for i, args := range [][]string{
 		{"build", "-o", out, "github.com/lockstep-hq/lockstep/cmd/lockstep"},
 		{"build", "-tags", "lockstep_server", "-o", b.path("lockstep-server"), "github.com/lockstep-hq/lockstep/cmd/lockstep"},
 	} {
 		cmd := exec.CommandContext(b.ctx, "go", args...)
+		if i == 0 {
+			// The client as the image and the release build it: static,
+			// started without the dynamic loader.
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		}
 		if msg, err := cmd.CombinedOutput(); err != nil {
 			return "", fmt.Errorf("go %s: %v: %s", strings.Join(args, " "), err, msg)
 		}

@@ -114,7 +114,7 @@ func TestManifestReadsOldZstdJSON(t *testing.T) {
 	base := filepath.Join(t.TempDir(), "x.manifest")
 	want := sampleManifest()
 	js, _ := json.Marshal(want)
-	if err := os.WriteFile(base+manifestZst, zstdEnc.EncodeAll(js, nil), 0o600); err != nil {
+	if err := os.WriteFile(base+manifestZst, zstdEnc().EncodeAll(js, nil), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var got Manifest

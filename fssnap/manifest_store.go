@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -33,9 +34,17 @@ func manifestBase(snapDir, id string) string {
 // SpeedFastest: on a 2,000-file manifest (509 KB of JSON) it encoded in
 // 6.7 ms to 113 KB, against 31.6 ms and 116 KB for SpeedBetterCompression
 // (the JSON repeats itself; the better matcher finds nothing more).
+// Both are made on first use, not at start: the client build links this
+// package, and every command would pay for them otherwise.
 var (
-	zstdEnc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
-	zstdDec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+	zstdEnc = sync.OnceValue(func() *zstd.Encoder {
+		e, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+		return e
+	})
+	zstdDec = sync.OnceValue(func() *zstd.Decoder {
+		d, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+		return d
+	})
 )
 
 // writeManifest stores m at base+".bin" (atomically) and removes older
@@ -45,7 +54,7 @@ func writeManifest(base string, m *Manifest) error {
 	if err != nil {
 		return err
 	}
-	z := zstdEnc.EncodeAll(data, make([]byte, 0, len(data)/3))
+	z := zstdEnc().EncodeAll(data, make([]byte, 0, len(data)/3))
 	tmp := base + manifestBin + ".tmp"
 	if err := os.WriteFile(tmp, z, 0o600); err != nil {
 		return err
@@ -71,7 +80,7 @@ func readManifest(base string, m *Manifest) error {
 	if err != nil {
 		return err
 	}
-	data, err := zstdDec.DecodeAll(z, nil)
+	data, err := zstdDec().DecodeAll(z, nil)
 	if err != nil {
 		return fmt.Errorf("%s%s: %w: %v", base, manifestBin, errCorrupt, err)
 	}
@@ -92,7 +101,7 @@ func readManifestJSON(base string, m *Manifest) error {
 	if err != nil {
 		return err
 	}
-	data, err := zstdDec.DecodeAll(z, nil)
+	data, err := zstdDec().DecodeAll(z, nil)
 	if err != nil {
 		return err
 	}
@@ -104,7 +113,7 @@ func readManifestJSON(base string, m *Manifest) error {
 func manifestFileHashes(base string, set map[[32]byte]bool) error {
 	z, err := os.ReadFile(base + manifestBin)
 	if err == nil {
-		data, err := zstdDec.DecodeAll(z, nil)
+		data, err := zstdDec().DecodeAll(z, nil)
 		if err != nil {
 			return fmt.Errorf("%s%s: %w: %v", base, manifestBin, errCorrupt, err)
 		}

@@ -80,7 +80,7 @@ func BenchmarkManifestCodec(b *testing.B) {
 	b.Run("json-write", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			data, _ := json.Marshal(m)
-			os.WriteFile(js+manifestZst, zstdEnc.EncodeAll(data, nil), 0o600)
+			os.WriteFile(js+manifestZst, zstdEnc().EncodeAll(data, nil), 0o600)
 		}
 	})
 	b.Run("json-read", func(b *testing.B) {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/sys/unix"
 
 	"github.com/lockstep-hq/lockstep"
@@ -78,7 +77,7 @@ type Snapshot struct {
 // treeObj is one encoded tree kept for negotiation and packing.
 type treeObj struct {
 	obj     *plumbing.MemoryObject
-	entries []object.TreeEntry
+	entries []treeEntry
 }
 
 // fileStat is the part of lstat the cache compares.
@@ -522,7 +521,7 @@ func objectHeader(t plumbing.ObjectType, size int64) []byte {
 // and blob in the snapshot. A directory with nothing to store is left out
 // (ok false), except the root, which is then the empty tree.
 func (snap *Snapshot) build(n *dirNode, root bool) (h plumbing.Hash, ok bool, err error) {
-	entries := make([]object.TreeEntry, 0, len(n.entries))
+	entries := make([]treeEntry, 0, len(n.entries))
 	for i := range n.entries {
 		e := &n.entries[i]
 		if e.sub != nil {
@@ -540,15 +539,14 @@ func (snap *Snapshot) build(n *dirNode, root bool) (h plumbing.Hash, ok bool, er
 				snap.blobs[e.oid] = e.blob
 			}
 		}
-		entries = append(entries, object.TreeEntry{Name: e.name, Mode: e.mode, Hash: e.oid})
+		entries = append(entries, treeEntry{Name: e.name, Mode: e.mode, Hash: e.oid})
 	}
 	if len(entries) == 0 && !root {
 		return plumbing.ZeroHash, false, nil
 	}
 	slices.SortFunc(entries, compareEntries)
-	t := &object.Tree{Entries: entries}
-	obj := &plumbing.MemoryObject{}
-	if err := t.Encode(obj); err != nil {
+	obj, err := encodeTree(entries)
+	if err != nil {
 		return plumbing.ZeroHash, false, fmt.Errorf("scan: encode tree: %w", err)
 	}
 	h = obj.Hash()
@@ -560,8 +558,9 @@ func (snap *Snapshot) build(n *dirNode, root bool) (h plumbing.Hash, ok bool, er
 
 // compareEntries orders tree entries as git does: byte-wise on the name,
 // with a directory compared as if its name ended in "/". It is the order
-// object.TreeEntrySorter checks, without building the "name/" strings.
-func compareEntries(a, b object.TreeEntry) int {
+// go-git's object.TreeEntrySorter checks, without building the "name/"
+// strings.
+func compareEntries(a, b treeEntry) int {
 	an, bn := a.Name, b.Name
 	m := min(len(an), len(bn))
 	if c := strings.Compare(an[:m], bn[:m]); c != 0 {
@@ -587,4 +586,41 @@ func nextByte(name string, m int, mode filemode.FileMode) int {
 		return '/'
 	}
 	return 0
+}
+
+// treeEntry is one entry of a tree object.
+type treeEntry struct {
+	Name string
+	Mode filemode.FileMode
+	Hash plumbing.Hash
+}
+
+// encodeTree encodes sorted entries as a git tree object ("MODE NAME\0"
+// and the raw hash per entry, the mode in octal without leading zeros),
+// byte for byte what go-git's object.Tree.Encode writes; our own so the
+// client build does not link go-git's plumbing/object (and, through it,
+// encoding/gob and openpgp, whose initialisers run at every start).
+func encodeTree(entries []treeEntry) (*plumbing.MemoryObject, error) {
+	n := 0
+	for _, e := range entries {
+		n += len(e.Name) + 8 + len(e.Hash)
+	}
+	buf := make([]byte, 0, n)
+	for _, e := range entries {
+		if strings.IndexByte(e.Name, 0) >= 0 {
+			return nil, fmt.Errorf("malformed filename %q", e.Name)
+		}
+		buf = strconv.AppendUint(buf, uint64(e.Mode), 8)
+		buf = append(buf, ' ')
+		buf = append(buf, e.Name...)
+		buf = append(buf, 0)
+		buf = append(buf, e.Hash[:]...)
+	}
+	obj := &plumbing.MemoryObject{}
+	obj.SetType(plumbing.TreeObject)
+	obj.SetSize(int64(len(buf)))
+	if _, err := obj.Write(buf); err != nil {
+		return nil, err
+	}
+	return obj, nil
 }

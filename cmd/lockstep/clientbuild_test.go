@@ -36,6 +36,25 @@ var serverOnly = []string{
 	"google.golang.org/grpc",
 }
 
+// startupHeavy are packages the client build must not link because their
+// initialisers cost start-up time in every client command (issue #26 row
+// 1; measured with GODEBUG=inittrace=1, see docs/benchmarks.md), each
+// with what it came in through and whether the server build still links
+// it (then the name is checked to be real there).
+var startupHeavy = []struct {
+	pkg, why string
+	server   bool
+}{
+	{"github.com/elazarl/goproxy", "egress: its init parsed a bundled CA key (1.2 ms); egress has its own proxy now", false},
+	{"encoding/gob", "go-git plumbing/object → storage → config → gcfg; worktree encodes its trees itself", true},
+	{"github.com/go-git/go-git/v5/plumbing/object", "worktree's tree encoding", true},
+	{"github.com/go-git/go-git/v5/config", "go-git plumbing/object", true},
+	{"github.com/go-git/gcfg", "go-git config", true},
+	{"github.com/ProtonMail/go-crypto/openpgp", "go-git plumbing/object (commit signatures)", true},
+	{"sigs.k8s.io/yaml", "api's YAML→JSON of the OpenAPI document, done in web now", true},
+	{"go.yaml.in/yaml/v2", "sigs.k8s.io/yaml", true},
+}
+
 func goListDeps(t *testing.T, args ...string) map[string]bool {
 	t.Helper()
 	out, err := exec.Command("go", append([]string{"list", "-deps"}, args...)...).CombinedOutput()
@@ -51,8 +70,9 @@ func goListDeps(t *testing.T, args ...string) map[string]bool {
 
 // TestClientBuildLinksNoServer: the client build links none of the
 // server's packages or heavy dependencies (every linked package's
-// initialiser runs before main in every client command), and the server
-// build links all of them (so the list above names real packages).
+// initialiser runs before main in every client command), nor the
+// packages of startupHeavy; the server build links all of serverOnly (so
+// the list names real packages).
 func TestClientBuildLinksNoServer(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("go is not on PATH")
@@ -69,6 +89,14 @@ func TestClientBuildLinksNoServer(t *testing.T) {
 		}
 		if !server[p] {
 			t.Errorf("the server build does not link %s: update serverOnly", p)
+		}
+	}
+	for _, h := range startupHeavy {
+		if client[h.pkg] {
+			t.Errorf("the client build links %s (%s): its initialisers run at every client start", h.pkg, h.why)
+		}
+		if h.server && !server[h.pkg] {
+			t.Errorf("the server build does not link %s: update startupHeavy", h.pkg)
 		}
 	}
 }
