@@ -36,6 +36,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/elazarl/goproxy"
+
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
 )
@@ -108,17 +110,6 @@ type Proxy struct {
 	tr     *http.Transport
 	mu     sync.Mutex
 	staged []string
-
-	// ca signs the per-host certificates of intercepted HTTPS (nil
-	// without interception); certs caches them; dial reaches tunnels'
-	// destinations.
-	ca    *tls.Certificate
-	certs *certStore
-	dial  func(ctx context.Context, network, addr string) (net.Conn, error)
-	// live are the connections taken over (tunnels, intercepted TLS),
-	// ended by Close.
-	live   map[net.Conn]bool
-	closed bool
 }
 
 // Start generates the run's CA (when intercepting) and listens on
@@ -153,14 +144,22 @@ func Start(cfg Config) (*Proxy, error) {
 	p.tr = &http.Transport{Proxy: nil, DialContext: dialer.DialContext, TLSClientConfig: upTLS,
 		TLSHandshakeTimeout: 15 * time.Second, IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 16}
 
+	gp := goproxy.NewProxyHttpServer()
+	gp.Logger = nopLogger{}
+	gp.Tr = p.tr
+	gp.ConnectDial = dialer.Dial
+	gp.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "lockstep egress proxy: this address is an HTTP proxy for a `lockstep run`; send proxy requests (absolute URLs or CONNECT)", http.StatusBadRequest)
+	})
+	var connect *goproxy.ConnectAction
 	if cfg.Intercept {
 		ca, cert, pemCA, err := newCA(cfg.RunID, cfg.CAValidity)
 		if err != nil {
 			return nil, err
 		}
 		p.CACert = cert
-		p.ca = ca
-		p.certs = &certStore{m: map[string]*tls.Certificate{}}
+		gp.CertStore = &certStore{m: map[string]*tls.Certificate{}}
+		connect = &goproxy.ConnectAction{Action: goproxy.ConnectMitm, TLSConfig: goproxy.TLSConfigFromCA(ca)}
 		if p.dir, err = os.MkdirTemp("", "lockstep-egress-"); err != nil {
 			return nil, err
 		}
@@ -170,7 +169,17 @@ func Start(cfg Config) (*Proxy, error) {
 			return nil, err
 		}
 	}
-	p.dial = dialer.DialContext
+	gp.OnRequest().HandleConnectFunc(func(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+		if !p.allowed(hostOnly(host)) {
+			ctx.Resp = p.refusal(ctx.Req, hostOnly(host))
+			return goproxy.RejectConnect, host
+		}
+		if connect == nil || p.bypass[strings.ToLower(host)] {
+			return goproxy.OkConnect, host
+		}
+		return connect, host
+	})
+	gp.OnRequest().DoFunc(p.handle)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -179,7 +188,7 @@ func Start(cfg Config) (*Proxy, error) {
 	}
 	p.ln = ln
 	p.URL = "http://" + ln.Addr().String()
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second}
+	p.srv = &http.Server{Handler: gp, ReadHeaderTimeout: 30 * time.Second}
 	go p.srv.Serve(ln)
 	return p, nil
 }
@@ -232,7 +241,6 @@ func (p *Proxy) Close() error {
 	if err != nil {
 		err = p.srv.Close()
 	}
-	p.closeLive()
 	p.tr.CloseIdleConnections()
 	p.removeDir()
 	return err
@@ -262,20 +270,18 @@ func isRead(m string) bool {
 	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
 }
 
-// handle answers a proxied request itself (a refusal, a staged write) or
-// returns nil: the request is forwarded to its destination.
-func (p *Proxy) handle(req *http.Request) *http.Response {
+func (p *Proxy) handle(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
 	host := req.URL.Hostname()
 	if p.bypass[strings.ToLower(req.URL.Host)] {
-		return nil
+		return req, nil
 	}
 	if !p.allowed(host) {
-		return p.refusal(req, host)
+		return req, p.refusal(req, host)
 	}
 	if isRead(req.Method) {
-		return nil
+		return req, nil
 	}
-	return p.stage(req)
+	return req, p.stage(req)
 }
 
 // hopHeaders are not part of a staged request.
@@ -451,3 +457,7 @@ func (s *certStore) Fetch(host string, gen func() (*tls.Certificate, error)) (*t
 	s.m[host] = c
 	return c, nil
 }
+
+type nopLogger struct{}
+
+func (nopLogger) Printf(string, ...any) {}
