@@ -45,7 +45,6 @@ var startupHeavy = []struct {
 	pkg, why string
 	server   bool
 }{
-	{"github.com/elazarl/goproxy", "egress: its init parsed a bundled CA key (1.2 ms); egress has its own proxy now", false},
 	{"encoding/gob", "go-git plumbing/object → storage → config → gcfg; worktree encodes its trees itself", true},
 	{"github.com/go-git/go-git/v5/plumbing/object", "worktree's tree encoding", true},
 	{"github.com/go-git/go-git/v5/config", "go-git plumbing/object", true},
