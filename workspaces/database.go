@@ -11,9 +11,6 @@ import (
 // rules of package branches (one Room): created in the background right
 // after the fork, dropped on abandon, on promote and on purge.
 
-// Branches returns the Room that applies the workspace's branch rules.
-func (s *Service) Branches() *branches.Room { return s.br }
-
 // UseBranches makes the service apply the branch rules through room (the
 // one cmd shares with the checkpoints service and the gate's callback).
 // Call before serving.
