@@ -51,6 +51,12 @@ func Sign(secret string, body []byte) string {
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
 
+// Verify checks a signature in constant time (for receivers such as the
+// runner).
+func Verify(secret string, body []byte, signature string) bool {
+	return hmac.Equal([]byte(Sign(secret, body)), []byte(signature))
+}
+
 // Body is the exact JSON sent for a delivery: its payload plus its id.
 // Retries send the same bytes.
 func Body(d lockstep.Delivery) []byte {
