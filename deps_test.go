@@ -11,7 +11,7 @@ import (
 // (Store, Brancher, Locker, …), so none of them may depend, even
 // indirectly, on a driver or on the packages that adapt one.
 func TestDomainImportsNoDriver(t *testing.T) {
-	domain := []string{".", "./repositories", "./workspaces", "./gate", "./checkpoints", "./merge", "./effects", "./delivery"}
+	domain := []string{".", "./repositories", "./workspaces", "./branches", "./branches", "./gate", "./checkpoints", "./merge", "./effects", "./delivery"}
 	forbidden := []string{
 		"github.com/lockstep-hq/lockstep/sqlstore",
 		"github.com/lockstep-hq/lockstep/dbbranch",
@@ -70,7 +70,7 @@ func TestDomainImportsNoDriver(t *testing.T) {
 // of our packages it uses only the root package.
 func TestServicesNameNoGitAdapter(t *testing.T) {
 	const mod = "github.com/lockstep-hq/lockstep"
-	services := []string{".", "./repositories", "./workspaces", "./gate", "./checkpoints", "./effects", "./delivery", "./web"}
+	services := []string{".", "./repositories", "./workspaces", "./branches", "./branches", "./gate", "./checkpoints", "./effects", "./delivery", "./web"}
 	adapters := []string{mod + "/repo", mod + "/replica"}
 	for _, pkg := range services {
 		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", pkg).CombinedOutput()

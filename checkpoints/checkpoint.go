@@ -1,8 +1,7 @@
 // Package checkpoints ties code, data and machine state together. A
 // checkpoint records, in one step, a workspace branch's commit, a snapshot
-// of the workspace's database branch (through lockstep.Brancher; when it
-// has one)
-// and the id of a filesystem snapshot the client took on its machine
+// of the workspace's database and Redis branches (when it has them; the
+// rules are package branches') and the id of a filesystem snapshot the client took on its machine
 // (package fssnap). Restoring it makes a rollback commit to the
 // checkpoint's tree (compare-and-swap, history kept), restores the
 // database under the same name (the agent's DSN stays valid), and hands
@@ -15,10 +14,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -27,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/branches"
 	"github.com/lockstep-hq/lockstep/internal/lazyre"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -36,16 +34,11 @@ import (
 type Service struct {
 	store   lockstep.Store
 	repos   *repositories.Service
-	dbs     lockstep.Brancher      // nil: database branching is off
-	rds     lockstep.RedisBrancher // nil: Redis branching is off
+	br      *branches.Room // the rules of the workspace's data branches
 	log     *slog.Logger
 	metrics *telemetry.Metrics
 	now     func() time.Time
 	tracer  trace.Tracer
-
-	bgCtx    context.Context // cancelled by Close
-	bgCancel context.CancelFunc
-	bg       sync.WaitGroup // template refreshes after promotes
 }
 
 // New returns the service; dbs may be nil (database branching off), now
@@ -57,23 +50,22 @@ func New(store lockstep.Store, repos *repositories.Service, dbs lockstep.Branche
 	if log == nil {
 		log = slog.Default()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Service{store: store, repos: repos, dbs: dbs, log: log, metrics: metrics, now: now, tracer: otel.Tracer("lockstep/checkpoints"),
-		bgCtx: ctx, bgCancel: cancel}
+	return &Service{store: store, repos: repos, br: branches.New(dbs, nil, repos, log, now), log: log, metrics: metrics, now: now, tracer: otel.Tracer("lockstep/checkpoints")}
 }
+
+// UseBranches makes the service apply the branch rules through room (the
+// one cmd shares with the workspaces service). Call before serving.
+func (s *Service) UseBranches(room *branches.Room) { s.br = room }
 
 // Close cancels the background template refreshes and waits for them.
 func (s *Service) Close() error {
-	s.bgCancel()
-	s.bg.Wait()
+	s.br.Close()
 	return nil
 }
 
 // ErrBranchingOff is the answer of every database route without a branch
 // server: not_configured (501), a final answer clients do not retry.
-func ErrBranchingOff() error {
-	return lockstep.Errorf(lockstep.ENOTCONFIGURED, "database branching is off: start lockstep serve with LOCKSTEP_BRANCH_DATABASE_URL (or --branch-database-url) set to a Postgres server where Lockstep may create databases and roles")
-}
+var ErrBranchingOff = branches.ErrDatabaseOff
 
 var fsIDRE = lazyre.New(`^[A-Za-z0-9._:-]{1,128}$`)
 
@@ -121,40 +113,12 @@ func (s *Service) Create(ctx context.Context, actor *lockstep.Key, wsName string
 	}
 	c := &lockstep.Checkpoint{ID: newID(), Repo: ws.Name, RepoID: ws.ID, Branch: req.Branch, Commit: commit, Tree: tree,
 		FSSnapshot: req.FSSnapshot, Label: req.Label, KeyName: actor.Name}
-	var dbMS float64
-	if s.dbs != nil && ws.ForkOf != "" {
-		if _, err := s.dbs.Branch(ctx, ws.Name); err == nil {
-			t := s.now()
-			_, sspan := s.tracer.Start(ctx, "dbbranch.snapshot")
-			err := s.dbs.Snapshot(ctx, ws.Name, c.ID)
-			sspan.End()
-			if err != nil {
-				return nil, fmt.Errorf("database snapshot: %w", err)
-			}
-			c.DBSnapshot = c.ID
-			dbMS = msSince(s.now(), t)
-		} else if lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
-			return nil, err
-		}
+	snaps, err := s.br.Snapshot(ctx, ws, c.ID)
+	if err != nil {
+		return nil, err
 	}
-	var redisMS float64
-	if s.rds != nil && ws.ForkOf != "" {
-		if _, err := s.rds.Branch(ctx, ws.Name); err == nil {
-			t := s.now()
-			_, sspan := s.tracer.Start(ctx, "redisbranch.snapshot")
-			err := s.rds.Snapshot(ctx, ws.Name, c.ID)
-			sspan.End()
-			if err != nil {
-				s.dropOrphans(ctx, ws.Name, c)
-				return nil, fmt.Errorf("redis snapshot: %w", err)
-			}
-			c.RedisSnapshot = c.ID
-			redisMS = msSince(s.now(), t)
-		} else if lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
-			s.dropOrphans(ctx, ws.Name, c)
-			return nil, err
-		}
-	}
+	c.DBSnapshot, c.RedisSnapshot = snaps.Database, snaps.Redis
+	dbMS, redisMS := snaps.DatabaseMS, snaps.RedisMS
 	c.DurationMS = msSince(s.now(), start)
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "checkpoint", Repo: ws.Name, TraceID: traceID(ctx),
 		DurationUS: s.now().Sub(start).Microseconds(),
@@ -163,26 +127,11 @@ func (s *Service) Create(ctx context.Context, actor *lockstep.Key, wsName string
 	entry.Answer = c
 	ev := s.repos.HookEvent(ws, "checkpoint", c.Branch, commit, tree, map[string]any{"checkpoint": c.ID})
 	if err := s.store.CreateCheckpoint(ctx, c, []lockstep.HookEvent{ev}, entry); err != nil {
-		s.dropOrphans(ctx, ws.Name, c)
+		s.br.DropSnapshots(ctx, ws.Name, c.DBSnapshot, c.RedisSnapshot)
 		return nil, err
 	}
 	s.metrics.ObserveOp("checkpoint", "ok", s.now().Sub(start))
 	return c, nil
-}
-
-// dropOrphans drops the snapshots of a checkpoint that was not stored
-// (compensation: they would be orphans).
-func (s *Service) dropOrphans(ctx context.Context, ws string, c *lockstep.Checkpoint) {
-	if c.DBSnapshot != "" {
-		if derr := s.dbs.DropSnapshot(context.WithoutCancel(ctx), ws, c.DBSnapshot); derr != nil {
-			s.log.ErrorContext(ctx, "drop orphan snapshot", "workspace", ws, "snapshot", c.DBSnapshot, "error", derr)
-		}
-	}
-	if c.RedisSnapshot != "" {
-		if derr := s.rds.DropSnapshot(context.WithoutCancel(ctx), ws, c.RedisSnapshot); derr != nil {
-			s.log.ErrorContext(ctx, "drop orphan redis snapshot", "workspace", ws, "snapshot", c.RedisSnapshot, "error", derr)
-		}
-	}
 }
 
 // List returns a workspace's checkpoints, newest first.
@@ -353,11 +302,11 @@ func (s *Service) Restore(ctx context.Context, actor *lockstep.Key, wsName, id s
 	}
 	// The data parts: the database, then Redis.
 	var dbRestore, redisRestore func(ctx context.Context, workspace, id string) error
-	if s.dbs != nil {
-		dbRestore = s.dbs.Restore
+	if s.br.DatabaseEnabled() {
+		dbRestore = s.br.RestoreDatabase
 	}
-	if s.rds != nil {
-		redisRestore = s.rds.Restore
+	if s.br.RedisEnabled() {
+		redisRestore = s.br.RestoreRedis
 	}
 	var dbErr, redisErr error
 	res.Database, res.DatabaseMS, dbErr = s.restorePart(ctx, c.ID, ws.Name, "database", c.DBSnapshot, dbRestore, ErrBranchingOff)

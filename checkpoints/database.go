@@ -5,7 +5,6 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 // Database is the answer of the database routes.
@@ -18,7 +17,7 @@ type Database struct {
 }
 
 // Enabled reports whether database branching is configured.
-func (s *Service) Enabled() bool { return s.dbs != nil }
+func (s *Service) Enabled() bool { return s.br.DatabaseEnabled() }
 
 // BindTemplate binds a base repository to a template database (admin).
 func (s *Service) BindTemplate(ctx context.Context, actor *lockstep.Key, repoName, template string) (*Database, error) {
@@ -27,7 +26,7 @@ func (s *Service) BindTemplate(ctx context.Context, actor *lockstep.Key, repoNam
 	if err := auth.Require(actor, lockstep.RoleAdmin); err != nil {
 		return nil, err
 	}
-	if s.dbs == nil {
+	if !s.br.DatabaseEnabled() {
 		return nil, ErrBranchingOff()
 	}
 	r, err := s.repos.Repo(ctx, repoName)
@@ -41,7 +40,7 @@ func (s *Service) BindTemplate(ctx context.Context, actor *lockstep.Key, repoNam
 		return nil, lockstep.Errorf(lockstep.EINVALID, "missing \"template\": the name of a database on the branch server")
 	}
 	start := s.now()
-	if err := s.dbs.BindTemplate(ctx, r.Name, template); err != nil {
+	if err := s.br.Databases().BindTemplate(ctx, r.Name, template); err != nil {
 		return nil, err
 	}
 	e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "database.bind", Repo: r.Name, TraceID: traceID(ctx),
@@ -59,17 +58,17 @@ func (s *Service) RefreshTemplate(ctx context.Context, actor *lockstep.Key, repo
 	if err := auth.Require(actor, lockstep.RoleAdmin); err != nil {
 		return nil, err
 	}
-	if s.dbs == nil {
+	if !s.br.DatabaseEnabled() {
 		return nil, ErrBranchingOff()
 	}
 	r, err := s.repos.Repo(ctx, repoName)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.dbs.RefreshTemplate(ctx, r.Name); err != nil {
+	if err := s.br.Databases().RefreshTemplate(ctx, r.Name); err != nil {
 		return nil, err
 	}
-	t, err := s.dbs.Template(ctx, r.Name)
+	t, err := s.br.Databases().Template(ctx, r.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -93,57 +92,24 @@ func (s *Service) Get(ctx context.Context, actor *lockstep.Key, repoName string)
 	if r.ForkOf != "" && actor.Role != lockstep.RoleAdmin && actor.Role != lockstep.RoleCI && !actor.Owns(r) {
 		return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner, CI or an admin may read its database credentials")
 	}
-	if s.dbs == nil {
+	if !s.br.DatabaseEnabled() {
 		return nil, ErrBranchingOff()
 	}
 	if r.ForkOf == "" {
-		t, err := s.dbs.Template(ctx, r.Name)
+		t, err := s.br.Databases().Template(ctx, r.Name)
 		if err != nil {
 			return nil, err
 		}
 		return &Database{Repo: r.Name, Template: t.Source}, nil
 	}
-	if !r.Movable() {
-		// Never re-create the database of a finished workspace (an
-		// abandoned one's was dropped): show the branch if it still exists.
-		b, err := s.dbs.Branch(ctx, r.Name)
-		if lockstep.ErrorCode(err) == lockstep.ENOTFOUND {
-			return nil, lockstep.Errorf(lockstep.ENOTFOUND, "workspace %s is %s and has no database branch", r.Name, r.Status)
-		}
-		if err != nil {
-			return nil, err
-		}
-		return &Database{Repo: r.Name, Database: b.Database, Role: b.Role, DSN: b.DSN}, nil
-	}
-	b, err := s.ensureBranch(ctx, r.ForkOf, r.Name)
+	b, err := s.br.Database(ctx, r)
 	if err != nil {
 		return nil, err
 	}
 	return &Database{Repo: r.Name, Database: b.Database, Role: b.Role, DSN: b.DSN}, nil
 }
 
-func (s *Service) ensureBranch(ctx context.Context, base, ws string) (*lockstep.DatabaseBranch, error) {
-	return workspaces.EnsureBranch(ctx, s.dbs, s.repos, base, ws)
-}
-
 // AfterPromote refreshes the base's template copy in the background (when
-// it has one); Close cancels and waits for it.
-func (s *Service) AfterPromote(ctx context.Context, base string) {
-	if s.dbs == nil {
-		return
-	}
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		defer cancel()
-		stop := context.AfterFunc(s.bgCtx, cancel)
-		defer stop()
-		if _, err := s.dbs.Template(ctx, base); err != nil {
-			return
-		}
-		if err := s.dbs.RefreshTemplate(ctx, base); err != nil {
-			s.log.WarnContext(ctx, "refresh template on promote", "repo", base, "error", err)
-		}
-	}()
-}
+// it has one; branches.Room.RefreshAfterPromote); Close cancels and waits
+// for it.
+func (s *Service) AfterPromote(ctx context.Context, base string) { s.br.RefreshAfterPromote(ctx, base) }

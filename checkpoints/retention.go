@@ -50,8 +50,8 @@ func (s *Service) PruneSnapshots(ctx context.Context, window time.Duration) (*Pr
 			}
 			seen[c.ID] = true
 			progress = true
-			db := c.DBSnapshot != "" && s.dbs != nil && s.drop(ctx, res, c, "database", c.DBSnapshot, s.dbs.DropSnapshot)
-			rd := c.RedisSnapshot != "" && s.rds != nil && s.drop(ctx, res, c, "redis", c.RedisSnapshot, s.rds.DropSnapshot)
+			db := c.DBSnapshot != "" && s.br.DatabaseEnabled() && s.drop(ctx, res, c, "database", c.DBSnapshot, s.br.DropDatabaseSnapshot)
+			rd := c.RedisSnapshot != "" && s.br.RedisEnabled() && s.drop(ctx, res, c, "redis", c.RedisSnapshot, s.br.DropRedisSnapshot)
 			if !db && !rd {
 				continue
 			}

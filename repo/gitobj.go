@@ -36,9 +36,6 @@ const (
 	DefaultTempGrace = gitobj.DefaultTempGrace
 )
 
-// DefaultLimits is gitobj.DefaultLimits.
-func DefaultLimits() Limits { return gitobj.DefaultLimits() }
-
 // EncodeCommit is gitobj.EncodeCommit.
 func EncodeCommit(spec CommitSpec) plumbing.EncodedObject { return gitobj.EncodeCommit(spec) }
 

@@ -109,8 +109,7 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name,
 	s.metrics.ObserveOp("fork", "ok", d)
 	s.repos.Emit(ctx, repositories.Event{Type: "fork", Repo: ws, Branch: ws.DefaultBranch, Commit: baseCommit, KeyName: actor.Name})
 	out.DurationMS = ms(d)
-	s.branchAfterFork(ctx, base.Name, name)
-	s.redisAfterFork(ctx, base.Name, name)
+	s.br.AfterFork(ctx, base.Name, name)
 	return out, nil
 }
 
@@ -224,8 +223,7 @@ func (s *Service) Attempts(ctx context.Context, wsName string, limit int) ([]loc
 func (s *Service) SetStatus(ctx context.Context, actor *lockstep.Key, wsName string, status lockstep.Status, reason string) (*lockstep.Repo, error) {
 	ws, err := s.setStatus(ctx, actor, wsName, status, reason)
 	if err == nil && status == lockstep.StatusAbandoned {
-		s.dropAfterAbandon(ctx, ws.Name)
-		s.dropRedisAfterAbandon(ctx, ws.Name)
+		s.br.AfterAbandon(ctx, ws.Name)
 	}
 	return ws, err
 }

@@ -4,20 +4,19 @@
 // base's workspaces with their tips and ahead/behind counts, records
 // attempts, changes a workspace's status (active → promoted, failed,
 // abandoned), syncs a workspace with its base, and follows a workspace's
-// life with its database branch through the lockstep.Brancher seam
-// (created on fork when the base has a template, dropped on abandon).
+// life with its database and Redis branches through a branches.Room
+// (created on fork, dropped on abandon, promote and purge).
 // Every ref move goes through the repositories service; landing a
 // workspace on its base is the gate's. The package knows nothing of HTTP
 // or of the drivers behind the seams.
 package workspaces
 
 import (
-	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/branches"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/telemetry"
 )
@@ -26,15 +25,10 @@ import (
 type Service struct {
 	store   lockstep.Store
 	repos   *repositories.Service
-	dbs     lockstep.Brancher      // nil: database branching is off
-	rds     lockstep.RedisBrancher // nil: Redis branching is off
+	br      *branches.Room // the rules of the workspace's data branches
 	log     *slog.Logger
 	metrics *telemetry.Metrics
 	now     func() time.Time
-
-	bgCtx    context.Context // cancelled by Close
-	bgCancel context.CancelFunc
-	bg       sync.WaitGroup // database branches being created
 }
 
 // New returns the service; dbs may be nil (no database branching), now
@@ -46,19 +40,17 @@ func New(store lockstep.Store, repos *repositories.Service, dbs lockstep.Branche
 	if log == nil {
 		log = slog.Default()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Service{store: store, repos: repos, dbs: dbs, log: log, metrics: metrics, now: now, bgCtx: ctx, bgCancel: cancel}
+	return &Service{store: store, repos: repos, br: branches.New(dbs, nil, repos, log, now), log: log, metrics: metrics, now: now}
 }
 
-// Wait waits for the database branches being created in the background
+// Wait waits for the branches being created or dropped in the background
 // (without cancelling them).
-func (s *Service) Wait() { s.bg.Wait() }
+func (s *Service) Wait() { s.br.Wait() }
 
-// Close cancels the database branches still being created and waits for
-// them (GET /database creates a missing one later).
+// Close cancels the branches still being created and waits for them (GET
+// /database creates a missing one later).
 func (s *Service) Close() error {
-	s.bgCancel()
-	s.bg.Wait()
+	s.br.Close()
 	return nil
 }
 

@@ -26,11 +26,11 @@ func (s *Service) AddBranchUsage(ctx context.Context, u *api.Usage) error {
 	}
 	var dbU, rdU *api.BranchUsage
 	var dbM, rdM lockstep.BranchUsager
-	if s.dbs != nil {
-		dbU, dbM = measure(s.dbs)
+	if dbs := s.br.Databases(); dbs != nil {
+		dbU, dbM = measure(dbs)
 	}
-	if s.rds != nil {
-		rdU, rdM = measure(s.rds)
+	if rds := s.br.Redises(); rds != nil {
+		rdU, rdM = measure(rds)
 	}
 	add := func(to *api.BranchUsage, m lockstep.BranchUsager, ws string) error {
 		if to == nil {

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/agentmcp"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/branches"
 	"github.com/lockstep-hq/lockstep/bucket"
 	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/dbbranch"
@@ -547,21 +547,27 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		a.closers = append(a.closers, dbs.Close)
 		brancher = dbbranch.Brancher{M: dbs}
 	}
-	// Closed before the branch manager (closers run in reverse): their
-	// background branch creations and template refreshes end first.
-	wss := workspaces.New(db, a.repos, brancher, logger, metrics, nil)
-	a.closers = append(a.closers, func() { wss.Close() })
-	cps := checkpoints.New(db, a.repos, brancher, logger, metrics, nil)
-	a.closers = append(a.closers, func() { cps.Close() })
+	// One room holds every rule of a workspace's data branches (package
+	// branches): the workspaces and checkpoints services and the gate's
+	// promote callback below share it.
+	room := branches.New(brancher, nil, a.repos, logger, nil)
 	if rb, err := redisBrancher(c); err != nil {
 		return nil, err
 	} else if rb != nil {
-		// Closed after the services (closers run in reverse): instances
-		// are shut down saving their dataset, restarted lazily on next use.
-		a.closers = slices.Insert(a.closers, len(a.closers)-2, rb.Close)
-		wss.SetRedis(rb)
-		cps.SetRedis(rb)
+		// Closed after the room (closers run in reverse): instances are
+		// shut down saving their dataset, restarted lazily on next use.
+		a.closers = append(a.closers, rb.Close)
+		room.SetRedis(rb)
 	}
+	// Closed before the branch managers (closers run in reverse): the
+	// background branch creations, drops and template refreshes end first.
+	a.closers = append(a.closers, room.Close)
+	wss := workspaces.New(db, a.repos, nil, logger, metrics, nil)
+	wss.UseBranches(room)
+	a.closers = append(a.closers, func() { wss.Close() })
+	cps := checkpoints.New(db, a.repos, nil, logger, metrics, nil)
+	cps.UseBranches(room)
+	a.closers = append(a.closers, func() { cps.Close() })
 	effectAllow, err := delivery.ParseAllowList(c.EffectAllowHosts)
 	if err != nil {
 		return nil, fmt.Errorf("--effect-allow-hosts: %w", err)
@@ -576,8 +582,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	}
 	a.startRetention(wss, cps, c.RetentionInterval, c.CheckpointRetention, logger) // retentionloop.go
 	g.AfterPromote = func(ctx context.Context, base, ws *lockstep.Repo) {
-		cps.AfterPromote(ctx, base.Name)
-		wss.AfterPromote(ctx, ws.Name)
+		room.AfterPromote(ctx, base.Name, ws.Name)
 		fx.Wake()
 	}
 	srv := &web.Server{
