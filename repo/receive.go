@@ -309,6 +309,10 @@ type overlay struct {
 	// exist, not read for its type (a batch of our own writes, whose
 	// entries come from stored trees; see checkWrite).
 	storedExist bool
+	// specialOK: blobs whose content passed checkSpecialContent as the
+	// named special file (a .gitattributes blob is named by every
+	// version of its tree; its content is checked once).
+	specialOK map[plumbing.Hash]string
 }
 
 func (o *overlay) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
@@ -482,7 +486,7 @@ func (ov *overlay) checkTreeEntries(h plumbing.Hash, t *object.Tree, types bool)
 		}
 		if special, err := checkSpecialEntry(e.Name, e.Name, entryKind(e.Mode)); err != nil {
 			return invalidObject(h, "%s", lockstep.ErrorMessage(err))
-		} else if special != "" {
+		} else if special != "" && ov.specialOK[e.Hash] != special {
 			blob, err := ov.EncodedObject(plumbing.BlobObject, e.Hash)
 			if err != nil {
 				return ov.gone(h, e.Hash, "entry %q: blob %s missing", e.Name, e.Hash)
@@ -494,6 +498,10 @@ func (ov *overlay) checkTreeEntries(h plumbing.Hash, t *object.Tree, types bool)
 			if err := checkSpecialContent(special, blob.Size(), data); err != nil {
 				return invalidObject(h, "entry %q: %v", e.Name, err)
 			}
+			if ov.specialOK == nil {
+				ov.specialOK = map[plumbing.Hash]string{}
+			}
+			ov.specialOK[e.Hash] = special
 		}
 		if e.Mode == filemode.Symlink {
 			target, err := ov.EncodedObject(plumbing.BlobObject, e.Hash)
