@@ -570,3 +570,22 @@ func BenchmarkGitIndexPackFullHistory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPrescanFullHistory is prescan alone (the size check every
+// received pack goes through, in this process, beside git index-pack) on
+// the full-history packs of BenchmarkReceivePackFullHistory.
+func BenchmarkPrescanFullHistory(b *testing.B) {
+	for _, bundle := range []string{"echo.bundle", "testify.bundle"} {
+		b.Run(strings.TrimSuffix(bundle, ".bundle"), func(b *testing.B) {
+			full := fullHistoryPack(b, bundle)
+			body := full[:len(full)-20]
+			lim := Limits{}.WithDefaults()
+			b.SetBytes(int64(len(body)))
+			loop(b, func(int) {
+				if err := prescan(bytes.NewReader(body), lim); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+	}
+}

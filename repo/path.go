@@ -114,6 +114,25 @@ func isDotGit(c string) bool {
 // (".gitmodules", ".gitattributes", ".gitignore", ".mailmap") the name
 // c is or aliases on HFS+ or NTFS, or "".
 func specialFile(c string) string {
+	// Fast path (every tree entry of a push comes here): an alias starts
+	// with '.', an HFS+ ignorable (non-ASCII), or an NTFS short name
+	// ("gi7eba~1", "gitmod~1", "maba30~1", "~1…"), unless a backslash
+	// makes a later part the name. specialFileSlow decides the rest.
+	if c == "" {
+		return ""
+	}
+	switch b := c[0]; {
+	case b == '.', b == '~', b|0x20 == 'g', b|0x20 == 'm', b >= utf8.RuneSelf:
+	default:
+		if strings.IndexByte(c, '\\') < 0 {
+			return ""
+		}
+	}
+	return specialFileSlow(c)
+}
+
+// specialFileSlow is specialFile without its fast path.
+func specialFileSlow(c string) string {
 	for _, s := range []struct{ name, short string }{
 		{"gitmodules", "gi7eba"}, {"gitattributes", "gi7d29"}, {"gitignore", "gi250a"}, {"mailmap", "maba30"},
 	} {
