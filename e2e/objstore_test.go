@@ -443,8 +443,10 @@ func TestObjectStoreSIGKILL(t *testing.T) {
 	}
 }
 
-// TestObjectStoreOutage: with the S3 server gone, writes answer 503
-// unavailable (nothing registered, no ref moved) while reads of networks
+// TestObjectStoreOutage: with the S3 server gone, writes of packs over
+// --object-inline-max answer 503 unavailable (nothing registered, no ref
+// moved; a small pack is kept in the database and needs no bucket, see
+// TestSmallPacksInDatabase in replica) while reads of networks
 // a replica has in its cache keep working (API tree and blob, git clone);
 // once it is back, writes work again and nothing is lost.
 func TestObjectStoreOutage(t *testing.T) {
@@ -465,12 +467,14 @@ func TestObjectStoreOutage(t *testing.T) {
 	s3.Kill()
 	for i, s := range r {
 		start := time.Now()
-		rr := s.PushRaw(t, admin, "out", gateQuery(c2), e2ekit.TarOf(t, with(files, map[string]string{"lost.txt": "during the outage\n"})))
+		// 128 KiB of noise: a pack over --object-inline-max (64 KiB), so
+		// it needs the bucket.
+		rr := s.PushRaw(t, admin, "out", gateQuery(c2), e2ekit.TarOf(t, with(files, map[string]string{"lost.txt": randomBytes(128 << 10)})))
 		took := time.Since(start)
 		e := e2ekit.WantError(t, rr, http.StatusServiceUnavailable, "unavailable")
 		t.Logf("replica %d: push with the object store down answered %d in %s: %s", i, rr.Status, took.Round(time.Millisecond), e.Error.Message)
 		d := s.clone(t, "out", admin)
-		writeFile(t, filepath.Join(d, "git.txt"), "git during the outage\n")
+		writeFile(t, filepath.Join(d, "git.txt"), randomBytes(128<<10))
 		e2ekit.Git(t, d, "add", ".")
 		e2ekit.Git(t, d, "commit", "-q", "-m", "during the outage")
 		if out, err := e2ekit.GitCmd(t, d, "push", "origin", "main"); err == nil {
