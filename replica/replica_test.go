@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -787,4 +788,70 @@ func TestSmallPacksInDatabase(t *testing.T) {
 		t.Fatalf("commit after GC: %v", err)
 	}
 	fsck(t, nc2.Dir())
+}
+
+// BenchmarkSmallPackWrite is the object-mode part of a rollback: one
+// commit written (a one-object pack), uploaded to the bucket and
+// registered (bucket), or registered with its bytes in the database
+// (inline, Config.InlineMax). Both variants alternate in one loop, on
+// the same Postgres and S3 server; go test -bench SmallPackWrite
+// -benchtime 200x ./replica/ reports each as min/median/max ms.
+func BenchmarkSmallPackWrite(b *testing.B) {
+	srv, bucket := testenv.MustS3Bucket(b)
+	db, err := sqlstore.Open(context.Background(), testenv.MustPostgresDB(b), sqlstore.Options{Migrate: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	cfg := s3packs.Config{Bucket: bucket, Prefix: "lockstep", Endpoint: srv.Endpoint, Region: "us-east-1",
+		Insecure: !srv.Secure, Timeout: 5 * time.Second, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
+	objects, err := s3packs.Open(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	open := func(name string, inline int64) repositories.ObjectStore {
+		m := replica.New(replica.Config{Objects: objects, Packs: db, Grace: time.Hour, InlineMax: inline,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		b.Cleanup(m.Close)
+		n, err := m.Open(filepath.Join(b.TempDir(), name+".git"), gitobj.OpenOptions{Fsync: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { n.Close() })
+		return n
+	}
+	nets := []repositories.ObjectStore{open("bucket", 0), open("inline", replica.DefaultInlineMax)}
+	names := []string{"bucket", "inline"}
+	tree := plumbing.ZeroHash
+	for _, n := range nets {
+		t, objs, err := n.EditTree(plumbing.ZeroHash, []repo.TreeEdit{{Path: "f.txt", Content: []byte("hi\n")}}, repo.Limits{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := n.WriteObjects(objs); err != nil {
+			b.Fatal(err)
+		}
+		tree = t
+	}
+	ms := [2][]float64{}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for k := range nets {
+			k = (k + i) % 2 // ABBA-ish: alternate which goes first
+			sig := object.Signature{Name: "a", Email: "a@example.com", When: time.Unix(int64(1e9+i), 0)}
+			start := time.Now()
+			if _, _, err := nets[k].WriteCommit(repo.CommitSpec{Tree: tree, Message: fmt.Sprintf("rollback %d\n", i), Author: sig, Committer: sig}); err != nil {
+				b.Fatal(err)
+			}
+			ms[k] = append(ms[k], float64(time.Since(start).Microseconds())/1000)
+		}
+	}
+	b.StopTimer()
+	for k, name := range names {
+		s := ms[k]
+		slices.Sort(s)
+		b.ReportMetric(s[0], name+"-min-ms")
+		b.ReportMetric(s[len(s)/2], name+"-median-ms")
+		b.ReportMetric(s[len(s)-1], name+"-max-ms")
+	}
 }
