@@ -705,6 +705,10 @@ func TestObjectStoreBadConfig(t *testing.T) {
 		{"no-bucket", append([]string{"LOCKSTEP_OBJECT_STORE=" + objStoreURL(srv, bucket+"-missing", ""),
 			"LOCKSTEP_DATABASE_URL=" + dbURL, "LOCKSTEP_SECRET_KEY_FILE=" + keyFile}, keys...), bucket + "-missing"},
 		{"no-secret-key-file", append([]string{"LOCKSTEP_OBJECT_STORE=" + good, "LOCKSTEP_DATABASE_URL=" + dbURL}, keys...), "LOCKSTEP_SECRET_KEY_FILE"},
+		{"negative-inline-max", append([]string{"LOCKSTEP_OBJECT_STORE=" + good, "LOCKSTEP_DATABASE_URL=" + dbURL, "LOCKSTEP_SECRET_KEY_FILE=" + keyFile,
+			"LOCKSTEP_OBJECT_INLINE_MAX=-1"}, keys...), "LOCKSTEP_OBJECT_INLINE_MAX"},
+		{"huge-inline-max", append([]string{"LOCKSTEP_OBJECT_STORE=" + good, "LOCKSTEP_DATABASE_URL=" + dbURL, "LOCKSTEP_SECRET_KEY_FILE=" + keyFile,
+			"LOCKSTEP_OBJECT_INLINE_MAX=1073741824"}, keys...), "LOCKSTEP_OBJECT_INLINE_MAX"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
