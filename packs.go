@@ -22,6 +22,9 @@ type PackRecord struct {
 	// RetiredAt is zero while the pack is live; set when a compaction
 	// replaced it (its objects are in a newer pack).
 	RetiredAt time.Time `json:"retired_at,omitzero"`
+	// Inline says the pack's bytes are kept in the metadata database
+	// with this record (InlinePackStore), not in the object store.
+	Inline bool `json:"inline,omitempty"`
 }
 
 // CheckPackHash refuses anything but a pack name: 40 lowercase hex
@@ -96,6 +99,25 @@ type PackStore interface {
 	ClaimLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
 	// ReleaseLease frees the lease if holder holds it.
 	ReleaseLease(ctx context.Context, name, holder string) error
+}
+
+// InlinePackStore is a PackStore that can keep small packs' bytes in
+// their records (docs/replicas.md "Small packs"): a write's pack is then
+// registered with its bytes in one transaction and never reaches the
+// object store, and every replica downloads it from the database. Such a
+// record is a pack record like any other (Inline set in NetworkPacks):
+// compaction and GC retire it, and the bucket GC deletes it (and its
+// bytes) once retired for the grace period.
+type InlinePackStore interface {
+	PackStore
+	// RegisterInlinePack is RegisterPack with the pack's and its index's
+	// bytes stored in the record; p's sizes must be theirs
+	// (invalid_argument otherwise). A pack already registered changes
+	// nothing and returns the current generation.
+	RegisterInlinePack(ctx context.Context, p PackRecord, pack, idx []byte) (int64, error)
+	// InlinePack returns the bytes of an inline pack; not_found when the
+	// record is gone (GC) or keeps no bytes.
+	InlinePack(ctx context.Context, network, hash string) (pack, idx []byte, err error)
 }
 
 // GCRoots is what an object GC of a network must keep, read in one

@@ -17,7 +17,9 @@ func TestObjectStoreFileBucket(t *testing.T) {
 	dir := t.TempDir()
 	w := &objWorld{
 		dbURL: testenv.MustPostgresDB(t),
-		env:   []string{"LOCKSTEP_OBJECT_STORE=file://" + dir, "LOCKSTEP_SECRET_KEY_FILE=" + objSecretKeyFile(t)},
+		// Inline packs off: every pack of these small writes goes to the
+		// directory (the default keeps packs under 64 KiB in Postgres).
+		env: []string{"LOCKSTEP_OBJECT_STORE=file://" + dir, "LOCKSTEP_SECRET_KEY_FILE=" + objSecretKeyFile(t), "LOCKSTEP_OBJECT_INLINE_MAX=0"},
 	}
 	w.add(t)
 	w.add(t)

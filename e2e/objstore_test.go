@@ -443,8 +443,10 @@ func TestObjectStoreSIGKILL(t *testing.T) {
 	}
 }
 
-// TestObjectStoreOutage: with the S3 server gone, writes answer 503
-// unavailable (nothing registered, no ref moved) while reads of networks
+// TestObjectStoreOutage: with the S3 server gone, writes of packs over
+// --object-inline-max answer 503 unavailable (nothing registered, no ref
+// moved; a small pack is kept in the database and needs no bucket, see
+// TestSmallPacksInDatabase in replica) while reads of networks
 // a replica has in its cache keep working (API tree and blob, git clone);
 // once it is back, writes work again and nothing is lost.
 func TestObjectStoreOutage(t *testing.T) {
@@ -454,7 +456,10 @@ func TestObjectStoreOutage(t *testing.T) {
 	r, admin := w.reps[:2], w.adminKey
 	cold := w.reps[2] // never reads the network before the outage
 	r[0].CreateRepo(t, "out")
-	files := map[string]string{"README": "before the outage\n"}
+	// README is 128 KiB of noise: its pack is over --object-inline-max,
+	// so it is in the bucket, and a replica without a cache cannot
+	// catch up while the bucket is down.
+	files := map[string]string{"README": randomBytes(128 << 10)}
 	c1 := r[0].push(t, admin, "out", zeroOID, files).Commit
 	files = with(files, map[string]string{"b.txt": "second\n"})
 	c2 := r[1].push(t, admin, "out", c1, files).Commit
@@ -465,12 +470,14 @@ func TestObjectStoreOutage(t *testing.T) {
 	s3.Kill()
 	for i, s := range r {
 		start := time.Now()
-		rr := s.PushRaw(t, admin, "out", gateQuery(c2), e2ekit.TarOf(t, with(files, map[string]string{"lost.txt": "during the outage\n"})))
+		// 128 KiB of noise: a pack over --object-inline-max (64 KiB), so
+		// it needs the bucket.
+		rr := s.PushRaw(t, admin, "out", gateQuery(c2), e2ekit.TarOf(t, with(files, map[string]string{"lost.txt": randomBytes(128 << 10)})))
 		took := time.Since(start)
 		e := e2ekit.WantError(t, rr, http.StatusServiceUnavailable, "unavailable")
 		t.Logf("replica %d: push with the object store down answered %d in %s: %s", i, rr.Status, took.Round(time.Millisecond), e.Error.Message)
 		d := s.clone(t, "out", admin)
-		writeFile(t, filepath.Join(d, "git.txt"), "git during the outage\n")
+		writeFile(t, filepath.Join(d, "git.txt"), randomBytes(128<<10))
 		e2ekit.Git(t, d, "add", ".")
 		e2ekit.Git(t, d, "commit", "-q", "-m", "during the outage")
 		if out, err := e2ekit.GitCmd(t, d, "push", "origin", "main"); err == nil {
@@ -698,6 +705,10 @@ func TestObjectStoreBadConfig(t *testing.T) {
 		{"no-bucket", append([]string{"LOCKSTEP_OBJECT_STORE=" + objStoreURL(srv, bucket+"-missing", ""),
 			"LOCKSTEP_DATABASE_URL=" + dbURL, "LOCKSTEP_SECRET_KEY_FILE=" + keyFile}, keys...), bucket + "-missing"},
 		{"no-secret-key-file", append([]string{"LOCKSTEP_OBJECT_STORE=" + good, "LOCKSTEP_DATABASE_URL=" + dbURL}, keys...), "LOCKSTEP_SECRET_KEY_FILE"},
+		{"negative-inline-max", append([]string{"LOCKSTEP_OBJECT_STORE=" + good, "LOCKSTEP_DATABASE_URL=" + dbURL, "LOCKSTEP_SECRET_KEY_FILE=" + keyFile,
+			"LOCKSTEP_OBJECT_INLINE_MAX=-1"}, keys...), "LOCKSTEP_OBJECT_INLINE_MAX"},
+		{"huge-inline-max", append([]string{"LOCKSTEP_OBJECT_STORE=" + good, "LOCKSTEP_DATABASE_URL=" + dbURL, "LOCKSTEP_SECRET_KEY_FILE=" + keyFile,
+			"LOCKSTEP_OBJECT_INLINE_MAX=1073741824"}, keys...), "LOCKSTEP_OBJECT_INLINE_MAX"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

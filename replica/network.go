@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -51,6 +52,26 @@ func (n *Network) onPack(pf repo.PackFiles) error {
 	ctx, cancel := context.WithTimeout(n.m.ctx, limit)
 	defer cancel()
 	h := pf.Hash.String()
+	rec := lockstep.PackRecord{Network: n.name, Hash: h, PackBytes: pf.PackBytes, IdxBytes: pf.IdxBytes, Objects: pf.Objects}
+	if ips, ok := cfg.Packs.(lockstep.InlinePackStore); ok && cfg.InlineMax > 0 && pf.PackBytes+pf.IdxBytes <= cfg.InlineMax {
+		// A small pack: its bytes are registered with its record, in one
+		// transaction; the bucket is not touched.
+		pack, err := os.ReadFile(pf.PackPath)
+		if err != nil {
+			return err
+		}
+		idx, err := os.ReadFile(pf.IdxPath)
+		if err != nil {
+			return err
+		}
+		rec.PackBytes, rec.IdxBytes = int64(len(pack)), int64(len(idx))
+		gen, err := ips.RegisterInlinePack(ctx, rec, pack, idx)
+		if err != nil {
+			return err
+		}
+		n.registered(gen)
+		return nil
+	}
 	if err := cfg.Objects.PutPack(ctx, n.name, h, pf.PackPath, pf.IdxPath); err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
 			return lockstep.E("upload pack", lockstep.EUNAVAILABLE,
@@ -62,18 +83,22 @@ func (n *Network) onPack(pf repo.PackFiles) error {
 		return lockstep.Errorf(lockstep.EUNAVAILABLE,
 			"object store: uploading pack %s took %s, longer than half the grace period (%s): the write is refused (LOCKSTEP_OBJECT_GRACE)", h, took.Round(time.Millisecond), limit)
 	}
-	gen, err := cfg.Packs.RegisterPack(ctx, lockstep.PackRecord{Network: n.name, Hash: h,
-		PackBytes: pf.PackBytes, IdxBytes: pf.IdxBytes, Objects: pf.Objects})
+	gen, err := cfg.Packs.RegisterPack(ctx, rec)
 	if err != nil {
 		return err
 	}
+	n.registered(gen)
+	return nil
+}
+
+// registered follows a registration of ours that returned generation gen.
+func (n *Network) registered(gen int64) {
 	n.stateMu.Lock()
 	if gen == n.gen+1 {
 		n.gen = gen // nothing else changed: the cache is at gen
 	}
 	n.stateMu.Unlock()
 	n.publish(gen)
-	return nil
 }
 
 func (n *Network) publish(gen int64) {
@@ -183,11 +208,12 @@ func (n *Network) catchUpOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("object store: list cache of %s: %w", n.name, err)
 	}
-	var missing, retired []string
+	var missing []lockstep.PackRecord
+	var retired []string
 	for _, r := range recs {
 		switch {
 		case r.Live() && !local[r.Hash]:
-			missing = append(missing, r.Hash)
+			missing = append(missing, r)
 		case !r.Live() && local[r.Hash]:
 			retired = append(retired, r.Hash)
 		}
@@ -212,23 +238,29 @@ func (n *Network) catchUpOnce(ctx context.Context) error {
 	return nil
 }
 
-// download fetches packs, four at a time.
-func (n *Network) download(ctx context.Context, hashes []string) error {
-	if len(hashes) == 0 {
+// download fetches packs, four at a time: from the bucket, or an inline
+// pack from the database.
+func (n *Network) download(ctx context.Context, recs []lockstep.PackRecord) error {
+	if len(recs) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sem := make(chan struct{}, 4)
-	errc := make(chan error, len(hashes))
+	errc := make(chan error, len(recs))
 	var wg sync.WaitGroup
-	for _, h := range hashes {
+	for _, r := range recs {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			err := n.m.cfg.Objects.GetPack(ctx, n.name, h, n.packPath(h, "pack"), n.packPath(h, "idx"))
+			var err error
+			if r.Inline {
+				err = n.getInline(ctx, r.Hash)
+			} else {
+				err = n.m.cfg.Objects.GetPack(ctx, n.name, r.Hash, n.packPath(r.Hash, "pack"), n.packPath(r.Hash, "idx"))
+			}
 			errc <- err
 			if err != nil {
 				cancel()
@@ -245,6 +277,47 @@ func (n *Network) download(ctx context.Context, hashes []string) error {
 	}
 	if first != nil {
 		return unavailable("download pack", first)
+	}
+	return nil
+}
+
+// getInline writes an inline pack from the database into the cache:
+// checked against its name (the pack's trailing checksum, which its index
+// repeats), each file renamed into place, the index last.
+func (n *Network) getInline(ctx context.Context, h string) error {
+	ips, ok := n.m.cfg.Packs.(lockstep.InlinePackStore)
+	if !ok {
+		return fmt.Errorf("pack %s of %s is kept in the database, which cannot read it back", h, n.name)
+	}
+	pack, idx, err := ips.InlinePack(ctx, n.name, h)
+	if err != nil {
+		return err
+	}
+	if len(pack) < 20 || len(idx) < 40 || hex.EncodeToString(pack[len(pack)-20:]) != h || hex.EncodeToString(idx[len(idx)-40:len(idx)-20]) != h {
+		return fmt.Errorf("inline pack %s of %s: its bytes do not carry its name", h, n.name)
+	}
+	for _, f := range []struct {
+		ext  string
+		data []byte
+	}{{"pack", pack}, {"idx", idx}} {
+		dst := n.packPath(h, f.ext)
+		tmp, err := os.CreateTemp(filepath.Dir(dst), ".tmp-inline-*")
+		if err != nil {
+			return err
+		}
+		_, err = tmp.Write(f.data)
+		if err == nil {
+			err = tmp.Close()
+		} else {
+			tmp.Close()
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), dst)
+		}
+		if err != nil {
+			os.Remove(tmp.Name())
+			return err
+		}
 	}
 	return nil
 }

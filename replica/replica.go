@@ -47,6 +47,10 @@ import (
 	"github.com/lockstep-hq/lockstep/repo"
 )
 
+// DefaultInlineMax is serve's default Config.InlineMax: 64 KiB of pack
+// plus index (a one-object commit pack is about 1.2 KiB).
+const DefaultInlineMax = 64 << 10
+
 // DefaultGrace is the default grace period (Config.Grace).
 const DefaultGrace = time.Hour
 
@@ -83,6 +87,13 @@ type Config struct {
 	Holder string
 	// Log receives what goes wrong in the background.
 	Log *slog.Logger
+	// InlineMax: a pack whose bytes plus its index's are at most this
+	// many is kept in the metadata database with its record instead of
+	// the bucket (when Packs is a lockstep.InlinePackStore): a write of a
+	// few objects (a rollback's commit) costs one transaction, not two
+	// PUTs and a transaction. 0 = every pack goes to the bucket.
+	// serve's default is DefaultInlineMax.
+	InlineMax int64
 	// Now is GC's clock (tests; nil = time.Now).
 	Now func() time.Time
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -676,5 +677,181 @@ func TestRefreshOncePerRequest(t *testing.T) {
 	}
 	if _, l := cp.counts(); l != l0 {
 		t.Fatalf("a check after the replica's own writes read the pack list %d times, want 0", l-l0)
+	}
+}
+
+// Small packs (Config.InlineMax) are kept in the database with their
+// record and never reach the bucket; another replica, a wiped cache and a
+// replica opened later read them from the database; a compaction retires
+// them like bucket packs, and the bucket GC deletes their records (and
+// bytes) after the grace period. A pack over the limit goes to the bucket.
+func TestSmallPacksInDatabase(t *testing.T) {
+	e := newEnv(t)
+	const grace = time.Minute
+	now := time.Now()
+	inline := func() *replicaT {
+		m := replica.New(replica.Config{Objects: e.objects, Packs: e.db, Grace: grace, InlineMax: 2048,
+			Now: func() time.Time { return now }, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		r := &replicaT{m: m, dir: t.TempDir()}
+		t.Cleanup(func() {
+			r.mu.Lock()
+			for _, n := range r.net {
+				n.Close()
+			}
+			r.mu.Unlock()
+			m.Close()
+		})
+		return r
+	}
+	bucketPacks := func() int {
+		t.Helper()
+		l, err := e.objects.ListPacks(context.Background(), "net")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l)
+	}
+	a, b := inline(), inline()
+	na, nb := a.open(t, "net"), b.open(t, "net")
+	small := writeBlobs(t, na, "small", 1) // ~1.2 KiB of pack and index
+	recs, _, err := e.db.NetworkPacks(context.Background(), "net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || !recs[0].Inline || !recs[0].Live() {
+		t.Fatalf("records after a small write: %+v, want one live inline pack", recs)
+	}
+	if n := bucketPacks(); n != 0 {
+		t.Fatalf("a small pack reached the bucket: %d packs there", n)
+	}
+	big := writeBlobs(t, na, "big", 60) // its index alone is over 2 KiB
+	if n := bucketPacks(); n != 1 {
+		t.Fatalf("bucket packs after a large write: %d, want 1", n)
+	}
+	sig := object.Signature{Name: "a", Email: "a@example.com", When: time.Unix(1e9, 0)}
+	tree, objs, err := na.EditTree(plumbing.ZeroHash, []repo.TreeEdit{{Path: "f.txt", Content: []byte("hi\n")}}, repo.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := na.WriteObjects(objs); err != nil {
+		t.Fatal(err)
+	}
+	commit, _, err := na.WriteCommit(repo.CommitSpec{Tree: tree, Message: "rollback\n", Author: sig, Committer: sig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bucketPacks(); n != 1 {
+		t.Fatalf("bucket packs after a commit: %d, want still 1", n)
+	}
+	all := append(small, big...)
+	refresh(t, nb)
+	mustHave(t, nb, all, "replica b")
+	if _, err := nb.Commit(commit); err != nil {
+		t.Fatalf("commit written on a not readable on b: %v", err)
+	}
+	c := inline()
+	nc := c.open(t, "net")
+	mustHave(t, nc, all, "a new replica")
+	fsck(t, nc.Dir())
+
+	// A compaction retires the inline packs; past the grace period the
+	// bucket GC deletes their records, and nothing is lost.
+	if err := nb.Compact(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	live, retired := livePacks(t, e, "net")
+	if len(live) != 1 || len(retired) != 4 {
+		t.Fatalf("after compaction: %d live, %d retired; want 1 and 4", len(live), len(retired))
+	}
+	now = time.Now().Add(grace + 2*time.Second)
+	st, err := a.m.GC(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Records != 4 || st.Deleted != 1 {
+		t.Fatalf("bucket GC: %+v, want 4 records deleted (3 inline, 1 in the bucket) and 1 bucket pack", st)
+	}
+	recs, _, err = e.db.NetworkPacks(context.Background(), "net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || !recs[0].Live() {
+		t.Fatalf("records after GC: %+v, want the compacted pack alone", recs)
+	}
+	nc.Close()
+	if err := os.RemoveAll(c.dir); err != nil {
+		t.Fatal(err)
+	}
+	nc2 := c.open(t, "net")
+	mustHave(t, nc2, all, "a wiped cache after GC")
+	if _, err := nc2.Commit(commit); err != nil {
+		t.Fatalf("commit after GC: %v", err)
+	}
+	fsck(t, nc2.Dir())
+}
+
+// BenchmarkSmallPackWrite is the object-mode part of a rollback: one
+// commit written (a one-object pack), uploaded to the bucket and
+// registered (bucket), or registered with its bytes in the database
+// (inline, Config.InlineMax). Both variants alternate in one loop, on
+// the same Postgres and S3 server; go test -bench SmallPackWrite
+// -benchtime 200x ./replica/ reports each as min/median/max ms.
+func BenchmarkSmallPackWrite(b *testing.B) {
+	srv, bucket := testenv.MustS3Bucket(b)
+	db, err := sqlstore.Open(context.Background(), testenv.MustPostgresDB(b), sqlstore.Options{Migrate: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	cfg := s3packs.Config{Bucket: bucket, Prefix: "lockstep", Endpoint: srv.Endpoint, Region: "us-east-1",
+		Insecure: !srv.Secure, Timeout: 5 * time.Second, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
+	objects, err := s3packs.Open(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	open := func(name string, inline int64) repositories.ObjectStore {
+		m := replica.New(replica.Config{Objects: objects, Packs: db, Grace: time.Hour, InlineMax: inline,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		b.Cleanup(m.Close)
+		n, err := m.Open(filepath.Join(b.TempDir(), name+".git"), gitobj.OpenOptions{Fsync: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { n.Close() })
+		return n
+	}
+	nets := []repositories.ObjectStore{open("bucket", 0), open("inline", replica.DefaultInlineMax)}
+	names := []string{"bucket", "inline"}
+	tree := plumbing.ZeroHash
+	for _, n := range nets {
+		t, objs, err := n.EditTree(plumbing.ZeroHash, []repo.TreeEdit{{Path: "f.txt", Content: []byte("hi\n")}}, repo.Limits{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := n.WriteObjects(objs); err != nil {
+			b.Fatal(err)
+		}
+		tree = t
+	}
+	ms := [2][]float64{}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for k := range nets {
+			k = (k + i) % 2 // ABBA-ish: alternate which goes first
+			sig := object.Signature{Name: "a", Email: "a@example.com", When: time.Unix(int64(1e9+i), 0)}
+			start := time.Now()
+			if _, _, err := nets[k].WriteCommit(repo.CommitSpec{Tree: tree, Message: fmt.Sprintf("rollback %d\n", i), Author: sig, Committer: sig}); err != nil {
+				b.Fatal(err)
+			}
+			ms[k] = append(ms[k], float64(time.Since(start).Microseconds())/1000)
+		}
+	}
+	b.StopTimer()
+	for k, name := range names {
+		s := ms[k]
+		slices.Sort(s)
+		b.ReportMetric(s[0], name+"-min-ms")
+		b.ReportMetric(s[len(s)/2], name+"-median-ms")
+		b.ReportMetric(s[len(s)-1], name+"-max-ms")
 	}
 }

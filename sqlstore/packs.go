@@ -20,6 +20,7 @@ import (
 // here: replicas' clocks must agree to well within a lease's ttl.
 
 var _ lockstep.PackStore = (*DB)(nil)
+var _ lockstep.InlinePackStore = (*DB)(nil)
 
 // checkPack refuses a record the object store could not name.
 func checkPack(p lockstep.PackRecord) error {
@@ -67,9 +68,19 @@ func generation(ctx context.Context, q interface {
 // insertPack inserts p as live unless a record of it exists; it reports
 // whether it inserted and, if not, whether the existing record is retired.
 func insertPack(ctx context.Context, tx *sql.Tx, p lockstep.PackRecord, now int64) (inserted, retired bool, err error) {
-	res, err := tx.ExecContext(ctx, `INSERT INTO network_packs (network, hash, pack_bytes, idx_bytes, objects, registered_at)
-		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (network, hash) DO NOTHING`,
-		p.Network, p.Hash, p.PackBytes, p.IdxBytes, p.Objects, now)
+	return insertPackData(ctx, tx, p, now, nil, nil)
+}
+
+// insertPackData is insertPack keeping the pack's bytes in the record
+// when pack is not nil (an inline pack).
+func insertPackData(ctx context.Context, tx *sql.Tx, p lockstep.PackRecord, now int64, pack, idx []byte) (inserted, retired bool, err error) {
+	var pd, id any // NULL: the pack is in the bucket
+	if pack != nil {
+		pd, id = pack, idx
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO network_packs (network, hash, pack_bytes, idx_bytes, objects, registered_at, pack_data, idx_data)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (network, hash) DO NOTHING`,
+		p.Network, p.Hash, p.PackBytes, p.IdxBytes, p.Objects, now, pd, id)
 	if err != nil {
 		return false, false, fmt.Errorf("insert pack %s: %w", p.Hash, err)
 	}
@@ -109,6 +120,57 @@ func (s *DB) RegisterPack(ctx context.Context, p lockstep.PackRecord) (g int64, 
 		return 0, err
 	}
 	return g, nil
+}
+
+// RegisterInlinePack is RegisterPack keeping the pack's and its index's
+// bytes in the record (lockstep.InlinePackStore).
+func (s *DB) RegisterInlinePack(ctx context.Context, p lockstep.PackRecord, pack, idx []byte) (g int64, err error) {
+	ctx, span := s.start(ctx, "RegisterInlinePack")
+	defer func() { err = end(span, err) }()
+	if err := checkPack(p); err != nil {
+		return 0, err
+	}
+	if pack == nil || idx == nil || int64(len(pack)) != p.PackBytes || int64(len(idx)) != p.IdxBytes {
+		return 0, lockstep.Errorf(lockstep.EINVALID, "inline pack %s: %d pack bytes and %d index bytes given, the record says %d and %d", p.Hash, len(pack), len(idx), p.PackBytes, p.IdxBytes)
+	}
+	now := micros(s.now())
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		inserted, _, err := insertPackData(ctx, tx, p, now, pack, idx)
+		if err != nil {
+			return err
+		}
+		if inserted {
+			g, err = bumpGeneration(ctx, tx, p.Network)
+		} else {
+			g, err = generation(ctx, tx, p.Network)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return g, nil
+}
+
+// InlinePack returns an inline pack's bytes; not_found when its record is
+// gone or keeps no bytes (the pack is in the bucket).
+func (s *DB) InlinePack(ctx context.Context, network, hash string) (pack, idx []byte, err error) {
+	ctx, span := s.start(ctx, "InlinePack")
+	defer func() { err = end(span, err) }()
+	if err := lockstep.CheckPackHash(hash); err != nil {
+		return nil, nil, err
+	}
+	err = s.db.QueryRowContext(ctx, `SELECT pack_data, idx_data FROM network_packs WHERE network = $1 AND hash = $2`, network, hash).Scan(&pack, &idx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil, because(err, lockstep.ENOTFOUND, "pack %s of network %s: no record (deleted by GC)", hash, network)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if pack == nil || idx == nil {
+		return nil, nil, lockstep.Errorf(lockstep.ENOTFOUND, "pack %s of network %s is not kept in the database", hash, network)
+	}
+	return pack, idx, nil
 }
 
 // ReplacePacks registers p and retires every pack of old, in one
@@ -176,7 +238,7 @@ func (s *DB) NetworkPacks(ctx context.Context, network string) (out []lockstep.P
 	ctx, span := s.start(ctx, "NetworkPacks")
 	defer func() { err = end(span, err) }()
 	// One row with a NULL hash when the network has no packs.
-	rows, err := s.db.QueryContext(ctx, `SELECT st.g, p.hash, p.pack_bytes, p.idx_bytes, p.objects, p.registered_at, p.retired_at
+	rows, err := s.db.QueryContext(ctx, `SELECT st.g, p.hash, p.pack_bytes, p.idx_bytes, p.objects, p.registered_at, p.retired_at, p.pack_data IS NOT NULL
 		FROM (SELECT COALESCE((SELECT generation FROM network_state WHERE network = $1), 0) AS g) st
 		LEFT JOIN network_packs p ON p.network = $1
 		ORDER BY p.registered_at, p.hash`, network)
@@ -188,13 +250,14 @@ func (s *DB) NetworkPacks(ctx context.Context, network string) (out []lockstep.P
 		var hash sql.NullString
 		var pb, ib, objs, reg sql.NullInt64
 		var ret sql.NullInt64
-		if err := rows.Scan(&g, &hash, &pb, &ib, &objs, &reg, &ret); err != nil {
+		var inline sql.NullBool
+		if err := rows.Scan(&g, &hash, &pb, &ib, &objs, &reg, &ret, &inline); err != nil {
 			return nil, 0, err
 		}
 		if !hash.Valid {
 			continue
 		}
-		p := lockstep.PackRecord{Network: network, Hash: hash.String, PackBytes: pb.Int64, IdxBytes: ib.Int64, Objects: int(objs.Int64), RegisteredAt: fromMicros(reg.Int64)}
+		p := lockstep.PackRecord{Network: network, Hash: hash.String, PackBytes: pb.Int64, IdxBytes: ib.Int64, Objects: int(objs.Int64), RegisteredAt: fromMicros(reg.Int64), Inline: inline.Bool}
 		if ret.Valid {
 			p.RetiredAt = fromMicros(ret.Int64)
 		}

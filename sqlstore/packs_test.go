@@ -124,6 +124,7 @@ func TestMigration0010DownAndUp(t *testing.T) {
 				t.Fatalf("a ref move after the down migration: %v", err)
 			}
 			run("0010_packs.up.sql")
+			run("0027_inline_packs.up.sql") // the later migration of network_packs
 			move.Old, move.New = oidN(2), oidN(3)
 			if err := db.UpdateRefs(ctx, []lockstep.RefUpdate{move}, nil, nil, entry("push")); err != nil {
 				t.Fatal(err)
@@ -136,6 +137,16 @@ func TestMigration0010DownAndUp(t *testing.T) {
 			}
 			if g, err := db.NetworkGeneration(ctx, "base"); err != nil || g != 1 {
 				t.Fatalf("generation after the up migration and one pack: %d, %v; want 1", g, err)
+			}
+			// 0027 down and up again: the records stay, inline packs work.
+			run("0027_inline_packs.down.sql")
+			run("0027_inline_packs.up.sql")
+			pack, idx := []byte("pack bytes"), []byte("idx")
+			if _, err := db.RegisterInlinePack(ctx, lockstep.PackRecord{Network: "base", Hash: oidN(10), PackBytes: int64(len(pack)), IdxBytes: int64(len(idx)), Objects: 1}, pack, idx); err != nil {
+				t.Fatal(err)
+			}
+			if list, g, err := db.NetworkPacks(ctx, "base"); err != nil || g != 2 || len(list) != 2 || list[0].Inline || !list[1].Inline {
+				t.Fatalf("after 0027 down and up and one inline pack: %+v gen %d, %v", list, g, err)
 			}
 		})
 	}

@@ -102,6 +102,7 @@ type serveConfig struct {
 	ObjectStore                                                    string
 	ObjectGrace                                                    time.Duration
 	ObjectGC                                                       time.Duration
+	ObjectInlineMax                                                int64
 	// Object GC (issue 28): unreachable objects older than
 	// ObjectRetention are dropped every GCInterval (0 = never).
 	ObjectRetention time.Duration
@@ -214,6 +215,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.dur(&c.IdemLease, "idempotency-lease", "LOCKSTEP_IDEMPOTENCY_LEASE", 30*time.Second, "a running keyed request's lease (renewed while it runs); after a crash its key is free again once this passed, if nothing committed")
 	f.str(&c.ObjectStore, "object-store", s3packs.Setting, "", "s3://bucket/prefix?endpoint=host:port[&insecure=true&region=…&path_style=true] or file:///dir: keep each network's packs in this S3-compatible bucket or directory (several replicas; needs --database-url, a shared --secret-key-file; keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); empty = the local disk")
 	f.dur(&c.ObjectGrace, "object-grace", "LOCKSTEP_OBJECT_GRACE", replica.DefaultGrace, "object store: a retired or never-registered pack is deleted only once older than this; a write whose upload takes over half of it fails (must exceed the longest upload)")
+	f.i64(&c.ObjectInlineMax, "object-inline-max", "LOCKSTEP_OBJECT_INLINE_MAX", replica.DefaultInlineMax, "object store: a pack of at most this many bytes (pack plus index; a rollback's commit is ~1.2 KiB) is kept in the metadata database with its record instead of the bucket: one transaction instead of two PUTs and a transaction; 0 = every pack goes to the bucket")
 	f.dur(&c.ObjectRetention, "object-retention", "LOCKSTEP_OBJECT_RETENTION", repositories.DefaultObjectRetention, "unreachable objects (abandoned and deleted workspaces' attempts, lost races) older than this are dropped by the object GC (`lockstep gc`, --gc-interval); 0 is refused (use `lockstep gc --prune now`)")
 	f.dur(&c.GCInterval, "gc-interval", "LOCKSTEP_GC_INTERVAL", 24*time.Hour, "how often the object GC runs (one replica at a time, lease in the database); 0 = never (run `lockstep gc`)")
 	f.dur(&c.CheckpointRetention, "checkpoint-retention", "LOCKSTEP_CHECKPOINT_RETENTION", checkpoints.DefaultSnapshotRetention, "checkpoints' database and Redis snapshots older than this are dropped every --retention-interval (the checkpoint stays, its restore skips those parts); 0 = kept until their workspace is abandoned, promoted or deleted")
@@ -354,6 +356,9 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		if c.ObjectGrace <= 0 {
 			return nil, fmt.Errorf("--object-grace (LOCKSTEP_OBJECT_GRACE) must be positive, got %s", c.ObjectGrace)
 		}
+		if c.ObjectInlineMax < 0 || c.ObjectInlineMax > 16<<20 {
+			return nil, fmt.Errorf("--object-inline-max (LOCKSTEP_OBJECT_INLINE_MAX) must be between 0 (off) and 16777216 bytes, got %d", c.ObjectInlineMax)
+		}
 		if c.ObjectGC < 0 {
 			return nil, fmt.Errorf("--object-gc-interval (LOCKSTEP_OBJECT_GC_INTERVAL) must not be negative, got %s", c.ObjectGC)
 		}
@@ -423,7 +428,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		if !ok {
 			return nil, fmt.Errorf("%s: this metadata store keeps no pack lists", s3packs.Setting)
 		}
-		rc := replica.Config{Objects: bkt, Packs: packs, Grace: c.ObjectGrace, GCInterval: c.ObjectGC, Log: logger}
+		rc := replica.Config{Objects: bkt, Packs: packs, Grace: c.ObjectGrace, GCInterval: c.ObjectGC, InlineMax: c.ObjectInlineMax, Log: logger}
 		if rdb != nil {
 			rc.Notify = redislock.NewNotifier(rdb, "lockstep:net:")
 		}
@@ -434,7 +439,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		}
 		a.closers = append(a.closers, mgr.Close)
 		objects = mgr
-		logger.Info("objects in object storage", "store", objLoc.String(), "grace", c.ObjectGrace.String(), "gc_interval", c.ObjectGC.String())
+		logger.Info("objects in object storage", "store", objLoc.String(), "grace", c.ObjectGrace.String(), "inline_max", c.ObjectInlineMax, "gc_interval", c.ObjectGC.String())
 	}
 	metrics := telemetry.NewMetrics()
 	keys := auth.New(db, nil)

@@ -76,6 +76,57 @@ func mustClaimLease(t *testing.T, ps lockstep.PackStore, name, holder string, tt
 
 func packTests() map[string]test {
 	ts := map[string]packTest{
+		"RegisterInlinePack": func(t *testing.T, s lockstep.Store, ps lockstep.PackStore) {
+			ips, ok := ps.(lockstep.InlinePackStore)
+			if !ok {
+				t.Skipf("%T does not implement lockstep.InlinePackStore", ps)
+			}
+			pack, idx := []byte("PACK\x00\x01 bytes of a small pack"), []byte("index\x00\xff")
+			p := lockstep.PackRecord{Network: "net", Hash: oid(1), PackBytes: int64(len(pack)), IdxBytes: int64(len(idx)), Objects: 1}
+			g, err := ips.RegisterInlinePack(bg, p, pack, idx)
+			must(t, err)
+			if g != 1 {
+				t.Fatalf("inline pack: generation %d, want 1", g)
+			}
+			mustRegister(t, ps, pk("net", 2)) // a bucket pack beside it
+			list, g := packList(t, ps, "net")
+			if len(list) != 2 || g != 2 || list[0].Hash != oid(1) || !list[0].Inline || list[1].Inline || !list[0].Live() {
+				t.Fatalf("pack list: %+v gen %d, want the inline pack then the bucket pack", list, g)
+			}
+			gp, gi, err := ips.InlinePack(bg, "net", oid(1))
+			must(t, err)
+			if string(gp) != string(pack) || string(gi) != string(idx) {
+				t.Fatalf("InlinePack = %q, %q; want %q, %q", gp, gi, pack, idx)
+			}
+			// A bucket pack, an unknown one: not_found.
+			_, _, err = ips.InlinePack(bg, "net", oid(2))
+			wantCode(t, err, lockstep.ENOTFOUND)
+			_, _, err = ips.InlinePack(bg, "net", oid(7))
+			wantCode(t, err, lockstep.ENOTFOUND)
+			// Sizes that are not the bytes', missing bytes: refused, nothing registered.
+			bad := p
+			bad.Hash, bad.PackBytes = oid(3), 1
+			_, err = ips.RegisterInlinePack(bg, bad, pack, idx)
+			wantCode(t, err, lockstep.EINVALID)
+			bad.PackBytes = int64(len(pack))
+			_, err = ips.RegisterInlinePack(bg, bad, pack, nil)
+			wantCode(t, err, lockstep.EINVALID)
+			if got := packState(t, ps, "net"); got != "[0001:live 0002:live] gen 2" {
+				t.Fatalf("after refused inline packs: %s", got)
+			}
+			// Registered again: nothing changes.
+			g, err = ips.RegisterInlinePack(bg, p, pack, idx)
+			must(t, err)
+			if g != 2 {
+				t.Fatalf("re-register: generation %d, want 2", g)
+			}
+			// Retired by a compaction, then deleted (bucket GC): its bytes go with the record.
+			_, err = ps.ReplacePacks(bg, pk("net", 4), []string{oid(1)})
+			must(t, err)
+			must(t, ps.DeletePackRecord(bg, "net", oid(1)))
+			_, _, err = ips.InlinePack(bg, "net", oid(1))
+			wantCode(t, err, lockstep.ENOTFOUND)
+		},
 		"RegisterPack": func(t *testing.T, s lockstep.Store, ps lockstep.PackStore) {
 			if g := gen(t, ps, "net"); g != 0 {
 				t.Fatalf("generation of a new network: %d, want 0", g)
