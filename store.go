@@ -42,7 +42,7 @@ type KeyStore interface {
 	CountKeys(ctx context.Context) (int, error)
 	// SetKeyQuota sets (nil: clears) a key's active-workspace quota and
 	// appends entry. Returns not_found for an unknown key.
-	SetKeyQuota(ctx context.Context, id string, workspaces *int, entry *OpEntry) error
+	SetKeyQuota(ctx context.Context, id string, q KeyQuota, entry *OpEntry) error
 	// CountOwnedWorkspaces counts the active workspaces keyID owns.
 	CountOwnedWorkspaces(ctx context.Context, keyID string) (int, error)
 	// KeyStorageBytes sums the bytes that successful writes added to the

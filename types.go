@@ -40,6 +40,18 @@ type Key struct {
 	// QuotaWorkspaces overrides the server's active-workspace quota for
 	// this key (nil: the server's default; 0: unlimited).
 	QuotaWorkspaces *int `json:"quota_workspaces,omitempty"`
+	// QuotaStorageBytes and QuotaRuns override --quota-storage-bytes and
+	// --quota-runs for this key (nil: the server's setting; 0: unlimited).
+	QuotaStorageBytes *int64 `json:"quota_storage_bytes,omitempty"`
+	QuotaRuns         *int   `json:"quota_runs,omitempty"`
+}
+
+// KeyQuota is a key's quota overrides, each nil for the server's setting
+// and 0 for unlimited.
+type KeyQuota struct {
+	Workspaces   *int
+	StorageBytes *int64
+	Runs         *int
 }
 
 // KeyScope limits a key to one workspace, or to the workspaces of one

@@ -62,10 +62,13 @@ type KeyScope struct {
 	Task      string `json:"task,omitempty"`
 }
 
-// KeyQuotaRequest is the body of PUT /keys/{id}/quota (workspaces: null
-// restores the server's default, 0 is unlimited).
+// KeyQuotaRequest is the body of PUT /keys/{id}/quota: it replaces the
+// key's three overrides (each null or absent restores the server's
+// setting, 0 is unlimited).
 type KeyQuotaRequest struct {
-	Workspaces *int `json:"workspaces"`
+	Workspaces   *int   `json:"workspaces"`
+	StorageBytes *int64 `json:"storage_bytes"`
+	Runs         *int   `json:"runs"`
 }
 
 // CreatedKey is the answer of POST /keys: the new key with its secret,
@@ -81,26 +84,35 @@ type CreatedKey struct {
 // Key is an API key as listed (never its secret); also the answer of
 // GET /whoami.
 type Key struct {
-	ID              string     `json:"id"`
-	Name            string     `json:"name"`
-	Role            string     `json:"role"`
-	Prefix          string     `json:"prefix"`
-	CreatedAt       time.Time  `json:"created_at"`
-	RevokedAt       *time.Time `json:"revoked_at,omitempty"`
-	LastUsedAt      *time.Time `json:"last_used_at,omitempty"`
-	ExpiresAt       *time.Time `json:"expires_at,omitempty"`
-	ParentKeyID     string     `json:"parent_key_id,omitempty"`
-	Scope           *KeyScope  `json:"scope,omitempty"`
-	QuotaWorkspaces *int       `json:"quota_workspaces,omitempty"`
+	ID                string     `json:"id"`
+	Name              string     `json:"name"`
+	Role              string     `json:"role"`
+	Prefix            string     `json:"prefix"`
+	CreatedAt         time.Time  `json:"created_at"`
+	RevokedAt         *time.Time `json:"revoked_at,omitempty"`
+	LastUsedAt        *time.Time `json:"last_used_at,omitempty"`
+	ExpiresAt         *time.Time `json:"expires_at,omitempty"`
+	ParentKeyID       string     `json:"parent_key_id,omitempty"`
+	Scope             *KeyScope  `json:"scope,omitempty"`
+	QuotaWorkspaces   *int       `json:"quota_workspaces,omitempty"`
+	QuotaStorageBytes *int64     `json:"quota_storage_bytes,omitempty"`
+	QuotaRuns         *int       `json:"quota_runs,omitempty"`
 	// Limits and usage (GET /whoami only).
 	Limits *KeyLimits `json:"limits,omitempty"`
 }
 
 // KeyLimits are a key's quotas and its usage of them (0: unlimited).
 type KeyLimits struct {
-	Workspaces       int     `json:"workspaces"`
-	WorkspacesActive int     `json:"workspaces_active"`
-	RateLimitRPS     float64 `json:"rate_limit_rps"`
+	Workspaces       int `json:"workspaces"`
+	WorkspacesActive int `json:"workspaces_active"`
+	// WorkspacesSource, StorageBytesSource and RunsSource say where each
+	// limit comes from: "key" (the key's own override, PUT
+	// /keys/{id}/quota), "server" (the server-wide setting) or "admin"
+	// (an admin key is not bound).
+	WorkspacesSource   string  `json:"workspaces_source,omitempty"`
+	StorageBytesSource string  `json:"storage_bytes_source,omitempty"`
+	RunsSource         string  `json:"runs_source,omitempty"`
+	RateLimitRPS       float64 `json:"rate_limit_rps"`
 	// Uploads is how many uploads the key may have in progress at once
 	// (--quota-uploads; 0: unlimited), UploadsActive how many it has on
 	// the replica that answered.

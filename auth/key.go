@@ -234,20 +234,34 @@ func (s *Service) ownChild(ctx context.Context, actor *lockstep.Key, id string) 
 	return lockstep.Errorf(lockstep.EFORBIDDEN, "only an admin key, or the key that minted it, may revoke key %s", id)
 }
 
-// SetQuota sets (nil: clears) a key's active-workspace quota (admin).
-func (s *Service) SetQuota(ctx context.Context, actor *lockstep.Key, id string, workspaces *int) error {
+// SetQuota sets a key's quota overrides (admin): each nil clears that
+// override (the server's setting applies), 0 is unlimited, a negative
+// value is invalid and nothing changes.
+func (s *Service) SetQuota(ctx context.Context, actor *lockstep.Key, id string, q lockstep.KeyQuota) error {
 	if actor.Role != lockstep.RoleAdmin {
 		return lockstep.Errorf(lockstep.EFORBIDDEN, "only an admin key may set quotas")
 	}
-	if workspaces != nil && *workspaces < 0 {
-		return lockstep.Errorf(lockstep.EINVALID, "quota workspaces %d: want 0 (unlimited) or more", *workspaces)
+	if q.Workspaces != nil && *q.Workspaces < 0 {
+		return lockstep.Errorf(lockstep.EINVALID, "quota workspaces %d: want 0 (unlimited) or more", *q.Workspaces)
 	}
-	d := map[string]any{"key_id": id, "workspaces": nil}
-	if workspaces != nil {
-		d["workspaces"] = *workspaces
+	if q.StorageBytes != nil && *q.StorageBytes < 0 {
+		return lockstep.Errorf(lockstep.EINVALID, "quota storage_bytes %d: want 0 (unlimited) or more", *q.StorageBytes)
+	}
+	if q.Runs != nil && *q.Runs < 0 {
+		return lockstep.Errorf(lockstep.EINVALID, "quota runs %d: want 0 (unlimited) or more", *q.Runs)
+	}
+	d := map[string]any{"key_id": id, "workspaces": nil, "storage_bytes": nil, "runs": nil}
+	if q.Workspaces != nil {
+		d["workspaces"] = *q.Workspaces
+	}
+	if q.StorageBytes != nil {
+		d["storage_bytes"] = *q.StorageBytes
+	}
+	if q.Runs != nil {
+		d["runs"] = *q.Runs
 	}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "key.quota", Details: d}
-	return s.store.SetKeyQuota(ctx, id, workspaces, entry)
+	return s.store.SetKeyQuota(ctx, id, q, entry)
 }
 
 // Authenticate returns the key a secret belongs to. Unknown, malformed and

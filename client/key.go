@@ -156,8 +156,9 @@ func (c *Client) MintKey(ctx context.Context, name, role string, ttl time.Durati
 	return &out, nil
 }
 
-// SetKeyQuota sets a key's active-workspace quota (admin; nil restores
-// the server's default, 0 is unlimited).
-func (c *Client) SetKeyQuota(ctx context.Context, id string, workspaces *int) error {
-	return c.put(ctx, "/api/v1/keys/"+url.PathEscape(id)+"/quota", api.KeyQuotaRequest{Workspaces: workspaces}, nil)
+// SetKeyQuota replaces a key's quota overrides (admin): active
+// workspaces, storage bytes, concurrent runs; each nil restores the
+// server's setting, 0 is unlimited.
+func (c *Client) SetKeyQuota(ctx context.Context, id string, q api.KeyQuotaRequest) error {
+	return c.put(ctx, "/api/v1/keys/"+url.PathEscape(id)+"/quota", q, nil)
 }

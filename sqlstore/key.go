@@ -10,15 +10,15 @@ import (
 	"github.com/lockstep-hq/lockstep"
 )
 
-const keyCols = `id, name, role, prefix, hash, created_at, revoked_at, last_used_at, expires_at, parent_key_id, scope_workspace, scope_base, scope_task, scope_owner, quota_workspaces`
+const keyCols = `id, name, role, prefix, hash, created_at, revoked_at, last_used_at, expires_at, parent_key_id, scope_workspace, scope_base, scope_task, scope_owner, quota_workspaces, quota_storage_bytes, quota_runs`
 
 func scanKey(row interface{ Scan(...any) error }) (*lockstep.Key, error) {
 	var k lockstep.Key
 	var created int64
-	var revoked, used, expires, quota sql.NullInt64
+	var revoked, used, expires, quota, qbytes, qruns sql.NullInt64
 	var parent, sw, sb, st, so sql.NullString
 	if err := row.Scan(&k.ID, &k.Name, &k.Role, &k.Prefix, &k.Hash, &created, &revoked, &used,
-		&expires, &parent, &sw, &sb, &st, &so, &quota); err != nil {
+		&expires, &parent, &sw, &sb, &st, &so, &quota, &qbytes, &qruns); err != nil {
 		return nil, err
 	}
 	k.CreatedAt = fromMicros(created)
@@ -32,6 +32,14 @@ func scanKey(row interface{ Scan(...any) error }) (*lockstep.Key, error) {
 	if quota.Valid {
 		q := int(quota.Int64)
 		k.QuotaWorkspaces = &q
+	}
+	if qbytes.Valid {
+		b := qbytes.Int64
+		k.QuotaStorageBytes = &b
+	}
+	if qruns.Valid {
+		r := int(qruns.Int64)
+		k.QuotaRuns = &r
 	}
 	return &k, nil
 }
@@ -165,17 +173,23 @@ func (s *DB) RevokeKey(ctx context.Context, id string, at time.Time, entry *lock
 	})
 }
 
-// SetKeyQuota sets (nil: clears) a key's active-workspace quota and
+// SetKeyQuota sets (nil: clears) a key's workspace, storage and runs quotas and
 // appends entry. Returns not_found for an unknown key.
-func (s *DB) SetKeyQuota(ctx context.Context, id string, workspaces *int, entry *lockstep.OpEntry) (err error) {
+func (s *DB) SetKeyQuota(ctx context.Context, id string, q lockstep.KeyQuota, entry *lockstep.OpEntry) (err error) {
 	ctx, span := s.start(ctx, "SetKeyQuota")
 	defer func() { err = end(span, err) }()
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		var q sql.NullInt64
-		if workspaces != nil {
-			q = sql.NullInt64{Int64: int64(*workspaces), Valid: true}
+		var ws, bytes, runs sql.NullInt64
+		if q.Workspaces != nil {
+			ws = sql.NullInt64{Int64: int64(*q.Workspaces), Valid: true}
 		}
-		res, err := tx.ExecContext(ctx, `UPDATE keys SET quota_workspaces = $1 WHERE id = $2`, q, id)
+		if q.StorageBytes != nil {
+			bytes = sql.NullInt64{Int64: *q.StorageBytes, Valid: true}
+		}
+		if q.Runs != nil {
+			runs = sql.NullInt64{Int64: int64(*q.Runs), Valid: true}
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE keys SET quota_workspaces = $1, quota_storage_bytes = $2, quota_runs = $3 WHERE id = $4`, ws, bytes, runs, id)
 		if err != nil {
 			return fmt.Errorf("set key quota: %w", err)
 		}

@@ -65,7 +65,13 @@ func (s *Server) handleKeyRevoke() gin.HandlerFunc {
 func (s *Server) handleWhoami() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		k := caller(c)
-		lim := &api.KeyLimits{Workspaces: s.workspaceQuota(k), RateLimitRPS: s.Config.RateLimitRPS}
+		lim := &api.KeyLimits{Workspaces: s.workspaceQuota(k), WorkspacesSource: quotaFromServer, RateLimitRPS: s.Config.RateLimitRPS}
+		switch {
+		case k.Role == lockstep.RoleAdmin:
+			lim.WorkspacesSource = quotaFromAdmin
+		case k.QuotaWorkspaces != nil:
+			lim.WorkspacesSource = quotaFromKey
+		}
 		n, err := s.Store.CountOwnedWorkspaces(c.Request.Context(), k.ID)
 		if err != nil {
 			writeError(c, err)
@@ -81,7 +87,8 @@ func (s *Server) handleWhoami() gin.HandlerFunc {
 			return
 		}
 		out := api.Key{ID: k.ID, Name: k.Name, Role: k.Role, Prefix: k.Prefix, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt,
-			LastUsedAt: k.LastUsedAt, ExpiresAt: k.ExpiresAt, ParentKeyID: k.ParentKeyID, QuotaWorkspaces: k.QuotaWorkspaces, Limits: lim}
+			LastUsedAt: k.LastUsedAt, ExpiresAt: k.ExpiresAt, ParentKeyID: k.ParentKeyID, QuotaWorkspaces: k.QuotaWorkspaces,
+			QuotaStorageBytes: k.QuotaStorageBytes, QuotaRuns: k.QuotaRuns, Limits: lim}
 		if k.Scope != nil {
 			out.Scope = &api.KeyScope{Workspace: k.Scope.Workspace, Base: k.Scope.Base, Task: k.Scope.Task}
 		}
@@ -100,12 +107,54 @@ func (s *Server) handleKeyQuota() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		if err := s.Keys.SetQuota(c.Request.Context(), caller(c), c.Param("id"), req.Workspaces); err != nil {
+		q := lockstep.KeyQuota{Workspaces: req.Workspaces, StorageBytes: req.StorageBytes, Runs: req.Runs}
+		if err := s.Keys.SetQuota(c.Request.Context(), caller(c), c.Param("id"), q); err != nil {
 			writeError(c, err)
 			return
 		}
 		c.Status(http.StatusNoContent)
 	}
+}
+
+// Where a key's effective quota comes from (api.KeyLimits *Source).
+const (
+	quotaFromKey    = "key"    // the key's own override (PUT /keys/{id}/quota)
+	quotaFromServer = "server" // the server-wide setting
+	quotaFromAdmin  = "admin"  // an admin key is not bound
+)
+
+// storageQuota is the bytes k's active workspaces may add (0:
+// unlimited) and where that comes from: its override, else
+// --quota-storage-bytes. Admin keys are not bound.
+func (s *Server) storageQuota(k *lockstep.Key) (int64, string) {
+	switch {
+	case k.Role == lockstep.RoleAdmin:
+		return 0, quotaFromAdmin
+	case k.QuotaStorageBytes != nil:
+		return *k.QuotaStorageBytes, quotaFromKey
+	}
+	return s.Config.QuotaStorageBytes, quotaFromServer
+}
+
+// runQuota is how many run jobs k may have queued or running (0:
+// unlimited) and where that comes from: its override, else
+// --quota-runs. Admin keys are not bound.
+func (s *Server) runQuota(k *lockstep.Key) (int, string) {
+	switch {
+	case k.Role == lockstep.RoleAdmin:
+		return 0, quotaFromAdmin
+	case k.QuotaRuns != nil:
+		return *k.QuotaRuns, quotaFromKey
+	}
+	return s.Config.QuotaRuns, quotaFromServer
+}
+
+// quotaName names the setting a limit came from in a 429's message.
+func quotaName(from, flag string) string {
+	if from == quotaFromKey {
+		return "this key's own quota, lockstep keys quota"
+	}
+	return flag
 }
 
 // workspaceQuota is the number of active workspaces k may own (0:
@@ -138,9 +187,8 @@ func (s *Server) checkWorkspaceQuota(c *gin.Context, k *lockstep.Key) error {
 // fillKeyUsage sets the storage-bytes and concurrent-runs quotas of k
 // (0 for an admin key: not bound) and its usage of them.
 func (s *Server) fillKeyUsage(ctx context.Context, k *lockstep.Key, lim *api.KeyLimits) error {
-	if k.Role != lockstep.RoleAdmin {
-		lim.StorageBytes, lim.Runs = s.Config.QuotaStorageBytes, s.Config.QuotaRuns
-	}
+	lim.StorageBytes, lim.StorageBytesSource = s.storageQuota(k)
+	lim.Runs, lim.RunsSource = s.runQuota(k)
 	b, err := s.Store.KeyStorageBytes(ctx, k.ID)
 	if err != nil {
 		return err
@@ -168,8 +216,8 @@ func (s *Server) activeRuns(ctx context.Context, k *lockstep.Key) (int, error) {
 // create are not one transaction: concurrent creates on several
 // replicas may pass it together (a bound on a steady state, not a lock).
 func (s *Server) checkRunQuota(ctx context.Context, c *gin.Context, k *lockstep.Key) error {
-	q := s.Config.QuotaRuns
-	if q <= 0 || k.Role == lockstep.RoleAdmin || s.Jobs == nil {
+	q, from := s.runQuota(k)
+	if q <= 0 || s.Jobs == nil {
 		return nil
 	}
 	n, err := s.activeRuns(ctx, k)
@@ -178,7 +226,7 @@ func (s *Server) checkRunQuota(ctx context.Context, c *gin.Context, k *lockstep.
 	}
 	if n >= q {
 		c.Header("Retry-After", "5")
-		return lockstep.Errorf(lockstep.ERATELIMITED, "run quota: key %s has %d run jobs queued or running, its limit is %d (quota-runs): retry when one ends", k.Name, n, q)
+		return lockstep.Errorf(lockstep.ERATELIMITED, "run quota: key %s has %d run jobs queued or running, its limit is %d (%s): retry when one ends", k.Name, n, q, quotaName(from, "quota-runs"))
 	}
 	return nil
 }
@@ -189,8 +237,11 @@ func (s *Server) checkRunQuota(ctx context.Context, c *gin.Context, k *lockstep.
 // crosses the limit completes and the next one is refused; promoting,
 // abandoning or deleting a workspace takes its bytes off the count.
 func (s *Server) checkStorageQuota(ctx context.Context, c *gin.Context, k *lockstep.Key) error {
-	q := s.Config.QuotaStorageBytes
-	if q <= 0 || k == nil || k.Role == lockstep.RoleAdmin {
+	if k == nil {
+		return nil
+	}
+	q, from := s.storageQuota(k)
+	if q <= 0 {
 		return nil
 	}
 	n, err := s.Store.KeyStorageBytes(ctx, k.ID)
@@ -199,7 +250,7 @@ func (s *Server) checkStorageQuota(ctx context.Context, c *gin.Context, k *locks
 	}
 	if n >= q {
 		c.Header("Retry-After", "60")
-		return lockstep.Errorf(lockstep.ERATELIMITED, "storage quota: key %s's active workspaces hold %s written, its limit is %s (quota-storage-bytes): promote, abandon or delete a workspace first", k.Name, byteCount(n), byteCount(q))
+		return lockstep.Errorf(lockstep.ERATELIMITED, "storage quota: key %s's active workspaces hold %s written, its limit is %s (%s): promote, abandon or delete a workspace first", k.Name, byteCount(n), byteCount(q), quotaName(from, "quota-storage-bytes"))
 	}
 	return nil
 }

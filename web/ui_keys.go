@@ -24,6 +24,8 @@ type keyRow struct {
 	StorageQuota     int64 // 0: unlimited
 	RunsActive       int   // -1: run jobs not configured
 	RunsQuota        int   // 0: unlimited
+	// The key's own overrides (PUT /keys/{id}/quota) are marked "(key)".
+	WorkspacesOwn, StorageOwn, RunsOwn bool
 }
 
 // handleKeys is GET /ui/keys (admins only): every key with its role,
@@ -64,6 +66,7 @@ func (u *uiServer) handleKeys(c *gin.Context) {
 			return
 		}
 		r.StorageBytes, r.StorageQuota, r.RunsActive, r.RunsQuota = lim.StorageBytesUsed, lim.StorageBytes, lim.RunsActive, lim.Runs
+		r.WorkspacesOwn, r.StorageOwn, r.RunsOwn = k.QuotaWorkspaces != nil, lim.StorageBytesSource == quotaFromKey, lim.RunsSource == quotaFromKey
 		if k.ParentKeyID != "" && r.Parent == "" {
 			r.Parent = k.ParentKeyID
 		}

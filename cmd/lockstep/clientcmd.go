@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -117,7 +118,7 @@ func setup(name string, e *env, args []string, declare func(f *flagger)) (*clien
 }
 
 func cmdKeys(ctx context.Context, e *env, args []string) error {
-	if done, err := subcommands(e, "keys", "usage: lockstep keys create --name N --role R | list | revoke KEY_ID", args); done {
+	if done, err := subcommands(e, "keys", "usage: lockstep keys create --name N --role R | list | revoke KEY_ID | quota KEY_ID [--workspaces N] [--storage-bytes N] [--runs N]", args); done {
 		return err
 	}
 	switch args[0] {
@@ -187,8 +188,102 @@ func cmdKeys(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		return cf.out(e, map[string]any{"revoked": rest[0]}, func() { fmt.Fprintf(e.stdout, "revoked %s\n", rest[0]) })
+	case "quota":
+		return cmdKeysQuota(ctx, e, args[1:])
 	}
-	return lockstep.Errorf(lockstep.EINVALID, "unknown keys subcommand %q: want create, list or revoke", args[0])
+	return lockstep.Errorf(lockstep.EINVALID, "unknown keys subcommand %q: want create, list, revoke or quota", args[0])
+}
+
+// cmdKeysQuota sets a key's quota overrides (admin). A flag not given
+// keeps the key's current override, "default" clears it (the server-wide
+// setting applies), 0 is unlimited.
+func cmdKeysQuota(ctx context.Context, e *env, args []string) error {
+	var ws, bytes, runs string
+	cf, c, rest, err := setup("keys quota", e, args, func(f *flagger) {
+		f.fs.StringVar(&ws, "workspaces", "", "active workspaces the key may own (0: unlimited; default: the server's --quota-workspaces)")
+		f.fs.StringVar(&bytes, "storage-bytes", "", "bytes the key's active workspaces may add (0: unlimited; default: the server's --quota-storage-bytes)")
+		f.fs.StringVar(&runs, "runs", "", "run jobs the key may have queued or running (0: unlimited; default: the server's --quota-runs)")
+	})
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return lockstep.Errorf(lockstep.EINVALID, "usage: lockstep keys quota KEY_ID [--workspaces N|default] [--storage-bytes N|default] [--runs N|default]")
+	}
+	if ws == "" && bytes == "" && runs == "" {
+		return lockstep.Errorf(lockstep.EINVALID, "keys quota: give at least one of --workspaces, --storage-bytes, --runs (a number, 0 for unlimited, or default)")
+	}
+	keys, err := c.Keys(ctx)
+	if err != nil {
+		return err
+	}
+	var cur *client.Key
+	for _, k := range keys {
+		if k.ID == rest[0] {
+			cur = k
+		}
+	}
+	if cur == nil {
+		return lockstep.Errorf(lockstep.ENOTFOUND, "key %s not found (lockstep keys list)", rest[0])
+	}
+	req := api.KeyQuotaRequest{Workspaces: cur.QuotaWorkspaces, StorageBytes: cur.QuotaStorageBytes, Runs: cur.QuotaRuns}
+	parse := func(flag, v string) (*int64, bool, error) {
+		switch v {
+		case "":
+			return nil, false, nil
+		case "default":
+			return nil, true, nil
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return nil, false, lockstep.Errorf(lockstep.EINVALID, "--%s %q: want 0 (unlimited) or more, or default", flag, v)
+		}
+		return &n, true, nil
+	}
+	asInt := func(p *int64) *int {
+		if p == nil {
+			return nil
+		}
+		n := int(*p)
+		return &n
+	}
+	if p, set, err := parse("workspaces", ws); err != nil {
+		return err
+	} else if set {
+		req.Workspaces = asInt(p)
+	}
+	if p, set, err := parse("storage-bytes", bytes); err != nil {
+		return err
+	} else if set {
+		req.StorageBytes = p
+	}
+	if p, set, err := parse("runs", runs); err != nil {
+		return err
+	} else if set {
+		req.Runs = asInt(p)
+	}
+	if err := c.SetKeyQuota(ctx, rest[0], req); err != nil {
+		return err
+	}
+	return cf.out(e, map[string]any{"key_id": rest[0], "workspaces": req.Workspaces, "storage_bytes": req.StorageBytes, "runs": req.Runs}, func() {
+		show := func(name string, p *int64) string {
+			switch {
+			case p == nil:
+				return name + " the server's"
+			case *p == 0:
+				return name + " unlimited"
+			}
+			return fmt.Sprintf("%s %d", name, *p)
+		}
+		i64 := func(p *int) *int64 {
+			if p == nil {
+				return nil
+			}
+			n := int64(*p)
+			return &n
+		}
+		fmt.Fprintf(e.stdout, "quota of %s: %s, %s, %s\n", rest[0], show("workspaces", i64(req.Workspaces)), show("storage bytes", req.StorageBytes), show("runs", i64(req.Runs)))
+	})
 }
 
 func cmdOplog(ctx context.Context, e *env, args []string) error {
@@ -454,22 +549,36 @@ func cmdWhoami(ctx context.Context, e *env, args []string) error {
 				}
 				return fmt.Sprint(n)
 			}
+			// from says where a limit comes from (the key's own override
+			// or the server-wide setting).
+			from := func(src string) string {
+				switch src {
+				case "key":
+					return " (this key's own quota)"
+				case "server":
+					return " (server-wide)"
+				case "admin":
+					return " (admin keys are not bound)"
+				}
+				return ""
+			}
 			rps := "off"
 			if l.RateLimitRPS > 0 {
 				rps = fmt.Sprintf("%g/s", l.RateLimitRPS)
 			}
 			fmt.Fprintf(e.stdout, "workspaces: %d active of %s; uploads: %d in progress of %s; request rate: %s\n",
-				l.WorkspacesActive, lim(l.Workspaces), l.UploadsActive, lim(l.Uploads), rps)
+				l.WorkspacesActive, lim(l.Workspaces)+from(l.WorkspacesSource), l.UploadsActive, lim(l.Uploads), rps)
 			storage := "unlimited"
 			if l.StorageBytes > 0 {
 				storage = fmt.Sprint(l.StorageBytes)
 			}
+			storage += from(l.StorageBytesSource)
 			runs := fmt.Sprint(l.RunsActive)
 			if l.RunsActive < 0 {
 				runs = "none (run jobs not configured)"
 			}
 			fmt.Fprintf(e.stdout, "storage: %d bytes written by active workspaces of %s; runs: %s queued or running of %s\n",
-				l.StorageBytesUsed, storage, runs, lim(l.Runs))
+				l.StorageBytesUsed, storage, runs, lim(l.Runs)+from(l.RunsSource))
 		}
 	})
 }

@@ -26,6 +26,7 @@ var subSummary = map[string]string{
 	"keys create":       "create an API key (its secret is shown once)",
 	"keys list":         "list API keys",
 	"keys revoke":       "revoke an API key",
+	"keys quota":        "set a key's own workspace, storage and runs quotas (admin)",
 	"repo create":       "create a repository",
 	"repo list":         "list repositories",
 	"repo retention":    "show or set a base repository's retention of its workspaces (admin)",

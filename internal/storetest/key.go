@@ -57,24 +57,38 @@ func keyTests() map[string]test {
 		},
 		"SetKeyQuota": func(t *testing.T, s lockstep.Store) {
 			mustKey(t, s, "key_a", "lsk_aaaaaaaa", at(0))
-			five := 5
-			wantCode(t, s.SetKeyQuota(bg, "key_missing", &five, ent("key.quota")), lockstep.ENOTFOUND)
+			five, ten := 5, 10
+			big := int64(1) << 40
+			wantCode(t, s.SetKeyQuota(bg, "key_missing", lockstep.KeyQuota{Workspaces: &five}, ent("key.quota")), lockstep.ENOTFOUND)
 			wantOps(t, s, "key.quota", 0)
-			must(t, s.SetKeyQuota(bg, "key_a", &five, ent("key.quota")))
+			must(t, s.SetKeyQuota(bg, "key_a", lockstep.KeyQuota{Workspaces: &five, StorageBytes: &big, Runs: &ten}, ent("key.quota")))
 			got, _ := s.KeyByPrefix(bg, "lsk_aaaaaaaa")
 			if got.QuotaWorkspaces == nil || *got.QuotaWorkspaces != 5 {
 				t.Fatalf("quota %v, want 5", got.QuotaWorkspaces)
 			}
-			zero := 0
-			must(t, s.SetKeyQuota(bg, "key_a", &zero, ent("key.quota")))
-			if got, _ = s.KeyByPrefix(bg, "lsk_aaaaaaaa"); got.QuotaWorkspaces == nil || *got.QuotaWorkspaces != 0 {
-				t.Fatalf("quota %v, want 0 (unlimited, not the default)", got.QuotaWorkspaces)
+			if got.QuotaStorageBytes == nil || *got.QuotaStorageBytes != big || got.QuotaRuns == nil || *got.QuotaRuns != 10 {
+				t.Fatalf("storage %v runs %v, want %d and 10", got.QuotaStorageBytes, got.QuotaRuns, big)
 			}
-			must(t, s.SetKeyQuota(bg, "key_a", nil, ent("key.quota")))
-			if got, _ = s.KeyByPrefix(bg, "lsk_aaaaaaaa"); got.QuotaWorkspaces != nil {
-				t.Fatalf("quota %v after clearing, want nil (the default)", *got.QuotaWorkspaces)
+			keys, err := s.ListKeys(bg)
+			must(t, err)
+			if len(keys) != 1 || keys[0].QuotaStorageBytes == nil || *keys[0].QuotaStorageBytes != big || keys[0].QuotaRuns == nil || *keys[0].QuotaRuns != 10 {
+				t.Fatalf("ListKeys does not carry the overrides: %+v", keys)
 			}
-			wantOps(t, s, "key.quota", 3)
+			zero, zero64 := 0, int64(0)
+			must(t, s.SetKeyQuota(bg, "key_a", lockstep.KeyQuota{Workspaces: &zero, StorageBytes: &zero64, Runs: &zero}, ent("key.quota")))
+			if got, _ = s.KeyByPrefix(bg, "lsk_aaaaaaaa"); got.QuotaWorkspaces == nil || *got.QuotaWorkspaces != 0 ||
+				got.QuotaStorageBytes == nil || *got.QuotaStorageBytes != 0 || got.QuotaRuns == nil || *got.QuotaRuns != 0 {
+				t.Fatalf("quota %v %v %v, want 0 (unlimited, not the default)", got.QuotaWorkspaces, got.QuotaStorageBytes, got.QuotaRuns)
+			}
+			must(t, s.SetKeyQuota(bg, "key_a", lockstep.KeyQuota{Runs: &ten}, ent("key.quota")))
+			if got, _ = s.KeyByPrefix(bg, "lsk_aaaaaaaa"); got.QuotaWorkspaces != nil || got.QuotaStorageBytes != nil || got.QuotaRuns == nil || *got.QuotaRuns != 10 {
+				t.Fatalf("quota %+v, want only runs 10 (the others cleared)", got)
+			}
+			must(t, s.SetKeyQuota(bg, "key_a", lockstep.KeyQuota{}, ent("key.quota")))
+			if got, _ = s.KeyByPrefix(bg, "lsk_aaaaaaaa"); got.QuotaWorkspaces != nil || got.QuotaStorageBytes != nil || got.QuotaRuns != nil {
+				t.Fatalf("quota %+v after clearing, want nil (the default)", got)
+			}
+			wantOps(t, s, "key.quota", 4)
 		},
 		"CountOwnedWorkspaces": func(t *testing.T, s lockstep.Store) {
 			mustRepo(t, s, "app", "")

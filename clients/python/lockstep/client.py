@@ -258,7 +258,8 @@ class Client:
     def whoami(self) -> JSON:
         """The calling key (id, name, role, prefix) and its ``limits``: quotas
         and usage (workspaces, uploads, ``storage_bytes``/``storage_bytes_used``,
-        ``runs``/``runs_active``). Raises Unauthenticated for a bad key."""
+        ``runs``/``runs_active``, each limit's ``*_source``: key, server or
+        admin). Raises Unauthenticated for a bad key."""
         return self._get("/api/v1/whoami")
 
     def create_key(self, name: str, role: str, *, ttl: str = "", scope: Optional[Mapping[str, Any]] = None) -> JSON:
@@ -288,12 +289,17 @@ class Client:
         Raises PermissionDenied (not admin), NotFound (unknown id)."""
         self.request("DELETE", "/api/v1/keys/" + urllib.parse.quote(key_id, safe=""))
 
-    def set_key_quota(self, key_id: str, workspaces: Optional[int]) -> None:
-        """Set how many active workspaces a key may own (admin; 0 unlimited,
-        None restores the server's default).
+    def set_key_quota(self, key_id: str, workspaces: Optional[int] = None, *,
+                      storage_bytes: Optional[int] = None, runs: Optional[int] = None) -> None:
+        """Replace a key's own quotas (admin): active ``workspaces``,
+        ``storage_bytes`` its active workspaces may add, concurrent ``runs``.
+        Each None clears that override (the server-wide setting applies),
+        0 is unlimited. ``whoami()["limits"]`` says where each limit comes
+        from (``*_source``: key, server or admin).
 
-        Raises InvalidArgument, PermissionDenied, NotFound."""
-        self.request("PUT", "/api/v1/keys/" + urllib.parse.quote(key_id, safe="") + "/quota", body={"workspaces": workspaces})
+        Raises InvalidArgument (a negative value, named), PermissionDenied, NotFound."""
+        self.request("PUT", "/api/v1/keys/" + urllib.parse.quote(key_id, safe="") + "/quota",
+                     body={"workspaces": workspaces, "storage_bytes": storage_bytes, "runs": runs})
 
     # --------------------------------------------------------------- oplog
 

@@ -360,6 +360,19 @@ class CoverageTest(unittest.TestCase):
             agent.keys()
         with self.assertRaises(lockstep.PermissionDenied):
             agent.verify_oplog()
+        # Per-key quota overrides: set, shown with their source, refused
+        # when negative (nothing changes), cleared back to the server's.
+        self.c.set_key_quota(created["id"], 3, storage_bytes=1 << 20, runs=1)
+        lim = agent.whoami()["limits"]
+        self.assertEqual((lim["workspaces"], lim["storage_bytes"], lim["runs"]), (3, 1 << 20, 1))
+        self.assertEqual(lim["runs_source"], "key")
+        with self.assertRaises(lockstep.InvalidArgument) as bad:
+            self.c.set_key_quota(created["id"], 3, storage_bytes=-1, runs=1)
+        self.assertIn("storage_bytes", str(bad.exception))
+        self.assertEqual(agent.whoami()["limits"]["storage_bytes"], 1 << 20)
+        self.c.set_key_quota(created["id"])
+        lim = agent.whoami()["limits"]
+        self.assertEqual((lim["storage_bytes_source"], lim["runs_source"]), ("server", "server"))
         self.assertIsNone(self.c.revoke_key(created["id"]))
         with self.assertRaises(lockstep.Unauthenticated):
             agent.whoami()
