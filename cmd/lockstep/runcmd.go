@@ -219,6 +219,9 @@ type serverCheckpointer struct {
 	// instead of on the tip read at each push.
 	expect string
 	pushed string // the commit Commit pushed
+	// prepared: PrepareCheckpoint pushed the worktree (Checkpoint then only
+	// records the checkpoint).
+	prepared bool
 }
 
 func (s *serverCheckpointer) push(ctx context.Context, msg string) (*pushReport, error) {
@@ -235,14 +238,27 @@ func (s *serverCheckpointer) push(ctx context.Context, msg string) (*pushReport,
 // Checkpoint pushes the worktree as it is before the run, then records the
 // checkpoint with the filesystem snapshot id.
 func (s *serverCheckpointer) Checkpoint(ctx context.Context, fsID string) (string, error) {
-	if _, err := s.push(ctx, "checkpoint before: "+strings.Join(s.command, " ")); err != nil {
-		return "", fmt.Errorf("push worktree: %w", err)
+	if !s.prepared {
+		if err := s.PrepareCheckpoint(ctx); err != nil {
+			return "", err
+		}
 	}
+	s.prepared = false
 	cp, err := s.c.CreateCheckpoint(ctx, s.ws, api.CheckpointRequest{FSSnapshot: fsID, Label: clip("run: "+strings.Join(s.command, " "), 200)})
 	if err != nil {
 		return "", err
 	}
 	return cp.ID, nil
+}
+
+// PrepareCheckpoint pushes the worktree as it is before the run (txrun
+// runs it while the filesystem snapshot is taken: both only read it).
+func (s *serverCheckpointer) PrepareCheckpoint(ctx context.Context) error {
+	if _, err := s.push(ctx, "checkpoint before: "+strings.Join(s.command, " ")); err != nil {
+		return fmt.Errorf("push worktree: %w", err)
+	}
+	s.prepared = true
+	return nil
 }
 
 // Evidence pushes the failed run's worktree as an attempt before anything

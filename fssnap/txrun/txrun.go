@@ -53,6 +53,14 @@ type Checkpointer interface {
 	Commit(ctx context.Context) error
 }
 
+// CheckpointPreparer is implemented by a Checkpointer whose checkpoint
+// has a part that only reads Dir (the CLI's: pushing the worktree). Run
+// starts it while the filesystem snapshot is taken (both only read Dir);
+// Checkpoint, called after both, then only records the checkpoint.
+type CheckpointPreparer interface {
+	PrepareCheckpoint(ctx context.Context) error
+}
+
 // Evidencer is implemented by a Checkpointer that keeps a failed run's
 // worktree (as a commit on the server) before anything is restored: the
 // damage is undone, the evidence kept. A failure to keep it does not stop
@@ -229,6 +237,30 @@ type Report struct {
 // or processes behind.
 var ErrResidue = errors.New("residue after rollback")
 
+// background runs f as a step on its own goroutine; the returned wait
+// gives its error and records the step (call it from Run's goroutine).
+func (r *Report) background(name string, f func() error) (wait func() error) {
+	t := time.Now()
+	done := make(chan Step, 1)
+	var err error
+	go func() {
+		err = f()
+		s := Step{Name: name, DurationMs: ms(time.Since(t))}
+		if err != nil {
+			s.Error = err.Error()
+		}
+		done <- s
+	}()
+	var waited bool
+	return func() error {
+		if !waited {
+			waited = true
+			r.Steps = append(r.Steps, <-done)
+		}
+		return err
+	}
+}
+
 func (r *Report) step(name string, f func() error) error {
 	t := time.Now()
 	err := f()
@@ -324,6 +356,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 
+	// The checkpoint's first part (the CLI pushes the worktree) reads Dir
+	// as the snapshot does: both at once.
+	prepared := func() error { return nil }
+	if p, ok := opts.Checkpointer.(CheckpointPreparer); ok {
+		prepared = rep.background("checkpoint_push", func() error { return p.PrepareCheckpoint(ctx) })
+		defer prepared() // every return below: the push is over before Run returns
+	}
 	var snap fssnap.Snapshot
 	if err := rep.step("snapshot", func() (err error) {
 		snap, err = drv.Take(ctx, opts.Dir)
@@ -346,6 +385,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	_, rep.TreeBytes = m.Files()
 	if opts.Checkpointer != nil {
+		if err := prepared(); err != nil {
+			return rep, err
+		}
 		if err := rep.step("checkpoint", func() (err error) {
 			rep.Checkpoint, err = opts.Checkpointer.Checkpoint(ctx, snap.ID)
 			return err
@@ -457,34 +499,40 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	rep.RolledBack = true
 	failure := &Failure{Command: opts.Args, Status: rep.Status, StdoutTail: rep.StdoutTail, StderrTail: rep.StderrTail}
-	// Keep the failed worktree as evidence before anything is restored.
-	if ev, ok := opts.Checkpointer.(Evidencer); ok && rep.Checkpoint != "" {
-		if err := rep.step("evidence", func() (err error) {
-			failure.Evidence, err = ev.Evidence(ctx, failure)
-			return err
-		}); err != nil {
-			addErr(err)
-		}
-		rep.Evidence = failure.Evidence
-	}
-	// The server's restore (code, database) touches nothing on this
-	// machine: it runs while the filesystem is restored and verified.
-	var serverStep Step
-	if opts.Checkpointer != nil && rep.Checkpoint != "" {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	// Keep the failed worktree as evidence before anything is restored
+	// (it reads Dir, as the forensics below do, at the same time; the
+	// restore of Dir waits for both); then the server's restore (code,
+	// database), which records the evidence commit and touches nothing on
+	// this machine, runs while Dir is restored and verified.
+	var evStep, serverStep Step
+	evidenceKept := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if ev, ok := opts.Checkpointer.(Evidencer); ok && rep.Checkpoint != "" {
 			t := time.Now()
-			rr, err := opts.Checkpointer.Restore(ctx, rep.Checkpoint, failure)
-			serverStep = Step{Name: "restore_checkpoint", DurationMs: ms(time.Since(t))}
+			commit, err := ev.Evidence(ctx, failure)
+			evStep = Step{Name: "evidence", DurationMs: ms(time.Since(t))}
 			if err != nil {
-				serverStep.Error = err.Error()
+				evStep.Error = err.Error()
 				addErr(err)
-				return
 			}
-			rep.Restored = &rr
-		}()
-	}
+			failure.Evidence = commit
+		}
+		close(evidenceKept)
+		if opts.Checkpointer == nil || rep.Checkpoint == "" {
+			return
+		}
+		t := time.Now()
+		rr, err := opts.Checkpointer.Restore(ctx, rep.Checkpoint, failure)
+		serverStep = Step{Name: "restore_checkpoint", DurationMs: ms(time.Since(t))}
+		if err != nil {
+			serverStep.Error = err.Error()
+			addErr(err)
+			return
+		}
+		rep.Restored = &rr
+	}()
 	// before is Dir compared with m by the forensics, before the restore.
 	var before *fssnap.Residue
 	if opts.Forensics != "" {
@@ -504,6 +552,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		if err := rep.step("discard_layers", func() error { return sess.Discard() }); err != nil {
 			addErr(err)
 		}
+	}
+	<-evidenceKept
+	rep.Evidence = failure.Evidence
+	if evStep.Name != "" {
+		rep.Steps = append(rep.Steps, evStep)
 	}
 	if err := rep.step("restore_fs", func() error {
 		// The copy drivers' restore is that same comparison and a repair:
