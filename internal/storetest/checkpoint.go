@@ -59,6 +59,25 @@ func checkpointTests() map[string]test {
 			}
 			wantCode(t, s.ClearCheckpointSnapshots(bg, live.ID, "ckpt_missing", true, true), lockstep.ENOTFOUND)
 		},
+		"ClearCheckpointSnapshots": func(t *testing.T, s lockstep.Store) {
+			mustRepo(t, s, "base", "")
+			ws := mustRepo(t, s, "ws", "base")
+			other := mustRepo(t, s, "other", "base")
+			c := &lockstep.Checkpoint{ID: "ckpt_1", RepoID: ws.ID, Repo: ws.Name, Branch: "main", Commit: oid(1), Tree: oid(1001), CreatedAt: at(1), DBSnapshot: "db_1", RedisSnapshot: "rd_1"}
+			must(t, s.CreateCheckpoint(bg, c, nil, ent("checkpoint.create")))
+			// Each part on its own; the record (commit, tree) stays.
+			must(t, s.ClearCheckpointSnapshots(bg, ws.ID, "ckpt_1", false, true))
+			if got, err := s.Checkpoint(bg, ws.ID, "ckpt_1"); err != nil || got.DBSnapshot != "db_1" || got.RedisSnapshot != "" {
+				t.Fatalf("after clearing the Redis part: %+v, %v", got, err)
+			}
+			must(t, s.ClearCheckpointSnapshots(bg, ws.ID, "ckpt_1", true, false))
+			if got, err := s.Checkpoint(bg, ws.ID, "ckpt_1"); err != nil || got.DBSnapshot != "" || got.Commit != oid(1) || got.Tree != oid(1001) {
+				t.Fatalf("after clearing the database part: %+v, %v", got, err)
+			}
+			// Unknown id, or another workspace's: not_found.
+			wantCode(t, s.ClearCheckpointSnapshots(bg, ws.ID, "ckpt_missing", true, true), lockstep.ENOTFOUND)
+			wantCode(t, s.ClearCheckpointSnapshots(bg, other.ID, "ckpt_1", true, true), lockstep.ENOTFOUND)
+		},
 		"CreateCheckpoint": func(t *testing.T, s lockstep.Store) {
 			base := mustRepo(t, s, "base", "")
 			ws := mustRepo(t, s, "ws", "base")

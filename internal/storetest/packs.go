@@ -127,6 +127,34 @@ func packTests() map[string]test {
 			_, _, err = ips.InlinePack(bg, "net", oid(1))
 			wantCode(t, err, lockstep.ENOTFOUND)
 		},
+		"InlinePack": func(t *testing.T, s lockstep.Store, ps lockstep.PackStore) {
+			ips, ok := ps.(lockstep.InlinePackStore)
+			if !ok {
+				t.Skipf("%T does not implement lockstep.InlinePackStore", ps)
+			}
+			// Each network's own bytes.
+			a, b := []byte("PACK a"), []byte("PACK bb")
+			for _, x := range []struct {
+				net  string
+				pack []byte
+				idx  []byte
+			}{{"n1", a, []byte("idx a")}, {"n2", b, []byte("idx bb")}} {
+				_, err := ips.RegisterInlinePack(bg, lockstep.PackRecord{Network: x.net, Hash: oid(1), PackBytes: int64(len(x.pack)), IdxBytes: int64(len(x.idx)), Objects: 1}, x.pack, x.idx)
+				must(t, err)
+			}
+			gp, gi, err := ips.InlinePack(bg, "n1", oid(1))
+			must(t, err)
+			if string(gp) != "PACK a" || string(gi) != "idx a" {
+				t.Fatalf("n1's inline pack: %q %q", gp, gi)
+			}
+			gp, gi, err = ips.InlinePack(bg, "n2", oid(1))
+			must(t, err)
+			if string(gp) != "PACK bb" || string(gi) != "idx bb" {
+				t.Fatalf("n2's inline pack: %q %q", gp, gi)
+			}
+			_, _, err = ips.InlinePack(bg, "n3", oid(1))
+			wantCode(t, err, lockstep.ENOTFOUND)
+		},
 		"RegisterPack": func(t *testing.T, s lockstep.Store, ps lockstep.PackStore) {
 			if g := gen(t, ps, "net"); g != 0 {
 				t.Fatalf("generation of a new network: %d, want 0", g)

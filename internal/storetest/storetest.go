@@ -53,6 +53,8 @@ func Interfaces() []reflect.Type {
 		// Not part of Store (only object-storage mode needs it): its tests
 		// skip on a store that does not implement it.
 		reflect.TypeOf((*lockstep.PackStore)(nil)).Elem(),
+		// Optional beside PackStore (small packs kept in the database).
+		reflect.TypeOf((*lockstep.InlinePackStore)(nil)).Elem(),
 	}
 }
 
