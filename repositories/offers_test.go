@@ -42,7 +42,9 @@ type offersWorld struct {
 	admin *lockstep.Key
 }
 
-func newOffersWorld(t *testing.T) *offersWorld {
+func newOffersWorld(t *testing.T) *offersWorld { return newOffersWorldTB(t) }
+
+func newOffersWorldTB(t testing.TB) *offersWorld {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -62,7 +64,7 @@ func newOffersWorld(t *testing.T) *offersWorld {
 }
 
 // push commits one more version of a.txt on name's main and returns it.
-func (w *offersWorld) push(t *testing.T, name, expect string, i int) string {
+func (w *offersWorld) push(t testing.TB, name, expect string, i int) string {
 	t.Helper()
 	res, err := w.repos.PushTar(context.Background(), w.admin, name, servicetest.Tar(t, map[string]string{"a.txt": fmt.Sprintf("v%d\n", i)}),
 		repositories.WriteOptions{Branch: "main", ExpectOID: expect})
@@ -75,7 +77,7 @@ func (w *offersWorld) push(t *testing.T, name, expect string, i int) string {
 // release stages effects on a new workspace of base (withComp[i]: the
 // i-th has a compensation) and promotes it with commit as the release
 // commit; it returns the effects, oldest first.
-func (w *offersWorld) release(t *testing.T, base *lockstep.Repo, ws, commit string, withComp ...bool) []*lockstep.Effect {
+func (w *offersWorld) release(t testing.TB, base *lockstep.Repo, ws, commit string, withComp ...bool) []*lockstep.Effect {
 	t.Helper()
 	ctx := context.Background()
 	r := &lockstep.Repo{Name: ws, Network: base.Network, ForkOf: base.Name, DefaultBranch: "main", Status: lockstep.StatusActive}
@@ -105,7 +107,7 @@ func (w *offersWorld) release(t *testing.T, base *lockstep.Repo, ws, commit stri
 }
 
 // deliverAll delivers every due outbox row (status released).
-func (w *offersWorld) deliverAll(t *testing.T) {
+func (w *offersWorld) deliverAll(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
 	for {
