@@ -103,6 +103,11 @@ type EffectFilter struct {
 	Reason   string
 }
 
+// MaxCompensableCommits bounds the commits one CompensableEffects call
+// filters on (one placeholder each, far below SQLite's and Postgres's
+// limits).
+const MaxCompensableCommits = 1000
+
 // EffectRelease is what a promote's status change does to the
 // workspace's staged effects: every one goes to the outbox (releasing),
 // except classes in Hold, which wait for a reviewer (held). Into is the
@@ -140,6 +145,12 @@ type EffectStore interface {
 	// EffectsReleasedBy lists the effects released into base by commit,
 	// by seq.
 	EffectsReleasedBy(ctx context.Context, baseID int64, commit string) ([]Effect, error)
+	// CompensableEffects lists, by seq, the effects released into base
+	// and delivered (status released) whose compensation was never
+	// queued: what a rollback may offer. When commits is not nil only
+	// those released by one of them (an empty list: none, no query; at
+	// most MaxCompensableCommits). At most limit (0: all). One query.
+	CompensableEffects(ctx context.Context, baseID int64, commits []string, limit int) ([]Effect, error)
 	// ClaimEffectDeliveries leases up to n due outbox rows until lease
 	// ends. A row is due only when no earlier row of its lane (the
 	// workspace's effects in seq order; its compensations newest first) is

@@ -64,41 +64,58 @@ func (s *Service) rollback(ctx context.Context, actor *lockstep.Key, repoName, t
 }
 
 // maxUndoneWalk bounds the first-parent walk of compensationOffers.
-const maxUndoneWalk = 1000
+const maxUndoneWalk = lockstep.MaxCompensableCommits
 
 // compensationOffers lists the released effects with a compensation of the
 // commits a rollback of base's branch to target undoes: the first-parent
 // chain from the tip down to the merge base with target (where promotes
 // land), newest first. Best effort: a failure to read offers nothing.
+//
+// At most two metadata queries whatever the history's length: one cheap
+// look for any compensable effect released into the base (none, the usual
+// case: no walk at all), then, after the walk in git, one for those the
+// walked commits released, matched in memory.
 func (s *Service) compensationOffers(ctx context.Context, r *lockstep.Repo, n gitobj.Reader, opts WriteOptions, target gitobj.Hash) []lockstep.CompensationOffer {
 	tip, err := s.branchTip(ctx, r, opts.Branch)
 	if err != nil || tip == target {
+		return nil
+	}
+	if some, err := s.store.CompensableEffects(ctx, r.ID, nil, 1); err != nil || len(some) == 0 {
 		return nil
 	}
 	mb, err := merge.MergeBase(ctx, n.Objects(), tip, target)
 	if err != nil {
 		return nil
 	}
-	var out []lockstep.CompensationOffer
+	var walked []string
 	h := tip
 	for i := 0; i < maxUndoneWalk && h != mb && !h.IsZero(); i++ {
-		list, err := s.store.EffectsReleasedBy(ctx, r.ID, h.String())
-		if err != nil {
-			return out
-		}
-		for j := len(list) - 1; j >= 0; j-- {
-			e := list[j]
-			if e.Compensation == nil || e.Status != lockstep.EffectReleased || e.CompensationStatus != "" {
-				continue
-			}
-			out = append(out, lockstep.CompensationOffer{Effect: e.ID, Workspace: e.Repo, Commit: h.String(), Request: e.Request.Method + " " + e.Request.URL,
-				Compensation: e.Compensation.Method + " " + e.Compensation.URL, Label: e.Label, Consuming: e.Consuming})
-		}
+		walked = append(walked, h.String())
 		ci, err := n.Commit(h)
 		if err != nil || len(ci.Parents) == 0 {
 			break
 		}
 		h = ci.Parents[0]
+	}
+	list, err := s.store.CompensableEffects(ctx, r.ID, walked, 0)
+	if err != nil {
+		return nil
+	}
+	byCommit := map[string][]lockstep.Effect{}
+	for _, e := range list {
+		byCommit[e.ReleasedCommit] = append(byCommit[e.ReleasedCommit], e)
+	}
+	var out []lockstep.CompensationOffer
+	for _, c := range walked {
+		list := byCommit[c]
+		for j := len(list) - 1; j >= 0; j-- {
+			e := list[j]
+			if e.Compensation == nil || e.Status != lockstep.EffectReleased || e.CompensationStatus != "" {
+				continue
+			}
+			out = append(out, lockstep.CompensationOffer{Effect: e.ID, Workspace: e.Repo, Commit: c, Request: e.Request.Method + " " + e.Request.URL,
+				Compensation: e.Compensation.Method + " " + e.Compensation.URL, Label: e.Label, Consuming: e.Consuming})
+		}
 	}
 	return out
 }

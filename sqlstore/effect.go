@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
@@ -240,6 +241,36 @@ func (s *DB) EffectsReleasedBy(ctx context.Context, baseID int64, commit string)
 	ctx, span := s.start(ctx, "EffectsReleasedBy")
 	defer func() { err = end(span, err) }()
 	return s.effectList(ctx, ` WHERE e.released_into = $1 AND e.released_commit = $2 ORDER BY e.seq`, baseID, commit)
+}
+
+// CompensableEffects lists the delivered effects released into a base
+// (by some of commits when not nil) whose compensation was never queued,
+// in one query on the effects_released index.
+func (s *DB) CompensableEffects(ctx context.Context, baseID int64, commits []string, limit int) (out []lockstep.Effect, err error) {
+	ctx, span := s.start(ctx, "CompensableEffects")
+	defer func() { err = end(span, err) }()
+	if commits != nil && len(commits) == 0 {
+		return []lockstep.Effect{}, nil
+	}
+	if len(commits) > lockstep.MaxCompensableCommits {
+		return nil, lockstep.Errorf(lockstep.EINVALID, "%d commits: at most %d", len(commits), lockstep.MaxCompensableCommits)
+	}
+	q := ` WHERE e.released_into = $1 AND e.status = $2 AND e.compensation <> '' AND e.comp_status = ''`
+	args := []any{baseID, lockstep.EffectReleased}
+	if commits != nil {
+		ph := make([]string, len(commits))
+		for i, c := range commits {
+			args = append(args, c)
+			ph[i] = fmt.Sprintf("$%d", len(args))
+		}
+		q += ` AND e.released_commit IN (` + strings.Join(ph, ", ") + `)`
+	}
+	q += ` ORDER BY e.seq`
+	if limit > 0 {
+		args = append(args, limit)
+		q += fmt.Sprintf(" LIMIT $%d", len(args))
+	}
+	return s.effectList(ctx, q, args...)
 }
 
 // DiscardEffects discards staged effects in their own transaction.

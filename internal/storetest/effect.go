@@ -209,6 +209,70 @@ func effectTests() map[string]test {
 				t.Fatalf("another commit released %v", list)
 			}
 		},
+		"CompensableEffects": func(t *testing.T, s lockstep.Store) {
+			base := mustRepo(t, s, "base", "", main...)
+			other := mustRepo(t, s, "other", "", main...)
+			ws1 := mustRepo(t, s, "ws1", "base", main...)
+			ws2 := mustRepo(t, s, "ws2", "base", main...)
+			a := effectOn(t, s, ws1, 1, "", "")
+			b := effectOn(t, s, ws1, 2, "", "")
+			c := effectOn(t, s, ws2, 3, "", "")
+			d := &lockstep.Effect{ID: "eff_ws2_nocomp", RepoID: ws2.ID, Repo: ws2.Name, KeyName: "agent", Request: lockstep.EffectHTTP{Method: "POST", URL: "https://example.com/x"}}
+			must(t, s.StageEffect(bg, d, 0, ent("effect.stage")))
+			ids := func(list []lockstep.Effect, err error) string {
+				t.Helper()
+				must(t, err)
+				out := ""
+				for _, e := range list {
+					out += e.ID + " "
+				}
+				return out
+			}
+			deliverAll := func() {
+				for now := time.Now(); ; now = time.Now() {
+					ds := claimAll(t, s, now)
+					if len(ds) == 0 {
+						return
+					}
+					for _, dl := range ds {
+						deliverOK(t, s, dl, now)
+					}
+				}
+			}
+			promoteWS(t, s, base, ws1, oid(7))
+			if got := ids(s.CompensableEffects(bg, base.ID, nil, 0)); got != "" {
+				t.Fatalf("undelivered effects offered: %s", got)
+			}
+			deliverAll()
+			promoteWS(t, s, base, ws2, oid(8))
+			deliverAll()
+			abc := a.ID + " " + b.ID + " " + c.ID + " "
+			if got := ids(s.CompensableEffects(bg, base.ID, nil, 0)); got != abc {
+				t.Fatalf("compensable %s, want %s (by seq, none without a compensation)", got, abc)
+			}
+			if got := ids(s.CompensableEffects(bg, base.ID, nil, 1)); got != a.ID+" " {
+				t.Fatalf("limit 1: %s", got)
+			}
+			if got := ids(s.CompensableEffects(bg, base.ID, []string{oid(9), oid(8)}, 0)); got != c.ID+" " {
+				t.Fatalf("released by oid(8): %s", got)
+			}
+			if got := ids(s.CompensableEffects(bg, base.ID, []string{oid(8), oid(7)}, 0)); got != abc {
+				t.Fatalf("released by both: %s", got)
+			}
+			if list, err := s.CompensableEffects(bg, base.ID, []string{}, 0); err != nil || len(list) != 0 {
+				t.Fatalf("no commits: %v %v", list, err)
+			}
+			if got := ids(s.CompensableEffects(bg, other.ID, nil, 0)); got != "" {
+				t.Fatalf("another base: %s", got)
+			}
+			_, err := s.QueueCompensations(bg, []string{b.ID}, ent("effect.compensate"))
+			must(t, err)
+			if got := ids(s.CompensableEffects(bg, base.ID, nil, 0)); got != a.ID+" "+c.ID+" " {
+				t.Fatalf("after compensating %s: %s", b.ID, got)
+			}
+			_, err = s.CompensableEffects(bg, base.ID, make([]string, lockstep.MaxCompensableCommits+1), 0)
+			wantCode(t, err, lockstep.EINVALID)
+		},
 		"ClaimEffectDeliveries": func(t *testing.T, s lockstep.Store) {
 			base := mustRepo(t, s, "base", "", main...)
 			ws := mustRepo(t, s, "ws", "base", main...)
