@@ -63,7 +63,7 @@ func TestDomainImportsNoDriver(t *testing.T) {
 // services (and web) reach objects through gitobj's interfaces
 // (repositories.ObjectStore = gitobj.Store), opened by the
 // repositories.Config.Objects that cmd chose, so none of them depends,
-// even indirectly, on an implementation (repo, replica), and none
+// even indirectly, on an implementation (gitstore, replica), and none
 // imports go-git itself: gitobj names its hash and object types. Only
 // the merge engine, which reads objects through go-git's storer
 // interface, imports go-git directly. gitobj is types and interfaces:
@@ -71,7 +71,7 @@ func TestDomainImportsNoDriver(t *testing.T) {
 func TestServicesNameNoGitAdapter(t *testing.T) {
 	const mod = "github.com/lockstep-hq/lockstep"
 	services := []string{".", "./repositories", "./workspaces", "./branches", "./branches", "./gate", "./checkpoints", "./effects", "./delivery", "./web"}
-	adapters := []string{mod + "/repo", mod + "/replica"}
+	adapters := []string{mod + "/gitstore", mod + "/replica"}
 	for _, pkg := range services {
 		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", pkg).CombinedOutput()
 		if err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/lockstep-hq/lockstep/client"
 	"github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/gate"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -59,7 +59,7 @@ func startServerWith(dir string, brancher lockstep.Brancher) (*testServer, error
 	_, ci, _ := keys.Create(ctx, auth.System, "ci", lockstep.RoleCI)
 	m := telemetry.NewMetrics()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	repos := repositories.New(repositories.Config{Objects: repo.Local{}, DataDir: dir}, db, logger, m, nil)
+	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, logger, m, nil)
 	allow, err := delivery.ParseAllowList("127.0.0.1")
 	if err != nil {
 		return nil, err

@@ -16,7 +16,7 @@ import (
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/effects"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -41,7 +41,7 @@ func mustFixture(tb testing.TB, cfg effects.Config) *fixture {
 	}
 	tb.Cleanup(func() { db.Close() })
 	m := telemetry.NewMetrics()
-	repos := repositories.New(repositories.Config{Objects: repo.Local{}, DataDir: dir}, db, nil, m, nil)
+	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, nil, m, nil)
 	tb.Cleanup(func() { repos.Close() })
 	owner := &lockstep.Key{ID: "key_agent", Name: "agent", Role: lockstep.RoleAgent}
 	base := &lockstep.Repo{Name: "base", Network: "base", DefaultBranch: "main", Status: lockstep.StatusActive}

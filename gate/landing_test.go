@@ -7,7 +7,7 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -45,7 +45,7 @@ func mustLandWorldOn(t *testing.T, url string, wrap func(lockstep.Store) lockste
 	w.admin, _, _ = keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
 	w.agent, _, _ = keys.Create(ctx, auth.System, "agent", lockstep.RoleAgent)
 	m := telemetry.NewMetrics()
-	w.repos = repositories.New(repositories.Config{Objects: repo.Local{}, DataDir: dir}, db, nil, m, nil)
+	w.repos = repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, nil, m, nil)
 	t.Cleanup(func() { w.repos.Close() })
 	var wssStore lockstep.Store = db
 	if wrap != nil {

@@ -2,7 +2,7 @@
 // seam: what the services (repositories, workspaces, gate, web) say about
 // git objects, and the interfaces an object store implements (Reader,
 // Writer, RefMirror, GitDir; Store is all four), split by use as go-git's
-// storers are. It holds no storage: the implementations are repo.Network
+// storers are. It holds no storage: the implementations are gitstore.Network
 // (a local bare repository) and replica.Network (packs in a bucket);
 // services import this package and neither of them, nor go-git
 // (deps_test.go).

@@ -123,7 +123,7 @@ type OpenOptions struct {
 
 // Opener opens (creating when missing) the object storage of the network
 // whose directory is dir (networks/<name>.git under the data directory).
-// It is what cmd chooses an implementation by: repo.Local (a bare
+// It is what cmd chooses an implementation by: gitstore.Local (a bare
 // repository on disk) or a *replica.Manager (object storage).
 type Opener interface {
 	Open(dir string, opts OpenOptions) (Store, error)

@@ -14,15 +14,15 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitstore"
 )
 
-// Network is one network's cache in object-storage mode: a repo.Network
+// Network is one network's cache in object-storage mode: a gitstore.Network
 // whose every new pack is uploaded and registered before the write
 // returns, and which catches up with the database's pack list before it
 // is served (Refresh).
 type Network struct {
-	*repo.Network
+	*gitstore.Network
 	m    *Manager
 	name string
 
@@ -43,9 +43,9 @@ func (n *Network) packPath(h, ext string) string {
 	return filepath.Join(n.Dir(), "objects", "pack", "pack-"+h+"."+ext)
 }
 
-// onPack is repo.Options.OnPack: upload, then register. Runs under the
+// onPack is gitstore.Options.OnPack: upload, then register. Runs under the
 // cache's write lock, before the write returns.
-func (n *Network) onPack(pf repo.PackFiles) error {
+func (n *Network) onPack(pf gitstore.PackFiles) error {
 	cfg := n.m.cfg
 	start := time.Now()
 	limit := cfg.Grace / 2
@@ -112,7 +112,7 @@ func (n *Network) publish(gen int64) {
 	}
 }
 
-// onMiss is repo.Options.OnMiss: a lookup missed, maybe because another
+// onMiss is gitstore.Options.OnMiss: a lookup missed, maybe because another
 // replica wrote the object after this request's catch-up; catch up now
 // and say whether anything arrived.
 func (n *Network) onMiss() bool {
@@ -373,7 +373,7 @@ func (n *Network) adopt(ctx context.Context) error {
 			os.Remove(n.packPath(h, "pack"))
 			changed = true
 		default:
-			pf := repo.PackFiles{Hash: plumbing.NewHash(h), PackPath: n.packPath(h, "pack"), IdxPath: n.packPath(h, "idx")}
+			pf := gitstore.PackFiles{Hash: plumbing.NewHash(h), PackPath: n.packPath(h, "pack"), IdxPath: n.packPath(h, "idx")}
 			if fi, err := os.Stat(pf.PackPath); err == nil {
 				pf.PackBytes = fi.Size()
 			}

@@ -9,7 +9,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitstore"
 )
 
 // CollectGarbage drops the network's cruft older than opts.Cutoff in
@@ -30,8 +30,8 @@ import (
 // commit point (which then refuses: the ref moved to an object this GC
 // did not see) or after it (the write is refused if it checked its
 // objects before the commit point, see lockstep.RefUpdate.ObjectsSince).
-func (n *Network) CollectGarbage(ctx context.Context, opts repo.GCOptions) (repo.GCStats, error) {
-	var st repo.GCStats
+func (n *Network) CollectGarbage(ctx context.Context, opts gitstore.GCOptions) (gitstore.GCStats, error) {
+	var st gitstore.GCStats
 	// No compaction of this network meanwhile (each would retire the
 	// other's packs; the loser's commit would be refused anyway).
 	stop, ok, err := n.m.holdLease(ctx, "compact:"+n.name)
@@ -63,7 +63,7 @@ func (n *Network) CollectGarbage(ctx context.Context, opts repo.GCOptions) (repo
 	}
 	type packInfo struct {
 		hash    string
-		entries []repo.PackEntry
+		entries []gitstore.PackEntry
 	}
 	var old []packInfo
 	roots := append([]plumbing.Hash(nil), opts.Roots...)
@@ -72,7 +72,7 @@ func (n *Network) CollectGarbage(ctx context.Context, opts repo.GCOptions) (repo
 		if registered && !r.Live() {
 			continue // retired: its objects are in a live pack
 		}
-		ents, err := repo.ReadPackEntries(n.packPath(h, "idx"))
+		ents, err := gitstore.ReadPackEntries(n.packPath(h, "idx"))
 		if err != nil {
 			return st, err
 		}

@@ -3,7 +3,7 @@
 // bucket (bucket.Bucket: S3 by package s3packs, a directory by package
 // filebucket) plus its list of live packs and
 // its generation in the metadata database (lockstep.PackStore); each
-// replica holds a cache — a bare repository per network (repo.Network)
+// replica holds a cache — a bare repository per network (gitstore.Network)
 // with the packs it downloaded — that it brings up to date before serving
 // the network. The cache can be wiped at any time: it is rebuilt on
 // demand.
@@ -44,7 +44,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/bucket"
 	"github.com/lockstep-hq/lockstep/gitobj"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitstore"
 )
 
 // DefaultInlineMax is serve's default Config.InlineMax: 64 KiB of pack
@@ -213,8 +213,8 @@ func (m *Manager) notified(network string, gen int64) {
 func (m *Manager) Open(dir string, oo gitobj.OpenOptions) (gitobj.Store, error) {
 	name := strings.TrimSuffix(filepath.Base(dir), ".git")
 	n := &Network{m: m, name: name, gen: -1}
-	opts := repo.Options{Fsync: oo.Fsync, TempGrace: oo.TempGrace, OnPack: n.onPack, OnMiss: n.onMiss}
-	rn, err := repo.Open(dir, opts)
+	opts := gitstore.Options{Fsync: oo.Fsync, TempGrace: oo.TempGrace, OnPack: n.onPack, OnMiss: n.onMiss}
+	rn, err := gitstore.Open(dir, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +242,7 @@ func (m *Manager) SharesNetworks() bool { return true }
 // SweepTemps removes the temp files a crash left in the cache dir of a
 // network (gitobj.TempSweeper): the cache is a local bare repository.
 func (m *Manager) SweepTemps(dir string, grace time.Duration, now time.Time) gitobj.TempSweep {
-	return repo.RemoveStaleTemps(dir, grace, now)
+	return gitstore.RemoveStaleTemps(dir, grace, now)
 }
 
 var (

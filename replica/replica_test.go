@@ -20,10 +20,10 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/gitobj"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
 	"github.com/lockstep-hq/lockstep/redislock"
 	"github.com/lockstep-hq/lockstep/replica"
-	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/s3packs"
 	"github.com/lockstep-hq/lockstep/sqlstore"
@@ -194,7 +194,7 @@ func TestWriteOnOneReadOnAnother(t *testing.T) {
 	fsck(t, nc2.Dir())
 
 	// A commit (a loose write in local mode) is a pack here, registered.
-	tree, objs, err := nc2.EditTree(plumbing.ZeroHash, []repo.TreeEdit{{Path: "f.txt", Content: []byte("hi\n")}}, repo.Limits{})
+	tree, objs, err := nc2.EditTree(plumbing.ZeroHash, []gitstore.TreeEdit{{Path: "f.txt", Content: []byte("hi\n")}}, gitstore.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestWriteOnOneReadOnAnother(t *testing.T) {
 		t.Fatal(err)
 	}
 	sig := object.Signature{Name: "a", Email: "a@example.com", When: time.Unix(1e9, 0)}
-	commit, _, err := nc2.WriteCommit(repo.CommitSpec{Tree: tree, Message: "m\n", Author: sig, Committer: sig})
+	commit, _, err := nc2.WriteCommit(gitstore.CommitSpec{Tree: tree, Message: "m\n", Author: sig, Committer: sig})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestGCRacingWritesAndCompaction(t *testing.T) {
 	// An unregistered pack: uploaded by a write that crashed before its
 	// registration.
 	orphanDir := t.TempDir()
-	orphan, err := repo.Open(orphanDir, repo.Options{})
+	orphan, err := gitstore.Open(orphanDir, gitstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +442,7 @@ func TestAdoptLocalObjects(t *testing.T) {
 	e := newEnv(t)
 	a := e.replica(time.Hour)
 	dir := filepath.Join(a.dir, "net.git")
-	local, err := repo.Open(dir, repo.Options{})
+	local, err := gitstore.Open(dir, gitstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +498,7 @@ func TestMissingObjectCatchesUp(t *testing.T) {
 	a, b := e.replica(time.Hour), e.replica(time.Hour)
 	na, nb := a.open(t, "net"), b.open(t, "net")
 	refresh(t, nb)
-	tree, objs, err := na.EditTree(plumbing.ZeroHash, []repo.TreeEdit{{Path: "f", Content: []byte("from a\n")}}, repo.Limits{})
+	tree, objs, err := na.EditTree(plumbing.ZeroHash, []gitstore.TreeEdit{{Path: "f", Content: []byte("from a\n")}}, gitstore.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -506,7 +506,7 @@ func TestMissingObjectCatchesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	sig := object.Signature{Name: "a", Email: "a@example.com", When: time.Unix(1e9, 0)}
-	c, _, err := na.WriteCommit(repo.CommitSpec{Tree: tree, Message: "m\n", Author: sig, Committer: sig})
+	c, _, err := na.WriteCommit(gitstore.CommitSpec{Tree: tree, Message: "m\n", Author: sig, Committer: sig})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +517,7 @@ func TestMissingObjectCatchesUp(t *testing.T) {
 	if _, err := nb.TreeEntries(c, ""); err != nil {
 		t.Fatalf("tree: %v", err)
 	}
-	c2, _, err := na.WriteCommit(repo.CommitSpec{Tree: tree, Parents: []plumbing.Hash{c}, Message: "n\n", Author: sig, Committer: sig})
+	c2, _, err := na.WriteCommit(gitstore.CommitSpec{Tree: tree, Parents: []plumbing.Hash{c}, Message: "n\n", Author: sig, Committer: sig})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,11 +525,11 @@ func TestMissingObjectCatchesUp(t *testing.T) {
 		t.Fatal("Has on b of a commit just written on a")
 	}
 	// A commit on b whose parent b has not downloaded yet.
-	c3, _, err := na.WriteCommit(repo.CommitSpec{Tree: tree, Parents: []plumbing.Hash{c2}, Message: "o\n", Author: sig, Committer: sig})
+	c3, _, err := na.WriteCommit(gitstore.CommitSpec{Tree: tree, Parents: []plumbing.Hash{c2}, Message: "o\n", Author: sig, Committer: sig})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := nb.WriteCommit(repo.CommitSpec{Tree: tree, Parents: []plumbing.Hash{c3}, Message: "p\n", Author: sig, Committer: sig}); err != nil {
+	if _, _, err := nb.WriteCommit(gitstore.CommitSpec{Tree: tree, Parents: []plumbing.Hash{c3}, Message: "p\n", Author: sig, Committer: sig}); err != nil {
 		t.Fatalf("commit on b with a parent from a: %v", err)
 	}
 }
@@ -547,7 +547,7 @@ func TestGCAllowsForListingResolution(t *testing.T) {
 	t.Cleanup(m.Close)
 
 	dir := t.TempDir()
-	local, err := repo.Open(dir, repo.Options{})
+	local, err := gitstore.Open(dir, gitstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -729,14 +729,14 @@ func TestSmallPacksInDatabase(t *testing.T) {
 		t.Fatalf("bucket packs after a large write: %d, want 1", n)
 	}
 	sig := object.Signature{Name: "a", Email: "a@example.com", When: time.Unix(1e9, 0)}
-	tree, objs, err := na.EditTree(plumbing.ZeroHash, []repo.TreeEdit{{Path: "f.txt", Content: []byte("hi\n")}}, repo.Limits{})
+	tree, objs, err := na.EditTree(plumbing.ZeroHash, []gitstore.TreeEdit{{Path: "f.txt", Content: []byte("hi\n")}}, gitstore.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := na.WriteObjects(objs); err != nil {
 		t.Fatal(err)
 	}
-	commit, _, err := na.WriteCommit(repo.CommitSpec{Tree: tree, Message: "rollback\n", Author: sig, Committer: sig})
+	commit, _, err := na.WriteCommit(gitstore.CommitSpec{Tree: tree, Message: "rollback\n", Author: sig, Committer: sig})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -824,7 +824,7 @@ func BenchmarkSmallPackWrite(b *testing.B) {
 	names := []string{"bucket", "inline"}
 	tree := plumbing.ZeroHash
 	for _, n := range nets {
-		t, objs, err := n.EditTree(plumbing.ZeroHash, []repo.TreeEdit{{Path: "f.txt", Content: []byte("hi\n")}}, repo.Limits{})
+		t, objs, err := n.EditTree(plumbing.ZeroHash, []gitstore.TreeEdit{{Path: "f.txt", Content: []byte("hi\n")}}, gitstore.Limits{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -840,7 +840,7 @@ func BenchmarkSmallPackWrite(b *testing.B) {
 			k = (k + i) % 2 // ABBA-ish: alternate which goes first
 			sig := object.Signature{Name: "a", Email: "a@example.com", When: time.Unix(int64(1e9+i), 0)}
 			start := time.Now()
-			if _, _, err := nets[k].WriteCommit(repo.CommitSpec{Tree: tree, Message: fmt.Sprintf("rollback %d\n", i), Author: sig, Committer: sig}); err != nil {
+			if _, _, err := nets[k].WriteCommit(gitstore.CommitSpec{Tree: tree, Message: fmt.Sprintf("rollback %d\n", i), Author: sig, Committer: sig}); err != nil {
 				b.Fatal(err)
 			}
 			ms[k] = append(ms[k], float64(time.Since(start).Microseconds())/1000)

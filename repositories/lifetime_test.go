@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/lockstep-hq/lockstep/gitobj"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/internal/servicetest"
-	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
 )
 
@@ -17,7 +17,7 @@ import (
 // a duration assertion.
 const hangGuard = 60 * time.Second
 
-// heldCompaction is the real local object store (repo.Local)
+// heldCompaction is the real local object store (gitstore.Local)
 // whose Compact reports that it started and then holds, as a long git
 // repack would, until its context is cancelled (or the test releases
 // it), before running the real Compact under that context.
@@ -54,7 +54,7 @@ func TestCloseCancelsRunningCompaction(t *testing.T) {
 	w := servicetest.MustWorld(t, servicetest.Options{Repos: repositories.Config{
 		CompactPacks: 1,
 		Objects: gitobj.OpenerFunc(func(dir string, opts gitobj.OpenOptions) (gitobj.Store, error) {
-			n, err := repo.Local{}.Open(dir, opts)
+			n, err := gitstore.Local{}.Open(dir, opts)
 			if err != nil {
 				return nil, err
 			}

@@ -8,7 +8,7 @@ import (
 // between the services and where objects live (gitobj.Store: a Reader,
 // a Writer, a RefMirror and a GitDir). The services reach a repository's
 // objects only through it (Service.Network), and know neither its
-// implementations (repo.Network, a local bare repository;
+// implementations (gitstore.Network, a local bare repository;
 // replica.Network, packs in a bucket) nor go-git: Config.Objects opens
 // them. See gitobj for the contract, gitobj/gitobjtest for the suite
 // every implementation passes.

@@ -10,14 +10,14 @@ import (
 	"time"
 
 	"github.com/lockstep-hq/lockstep/gitobj"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/internal/servicetest"
-	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
 )
 
 // sharedLocal is the local opener declaring its networks shared
 // (gitobj.Shared), as replica.Manager does.
-type sharedLocal struct{ repo.Local }
+type sharedLocal struct{ gitstore.Local }
 
 func (sharedLocal) SharesNetworks() bool { return true }
 
@@ -25,7 +25,7 @@ func (sharedLocal) SharesNetworks() bool { return true }
 type plainOpener struct{}
 
 func (plainOpener) Open(dir string, o gitobj.OpenOptions) (gitobj.Store, error) {
-	return repo.Local{}.Open(dir, o)
+	return gitstore.Local{}.Open(dir, o)
 }
 
 func mirroredRefs(t *testing.T, n repositories.ObjectStore, repoName string) string {
@@ -47,7 +47,7 @@ func TestSharedOpenerDecidesMirrorMode(t *testing.T) {
 		name   string
 		opener gitobj.Opener
 		shared bool
-	}{{"local", repo.Local{}, false}, {"shared", sharedLocal{}, true}} {
+	}{{"local", gitstore.Local{}, false}, {"shared", sharedLocal{}, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := servicetest.MustWorld(t, servicetest.Options{Repos: repositories.Config{Objects: tc.opener}})
 			w.MustRepo(t, "app", map[string]string{"a.txt": "a\n"})
@@ -81,7 +81,7 @@ func TestSweepTempsAsksTheOpener(t *testing.T) {
 		name    string
 		opener  gitobj.Opener
 		removed bool
-	}{{"local", repo.Local{}, true}, {"no sweeper", plainOpener{}, false}} {
+	}{{"local", gitstore.Local{}, true}, {"no sweeper", plainOpener{}, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := servicetest.MustWorld(t, servicetest.Options{Repos: repositories.Config{Objects: tc.opener}})
 			w.MustRepo(t, "app", map[string]string{"a.txt": "a\n"})

@@ -362,7 +362,7 @@ func (s *Service) writeCommit(n gitobj.Writer, actor *lockstep.Key, tree gitobj.
 
 // checkLanding refuses (invalid_argument) to move a branch to a commit
 // whose tree breaks the content rules every upload obeys
-// (repo.Network.CheckRootTree: names, .gitmodules, .gitattributes,
+// (gitstore.Network.CheckRootTree: names, .gitmodules, .gitattributes,
 // symlinks; cached per tree). New trees were checked when written; this
 // catches a commit already stored that predates the rules, on the paths
 // that write no tree of their own (a fast-forward merge or promote, a

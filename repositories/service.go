@@ -68,7 +68,7 @@ type Config struct {
 	// open file). 0 never compacts.
 	CompactPacks int
 	// Objects opens the object storage of the network in a directory
-	// (created when missing): repo.Local{} (a local bare repository) or a
+	// (created when missing): gitstore.Local{} (a local bare repository) or a
 	// *replica.Manager (object storage). Required: opening a network
 	// without it is an internal error. What it implements of gitobj's
 	// optional interfaces decides the mode: a gitobj.Shared opener (its

@@ -21,9 +21,9 @@ import (
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
 	"github.com/lockstep-hq/lockstep/redislock"
-	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -73,7 +73,7 @@ func mustOutageServer(t *testing.T, rdb *redis.Client, prefix string) *outageSer
 	m := telemetry.NewMetrics()
 	log := &lockedBuffer{}
 	logger := slog.New(slog.NewTextHandler(log, nil))
-	repos := repositories.New(repositories.Config{Objects: repo.Local{}, DataDir: dir}, db, logger, m, nil)
+	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, logger, m, nil)
 	t.Cleanup(func() { repos.Close() })
 	g := gate.New(gate.Config{}, db, repos, logger, m, nil)
 	s := &web.Server{Config: web.Config{MaxJSONBytes: 1 << 20}, Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: workspaces.New(db, repos, nil, logger, m, nil), Logger: logger,

@@ -14,7 +14,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/gate"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -46,7 +46,7 @@ func BenchmarkFleet(b *testing.B) {
 			}
 			m := telemetry.NewMetrics()
 			logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-			repos := repositories.New(repositories.Config{Objects: repo.Local{}, DataDir: dir}, db, logger, m, nil)
+			repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, logger, m, nil)
 			defer repos.Close()
 			s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: workspaces.New(db, repos, nil, nil, m, nil), Logger: logger, Gate: gate.New(gate.Config{}, db, repos, logger, m, nil)}
 			srv := httptest.NewServer(s.Handler())

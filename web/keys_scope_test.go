@@ -17,7 +17,7 @@ import (
 	"github.com/lockstep-hq/lockstep/agentmcp"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/gate"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -60,7 +60,7 @@ func mustServerTweak(t *testing.T, cfg web.Config, now func() time.Time, tweak f
 	_, admin, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
 	_, agent, _ := keys.Create(ctx, auth.System, "agent", lockstep.RoleAgent)
 	m := telemetry.NewMetrics()
-	repos := repositories.New(repositories.Config{Objects: repo.Local{}, DataDir: dir}, db, nil, m, nil)
+	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, nil, m, nil)
 	t.Cleanup(func() { repos.Close() })
 	if cfg.MaxJSONBytes == 0 {
 		cfg.MaxJSONBytes = 4096

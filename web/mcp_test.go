@@ -25,7 +25,7 @@ import (
 	"github.com/lockstep-hq/lockstep/agentmcp"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/gate"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -63,7 +63,7 @@ func mcpServer(t *testing.T, cfg web.Config, o agentmcp.HTTPOptions) *mcpFixture
 	})
 	f.build = func() http.Handler {
 		m := telemetry.NewMetrics()
-		r := repositories.New(repositories.Config{Objects: repo.Local{}, DataDir: dir}, db, nil, m, nil)
+		r := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, nil, m, nil)
 		repos = append(repos, r)
 		s := &web.Server{Config: cfg, Store: db, Keys: keys, Metrics: m, Repos: r, Workspaces: workspaces.New(db, r, nil, nil, m, nil),
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Gate: gate.New(gate.Config{}, db, r, nil, m, nil),

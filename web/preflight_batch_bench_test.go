@@ -20,7 +20,7 @@ import (
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/client"
 	"github.com/lockstep-hq/lockstep/gate"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -105,7 +105,7 @@ func BenchmarkPreflightBatch(b *testing.B) {
 	admin, secret, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
 	m := telemetry.NewMetrics()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	repos := repositories.New(repositories.Config{Objects: repo.Local{}, DataDir: filepath.Join(dir, "data")}, db, logger, m, nil)
+	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: filepath.Join(dir, "data")}, db, logger, m, nil)
 	defer repos.Close()
 	wss := workspaces.New(db, repos, nil, nil, m, nil)
 	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: wss, Logger: logger, Gate: gate.New(gate.Config{}, db, repos, logger, m, nil)}

@@ -15,7 +15,7 @@ import (
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/client"
 	"github.com/lockstep-hq/lockstep/gate"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -45,7 +45,7 @@ func newBatchFixture(t *testing.T, max int) *batchFixture {
 	_, agentSecret, _ := keys.Create(ctx, auth.System, "agent", lockstep.RoleAgent)
 	m := telemetry.NewMetrics()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	repos := repositories.New(repositories.Config{Objects: repo.Local{}, DataDir: dir, PreflightBatchMax: max}, db, logger, m, nil)
+	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir, PreflightBatchMax: max}, db, logger, m, nil)
 	t.Cleanup(func() { repos.Close() })
 	wss := workspaces.New(db, repos, nil, nil, m, nil)
 	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: wss, Logger: logger, Gate: gate.New(gate.Config{}, db, repos, logger, m, nil)}

@@ -24,8 +24,8 @@ import (
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
-	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -80,7 +80,7 @@ func mustUIWorld(t *testing.T, opts ...func(*web.Server)) *uiWorld {
 	w.revoked = revokedSecret
 	m := telemetry.NewMetrics()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	repos := repositories.New(repositories.Config{Objects: repo.Local{}, DataDir: dir}, db, logger, m, nil)
+	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, logger, m, nil)
 	t.Cleanup(func() { repos.Close() })
 	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: workspaces.New(db, repos, nil, nil, m, nil), Logger: logger,
 		Gate: gate.New(gate.Config{}, db, repos, logger, m, nil), Checkpoints: checkpoints.New(db, repos, nil, logger, m, nil)}

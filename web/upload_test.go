@@ -17,7 +17,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/gate"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -43,7 +43,7 @@ func uploadServerDir(t *testing.T, maxUploads int) (*fixture, string) {
 	keys := auth.New(db, nil)
 	_, admin, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
 	m := telemetry.NewMetrics()
-	repos := repositories.New(repositories.Config{Objects: repo.Local{}, DataDir: dir}, db, nil, m, nil)
+	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, nil, m, nil)
 	t.Cleanup(func() { repos.Close() })
 	s := &web.Server{Config: web.Config{MaxConcurrentUploads: maxUploads}, Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: workspaces.New(db, repos, nil, nil, m, nil),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Gate: gate.New(gate.Config{}, db, repos, nil, m, nil)}

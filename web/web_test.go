@@ -16,7 +16,7 @@ import (
 	"github.com/lockstep-hq/lockstep/agentmcp"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/gate"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -44,7 +44,7 @@ func mustServer(t *testing.T) *fixture {
 	_, admin, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
 	_, agent, _ := keys.Create(ctx, auth.System, "agent", lockstep.RoleAgent)
 	m := telemetry.NewMetrics()
-	repos := repositories.New(repositories.Config{Objects: repo.Local{}, DataDir: dir}, db, nil, m, nil)
+	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, nil, m, nil)
 	t.Cleanup(func() { repos.Close() })
 	s := &web.Server{Config: web.Config{MaxJSONBytes: 256}, Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: workspaces.New(db, repos, nil, nil, m, nil), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Gate: gate.New(gate.Config{}, db, repos, nil, m, nil),

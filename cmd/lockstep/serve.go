@@ -32,10 +32,10 @@ import (
 	"github.com/lockstep-hq/lockstep/filebucket"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/gitobj"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/redisbranch"
 	"github.com/lockstep-hq/lockstep/redislock"
 	"github.com/lockstep-hq/lockstep/replica"
-	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/s3packs"
 	"github.com/lockstep-hq/lockstep/sqlstore"
@@ -415,7 +415,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 	}
 	// The object store of every network: the one line that picks an
 	// implementation of gitobj.Opener (docs/architecture.md).
-	var objects gitobj.Opener = repo.Local{}
+	var objects gitobj.Opener = gitstore.Local{}
 	var sweepBucket func(context.Context) (int, error) // object storage: the bucket GC, run at the end of an object GC
 	var objectStore bucket.Bucket
 	if c.ObjectStore != "" {

@@ -1,6 +1,6 @@
 // Package gitobjtest is the contract every gitobj.Store passes (go-git's
 // storage/test, bucket/buckettest): one suite, run on each
-// implementation (repo.Network on a temp directory; replica.Network on a
+// implementation (gitstore.Network on a temp directory; replica.Network on a
 // file bucket with SQLite, and on the real versitygw with Postgres).
 // It checks what the services rely on: reads of what was written, the
 // error codes of the contract, the pack list, and git's view of the ref

@@ -19,7 +19,7 @@ import (
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/gate"
-	"github.com/lockstep-hq/lockstep/repo"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -46,7 +46,7 @@ type Options struct {
 	// status changes); nil: time.Now.
 	StoreNow func() time.Time
 	Brancher lockstep.Brancher   // nil: database branching off
-	Repos    repositories.Config // Objects nil: repo.Local{}
+	Repos    repositories.Config // Objects nil: gitstore.Local{}
 	// DB is the metadata store's URL (sqlstore.Open): "" for SQLite in
 	// the temp dir; a Postgres URL (testenv.MustPostgresDB) for Postgres.
 	DB string
@@ -85,7 +85,7 @@ func MustWorld(tb testing.TB, o Options) *World {
 	cfg := o.Repos
 	cfg.DataDir = dir
 	if cfg.Objects == nil {
-		cfg.Objects = repo.Local{}
+		cfg.Objects = gitstore.Local{}
 	}
 	w.Repos = repositories.New(cfg, db, log, m, o.Now)
 	tb.Cleanup(func() { w.Repos.Close() })

@@ -1,0 +1,83 @@
+package gitstore
+
+import (
+	"container/heap"
+
+	"github.com/go-git/go-git/v5/plumbing"
+)
+
+// IsAncestor reports whether commit a is reachable from commit b (a
+// commit is its own ancestor), like `git merge-base --is-ancestor a b`.
+// Returns not_found if either commit is missing.
+func (n *Network) IsAncestor(a, b plumbing.Hash) (bool, error) {
+	ahead, _, err := n.AheadBehind(a, b)
+	return ahead == 0 && err == nil, err
+}
+
+// AheadBehind returns how many commits are reachable from a but not from b
+// (ahead) and from b but not from a (behind), like
+// `git rev-list --left-right --count a...b`. The walk goes newest
+// committer time first and stops once every pending commit is reachable
+// from both sides, as git does; like git's, its answer assumes committer
+// times do not run backwards along history. Returns not_found if either
+// commit (or a parent on the way) is missing.
+func (n *Network) AheadBehind(a, b plumbing.Hash) (ahead, behind int, err error) {
+	const fromA, fromB = 1, 2
+	ca, err := n.commitObject(a)
+	if err != nil {
+		return 0, 0, err
+	}
+	cb, err := n.commitObject(b)
+	if err != nil {
+		return 0, 0, err
+	}
+	if a == b {
+		return 0, 0, nil
+	}
+	flags := map[plumbing.Hash]uint8{a: fromA}
+	flags[b] |= fromB
+	q := &commitQueue{}
+	seq := 0
+	push := func(q *commitQueue, c queued) { heap.Push(q, c) }
+	push(q, queued{ca, seq})
+	seq++
+	push(q, queued{cb, seq})
+	seq++
+	// pending counts queue entries not yet marked by both sides.
+	for q.Len() > 0 {
+		stale := true
+		for _, x := range *q {
+			if flags[x.c.Hash] != fromA|fromB {
+				stale = false
+				break
+			}
+		}
+		if stale {
+			break
+		}
+		c := heap.Pop(q).(queued).c
+		f := flags[c.Hash]
+		for _, p := range c.ParentHashes {
+			old := flags[p]
+			if old|f == old {
+				continue
+			}
+			flags[p] = old | f
+			pc, err := n.commitObject(p)
+			if err != nil {
+				return 0, 0, err
+			}
+			push(q, queued{pc, seq})
+			seq++
+		}
+	}
+	for _, f := range flags {
+		switch f {
+		case fromA:
+			ahead++
+		case fromB:
+			behind++
+		}
+	}
+	return ahead, behind, nil
+}

@@ -1,0 +1,552 @@
+package gitstore
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// Received packs are stored as git stores them (issue #11): the client's
+// pack is indexed by `git index-pack --fix-thin` into a quarantine object
+// directory (thin-pack bases appended, deltas kept, an .idx written and
+// fsynced), its new objects are read back with `git cat-file --batch` and
+// validated (validateObjects), and only then is the pack moved into
+// objects/pack and published. A refused pack never reaches objects/pack.
+//
+//	objects/tmp_objdir-lockstep-XXXX/pack/pack-<sha>.{pack,idx}   quarantine
+//
+// A quarantine left by a crash is removed by RemoveStaleTemps after the
+// grace period, like git's own tmp_objdir-incoming-* directories.
+
+// quarantinePrefix starts the name of a receive's quarantine directory
+// under objects/ (git's receive-pack uses "tmp_objdir-incoming-").
+const quarantinePrefix = "tmp_objdir-"
+
+// maxSymlinkBytes bounds a symlink's target blob in a received pack: the
+// target is read into memory to check it (PATH_MAX is 4096 on Linux).
+const maxSymlinkBytes = 64 << 10
+
+// quarantine is a received pack indexed but not yet published.
+type quarantine struct {
+	dir  string        // objects/tmp_objdir-lockstep-XXXX
+	hash plumbing.Hash // the pack's name (its checksum)
+}
+
+func (q *quarantine) path(ext string) string {
+	return filepath.Join(q.dir, "pack", "pack-"+q.hash.String()+"."+ext)
+}
+
+func (q *quarantine) remove() {
+	if q != nil && q.dir != "" {
+		os.RemoveAll(q.dir)
+	}
+}
+
+// gitEnv is the environment of the git commands run on the network: the
+// caller's without any GIT_* variable (a GIT_NAMESPACE or GIT_DIR of the
+// serving process must not leak in), plus extra.
+func gitEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GIT_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// gitArgs prefixes args with the config every network git command runs
+// with: no fsync when the network does not want it (tests), no
+// auto-gc, no reverse index beside the pack (go-git does not read one).
+func (n *Network) gitArgs(args ...string) []string {
+	pre := []string{"-c", "gc.auto=0", "-c", "pack.writeReverseIndex=false"}
+	if !n.opts.Fsync {
+		pre = append(pre, "-c", "core.fsync=none")
+	}
+	return append(pre, args...)
+}
+
+// indexReceived runs `git index-pack --stdin --fix-thin` on the spooled
+// pack f (size bytes) into a new quarantine directory, with the network's
+// objects as alternates for the bases of a thin pack. The pack is fed to
+// index-pack through prescan: index-pack gets the bytes prescan has read
+// (so both inflate at once, on two cores) and the 20-byte trailer only
+// once prescan has accepted every object's declared size, so no delta is
+// resolved, in this process or in git, before the limits are checked.
+// Returns prescan's error (too_large, invalid_argument), invalid_argument
+// for a corrupt pack or a delta whose base is neither in the pack nor
+// stored.
+func (n *Network) indexReceived(f *os.File, size int64, lim Limits) (*quarantine, error) {
+	objDir := filepath.Join(n.dir, "objects")
+	dir, err := os.MkdirTemp(objDir, quarantinePrefix+"lockstep-")
+	if err != nil {
+		return nil, fmt.Errorf("receive pack: %w", err)
+	}
+	q := &quarantine{dir: dir}
+	fail := func(err error) (*quarantine, error) { q.remove(); return nil, err }
+	if err := os.Mkdir(filepath.Join(dir, "pack"), 0o755); err != nil {
+		return fail(fmt.Errorf("receive pack: %w", err))
+	}
+	cmd := exec.Command("git", n.gitArgs("index-pack", "--stdin", "--fix-thin")...)
+	cmd.Dir = n.dir
+	cmd.Env = gitEnv("GIT_DIR="+n.dir, "GIT_OBJECT_DIRECTORY="+dir, "GIT_ALTERNATE_OBJECT_DIRECTORIES="+objDir)
+	stdin, err := cmd.StdinPipe() // an OS pipe: writes fail, not block, once git exits
+	if err != nil {
+		return fail(fmt.Errorf("receive pack: %w", err))
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		return fail(fmt.Errorf("receive pack: git index-pack: %w", err))
+	}
+
+	body := &countingReader{r: io.NewSectionReader(f, 0, size-20)}
+	feed := &feedWriter{w: stdin}
+	bw := bufio.NewWriterSize(feed, 1<<16)
+	scanErr := prescan(io.TeeReader(body, bw), lim)
+	if scanErr == nil {
+		scanErr = bw.Flush()
+	}
+	if scanErr == nil {
+		// The rest of the objects (read ahead of prescan's last object,
+		// if any) and the trailer.
+		_, scanErr = io.Copy(stdin, io.NewSectionReader(f, body.n, size-body.n))
+		if scanErr != nil {
+			scanErr = fmt.Errorf("receive pack: feed git index-pack: %w", scanErr)
+		}
+	}
+	if scanErr != nil && lockstep.ErrorCode(scanErr) == lockstep.ETOOLARGE {
+		cmd.Process.Kill()
+	}
+	stdin.Close()
+	waitErr := cmd.Wait()
+	if scanErr != nil && lockstep.ErrorCode(scanErr) == lockstep.ETOOLARGE {
+		return fail(scanErr)
+	}
+	if waitErr != nil {
+		var ee *exec.ExitError
+		if !errors.As(waitErr, &ee) {
+			return fail(fmt.Errorf("receive pack: git index-pack: %w", waitErr))
+		}
+		if scanErr != nil && feed.err == nil && lockstep.ErrorCode(scanErr) == lockstep.EINVALID {
+			return fail(scanErr) // prescan's reason, unless git stopped reading first
+		}
+		msg := gitFatal(stderr.String())
+		if strings.Contains(msg, "unresolved delta") {
+			return fail(lockstep.Errorf(lockstep.EINVALID, "pack has a delta against an object that is neither in the pack nor stored"))
+		}
+		return fail(lockstep.Errorf(lockstep.EINVALID, "corrupt packfile: %s", msg))
+	}
+	if scanErr != nil {
+		return fail(scanErr)
+	}
+	// index-pack prints "pack\t<sha>" (or "keep\t<sha>").
+	out := strings.Fields(stdout.String())
+	if len(out) == 0 || !plumbing.IsHash(out[len(out)-1]) {
+		return fail(fmt.Errorf("receive pack: git index-pack printed %q", stdout.String()))
+	}
+	q.hash = plumbing.NewHash(out[len(out)-1])
+	return q, nil
+}
+
+// feedWriter remembers the first write error (git exited).
+type feedWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (f *feedWriter) Write(p []byte) (int, error) {
+	if f.err != nil {
+		return 0, f.err
+	}
+	k, err := f.w.Write(p)
+	f.err = err
+	return k, err
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n += int64(k)
+	return k, err
+}
+
+// gitFatal returns the message of git's last "fatal:"/"error:" line.
+func gitFatal(stderr string) string {
+	msg := ""
+	for _, l := range strings.Split(stderr, "\n") {
+		l = strings.TrimSpace(l)
+		for _, p := range []string{"fatal: ", "error: "} {
+			if strings.HasPrefix(l, p) {
+				msg = strings.TrimPrefix(l, p)
+			}
+		}
+	}
+	if msg == "" {
+		msg = strings.Join(strings.Fields(stderr), " ")
+	}
+	return msg
+}
+
+// quarantinedObject is an object of a quarantined pack: its content when
+// validation needs it (commits, trees, tags, and the blobs that are
+// symlink targets, .gitmodules or .gitattributes), else type and size only.
+type quarantinedObject struct {
+	h    plumbing.Hash
+	t    plumbing.ObjectType
+	size int64
+	data []byte // nil: content not loaded
+
+	// A tree's content decoded once, by loadQuarantine, for every later
+	// reader (validateObjects, ascent): tree, or the error decoding gave.
+	tree    *object.Tree
+	treeErr error
+}
+
+// decodedTree returns o's tree, decoding it on first use.
+func (o *quarantinedObject) decodedTree() (*object.Tree, error) {
+	if o.tree == nil && o.treeErr == nil {
+		t := &object.Tree{}
+		if err := t.Decode(o); err != nil {
+			o.treeErr = err
+		} else {
+			o.tree = t
+		}
+	}
+	return o.tree, o.treeErr
+}
+
+func (o *quarantinedObject) Hash() plumbing.Hash         { return o.h }
+func (o *quarantinedObject) Type() plumbing.ObjectType   { return o.t }
+func (o *quarantinedObject) SetType(plumbing.ObjectType) {}
+func (o *quarantinedObject) Size() int64                 { return o.size }
+func (o *quarantinedObject) SetSize(int64)               {}
+func (o *quarantinedObject) Writer() (io.WriteCloser, error) {
+	return nil, errors.New("read-only object")
+}
+func (o *quarantinedObject) Reader() (io.ReadCloser, error) {
+	if o.data == nil && o.size > 0 {
+		return nil, fmt.Errorf("object %s: content not loaded", o.h)
+	}
+	return io.NopCloser(bytes.NewReader(o.data)), nil
+}
+
+// loadQuarantine lists the objects of q's pack and returns an overlay
+// holding those not already stored, in pack order of listing, with the
+// content validation needs. Limits are applied to the declared sizes again
+// (prescan checked them from the raw pack).
+func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
+	env := gitEnv("GIT_DIR="+n.dir, "GIT_OBJECT_DIRECTORY="+q.dir)
+	list := exec.Command("git", n.gitArgs("cat-file", "--batch-all-objects", "--unordered",
+		"--batch-check=%(objectname) %(objecttype) %(objectsize)")...)
+	list.Dir, list.Env = n.dir, env
+	var stderr bytes.Buffer
+	list.Stderr = &stderr
+	lout, err := list.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("receive pack: %w", err)
+	}
+	if err := list.Start(); err != nil {
+		return nil, fmt.Errorf("receive pack: git cat-file --batch-check: %w", err)
+	}
+	// The listing is read as git writes it, and the content of each
+	// commit, tree and tag is asked of a second cat-file at once, so
+	// both run together; the listing's errors come first, as when it
+	// was read whole before.
+	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}, lim: lim}
+	var want []*quarantinedObject
+	loose := n.looseFanout()
+	feed := make(chan *quarantinedObject, 1024)
+	var listErr, scanErr error
+	listed := make(chan struct{})
+	go func() {
+		defer close(listed)
+		defer close(feed)
+		sc := bufio.NewScanner(lout)
+		sc.Buffer(make([]byte, 0, 1<<16), 1<<20)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) != 3 || !plumbing.IsHash(f[0]) {
+				continue
+			}
+			h := plumbing.NewHash(f[0])
+			if n.packFor(h) != nil || loose[h[0]] && n.has1(h) {
+				continue // a thin pack's base, or sent again: stored and checked before
+			}
+			t, err := plumbing.ParseObjectType(f[1])
+			if err != nil {
+				listErr = invalidObject(h, "unexpected object type %s", f[1])
+				break
+			}
+			size, _ := strconv.ParseInt(f[2], 10, 64)
+			if t == plumbing.BlobObject && size > lim.MaxFileBytes {
+				listErr = lockstep.Errorf(lockstep.ETOOLARGE, "blob %s is %d bytes, over the %d-byte limit", h, size, lim.MaxFileBytes)
+				break
+			}
+			o := &quarantinedObject{h: h, t: t, size: size}
+			ov.objs[h] = o
+			ov.order = append(ov.order, o)
+			if t != plumbing.BlobObject {
+				want = append(want, o)
+				feed <- o
+			}
+		}
+		scanErr = sc.Err()
+		io.Copy(io.Discard, lout)
+	}()
+	catErr := n.catFileStream(env, feed, func(o *quarantinedObject) {
+		if o.t == plumbing.TreeObject {
+			o.decodedTree() // while git reads the next ones
+		}
+	})
+	<-listed
+	if err := list.Wait(); err != nil {
+		return nil, fmt.Errorf("receive pack: git cat-file --batch-check: %v: %s", err, gitFatal(stderr.String()))
+	}
+	if scanErr != nil {
+		return nil, fmt.Errorf("receive pack: git cat-file --batch-check: %v", scanErr)
+	}
+	if listErr != nil {
+		return nil, listErr
+	}
+	if catErr != nil {
+		return nil, catErr
+	}
+	if len(ov.order) == 0 {
+		return ov, nil
+	}
+	// The blobs whose content validateObjects reads: symlink targets and
+	// .gitmodules / .gitattributes files named by the new trees.
+	var blobs []*quarantinedObject
+	for _, o := range want {
+		if o.t != plumbing.TreeObject {
+			continue
+		}
+		t, err := o.decodedTree()
+		if err != nil {
+			continue // validateObjects reports it
+		}
+		for _, e := range t.Entries {
+			b, ok := ov.objs[e.Hash].(*quarantinedObject)
+			if !ok || b.t != plumbing.BlobObject || b.data != nil || b.size == 0 {
+				continue
+			}
+			switch {
+			case e.Mode == filemode.Symlink:
+				if b.size > maxSymlinkBytes {
+					return nil, invalidObject(o.h, "symlink %q: target is %d bytes, over %d", e.Name, b.size, maxSymlinkBytes)
+				}
+			case specialFile(e.Name) == ".gitmodules" && b.size <= maxGitmodulesBytes,
+				specialFile(e.Name) == ".gitattributes" && b.size <= maxAttributesBytes:
+			default:
+				continue
+			}
+			b.data = []byte{} // queued once
+			blobs = append(blobs, b)
+		}
+	}
+	if err := n.catFile(env, blobs); err != nil {
+		return nil, err
+	}
+	return ov, nil
+}
+
+// looseFanout reports which objects/XX directories of loose objects
+// exist, read once per receive: an object whose directory is absent is
+// not stored loose, and needs no stat (a full-history push into a
+// network without loose objects otherwise stats every object). A
+// directory created meanwhile only makes an object stored since then be
+// validated as a new one. On an error reading objects/, every directory
+// is reported present (has1 stats as before).
+func (n *Network) looseFanout() *[256]bool {
+	var fan [256]bool
+	ents, err := os.ReadDir(filepath.Join(n.dir, "objects"))
+	if err != nil {
+		for i := range fan {
+			fan[i] = true
+		}
+		return &fan
+	}
+	for _, e := range ents {
+		if b, err := strconv.ParseUint(e.Name(), 16, 8); err == nil && len(e.Name()) == 2 {
+			fan[b] = true
+		}
+	}
+	return &fan
+}
+
+// catFile fills the content of objs with one `git cat-file --batch`.
+func (n *Network) catFile(env []string, objs []*quarantinedObject) error {
+	if len(objs) == 0 {
+		return nil
+	}
+	feed := make(chan *quarantinedObject, len(objs))
+	for _, o := range objs {
+		feed <- o
+	}
+	close(feed)
+	return n.catFileStream(env, feed, nil)
+}
+
+// catFileStream fills the content of the objects received from feed,
+// until it is closed, with one `git cat-file --batch`, calling loaded (if
+// not nil) on each once filled. feed is drained even on an error.
+func (n *Network) catFileStream(env []string, feed <-chan *quarantinedObject, loaded func(*quarantinedObject)) error {
+	drain := func() {
+		for range feed {
+		}
+	}
+	cmd := exec.Command("git", n.gitArgs("cat-file", "--batch")...)
+	cmd.Dir, cmd.Env = n.dir, env
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		drain()
+		return fmt.Errorf("receive pack: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		drain()
+		return fmt.Errorf("receive pack: %w", err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		drain()
+		return fmt.Errorf("receive pack: git cat-file: %w", err)
+	}
+	// The writer passes each object on to the reader once asked for, in
+	// order; it flushes whenever feed has nothing ready, so git is never
+	// left waiting on a buffered request.
+	asked := make(chan *quarantinedObject, 1<<14)
+	go func() {
+		defer close(asked)
+		bw := bufio.NewWriterSize(stdin, 1<<16)
+		for {
+			var o *quarantinedObject
+			var ok bool
+			select {
+			case o, ok = <-feed:
+			default:
+				bw.Flush()
+				o, ok = <-feed
+			}
+			if !ok {
+				break
+			}
+			bw.WriteString(o.h.String())
+			bw.WriteByte('\n')
+			asked <- o
+		}
+		bw.Flush()
+		stdin.Close()
+	}()
+	br := bufio.NewReaderSize(stdout, 1<<16)
+	readErr := func() error {
+		for o := range asked {
+			hdr, err := br.ReadString('\n')
+			if err != nil {
+				return err
+			}
+			f := strings.Fields(hdr)
+			if len(f) != 3 || f[0] != o.h.String() {
+				return fmt.Errorf("unexpected header %q for %s", hdr, o.h)
+			}
+			size, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil || size != o.size {
+				return fmt.Errorf("object %s: size %s, listed as %d", o.h, f[2], o.size)
+			}
+			o.data = make([]byte, size+1) // content + "\n"
+			if _, err := io.ReadFull(br, o.data); err != nil {
+				return err
+			}
+			o.data = o.data[:size]
+			if loaded != nil {
+				loaded(o)
+			}
+		}
+		return nil
+	}()
+	if readErr != nil { // let the writer finish: git may be blocked writing its output
+		discarded := make(chan struct{})
+		go func() { io.Copy(io.Discard, br); close(discarded) }()
+		for range asked {
+		}
+		<-discarded
+	}
+	io.Copy(io.Discard, br)
+	waitErr := cmd.Wait()
+	if readErr != nil {
+		return fmt.Errorf("receive pack: git cat-file --batch: %v %s", readErr, gitFatal(stderr.String()))
+	}
+	if waitErr != nil {
+		return fmt.Errorf("receive pack: git cat-file --batch: %v %s", waitErr, gitFatal(stderr.String()))
+	}
+	return nil
+}
+
+// publishReceived moves q's pack and index into objects/pack (pack first,
+// index last: git and Reload see a pack once its .idx exists), fsyncs the
+// directory when Options.Fsync (index-pack fsynced the files), and adds
+// the pack to the Network. Returns the bytes stored.
+func (n *Network) publishReceived(q *quarantine) (int64, error) {
+	n.writeMu.Lock()
+	defer n.writeMu.Unlock()
+	var bytes int64
+	for _, ext := range []string{"pack", "idx"} {
+		fi, err := os.Stat(q.path(ext))
+		if err != nil {
+			return 0, diskError(fmt.Errorf("publish pack: %w", err))
+		}
+		bytes += fi.Size()
+		if err := os.Rename(q.path(ext), n.packPath(q.hash, ext)); err != nil {
+			return 0, diskError(fmt.Errorf("publish pack: %w", err))
+		}
+	}
+	if n.opts.Fsync {
+		if err := syncDir(filepath.Join(n.dir, "objects", "pack")); err != nil {
+			return 0, diskError(fmt.Errorf("publish pack: %w", err))
+		}
+	}
+	n.mu.RLock()
+	for _, p := range n.packs {
+		if p.hash == q.hash {
+			n.mu.RUnlock()
+			return bytes, nil // the same pack again: already loaded
+		}
+	}
+	n.mu.RUnlock()
+	p, err := n.openPack(q.hash)
+	if err != nil {
+		return 0, diskError(fmt.Errorf("publish pack: %w", err))
+	}
+	objects := 0
+	if c, err := p.idx.Count(); err == nil {
+		objects = int(c)
+	}
+	if err := n.packHook(q.hash, objects); err != nil {
+		p.close()
+		return 0, err
+	}
+	if err := n.publish(p); err != nil {
+		return 0, diskError(fmt.Errorf("publish pack: %w", err))
+	}
+	return bytes, nil
+}
