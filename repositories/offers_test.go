@@ -11,8 +11,8 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/internal/servicetest"
-	"github.com/lockstep-hq/lockstep/repo"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
@@ -58,7 +58,7 @@ func newOffersWorldTB(t testing.TB) *offersWorld {
 		t.Fatal(err)
 	}
 	reads := &effectReads{Store: db}
-	repos := repositories.New(repositories.Config{Objects: repo.Local{}, DataDir: dir}, reads, nil, telemetry.NewMetrics(), nil)
+	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, reads, nil, telemetry.NewMetrics(), nil)
 	t.Cleanup(func() { repos.Close() })
 	return &offersWorld{db: db, reads: reads, repos: repos, admin: admin}
 }
