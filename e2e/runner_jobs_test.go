@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -84,6 +85,27 @@ func (p *progressLines) has(sub string) bool {
 		}
 	}
 	return false
+}
+
+// eventually reports whether a line containing sub arrives within 10 s:
+// the SDK hands progress notifications to their handler on goroutines of
+// their own, so one may be handled after the call's answer was returned
+// (a readiness wait, not a timing assertion).
+func (p *progressLines) eventually(sub string) bool {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if p.has(sub) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+func (p *progressLines) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return fmt.Sprintf("%q", p.lines)
 }
 
 // TestMCPRunOnRunnerAcrossRestart is issue 24's "done when": an HTTP-only
@@ -180,8 +202,8 @@ func TestMCPRunOnRunnerAcrossRestart(t *testing.T) {
 	if isErr || res.State != "done" || res.Result.Succeeded || !res.Result.RolledBack || res.Result.ExitCode != 1 || res.Result.PushedCommit != "" || res.Result.CheckedOut != w.Commit {
 		t.Fatalf("failing run: %+v\n%s", res, text)
 	}
-	if !lines.has("stdout: about to fail") {
-		t.Errorf("no progress notification carried the output line; got %q", lines.lines)
+	if !lines.eventually("stdout: about to fail") {
+		t.Errorf("no progress notification carried the output line; got %s", &lines)
 	}
 	if got := s.Blob(t, "loop", "main", "app.txt"); got != "one\nTWO (agent)\nthree\n" {
 		t.Fatalf("after the rolled-back run app.txt is %q", got)
@@ -203,8 +225,8 @@ func TestMCPRunOnRunnerAcrossRestart(t *testing.T) {
 	if isErr || res.State != "done" || !res.Result.Succeeded || res.Result.PushedCommit == "" || res.Result.CheckedOut != tip {
 		t.Fatalf("passing run (tip %s): %+v\n%s", tip, res, text)
 	}
-	if !lines.has("stdout: tests pass") {
-		t.Errorf("no progress notification carried the passing output; got %q", lines.lines)
+	if !lines.eventually("stdout: tests pass") {
+		t.Errorf("no progress notification carried the passing output; got %s", &lines)
 	}
 	if got := s2.Blob(t, "loop", "main", "app.txt"); got != "one\nTWO (agent, fixed)\nthree\n" {
 		t.Fatalf("after the pushed run app.txt is %q", got)
