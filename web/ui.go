@@ -508,6 +508,8 @@ type baseData struct {
 	NoNet map[string]bool
 	// Usage is the network's storage (admins only; nil for others).
 	Usage *api.Usage
+	// AskedReclaimable: the view computed Usage.Reclaimable (GC dry runs).
+	AskedReclaimable bool
 }
 
 type checkedAttempt struct {
@@ -644,11 +646,19 @@ func (u *uiServer) handleRepo(c *gin.Context) {
 			u.fail(c, err)
 			return
 		}
-		// Branches and checkpoints too; not the GC dry runs of the
-		// API's reclaimable (a walk of the network's objects per view).
+		// Branches and checkpoints too; the GC dry runs of the API's
+		// reclaimable (a walk of the network's objects) only when asked
+		// (?reclaimable=1, the panel's link), not on every view.
 		if err := u.s.Workspaces.AddBranchUsage(ctx, d.Usage); err != nil {
 			u.fail(c, err)
 			return
+		}
+		if c.Query("reclaimable") == "1" {
+			if d.Usage.Reclaimable, err = u.s.reclaimable(ctx, info.Name); err != nil {
+				u.fail(c, err)
+				return
+			}
+			d.AskedReclaimable = true
 		}
 	}
 	u.render(c, http.StatusOK, "base", view{Title: info.Name, Section: "repos", D: d})

@@ -581,7 +581,21 @@ func TestUIStoragePanel(t *testing.T) {
 			t.Fatalf("storage panel shown: %v, want %v\n%s", got, tc.want, body)
 		}
 		if tc.want {
-			mustContain(t, "storage panel", body, "On disk", "Packs", "Loose objects", "<dt>Workspaces</dt>", "<dt>Checkpoints</dt>")
+			mustContain(t, "storage panel", body, "On disk", "Packs", "Loose objects", "<dt>Workspaces</dt>", "<dt>Checkpoints</dt>",
+				`<a href="?reclaimable=1">compute</a>`)
 		}
+	}
+	// What GC would free: computed when asked (two dry runs), for admins.
+	status, body, _ := w.get(t, w.login(t, w.admin), "/ui/repos/app?reclaimable=1")
+	if status != 200 {
+		t.Fatalf("base page with reclaimable: %d\n%s", status, body)
+	}
+	mustContain(t, "storage panel with reclaimable", body, "GC would free", "now (unreachable for over 336h0m0s)", "once every unreachable object is that old")
+	if strings.Contains(body, `href="?reclaimable=1"`) {
+		t.Fatalf("the computed panel still offers to compute:\n%s", body)
+	}
+	status, body, _ = w.get(t, w.login(t, w.reviewer), "/ui/repos/app?reclaimable=1")
+	if status != 200 || strings.Contains(body, "GC would free") {
+		t.Fatalf("a reviewer asking for reclaimable: %d, panel shown %v", status, strings.Contains(body, "GC would free"))
 	}
 }
