@@ -254,6 +254,13 @@ func storeObject(p, objects string, reflink bool, buf []byte) (hash string, crea
 // Restore repairs dir so that it matches snapshot id: extra paths are
 // removed, missing and changed ones copied back, modes and owners fixed.
 func (c *Copy) Restore(ctx context.Context, dir, id string) error {
+	return c.restore(ctx, dir, id, nil, nil)
+}
+
+// restore repairs dir to snapshot id under the directory's lock: by res
+// when given (m is then its manifest), else by comparing dir with the
+// stored manifest first.
+func (c *Copy) restore(ctx context.Context, dir, id string, m *Manifest, res *Residue) error {
 	abs, err := absDir(dir)
 	if err != nil {
 		return err
@@ -267,15 +274,17 @@ func (c *Copy) Restore(ctx context.Context, dir, id string) error {
 	if err != nil {
 		return err
 	}
-	m, err := c.loadManifest(abs, id)
-	if err != nil {
-		return err
+	if res == nil {
+		if m, err = c.loadManifest(abs, id); err != nil {
+			return err
+		}
+		r, err := Verify(abs, m)
+		if err != nil {
+			return err
+		}
+		res = &r
 	}
-	res, err := Verify(abs, m)
-	if err != nil {
-		return err
-	}
-	if err := repair(ctx, abs, s.source(), m, res, c.reflink); err != nil {
+	if err := repair(ctx, abs, s.source(), m, *res, c.reflink); err != nil {
 		return fmt.Errorf("%s restore %s: %w", c.Name(), abs, err)
 	}
 	return nil
@@ -297,26 +306,10 @@ var _ ResidueRestorer = (*Copy)(nil)
 
 // RestoreResidue is Restore with the comparison already done.
 func (c *Copy) RestoreResidue(ctx context.Context, dir, id string, m *Manifest, res Residue) error {
-	abs, err := absDir(dir)
-	if err != nil {
-		return err
-	}
-	unlock, err := c.lock(abs)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	s, err := c.loadSnapshot(abs, id)
-	if err != nil {
-		return err
-	}
 	if m == nil {
 		return lockstep.Errorf(lockstep.EINVALID, "restore of %s: no manifest given", id)
 	}
-	if err := repair(ctx, abs, s.source(), m, res, c.reflink); err != nil {
-		return fmt.Errorf("%s restore %s: %w", c.Name(), abs, err)
-	}
-	return nil
+	return c.restore(ctx, dir, id, m, &res)
 }
 
 // source names where a copy snapshot keeps the content of file e: its
