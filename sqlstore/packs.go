@@ -103,16 +103,26 @@ func (s *DB) RegisterPack(ctx context.Context, p lockstep.PackRecord) (g int64, 
 	if err := checkPack(p); err != nil {
 		return 0, err
 	}
+	return s.registerPack(ctx, p.Network, func(tx *sql.Tx, now int64) (bool, error) {
+		inserted, _, err := insertPack(ctx, tx, p, now)
+		return inserted, err
+	})
+}
+
+// registerPack runs insert (the record, with or without its bytes) and
+// bumps the network's generation when it inserted, in one transaction;
+// it returns the generation.
+func (s *DB) registerPack(ctx context.Context, network string, insert func(tx *sql.Tx, now int64) (bool, error)) (g int64, err error) {
 	now := micros(s.now())
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		inserted, _, err := insertPack(ctx, tx, p, now)
+		inserted, err := insert(tx, now)
 		if err != nil {
 			return err
 		}
 		if inserted {
-			g, err = bumpGeneration(ctx, tx, p.Network)
+			g, err = bumpGeneration(ctx, tx, network)
 		} else {
-			g, err = generation(ctx, tx, p.Network)
+			g, err = generation(ctx, tx, network)
 		}
 		return err
 	})
@@ -133,23 +143,10 @@ func (s *DB) RegisterInlinePack(ctx context.Context, p lockstep.PackRecord, pack
 	if pack == nil || idx == nil || int64(len(pack)) != p.PackBytes || int64(len(idx)) != p.IdxBytes {
 		return 0, lockstep.Errorf(lockstep.EINVALID, "inline pack %s: %d pack bytes and %d index bytes given, the record says %d and %d", p.Hash, len(pack), len(idx), p.PackBytes, p.IdxBytes)
 	}
-	now := micros(s.now())
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.registerPack(ctx, p.Network, func(tx *sql.Tx, now int64) (bool, error) {
 		inserted, _, err := insertPackData(ctx, tx, p, now, pack, idx)
-		if err != nil {
-			return err
-		}
-		if inserted {
-			g, err = bumpGeneration(ctx, tx, p.Network)
-		} else {
-			g, err = generation(ctx, tx, p.Network)
-		}
-		return err
+		return inserted, err
 	})
-	if err != nil {
-		return 0, err
-	}
-	return g, nil
 }
 
 // InlinePack returns an inline pack's bytes; not_found when its record is
