@@ -232,11 +232,12 @@ func checkHunks(t *testing.T, merged []byte, hunks []Hunk, base, ours, theirs []
 		if !strings.HasPrefix(trim(blk[0]), "<<<<<<<") || !strings.HasPrefix(trim(blk[len(blk)-1]), ">>>>>>>") {
 			t.Fatalf("hunk %+v is not a marker block: %q", h, blk)
 		}
+		// The base section, when shown, starts right after the ours lines;
+		// find it by position, not by scanning, since ours or theirs may
+		// hold a line that looks like a marker.
 		base := 0
-		for _, l := range blk {
-			if strings.HasPrefix(trim(l), "|||||||") {
-				base = 1 + h.Base.Count
-			}
+		if 1+h.Ours.Count < len(blk) && strings.HasPrefix(trim(blk[1+h.Ours.Count]), "|||||||") {
+			base = 1 + h.Base.Count
 		}
 		if h.Result.Count != h.Ours.Count+h.Theirs.Count+3+base {
 			t.Fatalf("hunk %+v: block size", h)
