@@ -130,11 +130,37 @@ func (m *Manager) TemplatePath(repo string) string {
 	return filepath.Join(m.cfg.Dir, "templates", repo+".rdb")
 }
 
+// password is the agent's: the "default" user's password, in the URL
+// handed to the workspace.
 func (m *Manager) password(ws string) string {
 	h := hmac.New(sha256.New, m.cfg.Secret)
 	h.Write([]byte("redis-branch:" + ws))
 	return hex.EncodeToString(h.Sum(nil))[:40]
 }
+
+// adminUser is the ACL user Lockstep itself connects as (SAVE, SHUTDOWN);
+// its password is derived like the agent's but never leaves the server.
+const adminUser = "lockstep"
+
+func (m *Manager) adminPassword(ws string) string {
+	h := hmac.New(sha256.New, m.cfg.Secret)
+	h.Write([]byte("redis-branch-admin:" + ws))
+	return hex.EncodeToString(h.Sum(nil))[:40]
+}
+
+// agentACL is what the workspace's "default" user may run: every command
+// but the administrative ones (CONFIG SET, ACL SETUSER, SHUTDOWN, SAVE,
+// REPLICAOF, MONITOR, CLIENT KILL, …) and MIGRATE. With them an agent
+// could lock Lockstep out of its own instance (CONFIG SET requirepass, ACL
+// SETUSER), stop it, or open a connection from the server's host to any
+// address (REPLICAOF, MIGRATE) outside the run's egress policy. CONFIG GET
+// stays: client libraries read settings such as maxmemory-policy.
+const agentACL = "+@all -@admin +config|get -migrate"
+
+// aclMarker marks an instance started with the two ACL users; one started
+// by an older Lockstep (requirepass only) is still reached as "default"
+// until its next start.
+func (m *Manager) aclMarker(ws string) string { return filepath.Join(m.branchDir(ws), "acl") }
 
 func (m *Manager) port(ws string) (int, error) {
 	b, err := os.ReadFile(filepath.Join(m.branchDir(ws), "port"))
@@ -158,7 +184,11 @@ func (m *Manager) out(ws string) (*lockstep.RedisBranch, error) {
 }
 
 func (m *Manager) client(ws string, port int) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Password: m.password(ws),
+	user, pass := adminUser, m.adminPassword(ws)
+	if !exists(m.aclMarker(ws)) {
+		user, pass = "", m.password(ws)
+	}
+	return redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Username: user, Password: pass,
 		MaxRetries: -1, DialTimeout: 2 * time.Second, ReadTimeout: 30 * time.Second, PoolSize: 1})
 }
 
@@ -249,7 +279,11 @@ func (m *Manager) start(ctx context.Context, ws string, port int) error {
 	// shows argv to every user of the machine).
 	conf := strings.Join([]string{
 		"bind 127.0.0.1", "port " + strconv.Itoa(port), "protected-mode yes",
-		"requirepass " + m.password(ws), "dir " + dir, "dbfilename dump.rdb",
+		// Two users: the agent's (the URL's "default", limited by
+		// agentACL) and Lockstep's own.
+		"user default reset on >" + m.password(ws) + " ~* &* " + agentACL,
+		"user " + adminUser + " reset on >" + m.adminPassword(ws) + " ~* &* +@all",
+		"dir " + dir, "dbfilename dump.rdb",
 		`save ""`, "appendonly no", "daemonize no", "logfile " + filepath.Join(dir, "redis.log"),
 		"pidfile " + filepath.Join(dir, "redis.pid"),
 		// The agent holds the password: it must not move the RDB out of
@@ -259,6 +293,9 @@ func (m *Manager) start(ctx context.Context, ws string, port int) error {
 		// redis-server refuses the directives and the branch is not made.
 		"enable-protected-configs no", "enable-debug-command no", "enable-module-command no",
 	}, "\n") + "\n"
+	if err := os.WriteFile(m.aclMarker(ws), nil, 0o600); err != nil {
+		return err
+	}
 	cmd := exec.Command(m.bin, "-")
 	cmd.Stdin = strings.NewReader(conf)
 	cmd.Dir = dir

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -337,5 +338,123 @@ func seedTemplate(b testing.TB, m *Manager, repo string, n int) {
 	}
 	if err := m.DropBranch(ctx, "seed-"+repo); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// The agent's URL can use its Redis fully (FLUSHALL, KEYS, CONFIG GET)
+// but cannot lock Lockstep out (CONFIG SET requirepass, ACL SETUSER),
+// stop the instance (SHUTDOWN), or reach other hosts from the server's
+// (REPLICAOF, MIGRATE); Lockstep's snapshots and restores keep working
+// after every attempt. Before the two ACL users, the agent held the only
+// password: CONFIG SET requirepass made every later Snapshot fail.
+func TestAgentCannotAdministerItsRedis(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	b, err := m.CreateBranch(ctx, "app", "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := open(t, b.URL)
+	if err := c.Set(ctx, "k", "v1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigGet(ctx, "maxmemory-policy").Err(); err != nil {
+		t.Fatalf("CONFIG GET refused to the agent: %v", err)
+	}
+	if err := c.Keys(ctx, "*").Err(); err != nil {
+		t.Fatalf("KEYS refused to the agent: %v", err)
+	}
+	if err := m.Snapshot(ctx, "ws", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range [][]any{
+		{"CONFIG", "SET", "requirepass", "stolen"},
+		{"ACL", "SETUSER", "lockstep", "off"},
+		{"ACL", "SETUSER", "default", "resetpass", ">stolen"},
+		{"CONFIG", "SET", "dir", "/tmp"},
+		{"REPLICAOF", "127.0.0.1", "1"}, // port 1: nothing listens, nothing outside the test is touched
+		{"MIGRATE", "127.0.0.1", "1", "k", "0", "1000"},
+		{"SHUTDOWN", "NOSAVE"},
+		{"SAVE"},
+		{"ACL", "LIST"},
+		{"MONITOR"},
+	} {
+		err := c.Do(ctx, cmd...).Err()
+		if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("%v: err = %v, want NOPERM", cmd, err)
+		}
+	}
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatalf("FLUSHALL refused to the agent: %v", err)
+	}
+	if err := m.Snapshot(ctx, "ws", "s2"); err != nil {
+		t.Fatalf("snapshot after the agent's attempts: %v", err)
+	}
+	if err := m.Restore(ctx, "ws", "s1"); err != nil {
+		t.Fatalf("restore after the agent's attempts: %v", err)
+	}
+	if got := get(t, open(t, b.URL), "k"); got != "v1" {
+		t.Fatalf("k = %q after restoring s1, want v1", got)
+	}
+}
+
+// An instance started by an older Lockstep (requirepass only, no "acl"
+// marker) is still reached, as "default", and gets the two users at its
+// next start.
+func TestAdoptsInstanceWithoutACLUsers(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	b, err := m.CreateBranch(ctx, "app", "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open(t, b.URL).Set(ctx, "k", "kept", 0)
+	m.Close() // SHUTDOWN SAVE
+	port, err := m.port("ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What an older Lockstep ran: one password, the default user's.
+	os.Remove(m.aclMarker("ws"))
+	dir := m.branchDir("ws")
+	old := exec.Command("redis-server", "-")
+	old.Dir = dir
+	old.Stdin = strings.NewReader(fmt.Sprintf("bind 127.0.0.1\nport %d\nrequirepass %s\ndir %s\ndbfilename dump.rdb\nsave \"\"\nappendonly no\n",
+		port, m.password("ws"), dir))
+	if err := old.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { old.Process.Kill(); old.Wait() })
+
+	m2, err := New(m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m2.Close)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err = m2.Branch(ctx, "ws"); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Snapshot(ctx, "ws", "s1"); err != nil {
+		t.Fatalf("snapshot of an adopted instance: %v", err)
+	}
+	if err := m2.Restore(ctx, "ws", "s1"); err != nil {
+		t.Fatalf("restore of an adopted instance: %v", err)
+	}
+	if !exists(m2.aclMarker("ws")) {
+		t.Fatal("the restart by Restore did not start the instance with the ACL users")
+	}
+	c := open(t, b.URL)
+	if got := get(t, c, "k"); got != "kept" {
+		t.Fatalf("k = %q, want kept", got)
+	}
+	if err := c.Do(ctx, "CONFIG", "SET", "requirepass", "x").Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("CONFIG SET after the restart: %v, want NOPERM", err)
 	}
 }
