@@ -503,28 +503,6 @@ func (s *Service) CompensateCommit(ctx context.Context, actor *lockstep.Key, bas
 	return out, nil
 }
 
-// Offered lists the released effects with a compensation not yet run
-// among those the given commits released into base (what a rollback of
-// those commits offers to compensate), newest first.
-func (s *Service) Offered(ctx context.Context, base *lockstep.Repo, commits []string) ([]lockstep.Effect, error) {
-	out := []lockstep.Effect{}
-	for _, c := range commits {
-		list, err := s.store.EffectsReleasedBy(ctx, base.ID, c)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range list {
-			if e.Compensation != nil && e.Status == lockstep.EffectReleased && e.CompensationStatus == "" {
-				out = append(out, e)
-			}
-		}
-	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
-	return out, nil
-}
-
 // discardAnswer is a discard's answer, carried by its entry before the
 // store knows the ids: encoded at commit, from the entry the store filled in.
 type discardAnswer struct{ e *lockstep.OpEntry }
