@@ -572,26 +572,37 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	rep.step("verify", func() error {
 		rep.Purity.Checked = true
+		// The three checks only read (Dir, /proc, the instance): at
+		// once, the file walk's waits beside the /proc scans.
+		var (
+			procs []proc.Process
+			ir    instance.Report
+			cw    sync.WaitGroup
+		)
+		if run != nil {
+			cw.Go(func() { procs = run.Residue() })
+		}
+		if pre != nil {
+			cw.Go(func() { ir = instance.Check(pre, icfg, mntns, sess == nil) })
+		}
 		// The guard: every path of m is lstat'ed and compared; a
 		// directory is read unless its stat says its names are m's (any
 		// entry the restore, or anything else, created there moved its
 		// ctime: fssnap.VerifyKnownDirs).
 		res, err := fssnap.VerifyKnownDirs(opts.Dir, m)
+		cw.Wait()
 		if err != nil {
 			addErr(err)
 			return err
 		}
 		rep.Purity.Files = res
-		if run != nil {
-			rep.Purity.Processes = run.Residue()
-		}
+		rep.Purity.Processes = procs
 		if sess != nil {
 			if err := sess.Discarded(); err != nil {
 				rep.Residue = append(rep.Residue, instance.Item{Kind: instance.KindLayer, Path: sess.Base, Detail: err.Error()})
 			}
 		}
 		if pre != nil {
-			ir := instance.Check(pre, icfg, mntns, sess == nil)
 			rep.Residue = append(rep.Residue, ir.Items...)
 			rep.Purity.Instance, rep.Purity.Scanned, rep.Purity.Truncated = true, ir.Scanned, ir.Truncated
 		}
