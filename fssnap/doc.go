@@ -45,7 +45,9 @@
 // symlink target, and mtime/ctime/inode for the fast path. Verify compares a
 // directory with a manifest and hashes only files whose stat differs, or
 // whose ctime is too close to the manifest's creation to be trusted (the
-// "racy" rule of git's index). Not covered: extended attributes, ACLs, hard
+// "racy" rule of git's index); VerifyKnownDirs does the same but reads only
+// the directories whose inode, mtime or ctime changed (the others' names are
+// the manifest's, as in a take's walk). Not covered: extended attributes, ACLs, hard
 // link identity (hard links are compared, and restored by copy drivers, as
 // separate files), directory mtimes, and content of device nodes.
 package fssnap

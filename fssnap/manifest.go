@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -58,6 +59,7 @@ type Manifest struct {
 	Hashed int `json:"-"`
 
 	index map[string]int
+	kids  map[string][]string // see children
 }
 
 // Lookup returns the entry for a path.
@@ -73,6 +75,26 @@ func (m *Manifest) Lookup(p string) (Entry, bool) {
 		return Entry{}, false
 	}
 	return m.Entries[i], true
+}
+
+// children returns the names of the entries under each directory, built
+// once per manifest (a run's forensics and verify walk with the same one;
+// like Lookup's index, the first call must not race with another).
+func (m *Manifest) children() map[string][]string {
+	if m.kids == nil {
+		m.kids = make(map[string][]string)
+		for _, e := range m.Entries {
+			if e.Path != "." {
+				d, name := path.Split(e.Path)
+				d = strings.TrimSuffix(d, "/")
+				if d == "" {
+					d = "."
+				}
+				m.kids[d] = append(m.kids[d], name)
+			}
+		}
+	}
+	return m.kids
 }
 
 // Files returns the number of regular files and their total size.
@@ -161,12 +183,37 @@ func buildManifest(abs string, prevOf func() *Manifest) (*Manifest, error) {
 // Verify compares dir with want. Metadata is compared for every path;
 // content is hashed only for files whose inode, size, mtime or ctime differ
 // from want, or whose entry in want is racy.
-func Verify(dir string, want *Manifest) (Residue, error) {
+func Verify(dir string, want *Manifest) (Residue, error) { return verify(dir, want, false) }
+
+// VerifyKnownDirs is Verify with want's names of the directories that did
+// not change: a directory whose inode, mtime and ctime are those want
+// recorded (and not racy: want was started more than the racy window
+// after its ctime) is not read, its entries are lstat'ed by the names
+// want lists, as a take's walk does with the previous manifest.
+//
+// It is the same guard as Verify. Every path want names is still
+// lstat'ed and compared (type, mode, owner, size, target; content hashed
+// when its stat differs or is racy). A path that is not in want can only
+// appear by an operation on its directory (create, link, rename, mkdir,
+// mknod, symlink), and every such operation sets the directory's ctime
+// to the current time: the directory is then read in full. Setting a
+// directory's mtime back (utimes) moves its ctime too; ctime itself can
+// only be set back by setting the system clock (CAP_SYS_TIME), the same
+// assumption every take makes. A run's rollback can therefore verify
+// with it: whatever the restore (or anything else) wrote, wherever it
+// wrote it, differs here as it does in Verify.
+func VerifyKnownDirs(dir string, want *Manifest) (Residue, error) { return verify(dir, want, true) }
+
+func verify(dir string, want *Manifest, known bool) (Residue, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return Residue{}, err
 	}
-	got, err := walk(abs)
+	var prev *Manifest
+	if known {
+		prev = want
+	}
+	got, err := walkPrev(abs, prev)
 	if err != nil {
 		return Residue{}, err
 	}
@@ -256,7 +303,8 @@ func walk(root string) ([]Entry, error) { return walkPrev(root, nil) }
 // creating, removing or renaming an entry moves its directory's mtime and
 // ctime. Its entries are then lstat'ed by name without opening and
 // reading the directory. Everything is still lstat'ed: a file's content
-// changes nothing in its directory. Verify never uses prev.
+// changes nothing in its directory. Verify never uses prev;
+// VerifyKnownDirs uses the manifest it compares with.
 func walkPrev(root string, prev *Manifest) ([]Entry, error) {
 	var st unix.Stat_t
 	if err := unix.Lstat(root, &st); err != nil {
@@ -269,17 +317,7 @@ func walkPrev(root string, prev *Manifest) ([]Entry, error) {
 	if prev != nil {
 		w.prev = prev
 		prev.Lookup(".") // builds the index before the walkers share it
-		w.kids = make(map[string][]string)
-		for _, e := range prev.Entries {
-			if e.Path != "." {
-				d, name := path.Split(e.Path)
-				d = strings.TrimSuffix(d, "/")
-				if d == "" {
-					d = "."
-				}
-				w.kids[d] = append(w.kids[d], name)
-			}
-		}
+		w.kids = prev.children()
 	}
 	top := entryFromStat(".", &st)
 	w.out = []Entry{top}
@@ -390,8 +428,13 @@ func statNames(abs, rel string, names []string) ([]Entry, error) {
 	return ents, nil
 }
 
+// dirReads counts the directories readDir opened (tests: which walks
+// took the names from a manifest).
+var dirReads atomic.Int64
+
 // readDir lstats the entries of one directory.
 func readDir(abs, rel string) (ents []Entry, err error) {
+	dirReads.Add(1)
 	f, err := os.Open(abs)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", abs, err)

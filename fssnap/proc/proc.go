@@ -129,6 +129,9 @@ type Run struct {
 	seen  map[int]bool // every pid ever attributed to the run, to reap it
 	start time.Time
 	done  chan struct{}
+	// startTicks is the first process's start time (clock ticks after
+	// boot; 0: unknown): every process the run made started at or after it.
+	startTicks uint64
 }
 
 // Start starts spec. The caller must call Wait.
@@ -202,6 +205,10 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 		return nil, lockstep.Errorf(lockstep.EINVALID, "start %s: %v", spec.Args[0], err)
 	}
 	r.proc, r.pgid = p, p.Pid
+	// Not reaped before Wait: its stat is there (a zombie's at worst).
+	if st, ok := readStat(p.Pid); ok {
+		r.startTicks = st.start
+	}
 	if spec.Cloneflags&unix.CLONE_NEWNS != 0 {
 		// The namespace was made by clone itself: the child is in it now.
 		nsPath := "/proc/" + strconv.Itoa(p.Pid) + "/ns/mnt"
@@ -574,7 +581,8 @@ func (r *Run) killScan() (int, error) {
 
 type procInfo struct {
 	Process
-	pgid int
+	pgid  int
+	start uint64 // start time, clock ticks after boot (stat field 22)
 }
 
 // scan walks /proc for the run's processes: its process group, the
@@ -588,7 +596,7 @@ func (r *Run) scan() []Process {
 		if err != nil {
 			continue
 		}
-		p, ok := readProc(pid)
+		p, ok := readStat(pid)
 		if !ok {
 			continue
 		}
@@ -602,7 +610,13 @@ func (r *Run) scan() []Process {
 		if pid == os.Getpid() {
 			continue
 		}
-		if p.pgid == r.pgid || pid == r.proc.Pid || hasMarker(pid, marker) || r.inMountNS(pid) {
+		// A process that started before the run's first one was not
+		// forked by the run (a child starts after its parent; exec keeps
+		// the start time): its environment and namespace are not read.
+		// Everything the run made, however it escaped (new session,
+		// double fork, re-parented), started after it and is read.
+		older := r.startTicks > 0 && p.start < r.startTicks
+		if p.pgid == r.pgid || pid == r.proc.Pid || !older && (hasMarker(pid, marker) || r.inMountNS(pid)) {
 			in[pid] = true
 			queue = append(queue, pid)
 		}
@@ -619,7 +633,9 @@ func (r *Run) scan() []Process {
 	}
 	var out []Process
 	for pid := range in {
-		out = append(out, all[pid].Process)
+		p := all[pid].Process
+		p.Cmdline = readCmdline(pid) // only for the run's: one read less per process of the machine
+		out = append(out, p)
 	}
 	return out
 }
@@ -633,7 +649,13 @@ func (r *Run) inMountNS(pid int) bool {
 	return err == nil && ns == r.mntns
 }
 
+// markerRead, when set (tests), hears every pid whose environment scan reads.
+var markerRead func(pid int)
+
 func hasMarker(pid int, marker []byte) bool {
+	if markerRead != nil {
+		markerRead(pid)
+	}
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 	if err != nil || len(data) == 0 {
 		return false
@@ -642,6 +664,15 @@ func hasMarker(pid int, marker []byte) bool {
 }
 
 func readProc(pid int) (procInfo, bool) {
+	p, ok := readStat(pid)
+	if ok {
+		p.Cmdline = readCmdline(pid)
+	}
+	return p, ok
+}
+
+// readStat reads /proc/<pid>/stat (no command line).
+func readStat(pid int) (procInfo, bool) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return procInfo{}, false
@@ -658,10 +689,18 @@ func readProc(pid int) (procInfo, bool) {
 	ppid, _ := strconv.Atoi(f[1])
 	pgid, _ := strconv.Atoi(f[2])
 	p := procInfo{Process: Process{PID: pid, PPID: ppid, State: f[0]}, pgid: pgid}
-	if cl, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil {
-		p.Cmdline = strings.TrimSpace(strings.ReplaceAll(string(cl), "\x00", " "))
+	if len(f) > 19 {
+		p.start, _ = strconv.ParseUint(f[19], 10, 64) // field 22; 0 (unknown) never counts as older
 	}
 	return p, true
+}
+
+func readCmdline(pid int) string {
+	cl, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(strings.ReplaceAll(string(cl), "\x00", " "))
 }
 
 // reap collects the exit status of every attributed process that became

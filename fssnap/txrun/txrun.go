@@ -303,14 +303,21 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	var icfg instance.Config
 	var pre *instance.State
+	// The capture of the instance only reads it (and makes this process
+	// a subreaper): it runs beside the containment's preparation, the
+	// snapshot and the checkpoint, and is waited for before the command
+	// starts. The processes those steps start are waited for by them, so
+	// that one captured alive is gone before the check after the run.
+	captured := func() error { return nil }
 	if opts.Instance != nil {
 		icfg = *opts.Instance
 		icfg.Exclude = append(append(append(icfg.Exclude, opts.Dir, stateRoot), opts.Share...), nonEmpty(opts.Snap.DataRoot)...)
-		rep.step("capture_instance", func() error {
+		captured = rep.background("capture_instance", func() error {
 			pre = instance.Capture(icfg)
 			// Orphans of the run come to us, not init: attributable.
 			return proc.EnableSubreaper()
 		})
+		defer captured() // every return below: the capture is over before Run returns
 	}
 	args := opts.Args
 	var uids, gids []syscall.SysProcIDMap
@@ -414,6 +421,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		stdout, stderr = outTail.w, errTail.w
 	}
+	captured() // a failed capture or subreaper is not fatal (as before): the check says what it can
 	rep.step("run", func() error {
 		run, runErr = proc.Start(ctx, proc.Spec{
 			Args: args, Dir: opts.Dir, Env: opts.Env, Cloneflags: clone, UidMappings: uids, GidMappings: gids, AmbientCaps: caps,
@@ -572,22 +580,37 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	rep.step("verify", func() error {
 		rep.Purity.Checked = true
-		res, err := fssnap.Verify(opts.Dir, m)
+		// The three checks only read (Dir, /proc, the instance): at
+		// once, the file walk's waits beside the /proc scans.
+		var (
+			procs []proc.Process
+			ir    instance.Report
+			cw    sync.WaitGroup
+		)
+		if run != nil {
+			cw.Go(func() { procs = run.Residue() })
+		}
+		if pre != nil {
+			cw.Go(func() { ir = instance.Check(pre, icfg, mntns, sess == nil) })
+		}
+		// The guard: every path of m is lstat'ed and compared; a
+		// directory is read unless its stat says its names are m's (any
+		// entry the restore, or anything else, created there moved its
+		// ctime: fssnap.VerifyKnownDirs).
+		res, err := fssnap.VerifyKnownDirs(opts.Dir, m)
+		cw.Wait()
 		if err != nil {
 			addErr(err)
 			return err
 		}
 		rep.Purity.Files = res
-		if run != nil {
-			rep.Purity.Processes = run.Residue()
-		}
+		rep.Purity.Processes = procs
 		if sess != nil {
 			if err := sess.Discarded(); err != nil {
 				rep.Residue = append(rep.Residue, instance.Item{Kind: instance.KindLayer, Path: sess.Base, Detail: err.Error()})
 			}
 		}
 		if pre != nil {
-			ir := instance.Check(pre, icfg, mntns, sess == nil)
 			rep.Residue = append(rep.Residue, ir.Items...)
 			rep.Purity.Instance, rep.Purity.Scanned, rep.Purity.Truncated = true, ir.Scanned, ir.Truncated
 		}

@@ -169,6 +169,76 @@ func TestResidueDetected(t *testing.T) {
 
 type noRestore struct{ fssnap.Driver }
 
+// wrongRestore restores, then writes where it should not: a new file in a
+// directory the run did not touch, whose times it then sets back, and a
+// same-size rewrite of an untouched file, its mtime set back.
+type wrongRestore struct {
+	fssnap.Driver
+	subdir, file string
+}
+
+func (w wrongRestore) Restore(ctx context.Context, dir, id string) error {
+	if err := w.Driver.Restore(ctx, dir, id); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(w.subdir)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(w.subdir+"/stray", []byte("s"), 0o644); err != nil {
+		return err
+	}
+	if err := os.Chtimes(w.subdir, fi.ModTime(), fi.ModTime()); err != nil {
+		return err
+	}
+	data, err := os.ReadFile(w.file)
+	if err != nil {
+		return err
+	}
+	ffi, _ := os.Lstat(w.file)
+	data[0] ^= 1
+	if err := os.WriteFile(w.file, data, 0o644); err != nil {
+		return err
+	}
+	return os.Chtimes(w.file, ffi.ModTime(), ffi.ModTime())
+}
+
+// TestWrongRestoreDetected: the verify after a restore reads only the
+// directories whose stat changed since the take (their names are the
+// manifest's otherwise), and it still catches a restore that writes in a
+// directory the run did not touch, even with the directory's and the
+// file's mtime set back (forensics on: the run's comparison is shared).
+func TestWrongRestoreDetected(t *testing.T) {
+	drv, dir, opts := fstest.Driver(t, fssnap.NameCopy, func(d string) { fstest.GenTree(t, d, 40, 100, 5) })
+	time.Sleep(50 * time.Millisecond) // past the racy window: the take's names are trusted
+	m, err := fssnap.BuildManifest(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var subdir, file string
+	for _, e := range m.Entries {
+		if e.Type == fssnap.TypeDir && e.Path != "." && subdir == "" {
+			subdir = dir + "/" + e.Path
+		}
+		if e.Type == fssnap.TypeFile && e.Size > 0 && strings.Contains(e.Path, "/") && file == "" {
+			file = dir + "/" + e.Path
+		}
+	}
+	if subdir == "" || file == "" {
+		t.Fatal("tree without a subdirectory or a file in one")
+	}
+	rep, err := txrun.Run(context.Background(), txrun.Options{Dir: dir, Args: []string{"sh", "-c", "echo x > new; exit 1"},
+		Driver: wrongRestore{drv, subdir, file}, Snap: opts, Forensics: t.TempDir()})
+	if !errors.Is(err, txrun.ErrResidue) || rep.Purity.Clean {
+		t.Fatalf("err %v purity %+v", err, rep.Purity)
+	}
+	rel := func(p string) string { return strings.TrimPrefix(p, dir+"/") }
+	if f := rep.Purity.Files; !reflect.DeepEqual(f.Added, []string{rel(subdir) + "/stray"}) || len(f.Removed) != 0 ||
+		len(f.Changed) != 1 || f.Changed[0].Path != rel(file) || f.Changed[0].What != "content" {
+		t.Fatalf("residue %+v, want %s/stray added and %s's content changed", f, rel(subdir), rel(file))
+	}
+}
+
 func (noRestore) Restore(context.Context, string, string) error { return nil }
 
 // TestRandomizedResidue: 200 failing runs per driver, each doing random
