@@ -8,8 +8,10 @@
 // (deps_test.go).
 //
 // The hash and object types are go-git's, re-exported as aliases (Hash
-// is plumbing.Hash): no conversion anywhere, and the merge engine, which
-// reads objects through go-git's storer interface, shares them.
+// is plumbing.Hash): no conversion anywhere. The merge engine reads and
+// writes objects in these types too (Reader.Objects satisfies its
+// merge.Store), so gitobj is the only package of ours besides the
+// adapters that imports go-git.
 package gitobj
 
 import (
@@ -70,6 +72,27 @@ func TagTarget(s ObjectStorer, h Hash) (Hash, error) {
 		return ZeroHash, err
 	}
 	return t.Target, nil
+}
+
+// NewObject returns an in-memory object of type t holding a copy of
+// content (not written anywhere: pass it to a storer or WriteObjects).
+func NewObject(t ObjectType, content []byte) EncodedObject {
+	obj := &plumbing.MemoryObject{}
+	obj.SetType(t)
+	// Writing to a MemoryObject cannot fail.
+	_, _ = obj.Write(content)
+	return obj
+}
+
+// DecodeCommit decodes a commit object (every header git writes, the
+// message and signatures: go-git's object.Commit.Decode). Hash is obj's.
+func DecodeCommit(obj EncodedObject) (*CommitInfo, error) {
+	c := &object.Commit{}
+	if err := c.Decode(obj); err != nil {
+		return nil, err
+	}
+	return &CommitInfo{Hash: c.Hash, Tree: c.TreeHash, Parents: c.ParentHashes,
+		Author: c.Author, Committer: c.Committer, Message: c.Message}, nil
 }
 
 // EncodeCommit builds the commit object for spec without writing it.

@@ -62,12 +62,12 @@ func TestCommitHeaderMatchesDecode(t *testing.T) {
 				t.Errorf("%s %s: header not read", name, h)
 				continue
 			}
-			if ci.tree != c.TreeHash || len(ci.parents) != len(c.ParentHashes) || !ci.when.Equal(c.Committer.When) {
-				t.Fatalf("%s %s: header %+v, decoded tree %s parents %v when %s", name, h, ci, c.TreeHash, c.ParentHashes, c.Committer.When)
+			if ci.tree != c.Tree || len(ci.parents) != len(c.Parents) || !ci.when.Equal(c.Committer.When) {
+				t.Fatalf("%s %s: header %+v, decoded tree %s parents %v when %s", name, h, ci, c.Tree, c.Parents, c.Committer.When)
 			}
 			for i := range ci.parents {
-				if ci.parents[i] != c.ParentHashes[i] {
-					t.Fatalf("%s %s: parents %v, decoded %v", name, h, ci.parents, c.ParentHashes)
+				if ci.parents[i] != c.Parents[i] {
+					t.Fatalf("%s %s: parents %v, decoded %v", name, h, ci.parents, c.Parents)
 				}
 			}
 			n++

@@ -1,11 +1,12 @@
-// Package merge is Lockstep's three-way merge engine on go-git v5 objects.
-// It has no HTTP and no database: callers hand it a Store (a goroutine-safe
-// wrapper of go-git filesystem storage, or memory.Storage in tests) and
-// commit or tree oids.
+// Package merge is Lockstep's three-way merge engine on git objects, in
+// gitobj's types. It has no HTTP and no database and imports neither
+// go-git nor an object-store adapter (deps_test.go): callers hand it a
+// Store (what gitobj.Reader.Objects returns, or go-git's memory.Storage
+// in tests) and commit or tree oids.
 //
 // # API
 //
-//   - Store: the four object methods of go-git's EncodedObjectStorer we use.
+//   - Store: the three object methods the engine uses (read, has, write).
 //   - Overlay, NewOverlay, (*Overlay).Objects: a Store that reads through
 //     to a base and keeps writes in memory. A preflight is a merge into an
 //     Overlay that is then dropped; to materialize, write Objects() as one
@@ -70,11 +71,11 @@
 //     NUL in the first 8000 bytes, like git), bigger than MaxFileBytes, a
 //     symlink or a submodule, which conflict and keep ours.
 //
-// New trees are encoded with go-git's object.Tree in git's order, so their
-// oids equal git's; empty directories disappear as in git. New objects go
-// to an internal Overlay first and only the ones reachable from the result
-// tree reach the Store, and only when the merge is clean or
-// Options.Markers is set.
+// New trees are encoded by the engine in git's order and format (as git
+// and go-git's object.Tree write them), so their oids equal git's; empty
+// directories disappear as in git. New objects go to an internal Overlay
+// first and only the ones reachable from the result tree reach the
+// Store, and only when the merge is clean or Options.Markers is set.
 //
 // # Line merge
 //

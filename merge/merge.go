@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
-
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/gitobj"
 )
 
 // Conflict kinds.
@@ -90,11 +88,11 @@ type Result struct {
 	Clean bool `json:"clean"`
 	// Tree is the merged tree. It is zero when the merge is not clean and
 	// Options.Markers is off.
-	Tree plumbing.Hash `json:"tree"`
+	Tree gitobj.Hash `json:"tree"`
 	// MergeBase is the commit used as base (a virtual commit for
 	// criss-cross histories, zero when the commits share no history).
 	// MergeTrees sets it to the base tree it was given.
-	MergeBase plumbing.Hash `json:"merge_base"`
+	MergeBase gitobj.Hash `json:"merge_base"`
 	// FastForward: theirs descends from ours; Tree is theirs' tree.
 	FastForward bool `json:"fast_forward"`
 	// UpToDate: ours already contains theirs; Tree is ours' tree.
@@ -104,9 +102,9 @@ type Result struct {
 }
 
 // MarshalJSON writes the oids as hex strings ("" for zero), the form the
-// HTTP API uses; plumbing.Hash alone would encode as an array of numbers.
+// HTTP API uses; gitobj.Hash alone would encode as an array of numbers.
 func (r Result) MarshalJSON() ([]byte, error) {
-	hex := func(h plumbing.Hash) string {
+	hex := func(h gitobj.Hash) string {
 		if h.IsZero() {
 			return ""
 		}
@@ -142,7 +140,7 @@ type Conflict struct {
 //
 // Errors: not_found if a commit or an object they name is missing;
 // ctx.Err() when cancelled; anything else is internal.
-func Merge(ctx context.Context, s Store, ours, theirs plumbing.Hash, opts Options) (*Result, error) {
+func Merge(ctx context.Context, s Store, ours, theirs gitobj.Hash, opts Options) (*Result, error) {
 	ov := NewOverlay(s)
 	oc, err := readCommit(s, ours)
 	if err != nil {
@@ -153,7 +151,7 @@ func Merge(ctx context.Context, s Store, ours, theirs plumbing.Hash, opts Option
 		return nil, err
 	}
 	if ours == theirs {
-		return &Result{Clean: true, UpToDate: true, Tree: oc.TreeHash, MergeBase: ours}, nil
+		return &Result{Clean: true, UpToDate: true, Tree: oc.Tree, MergeBase: ours}, nil
 	}
 	w := newWalker(ov)
 	w.shared = opts.Commits
@@ -163,10 +161,10 @@ func Merge(ctx context.Context, s Store, ours, theirs plumbing.Hash, opts Option
 	}
 	for _, b := range bases {
 		if b == theirs {
-			return &Result{Clean: true, UpToDate: true, Tree: oc.TreeHash, MergeBase: theirs}, nil
+			return &Result{Clean: true, UpToDate: true, Tree: oc.Tree, MergeBase: theirs}, nil
 		}
 		if b == ours {
-			return &Result{Clean: true, FastForward: true, Tree: tc.TreeHash, MergeBase: ours}, nil
+			return &Result{Clean: true, FastForward: true, Tree: tc.Tree, MergeBase: ours}, nil
 		}
 	}
 	base, err := w.virtualBase(ctx, bases, 0)
@@ -181,7 +179,7 @@ func Merge(ctx context.Context, s Store, ours, theirs plumbing.Hash, opts Option
 		}
 		baseTree = bc.tree
 	}
-	res, err := mergeTrees(ctx, ov, baseTree, oc.TreeHash, tc.TreeHash, opts)
+	res, err := mergeTrees(ctx, ov, baseTree, oc.Tree, tc.Tree, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -197,14 +195,14 @@ func Merge(ctx context.Context, s Store, ours, theirs plumbing.Hash, opts Option
 // MergeTrees merges trees ours and theirs against base (all tree oids; the
 // zero hash means the empty tree). FastForward and UpToDate are set when
 // base equals ours or theirs. Objects are written as in Merge; errors too.
-func MergeTrees(ctx context.Context, s Store, base, ours, theirs plumbing.Hash, opts Options) (*Result, error) {
+func MergeTrees(ctx context.Context, s Store, base, ours, theirs gitobj.Hash, opts Options) (*Result, error) {
 	ov := NewOverlay(s)
 	res, err := mergeTrees(ctx, ov, base, ours, theirs, opts)
 	if err != nil {
 		return nil, err
 	}
 	res.MergeBase = base
-	norm := func(h plumbing.Hash) plumbing.Hash {
+	norm := func(h gitobj.Hash) gitobj.Hash {
 		if h.IsZero() {
 			return emptyTree
 		}
@@ -224,7 +222,7 @@ func MergeTrees(ctx context.Context, s Store, base, ours, theirs plumbing.Hash, 
 	return res, nil
 }
 
-func mergeTrees(ctx context.Context, s Store, base, ours, theirs plumbing.Hash, opts Options) (*Result, error) {
+func mergeTrees(ctx context.Context, s Store, base, ours, theirs gitobj.Hash, opts Options) (*Result, error) {
 	if opts.MaxFileBytes == 0 {
 		opts.MaxFileBytes = DefaultMaxFileBytes
 	}
@@ -247,7 +245,7 @@ func mergeTrees(ctx context.Context, s Store, base, ours, theirs plumbing.Hash, 
 	sort.Slice(m.conflicts, func(i, j int) bool { return m.conflicts[i].Path < m.conflicts[j].Path })
 	res := &Result{Clean: len(m.conflicts) == 0, Tree: tree, Conflicts: m.conflicts}
 	if !res.Clean && !opts.Markers {
-		res.Tree = plumbing.ZeroHash
+		res.Tree = gitobj.ZeroHash
 	}
 	return res, nil
 }
@@ -259,17 +257,17 @@ type merger struct {
 	labels    Labels
 	conflicts []Conflict
 
-	trees      map[plumbing.Hash][]entry // trees read (rename detection reads them first)
-	forced     map[string]*pstate        // paths touched by renames
-	forcedDirs map[string]bool           // their directories ("" included)
-	forcedKids map[string][]string       // directory -> names of forced paths and dirs in it
+	trees      map[gitobj.Hash][]entry // trees read (rename detection reads them first)
+	forced     map[string]*pstate      // paths touched by renames
+	forcedDirs map[string]bool         // their directories ("" included)
+	forcedKids map[string][]string     // directory -> names of forced paths and dirs in it
 }
 
 func (m *merger) conflict(path, kind string, hunks []Hunk) {
 	m.conflicts = append(m.conflicts, Conflict{Path: path, Kind: kind, Hunks: hunks})
 }
 
-func norm(h plumbing.Hash) plumbing.Hash {
+func norm(h gitobj.Hash) gitobj.Hash {
 	if h.IsZero() {
 		return emptyTree
 	}
@@ -284,7 +282,7 @@ func join(dir, name string) string {
 }
 
 // tree merges three trees. Only subtrees whose oids differ are read.
-func (m *merger) tree(path string, b, o, t plumbing.Hash) (plumbing.Hash, error) {
+func (m *merger) tree(path string, b, o, t gitobj.Hash) (gitobj.Hash, error) {
 	b, o, t = norm(b), norm(o), norm(t)
 	if !m.forcedDirs[path] {
 		switch {
@@ -295,19 +293,19 @@ func (m *merger) tree(path string, b, o, t plumbing.Hash) (plumbing.Hash, error)
 		}
 	}
 	if err := m.ctx.Err(); err != nil {
-		return plumbing.ZeroHash, err
+		return gitobj.ZeroHash, err
 	}
 	be, err := m.readTree(b)
 	if err != nil {
-		return plumbing.ZeroHash, err
+		return gitobj.ZeroHash, err
 	}
 	oe, err := m.readTree(o)
 	if err != nil {
-		return plumbing.ZeroHash, err
+		return gitobj.ZeroHash, err
 	}
 	te, err := m.readTree(t)
 	if err != nil {
-		return plumbing.ZeroHash, err
+		return gitobj.ZeroHash, err
 	}
 	type triple struct{ b, o, t *entry }
 	names := make(map[string]*triple, len(oe)+4)
@@ -355,7 +353,7 @@ func (m *merger) tree(path string, b, o, t plumbing.Hash) (plumbing.Hash, error)
 		// Both sides changed the name differently. A name can hold a
 		// tree and a file at different times: merge the tree parts and the
 		// file parts separately, as git's index does.
-		treePart := func(e *entry) plumbing.Hash {
+		treePart := func(e *entry) gitobj.Hash {
 			if e.isTree() {
 				return e.Hash
 			}
@@ -371,7 +369,7 @@ func (m *merger) tree(path string, b, o, t plumbing.Hash) (plumbing.Hash, error)
 		if x.b.isTree() || x.o.isTree() || x.t.isTree() || m.forcedDirs[p] {
 			sub, err = m.tree(p, treePart(x.b), treePart(x.o), treePart(x.t))
 			if err != nil {
-				return plumbing.ZeroHash, err
+				return gitobj.ZeroHash, err
 			}
 		}
 		n := len(m.conflicts)
@@ -383,7 +381,7 @@ func (m *merger) tree(path string, b, o, t plumbing.Hash) (plumbing.Hash, error)
 			file, aside, err = m.file(p, filePart(x.b), filePart(x.o), filePart(x.t))
 		}
 		if err != nil {
-			return plumbing.ZeroHash, err
+			return gitobj.ZeroHash, err
 		}
 		for _, a := range aside {
 			a.Name = name + a.Name
@@ -394,7 +392,7 @@ func (m *merger) tree(path string, b, o, t plumbing.Hash) (plumbing.Hash, error)
 			if len(m.conflicts) == n {
 				m.conflict(p, KindType, nil)
 			}
-			out = append(out, entry{Name: name, Mode: filemode.Dir, Hash: sub})
+			out = append(out, entry{Name: name, Mode: modeDir, Hash: sub})
 			label := m.labels.Ours
 			if filePart(x.o) == nil || !sameEntry(file, x.o) {
 				label = m.labels.Theirs
@@ -403,7 +401,7 @@ func (m *merger) tree(path string, b, o, t plumbing.Hash) (plumbing.Hash, error)
 			f.Name = name + "~" + label
 			out = append(out, f)
 		case sub != emptyTree:
-			out = append(out, entry{Name: name, Mode: filemode.Dir, Hash: sub})
+			out = append(out, entry{Name: name, Mode: modeDir, Hash: sub})
 		case file != nil:
 			f := *file
 			f.Name = name
@@ -421,11 +419,11 @@ const (
 	kindGitlink
 )
 
-func fileKind(mode filemode.FileMode) kindOf {
+func fileKind(mode fileMode) kindOf {
 	switch mode {
-	case filemode.Symlink:
+	case modeSymlink:
 		return kindSymlink
-	case filemode.Submodule:
+	case modeSubmodule:
 		return kindGitlink
 	}
 	return kindRegular
@@ -493,7 +491,7 @@ func (m *merger) file(path string, b, o, t *entry) (*entry, []entry, error) {
 		m.conflict(path, kind, nil)
 		return &res, nil, nil
 	default:
-		var bh plumbing.Hash
+		var bh gitobj.Hash
 		if b != nil && fileKind(b.Mode) == kindRegular {
 			bh = b.Hash
 		}
@@ -515,12 +513,12 @@ func (m *merger) file(path string, b, o, t *entry) (*entry, []entry, error) {
 
 // content line-merges three blobs (zero base: empty). A binary or too large
 // file is a conflict without hunks and keeps ours.
-func (m *merger) content(b, o, t plumbing.Hash) (plumbing.Hash, []Hunk, bool, error) {
-	read := func(h plumbing.Hash) ([]byte, bool, error) {
+func (m *merger) content(b, o, t gitobj.Hash) (gitobj.Hash, []Hunk, bool, error) {
+	read := func(h gitobj.Hash) ([]byte, bool, error) {
 		if h.IsZero() {
 			return nil, true, nil
 		}
-		obj, err := m.s.EncodedObject(plumbing.BlobObject, h)
+		obj, err := m.s.EncodedObject(gitobj.BlobObject, h)
 		if err != nil {
 			return nil, false, notFound(err, "blob", h)
 		}

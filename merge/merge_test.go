@@ -15,20 +15,20 @@ import (
 	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/memory"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/gitobj"
 )
 
 type f struct {
-	mode filemode.FileMode
+	mode fileMode
 	data string
 }
 
-func txt(s string) f { return f{filemode.Regular, s} }
+func txt(s string) f { return f{modeRegular, s} }
 
 // mustTree writes files (path → content) as nested trees.
 func mustTree(tb testing.TB, s Store, files map[string]f) plumbing.Hash {
@@ -61,16 +61,14 @@ func mustTree(tb testing.TB, s Store, files map[string]f) plumbing.Hash {
 			ents = append(ents, entry{Name: name, Mode: c.mode, Hash: h})
 		}
 		for name, sub := range d.dirs {
-			ents = append(ents, entry{Name: name, Mode: filemode.Dir, Hash: write(sub)})
+			ents = append(ents, entry{Name: name, Mode: modeDir, Hash: write(sub)})
 		}
 		h, err := writeTree(s, ents)
 		if err != nil {
 			tb.Fatal(err)
 		}
 		if h == emptyTree {
-			obj := s.NewEncodedObject()
-			obj.SetType(plumbing.TreeObject)
-			s.SetEncodedObject(obj)
+			s.SetEncodedObject(gitobj.NewObject(gitobj.TreeObject, nil))
 		}
 		return h
 	}
@@ -82,11 +80,7 @@ var clock int64
 func mustCommit(tb testing.TB, s Store, tree plumbing.Hash, parents ...plumbing.Hash) plumbing.Hash {
 	tb.Helper()
 	sig := object.Signature{Name: "t", Email: "t@example.com", When: time.Unix(1700000000+atomic.AddInt64(&clock, 1), 0).UTC()}
-	c := &object.Commit{Author: sig, Committer: sig, Message: "m\n", TreeHash: tree, ParentHashes: parents}
-	obj := s.NewEncodedObject()
-	if err := c.Encode(obj); err != nil {
-		tb.Fatal(err)
-	}
+	obj := gitobj.EncodeCommit(gitobj.CommitSpec{Author: sig, Committer: sig, Message: "m\n", Tree: tree, Parents: parents})
 	h, err := s.SetEncodedObject(obj)
 	if err != nil {
 		tb.Fatal(err)
@@ -105,7 +99,7 @@ func readFiles(tb testing.TB, s Store, tree plumbing.Hash) map[string]f {
 			tb.Fatal(err)
 		}
 		for _, e := range ents {
-			if e.Mode == filemode.Dir {
+			if e.Mode == modeDir {
 				walk(prefix+e.Name+"/", e.Hash)
 				continue
 			}
@@ -132,8 +126,8 @@ func scenario(tb testing.TB, base, ours, theirs map[string]f) (*memory.Storage, 
 const ten = "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n"
 
 func TestMergeRules(t *testing.T) {
-	exe := func(s string) f { return f{filemode.Executable, s} }
-	link := func(s string) f { return f{filemode.Symlink, s} }
+	exe := func(s string) f { return f{modeExecutable, s} }
+	link := func(s string) f { return f{modeSymlink, s} }
 	tests := []struct {
 		name               string
 		opts               Options
@@ -548,8 +542,7 @@ type readThrough struct {
 func (x *readThrough) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
 	return x.r.EncodedObject(t, h)
 }
-func (x *readThrough) HasEncodedObject(h plumbing.Hash) error   { return x.r.HasEncodedObject(h) }
-func (x *readThrough) NewEncodedObject() plumbing.EncodedObject { return x.r.NewEncodedObject() }
+func (x *readThrough) HasEncodedObject(h plumbing.Hash) error { return x.r.HasEncodedObject(h) }
 func (x *readThrough) SetEncodedObject(o plumbing.EncodedObject) (plumbing.Hash, error) {
 	return x.w.SetEncodedObject(o)
 }

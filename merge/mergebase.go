@@ -12,29 +12,27 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
-
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/gitobj"
 )
 
-func notFound(err error, what string, h plumbing.Hash) error {
-	if errors.Is(err, plumbing.ErrObjectNotFound) {
+func notFound(err error, what string, h gitobj.Hash) error {
+	if errors.Is(err, gitobj.ErrObjectNotFound) {
 		return lockstep.Errorf(lockstep.ENOTFOUND, "%s %s not found", what, h)
 	}
 	return fmt.Errorf("read %s %s: %w", what, h, err)
 }
 
 type commitInfo struct {
-	tree    plumbing.Hash
-	parents []plumbing.Hash
+	tree    gitobj.Hash
+	parents []gitobj.Hash
 	when    time.Time
 }
 
 // walker reads commits once per operation.
 type walker struct {
 	s       Store
-	commits map[plumbing.Hash]*commitInfo
+	commits map[gitobj.Hash]*commitInfo
 	shared  *CommitCache // nil: none
 }
 
@@ -46,17 +44,17 @@ type walker struct {
 // pass it to merges of one store (one fork network) only.
 type CommitCache struct {
 	mu  sync.RWMutex
-	m   map[plumbing.Hash]*commitInfo
+	m   map[gitobj.Hash]*commitInfo
 	max int // 0: unbounded
 }
 
 // NewCommitCache returns an empty, unbounded cache (for one batch).
-func NewCommitCache() *CommitCache { return &CommitCache{m: map[plumbing.Hash]*commitInfo{}} }
+func NewCommitCache() *CommitCache { return &CommitCache{m: map[gitobj.Hash]*commitInfo{}} }
 
 // NewBoundedCommitCache returns an empty cache that holds at most max
 // commits (about 150 bytes each): when full, it starts over empty.
 func NewBoundedCommitCache(max int) *CommitCache {
-	return &CommitCache{m: map[plumbing.Hash]*commitInfo{}, max: max}
+	return &CommitCache{m: map[gitobj.Hash]*commitInfo{}, max: max}
 }
 
 // Len is the number of commits held.
@@ -66,27 +64,27 @@ func (c *CommitCache) Len() int {
 	return len(c.m)
 }
 
-func (c *CommitCache) get(h plumbing.Hash) (*commitInfo, bool) {
+func (c *CommitCache) get(h gitobj.Hash) (*commitInfo, bool) {
 	c.mu.RLock()
 	ci, ok := c.m[h]
 	c.mu.RUnlock()
 	return ci, ok
 }
 
-func (c *CommitCache) put(h plumbing.Hash, ci *commitInfo) {
+func (c *CommitCache) put(h gitobj.Hash, ci *commitInfo) {
 	c.mu.Lock()
 	if c.max > 0 && len(c.m) >= c.max {
-		c.m = make(map[plumbing.Hash]*commitInfo, c.max/4)
+		c.m = make(map[gitobj.Hash]*commitInfo, c.max/4)
 	}
 	c.m[h] = ci
 	c.mu.Unlock()
 }
 
 func newWalker(s Store) *walker {
-	return &walker{s: s, commits: make(map[plumbing.Hash]*commitInfo)}
+	return &walker{s: s, commits: make(map[gitobj.Hash]*commitInfo)}
 }
 
-func (w *walker) commit(h plumbing.Hash) (*commitInfo, error) {
+func (w *walker) commit(h gitobj.Hash) (*commitInfo, error) {
 	if c, ok := w.commits[h]; ok {
 		return c, nil
 	}
@@ -96,7 +94,7 @@ func (w *walker) commit(h plumbing.Hash) (*commitInfo, error) {
 			return c, nil
 		}
 	}
-	obj, err := w.s.EncodedObject(plumbing.CommitObject, h)
+	obj, err := w.s.EncodedObject(gitobj.CommitObject, h)
 	if err != nil {
 		return nil, notFound(err, "commit", h)
 	}
@@ -107,7 +105,7 @@ func (w *walker) commit(h plumbing.Hash) (*commitInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		ci = &commitInfo{tree: c.TreeHash, parents: c.ParentHashes, when: c.Committer.When}
+		ci = &commitInfo{tree: c.Tree, parents: c.Parents, when: c.Committer.When}
 	}
 	w.commits[h] = ci
 	if w.shared != nil {
@@ -118,11 +116,11 @@ func (w *walker) commit(h plumbing.Hash) (*commitInfo, error) {
 
 // commitHeader reads only what the merge-base walk needs (tree, parents,
 // committer time) from a commit's header lines, without decoding the
-// message, signatures or author as object.Commit.Decode does (most of a
+// message, signatures or author as gitobj.DecodeCommit does (most of a
 // deep preflight's time on long histories). ok is false for anything but
 // the plain layout: "tree", "parent"*, then "committer <…> <unix> <tz>"
 // somewhere before the blank line.
-func commitHeader(obj plumbing.EncodedObject) (*commitInfo, bool) {
+func commitHeader(obj gitobj.EncodedObject) (*commitInfo, bool) {
 	r, err := obj.Reader()
 	if err != nil {
 		return nil, false
@@ -184,8 +182,8 @@ func commitHeader(obj plumbing.EncodedObject) (*commitInfo, bool) {
 	return ci, sawTree && sawCommitter
 }
 
-func parseHex(b []byte) (plumbing.Hash, bool) {
-	var h plumbing.Hash
+func parseHex(b []byte) (gitobj.Hash, bool) {
+	var h gitobj.Hash
 	if len(b) != 2*len(h) {
 		return h, false
 	}
@@ -196,9 +194,9 @@ func parseHex(b []byte) (plumbing.Hash, bool) {
 }
 
 // ancestors returns every commit reachable from h, h included.
-func (w *walker) ancestors(ctx context.Context, h plumbing.Hash) (map[plumbing.Hash]bool, error) {
-	seen := map[plumbing.Hash]bool{h: true}
-	stack := []plumbing.Hash{h}
+func (w *walker) ancestors(ctx context.Context, h gitobj.Hash) (map[gitobj.Hash]bool, error) {
+	seen := map[gitobj.Hash]bool{h: true}
+	stack := []gitobj.Hash{h}
 	for len(stack) > 0 {
 		if len(seen)%256 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -240,14 +238,14 @@ const (
 // commit-graph, it trusts commit times (badly skewed clocks can make it
 // stop early); candidates reachable from another candidate are then
 // dropped.
-func (w *walker) bestCommon(ctx context.Context, a, b plumbing.Hash) ([]plumbing.Hash, error) {
+func (w *walker) bestCommon(ctx context.Context, a, b gitobj.Hash) ([]gitobj.Hash, error) {
 	if a == b {
-		return []plumbing.Hash{a}, nil
+		return []gitobj.Hash{a}, nil
 	}
-	flags := map[plumbing.Hash]int{}
+	flags := map[gitobj.Hash]int{}
 	q := &commitQueue{w: w}
 	for _, x := range []struct {
-		h plumbing.Hash
+		h gitobj.Hash
 		f int
 	}{{a, parent1}, {b, parent2}} {
 		if _, err := w.commit(x.h); err != nil {
@@ -256,7 +254,7 @@ func (w *walker) bestCommon(ctx context.Context, a, b plumbing.Hash) ([]plumbing
 		flags[x.h] |= x.f
 		q.push(x.h)
 	}
-	var cands []plumbing.Hash
+	var cands []gitobj.Hash
 	for steps := 0; q.nonStale(flags); steps++ {
 		if steps%256 == 255 {
 			if err := ctx.Err(); err != nil {
@@ -298,7 +296,7 @@ func (w *walker) bestCommon(ctx context.Context, a, b plumbing.Hash) ([]plumbing
 	// Drop candidates reachable from another candidate (criss-cross
 	// histories only; this walk is not bounded).
 	if len(cands) > 1 {
-		redundant := map[plumbing.Hash]bool{}
+		redundant := map[gitobj.Hash]bool{}
 		for _, c := range cands {
 			if redundant[c] {
 				continue
@@ -335,7 +333,7 @@ func (w *walker) bestCommon(ctx context.Context, a, b plumbing.Hash) ([]plumbing
 // git's commit queue.
 type commitQueue struct {
 	w  *walker
-	hs []plumbing.Hash
+	hs []gitobj.Hash
 }
 
 func (q *commitQueue) less(i, j int) bool {
@@ -346,7 +344,7 @@ func (q *commitQueue) less(i, j int) bool {
 	return bytes.Compare(q.hs[i][:], q.hs[j][:]) < 0 // the order of their hex names, without formatting them
 }
 
-func (q *commitQueue) push(h plumbing.Hash) {
+func (q *commitQueue) push(h gitobj.Hash) {
 	q.hs = append(q.hs, h)
 	for i := len(q.hs) - 1; i > 0; {
 		p := (i - 1) / 2
@@ -358,7 +356,7 @@ func (q *commitQueue) push(h plumbing.Hash) {
 	}
 }
 
-func (q *commitQueue) pop() plumbing.Hash {
+func (q *commitQueue) pop() gitobj.Hash {
 	top := q.hs[0]
 	n := len(q.hs) - 1
 	q.hs[0] = q.hs[n]
@@ -380,7 +378,7 @@ func (q *commitQueue) pop() plumbing.Hash {
 	return top
 }
 
-func (q *commitQueue) nonStale(flags map[plumbing.Hash]int) bool {
+func (q *commitQueue) nonStale(flags map[gitobj.Hash]int) bool {
 	for _, h := range q.hs {
 		if flags[h]&stale == 0 {
 			return true
@@ -394,10 +392,10 @@ func (q *commitQueue) nonStale(flags map[plumbing.Hash]int) bool {
 // against its own merge base, keeping conflict markers in the result, and
 // record the result as a commit whose parents are the pair. The virtual
 // commits are written to w.s.
-func (w *walker) virtualBase(ctx context.Context, bases []plumbing.Hash, depth int) (plumbing.Hash, error) {
+func (w *walker) virtualBase(ctx context.Context, bases []gitobj.Hash, depth int) (gitobj.Hash, error) {
 	switch len(bases) {
 	case 0:
-		return plumbing.ZeroHash, nil
+		return gitobj.ZeroHash, nil
 	case 1:
 		return bases[0], nil
 	}
@@ -408,55 +406,52 @@ func (w *walker) virtualBase(ctx context.Context, bases []plumbing.Hash, depth i
 	for _, next := range bases[1:] {
 		sub, err := w.bestCommon(ctx, acc, next)
 		if err != nil {
-			return plumbing.ZeroHash, err
+			return gitobj.ZeroHash, err
 		}
 		vb, err := w.virtualBase(ctx, sub, depth+1)
 		if err != nil {
-			return plumbing.ZeroHash, err
+			return gitobj.ZeroHash, err
 		}
 		baseTree := emptyTree
 		if !vb.IsZero() {
 			c, err := w.commit(vb)
 			if err != nil {
-				return plumbing.ZeroHash, err
+				return gitobj.ZeroHash, err
 			}
 			baseTree = c.tree
 		}
 		ca, err := w.commit(acc)
 		if err != nil {
-			return plumbing.ZeroHash, err
+			return gitobj.ZeroHash, err
 		}
 		cn, err := w.commit(next)
 		if err != nil {
-			return plumbing.ZeroHash, err
+			return gitobj.ZeroHash, err
 		}
 		res, err := mergeTrees(ctx, w.s, baseTree, ca.tree, cn.tree, Options{
 			Deep: true, Markers: true, virtual: true,
 			OursLabel: "Temporary merge branch 1", TheirsLabel: "Temporary merge branch 2",
 		})
 		if err != nil {
-			return plumbing.ZeroHash, err
+			return gitobj.ZeroHash, err
 		}
 		when := ca.when
 		if cn.when.After(when) {
 			when = cn.when
 		}
-		sig := object.Signature{Name: "lockstep", Email: "merge@lockstep.invalid", When: when.UTC()}
-		vc := &object.Commit{
+		sig := gitobj.Signature{Name: "lockstep", Email: "merge@lockstep.invalid", When: when.UTC()}
+		parents := []gitobj.Hash{acc, next}
+		obj := gitobj.EncodeCommit(gitobj.CommitSpec{
 			Author: sig, Committer: sig,
-			Message:      "virtual merge base\n",
-			TreeHash:     res.Tree,
-			ParentHashes: []plumbing.Hash{acc, next},
-		}
-		obj := w.s.NewEncodedObject()
-		if err := vc.Encode(obj); err != nil {
-			return plumbing.ZeroHash, fmt.Errorf("encode virtual base: %w", err)
-		}
+			Message: "virtual merge base\n",
+			Tree:    res.Tree,
+			Parents: parents,
+		})
 		h, err := w.s.SetEncodedObject(obj)
 		if err != nil {
-			return plumbing.ZeroHash, fmt.Errorf("write virtual base: %w", err)
+			return gitobj.ZeroHash, fmt.Errorf("write virtual base: %w", err)
 		}
-		w.commits[h] = &commitInfo{tree: res.Tree, parents: vc.ParentHashes, when: when}
+		w.commits[h] = &commitInfo{tree: res.Tree, parents: parents, when: when}
 		acc = h
 	}
 	return acc, nil
@@ -465,7 +460,7 @@ func (w *walker) virtualBase(ctx context.Context, bases []plumbing.Hash, depth i
 // MergeBases returns the best common ancestors of commits a and b (none
 // when they share no history), oldest first. Errors: not_found for a
 // missing commit.
-func MergeBases(ctx context.Context, s Store, a, b plumbing.Hash) ([]plumbing.Hash, error) {
+func MergeBases(ctx context.Context, s Store, a, b gitobj.Hash) ([]gitobj.Hash, error) {
 	return newWalker(s).bestCommon(ctx, a, b)
 }
 
@@ -476,11 +471,11 @@ func MergeBases(ctx context.Context, s Store, a, b plumbing.Hash) ([]plumbing.Ha
 // trees are written to s: pass an Overlay to keep them out of a real store.
 // It returns the zero hash when a and b share no history (merge against the
 // empty tree). Errors: not_found for a missing commit.
-func MergeBase(ctx context.Context, s Store, a, b plumbing.Hash) (plumbing.Hash, error) {
+func MergeBase(ctx context.Context, s Store, a, b gitobj.Hash) (gitobj.Hash, error) {
 	w := newWalker(s)
 	bases, err := w.bestCommon(ctx, a, b)
 	if err != nil {
-		return plumbing.ZeroHash, err
+		return gitobj.ZeroHash, err
 	}
 	return w.virtualBase(ctx, bases, 0)
 }

@@ -7,28 +7,39 @@ import (
 	"io"
 	"sort"
 	"strconv"
-
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/object"
+	"strings"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/gitobj"
+)
+
+// fileMode is a tree entry's mode, git's octal number (040000 a
+// directory). canonicalMode maps what a tree holds to the five modes git
+// writes.
+type fileMode uint32
+
+const (
+	modeDir        fileMode = 0o040000
+	modeRegular    fileMode = 0o100644
+	modeExecutable fileMode = 0o100755
+	modeSymlink    fileMode = 0o120000
+	modeSubmodule  fileMode = 0o160000
 )
 
 // emptyTree is the oid of the empty tree ("4b825dc...").
-var emptyTree = plumbing.ComputeHash(plumbing.TreeObject, nil)
+var emptyTree = gitobj.ComputeHash(gitobj.TreeObject, nil)
 
 // EmptyTree returns the oid of the empty tree, the base used when two
 // commits have no common ancestor. The engine never needs it to be stored.
-func EmptyTree() plumbing.Hash { return emptyTree }
+func EmptyTree() gitobj.Hash { return emptyTree }
 
 type entry struct {
 	Name string
-	Mode filemode.FileMode
-	Hash plumbing.Hash
+	Mode fileMode
+	Hash gitobj.Hash
 }
 
-func (e *entry) isTree() bool { return e != nil && e.Mode == filemode.Dir }
+func (e *entry) isTree() bool { return e != nil && e.Mode == modeDir }
 
 func sameEntry(a, b *entry) bool {
 	if a == nil || b == nil {
@@ -37,10 +48,10 @@ func sameEntry(a, b *entry) bool {
 	return a.Mode == b.Mode && a.Hash == b.Hash
 }
 
-func readObject(s Store, t plumbing.ObjectType, h plumbing.Hash) ([]byte, error) {
+func readObject(s Store, t gitobj.ObjectType, h gitobj.Hash) ([]byte, error) {
 	obj, err := s.EncodedObject(t, h)
 	if err != nil {
-		if errors.Is(err, plumbing.ErrObjectNotFound) {
+		if errors.Is(err, gitobj.ErrObjectNotFound) {
 			return nil, lockstep.Errorf(lockstep.ENOTFOUND, "%s %s not found", t, h)
 		}
 		return nil, fmt.Errorf("read %s %s: %w", t, h, err)
@@ -48,7 +59,7 @@ func readObject(s Store, t plumbing.ObjectType, h plumbing.Hash) ([]byte, error)
 	return objectBytes(obj)
 }
 
-func objectBytes(obj plumbing.EncodedObject) ([]byte, error) {
+func objectBytes(obj gitobj.EncodedObject) ([]byte, error) {
 	r, err := obj.Reader()
 	if err != nil {
 		return nil, err
@@ -62,13 +73,13 @@ func objectBytes(obj plumbing.EncodedObject) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-func readTree(s Store, h plumbing.Hash) ([]entry, error) {
+func readTree(s Store, h gitobj.Hash) ([]entry, error) {
 	if h == emptyTree || h.IsZero() {
 		return nil, nil
 	}
-	obj, err := s.EncodedObject(plumbing.TreeObject, h)
+	obj, err := s.EncodedObject(gitobj.TreeObject, h)
 	if err != nil {
-		if errors.Is(err, plumbing.ErrObjectNotFound) {
+		if errors.Is(err, gitobj.ErrObjectNotFound) {
 			return nil, lockstep.Errorf(lockstep.ENOTFOUND, "tree %s not found", h)
 		}
 		return nil, fmt.Errorf("read tree %s: %w", h, err)
@@ -77,7 +88,7 @@ func readTree(s Store, h plumbing.Hash) ([]entry, error) {
 }
 
 // readTreeObject parses a raw tree: "<octal mode> <name>\0<hash>"*.
-func readTreeObject(obj plumbing.EncodedObject) ([]entry, error) {
+func readTreeObject(obj gitobj.EncodedObject) ([]entry, error) {
 	data, err := objectBytes(obj)
 	if err != nil {
 		return nil, err
@@ -94,85 +105,82 @@ func readTreeObject(obj plumbing.EncodedObject) ([]entry, error) {
 		}
 		data = data[sp+1:]
 		nul := bytes.IndexByte(data, 0)
-		if nul < 0 || len(data) < nul+1+len(plumbing.ZeroHash) {
+		if nul < 0 || len(data) < nul+1+len(gitobj.ZeroHash) {
 			return nil, fmt.Errorf("malformed tree %s", obj.Hash())
 		}
-		e := entry{Name: string(data[:nul]), Mode: canonicalMode(filemode.FileMode(m))}
+		e := entry{Name: string(data[:nul]), Mode: canonicalMode(fileMode(m))}
 		copy(e.Hash[:], data[nul+1:])
-		data = data[nul+1+len(plumbing.ZeroHash):]
+		data = data[nul+1+len(gitobj.ZeroHash):]
 		out = append(out, e)
 	}
 	return out, nil
 }
 
-func canonicalMode(mode filemode.FileMode) filemode.FileMode {
+func canonicalMode(mode fileMode) fileMode {
 	switch mode & 0o170000 {
 	case 0o040000:
-		return filemode.Dir
+		return modeDir
 	case 0o100000:
 		if mode&0o111 != 0 {
-			return filemode.Executable
+			return modeExecutable
 		}
-		return filemode.Regular
+		return modeRegular
 	case 0o120000:
-		return filemode.Symlink
+		return modeSymlink
 	default:
-		return filemode.Submodule
+		return modeSubmodule
 	}
 }
 
 // writeTree encodes entries canonically (git order: directories compare as
-// if their name ended in "/") and stores the tree. The empty tree is stored
-// too: a merge that deletes everything must name an object that exists.
-func writeTree(s Store, ents []entry) (plumbing.Hash, error) {
+// if their name ended in "/"; each entry "<octal mode> <name>\0<hash>",
+// the mode without leading zeros, as git and go-git's object.Tree write
+// it) and stores the tree. The empty tree is stored too: a merge that
+// deletes everything must name an object that exists.
+func writeTree(s Store, ents []entry) (gitobj.Hash, error) {
 	sort.Slice(ents, func(i, j int) bool { return sortName(&ents[i]) < sortName(&ents[j]) })
-	t := object.Tree{Entries: make([]object.TreeEntry, len(ents))}
-	for i, e := range ents {
-		t.Entries[i] = object.TreeEntry{Name: e.Name, Mode: e.Mode, Hash: e.Hash}
+	n := 0
+	for i := range ents {
+		n += len("100644 ") + len(ents[i].Name) + 1 + len(gitobj.ZeroHash)
 	}
-	obj := s.NewEncodedObject()
-	if err := t.Encode(obj); err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("encode tree: %w", err)
+	buf := make([]byte, 0, n)
+	for i := range ents {
+		e := &ents[i]
+		if strings.IndexByte(e.Name, 0) >= 0 {
+			return gitobj.ZeroHash, fmt.Errorf("encode tree: malformed filename %q", e.Name)
+		}
+		buf = strconv.AppendUint(buf, uint64(e.Mode), 8)
+		buf = append(buf, ' ')
+		buf = append(buf, e.Name...)
+		buf = append(buf, 0)
+		buf = append(buf, e.Hash[:]...)
 	}
-	return s.SetEncodedObject(obj)
+	return s.SetEncodedObject(gitobj.NewObject(gitobj.TreeObject, buf))
 }
 
 func sortName(e *entry) string {
-	if e.Mode == filemode.Dir {
+	if e.Mode == modeDir {
 		return e.Name + "/"
 	}
 	return e.Name
 }
 
-func writeBlob(s Store, data []byte) (plumbing.Hash, error) {
-	obj := s.NewEncodedObject()
-	obj.SetType(plumbing.BlobObject)
-	obj.SetSize(int64(len(data)))
-	w, err := obj.Writer()
-	if err != nil {
-		return plumbing.ZeroHash, err
-	}
-	if _, err := w.Write(data); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	if err := w.Close(); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	return s.SetEncodedObject(obj)
+func writeBlob(s Store, data []byte) (gitobj.Hash, error) {
+	return s.SetEncodedObject(gitobj.NewObject(gitobj.BlobObject, data))
 }
 
-func decodeCommit(obj plumbing.EncodedObject) (*object.Commit, error) {
-	c := &object.Commit{}
-	if err := c.Decode(obj); err != nil {
+func decodeCommit(obj gitobj.EncodedObject) (*gitobj.CommitInfo, error) {
+	c, err := gitobj.DecodeCommit(obj)
+	if err != nil {
 		return nil, fmt.Errorf("decode commit %s: %w", obj.Hash(), err)
 	}
 	return c, nil
 }
 
-func readCommit(s Store, h plumbing.Hash) (*object.Commit, error) {
-	obj, err := s.EncodedObject(plumbing.CommitObject, h)
+func readCommit(s Store, h gitobj.Hash) (*gitobj.CommitInfo, error) {
+	obj, err := s.EncodedObject(gitobj.CommitObject, h)
 	if err != nil {
-		if errors.Is(err, plumbing.ErrObjectNotFound) {
+		if errors.Is(err, gitobj.ErrObjectNotFound) {
 			return nil, lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found", h)
 		}
 		return nil, fmt.Errorf("read commit %s: %w", h, err)

@@ -4,8 +4,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/lockstep-hq/lockstep/gitobj"
 )
 
 // Rename detection as git's merge-ort runs diffcore-rename on each side of
@@ -25,7 +24,7 @@ const (
 
 // emptyBlob is the oid of the empty blob; git never pairs it (rename_empty
 // is off in merges).
-var emptyBlob = plumbing.ComputeHash(plumbing.BlobObject, nil)
+var emptyBlob = gitobj.ComputeHash(gitobj.BlobObject, nil)
 
 // pathEntry is a file (non-tree entry) at a full path.
 type pathEntry struct {
@@ -50,7 +49,7 @@ func newSideDiff() *sideDiff {
 
 // diffSide walks base and side where they differ and records file adds,
 // deletes and modifications.
-func (m *merger) diffSide(d *sideDiff, path string, b, s plumbing.Hash) error {
+func (m *merger) diffSide(d *sideDiff, path string, b, s gitobj.Hash) error {
 	b, s = norm(b), norm(s)
 	if b == s {
 		return nil
@@ -97,7 +96,7 @@ func (m *merger) diffSide(d *sideDiff, path string, b, s plumbing.Hash) error {
 			d.rmDirs[p] = true
 		}
 		if bt || st {
-			var bh, sh plumbing.Hash
+			var bh, sh gitobj.Hash
 			if bt {
 				bh = x.b.Hash
 			}
@@ -252,15 +251,15 @@ func copied(s, d *spanCount) uint64 {
 // renameDetector holds blob sizes and span counts for one merge.
 type renameDetector struct {
 	m     *merger
-	sizes map[plumbing.Hash]int64
-	spans map[plumbing.Hash]*spanCount
+	sizes map[gitobj.Hash]int64
+	spans map[gitobj.Hash]*spanCount
 }
 
-func (r *renameDetector) size(h plumbing.Hash) (int64, error) {
+func (r *renameDetector) size(h gitobj.Hash) (int64, error) {
 	if s, ok := r.sizes[h]; ok {
 		return s, nil
 	}
-	obj, err := r.m.s.EncodedObject(plumbing.BlobObject, h)
+	obj, err := r.m.s.EncodedObject(gitobj.BlobObject, h)
 	if err != nil {
 		return 0, notFound(err, "blob", h)
 	}
@@ -268,11 +267,11 @@ func (r *renameDetector) size(h plumbing.Hash) (int64, error) {
 	return obj.Size(), nil
 }
 
-func (r *renameDetector) span(h plumbing.Hash) (*spanCount, error) {
+func (r *renameDetector) span(h gitobj.Hash) (*spanCount, error) {
 	if s, ok := r.spans[h]; ok {
 		return s, nil
 	}
-	data, err := readObject(r.m.s, plumbing.BlobObject, h)
+	data, err := readObject(r.m.s, gitobj.BlobObject, h)
 	if err != nil {
 		return nil, err
 	}
@@ -370,11 +369,11 @@ func (r *renameDetector) detect(side int, self, other *sideDiff, limit int) ([]r
 	}
 	// Exact renames: same oid (and mode unless both are regular files);
 	// an unused source with the same basename wins, else the first.
-	byHash := map[plumbing.Hash][]int{}
+	byHash := map[gitobj.Hash][]int{}
 	for i, s := range srcs {
 		byHash[s.e.Hash] = append(byHash[s.e.Hash], i)
 	}
-	isReg := func(m filemode.FileMode) bool { return m&0o170000 == 0o100000 }
+	isReg := func(m fileMode) bool { return m&0o170000 == 0o100000 }
 	for di, d := range dsts {
 		best, bestScore, tries := -1, -1, 100
 		for _, si := range byHash[d.e.Hash] {

@@ -3,7 +3,7 @@ package merge
 import (
 	"sort"
 
-	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/lockstep-hq/lockstep/gitobj"
 )
 
 // Conflict kinds added by rename detection.
@@ -35,10 +35,10 @@ type pstate struct {
 	dirMoved bool
 }
 
-func (m *merger) readTree(h plumbing.Hash) ([]entry, error) {
+func (m *merger) readTree(h gitobj.Hash) ([]entry, error) {
 	h = norm(h)
 	if m.trees == nil {
-		m.trees = map[plumbing.Hash][]entry{}
+		m.trees = map[gitobj.Hash][]entry{}
 	}
 	if t, ok := m.trees[h]; ok {
 		return t, nil
@@ -53,7 +53,7 @@ func (m *merger) readTree(h plumbing.Hash) ([]entry, error) {
 
 // lookupFile returns the file (non-tree) entry at path in tree root, nil
 // when there is none.
-func (m *merger) lookupFile(root plumbing.Hash, path string) (*entry, error) {
+func (m *merger) lookupFile(root gitobj.Hash, path string) (*entry, error) {
 	h := root
 	for {
 		name, rest := path, ""
@@ -88,7 +88,7 @@ func (m *merger) lookupFile(root plumbing.Hash, path string) (*entry, error) {
 // prepareRenames detects the renames of both sides and decides the paths
 // they touch (merge-ort's process_renames), leaving the rest of the merge
 // to the tree walk, which asks m.forced for these paths.
-func (m *merger) prepareRenames(base, ours, theirs plumbing.Hash) error {
+func (m *merger) prepareRenames(base, ours, theirs gitobj.Hash) error {
 	base, ours, theirs = norm(base), norm(ours), norm(theirs)
 	if base == ours || base == theirs || ours == theirs {
 		return nil
@@ -105,7 +105,7 @@ func (m *merger) prepareRenames(base, ours, theirs plumbing.Hash) error {
 	}
 	d1.sortPaths()
 	d2.sortPaths()
-	det := &renameDetector{m: m, sizes: map[plumbing.Hash]int64{}, spans: map[plumbing.Hash]*spanCount{}}
+	det := &renameDetector{m: m, sizes: map[gitobj.Hash]int64{}, spans: map[gitobj.Hash]*spanCount{}}
 	limit := m.opts.RenameLimit
 	if limit == 0 {
 		limit = DefaultRenameLimit
@@ -121,7 +121,7 @@ func (m *merger) prepareRenames(base, ours, theirs plumbing.Hash) error {
 	if len(r1) == 0 && len(r2) == 0 {
 		return nil
 	}
-	roots := [3]plumbing.Hash{base, ours, theirs}
+	roots := [3]gitobj.Hash{base, ours, theirs}
 	m.forced = map[string]*pstate{}
 	get := func(p string) (*pstate, error) {
 		if ps, ok := m.forced[p]; ok {
@@ -536,7 +536,7 @@ func (m *merger) directoryRenames(all []rename, d1, d2 *sideDiff, get func(strin
 // reports whether a side deleted a file the other side changed (or removed
 // a directory the other side added files to): only then can a rename
 // change the merge (merge-ort's relevant sources).
-func (m *merger) scanRelevant(b, o, t plumbing.Hash, rm1, rm2 bool) (bool, error) {
+func (m *merger) scanRelevant(b, o, t gitobj.Hash, rm1, rm2 bool) (bool, error) {
 	b, o, t = norm(b), norm(o), norm(t)
 	// A side equal to the base has no sources and no adds here; two equal
 	// sides may still have deleted the same files (relevant to both).
@@ -580,7 +580,7 @@ func (m *merger) scanRelevant(b, o, t plumbing.Hash, rm1, rm2 bool) (bool, error
 		}
 		return e
 	}
-	tree := func(e *entry) plumbing.Hash {
+	tree := func(e *entry) gitobj.Hash {
 		if e.isTree() {
 			return e.Hash
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
@@ -77,8 +76,8 @@ func TestRenameScoreMatchesGit(t *testing.T) {
 	det := &renameDetector{m: &merger{ctx: context.Background(), s: st}, sizes: map[plumbing.Hash]int64{}, spans: map[plumbing.Hash]*spanCount{}}
 	paired := 0
 	for i, p := range pairs {
-		src := entry{Mode: filemode.Regular, Hash: plumbing.ComputeHash(plumbing.BlobObject, p.src)}
-		dst := entry{Mode: filemode.Regular, Hash: plumbing.ComputeHash(plumbing.BlobObject, p.dst)}
+		src := entry{Mode: modeRegular, Hash: plumbing.ComputeHash(plumbing.BlobObject, p.src)}
+		dst := entry{Mode: modeRegular, Hash: plumbing.ComputeHash(plumbing.BlobObject, p.dst)}
 		score, err := det.similarity(&src, &dst, defaultRenameScore)
 		if err != nil {
 			t.Fatal(err)

@@ -4,30 +4,30 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/storer"
-	"github.com/go-git/go-git/v5/storage/memory"
+	"github.com/lockstep-hq/lockstep/gitobj"
 )
 
-// Store is the subset of go-git's storer.EncodedObjectStorer the merge
-// engine needs. Implementations must be safe for concurrent use if the
-// caller shares them between goroutines; the engine itself uses a Store from
-// one goroutine per call.
+// Store is what the merge engine reads objects from and writes the
+// objects it creates (merged blobs, trees, virtual merge bases) to: the
+// three object methods of go-git's storer.EncodedObjectStorer it uses,
+// in gitobj's types, so gitobj.Reader.Objects() (and go-git's own
+// storers, in tests) are Stores. Implementations must be safe for
+// concurrent use if the caller shares them between goroutines; the
+// engine itself uses a Store from one goroutine per call.
 //
-// EncodedObject and HasEncodedObject return plumbing.ErrObjectNotFound for a
-// missing object (go-git's contract); the engine turns that into a
-// lockstep not_found error.
+// EncodedObject and HasEncodedObject return gitobj.ErrObjectNotFound for
+// a missing object; the engine turns that into a lockstep not_found
+// error. The engine builds the objects it writes itself
+// (gitobj.NewObject, gitobj.EncodeCommit).
 type Store interface {
-	EncodedObject(plumbing.ObjectType, plumbing.Hash) (plumbing.EncodedObject, error)
-	HasEncodedObject(plumbing.Hash) error
-	NewEncodedObject() plumbing.EncodedObject
-	SetEncodedObject(plumbing.EncodedObject) (plumbing.Hash, error)
+	EncodedObject(gitobj.ObjectType, gitobj.Hash) (gitobj.EncodedObject, error)
+	HasEncodedObject(gitobj.Hash) error
+	SetEncodedObject(gitobj.EncodedObject) (gitobj.Hash, error)
 }
 
 var (
 	_ Store = (*Overlay)(nil)
-	_ Store = (*memory.Storage)(nil)
-	_ Store = (storer.EncodedObjectStorer)(nil)
+	_ Store = (gitobj.ObjectStorer)(nil)
 )
 
 // Overlay is a Store that reads through to a base Store and keeps every
@@ -41,24 +41,24 @@ type Overlay struct {
 	base Store
 
 	mu      sync.RWMutex
-	objects map[plumbing.Hash]plumbing.EncodedObject
-	order   []plumbing.Hash
+	objects map[gitobj.Hash]gitobj.EncodedObject
+	order   []gitobj.Hash
 }
 
 // NewOverlay returns an empty Overlay over base.
 func NewOverlay(base Store) *Overlay {
-	return &Overlay{base: base, objects: make(map[plumbing.Hash]plumbing.EncodedObject)}
+	return &Overlay{base: base, objects: make(map[gitobj.Hash]gitobj.EncodedObject)}
 }
 
 // EncodedObject returns the object from the overlay, else from the base.
-// plumbing.AnyObject matches every type.
-func (o *Overlay) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+// gitobj.AnyObjectType matches every type.
+func (o *Overlay) EncodedObject(t gitobj.ObjectType, h gitobj.Hash) (gitobj.EncodedObject, error) {
 	o.mu.RLock()
 	obj, ok := o.objects[h]
 	o.mu.RUnlock()
 	if ok {
-		if t != plumbing.AnyObject && obj.Type() != t {
-			return nil, plumbing.ErrObjectNotFound
+		if t != gitobj.AnyObjectType && obj.Type() != t {
+			return nil, gitobj.ErrObjectNotFound
 		}
 		return obj, nil
 	}
@@ -66,7 +66,7 @@ func (o *Overlay) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbin
 }
 
 // HasEncodedObject reports whether the overlay or the base has h.
-func (o *Overlay) HasEncodedObject(h plumbing.Hash) error {
+func (o *Overlay) HasEncodedObject(h gitobj.Hash) error {
 	o.mu.RLock()
 	_, ok := o.objects[h]
 	o.mu.RUnlock()
@@ -76,15 +76,9 @@ func (o *Overlay) HasEncodedObject(h plumbing.Hash) error {
 	return o.base.HasEncodedObject(h)
 }
 
-// NewEncodedObject returns a new in-memory object to fill and pass to
-// SetEncodedObject.
-func (o *Overlay) NewEncodedObject() plumbing.EncodedObject {
-	return &plumbing.MemoryObject{}
-}
-
 // SetEncodedObject keeps obj in memory. Objects the base already has are
 // not kept again.
-func (o *Overlay) SetEncodedObject(obj plumbing.EncodedObject) (plumbing.Hash, error) {
+func (o *Overlay) SetEncodedObject(obj gitobj.EncodedObject) (gitobj.Hash, error) {
 	h := obj.Hash()
 	o.mu.RLock()
 	_, ok := o.objects[h]
@@ -104,10 +98,10 @@ func (o *Overlay) SetEncodedObject(obj plumbing.EncodedObject) (plumbing.Hash, e
 
 // Objects returns the objects written to the overlay, in write order
 // (children before the trees and commits that name them).
-func (o *Overlay) Objects() []plumbing.EncodedObject {
+func (o *Overlay) Objects() []gitobj.EncodedObject {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
-	out := make([]plumbing.EncodedObject, 0, len(o.order))
+	out := make([]gitobj.EncodedObject, 0, len(o.order))
 	for _, h := range o.order {
 		out = append(out, o.objects[h])
 	}
@@ -124,19 +118,19 @@ func (o *Overlay) Len() int {
 // flushTo writes the overlay objects reachable from roots into dst.
 // Unreachable objects (intermediate virtual merge bases, trees of a
 // conflicted merge) are left behind.
-func (o *Overlay) flushTo(dst Store, roots ...plumbing.Hash) error {
+func (o *Overlay) flushTo(dst Store, roots ...gitobj.Hash) error {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
-	need := make(map[plumbing.Hash]bool)
-	var mark func(h plumbing.Hash) error
-	mark = func(h plumbing.Hash) error {
+	need := make(map[gitobj.Hash]bool)
+	var mark func(h gitobj.Hash) error
+	mark = func(h gitobj.Hash) error {
 		obj, ok := o.objects[h]
 		if !ok || need[h] {
 			return nil
 		}
 		need[h] = true
 		switch obj.Type() {
-		case plumbing.TreeObject:
+		case gitobj.TreeObject:
 			ents, err := readTreeObject(obj)
 			if err != nil {
 				return err
@@ -146,15 +140,15 @@ func (o *Overlay) flushTo(dst Store, roots ...plumbing.Hash) error {
 					return err
 				}
 			}
-		case plumbing.CommitObject:
+		case gitobj.CommitObject:
 			c, err := decodeCommit(obj)
 			if err != nil {
 				return err
 			}
-			if err := mark(c.TreeHash); err != nil {
+			if err := mark(c.Tree); err != nil {
 				return err
 			}
-			for _, p := range c.ParentHashes {
+			for _, p := range c.Parents {
 				if err := mark(p); err != nil {
 					return err
 				}
@@ -167,7 +161,7 @@ func (o *Overlay) flushTo(dst Store, roots ...plumbing.Hash) error {
 			return err
 		}
 	}
-	hs := make([]plumbing.Hash, 0, len(need))
+	hs := make([]gitobj.Hash, 0, len(need))
 	for _, h := range o.order {
 		if need[h] {
 			hs = append(hs, h)
