@@ -79,17 +79,18 @@ func (n *Network) gitArgs(args ...string) []string {
 	return append(pre, args...)
 }
 
-// indexReceived runs `git index-pack --stdin --fix-thin` on the spooled
-// pack f (size bytes) into a new quarantine directory, with the network's
-// objects as alternates for the bases of a thin pack. The pack is fed to
-// index-pack through prescan: index-pack gets the bytes prescan has read
-// (so both inflate at once, on two cores) and the 20-byte trailer only
-// once prescan has accepted every object's declared size, so no delta is
-// resolved, in this process or in git, before the limits are checked.
-// Returns prescan's error (too_large, invalid_argument), invalid_argument
-// for a corrupt pack or a delta whose base is neither in the pack nor
-// stored.
-func (n *Network) indexReceived(f *os.File, size int64, lim Limits) (*quarantine, error) {
+// indexReceived runs `git index-pack --stdin --fix-thin` on the pack
+// read from body, as it arrives, into a new quarantine directory, with
+// the network's objects as alternates for the bases of a thin pack. The
+// pack is fed to index-pack through prescan (see gate): index-pack gets
+// each byte once prescan has consumed it (so both inflate at once, on two
+// cores) and the 20-byte trailer only once prescan has accepted every
+// object's declared size, so no delta is resolved, in this process or in
+// git, before the limits are checked. Returns up's error (too_large over
+// the upload limit, the reader's own), prescan's error (too_large,
+// invalid_argument), invalid_argument for a corrupt pack or a delta whose
+// base is neither in the pack nor stored.
+func (n *Network) indexReceived(body io.Reader, up *uploadReader, lim Limits) (*quarantine, error) {
 	objDir := filepath.Join(n.dir, "objects")
 	dir, err := os.MkdirTemp(objDir, quarantinePrefix+"lockstep-")
 	if err != nil {
@@ -113,27 +114,23 @@ func (n *Network) indexReceived(f *os.File, size int64, lim Limits) (*quarantine
 		return fail(fmt.Errorf("receive pack: git index-pack: %w", err))
 	}
 
-	body := &countingReader{r: io.NewSectionReader(f, 0, size-20)}
 	feed := &feedWriter{w: stdin}
 	bw := bufio.NewWriterSize(feed, 1<<16)
-	scanErr := prescan(io.TeeReader(body, bw), lim)
+	scanErr := prescanGated(body, lim, &gate{w: bw})
 	if scanErr == nil {
-		scanErr = bw.Flush()
-	}
-	if scanErr == nil {
-		// The rest of the objects (read ahead of prescan's last object,
-		// if any) and the trailer.
-		_, scanErr = io.Copy(stdin, io.NewSectionReader(f, body.n, size-body.n))
-		if scanErr != nil {
+		if scanErr = bw.Flush(); scanErr != nil {
 			scanErr = fmt.Errorf("receive pack: feed git index-pack: %w", scanErr)
 		}
 	}
-	if scanErr != nil && lockstep.ErrorCode(scanErr) == lockstep.ETOOLARGE {
+	if up.err != nil {
+		scanErr = up.err // over the upload limit, or the upload broke off
+	}
+	if scanErr != nil && (up.err != nil || lockstep.ErrorCode(scanErr) == lockstep.ETOOLARGE) {
 		cmd.Process.Kill()
 	}
 	stdin.Close()
 	waitErr := cmd.Wait()
-	if scanErr != nil && lockstep.ErrorCode(scanErr) == lockstep.ETOOLARGE {
+	if scanErr != nil && (up.err != nil || lockstep.ErrorCode(scanErr) == lockstep.ETOOLARGE) {
 		return fail(scanErr)
 	}
 	if waitErr != nil {
@@ -160,6 +157,82 @@ func (n *Network) indexReceived(f *os.File, size int64, lim Limits) (*quarantine
 	}
 	q.hash = plumbing.NewHash(out[len(out)-1])
 	return q, nil
+}
+
+// gate passes a received pack on to git index-pack (w) no further than
+// prescan has read it: a byte once prescan has consumed it (it belongs to
+// an object header or to an object's deflate stream, which index-pack
+// may parse and inflate), the rest (the trailer, and whatever follows
+// it) only once prescan has accepted every object (finish). index-pack
+// resolves deltas only after it has read the trailer, so none is
+// resolved before prescan has checked every declared and delta-result
+// size; and as the pack is never spooled, a prescan that reads ahead of
+// what it consumed (its bufio.Reader) must not let git read ahead too:
+// git would find the trailer there before prescan has checked the last
+// objects. pending holds what was read but not passed on: at most
+// prescan's read-ahead.
+type gate struct {
+	w       io.Writer
+	pending []byte
+	sent    int64 // offset in the pack of pending[0]: what was passed on
+	err     error // the first write error (git exited)
+}
+
+// reader returns data read through g: every read first passes on what
+// prescan has consumed (consumed: its offset in the pack).
+func (g *gate) reader(data io.Reader, consumed func() int64) io.Reader {
+	return &gateReader{g: g, r: data, consumed: consumed}
+}
+
+type gateReader struct {
+	g        *gate
+	r        io.Reader
+	consumed func() int64
+}
+
+func (gr *gateReader) Read(p []byte) (int, error) {
+	g := gr.g
+	if err := g.release(gr.consumed()); err != nil {
+		return 0, err
+	}
+	k, err := gr.r.Read(p)
+	g.pending = append(g.pending, p[:k]...)
+	return k, err
+}
+
+// release passes on the pack up to offset upTo.
+func (g *gate) release(upTo int64) error {
+	if g.err != nil {
+		return g.err
+	}
+	if k := upTo - g.sent; k > 0 {
+		if _, err := g.w.Write(g.pending[:k]); err != nil {
+			g.err = fmt.Errorf("receive pack: feed git index-pack: %w", err)
+			return g.err
+		}
+		g.pending = g.pending[:copy(g.pending, g.pending[k:])]
+		g.sent = upTo
+	}
+	return nil
+}
+
+// finish passes on the rest of the pack once prescan has accepted its
+// objects (end: where they end): what prescan read ahead, then the rest
+// of gr's reader.
+func (g *gate) finish(end int64, data io.Reader) error {
+	if err := g.release(end); err != nil {
+		return err
+	}
+	if _, err := g.w.Write(g.pending); err != nil {
+		g.err = fmt.Errorf("receive pack: feed git index-pack: %w", err)
+		return g.err
+	}
+	g.sent += int64(len(g.pending))
+	g.pending = nil
+	if _, err := io.Copy(g.w, data); err != nil {
+		return fmt.Errorf("receive pack: feed git index-pack: %w", err)
+	}
+	return nil
 }
 
 // feedWriter remembers the first write error (git exited).
