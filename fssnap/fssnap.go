@@ -37,6 +37,11 @@ type Snapshot struct {
 	Objects string `json:"objects,omitempty"`
 	Files   int    `json:"files"` // regular files, when known
 	Bytes   int64  `json:"bytes"` // their total size, when known
+	// LazyManifest: the snapshot's manifest is not written by the take
+	// but built from the snapshot itself (its read-only subvolume or
+	// layers, with CreatedAt as its racy reference) when it is first
+	// needed (LoadManifest, a verified restore), then stored.
+	LazyManifest bool `json:"lazy_manifest,omitempty"`
 
 	// Manifest is set by Take when the driver computed one anyway (copy,
 	// reflink); callers can use it instead of building their own.
@@ -401,13 +406,15 @@ func ManifestBytes(opts Options, dir, id string) (int64, error) {
 }
 
 // LoadManifest returns the stored manifest of snapshot id of dir.
+// A lazily taken snapshot's manifest is built from the snapshot on the
+// first call (lazyManifest).
 func LoadManifest(opts Options, dir, id string) (*Manifest, error) {
 	b := base{opts: opts.withDefaults()}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
-	return b.loadManifest(abs, id)
+	return b.manifestOf(abs, id)
 }
 
 func (b base) loadManifest(abs, id string) (*Manifest, error) {

@@ -132,7 +132,13 @@ func BuildManifest(dir string, prev *Manifest) (*Manifest, error) {
 // buildManifest is BuildManifest with the previous manifest asked for
 // when the walk starts (it may still be loading).
 func buildManifest(abs string, prevOf func() *Manifest) (*Manifest, error) {
-	start := time.Now()
+	return buildManifestAt(abs, time.Now(), prevOf)
+}
+
+// buildManifestAt walks abs with start as the manifest's racy reference:
+// a moment no later than the one from which abs's content was fixed (the
+// walk's start, or a read-only snapshot's creation).
+func buildManifestAt(abs string, start time.Time, prevOf func() *Manifest) (*Manifest, error) {
 	prev := prevOf()
 	entries, err := walkPrev(abs, prev)
 	if err != nil {
