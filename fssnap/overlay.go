@@ -323,9 +323,10 @@ func (o *Overlay) take(ctx context.Context, dir string, lazy bool) (Snapshot, er
 	}
 	defer unlock()
 	at := o.opts.Now()
+	flattened := false
 	if !o.upperClean(st) {
 		if len(st.Stack)+1 > o.opts.MaxLayers {
-			err = o.flatten(ctx, abs, &st)
+			err, flattened = o.flatten(ctx, abs, &st), true
 		} else {
 			err = o.freeze(abs, &st)
 		}
@@ -340,7 +341,11 @@ func (o *Overlay) take(ctx context.Context, dir string, lazy bool) (Snapshot, er
 	if err := o.saveSnapshot(s); err != nil {
 		return Snapshot{}, err
 	}
-	o.gc(abs, st)
+	if flattened {
+		// A freeze only adds a layer; a flatten replaces the stack, whose
+		// layers no snapshot may name any more. (gc reads every record.)
+		o.gc(abs, st)
+	}
 	return s, nil
 }
 

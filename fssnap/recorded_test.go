@@ -102,7 +102,23 @@ func TestTakeRecordedLazyManifest(t *testing.T) {
 				t.Fatal(err)
 			}
 			os.WriteFile(keep, []byte("fourth\n"), 0o644)
-			for _, s := range []fssnap.Snapshot{s3, s1, s2} {
+			m3, err := fssnap.LoadManifest(opts, dir, s3.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := m3.Lookup("added.txt"); ok { // overlay: a whiteout in the top layer
+				t.Fatal("a file removed before the take is in the snapshot's manifest")
+			}
+			if e, _ := m3.Lookup("keep.txt"); e.Size != int64(len("third\n")) {
+				t.Fatalf("keep.txt in the third manifest: %+v", e)
+			}
+			os.WriteFile(keep, []byte("fifth\n"), 0o644)
+			s4, err := fssnap.TakeRecorded(ctx, drv, opts, dir) // its manifest never asked for
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(keep, []byte("sixth\n"), 0o644)
+			for _, s := range []fssnap.Snapshot{s4, s3, s1, s2} {
 				_, res, err := fssnap.RestoreRecorded(ctx, drv, opts, dir, s.ID, true)
 				if err != nil || res == nil || !res.Clean() {
 					t.Fatalf("verified restore of %s: residue %v, err %v", s.ID, res, err)
