@@ -176,6 +176,36 @@ func Verify(dir string, want *Manifest) (Residue, error) {
 	if err != nil {
 		return Residue{}, err
 	}
+	return compareWalk(abs, got, want)
+}
+
+// verifyLazy is Verify with the manifest built while dir is walked (a
+// lazily taken snapshot's manifest is a walk of the snapshot: the two
+// walks overlap).
+func verifyLazy(abs string, wantOf func() (*Manifest, error)) (*Manifest, Residue, error) {
+	type built struct {
+		m   *Manifest
+		err error
+	}
+	c := make(chan built, 1)
+	go func() {
+		m, err := wantOf()
+		c <- built{m, err}
+	}()
+	got, werr := walk(abs)
+	b := <-c
+	if b.err != nil || b.m == nil {
+		return b.m, Residue{}, b.err
+	}
+	if werr != nil {
+		return b.m, Residue{}, werr
+	}
+	res, err := compareWalk(abs, got, b.m)
+	return b.m, res, err
+}
+
+// compareWalk is Verify's comparison of abs's walk with want.
+func compareWalk(abs string, got []Entry, want *Manifest) (Residue, error) {
 	var res Residue
 	var todo []int
 	whats := make(map[string][]string)

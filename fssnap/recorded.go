@@ -57,9 +57,9 @@ func ExactRestore(drv Driver) bool {
 // RestoreRecorded restores dir to snapshot id with drv. With verify, or
 // when the driver's restore is not exact (ExactRestore), it compares dir
 // with the snapshot's manifest (built from the snapshot first if it was
-// taken lazily) and returns the residue (nil when there was no manifest
-// or no verify), with the snapshot's record. Errors: as drv.Restore; internal when the restore
-// left residue.
+// taken lazily, while dir is walked) and returns the residue (nil when
+// there was no manifest or no verify), with the snapshot's record.
+// Errors: as drv.Restore; internal when the restore left residue.
 func RestoreRecorded(ctx context.Context, drv Driver, opts Options, dir, id string, verify bool) (Snapshot, *Residue, error) {
 	b := base{opts: opts.withDefaults()}
 	abs, err := absDir(dir)
@@ -75,15 +75,14 @@ func RestoreRecorded(ctx context.Context, drv Driver, opts Options, dir, id stri
 	}
 	var res *Residue
 	if verify || !ExactRestore(drv) {
-		m, err := b.manifestOf(abs, id)
-		if err != nil && lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		m, r, err := verifyLazy(abs, func() (*Manifest, error) { return b.manifestOf(abs, id) })
+		switch {
+		case m == nil && err != nil && lockstep.ErrorCode(err) != lockstep.ENOTFOUND:
+			return s, nil, err
+		case m != nil && err != nil:
 			return s, nil, err
 		}
 		if m != nil {
-			r, err := Verify(abs, m)
-			if err != nil {
-				return s, nil, err
-			}
 			res = &r
 			if !r.Clean() {
 				return s, res, lockstep.Errorf(lockstep.EINTERNAL, "restore left residue: %s", r)
