@@ -116,6 +116,7 @@ func (o *Overlay) mountSnapshot(s Snapshot) (string, func() error, error) {
 	if len(s.Layers) == 0 {
 		return "", nil, lockstep.Errorf(lockstep.EINTERNAL, "overlay snapshot %s has no layers", s.ID)
 	}
+	dropStaleMounts(st)
 	empty := filepath.Join(st.Data, "empty")
 	if err := os.MkdirAll(empty, 0o700); err != nil {
 		return "", nil, err
@@ -140,4 +141,15 @@ func (o *Overlay) mountSnapshot(s Snapshot) (string, func() error, error) {
 		}
 		return os.Remove(mnt)
 	}, nil
+}
+
+// dropStaleMounts unmounts and removes the read-only mounts of snapshots
+// that a process killed while building a manifest left under the data
+// root. The caller holds the state lock, so none is in use.
+func dropStaleMounts(st overlayState) {
+	stale, _ := filepath.Glob(filepath.Join(st.Data, "ro-*"))
+	for _, p := range stale {
+		unix.Unmount(p, unix.MNT_DETACH)
+		os.Remove(p)
+	}
 }

@@ -289,6 +289,7 @@ func (o *Overlay) Unprepare(ctx context.Context, dir string) error {
 		o.dropMeta(abs, s.ID)
 	}
 	os.Remove(o.statePath(abs))
+	dropStaleMounts(st)
 	return forceRemoveAll(st.Data)
 }
 
