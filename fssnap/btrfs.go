@@ -135,6 +135,18 @@ func (b *Btrfs) check(dir string) (abs, root string, err error) {
 
 // Take creates a read-only snapshot of the subvolume dir.
 func (b *Btrfs) Take(ctx context.Context, dir string) (Snapshot, error) {
+	return b.take(ctx, dir, false)
+}
+
+// takeLazy is Take for a snapshot whose manifest is built from the
+// read-only subvolume when it is first needed (lazyManifest).
+func (b *Btrfs) takeLazy(ctx context.Context, dir string) (Snapshot, error) {
+	return b.take(ctx, dir, true)
+}
+
+// take snapshots dir; CreatedAt is read before the ioctl, so that it is
+// a safe racy reference for a manifest built from the snapshot later.
+func (b *Btrfs) take(ctx context.Context, dir string, lazy bool) (Snapshot, error) {
 	abs, root, err := b.check(dir)
 	if err != nil {
 		return Snapshot{}, err
@@ -145,10 +157,11 @@ func (b *Btrfs) Take(ctx context.Context, dir string) (Snapshot, error) {
 	}
 	defer unlock()
 	id := newID()
+	at := b.opts.Now()
 	if err := snapCreate(abs, root, id, true); err != nil {
 		return Snapshot{}, unavailable("%v", err)
 	}
-	s := Snapshot{ID: id, Driver: NameBtrfs, Dir: abs, CreatedAt: b.opts.Now(), Path: filepath.Join(root, id)}
+	s := Snapshot{ID: id, Driver: NameBtrfs, Dir: abs, CreatedAt: at, Path: filepath.Join(root, id), LazyManifest: lazy}
 	if err := b.saveSnapshot(s); err != nil {
 		snapDestroy(root, id)
 		return Snapshot{}, err

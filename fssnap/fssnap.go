@@ -37,6 +37,11 @@ type Snapshot struct {
 	Objects string `json:"objects,omitempty"`
 	Files   int    `json:"files"` // regular files, when known
 	Bytes   int64  `json:"bytes"` // their total size, when known
+	// LazyManifest: the snapshot's manifest is not written by the take
+	// but built from the snapshot itself (its read-only subvolume or
+	// layers, with CreatedAt as its racy reference) when it is first
+	// needed (LoadManifest, a verified restore), then stored.
+	LazyManifest bool `json:"lazy_manifest,omitempty"`
 
 	// Manifest is set by Take when the driver computed one anyway (copy,
 	// reflink); callers can use it instead of building their own.
@@ -226,12 +231,15 @@ func sameDev(a, b string) bool {
 	if unix.Statfs(a, &sa) != nil || unix.Statfs(b, &sb) != nil || sa.Type != sb.Type {
 		return false
 	}
+	if sa.Fsid != sb.Fsid && sa.Type != unix.BTRFS_SUPER_MAGIC {
+		return false
+	}
+	m := mountsOf(a, b)
 	if sa.Type == unix.BTRFS_SUPER_MAGIC {
 		// f_fsid and st_dev differ per subvolume: compare the mounted device.
-		ma, mb := mountOf(a), mountOf(b)
-		return ma.source != "" && ma.source == mb.source
+		return m[0].source != "" && m[0].source == m[1].source
 	}
-	return sa.Fsid == sb.Fsid && mountOf(a).dev == mountOf(b).dev
+	return m[0].dev == m[1].dev
 }
 
 // sameDevFS is like sameDev but creates a (possibly missing) a first.
@@ -245,28 +253,30 @@ func sameDevFS(a, b string) bool {
 type mountInfo struct{ point, source, dev string }
 
 // mountOf finds the mount holding abs in /proc/self/mountinfo.
-func mountOf(p string) mountInfo {
-	abs, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		return mountInfo{}
+func mountOf(p string) mountInfo { return mountsOf(p)[0] }
+
+// mountsOf finds the mount holding each path, reading
+// /proc/self/mountinfo once (a take used to read it eight times).
+func mountsOf(paths ...string) []mountInfo {
+	best := make([]mountInfo, len(paths))
+	abs := make([]string, len(paths))
+	for i, p := range paths {
+		a, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			a = "" // matches nothing: mountInfo{}
+		}
+		abs[i] = a
 	}
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return mountInfo{}
+		return best
 	}
-	var best mountInfo
 	for _, line := range strings.Split(string(data), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 10 {
 			continue
 		}
 		mp := unescapeMount(f[4])
-		if !(abs == mp || mp == "/" || strings.HasPrefix(abs, mp+"/")) {
-			continue
-		}
-		if len(mp) < len(best.point) {
-			continue
-		}
 		sep := 6
 		for sep < len(f) && f[sep] != "-" {
 			sep++
@@ -274,7 +284,12 @@ func mountOf(p string) mountInfo {
 		if sep+2 >= len(f) {
 			continue
 		}
-		best = mountInfo{point: mp, source: f[sep+2], dev: f[2]}
+		for i, a := range abs {
+			if a == "" || !(a == mp || mp == "/" || strings.HasPrefix(a, mp+"/")) || len(mp) < len(best[i].point) {
+				continue
+			}
+			best[i] = mountInfo{point: mp, source: f[sep+2], dev: f[2]}
+		}
 	}
 	return best
 }
@@ -401,13 +416,15 @@ func ManifestBytes(opts Options, dir, id string) (int64, error) {
 }
 
 // LoadManifest returns the stored manifest of snapshot id of dir.
+// A lazily taken snapshot's manifest is built from the snapshot on the
+// first call (lazyManifest).
 func LoadManifest(opts Options, dir, id string) (*Manifest, error) {
 	b := base{opts: opts.withDefaults()}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
-	return b.loadManifest(abs, id)
+	return b.manifestOf(abs, id)
 }
 
 func (b base) loadManifest(abs, id string) (*Manifest, error) {

@@ -154,7 +154,13 @@ func BuildManifest(dir string, prev *Manifest) (*Manifest, error) {
 // buildManifest is BuildManifest with the previous manifest asked for
 // when the walk starts (it may still be loading).
 func buildManifest(abs string, prevOf func() *Manifest) (*Manifest, error) {
-	start := time.Now()
+	return buildManifestAt(abs, time.Now(), prevOf)
+}
+
+// buildManifestAt walks abs with start as the manifest's racy reference:
+// a moment no later than the one from which abs's content was fixed (the
+// walk's start, or a read-only snapshot's creation).
+func buildManifestAt(abs string, start time.Time, prevOf func() *Manifest) (*Manifest, error) {
 	prev := prevOf()
 	entries, err := walkPrev(abs, prev)
 	if err != nil {
@@ -217,6 +223,36 @@ func verify(dir string, want *Manifest, known bool) (Residue, error) {
 	if err != nil {
 		return Residue{}, err
 	}
+	return compareWalk(abs, got, want)
+}
+
+// verifyLazy is Verify with the manifest built while dir is walked (a
+// lazily taken snapshot's manifest is a walk of the snapshot: the two
+// walks overlap).
+func verifyLazy(abs string, wantOf func() (*Manifest, error)) (*Manifest, Residue, error) {
+	type built struct {
+		m   *Manifest
+		err error
+	}
+	c := make(chan built, 1)
+	go func() {
+		m, err := wantOf()
+		c <- built{m, err}
+	}()
+	got, werr := walk(abs)
+	b := <-c
+	if b.err != nil || b.m == nil {
+		return b.m, Residue{}, b.err
+	}
+	if werr != nil {
+		return b.m, Residue{}, werr
+	}
+	res, err := compareWalk(abs, got, b.m)
+	return b.m, res, err
+}
+
+// compareWalk is Verify's comparison of abs's walk with want.
+func compareWalk(abs string, got []Entry, want *Manifest) (Residue, error) {
 	var res Residue
 	var todo []int
 	whats := make(map[string][]string)

@@ -289,6 +289,7 @@ func (o *Overlay) Unprepare(ctx context.Context, dir string) error {
 		o.dropMeta(abs, s.ID)
 	}
 	os.Remove(o.statePath(abs))
+	dropStaleMounts(st)
 	return forceRemoveAll(st.Data)
 }
 
@@ -305,14 +306,28 @@ func readNames(dir string) ([]string, error) {
 // lower layer. Without changes since the last Take, the stack is reused and
 // nothing is remounted.
 func (o *Overlay) Take(ctx context.Context, dir string) (Snapshot, error) {
+	return o.take(ctx, dir, false)
+}
+
+// takeLazy is Take for a snapshot whose manifest is built from its
+// read-only layers when it is first needed (lazyManifest).
+func (o *Overlay) takeLazy(ctx context.Context, dir string) (Snapshot, error) {
+	return o.take(ctx, dir, true)
+}
+
+// take snapshots dir; CreatedAt is read before the layers are frozen, so
+// that it is a safe racy reference for a manifest built from them later.
+func (o *Overlay) take(ctx context.Context, dir string, lazy bool) (Snapshot, error) {
 	abs, st, unlock, err := o.openPrepared(dir)
 	if err != nil {
 		return Snapshot{}, err
 	}
 	defer unlock()
+	at := o.opts.Now()
+	flattened := false
 	if !o.upperClean(st) {
 		if len(st.Stack)+1 > o.opts.MaxLayers {
-			err = o.flatten(ctx, abs, &st)
+			err, flattened = o.flatten(ctx, abs, &st), true
 		} else {
 			err = o.freeze(abs, &st)
 		}
@@ -323,11 +338,15 @@ func (o *Overlay) Take(ctx context.Context, dir string) (Snapshot, error) {
 			return Snapshot{}, err
 		}
 	}
-	s := Snapshot{ID: newID(), Driver: NameOverlay, Dir: abs, CreatedAt: o.opts.Now(), Layers: st.Stack}
+	s := Snapshot{ID: newID(), Driver: NameOverlay, Dir: abs, CreatedAt: at, Layers: st.Stack, LazyManifest: lazy}
 	if err := o.saveSnapshot(s); err != nil {
 		return Snapshot{}, err
 	}
-	o.gc(abs, st)
+	if flattened {
+		// A freeze only adds a layer; a flatten replaces the stack, whose
+		// layers no snapshot may name any more. (gc reads every record.)
+		o.gc(abs, st)
+	}
 	return s, nil
 }
 

@@ -66,7 +66,7 @@ func cmdSnapshot(ctx context.Context, e *env, args []string) error {
 	}
 	var verify bool
 	if sub == "restore" {
-		f.fs.BoolVar(&verify, "verify", false, "compare the restored tree with the snapshot's manifest even when the driver restores exactly (btrfs, overlay; the copy and reflink drivers always verify)")
+		f.fs.BoolVar(&verify, "verify", false, "compare the restored tree with the snapshot's manifest (built from the snapshot first when the take left that for later) even when the driver restores exactly (btrfs, overlay; the copy and reflink drivers always verify)")
 	}
 	if sub == "prune" {
 		pol.declare(f)
