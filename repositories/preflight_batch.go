@@ -133,7 +133,8 @@ func (s *Service) PreflightBatch(ctx context.Context, actor *lockstep.Key, baseN
 	// one per call).
 	e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "merge.preflight_batch", ReadOnly: true, Repo: base.Name, TraceID: traceID(ctx),
 		DurationUS: s.now().Sub(start).Microseconds(),
-		Details:    map[string]any{"ours": req.Ours, "ours_oid": ours.String(), "task": req.Task, "deep": req.Deep, "workspaces": logged}}
+		Details:    map[string]any{"ours": req.Ours, "ours_oid": ours.String(), "task": req.Task, "deep": req.Deep, "workspaces": logged},
+		Answer:     out} // a keyed batch stores its answer in this entry's transaction (one_tx)
 	if err := s.store.AppendOp(ctx, e); err != nil {
 		return nil, err
 	}

@@ -137,7 +137,11 @@ func (s *Server) idempotency(c *gin.Context) {
 	rec := &lockstep.IdemRecord{Owner: k.ID, Key: key, Fingerprint: fp, Method: c.Request.Method, Path: c.Request.URL.Path,
 		Token: token, LeaseUntil: now.Add(cfg.Lease), ExpiresAt: now.Add(cfg.Retention)}
 	deadline := now.Add(cfg.Wait)
-	oneTx := facts.idem == idemOneTx
+	kind := facts.idem
+	if facts.idemOf != nil && sp.file == nil {
+		kind = facts.idemOf(sp.mem)
+	}
+	oneTx := kind == idemOneTx
 
 	// A duplicate on this replica waits here for the first request to be
 	// answered and stored, without polling the database; duplicates on

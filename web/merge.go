@@ -1,6 +1,7 @@
 package web
 
 import (
+	"encoding/json"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -59,4 +60,20 @@ func (s *Server) handleSync() gin.HandlerFunc {
 		}
 		c.JSON(http.StatusOK, res)
 	}
+}
+
+// mergeIdem is POST /merges' idempotency path by its body: a preflight
+// (no "materialize") is one metadata transaction, its read-only oplog
+// entry carrying the answer, so the key is claimed in that transaction
+// (idemOneTx: one write per keyed preflight instead of a claim, the entry
+// and the stored answer). A materialize, or a body that does not parse
+// (the handler refuses it), keeps the held claim.
+func mergeIdem(body []byte) idemKind {
+	var req struct {
+		Materialize bool `json:"materialize"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil || req.Materialize {
+		return idemHeld
+	}
+	return idemOneTx
 }

@@ -57,6 +57,10 @@ type routeFact struct {
 	// answer is replayed with.
 	status int
 	idem   idemKind
+	// idemOf, when set, decides idem from the request body (read into
+	// memory by the idempotency middleware): one route may run a read
+	// whose effect is its one oplog entry, or a write that is not.
+	idemOf func(body []byte) idemKind
 	// uploadSlot: the route holds an upload slot (uploadSlot; on /mcp the
 	// MCP slot) while it runs.
 	uploadSlot bool
@@ -130,8 +134,8 @@ var routeTable = []routeFact{
 	{method: "GET", path: "/api/v1/repos/:repo/blob/:rev/*path", group: groupAPI, handler: (*Server).handleBlob},
 	{method: "GET", path: "/api/v1/repos/:repo/archive/:rev", group: groupAPI, handler: (*Server).handleArchive},
 	{method: "GET", path: "/api/v1/repos/:repo/compare", group: groupAPI, handler: (*Server).handleCompare},
-	{method: "POST", path: "/api/v1/repos/:repo/merges", group: groupAPI, handler: (*Server).handleMerge},
-	{method: "POST", path: "/api/v1/repos/:repo/merges/preflight", group: groupAPI, handler: (*Server).handlePreflightBatch},
+	{method: "POST", path: "/api/v1/repos/:repo/merges", group: groupAPI, handler: (*Server).handleMerge, idemOf: mergeIdem},
+	{method: "POST", path: "/api/v1/repos/:repo/merges/preflight", group: groupAPI, handler: (*Server).handlePreflightBatch, idem: idemOneTx},
 	{method: "POST", path: "/api/v1/repos/:repo/sync", group: groupAPI, handler: (*Server).handleSync, preAuth: &preAuth{repo: canWriteWorkspace("")}},
 	{method: "PUT", path: "/api/v1/repos/:repo/gate", group: groupAPI, handler: (*Server).handleGateSet, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin}}},
 	{method: "GET", path: "/api/v1/repos/:repo/gate", group: groupAPI, handler: (*Server).handleGateGet},
