@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -261,4 +262,64 @@ func TestCreateRepoConcurrentForks(t *testing.T) {
 			t.Fatalf("chain at the end: %v %+v", err, v)
 		}
 	})
+}
+
+// BenchmarkPostgresStoreFork: the store's part of a fork on PostgreSQL
+// (CreateRepo with two refs and an entry under a one-transaction
+// Idempotency-Key), interleaved with the floor, a one-row
+// `BEGIN; INSERT; COMMIT` sent in one round trip on the same server, and
+// with an appended entry without and with a key (a rollback's commit).
+// Metrics: medians in ms.
+//
+//	go test -tags lockstep_server -run XXX -bench PostgresStoreFork -benchtime 300x ./sqlstore/
+func BenchmarkPostgresStoreFork(b *testing.B) {
+	ctx := context.Background()
+	db := mustOpen(b, testenv.MustPostgresDB(b))
+	now := lockstep.TruncateTime(time.Now())
+	if err := db.CreateKey(ctx, &lockstep.Key{ID: "key_bf", Name: "bf", Role: lockstep.RoleAgent, Prefix: "lsk_bfbfbfbf", Hash: []byte{1}, CreatedAt: now}, nil); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := db.SQL().ExecContext(ctx, `CREATE TABLE bench_floor (id BIGSERIAL PRIMARY KEY, v INT NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	claim := func(key string) context.Context {
+		return lockstep.WithIdemClaim(ctx, &lockstep.IdemClaim{Owner: "key_bf", Key: key, Token: "tok-" + key, Status: 201,
+			Deferred: &lockstep.IdemRecord{Owner: "key_bf", Key: key, Fingerprint: "fp", Method: "POST", Path: "/x",
+				LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}})
+	}
+	refs := []lockstep.Ref{{Name: "refs/heads/main", OID: "1111111111111111111111111111111111111111"}}
+	var forks, floors, plain, keyed []time.Duration
+	i := 0
+	for b.Loop() {
+		name := fmt.Sprintf("ws-%07d", i)
+		t0 := time.Now()
+		if err := db.CreateRepo(claim("f-"+name), &lockstep.Repo{Name: name, Network: "n", ForkOf: "app", DefaultBranch: "main"}, refs,
+			&lockstep.OpEntry{KeyID: "key_bf", KeyName: "bf", Op: "fork", Repo: name, Answer: map[string]string{"name": name}}); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := db.SQL().ExecContext(ctx, `BEGIN; INSERT INTO bench_floor (v) VALUES (1); COMMIT`); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		if err := db.AppendOp(ctx, &lockstep.OpEntry{KeyID: "key_bf", KeyName: "bf", Op: "rollback", Answer: map[string]string{"c": "1"}}); err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		if err := db.AppendOp(claim("a-"+name), &lockstep.OpEntry{KeyID: "key_bf", KeyName: "bf", Op: "rollback", Answer: map[string]string{"c": "1"}}); err != nil {
+			b.Fatal(err)
+		}
+		t4 := time.Now()
+		forks, floors, plain, keyed = append(forks, t1.Sub(t0)), append(floors, t2.Sub(t1)), append(plain, t3.Sub(t2)), append(keyed, t4.Sub(t3))
+		i++
+	}
+	med := func(d []time.Duration) float64 {
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		return float64(d[len(d)/2].Microseconds()) / 1000
+	}
+	b.ReportMetric(med(forks), "ms/fork")
+	b.ReportMetric(med(floors), "ms/floor-commit")
+	b.ReportMetric(med(plain), "ms/append")
+	b.ReportMetric(med(keyed), "ms/keyed-append")
+	b.ReportMetric(0, "ns/op")
 }

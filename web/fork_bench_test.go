@@ -16,6 +16,7 @@ import (
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/client"
 	"github.com/lockstep-hq/lockstep/gate"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
@@ -55,7 +56,7 @@ func BenchmarkForkKeptAlive(b *testing.B) {
 			}
 			m := telemetry.NewMetrics()
 			logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-			repos := repositories.New(repositories.Config{DataDir: filepath.Join(dir, "data")}, db, logger, m, nil)
+			repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: filepath.Join(dir, "data")}, db, logger, m, nil)
 			defer repos.Close()
 			s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: workspaces.New(db, repos, nil, nil, m, nil), Logger: logger, Gate: gate.New(gate.Config{}, db, repos, logger, m, nil)}
 			srv := httptest.NewServer(s.Handler())
