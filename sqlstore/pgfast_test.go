@@ -199,7 +199,13 @@ func TestCreateRepoConcurrentForks(t *testing.T) {
 			e.Answer = map[string]string{"name": name}
 			return db.CreateRepo(c, ws, refs, e)
 		}
-		const n = 40
+		var published atomic.Int64 // OnOp: every committed fork, once
+		db.OnOp(func(e lockstep.OpEntry) {
+			if e.Op == "fork" {
+				published.Add(1)
+			}
+		})
+		const n = 24
 		var wg sync.WaitGroup
 		errs := make([]error, n)
 		for i := range n {
@@ -234,6 +240,9 @@ func TestCreateRepoConcurrentForks(t *testing.T) {
 				}
 			}
 		}
+		if got := published.Load(); got != n {
+			t.Fatalf("OnOp saw %d forks, want %d", got, n)
+		}
 		v, err := db.VerifyOps(ctx)
 		if err != nil || !v.OK || v.Entries != n {
 			t.Fatalf("chain after %d concurrent forks: %v %+v", n, err, v)
@@ -257,6 +266,9 @@ func TestCreateRepoConcurrentForks(t *testing.T) {
 			if err := fork(ctx, fmt.Sprintf("after-%d", i)); err != nil {
 				t.Fatal(err)
 			}
+		}
+		if got := published.Load(); got != n+3 {
+			t.Fatalf("OnOp saw %d forks, want %d (nothing for the refused ones)", got, n+3)
 		}
 		if v, err := db.VerifyOps(ctx); err != nil || !v.OK || v.Entries != n+3 {
 			t.Fatalf("chain at the end: %v %+v", err, v)
