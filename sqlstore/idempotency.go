@@ -247,13 +247,12 @@ func (s *DB) OpsByIdemKey(ctx context.Context, owner, key string) (out []*lockst
 // request's Idempotency-Key and marks the claimed record committed with the
 // answer e carries (OpEntry.Answer). A claim taken over by another request fails the
 // transaction, so one key never commits two executions.
-func (s *DB) commitIdem(ctx context.Context, tx *sql.Tx, e *lockstep.OpEntry) error {
+func (s *DB) commitIdem(ctx context.Context, e *lockstep.OpEntry) {
 	c := lockstep.IdemClaimFrom(ctx)
 	if c == nil || e.KeyID != c.Owner {
-		return nil
+		return
 	}
 	e.IdempotencyKey = c.Key
-	return nil
 }
 
 // commitIdemRecord is commitIdem's second half, after e has its id.
@@ -320,11 +319,6 @@ const idemUpsertSQL = `INSERT INTO idempotency_keys (owner_key_id, idem_key, fin
 // so a duplicate racing on another replica finds the first one's record
 // committed here and never commits a second effect.
 func (s *DB) insertIdemAtCommit(ctx context.Context, tx *sql.Tx, c *lockstep.IdemClaim, e *lockstep.OpEntry) error {
-	d := c.Deferred
-	now := s.now()
-	if d.CreatedAt.IsZero() {
-		d.CreatedAt = lockstep.TruncateTime(now)
-	}
 	ic, ok := c.Answer(e.Answer)
 	if !ok && len(c.Commits()) > 0 {
 		// A later entry of the same request that carries no answer: the
@@ -339,6 +333,32 @@ func (s *DB) insertIdemAtCommit(ctx context.Context, tx *sql.Tx, c *lockstep.Ide
 		if n, _ := res.RowsAffected(); n == 1 {
 			return nil
 		}
+	}
+	args, ic := s.idemUpsertArgs(c, e, ic, ok)
+	st, err := s.idemStmts(ctx)
+	if err != nil {
+		return err
+	}
+	res, err := tx.StmtContext(ctx, st.upsert).ExecContext(ctx, args...)
+	if err != nil {
+		return fmt.Errorf("record idempotency key: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		c.MarkLost()
+		return lockstep.Errorf(lockstep.EINPROGRESS, "idempotency key %q is held by another request: this one did not commit", c.Key)
+	}
+	c.NoteCommit(ic)
+	return nil
+}
+
+// idemUpsertArgs returns the arguments of idemUpsertSQL that claim the
+// deferred key of c at e's commit, with the commit noted when it
+// succeeds. ic, ok: the answer e carries (IdemClaim.Answer).
+func (s *DB) idemUpsertArgs(c *lockstep.IdemClaim, e *lockstep.OpEntry, ic lockstep.IdemCommit, ok bool) ([]any, lockstep.IdemCommit) {
+	d := c.Deferred
+	now := s.now()
+	if d.CreatedAt.IsZero() {
+		d.CreatedAt = lockstep.TruncateTime(now)
 	}
 	switch {
 	case !ok:
@@ -357,20 +377,6 @@ func (s *DB) insertIdemAtCommit(ctx context.Context, tx *sql.Tx, c *lockstep.Ide
 	if body == nil {
 		body = []byte{}
 	}
-	st, err := s.idemStmts(ctx)
-	if err != nil {
-		return err
-	}
-	res, err := tx.StmtContext(ctx, st.upsert).ExecContext(ctx,
-		d.Owner, d.Key, d.Fingerprint, d.Method, d.Path, ic.State, c.Token, micros(d.LeaseUntil), e.ID, ic.Status, h, body,
-		micros(d.CreatedAt), micros(d.ExpiresAt), micros(now), lockstep.IdemRunning)
-	if err != nil {
-		return fmt.Errorf("record idempotency key: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		c.MarkLost()
-		return lockstep.Errorf(lockstep.EINPROGRESS, "idempotency key %q is held by another request: this one did not commit", c.Key)
-	}
-	c.NoteCommit(ic)
-	return nil
+	return []any{d.Owner, d.Key, d.Fingerprint, d.Method, d.Path, ic.State, c.Token, micros(d.LeaseUntil), e.ID, ic.Status, h, body,
+		micros(d.CreatedAt), micros(d.ExpiresAt), micros(now), lockstep.IdemRunning}, ic
 }

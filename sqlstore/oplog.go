@@ -41,19 +41,7 @@ func (s *DB) appendOp(ctx context.Context, tx *sql.Tx, e *lockstep.OpEntry) erro
 	if err := s.txQueryRow(ctx, tx, qOplogHead+lock).Scan(&seq, &prev); err != nil {
 		return fmt.Errorf("read oplog head: %w", err)
 	}
-	if e.ID == "" {
-		e.ID = NewOpID()
-	}
-	if e.Time.IsZero() {
-		e.Time = s.now()
-	}
-	if e.Result == "" {
-		e.Result = "ok"
-	}
-	e.Time = lockstep.TruncateTime(e.Time)
-	if err := s.commitIdem(ctx, tx, e); err != nil {
-		return err
-	}
+	s.stampEntry(ctx, e)
 	// A minted key's operations name the key that minted it too (issue
 	// 28): in the details, so part of the hash like any detail.
 	if strings.HasPrefix(e.KeyID, "key_") {
@@ -61,24 +49,21 @@ func (s *DB) appendOp(ctx context.Context, tx *sql.Tx, e *lockstep.OpEntry) erro
 		if err != nil {
 			return fmt.Errorf("read key parent: %w", err)
 		}
-		if _, set := e.Details["parent_key_id"]; parent != "" && !set {
-			d := make(map[string]any, len(e.Details)+1)
-			for k, v := range e.Details {
-				d[k] = v
+		withParent(e, parent)
+	}
+	args := linkEntry(e, seq, prev)
+	if s.dialect == "postgres" {
+		// One statement for the insert, the head move and the key's
+		// record (pgfast.go) where it can.
+		if done, err := s.pgAppend(ctx, tx, e, args); done {
+			if err != nil {
+				return err
 			}
-			d["parent_key_id"] = parent
-			e.Details = d
+			s.hooks.add(tx, e)
+			return nil
 		}
 	}
-	e.Seq = seq + 1
-	e.PrevHash = prev
-	details := lockstep.CanonicalDetails(e.Details)
-	e.Hash = lockstep.EntryHash(e, details)
-	refs, _ := json.Marshal(nonNilRefs(e.Refs))
-	_, err := s.txExec(ctx, tx, qOplogInsert,
-		e.Seq, e.ID, micros(e.Time), e.KeyID, e.KeyName, e.Op, e.Result, e.ReadOnly, e.Repo, string(refs),
-		e.Objects, e.Bytes, e.DurationUS, e.TraceID, e.Follows, string(details), e.PrevHash, e.Hash, e.IdempotencyKey)
-	if err != nil {
+	if _, err := s.txExec(ctx, tx, qOplogInsert, args...); err != nil {
 		return fmt.Errorf("insert oplog entry: %w", err)
 	}
 	if _, err := s.txExec(ctx, tx, qOplogMoveHead, e.Seq, e.Hash); err != nil {
@@ -89,6 +74,46 @@ func (s *DB) appendOp(ctx context.Context, tx *sql.Tx, e *lockstep.OpEntry) erro
 	}
 	s.hooks.add(tx, e)
 	return nil
+}
+
+// stampEntry fills e's id, time and result and tags it with the
+// request's Idempotency-Key (after the head is read: times follow seq).
+func (s *DB) stampEntry(ctx context.Context, e *lockstep.OpEntry) {
+	if e.ID == "" {
+		e.ID = NewOpID()
+	}
+	if e.Time.IsZero() {
+		e.Time = s.now()
+	}
+	if e.Result == "" {
+		e.Result = "ok"
+	}
+	e.Time = lockstep.TruncateTime(e.Time)
+	s.commitIdem(ctx, e)
+}
+
+// withParent names the key that minted e's key in e's details.
+func withParent(e *lockstep.OpEntry, parent string) {
+	if _, set := e.Details["parent_key_id"]; parent != "" && !set {
+		d := make(map[string]any, len(e.Details)+1)
+		for k, v := range e.Details {
+			d[k] = v
+		}
+		d["parent_key_id"] = parent
+		e.Details = d
+	}
+}
+
+// linkEntry links e after the head (seq, prev), hashes it and returns
+// the arguments of qOplogInsert.
+func linkEntry(e *lockstep.OpEntry, seq int64, prev string) []any {
+	e.Seq = seq + 1
+	e.PrevHash = prev
+	details := lockstep.CanonicalDetails(e.Details)
+	e.Hash = lockstep.EntryHash(e, details)
+	refs, _ := json.Marshal(nonNilRefs(e.Refs))
+	return []any{e.Seq, e.ID, micros(e.Time), e.KeyID, e.KeyName, e.Op, e.Result, e.ReadOnly, e.Repo, string(refs),
+		e.Objects, e.Bytes, e.DurationUS, e.TraceID, e.Follows, string(details), e.PrevHash, e.Hash, e.IdempotencyKey}
 }
 
 func nonNilRefs(r []lockstep.RefMove) []lockstep.RefMove {

@@ -35,6 +35,9 @@ func (s *DB) CreateRepo(ctx context.Context, r *lockstep.Repo, refs []lockstep.R
 	if r.Status == "" {
 		r.Status = lockstep.StatusActive
 	}
+	if s.dialect == "postgres" && pgCovers(ctx, entry) {
+		return s.createRepoPipelined(ctx, r, refs, entry, micros(now))
+	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		err := tx.QueryRowContext(ctx, `INSERT INTO repos (name, network, fork_of, default_branch, status, owner_key_id, owner_name, base_commit, task, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,

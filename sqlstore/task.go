@@ -72,6 +72,17 @@ func (h *opHooks) add(tx *sql.Tx, e *lockstep.OpEntry) {
 	*l = append(*l, *e)
 }
 
+// deliver hands e, committed without a *sql.Tx (pgfast.go), to the
+// callbacks.
+func (h *opHooks) deliver(e lockstep.OpEntry) {
+	h.mu.Lock()
+	fns := append([]func(lockstep.OpEntry){}, h.fns...)
+	h.mu.Unlock()
+	for _, fn := range fns {
+		fn(e)
+	}
+}
+
 // done delivers (committed) or drops tx's pending entries.
 func (h *opHooks) done(tx *sql.Tx, committed bool) {
 	v, ok := h.pending.LoadAndDelete(tx)

@@ -116,7 +116,7 @@ var routeTable = []routeFact{
 	{method: "GET", path: "/api/v1/repos/:repo", group: groupAPI, handler: (*Server).handleRepoGet},
 	{method: "DELETE", path: "/api/v1/repos/:repo", group: groupAPI, handler: (*Server).handleAbandon},
 	{method: "POST", path: "/api/v1/repos/:repo/status", group: groupAPI, handler: (*Server).handleStatus},
-	{method: "POST", path: "/api/v1/repos/:repo/forks", group: groupAPI, handler: (*Server).handleFork, status: http.StatusCreated, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}},
+	{method: "POST", path: "/api/v1/repos/:repo/forks", group: groupAPI, handler: (*Server).handleFork, status: http.StatusCreated, idem: idemOneTx, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}},
 	{method: "GET", path: "/api/v1/repos/:repo/workspaces", group: groupAPI, handler: (*Server).handleWorkspaces},
 	{method: "GET", path: "/api/v1/repos/:repo/attempts", group: groupAPI, handler: (*Server).handleAttempts},
 	{method: "GET", path: "/api/v1/repos/:repo/usage", group: groupAPI, handler: (*Server).handleUsage, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin}}},

@@ -1,0 +1,253 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/lockstep-hq/lockstep"
+)
+
+// PostgreSQL's round trips. Every statement on PostgreSQL is a round trip
+// to the server, and a write transaction holds the operations-log head's
+// row lock from its head read to its COMMIT, so each one also lengthens
+// the queue of concurrent writers. Two ways to cut them, both keeping the
+// transaction, its order of locks and the hash chain as they were:
+//
+//   - appendOp runs the log insert, the head move and (a one-transaction
+//     route's) Idempotency-Key upsert as one statement (pgAppend);
+//   - CreateRepo (fork, create) sends its transaction in two pipelined
+//     batches on the pool's connection (createRepoPipelined): BEGIN, the
+//     repository with its refs, the head read; then the append and
+//     COMMIT. The entry's hash needs the head, so two is the least.
+//
+// A claim lost to another request must fail the transaction before its
+// COMMIT, which the pipeline has already sent: the append statement then
+// divides by the number of key rows it wrote (zero), an error that skips
+// the rest of the batch and leaves the transaction to roll back.
+
+// shiftParams renumbers q's $n placeholders to $(n+by).
+func shiftParams(q string, by int) string {
+	return regexp.MustCompile(`\$(\d+)`).ReplaceAllStringFunc(q, func(m string) string {
+		n, _ := strconv.Atoi(m[1:])
+		return "$" + strconv.Itoa(n+by)
+	})
+}
+
+const pgAppendHead = `WITH o AS (` + qOplogInsert + `),
+	h AS (UPDATE oplog_head SET seq = $1, hash = $18 WHERE id = 1)`
+
+var (
+	// pgAppendSQL appends an entry that claims no key.
+	pgAppendSQL = pgAppendHead + ` SELECT 1`
+	// pgAppendIdemSQL appends an entry and upserts its deferred key
+	// (idemUpsertSQL after the 19 arguments of the insert); no row
+	// written (another request holds the key) is a division by zero.
+	pgAppendIdemSQL = pgAppendHead + `,
+	k AS (` + shiftParams(idemUpsertSQL, 19) + ` RETURNING 1)
+	SELECT 1 / count(*)::int FROM k`
+)
+
+// errDivisionByZero is PostgreSQL's 22012, pgAppendIdemSQL's lost claim.
+const errDivisionByZero = "22012"
+
+// pgCovers reports whether pgAppendStmt covers the commit of e (before
+// stampEntry: e's key is tagged from the same claim).
+func pgCovers(ctx context.Context, e *lockstep.OpEntry) bool {
+	c := lockstep.IdemClaimFrom(ctx)
+	if e == nil || c == nil || e.KeyID != c.Owner {
+		return true
+	}
+	if c.Deferred == nil {
+		return false
+	}
+	_, answered := c.Answer(e.Answer)
+	return answered || len(c.Commits()) == 0
+}
+
+// pgAppendStmt returns the one statement that appends e (args: those of
+// qOplogInsert) with its key's record, and the function that interprets
+// the statement's error; ok is false when e's commit is not one this
+// statement covers (a held claim's update, a later entry of a request
+// that carries no answer): appendOp then runs them one by one.
+func (s *DB) pgAppendStmt(ctx context.Context, e *lockstep.OpEntry, args []any) (q string, qargs []any, finish func(error) error, ok bool) {
+	c := lockstep.IdemClaimFrom(ctx)
+	if c == nil || e.IdempotencyKey == "" {
+		return pgAppendSQL, args, func(err error) error {
+			if err != nil {
+				return fmt.Errorf("append oplog entry: %w", err)
+			}
+			return nil
+		}, true
+	}
+	if c.Deferred == nil {
+		return "", nil, nil, false
+	}
+	ic, answered := c.Answer(e.Answer)
+	if !answered && len(c.Commits()) > 0 {
+		return "", nil, nil, false
+	}
+	iargs, ic := s.idemUpsertArgs(c, e, ic, answered)
+	qargs = append(append(make([]any, 0, len(args)+len(iargs)), args...), iargs...)
+	return pgAppendIdemSQL, qargs, func(err error) error {
+		var pg *pgconn.PgError
+		switch {
+		case errors.As(err, &pg) && pg.Code == errDivisionByZero:
+			c.MarkLost()
+			return lockstep.Errorf(lockstep.EINPROGRESS, "idempotency key %q is held by another request: this one did not commit", c.Key)
+		case err != nil:
+			return fmt.Errorf("append oplog entry: %w", err)
+		}
+		c.NoteCommit(ic)
+		return nil
+	}, true
+}
+
+// pgAppend runs pgAppendStmt in tx; done is false when it does not cover
+// e's commit.
+func (s *DB) pgAppend(ctx context.Context, tx *sql.Tx, e *lockstep.OpEntry, args []any) (done bool, err error) {
+	q, qargs, finish, ok := s.pgAppendStmt(ctx, e, args)
+	if !ok {
+		return false, nil
+	}
+	var one int
+	return true, finish(tx.QueryRowContext(ctx, q, qargs...).Scan(&one))
+}
+
+const pgInsertRepoSQL = `WITH r AS (INSERT INTO repos (name, network, fork_of, default_branch, status, owner_key_id, owner_name, base_commit, task, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id),
+	f AS (INSERT INTO refs (repo_id, name, oid, updated_at)
+		SELECT r.id, u.name, u.oid, $14 FROM r, unnest($12::text[], $13::text[]) AS u(name, oid))
+	SELECT id FROM r`
+
+// createRepoPipelined is CreateRepo's transaction on PostgreSQL in two
+// round trips (see above). The connection comes back to the pool outside
+// any transaction, or is discarded.
+func (s *DB) createRepoPipelined(ctx context.Context, r *lockstep.Repo, refs []lockstep.Ref, entry *lockstep.OpEntry, now int64) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var out error
+	err = conn.Raw(func(dc any) error {
+		pc := dc.(*stdlib.Conn).Conn()
+		out = s.createRepoOn(ctx, pc, r, refs, entry, now)
+		if pc.IsClosed() {
+			return driver.ErrBadConn
+		}
+		if pc.PgConn().TxStatus() != 'I' {
+			// Failed half-way: roll back before the connection is reused.
+			if _, err := pc.Exec(context.WithoutCancel(ctx), "rollback"); err != nil || pc.PgConn().TxStatus() != 'I' {
+				return driver.ErrBadConn
+			}
+		}
+		return nil
+	})
+	if out != nil {
+		return out
+	}
+	return err
+}
+
+func (s *DB) createRepoOn(ctx context.Context, pc *pgx.Conn, r *lockstep.Repo, refs []lockstep.Ref, entry *lockstep.OpEntry, now int64) error {
+	parent := ""
+	if entry != nil && strings.HasPrefix(entry.KeyID, "key_") {
+		// Outside the transaction: a key's parent never changes.
+		v, ok := s.parents.Load(entry.KeyID)
+		if ok {
+			parent = v.(string)
+		} else {
+			var p *string
+			err := pc.QueryRow(ctx, `SELECT parent_key_id FROM keys WHERE id = $1`, entry.KeyID).Scan(&p)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+			case err != nil:
+				return fmt.Errorf("read key parent: %w", err)
+			default:
+				if p != nil {
+					parent = *p
+				}
+				s.parents.Store(entry.KeyID, parent)
+			}
+		}
+	}
+	names := make([]string, len(refs))
+	oids := make([]string, len(refs))
+	for i, ref := range refs {
+		names[i], oids[i] = ref.Name, ref.OID
+	}
+	b := &pgx.Batch{}
+	b.Queue("begin")
+	b.Queue(pgInsertRepoSQL, r.Name, r.Network, r.ForkOf, r.DefaultBranch, string(r.Status), r.OwnerKeyID, r.OwnerName, r.BaseCommit, r.Task,
+		micros(r.CreatedAt), micros(r.UpdatedAt), names, oids, now)
+	if entry == nil {
+		b.Queue("commit")
+	} else {
+		b.Queue(qOplogHead + " FOR UPDATE")
+	}
+	var seq int64
+	var prev string
+	br := pc.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&r.ID)
+		var pg *pgconn.PgError
+		if isUnique(err) && errors.As(err, &pg) && pg.TableName == "repos" {
+			err = because(err, lockstep.ECONFLICT, "repository %s already exists", r.Name)
+		} else if err != nil {
+			err = fmt.Errorf("insert repo: %w", err)
+		}
+	}
+	if err == nil && entry == nil {
+		_, err = br.Exec()
+	} else if err == nil {
+		if err = br.QueryRow().Scan(&seq, &prev); err != nil {
+			err = fmt.Errorf("read oplog head: %w", err)
+		}
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil || entry == nil {
+		return err
+	}
+
+	s.stampEntry(ctx, entry)
+	if parent != "" {
+		withParent(entry, parent)
+	}
+	args := linkEntry(entry, seq, prev)
+	q, qargs, finish, ok := s.pgAppendStmt(ctx, entry, args)
+	if !ok {
+		return errors.New("createRepoOn: an entry pgAppendStmt does not cover (pgCovers)")
+	}
+	b = &pgx.Batch{}
+	b.Queue(q, qargs...)
+	b.Queue("commit")
+	br = pc.SendBatch(ctx, b)
+	var one int
+	err = finish(br.QueryRow().Scan(&one))
+	if err == nil {
+		if _, err = br.Exec(); err != nil {
+			err = fmt.Errorf("commit: %w", err)
+		}
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	s.hooks.deliver(*entry)
+	return nil
+}
