@@ -56,6 +56,7 @@ type DB struct {
 	sealed  int         // plaintext secrets encrypted by Open
 	hooks   opHooks     // OnOp callbacks
 	stmts   sync.Map    // query → *sql.Stmt, SQLite only (stmts.go)
+	dsn     string      // PostgreSQL: the URL, for the migrator's own pool
 }
 
 var _ lockstep.Store = (*DB)(nil)
@@ -91,6 +92,7 @@ func Open(ctx context.Context, dbURL string, opts Options) (*DB, error) {
 	var err error
 	if IsPostgres(dbURL) {
 		s.dialect = "postgres"
+		s.dsn = dbURL
 		s.db, err = sql.Open("pgx", dbURL)
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", err)
@@ -138,6 +140,11 @@ func Open(ctx context.Context, dbURL string, opts Options) (*DB, error) {
 		return nil, err
 	}
 	s.prepareHot(ctx)
+	// The idempotency statements too, outside any transaction (a keyed
+	// commit must never prepare inside its own: insertIdemAtCommit).
+	// A failure is retried by the next IdemByKey; meanwhile a keyed
+	// commit runs the upsert unprepared.
+	s.idemStmts(ctx)
 	if opts.SecretKey != nil {
 		if s.aead, err = newAEAD(opts.SecretKey); err != nil {
 			s.db.Close()
@@ -189,35 +196,56 @@ func (s *DB) Ping(ctx context.Context) (err error) {
 	return s.db.PingContext(ctx)
 }
 
-func (s *DB) migrator() (*migrate.Migrate, error) {
+// migrator returns a golang-migrate instance and the function that
+// releases it. On PostgreSQL the driver takes a connection of the pool it
+// is given and keeps it until Close, which also closes that pool: it gets
+// a one-connection pool of its own, closed after use, so the store's pool
+// keeps every connection (the store's held one connection of its 20 for
+// good per call before).
+func (s *DB) migrator() (*migrate.Migrate, func(), error) {
 	src, err := migrations.FS(s.dialect)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	source, err := iofs.New(src, ".")
 	if err != nil {
-		return nil, fmt.Errorf("migration source: %w", err)
+		return nil, nil, fmt.Errorf("migration source: %w", err)
 	}
 	if s.dialect == "postgres" {
-		drv, err := migratepgx.WithInstance(s.db, &migratepgx.Config{})
+		own, err := sql.Open("pgx", s.dsn)
 		if err != nil {
-			return nil, fmt.Errorf("migration driver: %w", err)
+			return nil, nil, fmt.Errorf("open postgres for migrations: %w", err)
 		}
-		return migrate.NewWithInstance("iofs", source, "pgx5", drv)
+		own.SetMaxOpenConns(1)
+		drv, err := migratepgx.WithInstance(own, &migratepgx.Config{})
+		if err != nil {
+			own.Close()
+			return nil, nil, fmt.Errorf("migration driver: %w", err)
+		}
+		m, err := migrate.NewWithInstance("iofs", source, "pgx5", drv)
+		if err != nil {
+			drv.Close()
+			return nil, nil, err
+		}
+		return m, func() { m.Close() }, nil
 	}
+	// The SQLite driver holds no connection (and its Close would close
+	// the store's pool): nothing to release.
 	drv, err := migratesqlite.WithInstance(s.db, &migratesqlite.Config{})
 	if err != nil {
-		return nil, fmt.Errorf("migration driver: %w", err)
+		return nil, nil, fmt.Errorf("migration driver: %w", err)
 	}
-	return migrate.NewWithInstance("iofs", source, "sqlite", drv)
+	m, err := migrate.NewWithInstance("iofs", source, "sqlite", drv)
+	return m, func() {}, err
 }
 
 // SchemaVersion returns the applied schema version (0 when empty).
 func (s *DB) SchemaVersion() (uint, bool, error) {
-	m, err := s.migrator()
+	m, release, err := s.migrator()
 	if err != nil {
 		return 0, false, err
 	}
+	defer release()
 	v, dirty, err := m.Version()
 	if errors.Is(err, migrate.ErrNilVersion) {
 		return 0, false, nil
@@ -229,10 +257,11 @@ func (s *DB) SchemaVersion() (uint, bool, error) {
 func (s *DB) Migrate() error { return s.checkSchema(true) }
 
 func (s *DB) checkSchema(apply bool) error {
-	m, err := s.migrator()
+	m, release, err := s.migrator()
 	if err != nil {
 		return err
 	}
+	defer release()
 	latest := migrations.Latest(s.dialect)
 	v, dirty, err := m.Version()
 	if err != nil && !errors.Is(err, migrate.ErrNilVersion) {

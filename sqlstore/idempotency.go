@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"weak"
 
@@ -24,6 +25,7 @@ type idemStmts struct {
 	once          sync.Once
 	byKey, upsert *sql.Stmt
 	err           error
+	ready         atomic.Bool // both prepared (set inside once)
 }
 
 // preparedIdem holds them by a weak pointer to the store, dropped (and
@@ -47,12 +49,23 @@ func (s *DB) idemStmts(ctx context.Context) (*idemStmts, error) {
 			return
 		}
 		st.upsert, st.err = s.db.PrepareContext(context.WithoutCancel(ctx), idemUpsertSQL)
+		st.ready.Store(st.err == nil)
 	})
 	if st.err != nil {
 		preparedIdem.CompareAndDelete(k, st) // prepare again next time
 		return nil, fmt.Errorf("prepare idempotency statements: %w", st.err)
 	}
 	return st, nil
+}
+
+// idemStmtsReady returns the prepared statements if they are ready, and
+// never prepares (safe inside a transaction).
+func (s *DB) idemStmtsReady() *idemStmts {
+	v, ok := preparedIdem.Load(weak.Make(s))
+	if !ok || !v.(*idemStmts).ready.Load() {
+		return nil
+	}
+	return v.(*idemStmts)
 }
 
 func (st *idemStmts) close() {
@@ -335,11 +348,18 @@ func (s *DB) insertIdemAtCommit(ctx context.Context, tx *sql.Tx, c *lockstep.Ide
 		}
 	}
 	args, ic := s.idemUpsertArgs(c, e, ic, ok)
-	st, err := s.idemStmts(ctx)
-	if err != nil {
-		return err
+	// Never prepare here: preparing takes a second pooled connection
+	// while tx holds one (and, on SQLite, the write lock), so a pool
+	// full of requests waiting for that lock deadlocked the first keyed
+	// commit after a start until the busy timeout. Open prepares them;
+	// if that failed, the statement runs unprepared on tx.
+	var res sql.Result
+	var err error
+	if st := s.idemStmtsReady(); st != nil {
+		res, err = tx.StmtContext(ctx, st.upsert).ExecContext(ctx, args...)
+	} else {
+		res, err = tx.ExecContext(ctx, idemUpsertSQL, args...)
 	}
-	res, err := tx.StmtContext(ctx, st.upsert).ExecContext(ctx, args...)
 	if err != nil {
 		return fmt.Errorf("record idempotency key: %w", err)
 	}
