@@ -10,8 +10,18 @@ import (
 
 // openDir opens the directory abs for listDir and the *at calls.
 func openDir(abs string) (int, error) {
+	return openDirAt(unix.AT_FDCWD, abs)
+}
+
+// openDirAt opens the directory name in the directory pfd; a symlink is
+// followed only when pfd is AT_FDCWD (the scanned root may be one).
+func openDirAt(pfd int, name string) (int, error) {
+	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC
+	if pfd != unix.AT_FDCWD {
+		flags |= unix.O_NOFOLLOW
+	}
 	for {
-		fd, err := unix.Open(abs, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		fd, err := unix.Openat(pfd, name, flags, 0)
 		if err != unix.EINTR {
 			return fd, err
 		}

@@ -181,7 +181,7 @@ func Scan(dir string, opts ScanOptions) (*Snapshot, error) {
 	}
 	s := &scanner{root: root, opts: opts, sem: make(chan struct{}, runtime.GOMAXPROCS(0)-1)}
 	top := &dirNode{}
-	if err := s.walk(top, ""); err != nil {
+	if err := s.walk(top, "", -1, ""); err != nil {
 		s.fail(err)
 	}
 	s.wg.Wait()
@@ -230,27 +230,32 @@ func (s *scanner) collect(n *dirNode) {
 }
 
 // subdir walks the directory rel into n, on a new goroutine if a token is
-// free.
-func (s *scanner) subdir(n *dirNode, rel string) error {
+// free. pfd is its parent directory, open while subdir runs, and name its
+// name there.
+func (s *scanner) subdir(n *dirNode, rel string, pfd int, name string) error {
 	select {
 	case s.sem <- struct{}{}:
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			defer func() { <-s.sem }()
-			if err := s.walk(n, rel); err != nil {
+			// pfd may be closed before this runs: open by path.
+			if err := s.walk(n, rel, -1, ""); err != nil {
 				s.fail(err)
 			}
 		}()
 		return nil
 	default:
-		return s.walk(n, rel)
+		return s.walk(n, rel, pfd, name)
 	}
 }
 
-// walk reads one directory (rel is "" for the root) into n. Directories
-// left empty are pruned by build: git keeps no empty directories.
-func (s *scanner) walk(n *dirNode, rel string) error {
+// walk reads one directory (rel is "" for the root) into n: opened as name
+// in the open directory pfd (a one-component lookup, which does not follow
+// a symlink put there since the parent was listed), or by path if pfd is
+// -1. Directories left empty are pruned by build: git keeps no empty
+// directories.
+func (s *scanner) walk(n *dirNode, rel string, pfd int, name string) error {
 	if s.failed.Load() {
 		return nil // another goroutine failed; Scan returns its error
 	}
@@ -258,7 +263,13 @@ func (s *scanner) walk(n *dirNode, rel string) error {
 	if rel != "" {
 		abs = filepath.Join(s.root, filepath.FromSlash(rel))
 	}
-	fd, err := openDir(abs)
+	var fd int
+	var err error
+	if pfd >= 0 {
+		fd, err = openDirAt(pfd, name)
+	} else {
+		fd, err = openDir(abs)
+	}
 	if err != nil {
 		return fmt.Errorf("scan: open %s: %w", abs, err)
 	}
@@ -296,7 +307,7 @@ func (s *scanner) entry(n *dirNode, fd int, rel, name string, isDir bool) error 
 	if isDir {
 		sub := &dirNode{}
 		n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
-		return s.subdir(sub, p)
+		return s.subdir(sub, p, fd, name)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -315,7 +326,7 @@ func (s *scanner) entry(n *dirNode, fd int, rel, name string, isDir bool) error 
 		}
 		sub := &dirNode{}
 		n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
-		return s.subdir(sub, p)
+		return s.subdir(sub, p, fd, name)
 	case unix.S_IFREG:
 		mode = filemode.Regular
 		if st.Mode&0o100 != 0 {
