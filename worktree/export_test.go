@@ -20,12 +20,13 @@ func SetCacheWritten(c *StatCache, ns int64) { c.written = ns }
 // cache would hold had the file been rewritten, same size, in the same
 // timestamp tick as the cache write.
 func SetCacheOID(c *StatCache, rel string, oid plumbing.Hash) bool {
-	e, ok := c.entries[rel]
+	c.needIndex()
+	e, ok := c.get(rel)
 	if !ok {
 		return false
 	}
 	e.oid = oid
-	c.entries[rel] = e
+	c.set(rel, e)
 	return true
 }
 
@@ -34,10 +35,10 @@ func SetCacheOID(c *StatCache, rel string, oid plumbing.Hash) bool {
 func FillCache(c *StatCache, n int) {
 	for i := range n {
 		p := fmt.Sprintf("dir%03d/sub%02d/file%05d.go", i/200, i/20%10, i)
-		c.entries[p] = cacheEntry{
+		c.set(p, cacheEntry{
 			st:  fileStat{size: int64(i * 37 % 20000), mtime: 1_790_000_000_000_000_000 + int64(i)*1_000_003, ctime: 1_790_000_000_000_000_000 + int64(i)*1_000_003, ino: uint64(1_000_000 + i), dev: 2049, mode: 0o100644},
 			oid: plumbing.ComputeHash(plumbing.BlobObject, []byte(p)),
-		}
+		})
 	}
 }
 

@@ -128,7 +128,11 @@ func (s *snapStorer) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 
 func (s *snapStorer) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
 	if tr, ok := s.snap.trees[h]; ok && (t == plumbing.AnyObject || t == plumbing.TreeObject) {
-		return &countedObject{EncodedObject: tr.obj, cw: s.cw}, nil
+		obj, err := encodeTree(tr.entries)
+		if err != nil {
+			return nil, err
+		}
+		return &countedObject{EncodedObject: obj, cw: s.cw}, nil
 	}
 	if b, ok := s.snap.blobs[h]; ok && (t == plumbing.AnyObject || t == plumbing.BlobObject) {
 		return &diskBlob{root: s.snap.dir, b: b, cw: s.cw}, nil

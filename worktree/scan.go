@@ -74,9 +74,9 @@ type Snapshot struct {
 	blobs map[plumbing.Hash]*blobRef
 }
 
-// treeObj is one encoded tree kept for negotiation and packing.
+// treeObj is one tree kept for negotiation and packing: its sorted
+// entries (WritePack encodes it again if it is sent).
 type treeObj struct {
-	obj     *plumbing.MemoryObject
 	entries []treeEntry
 }
 
@@ -172,6 +172,7 @@ func Scan(dir string, opts ScanOptions) (*Snapshot, error) {
 	var started int64 // filesystem clock before any file is read: see StatCache.Save
 	if c := opts.Cache; c != nil {
 		started = c.clock()
+		c.needIndex()
 	}
 	if incremental {
 		if snap, ok, err := scanDirty(root, opts, dirty, started); ok || err != nil {
@@ -180,7 +181,7 @@ func Scan(dir string, opts ScanOptions) (*Snapshot, error) {
 	}
 	s := &scanner{root: root, opts: opts, sem: make(chan struct{}, runtime.GOMAXPROCS(0)-1)}
 	top := &dirNode{}
-	if err := s.walk(top, ""); err != nil {
+	if err := s.walk(top, "", -1, ""); err != nil {
 		s.fail(err)
 	}
 	s.wg.Wait()
@@ -229,27 +230,32 @@ func (s *scanner) collect(n *dirNode) {
 }
 
 // subdir walks the directory rel into n, on a new goroutine if a token is
-// free.
-func (s *scanner) subdir(n *dirNode, rel string) error {
+// free. pfd is its parent directory, open while subdir runs, and name its
+// name there.
+func (s *scanner) subdir(n *dirNode, rel string, pfd int, name string) error {
 	select {
 	case s.sem <- struct{}{}:
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			defer func() { <-s.sem }()
-			if err := s.walk(n, rel); err != nil {
+			// pfd may be closed before this runs: open by path.
+			if err := s.walk(n, rel, -1, ""); err != nil {
 				s.fail(err)
 			}
 		}()
 		return nil
 	default:
-		return s.walk(n, rel)
+		return s.walk(n, rel, pfd, name)
 	}
 }
 
-// walk reads one directory (rel is "" for the root) into n. Directories
-// left empty are pruned by build: git keeps no empty directories.
-func (s *scanner) walk(n *dirNode, rel string) error {
+// walk reads one directory (rel is "" for the root) into n: opened as name
+// in the open directory pfd (a one-component lookup, which does not follow
+// a symlink put there since the parent was listed), or by path if pfd is
+// -1. Directories left empty are pruned by build: git keeps no empty
+// directories.
+func (s *scanner) walk(n *dirNode, rel string, pfd int, name string) error {
 	if s.failed.Load() {
 		return nil // another goroutine failed; Scan returns its error
 	}
@@ -257,21 +263,27 @@ func (s *scanner) walk(n *dirNode, rel string) error {
 	if rel != "" {
 		abs = filepath.Join(s.root, filepath.FromSlash(rel))
 	}
-	f, err := os.Open(abs)
-	if err != nil {
-		return fmt.Errorf("scan: %w", err)
+	var fd int
+	var err error
+	if pfd >= 0 {
+		fd, err = openDirAt(pfd, name)
+	} else {
+		fd, err = openDir(abs)
 	}
-	defer f.Close()
-	des, err := f.ReadDir(-1)
+	if err != nil {
+		return fmt.Errorf("scan: open %s: %w", abs, err)
+	}
+	defer unix.Close(fd)
+	var ferr error // from entry: returned as it is
+	err = listDir(fd, func(name string, isDir bool) error {
+		ferr = s.entry(n, fd, rel, name, isDir)
+		return ferr
+	})
+	if ferr != nil {
+		return ferr
+	}
 	if err != nil {
 		return fmt.Errorf("scan: read dir %s: %w", abs, err)
-	}
-	fd := int(f.Fd())
-	n.entries = make([]nodeEntry, 0, len(des))
-	for _, de := range des {
-		if err := s.entry(n, fd, rel, de.Name(), de.IsDir()); err != nil {
-			return err
-		}
 	}
 	return nil
 }
@@ -295,7 +307,7 @@ func (s *scanner) entry(n *dirNode, fd int, rel, name string, isDir bool) error 
 	if isDir {
 		sub := &dirNode{}
 		n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
-		return s.subdir(sub, p)
+		return s.subdir(sub, p, fd, name)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -314,7 +326,7 @@ func (s *scanner) entry(n *dirNode, fd int, rel, name string, isDir bool) error 
 		}
 		sub := &dirNode{}
 		n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
-		return s.subdir(sub, p)
+		return s.subdir(sub, p, fd, name)
 	case unix.S_IFREG:
 		mode = filemode.Regular
 		if st.Mode&0o100 != 0 {
@@ -521,11 +533,24 @@ func objectHeader(t plumbing.ObjectType, size int64) []byte {
 // and blob in the snapshot. A directory with nothing to store is left out
 // (ok false), except the root, which is then the empty tree.
 func (snap *Snapshot) build(n *dirNode, root bool) (h plumbing.Hash, ok bool, err error) {
+	tb := &treeBuilder{h: sha1.New()}
+	return tb.build(snap, n, root)
+}
+
+// treeBuilder holds what building the trees reuses: the hash and the
+// encoding buffer. A tree's bytes are not kept: WritePack encodes again
+// the few trees it sends, from their entries.
+type treeBuilder struct {
+	h   hashWriter
+	buf []byte
+}
+
+func (tb *treeBuilder) build(snap *Snapshot, n *dirNode, root bool) (h plumbing.Hash, ok bool, err error) {
 	entries := make([]treeEntry, 0, len(n.entries))
 	for i := range n.entries {
 		e := &n.entries[i]
 		if e.sub != nil {
-			h, ok, err := snap.build(e.sub, false)
+			h, ok, err := tb.build(snap, e.sub, false)
 			if err != nil {
 				return plumbing.ZeroHash, false, err
 			}
@@ -545,13 +570,15 @@ func (snap *Snapshot) build(n *dirNode, root bool) (h plumbing.Hash, ok bool, er
 		return plumbing.ZeroHash, false, nil
 	}
 	slices.SortFunc(entries, compareEntries)
-	obj, err := encodeTree(entries)
-	if err != nil {
+	if tb.buf, err = appendTree(tb.buf[:0], entries); err != nil {
 		return plumbing.ZeroHash, false, fmt.Errorf("scan: encode tree: %w", err)
 	}
-	h = obj.Hash()
+	tb.h.Reset()
+	tb.h.Write(objectHeader(plumbing.TreeObject, int64(len(tb.buf))))
+	tb.h.Write(tb.buf)
+	tb.h.Sum(h[:0])
 	if _, dup := snap.trees[h]; !dup {
-		snap.trees[h] = &treeObj{obj: obj, entries: entries}
+		snap.trees[h] = &treeObj{entries: entries}
 	}
 	return h, true, nil
 }
@@ -601,11 +628,26 @@ type treeEntry struct {
 // client build does not link go-git's plumbing/object (and, through it,
 // encoding/gob and openpgp, whose initialisers run at every start).
 func encodeTree(entries []treeEntry) (*plumbing.MemoryObject, error) {
+	buf, err := appendTree(nil, entries)
+	if err != nil {
+		return nil, err
+	}
+	obj := &plumbing.MemoryObject{}
+	obj.SetType(plumbing.TreeObject)
+	obj.SetSize(int64(len(buf)))
+	if _, err := obj.Write(buf); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// appendTree appends the encoding of sorted entries to buf.
+func appendTree(buf []byte, entries []treeEntry) ([]byte, error) {
 	n := 0
 	for _, e := range entries {
 		n += len(e.Name) + 8 + len(e.Hash)
 	}
-	buf := make([]byte, 0, n)
+	buf = slices.Grow(buf, n)
 	for _, e := range entries {
 		if strings.IndexByte(e.Name, 0) >= 0 {
 			return nil, fmt.Errorf("malformed filename %q", e.Name)
@@ -616,11 +658,5 @@ func encodeTree(entries []treeEntry) (*plumbing.MemoryObject, error) {
 		buf = append(buf, 0)
 		buf = append(buf, e.Hash[:]...)
 	}
-	obj := &plumbing.MemoryObject{}
-	obj.SetType(plumbing.TreeObject)
-	obj.SetSize(int64(len(buf)))
-	if _, err := obj.Write(buf); err != nil {
-		return nil, err
-	}
-	return obj, nil
+	return buf, nil
 }

@@ -7,10 +7,9 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
-	"maps"
+	"math"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"golang.org/x/sys/unix"
@@ -35,11 +34,15 @@ type StatCache struct {
 	// entries: when the Scan that made them started. 0 (none, or the clock
 	// could not be sampled) makes every entry racy.
 	written int64
-	entries map[string]cacheEntry
-	// order lists the paths of entries in the order Save writes them:
-	// walk order, which keeps a directory's files together for the prefix
-	// compression, without sorting.
+	// order lists the paths in the order Save writes them: walk order,
+	// which keeps a directory's files together for the prefix
+	// compression, without sorting; vals[i] is the entry of order[i].
 	order []string
+	vals  []cacheEntry
+	// index maps a path to its position in order: built from the loaded
+	// file only (lookup needs it), never for what a Scan records, which
+	// is only saved.
+	index map[string]int32
 	known *Known
 	// watchToken is the watcher token to save with the cache (see
 	// ScanOptions.Watcher); "" removes the saved one.
@@ -60,7 +63,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // level-by-level negotiation), so the only errors are from reading an
 // existing file.
 func OpenStatCache(path string) (*StatCache, error) {
-	c := &StatCache{path: path, entries: map[string]cacheEntry{}}
+	c := &StatCache{path: path}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return c, nil
@@ -77,11 +80,11 @@ func OpenStatCache(path string) (*StatCache, error) {
 	if _, err := f.ReadAt(data, 0); err != nil {
 		return nil, fmt.Errorf("open stat cache: %w", err)
 	}
-	entries, order, known, written, ok := decodeCache(data)
+	order, vals, index, known, written, ok := decodeCache(data)
 	if !ok {
 		return c, nil
 	}
-	c.entries, c.order, c.known, c.written = entries, order, known, written
+	c.order, c.vals, c.index, c.known, c.written = order, vals, index, known, written
 	return c, nil
 }
 
@@ -107,7 +110,7 @@ func (c *StatCache) clock() int64 {
 	return st.Mtim.Nano()
 }
 
-func decodeCache(data []byte) (entries map[string]cacheEntry, order []string, known *Known, written int64, ok bool) {
+func decodeCache(data []byte) (order []string, vals []cacheEntry, index map[string]int32, known *Known, written int64, ok bool) {
 	if len(data) < len(cacheMagic)+4 || !bytes.HasPrefix(data, cacheMagic) {
 		return
 	}
@@ -118,14 +121,14 @@ func decodeCache(data []byte) (entries map[string]cacheEntry, order []string, kn
 	r := &reader{b: body[len(cacheMagic):]}
 	written = r.varint()
 	n := r.uvarint()
-	if r.bad || n > uint64(len(r.b)) {
+	if r.bad || n > uint64(len(r.b)) || n > math.MaxInt32 {
 		return
 	}
 	// The paths are rebuilt into one arena, converted to a string once and
 	// sliced: one allocation instead of one per path.
 	arena := make([]byte, 0, len(r.b))
 	ends := make([]int, n)
-	vals := make([]cacheEntry, n)
+	vals = make([]cacheEntry, n)
 	prevStart := 0
 	for i := range n {
 		shared, suffix := r.uvarint(), r.uvarint()
@@ -164,19 +167,19 @@ func decodeCache(data []byte) (entries map[string]cacheEntry, order []string, kn
 		}
 	}
 	if r.bad || len(r.b) != 0 {
-		return nil, nil, nil, 0, false
+		return nil, nil, nil, nil, 0, false
 	}
 	names := string(arena)
-	entries = make(map[string]cacheEntry, n)
+	index = make(map[string]int32, n)
 	order = make([]string, n)
 	begin := 0
 	for i := range n {
 		p := names[begin:ends[i]]
 		begin = ends[i]
 		order[i] = p
-		entries[p] = vals[i]
+		index[p] = int32(i)
 	}
-	return entries, order, known, written, true
+	return order, vals, index, known, written, true
 }
 
 type reader struct {
@@ -216,7 +219,39 @@ func (r *reader) varint() int64 {
 
 // Len returns the number of paths in the cache (regular files and
 // symlinks: the watcher rebuilds a tree from it).
-func (c *StatCache) Len() int { return len(c.entries) }
+func (c *StatCache) Len() int { return len(c.order) }
+
+// get returns the entry of rel, stat unchecked.
+func (c *StatCache) get(rel string) (cacheEntry, bool) {
+	i, ok := c.index[rel]
+	if !ok {
+		return cacheEntry{}, false
+	}
+	return c.vals[i], true
+}
+
+// set records e for rel (tests and Redevice; a Scan replaces all).
+func (c *StatCache) set(rel string, e cacheEntry) {
+	c.needIndex()
+	if i, ok := c.index[rel]; ok {
+		c.vals[i] = e
+		return
+	}
+	if c.index == nil { // empty
+		c.index = map[string]int32{}
+	}
+	c.index[rel] = int32(len(c.order))
+	c.order = append(c.order, rel)
+	c.vals = append(c.vals, e)
+}
+
+// reindex rebuilds index from order.
+func (c *StatCache) reindex() {
+	c.index = make(map[string]int32, len(c.order))
+	for i, p := range c.order {
+		c.index[p] = int32(i)
+	}
+}
 
 // Known returns the trees recorded by SetKnown (saved with the cache), or
 // nil: the hint for PlanOptions.Known.
@@ -233,7 +268,7 @@ func (c *StatCache) lookup(rel string, st fileStat) (cacheEntry, bool) {
 	if c == nil {
 		return cacheEntry{}, false
 	}
-	e, ok := c.entries[rel]
+	e, ok := c.get(rel)
 	if !ok || e.st != st || st.mtime >= c.written {
 		return cacheEntry{}, false
 	}
@@ -242,16 +277,26 @@ func (c *StatCache) lookup(rel string, st fileStat) (cacheEntry, bool) {
 
 // replace makes the regular files of the last scan the cache's content;
 // paths that disappeared are dropped. The entries keep the racy-git time
-// of the scan (started), not that of the cache they were loaded with.
+// of the scan (started), not that of the cache they were loaded with. It
+// builds no index (a push saves the cache and exits): a later Scan with
+// the same StatCache rebuilds it first (needIndex).
 func (c *StatCache) replace(files []*blobRef, started int64) {
 	c.written = started
-	m := make(map[string]cacheEntry, len(files))
 	order := make([]string, len(files))
+	vals := make([]cacheEntry, len(files))
 	for i, b := range files {
-		m[b.rel] = cacheEntry{st: b.st, oid: b.oid}
 		order[i] = b.rel
+		vals[i] = cacheEntry{st: b.st, oid: b.oid}
 	}
-	c.entries, c.order = m, order
+	c.order, c.vals, c.index = order, vals, nil
+}
+
+// needIndex builds the index if replace dropped it: before a Scan, which
+// looks paths up from several goroutines and must not build it there.
+func (c *StatCache) needIndex() {
+	if c != nil && c.index == nil && len(c.order) > 0 {
+		c.reindex()
+	}
 }
 
 // Save writes the cache to its path (temporary file, then rename),
@@ -272,16 +317,13 @@ func (c *StatCache) Save() error {
 		}
 	}
 	paths := c.order
-	if len(paths) != len(c.entries) { // entries changed another way (tests)
-		paths = slices.Sorted(maps.Keys(c.entries))
-	}
 	buf := make([]byte, 0, 64+len(paths)*48)
 	buf = append(buf, cacheMagic...)
 	buf = binary.AppendVarint(buf, c.written)
 	buf = binary.AppendUvarint(buf, uint64(len(paths)))
 	prev := ""
-	for _, p := range paths {
-		e := c.entries[p]
+	for i, p := range paths {
+		e := &c.vals[i]
 		shared := commonPrefix(prev, p)
 		buf = binary.AppendUvarint(buf, uint64(shared))
 		buf = binary.AppendUvarint(buf, uint64(len(p)-shared))
@@ -349,20 +391,19 @@ func commonPrefix(a, b string) int {
 // entries were moved.
 func (c *StatCache) Redevice(from, to uint64, notBefore int64) int {
 	n := 0
-	for p, e := range c.entries {
-		if e.st.dev != from {
-			continue
+	order, vals := c.order[:0], c.vals[:0]
+	for i, p := range c.order {
+		e := c.vals[i]
+		if e.st.dev == from {
+			if e.st.ctime >= notBefore {
+				continue
+			}
+			e.st.dev = to
+			n++
 		}
-		if e.st.ctime >= notBefore {
-			delete(c.entries, p)
-			continue
-		}
-		e.st.dev = to
-		c.entries[p] = e
-		n++
+		order, vals = append(order, p), append(vals, e)
 	}
-	if len(c.order) != len(c.entries) {
-		c.order = slices.DeleteFunc(c.order, func(p string) bool { _, ok := c.entries[p]; return !ok })
-	}
+	c.order, c.vals = order, vals
+	c.reindex()
 	return n
 }

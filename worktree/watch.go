@@ -403,9 +403,9 @@ func scanDirty(root string, opts ScanOptions, dirty []string, started int64) (sn
 	for _, p := range dirty {
 		set[p] = true
 	}
-	for p, e := range c.entries {
-		if e.st.mtime >= c.written { // racy: stat it again
-			set[p] = true
+	for i := range c.vals {
+		if c.vals[i].st.mtime >= c.written { // racy: stat it again
+			set[c.order[i]] = true
 		}
 	}
 	underDirty := func(p string) bool {
@@ -441,11 +441,11 @@ func scanDirty(root string, opts ScanOptions, dirty []string, started int64) (sn
 		dirs[rel] = n
 		return n
 	}
-	for _, p := range c.order {
+	for i, p := range c.order {
 		if underDirty(p) {
 			continue
 		}
-		e := c.entries[p]
+		e := c.vals[i]
 		b := &blobRef{rel: p, st: e.st, oid: e.oid}
 		mode := filemode.Regular
 		switch {
