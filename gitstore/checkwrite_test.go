@@ -2,6 +2,7 @@ package gitstore
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -95,5 +96,47 @@ func storeUnchecked(t *testing.T, n *Network, o plumbing.EncodedObject) {
 	}
 	if err := os.WriteFile(p, buf.Bytes(), 0o444); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAscentCacheBounded: the cache of stored trees that passed the tree
+// rules stays under its bound however many trees a network meets (it
+// grew with every tree of every version before), and a full cache that
+// starts over still refuses a bad tree met again.
+func TestAscentCacheBounded(t *testing.T) {
+	defer func(m int) { ascentCacheMax = m }(ascentCacheMax)
+	ascentCacheMax = 8
+	n := MustOpen(t)
+	blob := &plumbing.MemoryObject{}
+	blob.SetType(plumbing.BlobObject)
+	blob.Write([]byte("x"))
+	mk := func(name string) *plumbing.MemoryObject {
+		tr := &object.Tree{Entries: []object.TreeEntry{{Name: name, Mode: filemode.Regular, Hash: blob.Hash()}}}
+		o := &plumbing.MemoryObject{}
+		if err := tr.Encode(o); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	storeUnchecked(t, n, blob)
+	bad := mk(".git")
+	storeUnchecked(t, n, bad)
+	for i := range 50 {
+		good := mk(fmt.Sprintf("f%d", i))
+		storeUnchecked(t, n, good)
+		if err := n.CheckRootTree(good.Hash()); err != nil {
+			t.Fatalf("good tree %d: %v", i, err)
+		}
+		n.ascentMu.Lock()
+		size := len(n.ascentCache)
+		n.ascentMu.Unlock()
+		if size > ascentCacheMax {
+			t.Fatalf("after %d trees the cache holds %d, bound %d", i+1, size, ascentCacheMax)
+		}
+		if i%10 == 0 {
+			if err := n.CheckRootTree(bad.Hash()); lockstep.ErrorCode(err) != lockstep.EINVALID {
+				t.Fatalf("a bad tree after %d good ones: %v, want invalid_argument", i+1, err)
+			}
+		}
 	}
 }

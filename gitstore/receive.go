@@ -733,7 +733,10 @@ func (n *Network) ascent(ov *overlay, h plumbing.Hash, depth int) (int, string, 
 	ov.ascent[h] = ascentInfo{up, where}
 	if _, inPack := ov.objs[h]; !inPack {
 		n.ascentMu.Lock()
-		if n.ascentCache == nil {
+		if n.ascentCache == nil || len(n.ascentCache) >= ascentCacheMax {
+			// Bounded: a long-lived server meets every tree of every
+			// version pushed; a full cache starts over (a tree met again
+			// is checked again, which is only slower).
 			n.ascentCache = map[plumbing.Hash]ascentInfo{}
 		}
 		n.ascentCache[h] = ascentInfo{up, where}
@@ -741,6 +744,10 @@ func (n *Network) ascent(ov *overlay, h plumbing.Hash, depth int) (int, string, 
 	}
 	return up, where, nil
 }
+
+// ascentCacheMax bounds a network's cache of stored trees whose closure
+// passed the tree rules (~100 B an entry: ~13 MB at the bound).
+var ascentCacheMax = 1 << 17
 
 type ascentInfo struct {
 	up    int
