@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -70,7 +71,7 @@ func (o ObjstoreOptions) configured() bool { return o.S3URL != "" && o.PostgresU
 // objstoreRowNames are the rows of the group for the given bundles.
 func objstoreRowNames(bundles []string) []string {
 	out := []string{"objstore-fork", "objstore-push-incremental", "objstore-push-incremental:server", "objstore-putpack",
-		"objstore-rollback", "objstore-getpack", "objstore-cold-first-read", "objstore-cold-later-reads"}
+		"objstore-rollback", "objstore-rollback-replicas", "objstore-getpack", "objstore-cold-first-read", "objstore-cold-later-reads"}
 	for _, bundle := range bundles {
 		for _, mode := range []string{"object", "local"} {
 			out = append(out, fullPushRow(bundle, mode))
@@ -547,6 +548,78 @@ func (oe *objEnv) pushAndRollback() error {
 	rr := b.add(&benchRow{Name: "objstore-rollback", Size: size, LS: rod, Git: rld, GitCmd: "the same POST /rollback in local-disk mode", Target: "≤ local + one PutPack"})
 	rr.check(fmt.Sprintf("%.2f ms over local, one PutPack is %.2f ms", rod.Median-rld.Median, put.Median), rod.Median <= rld.Median+put.Median)
 	rr.note("POST /rollback with expect_oid; object %s; local %s; one raw PutPack median %.2f ms (objstore-putpack)", handlerNote(hro, 3), handlerNote(hrl, 3), put.Median)
+	return oe.rollbackReplicas(so, sl, size)
+}
+
+// rollbackReplicas is the issue's own set-up for object mode: three
+// object-mode replicas (one database, one bucket) take the rollbacks of
+// one branch round-robin, so each rollback lands on a replica that did
+// not write the commit before it and must first catch up with it; the
+// baseline is the same rollback on the local-disk server.
+func (oe *objEnv) rollbackReplicas(so, sl *incState, size string) error {
+	b := oe.b
+	const replicas = 3
+	servers := []*benchServer{oe.obj}
+	for k := 1; k < replicas; k++ {
+		data := b.path(fmt.Sprintf("os-rr-replica-%d", k))
+		rs, err := b.startServer(fmt.Sprintf("os-rr-replica-%d", k), oe.serverConfig("object", data), oe.obj.key)
+		if err != nil {
+			return fmt.Errorf("objstore-rollback-replicas: start replica %d: %w", k, err)
+		}
+		defer rs.close()
+		servers = append(servers, rs)
+	}
+	var hro, hrl []float64
+	curO, errO := oe.obj.c.Ref(b.ctx, so.repo, "main")
+	curL, errL := oe.loc.c.Ref(b.ctx, sl.repo, "main")
+	if err := errors.Join(errO, errL); err != nil {
+		return fmt.Errorf("objstore-rollback-replicas: %w", err)
+	}
+	var seen [replicas]int
+	obj := func(i int) (time.Duration, error) {
+		s := servers[i%replicas]
+		seen[i%replicas]++
+		var res *client.PushResult
+		d, err := timed(s, &hro, func() (err error) {
+			res, err = s.c.Rollback(b.ctx, so.repo, so.first, client.WriteOptions{Branch: "main", ExpectOID: curO, Message: "rollback"})
+			return err
+		})
+		if err != nil {
+			return 0, fmt.Errorf("on %s: %w", s.name, err)
+		}
+		curO = res.Commit
+		return d, nil
+	}
+	loc := func(int) (time.Duration, error) {
+		var res *client.PushResult
+		d, err := timed(oe.loc, &hrl, func() (err error) {
+			res, err = oe.loc.c.Rollback(b.ctx, sl.repo, sl.first, client.WriteOptions{Branch: "main", ExpectOID: curL, Message: "rollback"})
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		curL = res.Commit
+		return d, nil
+	}
+	rod, rld, err := b.measurePair("objstore-rollback-replicas", 3, b.o.iters, obj, loc)
+	if err != nil {
+		return fmt.Errorf("objstore-rollback-replicas: %w", err)
+	}
+	// Every replica ends on the last rollback, whose tree is the first
+	// commit's.
+	for _, s := range servers {
+		head, err := s.c.Ref(b.ctx, so.repo, "main")
+		if err != nil {
+			return fmt.Errorf("objstore-rollback-replicas: %s: %w", s.name, err)
+		}
+		if head != curO {
+			return fmt.Errorf("objstore-rollback-replicas: %s reads main at %s, want the last rollback %s", s.name, short(head), short(curO))
+		}
+	}
+	r := b.add(&benchRow{Name: "objstore-rollback-replicas", Size: size, LS: rod, Git: rld, GitCmd: "the same POST /rollback on the local-disk server", Target: "≤ 2× local"})
+	r.check(fmt.Sprintf("%.2f× local", rod.Median/rld.Median), rod.Median <= 2*rld.Median)
+	r.note("%d object-mode replicas (one Postgres database, one bucket) take the rollbacks round-robin (%v each), each on a replica that must first catch up with the commit another wrote; object %s; local %s", replicas, seen, handlerNote(hro, 3), handlerNote(hrl, 3))
 	return nil
 }
 

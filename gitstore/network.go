@@ -107,6 +107,9 @@ type Network struct {
 	// and the read of the loose file, a compaction may have packed the
 	// object, pruned the loose copy and reloaded (see retryMiss).
 	reloads atomic.Uint64
+	// indexed counts the object entries Reloads wrote into where (tests:
+	// a Reload that only adds packs indexes only theirs).
+	indexed atomic.Int64
 	refMu   sync.Mutex // serialises ref mirror writes
 
 	cache cache.Object // goroutine-safe LRU shared by all packs
@@ -243,6 +246,17 @@ func (n *Network) Reload() error {
 		added = append(added, p)
 	}
 
+	sort.Slice(added, func(i, j int) bool { return added[i].hash.String() < added[j].hash.String() })
+	// The new packs' objects, first in the list winning (as below).
+	fresh := map[plumbing.Hash]*pack{}
+	for i := len(added) - 1; i >= 0; i-- {
+		if err := added[i].indexInto(fresh); err != nil {
+			for _, a := range added {
+				a.close()
+			}
+			return fmt.Errorf("reload %s: %w", n.dir, err)
+		}
+	}
 	n.mu.Lock()
 	var keep, removed []*pack
 	for _, p := range n.packs {
@@ -252,17 +266,35 @@ func (n *Network) Reload() error {
 			removed = append(removed, p)
 		}
 	}
-	sort.Slice(added, func(i, j int) bool { return added[i].hash.String() < added[j].hash.String() })
 	packs := append(added, keep...)
-	where := make(map[plumbing.Hash]*pack, len(n.where)+64)
-	for i := len(packs) - 1; i >= 0; i-- {
-		if err := packs[i].indexInto(where); err != nil {
-			n.mu.Unlock()
-			return fmt.Errorf("reload %s: %w", n.dir, err)
+	if len(removed) == 0 && n.where != nil {
+		// Only additions (another replica's writes, a fetched pack): the
+		// map takes the new packs' objects in place, so a catch-up costs
+		// what arrived, not every object of the network.
+		for h, p := range fresh {
+			n.where[h] = p
 		}
+		n.packs = packs
+		n.mu.Unlock()
+		n.indexed.Add(int64(len(fresh)))
+	} else {
+		where := make(map[plumbing.Hash]*pack, len(n.where)+len(fresh))
+		for i := len(keep) - 1; i >= 0; i-- {
+			if err := keep[i].indexInto(where); err != nil {
+				n.mu.Unlock()
+				for _, a := range added {
+					a.close()
+				}
+				return fmt.Errorf("reload %s: %w", n.dir, err)
+			}
+		}
+		for h, p := range fresh {
+			where[h] = p
+		}
+		n.packs, n.where = packs, where
+		n.mu.Unlock()
+		n.indexed.Add(int64(len(where)))
 	}
-	n.packs, n.where = packs, where
-	n.mu.Unlock()
 	n.reloads.Add(1)
 	for _, p := range removed {
 		p.close()

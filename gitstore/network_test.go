@@ -2,8 +2,10 @@ package gitstore
 
 import (
 	"archive/tar"
+	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -254,4 +256,70 @@ func TestMirrorRefStaleLock(t *testing.T) {
 	if b, _ := os.ReadFile(strings.TrimSuffix(lock, ".lock")); string(b) != c.String()+"\n" {
 		t.Fatalf("ref %q", b)
 	}
+}
+
+// A Reload that finds only new packs (a replica's catch-up after another
+// replica's write) indexes only their objects: the old Reload rebuilt
+// the whole object map, so every catch-up cost every object of the
+// network. A Reload that finds a pack gone still rebuilds.
+func TestReloadIndexesOnlyNewPacks(t *testing.T) {
+	n := MustOpen(t)
+	var entries []tarEntry
+	for i := 0; i < 300; i++ {
+		entries = append(entries, tarEntry{Name: fmt.Sprintf("d%d/f%d", i%7, i), Body: fmt.Sprintf("body %d\n", i)})
+	}
+	c, _ := mustPush(t, n, entries, nil, 1700000000)
+	must(t, n.MirrorRef("r", "refs/heads/main", c))
+	gd := "--git-dir=" + n.Dir()
+	git(t, n.Dir(), nil, gd, "repack", "-a", "-d", "-q")
+	git(t, n.Dir(), nil, gd, "prune-packed")
+	must(t, n.Reload())
+	if n.indexed.Load() < 300 {
+		t.Fatalf("after the repack the map holds %d objects, want the repacked ≥ 300", n.indexed.Load())
+	}
+
+	// Another writer's pack of one new blob arrives.
+	src := t.TempDir()
+	git(t, src, nil, "init", "-q")
+	blob := strings.TrimSpace(gitIn(t, src, "new blob\n", "hash-object", "-w", "--stdin"))
+	packName := strings.TrimSpace(gitIn(t, src, blob+"\n", "pack-objects", "-q", filepath.Join(n.Dir(), "objects", "pack", "pack")))
+	before := n.indexed.Load()
+	must(t, n.Reload())
+	if got := n.indexed.Load() - before; got != 1 {
+		t.Fatalf("a Reload that found one new one-object pack indexed %d objects, want 1", got)
+	}
+	if !n.Has(plumbing.NewHash(blob)) {
+		t.Fatal("the new pack's blob is not found after the Reload")
+	}
+	if _, err := n.Commit(c); err != nil {
+		t.Fatalf("the repacked commit after the Reload: %v", err)
+	}
+
+	// A pack that goes away makes the next Reload rebuild the map
+	// without it.
+	for _, ext := range []string{"idx", "pack"} {
+		must(t, os.Remove(filepath.Join(n.Dir(), "objects", "pack", "pack-"+packName+"."+ext)))
+	}
+	must(t, n.Reload())
+	if n.Has(plumbing.NewHash(blob)) {
+		t.Fatal("the blob of a removed pack is still found after the Reload")
+	}
+	if _, err := n.Commit(c); err != nil {
+		t.Fatalf("the repacked commit after a Reload that removed a pack: %v", err)
+	}
+}
+
+// gitIn runs git with stdin and returns its stdout.
+func gitIn(tb testing.TB, dir, stdin string, args ...string) string {
+	tb.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Stdin = strings.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		tb.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out)
 }
