@@ -109,6 +109,16 @@ type RepoStore interface {
 	// CreateRepo inserts r with its initial refs and appends entry, in one
 	// transaction. Returns already_exists if the name is taken.
 	CreateRepo(ctx context.Context, r *Repo, refs []Ref, entry *OpEntry) error
+	// ForkRepo creates ws as a fork of the repository named base, in one
+	// transaction: ws takes base's network, default branch and name
+	// (ForkOf), its base commit is the tip of base's default branch (""
+	// when it has none), and it starts with copies of base's branch refs
+	// (refs/heads/*), copied inside the store, never read out first.
+	// fill is called inside the transaction, with ws filled in and the
+	// copied refs ordered by name, to complete entry before it is
+	// appended. Returns not_found (as RepoByName) for an unknown base,
+	// already_exists if ws's name is taken; either way nothing is created.
+	ForkRepo(ctx context.Context, base string, ws *Repo, entry *OpEntry, fill func(copied []Ref)) error
 	// RepoByName returns not_found for an unknown name.
 	RepoByName(ctx context.Context, name string) (*Repo, error)
 	// ListRepos returns repositories ordered by name.

@@ -129,10 +129,24 @@ const pgInsertRepoSQL = `WITH r AS (INSERT INTO repos (name, network, fork_of, d
 		SELECT r.id, u.name, u.oid, $14 FROM r, unnest($12::text[], $13::text[]) AS u(name, oid))
 	SELECT id FROM r`
 
-// createRepoPipelined is CreateRepo's transaction on PostgreSQL in two
-// round trips (see above). The connection comes back to the pool outside
-// any transaction, or is discarded.
-func (s *DB) createRepoPipelined(ctx context.Context, r *lockstep.Repo, refs []lockstep.Ref, entry *lockstep.OpEntry, now int64) error {
+// pgForkRepoSQL is qForkRepo and qForkRefs in one statement; it returns
+// the new row's id and what it took from the base, with the refs copied
+// ordered by name, or no row when there is no base.
+const pgForkRepoSQL = `WITH b AS (SELECT id, name, network, default_branch FROM repos WHERE name = $1),
+	r AS (INSERT INTO repos (name, network, fork_of, default_branch, status, owner_key_id, owner_name, base_commit, task, created_at, updated_at)
+		SELECT $2, b.network, b.name, b.default_branch, $3, $4, $5,
+			COALESCE((SELECT oid FROM refs WHERE repo_id = b.id AND name = 'refs/heads/' || b.default_branch), ''), $6, $7, $7
+		FROM b RETURNING id, network, fork_of, default_branch, base_commit),
+	f AS (INSERT INTO refs (repo_id, name, oid, updated_at)
+		SELECT r.id, x.name, x.oid, $8 FROM r, b, refs x WHERE x.repo_id = b.id AND substr(x.name, 1, 11) = 'refs/heads/'
+		RETURNING name, oid)
+	SELECT r.id, r.network, r.fork_of, r.default_branch, r.base_commit,
+		COALESCE((SELECT array_agg(name ORDER BY name) FROM f), '{}'), COALESCE((SELECT array_agg(oid ORDER BY name) FROM f), '{}')
+	FROM r`
+
+// pipelined runs fn on one of the pool's connections, which comes back to
+// the pool outside any transaction, or is discarded.
+func (s *DB) pipelined(ctx context.Context, fn func(pc *pgx.Conn) error) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return err
@@ -141,7 +155,7 @@ func (s *DB) createRepoPipelined(ctx context.Context, r *lockstep.Repo, refs []l
 	var out error
 	err = conn.Raw(func(dc any) error {
 		pc := dc.(*stdlib.Conn).Conn()
-		out = s.createRepoOn(ctx, pc, r, refs, entry, now)
+		out = fn(pc)
 		if pc.IsClosed() {
 			return driver.ErrBadConn
 		}
@@ -159,27 +173,99 @@ func (s *DB) createRepoPipelined(ctx context.Context, r *lockstep.Repo, refs []l
 	return err
 }
 
-func (s *DB) createRepoOn(ctx context.Context, pc *pgx.Conn, r *lockstep.Repo, refs []lockstep.Ref, entry *lockstep.OpEntry, now int64) error {
-	parent := ""
-	if entry != nil && strings.HasPrefix(entry.KeyID, "key_") {
-		// Outside the transaction: a key's parent never changes.
-		v, ok := s.parents.Load(entry.KeyID)
-		if ok {
-			parent = v.(string)
+// createRepoPipelined is CreateRepo's transaction on PostgreSQL in two
+// round trips (see above).
+func (s *DB) createRepoPipelined(ctx context.Context, r *lockstep.Repo, refs []lockstep.Ref, entry *lockstep.OpEntry, now int64) error {
+	return s.pipelined(ctx, func(pc *pgx.Conn) error { return s.createRepoOn(ctx, pc, r, refs, entry, now) })
+}
+
+// forkRepoPipelined is ForkRepo's transaction on PostgreSQL in two round
+// trips: BEGIN, the fork (pgForkRepoSQL), the head read; then the append
+// and COMMIT.
+func (s *DB) forkRepoPipelined(ctx context.Context, base string, ws *lockstep.Repo, entry *lockstep.OpEntry, fill func([]lockstep.Ref), now int64) error {
+	return s.pipelined(ctx, func(pc *pgx.Conn) error {
+		parent, err := s.pgKeyParent(ctx, pc, entry)
+		if err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		b.Queue("begin")
+		b.Queue(pgForkRepoSQL, base, ws.Name, string(ws.Status), ws.OwnerKeyID, ws.OwnerName, ws.Task, micros(ws.CreatedAt), now)
+		if entry == nil {
+			b.Queue("commit")
 		} else {
-			var p *string
-			err := pc.QueryRow(ctx, `SELECT parent_key_id FROM keys WHERE id = $1`, entry.KeyID).Scan(&p)
+			b.Queue(qOplogHead + " FOR UPDATE")
+		}
+		var names, oids []string
+		var seq int64
+		var prev string
+		br := pc.SendBatch(ctx, b)
+		_, err = br.Exec()
+		if err == nil {
+			err = br.QueryRow().Scan(&ws.ID, &ws.Network, &ws.ForkOf, &ws.DefaultBranch, &ws.BaseCommit, &names, &oids)
+			var pg *pgconn.PgError
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
+				err = because(err, lockstep.ENOTFOUND, "repository %s not found", base)
+			case isUnique(err) && errors.As(err, &pg) && pg.TableName == "repos":
+				err = because(err, lockstep.ECONFLICT, "repository %s already exists", ws.Name)
 			case err != nil:
-				return fmt.Errorf("read key parent: %w", err)
-			default:
-				if p != nil {
-					parent = *p
-				}
-				s.parents.Store(entry.KeyID, parent)
+				err = fmt.Errorf("fork repo: %w", err)
 			}
 		}
+		if err == nil && entry == nil {
+			_, err = br.Exec()
+		} else if err == nil {
+			if err = br.QueryRow().Scan(&seq, &prev); err != nil {
+				err = fmt.Errorf("read oplog head: %w", err)
+			}
+		}
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil || entry == nil {
+			return err
+		}
+		if fill != nil {
+			copied := make([]lockstep.Ref, len(names))
+			for i := range names {
+				copied[i] = lockstep.Ref{Name: names[i], OID: oids[i]}
+			}
+			fill(copied)
+		}
+		return s.pgAppendCommit(ctx, pc, entry, parent, seq, prev)
+	})
+}
+
+// pgKeyParent returns the key that minted entry's key (keyParent), read
+// outside the transaction: a key's parent never changes.
+func (s *DB) pgKeyParent(ctx context.Context, pc *pgx.Conn, entry *lockstep.OpEntry) (string, error) {
+	if entry == nil || !strings.HasPrefix(entry.KeyID, "key_") {
+		return "", nil
+	}
+	if v, ok := s.parents.Load(entry.KeyID); ok {
+		return v.(string), nil
+	}
+	var p *string
+	err := pc.QueryRow(ctx, `SELECT parent_key_id FROM keys WHERE id = $1`, entry.KeyID).Scan(&p)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("read key parent: %w", err)
+	}
+	parent := ""
+	if p != nil {
+		parent = *p
+	}
+	s.parents.Store(entry.KeyID, parent)
+	return parent, nil
+}
+
+func (s *DB) createRepoOn(ctx context.Context, pc *pgx.Conn, r *lockstep.Repo, refs []lockstep.Ref, entry *lockstep.OpEntry, now int64) error {
+	parent, err := s.pgKeyParent(ctx, pc, entry)
+	if err != nil {
+		return err
 	}
 	names := make([]string, len(refs))
 	oids := make([]string, len(refs))
@@ -198,7 +284,7 @@ func (s *DB) createRepoOn(ctx context.Context, pc *pgx.Conn, r *lockstep.Repo, r
 	var seq int64
 	var prev string
 	br := pc.SendBatch(ctx, b)
-	_, err := br.Exec()
+	_, err = br.Exec()
 	if err == nil {
 		err = br.QueryRow().Scan(&r.ID)
 		var pg *pgconn.PgError
@@ -221,7 +307,12 @@ func (s *DB) createRepoOn(ctx context.Context, pc *pgx.Conn, r *lockstep.Repo, r
 	if err != nil || entry == nil {
 		return err
 	}
+	return s.pgAppendCommit(ctx, pc, entry, parent, seq, prev)
+}
 
+// pgAppendCommit is the second batch of a pipelined transaction: entry
+// appended after the head (seq, prev) with its key's record, and COMMIT.
+func (s *DB) pgAppendCommit(ctx context.Context, pc *pgx.Conn, entry *lockstep.OpEntry, parent string, seq int64, prev string) error {
 	s.stampEntry(ctx, entry)
 	if parent != "" {
 		withParent(entry, parent)
@@ -229,14 +320,14 @@ func (s *DB) createRepoOn(ctx context.Context, pc *pgx.Conn, r *lockstep.Repo, r
 	args := linkEntry(entry, seq, prev)
 	q, qargs, finish, ok := s.pgAppendStmt(ctx, entry, args)
 	if !ok {
-		return errors.New("createRepoOn: an entry pgAppendStmt does not cover (pgCovers)")
+		return errors.New("pgAppendCommit: an entry pgAppendStmt does not cover (pgCovers)")
 	}
-	b = &pgx.Batch{}
+	b := &pgx.Batch{}
 	b.Queue(q, qargs...)
 	b.Queue("commit")
-	br = pc.SendBatch(ctx, b)
+	br := pc.SendBatch(ctx, b)
 	var one int
-	err = finish(br.QueryRow().Scan(&one))
+	err := finish(br.QueryRow().Scan(&one))
 	if err == nil {
 		if _, err = br.Exec(); err != nil {
 			err = fmt.Errorf("commit: %w", err)

@@ -3,8 +3,6 @@ package sqlstore_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/url"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -16,87 +14,11 @@ import (
 	"github.com/lockstep-hq/lockstep/sqlstore"
 )
 
-// turnProxy forwards TCP connections to a PostgreSQL server and counts
-// round trips: a client write that follows an answer from the server (or
-// opens the connection) starts one.
-type turnProxy struct {
-	ln    net.Listener
-	to    string
-	turns atomic.Int64
-	wg    sync.WaitGroup
-}
-
-func newTurnProxy(t *testing.T, to string) *turnProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &turnProxy{ln: ln, to: to}
-	go p.serve()
-	t.Cleanup(func() { ln.Close() })
-	return p
-}
-
-func (p *turnProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.to)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		var answered atomic.Bool // the server spoke since the client last did
-		answered.Store(true)
-		go func() { // client → server
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := c.Read(buf)
-				if n > 0 {
-					if answered.Swap(false) {
-						p.turns.Add(1)
-					}
-					if _, werr := s.Write(buf[:n]); werr != nil {
-						break
-					}
-				}
-				if err != nil {
-					break
-				}
-			}
-			s.Close()
-		}()
-		go func() { // server → client
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := s.Read(buf)
-				if n > 0 {
-					answered.Store(true)
-					if _, werr := c.Write(buf[:n]); werr != nil {
-						break
-					}
-				}
-				if err != nil {
-					break
-				}
-			}
-			c.Close()
-		}()
-	}
-}
-
 // proxiedPostgres opens a fresh Postgres store whose every connection runs
-// through a turnProxy.
-func proxiedPostgres(t *testing.T) (*sqlstore.DB, *turnProxy) {
-	u, err := url.Parse(testenv.MustPostgresDB(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newTurnProxy(t, u.Host)
-	u.Host = p.ln.Addr().String()
-	return mustOpen(t, u.String()), p
+// through a turn proxy (testenv.TurnProxy).
+func proxiedPostgres(t *testing.T) (*sqlstore.DB, *testenv.TurnProxy) {
+	u, p := testenv.ProxiedPostgresDB(t)
+	return mustOpen(t, u), p
 }
 
 // TestPostgresForkRoundTrips: a fork's transaction (the repository, its
@@ -145,15 +67,36 @@ func TestPostgresForkRoundTrips(t *testing.T) {
 
 	count := func(what string, want int64, fn func() error) {
 		t.Helper()
-		before := p.turns.Load()
+		before := p.Turns()
 		if err := fn(); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		if got := p.turns.Load() - before; got != want {
+		if got := p.Turns() - before; got != want {
 			t.Errorf("%s: %d round trips, want %d", what, got, want)
 		}
 	}
 	count("fork", 2, func() error { return fork("ws-1", nil) })
+	// ForkRepo: the base's row and refs are read and copied in the same
+	// two round trips (before: a base read and a refs read besides).
+	forkOf := func(name string, claim *lockstep.IdemClaim) error {
+		c := ctx
+		if claim != nil {
+			c = lockstep.WithIdemClaim(ctx, claim)
+		}
+		e := &lockstep.OpEntry{KeyID: "key_rt", KeyName: "rt", Op: "fork", Repo: name}
+		return db.ForkRepo(c, "base", &lockstep.Repo{Name: name}, e, func(copied []lockstep.Ref) {
+			e.Answer = map[string]string{"name": name, "refs": fmt.Sprint(len(copied))}
+		})
+	}
+	if err := db.CreateRepo(ctx, &lockstep.Repo{Name: "base", Network: "base", DefaultBranch: "main"},
+		[]lockstep.Ref{{Name: "refs/heads/main", OID: "1111111111111111111111111111111111111111"}, {Name: "refs/tags/v1", OID: "3333333333333333333333333333333333333333"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := forkOf("warmf", claim("warm-f")); err != nil {
+		t.Fatal(err)
+	}
+	count("ForkRepo", 2, func() error { return forkOf("ws-f1", nil) })
+	count("ForkRepo with an Idempotency-Key", 2, func() error { return forkOf("ws-f2", claim("k-forkrepo")) })
 	count("fork with an Idempotency-Key", 2, func() error { return fork("ws-2", claim("k-fork")) })
 	// BEGIN, the head read, the append with its key record, COMMIT.
 	count("keyed append", 4, func() error {

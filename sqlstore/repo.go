@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"unicode/utf8"
 
@@ -53,6 +54,72 @@ func (s *DB) CreateRepo(ctx context.Context, r *lockstep.Repo, refs []lockstep.R
 				r.ID, ref.Name, ref.OID, micros(now)); err != nil {
 				return fmt.Errorf("insert ref: %w", err)
 			}
+		}
+		return s.appendOp(ctx, tx, entry)
+	})
+}
+
+// The fork's statements (ForkRepo): the workspace row is inserted from
+// the base's (network, default branch, base commit), the base's branch
+// refs are copied by INSERT … SELECT; no row inserted means no base.
+const (
+	qForkRepo = `INSERT INTO repos (name, network, fork_of, default_branch, status, owner_key_id, owner_name, base_commit, task, created_at, updated_at)
+		SELECT $2, b.network, b.name, b.default_branch, $3, $4, $5,
+			COALESCE((SELECT oid FROM refs WHERE repo_id = b.id AND name = 'refs/heads/' || b.default_branch), ''), $6, $7, $7
+		FROM repos b WHERE b.name = $1
+		RETURNING id, network, fork_of, default_branch, base_commit`
+	qForkRefs = `INSERT INTO refs (repo_id, name, oid, updated_at)
+		SELECT $1, x.name, x.oid, $2 FROM refs x WHERE x.repo_id = (SELECT id FROM repos WHERE name = $3) AND substr(x.name, 1, 11) = 'refs/heads/'
+		RETURNING name, oid`
+)
+
+// ForkRepo creates ws as a fork of base (lockstep.RepoStore). On
+// PostgreSQL it is two pipelined round trips (pgfast.go).
+func (s *DB) ForkRepo(ctx context.Context, base string, ws *lockstep.Repo, entry *lockstep.OpEntry, fill func(copied []lockstep.Ref)) (err error) {
+	ctx, span := s.start(ctx, "ForkRepo")
+	defer func() { err = end(span, err) }()
+	now := s.now()
+	if ws.CreatedAt.IsZero() {
+		ws.CreatedAt = lockstep.TruncateTime(now)
+	}
+	ws.UpdatedAt = ws.CreatedAt
+	if ws.Status == "" {
+		ws.Status = lockstep.StatusActive
+	}
+	if s.dialect == "postgres" && pgCovers(ctx, entry) {
+		return s.forkRepoPipelined(ctx, base, ws, entry, fill, micros(now))
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		err := s.txQueryRow(ctx, tx, qForkRepo, base, ws.Name, string(ws.Status), ws.OwnerKeyID, ws.OwnerName, ws.Task, micros(ws.CreatedAt)).
+			Scan(&ws.ID, &ws.Network, &ws.ForkOf, &ws.DefaultBranch, &ws.BaseCommit)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return because(err, lockstep.ENOTFOUND, "repository %s not found", base)
+		case isUnique(err):
+			return because(err, lockstep.ECONFLICT, "repository %s already exists", ws.Name)
+		case err != nil:
+			return fmt.Errorf("insert repo: %w", err)
+		}
+		var copied []lockstep.Ref
+		rows, err := s.txQuery(ctx, tx, qForkRefs, ws.ID, micros(now), base)
+		if err != nil {
+			return fmt.Errorf("copy refs: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r lockstep.Ref
+			if err := rows.Scan(&r.Name, &r.OID); err != nil {
+				return fmt.Errorf("copy refs: %w", err)
+			}
+			copied = append(copied, r)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("copy refs: %w", err)
+		}
+		rows.Close()
+		sort.Slice(copied, func(i, j int) bool { return copied[i].Name < copied[j].Name })
+		if fill != nil {
+			fill(copied)
 		}
 		return s.appendOp(ctx, tx, entry)
 	})

@@ -32,7 +32,7 @@ func (s *DB) prepareHot(ctx context.Context) {
 	if s.dialect != "sqlite" {
 		return
 	}
-	for _, q := range []string{qOplogHead, qOplogInsert, qOplogMoveHead, qKeyByPrefix, qRepoByName, qRef} {
+	for _, q := range []string{qOplogHead, qOplogInsert, qOplogMoveHead, qKeyByPrefix, qRepoByName, qRef, qForkRepo, qForkRefs} {
 		if st, err := s.db.PrepareContext(ctx, q); err == nil {
 			s.stmts.Store(q, st)
 		}
@@ -63,6 +63,14 @@ func (s *DB) txQueryRow(ctx context.Context, tx *sql.Tx, q string, args ...any) 
 		return tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
 	}
 	return tx.QueryRowContext(ctx, q, args...)
+}
+
+// txQuery runs q in tx, prepared when it can be.
+func (s *DB) txQuery(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
+	if st := s.prepared(q); st != nil {
+		return tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	}
+	return tx.QueryContext(ctx, q, args...)
 }
 
 // queryRow runs q outside a transaction, prepared when it can be.

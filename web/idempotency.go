@@ -164,6 +164,13 @@ func (s *Server) idempotency(c *gin.Context) {
 		}
 	}()
 
+	if oneTx && facts.idemRunFirst {
+		// No read before the effect (routeFact.idemRunFirst): a repeat
+		// is answered from the record after its transaction failed.
+		handedOff = true
+		s.execute(c, cfg, route, &lockstep.IdemClaim{Owner: k.ID, Key: key, Token: token, Deferred: rec}, release, rec)
+		return
+	}
 	delay := 2 * time.Millisecond
 	for {
 		var cur *lockstep.IdemRecord

@@ -61,6 +61,14 @@ type routeFact struct {
 	// memory by the idempotency middleware): one route may run a read
 	// whose effect is its one oplog entry, or a write that is not.
 	idemOf func(body []byte) idemKind
+	// idemRunFirst (idemOneTx routes whose only effect is their one keyed
+	// transaction): run without reading the key's record first. A repeat
+	// then fails in that transaction (the name it creates is taken, or the
+	// key's upsert finds the record) and commits nothing, and execute's
+	// check of a request that committed nothing reads the record and
+	// answers from it, as the read before would have: the success path
+	// saves that read (a round trip on PostgreSQL).
+	idemRunFirst bool
 	// uploadSlot: the route holds an upload slot (uploadSlot; on /mcp the
 	// MCP slot) while it runs.
 	uploadSlot bool
@@ -116,7 +124,7 @@ var routeTable = []routeFact{
 	{method: "GET", path: "/api/v1/repos/:repo", group: groupAPI, handler: (*Server).handleRepoGet},
 	{method: "DELETE", path: "/api/v1/repos/:repo", group: groupAPI, handler: (*Server).handleAbandon},
 	{method: "POST", path: "/api/v1/repos/:repo/status", group: groupAPI, handler: (*Server).handleStatus},
-	{method: "POST", path: "/api/v1/repos/:repo/forks", group: groupAPI, handler: (*Server).handleFork, status: http.StatusCreated, idem: idemOneTx, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}},
+	{method: "POST", path: "/api/v1/repos/:repo/forks", group: groupAPI, handler: (*Server).handleFork, status: http.StatusCreated, idem: idemOneTx, idemRunFirst: true, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}},
 	{method: "GET", path: "/api/v1/repos/:repo/workspaces", group: groupAPI, handler: (*Server).handleWorkspaces},
 	{method: "GET", path: "/api/v1/repos/:repo/attempts", group: groupAPI, handler: (*Server).handleAttempts},
 	{method: "GET", path: "/api/v1/repos/:repo/usage", group: groupAPI, handler: (*Server).handleUsage, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin}}},

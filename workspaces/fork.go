@@ -70,46 +70,41 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name,
 			return nil, lockstep.Errorf(lockstep.EFORBIDDEN, "key %s is scoped to %s: its workspaces carry task %q, not %q", actor.Name, sc, sc.Task, task)
 		}
 	}
-	base, err := s.repos.Repo(ctx, baseName)
-	if err != nil {
+	if err := lockstep.ValidateName("repository name", baseName); err != nil {
 		return nil, err
 	}
-	refs, err := s.store.Refs(ctx, base.ID)
-	if err != nil {
-		return nil, err
-	}
+	// The base is read, and its branch refs copied, inside the fork's own
+	// transaction (one round trip on PostgreSQL): fill completes the log
+	// entry and the answer from what the store took from the base.
+	ws := &lockstep.Repo{Name: name, Status: lockstep.StatusActive, OwnerKeyID: actor.ID, OwnerName: actor.Name, Task: task}
+	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "fork", Repo: name, TraceID: traceID(ctx)}
 	var copied []lockstep.Ref
-	var moves []lockstep.RefMove
-	baseCommit := ""
-	for _, ref := range refs {
-		if len(ref.Name) < 11 || ref.Name[:11] != "refs/heads/" {
-			continue
+	var out *ForkResult
+	fill := func(refs []lockstep.Ref) {
+		copied = refs
+		var moves []lockstep.RefMove
+		for _, ref := range refs {
+			moves = append(moves, lockstep.RefMove{Repo: name, Ref: ref.Name, Old: lockstep.ZeroOID, New: ref.OID})
 		}
-		copied = append(copied, lockstep.Ref{Name: ref.Name, OID: ref.OID})
-		moves = append(moves, lockstep.RefMove{Repo: name, Ref: ref.Name, Old: lockstep.ZeroOID, New: ref.OID})
-		if ref.Name == branchRef(base.DefaultBranch) {
-			baseCommit = ref.OID
+		entry.Refs = moves
+		entry.Details = map[string]any{"fork_of": ws.ForkOf, "base_commit": ws.BaseCommit}
+		if task != "" {
+			entry.Details["task"] = task
 		}
+		entry.DurationUS = s.now().Sub(start).Microseconds()
+		out = &ForkResult{Name: name, ForkOf: ws.ForkOf, Network: ws.Network, BaseCommit: ws.BaseCommit, Owner: actor.Name, Task: task, DurationMS: ms(s.now().Sub(start))}
+		entry.Answer = out
 	}
-	ws := &lockstep.Repo{Name: name, Network: base.Network, ForkOf: base.Name, DefaultBranch: base.DefaultBranch,
-		Status: lockstep.StatusActive, OwnerKeyID: actor.ID, OwnerName: actor.Name, BaseCommit: baseCommit, Task: task}
-	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "fork", Repo: name, TraceID: traceID(ctx), Refs: moves,
-		Details: map[string]any{"fork_of": base.Name, "base_commit": baseCommit}}
-	if task != "" {
-		entry.Details["task"] = task
-	}
-	entry.DurationUS = s.now().Sub(start).Microseconds()
-	out := &ForkResult{Name: name, ForkOf: base.Name, Network: ws.Network, BaseCommit: baseCommit, Owner: actor.Name, Task: task, DurationMS: ms(s.now().Sub(start))}
-	entry.Answer = out
-	if err := s.store.CreateRepo(ctx, ws, copied, entry); err != nil {
+	if err := s.store.ForkRepo(ctx, baseName, ws, entry, fill); err != nil {
 		return nil, err
 	}
+	baseCommit := ws.BaseCommit
 	s.repos.MirrorNew(ctx, ws, copied)
 	d := s.now().Sub(start)
 	s.metrics.ObserveOp("fork", "ok", d)
 	s.repos.Emit(ctx, repositories.Event{Type: "fork", Repo: ws, Branch: ws.DefaultBranch, Commit: baseCommit, KeyName: actor.Name})
 	out.DurationMS = ms(d)
-	s.br.AfterFork(ctx, base.Name, name)
+	s.br.AfterFork(ctx, ws.ForkOf, name)
 	return out, nil
 }
 

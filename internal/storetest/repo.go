@@ -86,6 +86,66 @@ func repoTests() map[string]test {
 			}
 			wantChain(t, s, 1)
 		},
+		"ForkRepo": func(t *testing.T, s lockstep.Store) {
+			base := &lockstep.Repo{Name: "base", Network: "net", DefaultBranch: "trunk"}
+			must(t, s.CreateRepo(bg, base, []lockstep.Ref{{Name: "refs/heads/trunk", OID: oid(1)}, {Name: "refs/heads/a/b", OID: oid(2)},
+				{Name: "refs/tags/v1", OID: oid(3)}, {Name: "refs/heads", OID: oid(4)}, {Name: "refs/notes/x", OID: oid(5)}}, nil))
+			var copied []lockstep.Ref
+			e := ent("fork")
+			ws := &lockstep.Repo{Name: "ws", OwnerKeyID: "k1", OwnerName: "alice", Task: "t1"}
+			must(t, s.ForkRepo(bg, "base", ws, e, func(refs []lockstep.Ref) {
+				copied = refs
+				if ws.ID == 0 || ws.Network != "net" || ws.ForkOf != "base" || ws.DefaultBranch != "trunk" || ws.BaseCommit != oid(1) {
+					t.Errorf("ws when fill runs: %+v", ws)
+				}
+				e.Details = map[string]any{"base_commit": ws.BaseCommit}
+			}))
+			// Only branch refs, ordered by name.
+			if len(copied) != 2 || copied[0] != (lockstep.Ref{Name: "refs/heads/a/b", OID: oid(2)}) || copied[1] != (lockstep.Ref{Name: "refs/heads/trunk", OID: oid(1)}) {
+				t.Fatalf("copied %+v", copied)
+			}
+			got, err := s.RepoByName(bg, "ws")
+			must(t, err)
+			if got.ID != ws.ID || got.Network != "net" || got.ForkOf != "base" || got.DefaultBranch != "trunk" || got.BaseCommit != oid(1) ||
+				got.Status != lockstep.StatusActive || got.OwnerKeyID != "k1" || got.OwnerName != "alice" || got.Task != "t1" || !got.CreatedAt.Equal(ws.CreatedAt) {
+				t.Fatalf("round trip: %+v, want %+v", got, ws)
+			}
+			refs, err := s.Refs(bg, ws.ID)
+			must(t, err)
+			if len(refs) != 2 || refs[0].Name != "refs/heads/a/b" || refs[0].OID != oid(2) || refs[1].Name != "refs/heads/trunk" || refs[1].OID != oid(1) {
+				t.Fatalf("refs of the fork: %+v", refs)
+			}
+			ops := opsOf(t, s, "fork")
+			if len(ops) != 1 || ops[0].Details["base_commit"] != oid(1) {
+				t.Fatalf("fork entries: %+v", ops)
+			}
+			// A base without its default branch: no base commit.
+			must(t, s.CreateRepo(bg, &lockstep.Repo{Name: "bare", Network: "bare", DefaultBranch: "main"}, []lockstep.Ref{{Name: "refs/heads/dev", OID: oid(6)}}, nil))
+			ws2 := &lockstep.Repo{Name: "ws2"}
+			must(t, s.ForkRepo(bg, "bare", ws2, ent("fork"), nil))
+			if ws2.BaseCommit != "" || ws2.Network != "bare" || refOID(t, s, ws2, "refs/heads/dev") != oid(6) {
+				t.Fatalf("fork of a base without its default branch: %+v", ws2)
+			}
+			// No base: not_found as RepoByName says it, nothing created;
+			// fill is not called.
+			called := false
+			err = s.ForkRepo(bg, "nope", &lockstep.Repo{Name: "ws3"}, ent("fork"), func([]lockstep.Ref) { called = true })
+			wantCode(t, err, lockstep.ENOTFOUND)
+			_, rerr := s.RepoByName(bg, "nope")
+			if called || lockstep.ErrorMessage(err) != lockstep.ErrorMessage(rerr) {
+				t.Fatalf("fork of no base: %v (fill called %v), want %v", err, called, rerr)
+			}
+			_, err = s.RepoByName(bg, "ws3")
+			wantCode(t, err, lockstep.ENOTFOUND)
+			// A taken name: already_exists, nothing written.
+			err = s.ForkRepo(bg, "bare", &lockstep.Repo{Name: "ws"}, ent("fork"), nil)
+			wantCode(t, err, lockstep.ECONFLICT)
+			if refOID(t, s, ws, "refs/heads/dev") != lockstep.ZeroOID {
+				t.Fatal("a refused fork added a ref")
+			}
+			wantOps(t, s, "fork", 2)
+			wantChain(t, s, 2)
+		},
 		"RepoByName": func(t *testing.T, s lockstep.Store) {
 			_, err := s.RepoByName(bg, "nope")
 			wantCode(t, err, lockstep.ENOTFOUND)
