@@ -120,8 +120,7 @@ func (s *Service) preflight(ctx context.Context, actor *lockstep.Key, r *lockste
 	if err != nil {
 		return nil, err
 	}
-	opts := s.mergeOptions(req, false)
-	opts.Commits = s.commitCache(r.Network)
+	opts := s.withCaches(s.mergeOptions(req, false), r.Network)
 	res, err := merge.Merge(ctx, merge.NewOverlay(n.Objects()), ours, theirs, opts)
 	if err != nil {
 		return nil, err
@@ -196,8 +195,7 @@ func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *locks
 			return err
 		}
 		ov := merge.NewOverlay(n.Objects())
-		opts := s.mergeOptions(req, markers)
-		opts.Commits = s.commitCache(r.Network)
+		opts := s.withCaches(s.mergeOptions(req, markers), r.Network)
 		res, err := merge.Merge(ctx, ov, ours, theirs, opts)
 		if err != nil {
 			return err
