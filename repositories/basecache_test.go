@@ -64,3 +64,23 @@ func TestPreflightBaseCacheFollowsRefs(t *testing.T) {
 		t.Fatalf("after the feature moved: up_to_date=%v clean=%v base=%s theirs=%s, want a clean merge of %s on %s", p.UpToDate, p.Clean, p.MergeBase, p.Theirs, f2.Commit, feat.Commit)
 	}
 }
+
+// TestPreflightMissingSides: a preflight reads each side's repository and
+// branch in one statement on SQL stores; a missing branch or repository
+// on either side still answers not_found, naming what is missing.
+func TestPreflightMissingSides(t *testing.T) {
+	ctx := context.Background()
+	w := servicetest.MustWorld(t, servicetest.Options{})
+	w.MustRepo(t, "app", map[string]string{"a.txt": "one\n"})
+	for _, c := range []struct{ repo, ours, theirs, want string }{
+		{"app", "nope", "main", "branch nope not found in app"},
+		{"app", "main", "app:nope", "revision app:nope not found in app"},
+		{"app", "main", "ghost:main", "repository ghost not found"},
+		{"ghost", "main", "main", "repository ghost not found"},
+	} {
+		_, err := w.Repos.Merge(ctx, w.Admin, c.repo, repositories.MergeRequest{Ours: c.ours, Theirs: c.theirs, Preflight: true})
+		if lockstep.ErrorCode(err) != lockstep.ENOTFOUND || lockstep.ErrorMessage(err) != c.want {
+			t.Errorf("preflight %s into %s of %s: %v (%s), want not_found %q", c.theirs, c.ours, c.repo, err, lockstep.ErrorCode(err), c.want)
+		}
+	}
+}
