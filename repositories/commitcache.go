@@ -16,7 +16,7 @@ import (
 // Beside it, the merge bases of the (ours, theirs) commit pairs merged
 // (merge.BaseCache): a preflight repeated with neither tip moved skips the
 // walk. Keyed by commits, never by refs, so a moved branch is a new pair.
-// At most baseCacheMax pairs per network (~100 bytes each: ≤ 2 MB).
+// At most baseCacheMax pairs per network (~120 bytes each: ≤ 2.5 MB).
 const (
 	commitCacheMax      = 100_000
 	commitCacheNetworks = 8
