@@ -58,6 +58,9 @@ type Options struct {
 	// Commits, when set, shares the merge-base walk's commits with the
 	// other merges given the same cache (see CommitCache).
 	Commits *CommitCache
+	// Bases, when set, keeps the merge bases of (ours, theirs) for the
+	// next merge of the same two commits (see BaseCache).
+	Bases *BaseCache
 
 	// virtual: this merge builds a virtual merge base. As in git's inner
 	// merges, modify/delete, type and binary conflicts keep the base
@@ -155,7 +158,7 @@ func Merge(ctx context.Context, s Store, ours, theirs gitobj.Hash, opts Options)
 	}
 	w := newWalker(ov)
 	w.shared = opts.Commits
-	bases, err := w.bestCommon(ctx, ours, theirs)
+	bases, err := w.mergeBases(ctx, opts.Bases, ours, theirs)
 	if err != nil {
 		return nil, err
 	}

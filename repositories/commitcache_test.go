@@ -14,6 +14,7 @@ func TestCommitCachePerNetwork(t *testing.T) {
 	if s.commitCache("net-0") != first {
 		t.Fatal("a network's second call got another cache")
 	}
+
 	for i := 1; i < commitCacheNetworks; i++ {
 		s.commitCache(fmt.Sprintf("net-%d", i))
 	}
@@ -27,5 +28,9 @@ func TestCommitCachePerNetwork(t *testing.T) {
 	}
 	if s.commitCache("net-0") != first {
 		t.Fatal("net-0 (recently used) was dropped")
+	}
+	bases := s.netCaches("net-0").bases
+	if bases == nil || s.netCaches("net-0").bases != bases || s.netCaches("net-new").bases == bases {
+		t.Fatal("the merge-base cache is not one per network")
 	}
 }

@@ -61,7 +61,18 @@ type MergeResponse struct {
 // them), precondition failures of mode fast_forward.
 func (s *Service) Merge(ctx context.Context, actor *lockstep.Key, repoName string, req MergeRequest) (*MergeResponse, error) {
 	start := s.now()
-	r, err := s.Repo(ctx, repoName)
+	var r *lockstep.Repo
+	var oursRef *lockstep.Ref // a preflight's ours, read with the repository
+	var err error
+	if rr, ok := s.store.(repoRefReader); ok && !req.Materialize && req.Ours != "" && lockstep.ValidateBranch(req.Ours) == nil &&
+		lockstep.ValidateName("repository name", repoName) == nil {
+		r, oursRef, err = rr.RepoRef(ctx, repoName, branchRef(req.Ours))
+		if err == nil && oursRef == nil {
+			oursRef = &lockstep.Ref{} // no such branch: not_found below, where branchTip says it
+		}
+	} else {
+		r, err = s.Repo(ctx, repoName)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +109,7 @@ func (s *Service) Merge(ctx context.Context, actor *lockstep.Key, repoName strin
 		return nil, err
 	}
 	if !req.Materialize {
-		return s.preflight(ctx, actor, r, req, theirs, start)
+		return s.preflight(ctx, actor, r, req, oursRef, theirs, start)
 	}
 	if err := writable(actor, r); err != nil {
 		return nil, err
@@ -111,17 +122,27 @@ func (s *Service) mergeOptions(req MergeRequest, markers bool) merge.Options {
 		NoRenames: req.Renames != nil && !*req.Renames, RenameLimit: s.cfg.MergeRenameLimit}
 }
 
-func (s *Service) preflight(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, theirs gitobj.Hash, start time.Time) (*MergeResponse, error) {
+// preflight merges theirs into the branch req.Ours of r in memory. oursRef
+// is that branch as read with r (an empty Ref when it did not exist), or
+// nil: read it now.
+func (s *Service) preflight(ctx context.Context, actor *lockstep.Key, r *lockstep.Repo, req MergeRequest, oursRef *lockstep.Ref, theirs gitobj.Hash,
+	start time.Time) (*MergeResponse, error) {
 	n, err := s.network(ctx, r.Network)
 	if err != nil {
 		return nil, err
 	}
-	ours, err := s.branchTip(ctx, r, req.Ours)
-	if err != nil {
-		return nil, err
+	var ours gitobj.Hash
+	switch {
+	case oursRef == nil:
+		if ours, err = s.branchTip(ctx, r, req.Ours); err != nil {
+			return nil, err
+		}
+	case oursRef.OID == "":
+		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "branch %s not found in %s", req.Ours, r.Name)
+	default:
+		ours = gitobj.NewHash(oursRef.OID)
 	}
-	opts := s.mergeOptions(req, false)
-	opts.Commits = s.commitCache(r.Network)
+	opts := s.withCaches(s.mergeOptions(req, false), r.Network)
 	res, err := merge.Merge(ctx, merge.NewOverlay(n.Objects()), ours, theirs, opts)
 	if err != nil {
 		return nil, err
@@ -137,6 +158,13 @@ func (s *Service) preflight(ctx context.Context, actor *lockstep.Key, r *lockste
 		return nil, err
 	}
 	return out, nil
+}
+
+// repoRefReader is a store that reads a repository and one of its refs
+// in one statement (sqlstore.DB.RepoRef): a preflight reads both sides so.
+// ref is nil when the repository has no such ref.
+type repoRefReader interface {
+	RepoRef(ctx context.Context, name, ref string) (*lockstep.Repo, *lockstep.Ref, error)
 }
 
 func (s *Service) branchTip(ctx context.Context, r *lockstep.Repo, branch string) (gitobj.Hash, error) {
@@ -196,8 +224,7 @@ func (s *Service) materialize(ctx context.Context, actor *lockstep.Key, r *locks
 			return err
 		}
 		ov := merge.NewOverlay(n.Objects())
-		opts := s.mergeOptions(req, markers)
-		opts.Commits = s.commitCache(r.Network)
+		opts := s.withCaches(s.mergeOptions(req, markers), r.Network)
 		res, err := merge.Merge(ctx, ov, ours, theirs, opts)
 		if err != nil {
 			return err

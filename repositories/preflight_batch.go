@@ -99,11 +99,11 @@ func (s *Service) PreflightBatch(ctx context.Context, actor *lockstep.Key, baseN
 	out := &PreflightBatchResponse{Ours: req.Ours, OursOID: ours.String(), Results: []PreflightBatchItem{}}
 	one := MergeRequest{Ours: req.Ours, Preflight: true, Deep: req.Deep, Renames: req.Renames}
 	var logged []map[string]any
-	commits := s.commitCache(base.Network) // the walks share ours' history
+	caches := s.netCaches(base.Network) // the walks share ours' history
 	item := func(name string, ws *lockstep.Repo) PreflightBatchItem {
 		it := PreflightBatchItem{Workspace: name}
 		itemStart := s.now()
-		res, theirs, err := s.preflightWorkspace(ctx, actor, base, n, ours, one, name, ws, commits, &it)
+		res, theirs, err := s.preflightWorkspace(ctx, actor, base, n, ours, one, name, ws, caches, &it)
 		if err != nil {
 			if lockstep.ErrorCode(err) == lockstep.EINTERNAL || lockstep.ErrorCode(err) == lockstep.EUNAVAILABLE {
 				s.log.ErrorContext(ctx, "batch preflight", "workspace", name, "error", err)
@@ -144,7 +144,7 @@ func (s *Service) PreflightBatch(ctx context.Context, actor *lockstep.Key, baseN
 // preflightWorkspace is one item of a batch: the workspace (looked up
 // unless ws is given), its authorization, its tip, the merge.
 func (s *Service) preflightWorkspace(ctx context.Context, actor *lockstep.Key, base *lockstep.Repo, n gitobj.Reader, ours gitobj.Hash,
-	req MergeRequest, name string, ws *lockstep.Repo, commits *merge.CommitCache, it *PreflightBatchItem) (*merge.Result, gitobj.Hash, error) {
+	req MergeRequest, name string, ws *lockstep.Repo, caches *netCommits, it *PreflightBatchItem) (*merge.Result, gitobj.Hash, error) {
 	if ws == nil {
 		var err error
 		if ws, err = s.Repo(ctx, name); err != nil {
@@ -164,7 +164,7 @@ func (s *Service) preflightWorkspace(ctx context.Context, actor *lockstep.Key, b
 	}
 	req.Theirs = it.Theirs
 	opts := s.mergeOptions(req, false)
-	opts.Commits = commits
+	opts.Commits, opts.Bases = caches.c, caches.bases
 	res, err := merge.Merge(ctx, merge.NewOverlay(n.Objects()), ours, theirs, opts)
 	if err != nil {
 		return nil, gitobj.ZeroHash, err

@@ -274,27 +274,49 @@ func (s *Service) resolveBase(ctx context.Context, n gitobj.Reader, r *lockstep.
 		rev = r.DefaultBranch
 	}
 	target, branch := r, rev
+	other := ""
 	if i := strings.IndexByte(rev, ':'); i >= 0 {
-		other, err := s.Repo(ctx, rev[:i])
+		other, branch = rev[:i], rev[i+1:]
+	}
+	// The ref's name, or "" for a branch name that is not valid (maybe
+	// an abbreviated oid, tried below).
+	ref := branch
+	if !strings.HasPrefix(ref, "refs/") {
+		ref = ""
+		if lockstep.ValidateBranch(branch) == nil {
+			ref = branchRef(branch)
+		}
+	}
+	var cur *lockstep.Ref // repo:branch on a store that reads both at once
+	if other != "" {
+		var o *lockstep.Repo
+		var err error
+		if rr, ok := s.store.(repoRefReader); ok && ref != "" && lockstep.ValidateName("repository name", other) == nil {
+			o, cur, err = rr.RepoRef(ctx, other, ref)
+		} else {
+			o, err = s.Repo(ctx, other)
+		}
 		if err != nil {
 			return gitobj.ZeroHash, err
 		}
-		if other.Network != r.Network {
-			return gitobj.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "%s is not in the fork network of %s", other.Name, r.Name)
+		if o.Network != r.Network {
+			return gitobj.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "%s is not in the fork network of %s", o.Name, r.Name)
 		}
-		target, branch = other, rev[i+1:]
+		target = o
 	}
-	ref := branch
-	if !strings.HasPrefix(ref, "refs/") {
-		if err := lockstep.ValidateBranch(branch); err != nil {
-			if h, ok, err := s.abbrev(n, r, branch, full); ok || err != nil {
-				return h, err
-			}
-			return gitobj.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "invalid revision %q: want an oid (4 to 40 hex digits), a branch, or repo:branch, optionally with ~N or ^N", full)
+	if ref == "" {
+		if h, ok, err := s.abbrev(n, r, branch, full); ok || err != nil {
+			return h, err
 		}
-		ref = branchRef(branch)
+		return gitobj.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "invalid revision %q: want an oid (4 to 40 hex digits), a branch, or repo:branch, optionally with ~N or ^N", full)
 	}
-	cur, err := s.store.Ref(ctx, target.ID, ref)
+	var err error
+	if cur == nil {
+		var got lockstep.Ref
+		if got, err = s.store.Ref(ctx, target.ID, ref); err == nil {
+			cur = &got
+		}
+	}
 	if err != nil {
 		if lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
 			return gitobj.ZeroHash, err

@@ -136,6 +136,32 @@ func (s *DB) RepoByName(ctx context.Context, name string) (r *lockstep.Repo, err
 	return r, err
 }
 
+// RepoRef is RepoByName and Ref of that repository in one statement (a
+// preflight reads a repository and one branch of it for each side): ref
+// is nil when the repository has no ref of that name; not_found for an
+// unknown repository.
+func (s *DB) RepoRef(ctx context.Context, name, refName string) (r *lockstep.Repo, ref *lockstep.Ref, err error) {
+	ctx, span := s.start(ctx, "RepoRef")
+	defer func() { err = end(span, err) }()
+	var oid sql.NullString
+	var u sql.NullInt64
+	var c, ru int64
+	r = &lockstep.Repo{}
+	err = s.queryRow(ctx, qRepoRef, name, refName).Scan(&r.ID, &r.Name, &r.Network, &r.ForkOf, &r.DefaultBranch, &r.Status, &r.OwnerKeyID,
+		&r.OwnerName, &r.BaseCommit, &r.Task, &c, &ru, &oid, &u)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil, because(err, lockstep.ENOTFOUND, "repository %s not found", name)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	r.CreatedAt, r.UpdatedAt = fromMicros(c), fromMicros(ru)
+	if oid.Valid {
+		ref = &lockstep.Ref{Name: refName, OID: oid.String, UpdatedAt: fromMicros(u.Int64)}
+	}
+	return r, ref, nil
+}
+
 // ListRepos lists repositories by name.
 func (s *DB) ListRepos(ctx context.Context, f lockstep.RepoFilter) (out []*lockstep.Repo, err error) {
 	ctx, span := s.start(ctx, "ListRepos")

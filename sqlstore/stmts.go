@@ -24,6 +24,8 @@ const (
 	qKeyByPrefix   = `SELECT ` + keyCols + ` FROM keys WHERE prefix = $1`
 	qRepoByName    = `SELECT ` + repoCols + ` FROM repos WHERE name = $1`
 	qRef           = `SELECT name, oid, updated_at FROM refs WHERE repo_id = $1 AND name = $2`
+	qRepoRef       = `SELECT r.id, r.name, r.network, r.fork_of, r.default_branch, r.status, r.owner_key_id, r.owner_name, r.base_commit, r.task,
+		r.created_at, r.updated_at, f.oid, f.updated_at FROM repos r LEFT JOIN refs f ON f.repo_id = r.id AND f.name = $2 WHERE r.name = $1`
 )
 
 // prepareHot prepares the hot statements (SQLite only). A statement that
@@ -32,7 +34,7 @@ func (s *DB) prepareHot(ctx context.Context) {
 	if s.dialect != "sqlite" {
 		return
 	}
-	for _, q := range []string{qOplogHead, qOplogInsert, qOplogMoveHead, qKeyByPrefix, qRepoByName, qRef, qForkRepo, qForkRefs} {
+	for _, q := range []string{qOplogHead, qOplogInsert, qOplogMoveHead, qKeyByPrefix, qRepoByName, qRef, qForkRepo, qForkRefs, qRepoRef} {
 		if st, err := s.db.PrepareContext(ctx, q); err == nil {
 			s.stmts.Store(q, st)
 		}

@@ -62,15 +62,21 @@ func gitOut(b *testing.B, dir string, stdin []byte, args ...string) string {
 	return string(out)
 }
 
-// BenchmarkPreflightBatch: 50 deep preflights of real labstack/echo
-// branches (the second parents of master's 50 newest merges, each a
-// workspace) into one base commit (the first parent of the 51st), three
-// ways, interleaved in every iteration: 50 single POST /merges requests,
-// one POST /merges/preflight batch, and one `git merge-tree --stdin`
-// process. Metrics are per merge.
-//
-//	go test -run XXX -bench PreflightBatch -benchtime 20x ./web/
-func BenchmarkPreflightBatch(b *testing.B) {
+// preflightBench is the set-up of the preflight benchmarks: a server
+// with labstack/echo pushed as "echo" at the first parent of master's
+// 51st newest first-parent merge, and 50 workspaces, each at the second
+// parent of one of the 50 newest. stdin is those 50 pairs for `git
+// merge-tree --stdin`; src the mirror git runs in.
+type preflightBench struct {
+	ctx   context.Context
+	c     *client.Client
+	names []string
+	src   string
+	stdin []byte
+}
+
+func newPreflightBench(b *testing.B) *preflightBench {
+	b.Helper()
 	bundle := echoBundle()
 	if bundle == "" {
 		b.Skip("no shared/corpus/echo.bundle (set LOCKSTEP_CORPUS)")
@@ -100,17 +106,17 @@ func BenchmarkPreflightBatch(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer db.Close()
+	b.Cleanup(func() { db.Close() })
 	keys := auth.New(db, nil)
 	admin, secret, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
 	m := telemetry.NewMetrics()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: filepath.Join(dir, "data")}, db, logger, m, nil)
-	defer repos.Close()
+	b.Cleanup(func() { repos.Close() })
 	wss := workspaces.New(db, repos, nil, nil, m, nil)
 	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: wss, Logger: logger, Gate: gate.New(gate.Config{}, db, repos, logger, m, nil)}
 	srv := httptest.NewServer(s.Handler())
-	defer srv.Close()
+	b.Cleanup(srv.Close)
 	if _, err := repos.CreateRepo(ctx, admin, "echo", "main"); err != nil {
 		b.Fatal(err)
 	}
@@ -152,20 +158,39 @@ func BenchmarkPreflightBatch(b *testing.B) {
 	}
 	b.Logf("50 echo merges into %s: %d clean (git: %d)", base[:10], cleanBatch, cleanGit)
 
+	return &preflightBench{ctx: ctx, c: c, names: names, src: src, stdin: stdin.Bytes()}
+}
+
+// single is one POST /merges preflight (deep) per workspace.
+func (p *preflightBench) single(b *testing.B) {
+	for _, n := range p.names {
+		if _, err := p.c.MergeBranches(p.ctx, "echo", client.MergeRequest{Ours: "main", Theirs: n + ":main", Preflight: true, Deep: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPreflightBatch: 50 deep preflights of real labstack/echo
+// branches (the second parents of master's 50 newest merges, each a
+// workspace) into one base commit (the first parent of the 51st), three
+// ways, interleaved in every iteration: 50 single POST /merges requests,
+// one POST /merges/preflight batch, and one `git merge-tree --stdin`
+// process. Metrics are per merge.
+//
+//	go test -run XXX -bench PreflightBatch -benchtime 20x ./web/
+func BenchmarkPreflightBatch(b *testing.B) {
+	p := newPreflightBench(b)
+	ctx, c, names, src := p.ctx, p.c, p.names, p.src
 	var single, batched, gitd time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		for _, n := range names {
-			if _, err := c.MergeBranches(ctx, "echo", client.MergeRequest{Ours: "main", Theirs: n + ":main", Preflight: true, Deep: true}); err != nil {
-				b.Fatal(err)
-			}
-		}
+		p.single(b)
 		t1 := time.Now()
 		if _, err := c.PreflightBatch(ctx, "echo", api.PreflightBatchRequest{Workspaces: names, Deep: true}); err != nil {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
-		gitOut(b, src, stdin.Bytes(), "merge-tree", "--stdin", "--write-tree", "--name-only", "--no-messages", "-z")
+		gitOut(b, src, p.stdin, "merge-tree", "--stdin", "--write-tree", "--name-only", "--no-messages", "-z")
 		t3 := time.Now()
 		single += t1.Sub(t0)
 		batched += t2.Sub(t1)
@@ -175,5 +200,18 @@ func BenchmarkPreflightBatch(b *testing.B) {
 	b.ReportMetric(per(single), "ms/merge-single")
 	b.ReportMetric(per(batched), "ms/merge-batch")
 	b.ReportMetric(per(gitd), "ms/merge-git")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkPreflightSingle is the single requests of
+// BenchmarkPreflightBatch alone, for a CPU profile of the request path:
+//
+//	go test -run XXX -bench PreflightSingle -benchtime 100x -cpuprofile cpu.out ./web/
+func BenchmarkPreflightSingle(b *testing.B) {
+	p := newPreflightBench(b)
+	for b.Loop() {
+		p.single(b)
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N)/50, "ms/merge-single")
 	b.ReportMetric(0, "ns/op")
 }
