@@ -164,6 +164,7 @@ func prescanGated(data io.Reader, lim Limits, g *gate) error {
 	}
 	var total int64
 	var delta bytes.Buffer
+	var skip skipper
 	var zr io.ReadCloser
 	defer func() {
 		if zr != nil {
@@ -179,11 +180,19 @@ func prescanGated(data io.Reader, lim Limits, g *gate) error {
 		if length > lim.MaxFileBytes {
 			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d is %d bytes, over the %d-byte limit", i, length, lim.MaxFileBytes)
 		}
-		var sink io.Writer = io.Discard
-		if typ.IsDelta() {
-			delta.Reset()
-			sink = &delta
+		if !typ.IsDelta() {
+			// Its size is the declared one, which git index-pack holds it
+			// to: only where its stream ends is needed (skipZlib).
+			if err := skipZlib(br, length, &skip); err != nil {
+				return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile (object %d): %v", i, err)
+			}
+			if total += size; total > lim.MaxUploadBytes {
+				return lockstep.Errorf(lockstep.ETOOLARGE, "pack inflates to more than %d bytes", lim.MaxUploadBytes)
+			}
+			continue
 		}
+		delta.Reset()
+		var sink io.Writer = &delta
 		if zr == nil {
 			zr, err = zlib.NewReader(br)
 		} else {

@@ -1,0 +1,206 @@
+package gitstore
+
+import (
+	"bufio"
+	"bytes"
+	stdzlib "compress/zlib"
+	"errors"
+	"io"
+	"math/rand"
+	"strings"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	"github.com/klauspost/compress/zlib"
+)
+
+// inflateEnd inflates the zlib stream at the start of data with
+// klauspost's inflater, as prescan reads a delta (a *bufio.Reader), and
+// returns how many bytes it inflates to and where the stream ends.
+func inflateEnd(data []byte) (int64, int, error) {
+	r := bytes.NewReader(data)
+	br := bufio.NewReaderSize(r, 1<<16)
+	zr, err := zlib.NewReader(br)
+	if err != nil {
+		return 0, 0, err
+	}
+	n, err := io.Copy(io.Discard, zr)
+	return n, len(data) - r.Len() - br.Buffered(), err
+}
+
+func skipEnd(data []byte, limit int64) (int64, int, error) {
+	r := bytes.NewReader(data)
+	br := bufio.NewReaderSize(r, 1<<16)
+	var s skipper
+	err := skipZlib(br, limit, &s)
+	return s.out, len(data) - r.Len() - br.Buffered(), err
+}
+
+// zlibStreams are streams of every deflate block type (stored, fixed and
+// dynamic Huffman, Huffman only) from two encoders, of small and large,
+// repetitive and random contents.
+func zlibStreams(t testing.TB) [][]byte {
+	rng := rand.New(rand.NewSource(7))
+	var contents [][]byte
+	contents = append(contents, nil, []byte("x"), []byte("hello\n"))
+	text := []byte(strings.Repeat("package gitstore // a line of text\n", 3000))
+	contents = append(contents, text, text[:1000])
+	random := make([]byte, 100<<10)
+	rng.Read(random)
+	contents = append(contents, random, random[:70000], random[:300])
+	mixed := make([]byte, 0, 200<<10)
+	for len(mixed) < 200<<10 {
+		if rng.Intn(2) == 0 {
+			mixed = append(mixed, random[:rng.Intn(5000)]...)
+		} else {
+			mixed = append(mixed, text[:rng.Intn(9000)]...)
+		}
+	}
+	contents = append(contents, mixed)
+	var out [][]byte
+	for _, c := range contents {
+		for _, level := range []int{-2, 0, 1, 5, 9} {
+			var b bytes.Buffer
+			w, err := zlib.NewWriterLevel(&b, level)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Write(c)
+			w.Close()
+			out = append(out, b.Bytes())
+			b = bytes.Buffer{}
+			sw, err := stdzlib.NewWriterLevel(&b, level)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Written in pieces: flushes make stored and empty blocks.
+			for k := 0; k < len(c); k += 7000 {
+				sw.Write(c[k:min(k+7000, len(c))])
+				sw.Flush()
+			}
+			sw.Close()
+			out = append(out, b.Bytes())
+		}
+	}
+	return out
+}
+
+// TestSkipZlibMatchesInflate: skipZlib ends every stream where the
+// inflater ends it and counts what it inflates to; on thousands of
+// corruptions, whenever the inflater accepts the stream, skipZlib accepts
+// it too, ends at the same byte and counts the same size. (The other way
+// round is allowed: skipZlib does not check the Adler-32 or anything
+// else that needs the inflated bytes; index-pack refuses those.)
+func TestSkipZlibMatchesInflate(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	junk := []byte("PACK junk after the stream")
+	compare := func(stream []byte, clean bool) {
+		t.Helper()
+		data := append(bytes.Clone(stream), junk...)
+		wn, wend, werr := inflateEnd(data)
+		gn, gend, gerr := skipEnd(data, 1<<40)
+		if clean && werr != nil {
+			t.Fatalf("inflate of a clean stream: %v", werr)
+		}
+		if werr == nil && (gerr != nil || gn != wn || gend != wend) {
+			t.Fatalf("stream %x: inflate: %d bytes, ends at %d; skip: %d bytes, ends at %d, %v", stream, wn, wend, gn, gend, gerr)
+		}
+	}
+	streams := zlibStreams(t)
+	for _, s := range streams {
+		compare(s, true)
+		wn, _, _ := inflateEnd(s)
+		// The declared size is the limit: at it, accepted; one byte
+		// short, refused as the bounded inflate refuses it.
+		if _, _, err := skipEnd(s, wn); err != nil {
+			t.Fatalf("at its size: %v", err)
+		}
+		if wn > 0 {
+			if _, _, err := skipEnd(s, wn-1); !errors.Is(err, packfile.ErrInflatedSizeMismatch) {
+				t.Fatalf("inflates to %d, limit %d: %v", wn, wn-1, err)
+			}
+		}
+		for i := 0; i < 100; i++ {
+			p := bytes.Clone(s)
+			if len(p) == 0 {
+				continue
+			}
+			switch i % 3 {
+			case 0:
+				p[rng.Intn(len(p))] ^= byte(1 + rng.Intn(255))
+			case 1:
+				p = p[:rng.Intn(len(p))]
+			default:
+				for k := 0; k < 3; k++ {
+					p[rng.Intn(len(p))] = byte(rng.Intn(256))
+				}
+			}
+			compare(p, false)
+		}
+	}
+	// A corrupt header and a preset dictionary are refused.
+	for _, bad := range [][]byte{{0x78, 0x9d, 3, 0}, {0x79, 0x9c, 3, 0}, {0x78, 0xbb, 0, 0, 0, 1, 3, 0}} {
+		if _, _, err := skipEnd(bad, 1<<20); err == nil {
+			t.Fatalf("%x: accepted", bad)
+		}
+	}
+}
+
+// FuzzSkipZlib: wherever the inflater accepts a stream, skipZlib agrees
+// on its end and size.
+func FuzzSkipZlib(f *testing.F) {
+	for _, s := range zlibStreams(f) {
+		if len(s) < 4096 {
+			f.Add(s)
+		}
+	}
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		data := append(bytes.Clone(stream), 1, 2, 3)
+		wn, wend, werr := inflateEnd(data)
+		gn, gend, gerr := skipEnd(data, 1<<40)
+		if werr == nil && (gerr != nil || gn != wn || gend != wend) {
+			t.Fatalf("inflate: %d bytes, ends at %d; skip: %d bytes, ends at %d, %v", wn, wend, gn, gend, gerr)
+		}
+	})
+}
+
+func BenchmarkSkipZlib(b *testing.B) {
+	streams := zlibStreams(b)
+	var all []byte
+	for _, s := range streams {
+		all = append(all, s...)
+	}
+	b.Run("skip", func(b *testing.B) {
+		b.SetBytes(int64(len(all)))
+		var s skipper
+		for i := 0; i < b.N; i++ {
+			br := bufio.NewReaderSize(bytes.NewReader(all), 1<<16)
+			for range streams {
+				if err := skipZlib(br, 1<<40, &s); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("inflate", func(b *testing.B) {
+		b.SetBytes(int64(len(all)))
+		for i := 0; i < b.N; i++ {
+			br := bufio.NewReaderSize(bytes.NewReader(all), 1<<16)
+			var zr io.ReadCloser
+			for range streams {
+				var err error
+				if zr == nil {
+					zr, err = zlib.NewReader(br)
+				} else {
+					err = zr.(zlib.Resetter).Reset(br, nil)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.Copy(io.Discard, zr); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}
