@@ -2,6 +2,7 @@ package gitstore
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -46,8 +47,11 @@ func skipZlib(br *bufio.Reader, limit int64, s *skipper) error {
 		// No preset dictionary is given (as zlib.NewReader(r)).
 		return fmt.Errorf("zlib reset error: %s", errZlibDictionary)
 	}
-	s.r, s.b, s.nb, s.roffset, s.out, s.limit = br, 0, 0, 2, 0, limit
+	s.start(br, limit)
 	if err := s.deflate(); err != nil {
+		return err
+	}
+	if err := s.done(); err != nil {
 		return err
 	}
 	var sum [4]byte
@@ -105,7 +109,6 @@ func (h *skipHuffman) init(lengths []int) bool {
 		h.spare = append(h.spare, l)
 	}
 	h.min, h.links, h.linkMask = 0, h.links[:0], 0
-	clear(h.chunks[:])
 	var count [skipMaxCodeLen]int
 	var min, max int
 	for _, n := range lengths {
@@ -121,6 +124,7 @@ func (h *skipHuffman) init(lengths []int) bool {
 		count[n]++
 	}
 	if max == 0 {
+		clear(h.chunks[:])
 		return true // an empty code: any use of it is corrupt (chunk count 0)
 	}
 	code := 0
@@ -133,6 +137,9 @@ func (h *skipHuffman) init(lengths []int) bool {
 	if code != 1<<uint(max) && !(code == 1 && max == 1) {
 		return false
 	}
+	if code == 1 {
+		clear(h.chunks[:]) // one 1-bit code: half the table stays empty
+	} // else a complete code writes every chunk below
 	h.min = min
 	if max > skipChunkBits {
 		numLinks := 1 << (uint(max) - skipChunkBits)
@@ -180,12 +187,17 @@ func (h *skipHuffman) init(lengths []int) bool {
 	return true
 }
 
-// skipper is skipZlib's state, reused across the objects of a pack.
+// skipper is skipZlib's state, reused across the objects of a pack. It
+// decodes from r's buffer (buf, from pos on) into a 64-bit bit buffer,
+// eight bytes at a time, and gives back to r what it loaded past the
+// stream's end (done): r is left just past the stream.
 type skipper struct {
 	r       *bufio.Reader
-	b       uint32
-	nb      uint
-	roffset int64 // bytes of the stream read (for corruptInput)
+	buf     []byte // r's buffered bytes (peeked, not yet discarded)
+	pos     int    // buf[:pos] is loaded into b or decoded
+	b       uint64
+	nb      uint  // bits in b; whole bytes among them are not decoded yet
+	roffset int64 // stream bytes loaded before buf (for corruptInput)
 	out     int64 // bytes the stream inflates to so far
 	limit   int64
 
@@ -196,21 +208,60 @@ type skipper struct {
 
 var codeOrder = [...]int{16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15}
 
-func (s *skipper) more() error {
-	c, err := s.r.ReadByte()
-	if err != nil {
-		return noEOF(err)
+func (s *skipper) start(r *bufio.Reader, limit int64) {
+	s.r, s.buf, s.pos, s.b, s.nb, s.roffset, s.out, s.limit = r, nil, 0, 0, 0, 2, 0, limit
+}
+
+// fill loads whole bytes into b (at least 56 bits then) if eight bytes
+// are buffered.
+func (s *skipper) fill() {
+	if s.pos+8 <= len(s.buf) {
+		s.b |= binary.LittleEndian.Uint64(s.buf[s.pos:]) << s.nb
+		s.pos += int(63-s.nb) >> 3
+		s.nb |= 56
 	}
-	s.roffset++
-	s.b |= uint32(c) << s.nb
+}
+
+// more loads one byte into b, refilling buf from r when it is used up.
+func (s *skipper) more() error {
+	if s.pos == len(s.buf) {
+		// The bytes loaded but not decoded (nb/8) stay in r: they are
+		// given back at the stream's end.
+		keep := int(s.nb >> 3)
+		if _, err := s.r.Discard(s.pos - keep); err != nil {
+			return err
+		}
+		s.roffset += int64(s.pos - keep)
+		if _, err := s.r.Peek(keep + 1); err != nil && s.r.Buffered() <= keep {
+			return noEOF(err)
+		}
+		s.buf, _ = s.r.Peek(s.r.Buffered())
+		s.pos = keep
+	}
+	s.b |= uint64(s.buf[s.pos]) << s.nb
+	s.pos++
 	s.nb += 8
 	return nil
 }
 
-func (s *skipper) bits(n uint) (uint32, error) {
-	for s.nb < n {
-		if err := s.more(); err != nil {
-			return 0, err
+// done gives back the whole bytes loaded past the current bit, drops
+// the rest of the current byte, and discards what was decoded from r.
+func (s *skipper) done() error {
+	s.pos -= int(s.nb >> 3)
+	s.b, s.nb = 0, 0
+	_, err := s.r.Discard(s.pos)
+	s.roffset += int64(s.pos)
+	s.buf, s.pos = nil, 0
+	return err
+}
+
+func (s *skipper) bits(n uint) (uint64, error) {
+	if s.nb < n {
+		s.fill()
+		for s.nb < n {
+			if err := s.more(); err != nil {
+				return 0, err
+			}
 		}
 	}
 	v := s.b & (1<<n - 1)
@@ -220,31 +271,48 @@ func (s *skipper) bits(n uint) (uint32, error) {
 }
 
 func (s *skipper) sym(h *skipHuffman) (int, error) {
-	n := uint(h.min)
-	b, nb := s.b, s.nb
-	for {
-		for nb < n {
-			c, err := s.r.ReadByte()
-			if err != nil {
-				s.b, s.nb = b, nb
-				return 0, noEOF(err)
-			}
-			s.roffset++
-			b |= uint32(c) << (nb & 31)
-			nb += 8
+	if s.nb < skipMaxCodeLen {
+		s.fill()
+		if s.nb < skipMaxCodeLen {
+			return s.symSlow(h)
 		}
-		chunk := h.chunks[b&(skipNumChunks-1)]
+	}
+	chunk := h.chunks[s.b&(skipNumChunks-1)]
+	n := uint(chunk & skipCountMask)
+	if n > skipChunkBits {
+		chunk = h.links[chunk>>skipValueShift][(s.b>>skipChunkBits)&uint64(h.linkMask)]
+		n = uint(chunk & skipCountMask)
+	}
+	if n == 0 {
+		return 0, corruptInput(s.roffset + int64(s.pos))
+	}
+	s.b >>= n
+	s.nb -= n
+	return int(chunk >> skipValueShift), nil
+}
+
+// symSlow is sym near the end of the input: a byte at a time, as few as
+// the code needs (compress/flate's huffSym).
+func (s *skipper) symSlow(h *skipHuffman) (int, error) {
+	n := uint(h.min)
+	for {
+		for s.nb < n {
+			if err := s.more(); err != nil {
+				return 0, err
+			}
+		}
+		chunk := h.chunks[s.b&(skipNumChunks-1)]
 		n = uint(chunk & skipCountMask)
 		if n > skipChunkBits {
-			chunk = h.links[chunk>>skipValueShift][(b>>skipChunkBits)&h.linkMask]
+			chunk = h.links[chunk>>skipValueShift][(s.b>>skipChunkBits)&uint64(h.linkMask)]
 			n = uint(chunk & skipCountMask)
 		}
-		if n <= nb {
+		if n <= s.nb {
 			if n == 0 {
-				s.b, s.nb = b, nb
-				return 0, corruptInput(s.roffset)
+				return 0, corruptInput(s.roffset + int64(s.pos))
 			}
-			s.b, s.nb = b>>(n&31), nb-n
+			s.b >>= n
+			s.nb -= n
 			return int(chunk >> skipValueShift), nil
 		}
 	}
@@ -304,7 +372,9 @@ func (s *skipper) deflate() error {
 }
 
 func (s *skipper) stored() error {
-	s.b, s.nb = 0, 0 // the rest of the current byte
+	if err := s.done(); err != nil { // the rest of the current byte is dropped
+		return err
+	}
 	var hdr [4]byte
 	if _, err := io.ReadFull(s.r, hdr[:]); err != nil {
 		return noEOF(err)
