@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	stdzlib "compress/zlib"
+	"crypto/sha1"
 	"errors"
 	"io"
 	"math/rand"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/klauspost/compress/zlib"
+
+	"github.com/lockstep-hq/lockstep"
 )
 
 // inflateEnd inflates the zlib stream at the start of data with
@@ -203,4 +206,65 @@ func BenchmarkSkipZlib(b *testing.B) {
 			}
 		}
 	})
+}
+
+// onePack is a pack of one blob whose header declares declared bytes and
+// whose zlib stream is stream, with a right trailer.
+func onePack(declared int, stream []byte) []byte {
+	p := []byte("PACK\x00\x00\x00\x02\x00\x00\x00\x01")
+	c := byte(3<<4) | byte(declared&0x0f)
+	rest := declared >> 4
+	for rest > 0 {
+		p = append(p, c|0x80)
+		c, rest = byte(rest&0x7f), rest>>7
+	}
+	p = append(append(p, c), stream...)
+	sum := sha1.Sum(p)
+	return append(p, sum[:]...)
+}
+
+func zlibOf(b []byte) []byte {
+	var z bytes.Buffer
+	w := zlib.NewWriter(&z)
+	w.Write(b)
+	w.Close()
+	return z.Bytes()
+}
+
+// TestReceivePackNonDeltaSizes: prescan no longer inflates objects that
+// are not deltas (skipZlib); what the inflate checked still refuses the
+// pack, before anything is stored: a stream that inflates past the
+// declared size (prescan, at once), short of it, or with a wrong
+// checksum (git index-pack, which holds every object to its declared
+// size and checksum), and the declared sizes count toward the total.
+func TestReceivePackNonDeltaSizes(t *testing.T) {
+	n := MustOpen(t)
+	content := []byte(strings.Repeat("lockstep\n", 100)) // 900 bytes
+	good := zlibOf(content)
+	badSum := bytes.Clone(good)
+	badSum[len(badSum)-1] ^= 1
+	for _, tc := range []struct {
+		name     string
+		pack     []byte
+		lim      Limits
+		code     string
+		contains string
+	}{
+		{"past its declared size", onePack(899, good), Limits{}, lockstep.EINVALID, "exceeds declared size"},
+		{"short of its declared size", onePack(901, good), Limits{}, lockstep.EINVALID, "corrupt packfile"},
+		{"a wrong checksum", onePack(900, badSum), Limits{}, lockstep.EINVALID, "corrupt packfile"},
+		{"a declared size over the file limit", onePack(900, good), Limits{MaxFileBytes: 899}, lockstep.ETOOLARGE, "is 900 bytes, over the 899-byte limit"},
+		{"the total", onePack(900, good), Limits{MaxUploadBytes: 890}, lockstep.ETOOLARGE, "inflates to more than 890 bytes"},
+	} {
+		_, err := n.ReceivePack(bytes.NewReader(tc.pack), tc.lim)
+		if lockstep.ErrorCode(err) != tc.code || !strings.Contains(lockstep.ErrorMessage(err), tc.contains) {
+			t.Errorf("%s: %v, want %s %q", tc.name, err, tc.code, tc.contains)
+		}
+	}
+	if files := storeFiles(t, n); len(files) != 0 {
+		t.Fatalf("stored %v", files)
+	}
+	if _, err := n.ReceivePack(bytes.NewReader(onePack(900, good)), Limits{}); err != nil {
+		t.Fatalf("the right pack: %v", err)
+	}
 }

@@ -129,6 +129,7 @@ func (n *Network) storeReceived(body io.Reader, up *uploadReader, lim Limits) (W
 	if err != nil {
 		return WriteStats{}, err
 	}
+	n.rememberAscent(ov.ascent)
 	return WriteStats{Objects: len(ov.order), Bytes: stored}, nil
 }
 
@@ -752,6 +753,28 @@ func (n *Network) ascent(ov *overlay, h plumbing.Hash, depth int) (int, string, 
 		n.ascentMu.Unlock()
 	}
 	return up, where, nil
+}
+
+// rememberAscent adds to the network's cache the trees of a received
+// pack, now stored, whose closure validateObjects walked and passed
+// (every tree of the pack is: each is a root or inside one). A push's ref
+// checks (CheckRootTree on every commit's tree, for each of the 1,000s of
+// refs of a full-history push) then walk no tree the pack brought again.
+func (n *Network) rememberAscent(m map[plumbing.Hash]ascentInfo) {
+	if len(m) == 0 {
+		return
+	}
+	n.ascentMu.Lock()
+	defer n.ascentMu.Unlock()
+	if n.ascentCache == nil || len(n.ascentCache)+len(m) > ascentCacheMax {
+		n.ascentCache = map[plumbing.Hash]ascentInfo{} // see ascent
+	}
+	if len(m) > ascentCacheMax {
+		return
+	}
+	for h, a := range m {
+		n.ascentCache[h] = a
+	}
 }
 
 // ascentCacheMax bounds a network's cache of stored trees whose closure

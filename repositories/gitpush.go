@@ -399,7 +399,7 @@ func checkGitObject(n gitobj.Reader, c RefCommand) error {
 		peeled, _ := peelTagsMemo(n, h, nil)
 		if _, err := n.Commit(peeled); err == nil {
 			h = peeled // a commit, checked below
-		} else if _, err := n.TreeEntries(peeled, ""); err == nil {
+		} else if isTree(n, peeled) {
 			// A tagged tree may be checked out as a root, as a commit's.
 			return n.CheckRootTree(peeled)
 		} else {
@@ -410,7 +410,7 @@ func checkGitObject(n gitobj.Reader, c RefCommand) error {
 	if err != nil {
 		return lockstep.Errorf(lockstep.EINVALID, "%s is not a commit in this repository", c.New)
 	}
-	if _, err := n.TreeEntries(ci.Tree, ""); err != nil {
+	if !isTree(n, ci.Tree) {
 		return lockstep.Errorf(lockstep.EINVALID, "commit %s has no tree %s", c.New, ci.Tree)
 	}
 	// The content rules of every upload (see checkLanding): a commit
@@ -424,4 +424,12 @@ func checkGitObject(n gitobj.Reader, c RefCommand) error {
 		}
 	}
 	return nil
+}
+
+// isTree reports whether h is a stored tree. (Not TreeEntries, which
+// also reads the size of every blob the tree names: for each of the
+// 1,000s of refs of a full-history push.)
+func isTree(n gitobj.Reader, h gitobj.Hash) bool {
+	_, err := n.Objects().EncodedObject(gitobj.TreeObject, h)
+	return err == nil
 }
