@@ -12,27 +12,28 @@ import (
 )
 
 // skipZlib reads one zlib stream from br and leaves br just past it (its
-// Adler-32 checksum), without producing the inflated bytes: it decodes
-// the deflate blocks' Huffman symbols and counts the bytes they stand for
-// (literals, copy lengths, stored blocks), but writes nothing and does
-// not compute the checksum. prescan uses it for objects that are not
-// deltas: their declared size is the only size they can have, because
-// git index-pack inflates every object itself and refuses one whose
-// stream does not inflate to exactly its declared size or whose checksum
-// is wrong (builtin/index-pack.c, unpack_entry_data: "inflate returned
-// %d"). What prescan needs of such an object is where its stream ends,
-// and that the stream does not inflate past limit (the declared size):
-// packfile.ErrInflatedSizeMismatch as soon as it does. A stream that is
-// not valid deflate (bad block type, incomplete or over-subscribed code,
-// a copy from before the stream's start, …) is a flate.CorruptInputError
-// as the inflater reports it; a short one io.ErrUnexpectedEOF.
+// Adler-32 checksum), without inflating it: it decodes the deflate
+// blocks' Huffman symbols and counts the bytes they stand for (literals,
+// copy lengths, stored blocks), keeping only the first headMax of them
+// (Head: a delta's header), but writes no window and computes no
+// checksum. prescan uses it for every object of a received pack: git
+// index-pack inflates every object itself and refuses one whose stream
+// does not inflate to exactly its declared size or whose checksum is
+// wrong (builtin/index-pack.c, unpack_entry_data: "inflate returned
+// %d"), before it resolves any delta. What prescan needs of an object is
+// where its stream ends, that it does not inflate past limit (the
+// declared size: packfile.ErrInflatedSizeMismatch as soon as it does),
+// and for a delta its first bytes. A stream that is not valid deflate
+// (bad block type, incomplete or over-subscribed code, a copy from
+// before the stream's start, …) is a "flate: corrupt input" error, as
+// the inflater reports it; a short one io.ErrUnexpectedEOF.
 //
 // Skipping costs the Huffman decoding only: about half the CPU of
-// inflating (no window writes, no copies, no Adler-32).
-// TestSkipZlibMatchesInflate checks it against klauspost's inflater on
-// streams of every block type and thousands of corruptions: it ends
-// where the inflater ends and counts what it inflates, whenever the
-// inflater accepts the stream.
+// inflating. TestSkipZlibMatchesInflate checks it against klauspost's
+// inflater on streams of every block type and thousands of corruptions
+// (FuzzSkipZlib beyond): whenever the inflater accepts a stream,
+// skipZlib ends where it ends, counts what it inflates to and keeps the
+// same first bytes.
 func skipZlib(br *bufio.Reader, limit int64, s *skipper) error {
 	var hdr [2]byte
 	// The header's errors are worded as prescan words the inflater's.
@@ -200,11 +201,22 @@ type skipper struct {
 	roffset int64 // stream bytes loaded before buf (for corruptInput)
 	out     int64 // bytes the stream inflates to so far
 	limit   int64
+	// head is the first headMax inflated bytes (a delta's header: its
+	// base and result sizes), kept as they are decoded.
+	head [headMax]byte
 
 	lit, dist, codes skipHuffman
 	fixedLit         *skipHuffman
 	lengths          [skipMaxNumLit + skipMaxNumDist]int
 }
+
+// headMax is how much of the start of a stream skipZlib keeps: a delta's
+// two size varints (at most 10 bytes each).
+const headMax = 32
+
+// Head returns the first inflated bytes of the stream last skipped (at
+// most headMax).
+func (s *skipper) Head() []byte { return s.head[:min(s.out, headMax)] }
 
 var codeOrder = [...]int{16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15}
 
@@ -391,6 +403,10 @@ func (s *skipper) stored() error {
 	if s.out+k > s.limit {
 		k = s.limit - s.out
 	}
+	if s.out < headMax {
+		b, _ := s.r.Peek(int(min(k, headMax-s.out))) // short: Discard fails below
+		copy(s.head[s.out:], b)
+	}
 	d, err := s.r.Discard(int(k))
 	s.roffset += int64(d)
 	if err != nil {
@@ -490,6 +506,9 @@ func (s *skipper) block(lit, dist *skipHuffman) error {
 		var length int
 		switch {
 		case v < 256:
+			if s.out < headMax {
+				s.head[s.out] = byte(v)
+			}
 			if err := s.add(1); err != nil {
 				return err
 			}
@@ -546,6 +565,9 @@ func (s *skipper) block(lit, dist *skipHuffman) error {
 		}
 		if int64(d) > s.out { // a copy from before the stream's start
 			return corruptInput(s.roffset)
+		}
+		for k := s.out; k < headMax && k < s.out+int64(length); k++ {
+			s.head[k] = s.head[k-int64(d)]
 		}
 		if err := s.add(int64(length)); err != nil {
 			return err

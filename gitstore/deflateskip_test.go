@@ -20,23 +20,44 @@ import (
 // inflateEnd inflates the zlib stream at the start of data with
 // klauspost's inflater, as prescan reads a delta (a *bufio.Reader), and
 // returns how many bytes it inflates to and where the stream ends.
+// (head: its first headMax bytes)
 func inflateEnd(data []byte) (int64, int, error) {
+	n, end, _, err := inflateHead(data)
+	return n, end, err
+}
+
+func inflateHead(data []byte) (int64, int, []byte, error) {
 	r := bytes.NewReader(data)
 	br := bufio.NewReaderSize(r, 1<<16)
 	zr, err := zlib.NewReader(br)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
-	n, err := io.Copy(io.Discard, zr)
-	return n, len(data) - r.Len() - br.Buffered(), err
+	var head bytes.Buffer
+	n, err := io.Copy(&headWriter{b: &head}, zr)
+	return n, len(data) - r.Len() - br.Buffered(), head.Bytes(), err
+}
+
+type headWriter struct{ b *bytes.Buffer }
+
+func (w *headWriter) Write(p []byte) (int, error) {
+	if k := headMax - w.b.Len(); k > 0 {
+		w.b.Write(p[:min(k, len(p))])
+	}
+	return len(p), nil
 }
 
 func skipEnd(data []byte, limit int64) (int64, int, error) {
+	n, end, _, err := skipHead(data, limit)
+	return n, end, err
+}
+
+func skipHead(data []byte, limit int64) (int64, int, []byte, error) {
 	r := bytes.NewReader(data)
 	br := bufio.NewReaderSize(r, 1<<16)
 	var s skipper
 	err := skipZlib(br, limit, &s)
-	return s.out, len(data) - r.Len() - br.Buffered(), err
+	return s.out, len(data) - r.Len() - br.Buffered(), bytes.Clone(s.Head()), err
 }
 
 // zlibStreams are streams of every deflate block type (stored, fixed and
@@ -45,7 +66,7 @@ func skipEnd(data []byte, limit int64) (int64, int, error) {
 func zlibStreams(t testing.TB) [][]byte {
 	rng := rand.New(rand.NewSource(7))
 	var contents [][]byte
-	contents = append(contents, nil, []byte("x"), []byte("hello\n"))
+	contents = append(contents, nil, []byte("x"), []byte("hello\n"), []byte("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"), []byte("abcabcabcabcXabcabcabcabcabcabcabcabcabcabcabcabc"))
 	text := []byte(strings.Repeat("package gitstore // a line of text\n", 3000))
 	contents = append(contents, text, text[:1000])
 	random := make([]byte, 100<<10)
@@ -100,13 +121,13 @@ func TestSkipZlibMatchesInflate(t *testing.T) {
 	compare := func(stream []byte, clean bool) {
 		t.Helper()
 		data := append(bytes.Clone(stream), junk...)
-		wn, wend, werr := inflateEnd(data)
-		gn, gend, gerr := skipEnd(data, 1<<40)
+		wn, wend, whead, werr := inflateHead(data)
+		gn, gend, ghead, gerr := skipHead(data, 1<<40)
 		if clean && werr != nil {
 			t.Fatalf("inflate of a clean stream: %v", werr)
 		}
-		if werr == nil && (gerr != nil || gn != wn || gend != wend) {
-			t.Fatalf("stream %x: inflate: %d bytes, ends at %d; skip: %d bytes, ends at %d, %v", stream, wn, wend, gn, gend, gerr)
+		if werr == nil && (gerr != nil || gn != wn || gend != wend || !bytes.Equal(ghead, whead)) {
+			t.Fatalf("stream %x: inflate: %d bytes, ends at %d, starts %x; skip: %d bytes, ends at %d, starts %x, %v", stream, wn, wend, whead, gn, gend, ghead, gerr)
 		}
 	}
 	streams := zlibStreams(t)
@@ -159,10 +180,10 @@ func FuzzSkipZlib(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		data := append(bytes.Clone(stream), 1, 2, 3)
-		wn, wend, werr := inflateEnd(data)
-		gn, gend, gerr := skipEnd(data, 1<<40)
-		if werr == nil && (gerr != nil || gn != wn || gend != wend) {
-			t.Fatalf("inflate: %d bytes, ends at %d; skip: %d bytes, ends at %d, %v", wn, wend, gn, gend, gerr)
+		wn, wend, whead, werr := inflateHead(data)
+		gn, gend, ghead, gerr := skipHead(data, 1<<40)
+		if werr == nil && (gerr != nil || gn != wn || gend != wend || !bytes.Equal(ghead, whead)) {
+			t.Fatalf("inflate: %d bytes, ends at %d, starts %x; skip: %d bytes, ends at %d, starts %x, %v", wn, wend, whead, gn, gend, ghead, gerr)
 		}
 	})
 }
