@@ -6,12 +6,16 @@ import (
 	stdzlib "compress/zlib"
 	"crypto/sha1"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/klauspost/compress/zlib"
 
 	"github.com/lockstep-hq/lockstep"
@@ -287,5 +291,57 @@ func TestReceivePackNonDeltaSizes(t *testing.T) {
 	}
 	if _, err := n.ReceivePack(bytes.NewReader(onePack(900, good)), Limits{}); err != nil {
 		t.Fatalf("the right pack: %v", err)
+	}
+}
+
+// TestDecodeTreeMatchesGoGit: decodeTree gives go-git's Tree.Decode's
+// entries, or its error, on real trees and thousands of corruptions of
+// them (bytes changed, cut short, non-canonical modes).
+func TestDecodeTreeMatchesGoGit(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	var raws [][]byte
+	for k := 0; k < 20; k++ {
+		var b []byte
+		for i := 0; i < 1+rng.Intn(8); i++ {
+			mode := []string{"100644", "100755", "40000", "120000", "160000", "100664", "040000", "644"}[rng.Intn(8)]
+			b = append(b, mode+" "...)
+			b = append(b, fmt.Sprintf("name-%d", i)...)
+			b = append(b, 0)
+			h := make([]byte, 20)
+			rng.Read(h)
+			b = append(b, h...)
+		}
+		raws = append(raws, b)
+	}
+	raws = append(raws, nil, []byte(" "), []byte("100644 \x00"), []byte("100644 a"))
+	check := func(raw []byte) {
+		t.Helper()
+		o := &plumbing.MemoryObject{}
+		o.SetType(plumbing.TreeObject)
+		o.Write(raw)
+		want := &object.Tree{}
+		werr := want.Decode(o)
+		got, gerr := decodeTree(o.Hash(), raw)
+		if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+			t.Fatalf("tree %q: go-git %v, decodeTree %v", raw, werr, gerr)
+		}
+		if werr == nil && (got.Hash != want.Hash || len(got.Entries) != len(want.Entries) || len(got.Entries) > 0 && !reflect.DeepEqual(got.Entries, want.Entries)) {
+			t.Fatalf("tree %q: go-git %+v, decodeTree %+v", raw, want.Entries, got.Entries)
+		}
+	}
+	for _, raw := range raws {
+		check(raw)
+		for i := 0; i < 200 && len(raw) > 0; i++ {
+			p := bytes.Clone(raw)
+			switch i % 3 {
+			case 0:
+				p[rng.Intn(len(p))] = []byte{0, ' ', '0', '7', '8', 'x', 0xff}[rng.Intn(7)]
+			case 1:
+				p = p[:rng.Intn(len(p))]
+			default:
+				p[rng.Intn(len(p))] = byte(rng.Intn(256))
+			}
+			check(p)
+		}
 	}
 }
