@@ -95,6 +95,23 @@ func DecodeCommit(obj EncodedObject) (*CommitInfo, error) {
 		Author: c.Author, Committer: c.Committer, Message: c.Message}, nil
 }
 
+// TreeFiles decodes a tree object and returns the objects its file
+// entries (regular, executable, symlink; not directories or gitlinks)
+// name.
+func TreeFiles(obj EncodedObject) ([]Hash, error) {
+	t := &object.Tree{}
+	if err := t.Decode(obj); err != nil {
+		return nil, err
+	}
+	var out []Hash
+	for _, e := range t.Entries {
+		if e.Mode.IsFile() {
+			out = append(out, e.Hash)
+		}
+	}
+	return out, nil
+}
+
 // EncodeCommit builds the commit object for spec without writing it.
 func EncodeCommit(spec CommitSpec) EncodedObject {
 	c := &object.Commit{

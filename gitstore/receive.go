@@ -2,21 +2,18 @@ package gitstore
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	gobinary "github.com/go-git/go-git/v5/utils/binary"
-	"github.com/klauspost/compress/zlib"
 
 	"github.com/lockstep-hq/lockstep"
 )
@@ -129,21 +126,26 @@ func (n *Network) storeReceived(body io.Reader, up *uploadReader, lim Limits) (W
 	if err != nil {
 		return WriteStats{}, err
 	}
+	n.rememberAscent(ov.ascent)
 	return WriteStats{Objects: len(ov.order), Bytes: stored}, nil
 }
 
 // prescan checks the sizes every object of the pack declares (for a
 // delta, the size of its result) against lim before anything is
 // inflated into memory: a small compressed pack may otherwise expand to
-// gigabytes. Objects are inflated to io.Discard here, bounded by their
-// declared sizes. It parses the pack as go-git's packfile.Scanner does
-// (same header, object header and OFS-delta offset rules, inflated size
-// bounded by the declared one, the same errors), without the Scanner's
-// per-byte CRC32 and offset bookkeeping, which we do not use. It
-// inflates with klauspost/compress's zlib (as objects.go and spool.go
-// do), whose decoder reads a *bufio.Reader without an interface call per
-// byte: about 17% less CPU than compress/zlib on a full-history pack
-// (BenchmarkPrescanFullHistory), which is most of the receive's own CPU.
+// gigabytes. It parses the pack as go-git's packfile.Scanner does (same
+// header, object header and OFS-delta offset rules, the same errors),
+// but inflates nothing: skipZlib decodes each object's deflate stream
+// only to find where it ends, counting the bytes it stands for (an
+// object inflating past its declared size is refused at once) and
+// keeping its first bytes (a delta's result size). What only the
+// inflated bytes show (a stream short of its declared size, a wrong
+// Adler-32) git index-pack refuses, as it inflates every object itself
+// and holds it to its declared size and checksum (builtin/index-pack.c,
+// unpack_entry_data), before it resolves any delta. So the declared
+// sizes are the inflated sizes: their sum is the pack's inflated total.
+// Skipping costs about half of klauspost's inflate, which was most of
+// the receive's own CPU (BenchmarkPrescanFullHistory).
 func prescan(data io.Reader, lim Limits) error {
 	return prescanGated(data, lim, nil)
 }
@@ -163,13 +165,7 @@ func prescanGated(data io.Reader, lim Limits, g *gate) error {
 		return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile: %v", err)
 	}
 	var total int64
-	var delta bytes.Buffer
-	var zr io.ReadCloser
-	defer func() {
-		if zr != nil {
-			zr.Close()
-		}
-	}()
+	var skip skipper
 	for i := uint32(0); i < count; i++ {
 		typ, length, err := prescanObjectHeader(br, offset())
 		if err != nil {
@@ -179,27 +175,14 @@ func prescanGated(data io.Reader, lim Limits, g *gate) error {
 		if length > lim.MaxFileBytes {
 			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d is %d bytes, over the %d-byte limit", i, length, lim.MaxFileBytes)
 		}
-		var sink io.Writer = io.Discard
-		if typ.IsDelta() {
-			delta.Reset()
-			sink = &delta
-		}
-		if zr == nil {
-			zr, err = zlib.NewReader(br)
-		} else {
-			err = zr.(zlib.Resetter).Reset(br, nil)
-		}
-		if err != nil {
-			err = fmt.Errorf("zlib reset error: %s", err)
-		} else {
-			err = inflateBounded(&boundedSink{w: sink, limit: length}, zr)
-		}
-		if err != nil {
+		// Neither is inflated (skipZlib): an object's size is its
+		// declared one, which git index-pack holds it to; a delta's
+		// result size is in the first bytes its stream inflates to.
+		if err := skipZlib(br, length, &skip); err != nil {
 			return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile (object %d): %v", i, err)
 		}
 		if typ.IsDelta() {
-			d := delta.Bytes()
-			_, d = deltaVarint(d) // base size
+			_, d := deltaVarint(skip.Head()) // base size
 			size, _ = deltaVarint(d)
 		}
 		if size > lim.MaxFileBytes {
@@ -213,45 +196,6 @@ func prescanGated(data io.Reader, lim Limits, g *gate) error {
 		return g.finish(offset(), data)
 	}
 	return nil
-}
-
-// prescanBuf is inflateBounded's copy buffer, 16 KiB as go-git's
-// Scanner's: how much is inflated per read decides which of a size
-// overrun and a corruption after it is reported.
-var prescanBuf = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
-
-func inflateBounded(w io.Writer, zr io.Reader) error {
-	buf := prescanBuf.Get().(*[]byte)
-	defer prescanBuf.Put(buf)
-	_, err := io.CopyBuffer(w, zr, *buf)
-	return err
-}
-
-// boundedSink is go-git's boundedWriter: at most limit bytes, then
-// packfile.ErrInflatedSizeMismatch.
-type boundedSink struct {
-	w     io.Writer
-	limit int64
-	n     int64
-}
-
-func (b *boundedSink) Write(p []byte) (int, error) {
-	if b.n+int64(len(p)) > b.limit {
-		remain := int(b.limit - b.n)
-		err := error(packfile.ErrInflatedSizeMismatch)
-		if remain > 0 {
-			n, werr := b.w.Write(p[:remain])
-			b.n += int64(n)
-			if werr != nil {
-				err = errors.Join(packfile.ErrInflatedSizeMismatch, werr)
-			}
-			return n, err
-		}
-		return 0, err
-	}
-	n, err := b.w.Write(p)
-	b.n += int64(n)
-	return n, err
 }
 
 // prescanHeader reads the pack header as packfile.Scanner.Header does and
@@ -743,6 +687,28 @@ func (n *Network) ascent(ov *overlay, h plumbing.Hash, depth int) (int, string, 
 		n.ascentMu.Unlock()
 	}
 	return up, where, nil
+}
+
+// rememberAscent adds to the network's cache the trees of a received
+// pack, now stored, whose closure validateObjects walked and passed
+// (every tree of the pack is: each is a root or inside one). A push's ref
+// checks (CheckRootTree on every commit's tree, for each of the 1,000s of
+// refs of a full-history push) then walk no tree the pack brought again.
+func (n *Network) rememberAscent(m map[plumbing.Hash]ascentInfo) {
+	if len(m) == 0 {
+		return
+	}
+	n.ascentMu.Lock()
+	defer n.ascentMu.Unlock()
+	if n.ascentCache == nil || len(n.ascentCache)+len(m) > ascentCacheMax {
+		n.ascentCache = map[plumbing.Hash]ascentInfo{} // see ascent
+	}
+	if len(m) > ascentCacheMax {
+		return
+	}
+	for h, a := range m {
+		n.ascentCache[h] = a
+	}
 }
 
 // ascentCacheMax bounds a network's cache of stored trees whose closure

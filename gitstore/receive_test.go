@@ -261,3 +261,36 @@ func TestReceivePackDeltaBomb(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// TestReceivePackRemembersCheckedTrees: the trees of a received pack,
+// whose closures validateObjects walked, are in the network's cache of
+// checked trees once the pack is stored (a push's ref checks then walk
+// none of them again), with their symlinks' reach; a refused pack adds
+// none, and the cache keeps its bound.
+func TestReceivePackRemembersCheckedTrees(t *testing.T) {
+	n := MustOpen(t)
+	dir := t.TempDir()
+	git(t, dir, nil, "init", "-q")
+	c := clientCommit(t, dir, map[string]string{"a/b/l": "->../x", "a/x": "x", "top": "y"})
+	gd := filepath.Join(dir, ".git")
+	bad := clientCommit(t, dir, map[string]string{"e/l": "->../../../out"})
+	if _, err := n.ReceivePack(bytes.NewReader(packObjects(t, gd, bad+"\n", "--revs")), Limits{}); lockstep.ErrorCode(err) != lockstep.EINVALID {
+		t.Fatalf("escaping symlink: %v", err)
+	}
+	n.ascentMu.Lock()
+	if len(n.ascentCache) != 0 {
+		t.Fatalf("a refused pack left %d trees in the cache", len(n.ascentCache))
+	}
+	n.ascentMu.Unlock()
+	if _, err := n.ReceivePack(bytes.NewReader(packObjects(t, gd, c+"\n", "--revs")), Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	n.ascentMu.Lock()
+	defer n.ascentMu.Unlock()
+	for path, up := range map[string]int{"": 0, "a": 0, "a/b": 1} {
+		h := plumbing.NewHash(strings.TrimSpace(git(t, dir, nil, "rev-parse", c+":"+path)))
+		if a, ok := n.ascentCache[h]; !ok || a.up != up {
+			t.Errorf("tree %q: cached %v %+v, want up %d", path, ok, a, up)
+		}
+	}
+}
