@@ -12,14 +12,15 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 # Pure Go (SQLite is modernc.org/sqlite): a static binary runs on any base.
-# Two builds of cmd/lockstep: lockstep (the client, which starts in about a
-# millisecond) and lockstep-server beside it (the server build, which
-# `lockstep serve` runs). .git stays out of the context, so `lockstep version` learns the commit
+# Three builds: lockstep (the client, which starts in about a millisecond),
+# lockstep-server beside it (the server build, which `lockstep serve` runs)
+# and lockstep-egress (`lockstep run`'s egress proxy, cmd/lockstep-egress). .git stays out of the context, so `lockstep version` learns the commit
 # from --build-arg REVISION=$(git rev-parse HEAD).
 ARG REVISION=""
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.revision=${REVISION}" -o /out/lockstep ./cmd/lockstep \
+ && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/lockstep-egress ./cmd/lockstep-egress \
  && CGO_ENABLED=0 go build -trimpath -tags lockstep_server -ldflags="-s -w -X main.revision=${REVISION}" -o /out/lockstep-server ./cmd/lockstep
 
 # --- runtime ----------------------------------------------------------------
@@ -33,7 +34,7 @@ RUN apt-get update \
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/lockstep lockstep \
  && mkdir -p /data \
  && chown lockstep:lockstep /data
-COPY --from=build /out/lockstep /out/lockstep-server /usr/local/bin/
+COPY --from=build /out/lockstep /out/lockstep-egress /out/lockstep-server /usr/local/bin/
 USER lockstep
 ENV HOME=/home/lockstep
 WORKDIR /data

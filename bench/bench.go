@@ -360,7 +360,8 @@ func (b *bencher) runAll() error {
 // build, which runs the server build beside it for mcp): --bin; the client
 // build that started this server build (LOCKSTEP_CLIENT_BINARY, set by
 // `lockstep bench` when it runs lockstep-server); this executable unless
-// it is a test binary; else both builds made with go build, side by side.
+// it is a test binary; else the three builds (client, lockstep-server,
+// lockstep-egress) made with go build, side by side.
 func (b *bencher) lockstepBinary() (string, error) {
 	if b.o.bin != "" {
 		return b.o.bin, nil
@@ -375,9 +376,10 @@ func (b *bencher) lockstepBinary() (string, error) {
 	for i, args := range [][]string{
 		{"build", "-o", out, "github.com/lockstep-hq/lockstep/cmd/lockstep"},
 		{"build", "-tags", "lockstep_server", "-o", b.path("lockstep-server"), "github.com/lockstep-hq/lockstep/cmd/lockstep"},
+		{"build", "-o", b.path("lockstep-egress"), "github.com/lockstep-hq/lockstep/cmd/lockstep-egress"},
 	} {
 		cmd := exec.CommandContext(b.ctx, "go", args...)
-		if i == 0 {
+		if i != 1 {
 			// The client as the image and the release build it: static,
 			// started without the dynamic loader.
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

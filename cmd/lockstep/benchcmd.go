@@ -27,7 +27,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	f.fs.BoolVar(&o.Keep, "keep", false, "keep the bench directory")
 	f.fs.StringVar(&only, "only", "", "comma-separated scenario groups: "+strings.Join(bench.Groups(), ","))
 	f.fs.StringVar(&o.CPUProfileDir, "cpuprofile-dir", "", "write a CPU profile of each scenario's measured loop (server in-process) into this directory")
-	f.fs.StringVar(&o.Bin, "bin", "", "lockstep binary for the end-to-end scenarios (default: this executable, or go build)")
+	f.fs.StringVar(&o.Bin, "bin", "", "lockstep binary for the end-to-end scenarios, with lockstep-egress and lockstep-server beside it as installed (default: this executable, or go build)")
 	f.fs.Uint64Var(&o.Seed, "seed", 1, "seed of the generated trees")
 	f.fs.BoolVar(&o.CompareFsync, "compare-fsync", true, "also measure push-incremental and rollback on a server with --fsync=false")
 	fleet := f.fs.String("fleet", "0,1000,10000", "workspace counts the fleet rows are measured at (comma-separated)")

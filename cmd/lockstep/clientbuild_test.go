@@ -52,6 +52,8 @@ var startupHeavy = []struct {
 	{"github.com/ProtonMail/go-crypto/openpgp", "go-git plumbing/object (commit signatures)", true},
 	{"sigs.k8s.io/yaml", "api's YAML→JSON of the OpenAPI document, done in web now", true},
 	{"go.yaml.in/yaml/v2", "sigs.k8s.io/yaml", true},
+	{"github.com/elazarl/goproxy", "egress, `lockstep run`'s proxy: it parses its bundled CA at init; the proxy runs as lockstep-egress (or lockstep-server __egress)", true},
+	{"github.com/lockstep-hq/lockstep/egress", "the egress proxy, run as a child process (egressproc)", true},
 }
 
 func goListDeps(t *testing.T, args ...string) map[string]bool {
@@ -96,6 +98,17 @@ func TestClientBuildLinksNoServer(t *testing.T) {
 		}
 		if h.server && !server[h.pkg] {
 			t.Errorf("the server build does not link %s: update startupHeavy", h.pkg)
+		}
+	}
+	// The third build, lockstep-egress: the proxy and the client, none
+	// of the server.
+	egress := goListDeps(t, "github.com/lockstep-hq/lockstep/cmd/lockstep-egress")
+	if !egress["github.com/elazarl/goproxy"] || !egress["github.com/lockstep-hq/lockstep/egress/egressproc"] {
+		t.Errorf("lockstep-egress does not link the proxy: %d packages", len(egress))
+	}
+	for _, p := range serverOnly {
+		if egress[p] {
+			t.Errorf("lockstep-egress links %s: it is the proxy and a client, nothing of the server", p)
 		}
 	}
 }

@@ -32,6 +32,7 @@ import (
 
 func main() {
 	contain.MaybeHelper() // a contained run's namespace helper (lockstep __contain …)
+	maybeEgress()         // the server build as a run's egress proxy (lockstep-server __egress …)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// The first signal asks for a clean stop (in-flight requests

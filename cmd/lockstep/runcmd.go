@@ -564,10 +564,17 @@ func transactionalRun(ctx context.Context, e *env, c *client.Client, cf *clientF
 		opts.Checkpointer = cp
 	}
 	// The egress proxy: writes the command sends through it are staged as
-	// effects of the run, discarded if the run fails.
-	var px *runEgress
-	if px, opts.Env, err = eg.start(c, cf, ws, noServer, opts.Env); err != nil {
+	// effects of the run, discarded if the run fails. Its process starts
+	// now and comes up while the snapshot is taken; the command's
+	// environment (the proxy's address) is awaited only when the command
+	// starts.
+	px, err := eg.start(e, c, cf, ws, noServer)
+	if err != nil {
 		return nil, "", err
+	}
+	if px != nil {
+		base := opts.Env
+		opts.EnvWait = func() ([]string, error) { return px.wait(ctx, base) }
 	}
 	rep, err := txrun.Run(ctx, opts)
 	px.finish(ctx, e, rep, err)

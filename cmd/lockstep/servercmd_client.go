@@ -28,3 +28,7 @@ func runMCP(ctx context.Context, e *env, args []string) error {
 
 // serverBuild reports whether this binary links the server.
 const serverBuild = false
+
+// maybeEgress: the client build is never the egress proxy (it does not
+// link it); lockstep-egress or lockstep-server __egress is.
+func maybeEgress() {}

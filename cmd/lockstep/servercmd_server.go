@@ -2,7 +2,12 @@
 
 package main
 
-import "context"
+import (
+	"context"
+	"os"
+
+	"github.com/lockstep-hq/lockstep/egress/egressproc"
+)
 
 // The server build (-tags lockstep_server, installed as lockstep-server):
 // the server commands run in this process.
@@ -14,3 +19,12 @@ func runMCP(ctx context.Context, e *env, args []string) error     { return cmdMC
 
 // serverBuild reports whether this binary links the server.
 const serverBuild = true
+
+// maybeEgress runs `lockstep-server __egress …` as lockstep-egress does
+// (a run's egress proxy, egressproc.Main) and exits; the client build
+// uses it when lockstep-egress is not installed.
+func maybeEgress() {
+	if len(os.Args) > 1 && os.Args[1] == "__egress" {
+		os.Exit(egressproc.Main(os.Args[2:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))
+	}
+}

@@ -99,21 +99,29 @@ func findServer(e *env) (string, error) {
 // buildServer builds the server from the module at root into the user
 // cache directory, keyed by root.
 func buildServer(e *env, goBin, root string) (string, error) {
+	return buildFromSource(e, goBin, root, "server-", serverBinaryName, []string{"-tags", "lockstep_server"}, "./cmd/lockstep")
+}
+
+// buildFromSource builds pkg of the module at root (go build with flags)
+// as name into the user cache directory, in a directory keyed by prefix
+// and root.
+func buildFromSource(e *env, goBin, root, prefix, name string, flags []string, pkg string) (string, error) {
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		cache = os.TempDir()
 	}
 	sum := sha256.Sum256([]byte(root))
-	out := filepath.Join(cache, "lockstep", "server-"+hex.EncodeToString(sum[:6]), serverBinaryName)
+	out := filepath.Join(cache, "lockstep", prefix+hex.EncodeToString(sum[:6]), name)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return "", err
 	}
-	fmt.Fprintf(e.stderr, "lockstep: no %s found; building it from %s (go build -tags lockstep_server) into %s\n", serverBinaryName, root, out)
-	cmd := exec.Command(goBin, "build", "-tags", "lockstep_server", "-o", out, "./cmd/lockstep")
+	args := append(append([]string{"build"}, flags...), "-o", out, pkg)
+	fmt.Fprintf(e.stderr, "lockstep: no %s found; building it from %s (go %s) into %s\n", name, root, strings.Join(args, " "), out)
+	cmd := exec.Command(goBin, args...)
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = e.stderr, e.stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build -tags lockstep_server ./cmd/lockstep in %s: %w", root, err)
+		return "", fmt.Errorf("go %s in %s: %w", strings.Join(args, " "), root, err)
 	}
 	return out, nil
 }

@@ -104,12 +104,17 @@ type Options struct {
 	// Checkpointer is the server; nil runs a filesystem-only transaction.
 	Checkpointer Checkpointer
 	Env          []string // nil: os.Environ()
-	Stdin        *os.File
-	Stdout       *os.File
-	Stderr       *os.File
-	KillGrace    time.Duration
-	CgroupRoot   string // see proc.Spec
-	Now          func() time.Time
+	// EnvWait, when set, is the command's environment instead of Env,
+	// called once the snapshot and checkpoint are done, just before the
+	// command starts (a proxy started beside the snapshot is awaited
+	// there); an error ends the run before the command.
+	EnvWait    func() ([]string, error)
+	Stdin      *os.File
+	Stdout     *os.File
+	Stderr     *os.File
+	KillGrace  time.Duration
+	CgroupRoot string // see proc.Spec
+	Now        func() time.Time
 	// OutputTail keeps the last bytes of the command's standard output
 	// and error (each) for the report and the server's failure record
 	// (default 4 KiB; negative: none). The command then writes to pipes
@@ -397,6 +402,15 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		if err := rep.step("checkpoint", func() (err error) {
 			rep.Checkpoint, err = opts.Checkpointer.Checkpoint(ctx, snap.ID)
+			return err
+		}); err != nil {
+			return rep, err
+		}
+	}
+
+	if opts.EnvWait != nil {
+		if err := rep.step("env", func() (err error) {
+			opts.Env, err = opts.EnvWait()
 			return err
 		}); err != nil {
 			return rep, err

@@ -144,16 +144,18 @@ func leakedSnapshots(state string, before map[string]bool, tmp string) []string 
 
 // build compiles ./cmd/lockstep of the enclosing module into out (the
 // client build) and, beside it, lockstep-server (the server build, -tags
-// lockstep_server), which the client runs for serve as a user's install
-// does; it sets Binary.
+// lockstep_server), which the client runs for serve, and lockstep-egress
+// (./cmd/lockstep-egress), which it runs as a run's egress proxy, as a
+// user's install does; it sets Binary.
 func build(out string) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
 	}
-	for _, b := range []struct{ out, tags string }{
-		{out, ""},
-		{filepath.Join(filepath.Dir(out), "lockstep-server"), "lockstep_server"},
+	for _, b := range []struct{ out, tags, pkg string }{
+		{out, "", "./cmd/lockstep"},
+		{filepath.Join(filepath.Dir(out), "lockstep-server"), "lockstep_server", "./cmd/lockstep"},
+		{filepath.Join(filepath.Dir(out), "lockstep-egress"), "", "./cmd/lockstep-egress"},
 	} {
 		args := []string{"build", "-o", b.out}
 		if b.tags != "" {
@@ -162,7 +164,7 @@ func build(out string) error {
 		if raceEnabled && os.Getenv("LOCKSTEP_E2E_RACE") != "0" {
 			args = append(args, "-race")
 		}
-		args = append(args, "./cmd/lockstep")
+		args = append(args, b.pkg)
 		cmd := exec.Command("go", args...)
 		cmd.Dir = root
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
