@@ -208,6 +208,13 @@ func (n *Network) Reload() error {
 	if err != nil {
 		return fmt.Errorf("reload %s: %w", n.dir, err)
 	}
+	// One listing, no stat per pack: an index counts when its pack is
+	// listed beside it (an index without its pack is being written by
+	// someone else, or half removed).
+	listed := make(map[string]bool, len(names))
+	for _, e := range names {
+		listed[e.Name()] = true
+	}
 	onDisk := map[plumbing.Hash]bool{}
 	for _, e := range names {
 		name := e.Name()
@@ -215,11 +222,8 @@ func (n *Network) Reload() error {
 			continue
 		}
 		hex := strings.TrimSuffix(strings.TrimPrefix(name, "pack-"), ".idx")
-		if !plumbing.IsHash(hex) {
+		if !plumbing.IsHash(hex) || !listed["pack-"+hex+".pack"] {
 			continue
-		}
-		if _, err := os.Stat(filepath.Join(n.dir, "objects", "pack", "pack-"+hex+".pack")); err != nil {
-			continue // index without pack: being written by someone else
 		}
 		onDisk[plumbing.NewHash(hex)] = true
 	}

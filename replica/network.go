@@ -169,6 +169,10 @@ func (n *Network) localPacks() (map[string]bool, error) {
 	if err != nil {
 		return nil, err
 	}
+	listed := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		listed[e.Name()] = true
+	}
 	out := map[string]bool{}
 	for _, e := range ents {
 		name := e.Name()
@@ -176,10 +180,7 @@ func (n *Network) localPacks() (map[string]bool, error) {
 			continue
 		}
 		h := strings.TrimSuffix(strings.TrimPrefix(name, "pack-"), ".idx")
-		if !plumbing.IsHash(h) {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(dir, "pack-"+h+".pack")); err == nil {
+		if plumbing.IsHash(h) && listed["pack-"+h+".pack"] {
 			out[h] = true
 		}
 	}
