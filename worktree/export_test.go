@@ -10,6 +10,10 @@ import (
 // (hashing in Scan, packing in WritePack) since the process started.
 func FilesRead() int64 { return readCount.Load() }
 
+// TreesEncoded returns how many trees have been encoded and hashed since
+// the process started.
+func TreesEncoded() int64 { return treeEncodes.Load() }
+
 // CacheWritten returns the write time the racy-git rule compares against.
 func CacheWritten(c *StatCache) int64 { return c.written }
 
