@@ -48,3 +48,21 @@ func FillCache(c *StatCache, n int) {
 
 // SetWatchTestHook sets the hook the watcher calls before each event.
 func SetWatchTestHook(f func()) { watchTestHook = f }
+
+// CacheDirs returns the stat cache's directory table: path → tree oid.
+func CacheDirs(c *StatCache) map[string]string {
+	m := make(map[string]string, len(c.dirs))
+	for i, d := range c.dirs {
+		m[d] = c.dirOIDs[i].String()
+	}
+	return m
+}
+
+// CacheFiles returns the stat cache's files: path → blob oid.
+func CacheFiles(c *StatCache) map[string]string {
+	m := make(map[string]string, len(c.order))
+	for i, p := range c.order {
+		m[p] = c.vals[i].oid.String()
+	}
+	return m
+}
