@@ -66,3 +66,6 @@ func CacheFiles(c *StatCache) map[string]string {
 	}
 	return m
 }
+
+// DropCacheDirs empties the directory table, as a version 2 cache has it.
+func DropCacheDirs(c *StatCache) { c.dirs, c.dirOIDs = nil, nil }

@@ -2,7 +2,9 @@ package worktree_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"maps"
 	"os"
 	"path/filepath"
@@ -241,3 +243,44 @@ func TestPushTreeFollowsEveryChange(t *testing.T) {
 }
 
 func parentOf(rel string) string { return filepath.ToSlash(filepath.Dir(rel)) }
+
+// A cache of the previous format (LKSC\x02: no directory table) is read:
+// its files are trusted (nothing is hashed again), its directory table is
+// empty, so a watched push walks everything once and records it.
+func TestStatCacheReadsVersion2(t *testing.T) {
+	dir := t.TempDir()
+	files := genTree(t, dir, genSpec{Files: 50, Dirs: 8, AvgSize: 100, Seed: 22})
+	ageFiles(t, dir, files)
+	cachePath := filepath.Join(t.TempDir(), "statcache")
+	c := openCache(t, cachePath)
+	mustScan(t, dir, worktree.ScanOptions{Cache: c})
+	worktree.DropCacheDirs(c)
+	if err := c.Save(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(cachePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Version 3 with an empty table ends with its count (one 0 byte) and
+	// the CRC: version 2 is the same without that byte.
+	if string(data[:5]) != "LKSC\x03" || data[len(data)-5] != 0 {
+		t.Fatalf("unexpected cache layout % x", data[:5])
+	}
+	v2 := append([]byte("LKSC\x02"), data[5:len(data)-5]...)
+	v2 = binary.LittleEndian.AppendUint32(v2, crc32.Checksum(v2, crc32.MakeTable(crc32.Castagnoli)))
+	if err := os.WriteFile(cachePath, v2, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c = openCache(t, cachePath)
+	if c.Len() != len(files) || len(worktree.CacheDirs(c)) != 0 {
+		t.Fatalf("version 2 cache: %d files, %d directories; want %d, 0", c.Len(), len(worktree.CacheDirs(c)), len(files))
+	}
+	startWatch(t, dir)
+	if snap := mustScan(t, dir, worktree.ScanOptions{Cache: c, Watcher: worktree.WatchSocketPath(dir)}); snap.Watched || snap.Hashed != 0 {
+		t.Fatalf("push with a version 2 cache: Watched %v Hashed %d, want false 0", snap.Watched, snap.Hashed)
+	}
+	if len(worktree.CacheDirs(c)) == 0 {
+		t.Fatal("the full scan recorded no directory table")
+	}
+}

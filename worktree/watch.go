@@ -415,10 +415,9 @@ func scanDirty(root string, opts ScanOptions, dirty []string, started int64) (sn
 	}
 	set := make(map[string]bool, len(dirty))
 	for _, p := range dirty {
-		if p == "" || skippedPath(p) {
-			continue
+		if p != "" && !skippedPath(parentRel(p)) {
+			set[p] = true
 		}
-		set[p] = true
 	}
 	for i := range c.vals {
 		if c.vals[i].st.mtime >= c.written { // racy: stat it again
