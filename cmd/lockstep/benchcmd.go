@@ -30,6 +30,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	f.fs.StringVar(&o.Bin, "bin", "", "lockstep binary for the end-to-end scenarios (default: this executable, or go build)")
 	f.fs.Uint64Var(&o.Seed, "seed", 1, "seed of the generated trees")
 	f.fs.BoolVar(&o.CompareFsync, "compare-fsync", true, "also measure push-incremental and rollback on a server with --fsync=false")
+	f.bool(&o.Watch, "watch", "LOCKSTEP_BENCH_WATCH", false, "run `lockstep watch` (the --bin binary) on push-incremental's worktree while it is measured")
 	fleet := f.fs.String("fleet", "0,1000,10000", "workspace counts the fleet rows are measured at (comma-separated)")
 	ob := &o.Objstore
 	f.url(&ob.S3URL, "objstore-url", "LOCKSTEP_BENCH_S3_URL", envOr(e.getenv, "LOCKSTEP_TEST_S3_URL", ""),
