@@ -57,7 +57,10 @@ type ScanOptions struct {
 // Snapshot is a scanned directory as git objects. The trees are held in
 // memory; a blob is only a path and the stat it had during Scan, its
 // content is read again by WritePack if the server needs it. A Snapshot is
-// read-only after Scan and safe for concurrent use.
+// read-only after Scan and safe for concurrent use, except that Plan, All
+// and Objects complete a watched Scan's partial snapshot the first time
+// they need to: call them before sharing it (the CLI's push plans, then
+// packs).
 type Snapshot struct {
 	// Tree is the root tree oid, equal to `git add -A && git write-tree`.
 	Tree plumbing.Hash
