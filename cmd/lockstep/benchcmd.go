@@ -85,6 +85,11 @@ func benchServer(ctx context.Context, e *env, bc bench.ServerConfig) (*bench.Ser
 		"LOCKSTEP_SECRET_KEY_FILE":     bc.SecretKeyFile,
 		"LOCKSTEP_OBJECT_STORE":        bc.ObjectStore,
 	}
+	if v := e.getenv("LOCKSTEP_MAX_FILES"); v != "" {
+		// A bench at --files 100000 or more uploads more entries than the
+		// default limit in its first push.
+		settings["LOCKSTEP_MAX_FILES"] = v
+	}
 	if bc.ObjectStore != "" {
 		// The bench's background GC would only add noise.
 		settings["LOCKSTEP_OBJECT_GC_INTERVAL"] = "0s"
