@@ -85,10 +85,12 @@ func benchServer(ctx context.Context, e *env, bc bench.ServerConfig) (*bench.Ser
 		"LOCKSTEP_SECRET_KEY_FILE":     bc.SecretKeyFile,
 		"LOCKSTEP_OBJECT_STORE":        bc.ObjectStore,
 	}
-	if v := e.getenv("LOCKSTEP_MAX_FILES"); v != "" {
-		// A bench at --files 100000 or more uploads more entries than the
-		// default limit in its first push.
-		settings["LOCKSTEP_MAX_FILES"] = v
+	for _, k := range []string{"LOCKSTEP_MAX_FILES", "LOCKSTEP_MAX_UPLOAD_BYTES"} {
+		// A bench at --files 100000 uploads more entries and bytes than
+		// the default limits in its first push.
+		if v := e.getenv(k); v != "" {
+			settings[k] = v
+		}
 	}
 	if bc.ObjectStore != "" {
 		// The bench's background GC would only add noise.
