@@ -46,6 +46,7 @@ type benchOpts struct {
 	bin         string
 	seed        uint64
 	fsyncOff    bool
+	watch       bool // push-incremental with `lockstep watch` running
 	branchDBURL string
 	fleetSizes  []int // workspace counts of the fleet rows (fleet.go)
 	objstore    ObjstoreOptions
@@ -772,6 +773,7 @@ type pushStats struct {
 	scan, total                        *dist // as the push reports them
 	maxBytes                           int64
 	hashed, files, roundTrips          int
+	watched                            int // recorded pushes the watcher answered
 	routes                             map[string][]float64
 }
 
@@ -789,6 +791,13 @@ func (b *bencher) pushIncremental(fsync bool, name string) (*pushStats, error) {
 	g, err := b.git2k()
 	if err != nil {
 		return nil, err
+	}
+	if b.o.watch {
+		stop, err := b.startWatch(st.dir)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
 	}
 	rec := newPushRec()
 	wall, gd, err := b.measurePair(name, 2, b.o.iters, func(i int) (time.Duration, error) {
@@ -857,11 +866,38 @@ func (b *bencher) lsPush(s *benchServer, st *incState, i, warm int, rec *pushRec
 		rec.totals = append(rec.totals, rep.TotalMS)
 		ps.maxBytes = max(ps.maxBytes, rep.BytesSent)
 		ps.hashed, ps.files, ps.roundTrips = rep.Hashed, rep.Files, rep.RoundTrips
+		if rep.Watched {
+			ps.watched++
+		}
 		for k, v := range s.timer.routes() {
 			ps.routes[k] = append(ps.routes[k], float64(v.Microseconds())/1000)
 		}
 	}
 	return d, nil
+}
+
+// startWatch runs `lockstep watch --dir dir` (the --bin binary) until the
+// returned stop is called, once its socket answers.
+func (b *bencher) startWatch(dir string) (stop func(), err error) {
+	c := b.cmd(dir, b.bin, "watch", "--dir", dir)
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	if err := c.Start(); err != nil {
+		return nil, fmt.Errorf("lockstep watch: %w", err)
+	}
+	stop = func() {
+		c.Process.Signal(unix.SIGTERM)
+		c.Wait()
+	}
+	sock := filepath.Join(dir, ".lockstep", "watch.sock")
+	for t := time.Now(); time.Since(t) < 30*time.Second; time.Sleep(20 * time.Millisecond) {
+		if conn, err := net.Dial("unix", sock); err == nil {
+			conn.Close()
+			return stop, nil
+		}
+	}
+	stop()
+	return nil, fmt.Errorf("lockstep watch did not listen within 30 s: %s", stderr.String())
 }
 
 var gitPushCmd = "git add -A && git commit -q -m x && git push -q (file:// bare)"
@@ -884,6 +920,9 @@ func (b *bencher) addPushRows(name string, ps *pushStats, gd *dist, serverRow bo
 	r.check("slower than git", ps.wall.Median <= gd.Median)
 	r.check(fmt.Sprintf("sent %d B", ps.maxBytes), ps.maxBytes < 64<<10)
 	r.note("whole `lockstep push --expect-current` process; %d files scanned, %d hashed, %d round trips, max %d B sent", ps.files, ps.hashed, ps.roundTrips, ps.maxBytes)
+	if b.o.watch {
+		r.note("`lockstep watch` running (--watch): %d of %d measured pushes took its changed paths", ps.watched, ps.scan.N)
+	}
 	r.note("inside the process (total_ms) median %.2f ms: scan %.2f ms, server_ms (client view: missing+objects+PUT) %.2f ms; so process start (package inits), flag parsing and exit take about %.1f ms",
 		ps.total.Median, ps.scan.Median, ps.serverMS.Median, ps.wall.Median-ps.total.Median)
 	r.note("all server handlers of one push median %.2f ms (POST /objects includes receiving the pack the client streams while it builds it)", ps.handlers.Median)

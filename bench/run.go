@@ -61,6 +61,10 @@ type Options struct {
 	// CompareFsync also measures push-incremental and rollback on a
 	// server with fsync off.
 	CompareFsync bool
+	// Watch runs `lockstep watch` (the --bin binary) on the worktree of
+	// push-incremental while it is measured, so that its pushes take the
+	// watcher's changed paths instead of walking the tree.
+	Watch bool
 	// BranchDatabaseURL is the Postgres server of the workspaces'
 	// database branches (LOCKSTEP_BRANCH_DATABASE_URL); empty: none.
 	BranchDatabaseURL string
@@ -116,6 +120,7 @@ type pushOutput struct {
 	client.PushResult
 	Files       int     `json:"files"`
 	Hashed      int     `json:"hashed"`
+	Watched     bool    `json:"watched"`
 	ObjectsSent int     `json:"objects_sent"`
 	BytesSent   int64   `json:"bytes_sent"`
 	RoundTrips  int     `json:"round_trips"`
@@ -147,7 +152,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 		o.Stderr = io.Discard
 	}
 	bo := benchOpts{dir: o.Dir, files: o.Files, bigFiles: o.BigFiles, iters: o.Iterations, asJSON: o.JSON, strict: o.Strict,
-		keep: o.Keep, only: o.Only, cpuDir: o.CPUProfileDir, bin: o.Bin, seed: o.Seed, fsyncOff: o.CompareFsync,
+		keep: o.Keep, only: o.Only, cpuDir: o.CPUProfileDir, bin: o.Bin, seed: o.Seed, fsyncOff: o.CompareFsync, watch: o.Watch,
 		branchDBURL: o.BranchDatabaseURL, fleetSizes: o.Fleet, objstore: o.Objstore, startServer: o.StartServer}
 	b, err := newBencher(ctx, &env{stdout: stdout, stderr: o.Stderr}, bo)
 	if err != nil {

@@ -68,6 +68,16 @@
 // write-then-rename; a missing or corrupt cache is
 // treated as empty, which only costs a full re-hash.
 //
+// The cache also keeps the tree oid of every directory (its directory
+// table, written by every Scan). With a watcher (ScanOptions.Watcher),
+// Scan stats only the changed paths and encodes only the directories on
+// the paths from them to the root, taking every other tree oid from the
+// table: O(changed × depth) hashing and encoding. Such a snapshot is
+// partial (the trees it encoded and the files of their directories); it
+// is completed from the cache, without reading a file, when the cache's
+// hint (Known) does not hold every unchanged tree it points to, or when
+// Plan cannot use the hint.
+//
 // The cache must live outside the pushed tree: the CLI keeps it under
 // <dir>/.lockstep/, which Scan never enters, or in a user cache directory.
 //

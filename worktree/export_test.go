@@ -10,6 +10,10 @@ import (
 // (hashing in Scan, packing in WritePack) since the process started.
 func FilesRead() int64 { return readCount.Load() }
 
+// TreesEncoded returns how many trees have been encoded and hashed since
+// the process started.
+func TreesEncoded() int64 { return treeEncodes.Load() }
+
 // CacheWritten returns the write time the racy-git rule compares against.
 func CacheWritten(c *StatCache) int64 { return c.written }
 
@@ -44,3 +48,24 @@ func FillCache(c *StatCache, n int) {
 
 // SetWatchTestHook sets the hook the watcher calls before each event.
 func SetWatchTestHook(f func()) { watchTestHook = f }
+
+// CacheDirs returns the stat cache's directory table: path → tree oid.
+func CacheDirs(c *StatCache) map[string]string {
+	m := make(map[string]string, len(c.dirs))
+	for i, d := range c.dirs {
+		m[d] = c.dirOIDs[i].String()
+	}
+	return m
+}
+
+// CacheFiles returns the stat cache's files: path → blob oid.
+func CacheFiles(c *StatCache) map[string]string {
+	m := make(map[string]string, len(c.order))
+	for i, p := range c.order {
+		m[p] = c.vals[i].oid.String()
+	}
+	return m
+}
+
+// DropCacheDirs empties the directory table, as a version 2 cache has it.
+func DropCacheDirs(c *StatCache) { c.dirs, c.dirOIDs = nil, nil }

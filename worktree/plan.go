@@ -52,6 +52,13 @@ func (k *Known) has(h plumbing.Hash) bool {
 // Known returns the snapshot's trees as a hint for the next push: record it
 // with StatCache.SetKnown once the server has committed snap.Tree.
 func (snap *Snapshot) Known() *Known {
+	if snap.allTrees != nil { // a watched Scan's
+		k := &Known{Root: snap.Tree, trees: make(map[plumbing.Hash]struct{}, len(snap.allTrees))}
+		for _, h := range snap.allTrees {
+			k.trees[h] = struct{}{}
+		}
+		return k
+	}
 	k := &Known{Root: snap.Tree, trees: make(map[plumbing.Hash]struct{}, len(snap.trees))}
 	for h := range snap.trees {
 		k.trees[h] = struct{}{}
@@ -85,6 +92,9 @@ func Plan(ctx context.Context, snap *Snapshot, missing MissingFunc, opts *PlanOp
 		if err != nil || ok {
 			return out, err
 		}
+	}
+	if err := snap.full(); err != nil { // a watched Scan's partial snapshot
+		return nil, err
 	}
 	asked := map[plumbing.Hash]bool{snap.Tree: true}
 	level := []plumbing.Hash{snap.Tree}
@@ -197,7 +207,11 @@ func planKnown(ctx context.Context, snap *Snapshot, missing MissingFunc, o *Plan
 }
 
 // Objects returns the number of distinct trees and blobs in the snapshot.
-func (snap *Snapshot) Objects() (trees, blobs int) { return len(snap.trees), len(snap.blobs) }
+// A watched Scan's snapshot is completed first.
+func (snap *Snapshot) Objects() (trees, blobs int) {
+	snap.full()
+	return len(snap.trees), len(snap.blobs)
+}
 
 // Has reports whether oid is one of the snapshot's objects.
 func (snap *Snapshot) Has(oid plumbing.Hash) bool {
@@ -209,6 +223,7 @@ func (snap *Snapshot) Has(oid plumbing.Hash) bool {
 // All returns every object of the snapshot, trees first: what a push to an
 // empty server sends.
 func (snap *Snapshot) All() []plumbing.Hash {
+	snap.full()
 	out := make([]plumbing.Hash, 0, len(snap.trees)+len(snap.blobs))
 	for h := range snap.trees {
 		out = append(out, h)

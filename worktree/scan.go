@@ -57,7 +57,10 @@ type ScanOptions struct {
 // Snapshot is a scanned directory as git objects. The trees are held in
 // memory; a blob is only a path and the stat it had during Scan, its
 // content is read again by WritePack if the server needs it. A Snapshot is
-// read-only after Scan and safe for concurrent use.
+// read-only after Scan and safe for concurrent use, except that Plan, All
+// and Objects complete a watched Scan's partial snapshot the first time
+// they need to: call them before sharing it (the CLI's push plans, then
+// packs).
 type Snapshot struct {
 	// Tree is the root tree oid, equal to `git add -A && git write-tree`.
 	Tree plumbing.Hash
@@ -72,6 +75,26 @@ type Snapshot struct {
 	dir   string
 	trees map[plumbing.Hash]*treeObj
 	blobs map[plumbing.Hash]*blobRef
+
+	// A watched Scan's snapshot is partial: trees and blobs hold only the
+	// trees it re-encoded and the blobs of their directories; allTrees is
+	// every tree oid of the snapshot (for Known), and complete, run once
+	// by whatever needs the rest (Plan without a usable hint, All,
+	// Objects), builds the other trees from the stat cache.
+	allTrees     []plumbing.Hash
+	complete     func(*Snapshot) error
+	completeOnce sync.Once
+	completeErr  error
+}
+
+// full makes a partial snapshot complete (see Snapshot.complete).
+func (snap *Snapshot) full() error {
+	snap.completeOnce.Do(func() {
+		if snap.complete != nil {
+			snap.completeErr = snap.complete(snap)
+		}
+	})
+	return snap.completeErr
 }
 
 // treeObj is one tree kept for negotiation and packing: its sorted
@@ -100,17 +123,33 @@ type blobRef struct {
 // WritePack); tests use it to prove the stat cache skips unchanged files.
 var readCount atomic.Int64
 
+// treeEncodes counts trees encoded and hashed (Scan, and the completion of
+// a watched snapshot); tests use it to prove a watched push re-encodes
+// only the directories on the paths from the changes to the root.
+var treeEncodes atomic.Int64
+
 // dirNode is a directory during the walk.
 type dirNode struct {
+	rel     string // slash-separated, "" for the root
 	entries []nodeEntry
 }
 
+// nodeEntry is a file (blob set), a directory walked or rebuilt (sub set),
+// or, in a watched Scan, a directory taken whole from the stat cache
+// (neither set: oid is its tree).
 type nodeEntry struct {
-	name string
-	mode filemode.FileMode
-	sub  *dirNode
-	blob *blobRef
-	oid  plumbing.Hash
+	name   string
+	mode   filemode.FileMode
+	sub    *dirNode
+	blob   *blobRef
+	oid    plumbing.Hash
+	cached bool // from the stat cache, not stat'ed by this Scan
+}
+
+// dirRec is a directory's tree oid, for the stat cache's directory table.
+type dirRec struct {
+	rel string
+	oid plumbing.Hash
 }
 
 // scanner walks directories on up to GOMAXPROCS goroutines: a
@@ -199,13 +238,14 @@ func Scan(dir string, opts ScanOptions) (*Snapshot, error) {
 		trees:  make(map[plumbing.Hash]*treeObj),
 		blobs:  make(map[plumbing.Hash]*blobRef, s.nblb),
 	}
-	if snap.Tree, _, err = snap.build(top, true); err != nil {
+	tb := &treeBuilder{h: sha1.New(), record: opts.Cache != nil}
+	if snap.Tree, _, err = tb.build(snap, top, true); err != nil {
 		return nil, err
 	}
 	if c := opts.Cache; c != nil {
 		// Only a complete scan replaces the entries and their reference
 		// time: old entries must keep the (earlier) time they were made at.
-		c.replace(s.reg, started)
+		c.replace(s.reg, tb.dirs, started)
 	}
 	return snap, nil
 }
@@ -217,6 +257,9 @@ func (s *scanner) collect(n *dirNode) {
 		if e.sub != nil {
 			s.collect(e.sub)
 			continue
+		}
+		if e.cached || e.blob == nil {
+			continue // a watched Scan counts and keeps these itself
 		}
 		s.nblb++
 		s.reg = append(s.reg, e.blob) // symlinks too: ScanOptions.Watcher rebuilds from the cache
@@ -305,7 +348,7 @@ func (s *scanner) entry(n *dirNode, fd int, rel, name string, isDir bool) error 
 		return nil
 	}
 	if isDir {
-		sub := &dirNode{}
+		sub := &dirNode{rel: p}
 		n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
 		return s.subdir(sub, p, fd, name)
 	}
@@ -324,7 +367,7 @@ func (s *scanner) entry(n *dirNode, fd int, rel, name string, isDir bool) error 
 		if name == ".lockstep" {
 			return nil
 		}
-		sub := &dirNode{}
+		sub := &dirNode{rel: p}
 		n.entries = append(n.entries, nodeEntry{name: name, mode: filemode.Dir, sub: sub})
 		return s.subdir(sub, p, fd, name)
 	case unix.S_IFREG:
@@ -543,6 +586,10 @@ func (snap *Snapshot) build(n *dirNode, root bool) (h plumbing.Hash, ok bool, er
 type treeBuilder struct {
 	h   hashWriter
 	buf []byte
+	// record: list every directory that holds a tree in dirs (post-order),
+	// for the stat cache's directory table.
+	record bool
+	dirs   []dirRec
 }
 
 func (tb *treeBuilder) build(snap *Snapshot, n *dirNode, root bool) (h plumbing.Hash, ok bool, err error) {
@@ -558,6 +605,8 @@ func (tb *treeBuilder) build(snap *Snapshot, n *dirNode, root bool) (h plumbing.
 				continue
 			}
 			e.oid = h
+		} else if e.blob == nil {
+			// a tree from the stat cache: e.oid already
 		} else {
 			e.oid = e.blob.oid
 			if _, dup := snap.blobs[e.oid]; !dup {
@@ -573,12 +622,16 @@ func (tb *treeBuilder) build(snap *Snapshot, n *dirNode, root bool) (h plumbing.
 	if tb.buf, err = appendTree(tb.buf[:0], entries); err != nil {
 		return plumbing.ZeroHash, false, fmt.Errorf("scan: encode tree: %w", err)
 	}
+	treeEncodes.Add(1)
 	tb.h.Reset()
 	tb.h.Write(objectHeader(plumbing.TreeObject, int64(len(tb.buf))))
 	tb.h.Write(tb.buf)
 	tb.h.Sum(h[:0])
 	if _, dup := snap.trees[h]; !dup {
 		snap.trees[h] = &treeObj{entries: entries}
+	}
+	if tb.record {
+		tb.dirs = append(tb.dirs, dirRec{rel: n.rel, oid: h})
 	}
 	return h, true, nil
 }

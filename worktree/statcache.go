@@ -21,13 +21,16 @@ import (
 // negotiate in one round trip. It is not safe for concurrent use; one Scan
 // at a time may use it.
 //
-// File format (varints as encoding/binary): magic "LKSC\x02", varint
+// File format (varints as encoding/binary): magic "LKSC\x03", varint
 // racy-git reference time (ns), uvarint count, then per entry, in walk
 // order: uvarint length of the prefix shared with the previous path,
 // uvarint suffix length, suffix, varint size, mtime, ctime (ns), uvarint
 // inode, device, mode, 20-byte oid; then the known root tree (20 bytes,
-// zero if none), uvarint count and the known trees (20 bytes each); then a
-// little-endian CRC-32C of everything before it.
+// zero if none), uvarint count and the known trees (20 bytes each); then
+// the directory table: uvarint count, then per directory that holds a tree
+// (the root is ""), prefix-compressed as the paths above, its tree oid (20
+// bytes); then a little-endian CRC-32C of everything before it. A version
+// 2 file ("LKSC\x02", no directory table) is read with an empty table.
 type StatCache struct {
 	path string
 	// written is the racy-git reference time (ns, filesystem clock) of the
@@ -44,6 +47,13 @@ type StatCache struct {
 	// is only saved.
 	index map[string]int32
 	known *Known
+	// dirs and dirOIDs are the directory table: every directory of the
+	// last scan that holds a tree, and that tree's oid. A watched Scan
+	// re-encodes only the directories above its changed paths and takes
+	// every other tree oid from here. Empty means unknown: a watched Scan
+	// then walks everything.
+	dirs    []string
+	dirOIDs []plumbing.Hash
 	// watchToken is the watcher token to save with the cache (see
 	// ScanOptions.Watcher); "" removes the saved one.
 	watchToken string
@@ -54,7 +64,10 @@ type cacheEntry struct {
 	oid plumbing.Hash
 }
 
-var cacheMagic = []byte("LKSC\x02")
+var (
+	cacheMagic   = []byte("LKSC\x03")
+	cacheMagicV2 = []byte("LKSC\x02") // no directory table
+)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -80,11 +93,12 @@ func OpenStatCache(path string) (*StatCache, error) {
 	if _, err := f.ReadAt(data, 0); err != nil {
 		return nil, fmt.Errorf("open stat cache: %w", err)
 	}
-	order, vals, index, known, written, ok := decodeCache(data)
+	d, ok := decodeCache(data)
 	if !ok {
 		return c, nil
 	}
-	c.order, c.vals, c.index, c.known, c.written = order, vals, index, known, written
+	c.order, c.vals, c.index, c.known, c.written = d.order, d.vals, d.index, d.known, d.written
+	c.dirs, c.dirOIDs = d.dirs, d.dirOIDs
 	return c, nil
 }
 
@@ -110,10 +124,32 @@ func (c *StatCache) clock() int64 {
 	return st.Mtim.Nano()
 }
 
-func decodeCache(data []byte) (order []string, vals []cacheEntry, index map[string]int32, known *Known, written int64, ok bool) {
-	if len(data) < len(cacheMagic)+4 || !bytes.HasPrefix(data, cacheMagic) {
+// decoded is the content of a cache file.
+type decoded struct {
+	order   []string
+	vals    []cacheEntry
+	index   map[string]int32
+	known   *Known
+	written int64
+	dirs    []string
+	dirOIDs []plumbing.Hash
+}
+
+func decodeCache(data []byte) (d decoded, ok bool) {
+	if len(data) < len(cacheMagic)+4 {
 		return
 	}
+	v3 := bytes.HasPrefix(data, cacheMagic)
+	if !v3 && !bytes.HasPrefix(data, cacheMagicV2) {
+		return
+	}
+	var (
+		order   []string
+		vals    []cacheEntry
+		index   map[string]int32
+		known   *Known
+		written int64
+	)
 	body, sum := data[:len(data)-4], data[len(data)-4:]
 	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(sum) {
 		return
@@ -166,8 +202,27 @@ func decodeCache(data []byte) (order []string, vals []cacheEntry, index map[stri
 			known.trees[h] = struct{}{}
 		}
 	}
+	var dirs []string
+	var dirOIDs []plumbing.Hash
+	if v3 {
+		nd := r.uvarint()
+		if r.bad || nd > uint64(len(r.b))/22 {
+			return
+		}
+		dirs, dirOIDs = make([]string, nd), make([]plumbing.Hash, nd)
+		prev := ""
+		for i := range nd {
+			shared, suffix := r.uvarint(), r.uvarint()
+			if r.bad || shared > uint64(len(prev)) || suffix > uint64(len(r.b)) {
+				return
+			}
+			p := prev[:shared] + string(r.b[:suffix])
+			r.b = r.b[suffix:]
+			dirs[i], dirOIDs[i], prev = p, r.hash(), p
+		}
+	}
 	if r.bad || len(r.b) != 0 {
-		return nil, nil, nil, nil, 0, false
+		return decoded{}, false
 	}
 	names := string(arena)
 	index = make(map[string]int32, n)
@@ -179,7 +234,7 @@ func decodeCache(data []byte) (order []string, vals []cacheEntry, index map[stri
 		order[i] = p
 		index[p] = int32(i)
 	}
-	return order, vals, index, known, written, true
+	return decoded{order: order, vals: vals, index: index, known: known, written: written, dirs: dirs, dirOIDs: dirOIDs}, true
 }
 
 type reader struct {
@@ -275,13 +330,17 @@ func (c *StatCache) lookup(rel string, st fileStat) (cacheEntry, bool) {
 	return e, true
 }
 
-// replace makes the regular files of the last scan the cache's content;
-// paths that disappeared are dropped. The entries keep the racy-git time
-// of the scan (started), not that of the cache they were loaded with. It
-// builds no index (a push saves the cache and exits): a later Scan with
-// the same StatCache rebuilds it first (needIndex).
-func (c *StatCache) replace(files []*blobRef, started int64) {
+// replace makes the regular files and directories of the last scan the
+// cache's content; paths that disappeared are dropped. The entries keep
+// the racy-git time of the scan (started), not that of the cache they were
+// loaded with. It builds no index (a push saves the cache and exits): a
+// later Scan with the same StatCache rebuilds it first (needIndex).
+func (c *StatCache) replace(files []*blobRef, dirs []dirRec, started int64) {
 	c.written = started
+	c.dirs, c.dirOIDs = make([]string, len(dirs)), make([]plumbing.Hash, len(dirs))
+	for i, d := range dirs {
+		c.dirs[i], c.dirOIDs[i] = d.rel, d.oid
+	}
 	order := make([]string, len(files))
 	vals := make([]cacheEntry, len(files))
 	for i, b := range files {
@@ -347,6 +406,16 @@ func (c *StatCache) Save() error {
 		buf = append(buf, plumbing.ZeroHash[:]...)
 		buf = binary.AppendUvarint(buf, 0)
 	}
+	buf = binary.AppendUvarint(buf, uint64(len(c.dirs)))
+	prev = ""
+	for i, p := range c.dirs {
+		shared := commonPrefix(prev, p)
+		buf = binary.AppendUvarint(buf, uint64(shared))
+		buf = binary.AppendUvarint(buf, uint64(len(p)-shared))
+		buf = append(buf, p[shared:]...)
+		buf = append(buf, c.dirOIDs[i][:]...)
+		prev = p
+	}
 	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
 
 	f, err := os.CreateTemp(filepath.Dir(c.path), filepath.Base(c.path)+".tmp*")
@@ -405,5 +474,8 @@ func (c *StatCache) Redevice(from, to uint64, notBefore int64) int {
 	}
 	c.order, c.vals = order, vals
 	c.reindex()
+	// The tree oids held the dropped entries: the next watched Scan walks
+	// everything (no file is hashed for it).
+	c.dirs, c.dirOIDs = nil, nil
 	return n
 }

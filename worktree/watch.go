@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/sha1"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -391,146 +392,300 @@ func (c *StatCache) loadWatchToken() string {
 }
 
 // scanDirty is Scan from the stat cache plus the paths the watcher saw
-// change (dirty): only those are stat'ed (a dirty directory is walked),
-// the rest is the cache as the last complete scan left it. ok is false
-// when it cannot be used and Scan must walk everything.
+// change (dirty), in O(changed × depth) hashing and encoding: only the
+// dirty paths are stat'ed (a dirty directory is walked whole), and only
+// the directories on the paths from them to the root are encoded again;
+// every other tree keeps the oid the cache's directory table has for it,
+// and no file outside those directories is looked at. The cache's file
+// entries and directory table are updated in one pass each (copies, no
+// hashing). ok is false when it cannot be used and Scan must walk
+// everything.
+//
+// The snapshot holds only the trees it encoded and the blobs of their
+// directories. That is all Plan needs with a hint (PlanOptions.Known)
+// that holds every unchanged tree those trees point to (the frontier):
+// when the hint does not (no hint, or the cache's tree table and the last
+// accepted push disagree, e.g. a push that failed after its scan), the
+// snapshot is completed from the cache at once (every tree encoded again,
+// no file read); without a usable hint at Plan time, Plan completes it.
 func scanDirty(root string, opts ScanOptions, dirty []string, started int64) (snap *Snapshot, ok bool, err error) {
 	c := opts.Cache
-	if opts.Ignore != nil || c.Len() == 0 {
+	if opts.Ignore != nil || len(c.dirs) == 0 {
 		return nil, false, nil
 	}
 	set := make(map[string]bool, len(dirty))
 	for _, p := range dirty {
-		set[p] = true
+		if p != "" && !skippedPath(parentRel(p)) {
+			set[p] = true
+		}
 	}
 	for i := range c.vals {
 		if c.vals[i].st.mtime >= c.written { // racy: stat it again
 			set[c.order[i]] = true
 		}
 	}
-	underDirty := func(p string) bool {
-		if len(set) == 0 {
+	// tops: the dirty paths with no dirty ancestor. Each is stat'ed (a
+	// directory is walked whole); what the cache has under it is dropped.
+	tops := make([]string, 0, len(set))
+	for p := range set {
+		if !dirtyAncestor(set, p) {
+			tops = append(tops, p)
+		}
+	}
+	slices.Sort(tops)
+	under := func(p string) bool { // p is a top or under one
+		if len(tops) <= 16 {
+			for _, q := range tops {
+				if strings.HasPrefix(p, q) && (len(p) == len(q) || p[len(q)] == '/') {
+					return true
+				}
+			}
 			return false
 		}
-		for {
-			if set[p] {
-				return true
-			}
-			i := strings.LastIndexByte(p, '/')
-			if i < 0 {
-				return false
-			}
-			p = p[:i]
-		}
+		return set[p] || dirtyAncestor(set, p)
 	}
-	s := &scanner{root: root, opts: opts, sem: make(chan struct{}, max(runtime.GOMAXPROCS(0)-1, 0))}
+
+	// The affected directories: those holding a top, and their ancestors.
 	top := &dirNode{}
-	dirs := map[string]*dirNode{"": top}
-	var getDir func(rel string) *dirNode
-	getDir = func(rel string) *dirNode {
-		if n := dirs[rel]; n != nil {
+	aff := map[string]*dirNode{"": top}
+	var affect func(rel string) *dirNode
+	affect = func(rel string) *dirNode {
+		if n := aff[rel]; n != nil {
 			return n
 		}
-		parent, name := "", rel
-		if i := strings.LastIndexByte(rel, '/'); i >= 0 {
-			parent, name = rel[:i], rel[i+1:]
-		}
-		pn := getDir(parent)
-		n := &dirNode{}
+		parent, name := splitRel(rel)
+		pn := affect(parent)
+		n := &dirNode{rel: rel}
 		pn.entries = append(pn.entries, nodeEntry{name: name, mode: filemode.Dir, sub: n})
-		dirs[rel] = n
+		aff[rel] = n
 		return n
 	}
+	for _, p := range tops {
+		affect(parentRel(p))
+	}
+
+	// Files: keep those not under a top; those directly in an affected
+	// directory become its entries.
+	var dropAt []int // cache positions of tops that are files
+	for _, q := range tops {
+		if i, ok := c.index[q]; ok {
+			dropAt = append(dropAt, int(i))
+		}
+	}
+	slices.Sort(dropAt)
+	order := make([]string, 0, len(c.order)+len(tops))
+	vals := make([]cacheEntry, 0, len(c.order)+len(tops))
+	lastDir, lastDrop, lastNode := "\x00", false, (*dirNode)(nil)
 	for i, p := range c.order {
-		if underDirty(p) {
+		if len(dropAt) > 0 && dropAt[0] == i {
+			dropAt = dropAt[1:]
+			continue
+		}
+		dir, name := splitRel(p)
+		if dir != lastDir {
+			lastDir, lastDrop, lastNode = dir, dir != "" && under(dir), aff[dir]
+		}
+		if lastDrop {
 			continue
 		}
 		e := c.vals[i]
-		b := &blobRef{rel: p, st: e.st, oid: e.oid}
-		mode := filemode.Regular
-		switch {
-		case e.st.mode&0o170000 == 0o120000:
-			mode = filemode.Symlink
-			target, err := os.Readlink(filepath.Join(root, filepath.FromSlash(p)))
-			if err != nil {
-				return nil, false, nil // changed without an event: do not guess
-			}
-			if err := checkLink(root, p, target); err != nil {
-				return nil, false, err
-			}
-			b.link, b.target = true, target
-			b.oid = plumbing.ComputeHash(plumbing.BlobObject, []byte(target))
-		case e.st.mode&0o100 != 0:
-			mode = filemode.Executable
-		}
-		if mode != filemode.Symlink && opts.MaxFileBytes > 0 && e.st.size > opts.MaxFileBytes {
+		link := e.st.mode&unix.S_IFMT == unix.S_IFLNK
+		if !link && opts.MaxFileBytes > 0 && e.st.size > opts.MaxFileBytes {
 			return nil, false, lockstep.Errorf(lockstep.ETOOLARGE, "file %q is %d bytes, over the limit of %d", p, e.st.size, opts.MaxFileBytes)
 		}
-		if nf := s.files.Add(1); opts.MaxFiles > 0 && nf > int64(opts.MaxFiles) {
-			return nil, false, lockstep.Errorf(lockstep.ETOOLARGE, "more than %d files (at %q)", opts.MaxFiles, p)
-		}
-		dir, name := "", p
-		if i := strings.LastIndexByte(p, '/'); i >= 0 {
-			dir, name = p[:i], p[i+1:]
-		}
-		n := getDir(dir)
-		n.entries = append(n.entries, nodeEntry{name: name, mode: mode, blob: b})
-	}
-	// The dirty paths, outermost first; one under another dirty path is
-	// covered by that one's walk.
-	paths := make([]string, 0, len(set))
-	for p := range set {
-		paths = append(paths, p)
-	}
-	slices.Sort(paths)
-	for _, p := range paths {
-		if i := strings.LastIndexByte(p, '/'); i >= 0 && underDirty(p[:i]) {
+		order, vals = append(order, p), append(vals, e)
+		if lastNode == nil {
 			continue
 		}
+		b, ok, err := cachedBlob(root, p, e)
+		if !ok || err != nil {
+			return nil, false, err
+		}
+		lastNode.entries = append(lastNode.entries, nodeEntry{name: name, mode: blobMode(e.st.mode), blob: b, cached: true})
+	}
+
+	// Directories: keep those not under a top nor affected (those are
+	// encoded again); those directly in an affected directory become its
+	// entries, with the tree oid the cache has for them.
+	dirs := make([]string, 0, len(c.dirs)+len(aff))
+	oids := make([]plumbing.Hash, 0, len(c.dirs)+len(aff))
+	var frontier []plumbing.Hash
+	for j, d := range c.dirs {
+		if d == "" || aff[d] != nil || under(d) {
+			continue
+		}
+		dirs, oids = append(dirs, d), append(oids, c.dirOIDs[j])
+		parent, name := splitRel(d)
+		if pn := aff[parent]; pn != nil {
+			pn.entries = append(pn.entries, nodeEntry{name: name, mode: filemode.Dir, oid: c.dirOIDs[j], cached: true})
+			frontier = append(frontier, c.dirOIDs[j])
+		}
+	}
+
+	// The tops themselves, as a walk would find them.
+	s := &scanner{root: root, opts: opts, sem: make(chan struct{}, max(runtime.GOMAXPROCS(0)-1, 0))}
+	for _, p := range tops {
 		if s.failed.Load() {
 			break
 		}
-		dir, name := "", p
-		if i := strings.LastIndexByte(p, '/'); i >= 0 {
-			dir, name = p[:i], p[i+1:]
-		}
-		if skippedPath(dir) {
-			continue
-		}
-		f, err := os.Open(filepath.Join(root, filepath.FromSlash(dir)))
+		dir, name := splitRel(p)
+		fd, err := openDir(filepath.Join(root, filepath.FromSlash(dir)))
 		if err != nil {
-			if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 				continue // its directory is gone: nothing to store
 			}
-			s.fail(fmt.Errorf("scan: %w", err))
+			s.fail(fmt.Errorf("scan: open %s: %w", dir, err))
 			break
 		}
-		if err := s.entry(getDir(dir), int(f.Fd()), dir, name, false); err != nil {
+		if err := s.entry(aff[dir], fd, dir, name, false); err != nil {
 			s.fail(err)
 		}
-		f.Close()
+		unix.Close(fd)
 	}
 	s.wg.Wait()
 	if s.err != nil {
 		return nil, false, s.err
 	}
-	s.collect(top)
+	s.collect(top) // the files stat'ed now, not the cached ones
+	if nf := len(order) + s.nblb; opts.MaxFiles > 0 && nf > opts.MaxFiles {
+		return nil, false, lockstep.Errorf(lockstep.ETOOLARGE, "more than %d files", opts.MaxFiles)
+	}
 	if err := s.hashAll(); err != nil {
 		return nil, false, err
 	}
 	snap = &Snapshot{
 		dir:     root,
 		Watched: true,
-		Files:   s.nblb,
 		Hashed:  len(s.todo),
-		trees:   make(map[plumbing.Hash]*treeObj),
-		blobs:   make(map[plumbing.Hash]*blobRef, s.nblb),
+		trees:   make(map[plumbing.Hash]*treeObj, 2*len(aff)),
+		blobs:   make(map[plumbing.Hash]*blobRef),
 	}
-	if snap.Tree, _, err = snap.build(top, true); err != nil {
+	tb := &treeBuilder{h: sha1.New(), record: true}
+	if snap.Tree, _, err = tb.build(snap, top, true); err != nil {
 		return nil, false, err
 	}
-	c.replace(s.reg, started)
+	for _, b := range s.reg {
+		order, vals = append(order, b.rel), append(vals, cacheEntry{st: b.st, oid: b.oid})
+	}
+	for _, d := range tb.dirs {
+		dirs, oids = append(dirs, d.rel), append(oids, d.oid)
+	}
+	c.order, c.vals, c.index, c.written = order, vals, nil, started
+	c.dirs, c.dirOIDs = dirs, oids
+	snap.Files = len(order)
+	snap.allTrees = oids // never changed in place: a later Scan makes new slices
+	snap.complete = completeFromCache(root, order, vals)
+	k := c.known
+	for _, h := range frontier {
+		if k == nil || !k.has(h) {
+			// The cache's trees are not all the last accepted push's:
+			// Plan's hint cannot stand for them.
+			if err := snap.full(); err != nil {
+				return nil, false, err
+			}
+			break
+		}
+	}
 	return snap, true, nil
+}
+
+// dirtyAncestor reports whether a proper ancestor directory of p is in set.
+func dirtyAncestor(set map[string]bool, p string) bool {
+	for {
+		i := strings.LastIndexByte(p, '/')
+		if i < 0 {
+			return false
+		}
+		p = p[:i]
+		if set[p] {
+			return true
+		}
+	}
+}
+
+// splitRel splits a slash-separated relative path into its directory (""
+// for the root) and its last component.
+func splitRel(p string) (dir, name string) {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i], p[i+1:]
+	}
+	return "", p
+}
+
+func parentRel(p string) string { d, _ := splitRel(p); return d }
+
+// blobMode is a tree entry's mode for a cached file's st_mode.
+func blobMode(m uint32) filemode.FileMode {
+	switch {
+	case m&unix.S_IFMT == unix.S_IFLNK:
+		return filemode.Symlink
+	case m&0o100 != 0:
+		return filemode.Executable
+	}
+	return filemode.Regular
+}
+
+// cachedBlob is the blob of a cache entry, for a snapshot that may send
+// it. A symlink's target is read again (WritePack sends it) and must still
+// hash to the cached oid; ok is false if it does not (it changed without
+// an event: do not guess).
+func cachedBlob(root, p string, e cacheEntry) (b *blobRef, ok bool, err error) {
+	b = &blobRef{rel: p, st: e.st, oid: e.oid}
+	if e.st.mode&unix.S_IFMT != unix.S_IFLNK {
+		return b, true, nil
+	}
+	target, err := os.Readlink(filepath.Join(root, filepath.FromSlash(p)))
+	if err != nil || plumbing.ComputeHash(plumbing.BlobObject, []byte(target)) != e.oid {
+		return nil, false, nil
+	}
+	if err := checkLink(root, p, target); err != nil {
+		return nil, false, err
+	}
+	b.link, b.target = true, target
+	return b, true, nil
+}
+
+// completeFromCache returns the completion of a watched Scan's snapshot:
+// every tree built again from the file entries the Scan left in the cache
+// (order, vals), no file read. The root must come out as the Scan's.
+func completeFromCache(root string, order []string, vals []cacheEntry) func(*Snapshot) error {
+	return func(snap *Snapshot) error {
+		top := &dirNode{}
+		dirs := map[string]*dirNode{"": top}
+		var getDir func(rel string) *dirNode
+		getDir = func(rel string) *dirNode {
+			if n := dirs[rel]; n != nil {
+				return n
+			}
+			parent, name := splitRel(rel)
+			pn := getDir(parent)
+			n := &dirNode{rel: rel}
+			pn.entries = append(pn.entries, nodeEntry{name: name, mode: filemode.Dir, sub: n})
+			dirs[rel] = n
+			return n
+		}
+		for i, p := range order {
+			b, ok, err := cachedBlob(root, p, vals[i])
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return lockstep.Errorf(lockstep.EINVALID, "file changed during push: %q", p)
+			}
+			dir, name := splitRel(p)
+			n := getDir(dir)
+			n.entries = append(n.entries, nodeEntry{name: name, mode: blobMode(vals[i].st.mode), blob: b})
+		}
+		tb := &treeBuilder{h: sha1.New()}
+		h, _, err := tb.build(snap, top, true)
+		if err != nil {
+			return err
+		}
+		if h != snap.Tree {
+			return lockstep.Errorf(lockstep.EINTERNAL, "watched scan: tree %s rebuilt from the stat cache as %s", snap.Tree, h)
+		}
+		return nil
+	}
 }
 
 // skippedPath reports whether the directory rel is one Scan never enters.

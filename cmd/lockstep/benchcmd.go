@@ -30,6 +30,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	f.fs.StringVar(&o.Bin, "bin", "", "lockstep binary for the end-to-end scenarios, with lockstep-egress and lockstep-server beside it as installed (default: this executable, or go build)")
 	f.fs.Uint64Var(&o.Seed, "seed", 1, "seed of the generated trees")
 	f.fs.BoolVar(&o.CompareFsync, "compare-fsync", true, "also measure push-incremental and rollback on a server with --fsync=false")
+	f.bool(&o.Watch, "watch", "LOCKSTEP_BENCH_WATCH", false, "run `lockstep watch` (the --bin binary) on push-incremental's worktree while it is measured")
 	fleet := f.fs.String("fleet", "0,1000,10000", "workspace counts the fleet rows are measured at (comma-separated)")
 	ob := &o.Objstore
 	f.url(&ob.S3URL, "objstore-url", "LOCKSTEP_BENCH_S3_URL", envOr(e.getenv, "LOCKSTEP_TEST_S3_URL", ""),
@@ -83,6 +84,13 @@ func benchServer(ctx context.Context, e *env, bc bench.ServerConfig) (*bench.Ser
 		"LOCKSTEP_REDIS_URL":           bc.RedisURL,
 		"LOCKSTEP_SECRET_KEY_FILE":     bc.SecretKeyFile,
 		"LOCKSTEP_OBJECT_STORE":        bc.ObjectStore,
+	}
+	for _, k := range []string{"LOCKSTEP_MAX_FILES", "LOCKSTEP_MAX_UPLOAD_BYTES"} {
+		// A bench at --files 100000 uploads more entries and bytes than
+		// the default limits in its first push.
+		if v := e.getenv(k); v != "" {
+			settings[k] = v
+		}
 	}
 	if bc.ObjectStore != "" {
 		// The bench's background GC would only add noise.
