@@ -40,6 +40,7 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
+	"github.com/lockstep-hq/lockstep/internal/procenv"
 )
 
 // Modes of the proxy.
@@ -209,21 +210,8 @@ func (p *Proxy) Env(noProxy []string) []string {
 }
 
 // MergeEnv returns base with every variable of add set to add's value
-// (earlier definitions removed).
-func MergeEnv(base, add []string) []string {
-	keys := map[string]bool{}
-	for _, kv := range add {
-		k, _, _ := strings.Cut(kv, "=")
-		keys[k] = true
-	}
-	out := make([]string, 0, len(base)+len(add))
-	for _, kv := range base {
-		if k, _, _ := strings.Cut(kv, "="); !keys[k] {
-			out = append(out, kv)
-		}
-	}
-	return append(out, add...)
-}
+// (earlier definitions removed): procenv.Merge.
+func MergeEnv(base, add []string) []string { return procenv.Merge(base, add) }
 
 // Staged returns the ids of the effects the proxy staged.
 func (p *Proxy) Staged() []string {

@@ -30,8 +30,22 @@ func MustOpen(tb testing.TB) *Network {
 // git runs the git CLI with a clean environment and returns stdout.
 func git(tb testing.TB, dir string, env []string, args ...string) string {
 	tb.Helper()
+	return gitRun(tb, dir, env, "", args...)
+}
+
+// gitIn is git with stdin.
+func gitIn(tb testing.TB, dir, stdin string, args ...string) string {
+	tb.Helper()
+	return gitRun(tb, dir, nil, stdin, args...)
+}
+
+func gitRun(tb testing.TB, dir string, env []string, stdin string, args ...string) string {
+	tb.Helper()
 	cmd := exec.Command("git", args...)
 	cmd.Dir = dir
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+os.TempDir(),
 		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
 		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")

@@ -2,10 +2,8 @@ package gitstore
 
 import (
 	"archive/tar"
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -307,19 +305,4 @@ func TestReloadIndexesOnlyNewPacks(t *testing.T) {
 	if _, err := n.Commit(c); err != nil {
 		t.Fatalf("the repacked commit after a Reload that removed a pack: %v", err)
 	}
-}
-
-// gitIn runs git with stdin and returns its stdout.
-func gitIn(tb testing.TB, dir, stdin string, args ...string) string {
-	tb.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Stdin = strings.NewReader(stdin)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		tb.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return string(out)
 }

@@ -197,8 +197,6 @@ func (s *DB) forkRepoPipelined(ctx context.Context, base string, ws *lockstep.Re
 			b.Queue(qOplogHead + " FOR UPDATE")
 		}
 		var names, oids []string
-		var seq int64
-		var prev string
 		br := pc.SendBatch(ctx, b)
 		_, err = br.Exec()
 		if err == nil {
@@ -213,16 +211,7 @@ func (s *DB) forkRepoPipelined(ctx context.Context, base string, ws *lockstep.Re
 				err = fmt.Errorf("fork repo: %w", err)
 			}
 		}
-		if err == nil && entry == nil {
-			_, err = br.Exec()
-		} else if err == nil {
-			if err = br.QueryRow().Scan(&seq, &prev); err != nil {
-				err = fmt.Errorf("read oplog head: %w", err)
-			}
-		}
-		if cerr := br.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
+		seq, prev, err := pgEndFirstBatch(br, err, entry != nil)
 		if err != nil || entry == nil {
 			return err
 		}
@@ -281,8 +270,6 @@ func (s *DB) createRepoOn(ctx context.Context, pc *pgx.Conn, r *lockstep.Repo, r
 	} else {
 		b.Queue(qOplogHead + " FOR UPDATE")
 	}
-	var seq int64
-	var prev string
 	br := pc.SendBatch(ctx, b)
 	_, err = br.Exec()
 	if err == nil {
@@ -294,7 +281,18 @@ func (s *DB) createRepoOn(ctx context.Context, pc *pgx.Conn, r *lockstep.Repo, r
 			err = fmt.Errorf("insert repo: %w", err)
 		}
 	}
-	if err == nil && entry == nil {
+	seq, prev, err := pgEndFirstBatch(br, err, entry != nil)
+	if err != nil || entry == nil {
+		return err
+	}
+	return s.pgAppendCommit(ctx, pc, entry, parent, seq, prev)
+}
+
+// pgEndFirstBatch reads the rest of a pipelined transaction's first batch
+// after its insert (err is the insert's): the oplog head read FOR UPDATE
+// when an entry follows, else the COMMIT; then closes the batch.
+func pgEndFirstBatch(br pgx.BatchResults, err error, appends bool) (seq int64, prev string, _ error) {
+	if err == nil && !appends {
 		_, err = br.Exec()
 	} else if err == nil {
 		if err = br.QueryRow().Scan(&seq, &prev); err != nil {
@@ -304,10 +302,7 @@ func (s *DB) createRepoOn(ctx context.Context, pc *pgx.Conn, r *lockstep.Repo, r
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
-	if err != nil || entry == nil {
-		return err
-	}
-	return s.pgAppendCommit(ctx, pc, entry, parent, seq, prev)
+	return seq, prev, err
 }
 
 // pgAppendCommit is the second batch of a pipelined transaction: entry

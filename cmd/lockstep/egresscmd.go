@@ -18,6 +18,7 @@ import (
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
 	"github.com/lockstep-hq/lockstep/fssnap/txrun"
+	"github.com/lockstep-hq/lockstep/internal/procenv"
 )
 
 // The egress proxy of `lockstep run` runs in a child process, the small
@@ -166,7 +167,7 @@ func (r *runEgress) wait(ctx context.Context, env []string) ([]string, error) {
 		if env == nil {
 			env = os.Environ()
 		}
-		return mergeEnv(env, append(l.Env, "LOCKSTEP_RUN_ID="+r.runID)), nil
+		return procenv.Merge(env, append(l.Env, "LOCKSTEP_RUN_ID="+r.runID)), nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -213,23 +214,6 @@ func (r *runEgress) finish(ctx context.Context, e *env, rep *txrun.Report, runEr
 	if len(res.Discarded) > 0 {
 		fmt.Fprintf(e.stderr, "lockstep run: discarded %d effect(s) staged by the failed run %s\n", len(res.Discarded), r.runID)
 	}
-}
-
-// mergeEnv returns base with every variable of add set to add's value
-// (earlier definitions removed); egress.MergeEnv.
-func mergeEnv(base, add []string) []string {
-	keys := map[string]bool{}
-	for _, kv := range add {
-		k, _, _ := strings.Cut(kv, "=")
-		keys[k] = true
-	}
-	out := make([]string, 0, len(base)+len(add))
-	for _, kv := range base {
-		if k, _, _ := strings.Cut(kv, "="); !keys[k] {
-			out = append(out, kv)
-		}
-	}
-	return append(out, add...)
 }
 
 // findEgress is the command line that runs the egress proxy, the first
