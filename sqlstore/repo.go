@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/lockstep-hq/lockstep"
@@ -24,11 +25,9 @@ func scanRepo(row interface{ Scan(...any) error }) (*lockstep.Repo, error) {
 	return &r, nil
 }
 
-// CreateRepo inserts r with its initial refs and appends entry.
-func (s *DB) CreateRepo(ctx context.Context, r *lockstep.Repo, refs []lockstep.Ref, entry *lockstep.OpEntry) (err error) {
-	ctx, span := s.start(ctx, "CreateRepo")
-	defer func() { err = end(span, err) }()
-	now := s.now()
+// newRepoDefaults fills what a new repository row takes when the caller
+// left it empty: created (and updated) now, status active.
+func newRepoDefaults(r *lockstep.Repo, now time.Time) {
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = lockstep.TruncateTime(now)
 	}
@@ -36,6 +35,14 @@ func (s *DB) CreateRepo(ctx context.Context, r *lockstep.Repo, refs []lockstep.R
 	if r.Status == "" {
 		r.Status = lockstep.StatusActive
 	}
+}
+
+// CreateRepo inserts r with its initial refs and appends entry.
+func (s *DB) CreateRepo(ctx context.Context, r *lockstep.Repo, refs []lockstep.Ref, entry *lockstep.OpEntry) (err error) {
+	ctx, span := s.start(ctx, "CreateRepo")
+	defer func() { err = end(span, err) }()
+	now := s.now()
+	newRepoDefaults(r, now)
 	if s.dialect == "postgres" && pgCovers(ctx, entry) {
 		return s.createRepoPipelined(ctx, r, refs, entry, micros(now))
 	}
@@ -79,13 +86,7 @@ func (s *DB) ForkRepo(ctx context.Context, base string, ws *lockstep.Repo, entry
 	ctx, span := s.start(ctx, "ForkRepo")
 	defer func() { err = end(span, err) }()
 	now := s.now()
-	if ws.CreatedAt.IsZero() {
-		ws.CreatedAt = lockstep.TruncateTime(now)
-	}
-	ws.UpdatedAt = ws.CreatedAt
-	if ws.Status == "" {
-		ws.Status = lockstep.StatusActive
-	}
+	newRepoDefaults(ws, now)
 	if s.dialect == "postgres" && pgCovers(ctx, entry) {
 		return s.forkRepoPipelined(ctx, base, ws, entry, fill, micros(now))
 	}

@@ -446,22 +446,10 @@ func scanDirty(root string, opts ScanOptions, dirty []string, started int64) (sn
 	}
 
 	// The affected directories: those holding a top, and their ancestors.
-	top := &dirNode{}
-	aff := map[string]*dirNode{"": top}
-	var affect func(rel string) *dirNode
-	affect = func(rel string) *dirNode {
-		if n := aff[rel]; n != nil {
-			return n
-		}
-		parent, name := splitRel(rel)
-		pn := affect(parent)
-		n := &dirNode{rel: rel}
-		pn.entries = append(pn.entries, nodeEntry{name: name, mode: filemode.Dir, sub: n})
-		aff[rel] = n
-		return n
-	}
+	aff := dirIndex{"": &dirNode{}}
+	top := aff[""]
 	for _, p := range tops {
-		affect(parentRel(p))
+		aff.dir(parentRel(p))
 	}
 
 	// Files: keep those not under a top; those directly in an affected
@@ -645,25 +633,31 @@ func cachedBlob(root, p string, e cacheEntry) (b *blobRef, ok bool, err error) {
 	return b, true, nil
 }
 
+// dirIndex holds the directory nodes of a tree being built again, by
+// slash-separated path ("" the root, which it must hold).
+type dirIndex map[string]*dirNode
+
+// dir returns the node of rel, making it and its missing ancestors, each
+// entered in its parent.
+func (d dirIndex) dir(rel string) *dirNode {
+	if n := d[rel]; n != nil {
+		return n
+	}
+	parent, name := splitRel(rel)
+	pn := d.dir(parent)
+	n := &dirNode{rel: rel}
+	pn.entries = append(pn.entries, nodeEntry{name: name, mode: filemode.Dir, sub: n})
+	d[rel] = n
+	return n
+}
+
 // completeFromCache returns the completion of a watched Scan's snapshot:
 // every tree built again from the file entries the Scan left in the cache
 // (order, vals), no file read. The root must come out as the Scan's.
 func completeFromCache(root string, order []string, vals []cacheEntry) func(*Snapshot) error {
 	return func(snap *Snapshot) error {
-		top := &dirNode{}
-		dirs := map[string]*dirNode{"": top}
-		var getDir func(rel string) *dirNode
-		getDir = func(rel string) *dirNode {
-			if n := dirs[rel]; n != nil {
-				return n
-			}
-			parent, name := splitRel(rel)
-			pn := getDir(parent)
-			n := &dirNode{rel: rel}
-			pn.entries = append(pn.entries, nodeEntry{name: name, mode: filemode.Dir, sub: n})
-			dirs[rel] = n
-			return n
-		}
+		dirs := dirIndex{"": &dirNode{}}
+		top := dirs[""]
 		for i, p := range order {
 			b, ok, err := cachedBlob(root, p, vals[i])
 			if err != nil {
@@ -673,7 +667,7 @@ func completeFromCache(root string, order []string, vals []cacheEntry) func(*Sna
 				return lockstep.Errorf(lockstep.EINVALID, "file changed during push: %q", p)
 			}
 			dir, name := splitRel(p)
-			n := getDir(dir)
+			n := dirs.dir(dir)
 			n.entries = append(n.entries, nodeEntry{name: name, mode: blobMode(vals[i].st.mode), blob: b})
 		}
 		tb := &treeBuilder{h: sha1.New()}
