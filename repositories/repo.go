@@ -299,6 +299,14 @@ func (s *Service) resolveBase(ctx context.Context, n gitobj.Reader, r *lockstep.
 		if err != nil {
 			return gitobj.ZeroHash, err
 		}
+		// A scoped key reaches another repository through repo:branch
+		// only within its scope: the repository it named was checked
+		// before the body was read, this one is checked here, for every
+		// route that resolves a revision (preflight theirs, reads,
+		// rollback and edit sources, sync).
+		if err := auth.FromContext(ctx).InScope(o); err != nil {
+			return gitobj.ZeroHash, err
+		}
 		if o.Network != r.Network {
 			return gitobj.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "%s is not in the fork network of %s", o.Name, r.Name)
 		}

@@ -214,3 +214,31 @@ func wantBatchCode(t *testing.T, what string, err error, code string, status int
 		t.Fatalf("%s: %v, want %d %s", what, err, status, code)
 	}
 }
+
+// TestScopedKeyOtherRepoRevisions: a key scoped to task t1 may not reach
+// another task's workspace through a repo:branch revision of a repository
+// it may use: the single preflight (theirs), a tree and a blob read of its
+// base (rev) are refused like the batch's item, and still work for its
+// own task's workspace and for an unscoped key.
+func TestScopedKeyOtherRepoRevisions(t *testing.T) {
+	f := newBatchFixture(t, 10)
+	ctx := context.Background()
+	t1 := client.New(f.url, f.t1Key)
+	_, err := t1.MergeBranches(ctx, "app", client.MergeRequest{Ours: "main", Theirs: "ws4:main", Preflight: true})
+	wantBatchCode(t, "preflight of ws4:main", err, lockstep.EFORBIDDEN, 403)
+	_, err = t1.Tree(ctx, "app", "ws4:main", "")
+	wantBatchCode(t, "tree of ws4:main", err, lockstep.EFORBIDDEN, 403)
+	_, err = t1.Blob(ctx, "app", "ws4:main", "b.txt", io.Discard)
+	wantBatchCode(t, "blob of ws4:main", err, lockstep.EFORBIDDEN, 403)
+	if _, err := t1.MergeBranches(ctx, "app", client.MergeRequest{Ours: "main", Theirs: "ws1:main", Preflight: true}); err != nil {
+		t.Fatalf("own task's ws1:main: %v", err)
+	}
+	if _, err := t1.Tree(ctx, "app", "ws1:main", ""); err != nil {
+		t.Fatalf("tree of own task's ws1:main: %v", err)
+	}
+	for _, key := range []string{f.agent, f.admin} {
+		if _, err := client.New(f.url, key).MergeBranches(ctx, "app", client.MergeRequest{Ours: "main", Theirs: "ws4:main", Preflight: true}); err != nil {
+			t.Fatalf("unscoped key: %v", err)
+		}
+	}
+}
