@@ -214,6 +214,18 @@ func TestPushTreeFollowsEveryChange(t *testing.T) {
 			}
 		}, true, false},
 		{"directory removed", func() { remove("moved-in") }, true, false},
+		// A file named .lockstep is stored (only directories of that name
+		// are skipped): the watcher must report its changes too.
+		{"file named .lockstep added", func() { write("lsfile/.lockstep", "a file, stored") }, true, false},
+		{"file named .lockstep edited", func() { write("lsfile/.lockstep", "edited, another size") }, true, false},
+		{"file named .lockstep removed", func() { remove("lsfile/.lockstep") }, true, false},
+		{"directory named .lockstep (skipped)", func() { write("lsdir/.lockstep/inside.txt", "not stored") }, true, false},
+		{"directory named .lockstep removed", func() { remove("lsdir/.lockstep") }, true, false},
+		{"file named .lockstep becomes a directory", func() {
+			write("lsfile/.lockstep", "a file again")
+			remove("lsfile/.lockstep")
+			write("lsfile/.lockstep/x.txt", "not stored")
+		}, true, false},
 		{"push fails after its scan", func() { write(failedA, "scanned, never accepted") }, false, false},
 		{"next push after the failed one", func() { write(failedB, "after the failed push") }, true, false},
 		{"server lost the last push", func() { write(files[14], "to a new server") }, true, true},

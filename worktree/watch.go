@@ -317,8 +317,17 @@ func (d *watchd) event(ev fsnotify.Event) error {
 		return nil
 	}
 	rel = filepath.ToSlash(rel)
-	for _, c := range strings.Split(rel, "/") {
-		if c == ".git" || c == ".lockstep" {
+	if skippedPath(parentRel(rel)) {
+		return nil
+	}
+	switch _, name := splitRel(rel); name {
+	case ".git":
+		return nil // never stored, whatever its type
+	case ".lockstep":
+		// Scan skips a directory of that name but stores a file: a
+		// file's change is reported like any other (one that is gone
+		// is reported too, and the push finds nothing there).
+		if st, err := os.Lstat(ev.Name); err == nil && st.IsDir() {
 			return nil
 		}
 	}
