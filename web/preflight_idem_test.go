@@ -27,6 +27,12 @@ import (
 type claimCounter struct {
 	lockstep.Store
 	claims atomic.Int32
+	reads  atomic.Int32
+}
+
+func (c *claimCounter) IdemByKey(ctx context.Context, owner, key string) (*lockstep.IdemRecord, error) {
+	c.reads.Add(1)
+	return c.Store.IdemByKey(ctx, owner, key)
 }
 
 func (c *claimCounter) ClaimIdem(ctx context.Context, rec *lockstep.IdemRecord) (*lockstep.IdemRecord, error) {
@@ -39,7 +45,9 @@ func (c *claimCounter) ClaimIdem(ctx context.Context, rec *lockstep.IdemRecord) 
 // its answer stored in the transaction of the read-only oplog entry, not
 // claimed up front (a write of its own) and stored after (another). Its
 // replay, its 422 on another body and a materialize's held claim are
-// unchanged.
+// unchanged. A first keyed preflight reads no record before it runs
+// (idemRunFirst): a repeat is answered from the record after its
+// transaction found it.
 func TestKeyedPreflightClaimsInItsEntry(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -112,6 +120,9 @@ func TestKeyedPreflightClaimsInItsEntry(t *testing.T) {
 	if n := store.claims.Load(); n != 0 {
 		t.Fatalf("a keyed preflight claimed its key up front (%d claims): want it claimed in its oplog entry's transaction", n)
 	}
+	if n := store.reads.Load(); n != 0 {
+		t.Fatalf("a first keyed preflight read its key's record %d times: want none (idemRunFirst: the entry's upsert decides)", n)
+	}
 	if n := entries("merge.preflight", "pf-1"); n != 1 {
 		t.Fatalf("entries of merge.preflight under the key: %d, want 1", n)
 	}
@@ -141,6 +152,13 @@ func TestKeyedPreflightClaimsInItsEntry(t *testing.T) {
 	}
 	if n := store.claims.Load(); n != 0 {
 		t.Fatalf("a keyed batch preflight claimed its key up front (%d claims)", n)
+	}
+	reads := store.reads.Load()
+	if st, b, _ := post("/api/v1/repos/app/merges/preflight", "pfb-2", batch); st != http.StatusOK {
+		t.Fatalf("batch: %d %s", st, b)
+	}
+	if n := store.reads.Load() - reads; n != 0 {
+		t.Fatalf("a first keyed batch preflight read its key's record %d times: want none", n)
 	}
 	st, bagain, replayed := post("/api/v1/repos/app/merges/preflight", "pfb-1", batch)
 	if st != http.StatusOK || !replayed || !bytes.Equal(bagain, bfirst) {

@@ -67,7 +67,11 @@ type routeFact struct {
 	// key's upsert finds the record) and commits nothing, and execute's
 	// check of a request that committed nothing reads the record and
 	// answers from it, as the read before would have: the success path
-	// saves that read (a round trip on PostgreSQL).
+	// saves that read (a round trip on PostgreSQL). The fork, and the
+	// preflights (POST /merges without materialize, whose idemOf is
+	// idemOneTx, and the batch): their one effect is the read-only entry;
+	// a repeat computes the merge again in memory, writes nothing and is
+	// answered from the record.
 	idemRunFirst bool
 	// uploadSlot: the route holds an upload slot (uploadSlot; on /mcp the
 	// MCP slot) while it runs.
@@ -142,8 +146,8 @@ var routeTable = []routeFact{
 	{method: "GET", path: "/api/v1/repos/:repo/blob/:rev/*path", group: groupAPI, handler: (*Server).handleBlob},
 	{method: "GET", path: "/api/v1/repos/:repo/archive/:rev", group: groupAPI, handler: (*Server).handleArchive},
 	{method: "GET", path: "/api/v1/repos/:repo/compare", group: groupAPI, handler: (*Server).handleCompare},
-	{method: "POST", path: "/api/v1/repos/:repo/merges", group: groupAPI, handler: (*Server).handleMerge, idemOf: mergeIdem},
-	{method: "POST", path: "/api/v1/repos/:repo/merges/preflight", group: groupAPI, handler: (*Server).handlePreflightBatch, idem: idemOneTx},
+	{method: "POST", path: "/api/v1/repos/:repo/merges", group: groupAPI, handler: (*Server).handleMerge, idemOf: mergeIdem, idemRunFirst: true},
+	{method: "POST", path: "/api/v1/repos/:repo/merges/preflight", group: groupAPI, handler: (*Server).handlePreflightBatch, idem: idemOneTx, idemRunFirst: true},
 	{method: "POST", path: "/api/v1/repos/:repo/sync", group: groupAPI, handler: (*Server).handleSync, preAuth: &preAuth{repo: canWriteWorkspace("")}},
 	{method: "PUT", path: "/api/v1/repos/:repo/gate", group: groupAPI, handler: (*Server).handleGateSet, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin}}},
 	{method: "GET", path: "/api/v1/repos/:repo/gate", group: groupAPI, handler: (*Server).handleGateGet},
