@@ -82,7 +82,11 @@ func noEOF(err error) error {
 }
 
 // The Huffman decoder is compress/flate's (Go's inflate.go): a 9-bit
-// table of chunks, links for longer codes.
+// table of chunks, links for longer codes; a code whose longest code is
+// shorter uses only the first 1<<max chunks (mask), as most distance and
+// every code-length code do: a block's tables cost what its codes need
+// to fill, not 512 chunks each (most objects of a pack are a single
+// small dynamic block, so the tables were a quarter of skipping).
 const (
 	skipMaxCodeLen   = 16
 	skipMaxNumLit    = 286
@@ -97,6 +101,7 @@ const (
 
 type skipHuffman struct {
 	min      int
+	mask     uint32 // chunks[:mask+1] is the table
 	chunks   [skipNumChunks]uint32
 	links    [][]uint32
 	linkMask uint32
@@ -125,7 +130,7 @@ func (h *skipHuffman) init(lengths []int) bool {
 		count[n]++
 	}
 	if max == 0 {
-		clear(h.chunks[:])
+		h.mask, h.chunks[0] = 0, 0
 		return true // an empty code: any use of it is corrupt (chunk count 0)
 	}
 	code := 0
@@ -138,9 +143,13 @@ func (h *skipHuffman) init(lengths []int) bool {
 	if code != 1<<uint(max) && !(code == 1 && max == 1) {
 		return false
 	}
+	h.mask = uint32(1)<<uint(skipChunkBits) - 1
+	if max < skipChunkBits {
+		h.mask = uint32(1)<<uint(max) - 1
+	}
 	if code == 1 {
-		clear(h.chunks[:]) // one 1-bit code: half the table stays empty
-	} // else a complete code writes every chunk below
+		clear(h.chunks[:2]) // one 1-bit code: half the table stays empty
+	} // else a complete code writes every chunk of the table below
 	h.min = min
 	if max > skipChunkBits {
 		numLinks := 1 << (uint(max) - skipChunkBits)
@@ -172,7 +181,7 @@ func (h *skipHuffman) init(lengths []int) bool {
 		reverse := int(bits.Reverse16(uint16(code)))
 		reverse >>= uint(16 - n)
 		if n <= skipChunkBits {
-			for off := reverse; off < len(h.chunks); off += 1 << uint(n) {
+			for off := reverse; off <= int(h.mask); off += 1 << uint(n) {
 				h.chunks[off] = chunk
 			}
 		} else {
@@ -289,7 +298,7 @@ func (s *skipper) sym(h *skipHuffman) (int, error) {
 			return s.symSlow(h)
 		}
 	}
-	chunk := h.chunks[s.b&(skipNumChunks-1)]
+	chunk := h.chunks[uint32(s.b)&h.mask]
 	n := uint(chunk & skipCountMask)
 	if n > skipChunkBits {
 		chunk = h.links[chunk>>skipValueShift][(s.b>>skipChunkBits)&uint64(h.linkMask)]
@@ -313,7 +322,7 @@ func (s *skipper) symSlow(h *skipHuffman) (int, error) {
 				return 0, err
 			}
 		}
-		chunk := h.chunks[s.b&(skipNumChunks-1)]
+		chunk := h.chunks[uint32(s.b)&h.mask]
 		n = uint(chunk & skipCountMask)
 		if n > skipChunkBits {
 			chunk = h.links[chunk>>skipValueShift][(s.b>>skipChunkBits)&uint64(h.linkMask)]
@@ -498,21 +507,44 @@ func (s *skipper) readDynamic() error {
 // distance code).
 func (s *skipper) block(lit, dist *skipHuffman) error {
 	for {
-		v, err := s.sym(lit)
-		if err != nil {
-			return err
+		// sym(lit) and add(1) written out: a literal is most symbols of
+		// a pack's streams, and neither call is inlined.
+		var v int
+		if s.nb < skipMaxCodeLen {
+			s.fill()
 		}
-		var n uint // extra bits of the length
-		var length int
-		switch {
-		case v < 256:
+		if s.nb >= skipMaxCodeLen {
+			chunk := lit.chunks[uint32(s.b)&lit.mask]
+			n := uint(chunk & skipCountMask)
+			if n > skipChunkBits {
+				chunk = lit.links[chunk>>skipValueShift][(s.b>>skipChunkBits)&uint64(lit.linkMask)]
+				n = uint(chunk & skipCountMask)
+			}
+			if n == 0 {
+				return corruptInput(s.roffset + int64(s.pos))
+			}
+			s.b >>= n
+			s.nb -= n
+			v = int(chunk >> skipValueShift)
+		} else {
+			var err error
+			if v, err = s.symSlow(lit); err != nil {
+				return err
+			}
+		}
+		if v < 256 {
 			if s.out < headMax {
 				s.head[s.out] = byte(v)
 			}
-			if err := s.add(1); err != nil {
-				return err
+			if s.out++; s.out > s.limit {
+				return packfile.ErrInflatedSizeMismatch
 			}
 			continue
+		}
+		var err error
+		var n uint // extra bits of the length
+		var length int
+		switch {
 		case v == 256:
 			return nil
 		case v < 265:
