@@ -35,9 +35,9 @@ import (
 // skipZlib ends where it ends, counts what it inflates to and keeps the
 // same first bytes.
 func skipZlib(br *bufio.Reader, limit int64, s *skipper) error {
-	var hdr [2]byte
+	hdr := s.scratch[:2] // not a local array: io.ReadFull would move it to the heap
 	// The header's errors are worded as prescan words the inflater's.
-	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+	if _, err := io.ReadFull(br, hdr); err != nil {
 		return fmt.Errorf("zlib reset error: %s", noEOF(err))
 	}
 	h := uint(hdr[0])<<8 | uint(hdr[1])
@@ -55,8 +55,7 @@ func skipZlib(br *bufio.Reader, limit int64, s *skipper) error {
 	if err := s.done(); err != nil {
 		return err
 	}
-	var sum [4]byte
-	if _, err := io.ReadFull(br, sum[:]); err != nil {
+	if _, err := io.ReadFull(br, s.scratch[:4]); err != nil { // the Adler-32
 		return noEOF(err)
 	}
 	return nil
@@ -217,6 +216,7 @@ type skipper struct {
 	lit, dist, codes skipHuffman
 	fixedLit         *skipHuffman
 	lengths          [skipMaxNumLit + skipMaxNumDist]int
+	scratch          [4]byte
 }
 
 // headMax is how much of the start of a stream skipZlib keeps: a delta's
