@@ -545,7 +545,6 @@ func decodeCanonicalTree(obj plumbing.EncodedObject) (*object.Tree, error) {
 		}
 	}
 	prev := ""
-	names := make(map[string]bool, len(t.Entries))
 	for i, e := range t.Entries {
 		switch e.Mode {
 		case filemode.Regular, filemode.Executable, filemode.Symlink, filemode.Dir, filemode.Submodule:
@@ -558,18 +557,28 @@ func decodeCanonicalTree(obj plumbing.EncodedObject) (*object.Tree, error) {
 		if e.Hash.IsZero() {
 			return nil, invalidObject(h, "entry %q points to the null object id", e.Name)
 		}
-		if names[e.Name] {
-			return nil, invalidObject(h, "duplicate entry %q", e.Name)
-		}
-		names[e.Name] = true
 		key := e.Name
 		if e.Mode == filemode.Dir {
 			key += "/"
 		}
-		if i > 0 && key <= prev {
+		if i > 0 && key == prev {
+			return nil, invalidObject(h, "duplicate entry %q", e.Name)
+		}
+		if i > 0 && key < prev {
 			return nil, invalidObject(h, "entries not in git order at %q", e.Name)
 		}
 		prev = key
+		// Sorted keys leave one duplicate possible: a directory named
+		// as an earlier non-directory ("a" < "a-b" < "a/"). Every key
+		// between the two starts with the name, so looking back over
+		// those finds it (no map per tree).
+		if e.Mode == filemode.Dir {
+			for j := i - 1; j >= 0 && strings.HasPrefix(t.Entries[j].Name, e.Name); j-- {
+				if t.Entries[j].Name == e.Name {
+					return nil, invalidObject(h, "duplicate entry %q", e.Name)
+				}
+			}
+		}
 	}
 	// Modes like "040000" or "100664" decode to the same FileMode: the
 	// canonical encoding must hash back to the object.
