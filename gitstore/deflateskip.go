@@ -507,6 +507,13 @@ func (s *skipper) readDynamic() error {
 // distance code).
 func (s *skipper) block(lit, dist *skipHuffman) error {
 	for {
+		if s.pos+8 <= len(s.buf) {
+			done, err := s.blockFast(lit, dist)
+			if err != nil || done {
+				return err
+			}
+		}
+		// Near the end of the buffered input: one symbol at a time.
 		// sym(lit) and add(1) written out: a literal is most symbols of
 		// a pack's streams, and neither call is inlined.
 		var v int
@@ -605,4 +612,115 @@ func (s *skipper) block(lit, dist *skipHuffman) error {
 			return err
 		}
 	}
+}
+
+// blockFast is block while at least eight bytes are buffered past pos:
+// each symbol starts with 48 bits or more (a refill to 56 when fewer),
+// enough for a
+// length code, its extra bits, a distance code and its extra bits (48
+// at most), so nothing in between checks for input; and the bit buffer,
+// the position and the count are locals (registers), written back when
+// it returns. Returns done at the end of the block; not done, without
+// an error, once fewer than eight bytes are left (block goes on a symbol
+// at a time). The same decoding, checks and errors as block's.
+func (s *skipper) blockFast(lit, dist *skipHuffman) (done bool, err error) {
+	b, nb, pos, out := s.b, s.nb, s.pos, s.out
+	buf, limit := s.buf, s.limit
+	defer func() { s.b, s.nb, s.pos, s.out = b, nb, pos, out }()
+	for pos+8 <= len(buf) {
+		if nb < 48 {
+			b |= binary.LittleEndian.Uint64(buf[pos:]) << nb
+			pos += int(63-nb) >> 3
+			nb |= 56
+		}
+
+		chunk := lit.chunks[uint32(b)&lit.mask]
+		n := uint(chunk & skipCountMask)
+		if n > skipChunkBits {
+			chunk = lit.links[chunk>>skipValueShift][(b>>skipChunkBits)&uint64(lit.linkMask)]
+			n = uint(chunk & skipCountMask)
+		}
+		if n == 0 {
+			return false, corruptInput(s.roffset + int64(pos))
+		}
+		b >>= n
+		nb -= n
+		v := int(chunk >> skipValueShift)
+		if v < 256 {
+			if out < headMax {
+				s.head[out] = byte(v)
+			}
+			if out++; out > limit {
+				return false, packfile.ErrInflatedSizeMismatch
+			}
+			continue
+		}
+		var length int
+		n = 0 // extra bits of the length
+		switch {
+		case v == 256:
+			return true, nil
+		case v < 265:
+			length = v - (257 - 3)
+		case v < 269:
+			length, n = v*2-(265*2-11), 1
+		case v < 273:
+			length, n = v*4-(269*4-19), 2
+		case v < 277:
+			length, n = v*8-(273*8-35), 3
+		case v < 281:
+			length, n = v*16-(277*16-67), 4
+		case v < 285:
+			length, n = v*32-(281*32-131), 5
+		case v < skipMaxNumLit:
+			length = 258
+		default:
+			return false, corruptInput(s.roffset)
+		}
+		length += int(b & (1<<n - 1))
+		b >>= n
+		nb -= n
+		var d int
+		if dist == nil {
+			d = int(bits.Reverse8(uint8(b&31) << 3))
+			b >>= 5
+			nb -= 5
+		} else {
+			chunk := dist.chunks[uint32(b)&dist.mask]
+			n := uint(chunk & skipCountMask)
+			if n > skipChunkBits {
+				chunk = dist.links[chunk>>skipValueShift][(b>>skipChunkBits)&uint64(dist.linkMask)]
+				n = uint(chunk & skipCountMask)
+			}
+			if n == 0 {
+				return false, corruptInput(s.roffset + int64(pos))
+			}
+			b >>= n
+			nb -= n
+			d = int(chunk >> skipValueShift)
+		}
+		switch {
+		case d < 4:
+			d++
+		case d < skipMaxNumDist:
+			nb2 := uint(d-2) >> 1
+			extra := (d & 1) << nb2
+			e := int(b & (1<<nb2 - 1))
+			b >>= nb2
+			nb -= nb2
+			d = 1<<(nb2+1) + 1 + (extra | e)
+		default:
+			return false, corruptInput(s.roffset)
+		}
+		if int64(d) > out { // a copy from before the stream's start
+			return false, corruptInput(s.roffset)
+		}
+		for k := out; k < headMax && k < out+int64(length); k++ {
+			s.head[k] = s.head[k-int64(d)]
+		}
+		if out += int64(length); out > limit {
+			return false, packfile.ErrInflatedSizeMismatch
+		}
+	}
+	return false, nil
 }
