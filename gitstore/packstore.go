@@ -409,7 +409,14 @@ func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
 	// commit, tree and tag is asked of a second cat-file at once, so
 	// both run together; the listing's errors come first, as when it
 	// was read whole before.
-	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}, lim: lim}
+	// Sized for the pack's objects, counted from its .idx (index-pack
+	// wrote it for objects it parsed: not the header's claim), so a
+	// full-history push does not grow the map a dozen times.
+	hint := 0
+	if fi, err := os.Stat(q.path("idx")); err == nil {
+		hint = int(max(0, (fi.Size()-idxV2Fixed)/idxV2PerObject))
+	}
+	ov := &overlay{n: n, objs: make(map[plumbing.Hash]plumbing.EncodedObject, hint), order: make([]plumbing.EncodedObject, 0, hint), lim: lim}
 	var want []*quarantinedObject
 	loose := n.looseFanout()
 	feed := make(chan *quarantinedObject, 1024)
@@ -505,6 +512,14 @@ func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
 	}
 	return ov, nil
 }
+
+// The size of a version-2 .idx: a header and fan-out table (8 + 1024
+// bytes) and two checksums (40), then per object its id, CRC-32 and
+// offset (20 + 4 + 4), and 8 bytes per offset past 2 GiB.
+const (
+	idxV2Fixed     = 8 + 1024 + 40
+	idxV2PerObject = 20 + 4 + 4
+)
 
 // catFileHeader splits a line of cat-file's "%(objectname)
 // %(objecttype) %(objectsize)" (--batch's header without its newline)
