@@ -35,9 +35,9 @@ import (
 // skipZlib ends where it ends, counts what it inflates to and keeps the
 // same first bytes.
 func skipZlib(br *bufio.Reader, limit int64, s *skipper) error {
-	var hdr [2]byte
+	hdr := s.scratch[:2] // not a local array: io.ReadFull would move it to the heap
 	// The header's errors are worded as prescan words the inflater's.
-	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+	if _, err := io.ReadFull(br, hdr); err != nil {
 		return fmt.Errorf("zlib reset error: %s", noEOF(err))
 	}
 	h := uint(hdr[0])<<8 | uint(hdr[1])
@@ -55,8 +55,7 @@ func skipZlib(br *bufio.Reader, limit int64, s *skipper) error {
 	if err := s.done(); err != nil {
 		return err
 	}
-	var sum [4]byte
-	if _, err := io.ReadFull(br, sum[:]); err != nil {
+	if _, err := io.ReadFull(br, s.scratch[:4]); err != nil { // the Adler-32
 		return noEOF(err)
 	}
 	return nil
@@ -82,7 +81,11 @@ func noEOF(err error) error {
 }
 
 // The Huffman decoder is compress/flate's (Go's inflate.go): a 9-bit
-// table of chunks, links for longer codes.
+// table of chunks, links for longer codes; a code whose longest code is
+// shorter uses only the first 1<<max chunks (mask), as most distance and
+// every code-length code do: a block's tables cost what its codes need
+// to fill, not 512 chunks each (most objects of a pack are a single
+// small dynamic block, so the tables were a quarter of skipping).
 const (
 	skipMaxCodeLen   = 16
 	skipMaxNumLit    = 286
@@ -97,6 +100,7 @@ const (
 
 type skipHuffman struct {
 	min      int
+	mask     uint32 // chunks[:mask+1] is the table
 	chunks   [skipNumChunks]uint32
 	links    [][]uint32
 	linkMask uint32
@@ -125,7 +129,7 @@ func (h *skipHuffman) init(lengths []int) bool {
 		count[n]++
 	}
 	if max == 0 {
-		clear(h.chunks[:])
+		h.mask, h.chunks[0] = 0, 0
 		return true // an empty code: any use of it is corrupt (chunk count 0)
 	}
 	code := 0
@@ -138,9 +142,13 @@ func (h *skipHuffman) init(lengths []int) bool {
 	if code != 1<<uint(max) && !(code == 1 && max == 1) {
 		return false
 	}
+	h.mask = uint32(1)<<uint(skipChunkBits) - 1
+	if max < skipChunkBits {
+		h.mask = uint32(1)<<uint(max) - 1
+	}
 	if code == 1 {
-		clear(h.chunks[:]) // one 1-bit code: half the table stays empty
-	} // else a complete code writes every chunk below
+		clear(h.chunks[:2]) // one 1-bit code: half the table stays empty
+	} // else a complete code writes every chunk of the table below
 	h.min = min
 	if max > skipChunkBits {
 		numLinks := 1 << (uint(max) - skipChunkBits)
@@ -172,7 +180,7 @@ func (h *skipHuffman) init(lengths []int) bool {
 		reverse := int(bits.Reverse16(uint16(code)))
 		reverse >>= uint(16 - n)
 		if n <= skipChunkBits {
-			for off := reverse; off < len(h.chunks); off += 1 << uint(n) {
+			for off := reverse; off <= int(h.mask); off += 1 << uint(n) {
 				h.chunks[off] = chunk
 			}
 		} else {
@@ -208,6 +216,7 @@ type skipper struct {
 	lit, dist, codes skipHuffman
 	fixedLit         *skipHuffman
 	lengths          [skipMaxNumLit + skipMaxNumDist]int
+	scratch          [4]byte
 }
 
 // headMax is how much of the start of a stream skipZlib keeps: a delta's
@@ -289,7 +298,7 @@ func (s *skipper) sym(h *skipHuffman) (int, error) {
 			return s.symSlow(h)
 		}
 	}
-	chunk := h.chunks[s.b&(skipNumChunks-1)]
+	chunk := h.chunks[uint32(s.b)&h.mask]
 	n := uint(chunk & skipCountMask)
 	if n > skipChunkBits {
 		chunk = h.links[chunk>>skipValueShift][(s.b>>skipChunkBits)&uint64(h.linkMask)]
@@ -313,7 +322,7 @@ func (s *skipper) symSlow(h *skipHuffman) (int, error) {
 				return 0, err
 			}
 		}
-		chunk := h.chunks[s.b&(skipNumChunks-1)]
+		chunk := h.chunks[uint32(s.b)&h.mask]
 		n = uint(chunk & skipCountMask)
 		if n > skipChunkBits {
 			chunk = h.links[chunk>>skipValueShift][(s.b>>skipChunkBits)&uint64(h.linkMask)]
@@ -498,21 +507,51 @@ func (s *skipper) readDynamic() error {
 // distance code).
 func (s *skipper) block(lit, dist *skipHuffman) error {
 	for {
-		v, err := s.sym(lit)
-		if err != nil {
-			return err
+		if s.pos+8 <= len(s.buf) {
+			done, err := s.blockFast(lit, dist)
+			if err != nil || done {
+				return err
+			}
 		}
-		var n uint // extra bits of the length
-		var length int
-		switch {
-		case v < 256:
+		// Near the end of the buffered input: one symbol at a time.
+		// sym(lit) and add(1) written out: a literal is most symbols of
+		// a pack's streams, and neither call is inlined.
+		var v int
+		if s.nb < skipMaxCodeLen {
+			s.fill()
+		}
+		if s.nb >= skipMaxCodeLen {
+			chunk := lit.chunks[uint32(s.b)&lit.mask]
+			n := uint(chunk & skipCountMask)
+			if n > skipChunkBits {
+				chunk = lit.links[chunk>>skipValueShift][(s.b>>skipChunkBits)&uint64(lit.linkMask)]
+				n = uint(chunk & skipCountMask)
+			}
+			if n == 0 {
+				return corruptInput(s.roffset + int64(s.pos))
+			}
+			s.b >>= n
+			s.nb -= n
+			v = int(chunk >> skipValueShift)
+		} else {
+			var err error
+			if v, err = s.symSlow(lit); err != nil {
+				return err
+			}
+		}
+		if v < 256 {
 			if s.out < headMax {
 				s.head[s.out] = byte(v)
 			}
-			if err := s.add(1); err != nil {
-				return err
+			if s.out++; s.out > s.limit {
+				return packfile.ErrInflatedSizeMismatch
 			}
 			continue
+		}
+		var err error
+		var n uint // extra bits of the length
+		var length int
+		switch {
 		case v == 256:
 			return nil
 		case v < 265:
@@ -573,4 +612,115 @@ func (s *skipper) block(lit, dist *skipHuffman) error {
 			return err
 		}
 	}
+}
+
+// blockFast is block while at least eight bytes are buffered past pos:
+// each symbol starts with 48 bits or more (a refill to 56 when fewer),
+// enough for a
+// length code, its extra bits, a distance code and its extra bits (48
+// at most), so nothing in between checks for input; and the bit buffer,
+// the position and the count are locals (registers), written back when
+// it returns. Returns done at the end of the block; not done, without
+// an error, once fewer than eight bytes are left (block goes on a symbol
+// at a time). The same decoding, checks and errors as block's.
+func (s *skipper) blockFast(lit, dist *skipHuffman) (done bool, err error) {
+	b, nb, pos, out := s.b, s.nb, s.pos, s.out
+	buf, limit := s.buf, s.limit
+	defer func() { s.b, s.nb, s.pos, s.out = b, nb, pos, out }()
+	for pos+8 <= len(buf) {
+		if nb < 48 {
+			b |= binary.LittleEndian.Uint64(buf[pos:]) << nb
+			pos += int(63-nb) >> 3
+			nb |= 56
+		}
+
+		chunk := lit.chunks[uint32(b)&lit.mask]
+		n := uint(chunk & skipCountMask)
+		if n > skipChunkBits {
+			chunk = lit.links[chunk>>skipValueShift][(b>>skipChunkBits)&uint64(lit.linkMask)]
+			n = uint(chunk & skipCountMask)
+		}
+		if n == 0 {
+			return false, corruptInput(s.roffset + int64(pos))
+		}
+		b >>= n
+		nb -= n
+		v := int(chunk >> skipValueShift)
+		if v < 256 {
+			if out < headMax {
+				s.head[out] = byte(v)
+			}
+			if out++; out > limit {
+				return false, packfile.ErrInflatedSizeMismatch
+			}
+			continue
+		}
+		var length int
+		n = 0 // extra bits of the length
+		switch {
+		case v == 256:
+			return true, nil
+		case v < 265:
+			length = v - (257 - 3)
+		case v < 269:
+			length, n = v*2-(265*2-11), 1
+		case v < 273:
+			length, n = v*4-(269*4-19), 2
+		case v < 277:
+			length, n = v*8-(273*8-35), 3
+		case v < 281:
+			length, n = v*16-(277*16-67), 4
+		case v < 285:
+			length, n = v*32-(281*32-131), 5
+		case v < skipMaxNumLit:
+			length = 258
+		default:
+			return false, corruptInput(s.roffset)
+		}
+		length += int(b & (1<<n - 1))
+		b >>= n
+		nb -= n
+		var d int
+		if dist == nil {
+			d = int(bits.Reverse8(uint8(b&31) << 3))
+			b >>= 5
+			nb -= 5
+		} else {
+			chunk := dist.chunks[uint32(b)&dist.mask]
+			n := uint(chunk & skipCountMask)
+			if n > skipChunkBits {
+				chunk = dist.links[chunk>>skipValueShift][(b>>skipChunkBits)&uint64(dist.linkMask)]
+				n = uint(chunk & skipCountMask)
+			}
+			if n == 0 {
+				return false, corruptInput(s.roffset + int64(pos))
+			}
+			b >>= n
+			nb -= n
+			d = int(chunk >> skipValueShift)
+		}
+		switch {
+		case d < 4:
+			d++
+		case d < skipMaxNumDist:
+			nb2 := uint(d-2) >> 1
+			extra := (d & 1) << nb2
+			e := int(b & (1<<nb2 - 1))
+			b >>= nb2
+			nb -= nb2
+			d = 1<<(nb2+1) + 1 + (extra | e)
+		default:
+			return false, corruptInput(s.roffset)
+		}
+		if int64(d) > out { // a copy from before the stream's start
+			return false, corruptInput(s.roffset)
+		}
+		for k := out; k < headMax && k < out+int64(length); k++ {
+			s.head[k] = s.head[k-int64(d)]
+		}
+		if out += int64(length); out > limit {
+			return false, packfile.ErrInflatedSizeMismatch
+		}
+	}
+	return false, nil
 }

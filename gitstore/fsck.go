@@ -3,12 +3,14 @@ package gitstore
 import (
 	"bufio"
 	"bytes"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/url"
 	"strconv"
 	"strings"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/config"
 )
 
@@ -231,25 +233,50 @@ func hexLine(b []byte) ([]byte, bool) {
 // checkCommitObject applies fsck_commit: tree, parent, exactly one
 // author and a committer line, each ident well formed; no NUL anywhere.
 func checkCommitObject(data []byte) error {
+	_, _, err := checkCommitLinks(data, nil)
+	return err
+}
+
+// checkCommitLinks is checkCommitObject returning the commit's tree and
+// its parents (appended to parents). They are what object.Commit.Decode
+// reads from a commit that passes: the first line's tree and the parent
+// lines right after it (go-git, like git, ignores "tree" and "parent"
+// headers anywhere else), lowercase hex only, so receiving a pack decodes
+// each commit once (TestCommitLinksMatchGoGit).
+func checkCommitLinks(data []byte, parents []plumbing.Hash) (plumbing.Hash, []plumbing.Hash, error) {
+	var tree plumbing.Hash
 	if err := checkHeaders(data); err != nil {
-		return err
+		return tree, parents, err
 	}
 	b, ok := bytes.CutPrefix(data, []byte("tree "))
 	if !ok {
-		return fmt.Errorf("invalid format - expected 'tree' line")
+		return tree, parents, fmt.Errorf("invalid format - expected 'tree' line")
 	}
 	if b, ok = hexLine(b); !ok {
-		return fmt.Errorf("invalid 'tree' line format - bad sha1")
+		return tree, parents, fmt.Errorf("invalid 'tree' line format - bad sha1")
 	}
+	hex.Decode(tree[:], data[len("tree "):len("tree ")+40])
 	for {
 		rest, ok := bytes.CutPrefix(b, []byte("parent "))
 		if !ok {
 			break
 		}
 		if b, ok = hexLine(rest); !ok {
-			return fmt.Errorf("invalid 'parent' line format - bad sha1")
+			return tree, parents, fmt.Errorf("invalid 'parent' line format - bad sha1")
 		}
+		var p plumbing.Hash
+		hex.Decode(p[:], rest[:40])
+		parents = append(parents, p)
 	}
+	if err := checkCommitRest(data, b); err != nil {
+		return tree, parents, err
+	}
+	return tree, parents, nil
+}
+
+// checkCommitRest checks what follows a commit's parent lines (b):
+// exactly one author, a committer, no NUL in data.
+func checkCommitRest(data, b []byte) error {
 	authors := 0
 	for {
 		rest, ok := bytes.CutPrefix(b, []byte("author "))

@@ -3,6 +3,7 @@ package gitstore
 import (
 	"bufio"
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -408,7 +409,14 @@ func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
 	// commit, tree and tag is asked of a second cat-file at once, so
 	// both run together; the listing's errors come first, as when it
 	// was read whole before.
-	ov := &overlay{n: n, objs: map[plumbing.Hash]plumbing.EncodedObject{}, lim: lim}
+	// Sized for the pack's objects, counted from its .idx (index-pack
+	// wrote it for objects it parsed: not the header's claim), so a
+	// full-history push does not grow the map a dozen times.
+	hint := 0
+	if fi, err := os.Stat(q.path("idx")); err == nil {
+		hint = int(max(0, (fi.Size()-idxV2Fixed)/idxV2PerObject))
+	}
+	ov := &overlay{n: n, objs: make(map[plumbing.Hash]plumbing.EncodedObject, hint), order: make([]plumbing.EncodedObject, 0, hint), lim: lim}
 	var want []*quarantinedObject
 	loose := n.looseFanout()
 	feed := make(chan *quarantinedObject, 1024)
@@ -420,20 +428,19 @@ func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
 		sc := bufio.NewScanner(lout)
 		sc.Buffer(make([]byte, 0, 1<<16), 1<<20)
 		for sc.Scan() {
-			f := strings.Fields(sc.Text())
-			if len(f) != 3 || !plumbing.IsHash(f[0]) {
+			h, typ, sz, ok := catFileHeader(sc.Bytes())
+			if !ok {
 				continue
 			}
-			h := plumbing.NewHash(f[0])
 			if n.packFor(h) != nil || loose[h[0]] && n.has1(h) {
 				continue // a thin pack's base, or sent again: stored and checked before
 			}
-			t, err := plumbing.ParseObjectType(f[1])
-			if err != nil {
-				listErr = invalidObject(h, "unexpected object type %s", f[1])
+			t := objectType(typ)
+			if t == plumbing.InvalidObject {
+				listErr = invalidObject(h, "unexpected object type %s", typ)
 				break
 			}
-			size, _ := strconv.ParseInt(f[2], 10, 64)
+			size, _ := strconv.ParseInt(string(sz), 10, 64)
 			if t == plumbing.BlobObject && size > lim.MaxFileBytes {
 				listErr = lockstep.Errorf(lockstep.ETOOLARGE, "blob %s is %d bytes, over the %d-byte limit", h, size, lim.MaxFileBytes)
 				break
@@ -506,6 +513,45 @@ func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
 	return ov, nil
 }
 
+// The size of a version-2 .idx: a header and fan-out table (8 + 1024
+// bytes) and two checksums (40), then per object its id, CRC-32 and
+// offset (20 + 4 + 4), and 8 bytes per offset past 2 GiB.
+const (
+	idxV2Fixed     = 8 + 1024 + 40
+	idxV2PerObject = 20 + 4 + 4
+)
+
+// catFileHeader splits a line of cat-file's "%(objectname)
+// %(objecttype) %(objectsize)" (--batch's header without its newline)
+// in place: ok is false unless it has three fields and a hex object id.
+func catFileHeader(line []byte) (h plumbing.Hash, typ, size []byte, ok bool) {
+	id, rest, ok1 := bytes.Cut(line, []byte{' '})
+	typ, size, ok2 := bytes.Cut(rest, []byte{' '})
+	if !ok1 || !ok2 || len(id) != 2*len(h) || len(typ) == 0 || len(size) == 0 || bytes.IndexByte(size, ' ') >= 0 {
+		return h, nil, nil, false
+	}
+	if _, err := hex.Decode(h[:], id); err != nil {
+		return h, nil, nil, false
+	}
+	return h, typ, size, true
+}
+
+// objectType is plumbing.ParseObjectType on bytes (InvalidObject for
+// an unknown name).
+func objectType(name []byte) plumbing.ObjectType {
+	switch string(name) {
+	case "commit":
+		return plumbing.CommitObject
+	case "tree":
+		return plumbing.TreeObject
+	case "blob":
+		return plumbing.BlobObject
+	case "tag":
+		return plumbing.TagObject
+	}
+	return plumbing.InvalidObject
+}
+
 // looseFanout reports which objects/XX directories of loose objects
 // exist, read once per receive: an object whose directory is absent is
 // not stored loose, and needs no stat (a full-history push into a
@@ -529,6 +575,10 @@ func (n *Network) looseFanout() *[256]bool {
 	}
 	return &fan
 }
+
+// catFileSlab is the size of the blocks catFileStream carves small
+// objects' contents from.
+const catFileSlab = 256 << 10
 
 // catFile fills the content of objs with one `git cat-file --batch`.
 func (n *Network) catFile(env []string, objs []*quarantinedObject) error {
@@ -588,29 +638,41 @@ func (n *Network) catFileStream(env []string, feed <-chan *quarantinedObject, lo
 			if !ok {
 				break
 			}
-			bw.WriteString(o.h.String())
-			bw.WriteByte('\n')
+			var line [2*len(plumbing.ZeroHash) + 1]byte
+			hex.Encode(line[:], o.h[:])
+			line[len(line)-1] = '\n'
+			bw.Write(line[:])
 			asked <- o
 		}
 		bw.Flush()
 		stdin.Close()
 	}()
 	br := bufio.NewReaderSize(stdout, 1<<16)
+	var slab []byte // the objects' contents, carved from shared blocks
 	readErr := func() error {
 		for o := range asked {
-			hdr, err := br.ReadString('\n')
+			hdr, err := br.ReadSlice('\n')
 			if err != nil {
 				return err
 			}
-			f := strings.Fields(hdr)
-			if len(f) != 3 || f[0] != o.h.String() {
+			h, _, sz, ok := catFileHeader(hdr[:len(hdr)-1])
+			if !ok || h != o.h {
 				return fmt.Errorf("unexpected header %q for %s", hdr, o.h)
 			}
-			size, err := strconv.ParseInt(f[2], 10, 64)
+			size, err := strconv.ParseInt(string(sz), 10, 64)
 			if err != nil || size != o.size {
-				return fmt.Errorf("object %s: size %s, listed as %d", o.h, f[2], o.size)
+				return fmt.Errorf("object %s: size %s, listed as %d", o.h, sz, o.size)
 			}
-			o.data = make([]byte, size+1) // content + "\n"
+			// Contents live as long as the receive: many small ones
+			// share a block (one allocation, not one each).
+			if size+1 > int64(len(slab)) {
+				if size+1 > catFileSlab/4 {
+					slab = make([]byte, size+1)
+				} else {
+					slab = make([]byte, catFileSlab)
+				}
+			}
+			o.data, slab = slab[:size+1:size+1], slab[size+1:] // content + "\n"
 			if _, err := io.ReadFull(br, o.data); err != nil {
 				return err
 			}

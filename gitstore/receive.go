@@ -347,6 +347,7 @@ func (n *Network) validateObjects(ov *overlay) error {
 	trees := map[plumbing.Hash]*object.Tree{}
 	referenced := map[plumbing.Hash]bool{}
 	var roots []plumbing.Hash // commit trees: may be stored trees used at a new depth
+	var parents []plumbing.Hash
 	for _, obj := range ov.order {
 		h := obj.Hash()
 		switch obj.Type() {
@@ -365,20 +366,20 @@ func (n *Network) validateObjects(ov *overlay) error {
 			}
 			trees[h] = t
 		case plumbing.CommitObject:
-			if err := checkCommitObject(rawObject(obj)); err != nil {
+			// The header is parsed once: the tree and parents fsck's
+			// rules accept are those Commit.Decode reads.
+			tree, ps, err := checkCommitLinks(rawObject(obj), parents[:0])
+			if err != nil {
 				return invalidObject(h, "bad commit: %v", err)
 			}
-			c := &object.Commit{}
-			if err := c.Decode(obj); err != nil {
-				return invalidObject(h, "corrupt commit: %v", err)
-			}
-			if typ, ok := ov.typeOf(c.TreeHash); !ok {
-				return ov.gone(h, c.TreeHash, "commit tree %s is missing", c.TreeHash)
+			parents = ps
+			if typ, ok := ov.typeOf(tree); !ok {
+				return ov.gone(h, tree, "commit tree %s is missing", tree)
 			} else if typ != plumbing.TreeObject {
-				return invalidObject(h, "commit tree %s is not a tree", c.TreeHash)
+				return invalidObject(h, "commit tree %s is not a tree", tree)
 			}
-			roots = append(roots, c.TreeHash)
-			for _, p := range c.ParentHashes {
+			roots = append(roots, tree)
+			for _, p := range parents {
 				if typ, ok := ov.typeOf(p); !ok {
 					return ov.gone(h, p, "parent %s is missing", p)
 				} else if typ != plumbing.CommitObject {
@@ -510,8 +511,12 @@ func entryKind(m filemode.FileMode) string {
 	return "file"
 }
 
-// rawObject returns the content of an in-memory object.
+// rawObject returns the content of an in-memory object (a quarantined
+// one's own bytes, not a copy: callers only read them).
 func rawObject(o plumbing.EncodedObject) []byte {
+	if q, ok := o.(*quarantinedObject); ok && q.data != nil {
+		return q.data
+	}
 	r, err := o.Reader()
 	if err != nil {
 		return nil
@@ -540,7 +545,6 @@ func decodeCanonicalTree(obj plumbing.EncodedObject) (*object.Tree, error) {
 		}
 	}
 	prev := ""
-	names := make(map[string]bool, len(t.Entries))
 	for i, e := range t.Entries {
 		switch e.Mode {
 		case filemode.Regular, filemode.Executable, filemode.Symlink, filemode.Dir, filemode.Submodule:
@@ -553,18 +557,28 @@ func decodeCanonicalTree(obj plumbing.EncodedObject) (*object.Tree, error) {
 		if e.Hash.IsZero() {
 			return nil, invalidObject(h, "entry %q points to the null object id", e.Name)
 		}
-		if names[e.Name] {
-			return nil, invalidObject(h, "duplicate entry %q", e.Name)
-		}
-		names[e.Name] = true
 		key := e.Name
 		if e.Mode == filemode.Dir {
 			key += "/"
 		}
-		if i > 0 && key <= prev {
+		if i > 0 && key == prev {
+			return nil, invalidObject(h, "duplicate entry %q", e.Name)
+		}
+		if i > 0 && key < prev {
 			return nil, invalidObject(h, "entries not in git order at %q", e.Name)
 		}
 		prev = key
+		// Sorted keys leave one duplicate possible: a directory named
+		// as an earlier non-directory ("a" < "a-b" < "a/"). Every key
+		// between the two starts with the name, so looking back over
+		// those finds it (no map per tree).
+		if e.Mode == filemode.Dir {
+			for j := i - 1; j >= 0 && strings.HasPrefix(t.Entries[j].Name, e.Name); j-- {
+				if t.Entries[j].Name == e.Name {
+					return nil, invalidObject(h, "duplicate entry %q", e.Name)
+				}
+			}
+		}
 	}
 	// Modes like "040000" or "100664" decode to the same FileMode: the
 	// canonical encoding must hash back to the object.

@@ -155,6 +155,18 @@ func TestReceivePackRefusesBadTrees(t *testing.T) {
 			b := hashObject(t, gd, "blob", "x", false)
 			return hashObject(t, gd, "tree", rawTree([3]string{"100644", "b", b}, [3]string{"100644", "a", b}), true)
 		}, "not in git order"},
+		// A file and a directory of the same name sort apart ("a" <
+		// "a-b" < "a/"): the duplicate is found however far apart.
+		{"duplicate-file-dir", func(gd string) string {
+			b := hashObject(t, gd, "blob", "x", false)
+			sub := hashObject(t, gd, "tree", rawTree([3]string{"100644", "f", b}), true)
+			return hashObject(t, gd, "tree", rawTree([3]string{"100644", "a", b}, [3]string{"40000", "a", sub}), true)
+		}, `duplicate entry "a"`},
+		{"duplicate-file-dir-apart", func(gd string) string {
+			b := hashObject(t, gd, "blob", "x", false)
+			sub := hashObject(t, gd, "tree", rawTree([3]string{"100644", "f", b}), true)
+			return hashObject(t, gd, "tree", rawTree([3]string{"100644", "a", b}, [3]string{"100644", "a-b", b}, [3]string{"40000", "a-c", sub}, [3]string{"40000", "a", sub}, [3]string{"100644", "b", b}), true)
+		}, `duplicate entry "a"`},
 		{"bad-mode", func(gd string) string {
 			b := hashObject(t, gd, "blob", "x", false)
 			return hashObject(t, gd, "tree", rawTree([3]string{"100664", "a", b}), true)
