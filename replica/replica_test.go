@@ -855,3 +855,93 @@ func BenchmarkSmallPackWrite(b *testing.B) {
 		b.ReportMetric(s[len(s)-1], name+"-max-ms")
 	}
 }
+
+// listCounting is the real store with its full pack-list and inline-pack
+// reads counted (the store's other methods, PackChanges among them,
+// are the store's own).
+type listCounting struct {
+	*sqlstore.DB
+	mu           sync.Mutex
+	list, inline int
+}
+
+func (c *listCounting) NetworkPacks(ctx context.Context, network string) ([]lockstep.PackRecord, int64, error) {
+	c.mu.Lock()
+	c.list++
+	c.mu.Unlock()
+	return c.DB.NetworkPacks(ctx, network)
+}
+
+func (c *listCounting) InlinePack(ctx context.Context, network, hash string) ([]byte, []byte, error) {
+	c.mu.Lock()
+	c.inline++
+	c.mu.Unlock()
+	return c.DB.InlinePack(ctx, network, hash)
+}
+
+func (c *listCounting) counts() (list, inline int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.list, c.inline
+}
+
+// TestCatchUpReadsOnlyChanges: once a replica's cache reflects a
+// generation, its catch-up reads only the pack records changed since
+// (one read, the inline packs' bytes in it), not every record of the
+// network followed by one read per inline pack; retirements by a
+// compaction arrive the same way, and nothing is lost.
+func TestCatchUpReadsOnlyChanges(t *testing.T) {
+	e := newEnv(t)
+	cp := &listCounting{DB: e.db}
+	newInline := func(ps lockstep.PackStore) *replicaT {
+		m := replica.New(replica.Config{Objects: e.objects, Packs: ps, Grace: time.Hour, InlineMax: replica.DefaultInlineMax,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		r := &replicaT{m: m, dir: t.TempDir()}
+		t.Cleanup(func() {
+			r.mu.Lock()
+			for _, n := range r.net {
+				n.Close()
+			}
+			r.mu.Unlock()
+			m.Close()
+		})
+		return r
+	}
+	a, b := newInline(e.db), newInline(cp)
+	na := a.open(t, "net")
+	var all []plumbing.Hash
+	for i := 0; i < 10; i++ {
+		all = append(all, writeBlobs(t, na, fmt.Sprintf("before b %d", i), 1)...)
+	}
+	nb := b.open(t, "net") // a new cache: the full list, once
+	mustHave(t, nb, all, "b at open")
+	l0, i0 := cp.counts()
+	for round := 0; round < 3; round++ {
+		news := writeBlobs(t, na, fmt.Sprintf("round %d", round), 1)
+		all = append(all, news...)
+		refresh(t, nb)
+		mustHave(t, nb, news, fmt.Sprintf("b after round %d", round))
+	}
+	if l, i := cp.counts(); l != l0 || i != i0 {
+		t.Fatalf("3 catch-ups of one inline pack each read the full pack list %d times and %d inline packs one by one; want 0 and 0 (the changes, bytes included, in one read)", l-l0, i-i0)
+	}
+	// A compaction on a retires every pack: b removes the retired ones
+	// it holds and takes the compacted one, from the changes.
+	if err := na.Compact(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	refresh(t, nb)
+	live, retired := livePacks(t, e, "net")
+	if len(live) != 1 || len(retired) != 13 {
+		t.Fatalf("after compaction: %d live, %d retired; want 1 and 13", len(live), len(retired))
+	}
+	got, _ := filepath.Glob(filepath.Join(nb.Dir(), "objects", "pack", "pack-*.idx"))
+	if len(got) != 1 || !strings.Contains(got[0], live[0]) {
+		t.Fatalf("b's cache after the compaction's catch-up: %v, want the compacted pack %s alone", got, live[0])
+	}
+	mustHave(t, nb, all, "b after the compaction")
+	if l, _ := cp.counts(); l != l0 {
+		t.Fatalf("the compaction's catch-up read the full pack list (%d times)", l-l0)
+	}
+	fsck(t, nb.Dir())
+}
