@@ -147,13 +147,21 @@ func (n *Network) Refresh(ctx context.Context) error {
 		return nil
 	}
 	start := time.Now()
-	gen, err := n.m.cfg.Packs.NetworkGeneration(ctx, n.name)
-	if err != nil {
-		return err
-	}
-	if gen != n.generation() {
+	if _, ok := n.m.cfg.Packs.(lockstep.PackChangeStore); ok && n.generation() >= 0 {
+		// The changes since the cache's generation, in place of the
+		// generation alone: one read whether or not anything changed.
 		if err := n.catchUp(ctx); err != nil {
 			return err
+		}
+	} else {
+		gen, err := n.m.cfg.Packs.NetworkGeneration(ctx, n.name)
+		if err != nil {
+			return err
+		}
+		if gen != n.generation() {
+			if err := n.catchUp(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	n.stateMu.Lock()

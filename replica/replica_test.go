@@ -945,3 +945,80 @@ func TestCatchUpReadsOnlyChanges(t *testing.T) {
 	}
 	fsck(t, nb.Dir())
 }
+
+// fullListOnly is the real store seen through the PackStore and
+// InlinePackStore interfaces alone: a replica on it catches up the way
+// it did before PackChanges (the generation, every record, then each
+// new inline pack's bytes).
+type fullListOnly struct{ lockstep.InlinePackStore }
+
+// BenchmarkCatchUp is a round-robin write's catch-up: replica w writes a
+// one-object (inline) pack into a network of 120 packs, then each
+// reader's Refresh brings its cache up to date; "changes" reads the
+// records changed since its generation (PackChanges), "full" reads the
+// generation, every record and the inline pack's bytes (the catch-up
+// before PackChanges). Both alternate in one loop on the same Postgres;
+// go test -bench CatchUp -benchtime 200x ./replica/ reports each as
+// min/median/max ms of the Refresh.
+func BenchmarkCatchUp(b *testing.B) {
+	srv, bucket := testenv.MustS3Bucket(b)
+	db, err := sqlstore.Open(context.Background(), testenv.MustPostgresDB(b), sqlstore.Options{Migrate: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	cfg := s3packs.Config{Bucket: bucket, Prefix: "lockstep", Endpoint: srv.Endpoint, Region: "us-east-1",
+		Insecure: !srv.Secure, Timeout: 5 * time.Second, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
+	objects, err := s3packs.Open(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	open := func(name string, ps lockstep.PackStore) repositories.ObjectStore {
+		m := replica.New(replica.Config{Objects: objects, Packs: ps, Grace: time.Hour, InlineMax: replica.DefaultInlineMax,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		b.Cleanup(m.Close)
+		n, err := m.Open(filepath.Join(b.TempDir(), name, "net.git"), gitobj.OpenOptions{Fsync: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { n.Close() })
+		return n
+	}
+	w := open("writer", db)
+	for i := 0; i < 120; i++ {
+		if _, err := w.WriteObjects([]plumbing.EncodedObject{blob(fmt.Sprintf("setup %d", i))}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	readers := []repositories.ObjectStore{open("changes", db), open("full", fullListOnly{db})}
+	names := []string{"changes", "full"}
+	ms := [2][]float64{}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		o := blob(fmt.Sprintf("write %d", i))
+		if _, err := w.WriteObjects([]plumbing.EncodedObject{o}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		for k := range readers {
+			k = (k + i) % 2 // alternate which goes first
+			start := time.Now()
+			if err := readers[k].(repositories.Refresher).Refresh(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			ms[k] = append(ms[k], float64(time.Since(start).Microseconds())/1000)
+			if !readers[k].Has(o.Hash()) {
+				b.Fatalf("%s: the new object is missing after the catch-up", names[k])
+			}
+		}
+	}
+	b.StopTimer()
+	for k, name := range names {
+		s := ms[k]
+		slices.Sort(s)
+		b.ReportMetric(s[0], name+"-min-ms")
+		b.ReportMetric(s[len(s)/2], name+"-median-ms")
+		b.ReportMetric(s[len(s)-1], name+"-max-ms")
+	}
+}
