@@ -120,6 +120,28 @@ type InlinePackStore interface {
 	InlinePack(ctx context.Context, network, hash string) (pack, idx []byte, err error)
 }
 
+// PackChange is a pack record as a catch-up reads it (PackChangeStore):
+// with the bytes of a live inline pack (nil otherwise).
+type PackChange struct {
+	PackRecord
+	Pack, Idx []byte
+}
+
+// PackChangeStore is a PackStore that lists only what changed: a
+// replica's catch-up then reads the records registered or retired since
+// the generation its cache reflects, not every record of the network
+// (docs/replicas.md "Catching up").
+type PackChangeStore interface {
+	PackStore
+	// PackChanges returns the records of network registered or retired
+	// after generation since, oldest first, each live inline one with its
+	// bytes, and the generation, read in one snapshot: every change up to
+	// that generation is listed. Records written by a version that did
+	// not stamp their generation are always listed. A record deleted
+	// since (GC, after its retirement) is not.
+	PackChanges(ctx context.Context, network string, since int64) ([]PackChange, int64, error)
+}
+
 // GCRoots is what an object GC of a network must keep, read in one
 // snapshot: every ref of every repository of the network, and the
 // commits retention keeps without a ref (the attempts and checkpoints of

@@ -147,13 +147,21 @@ func (n *Network) Refresh(ctx context.Context) error {
 		return nil
 	}
 	start := time.Now()
-	gen, err := n.m.cfg.Packs.NetworkGeneration(ctx, n.name)
-	if err != nil {
-		return err
-	}
-	if gen != n.generation() {
+	if _, ok := n.m.cfg.Packs.(lockstep.PackChangeStore); ok && n.generation() >= 0 {
+		// The changes since the cache's generation, in place of the
+		// generation alone: one read whether or not anything changed.
 		if err := n.catchUp(ctx); err != nil {
 			return err
+		}
+	} else {
+		gen, err := n.m.cfg.Packs.NetworkGeneration(ctx, n.name)
+		if err != nil {
+			return err
+		}
+		if gen != n.generation() {
+			if err := n.catchUp(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	n.stateMu.Lock()
@@ -201,6 +209,11 @@ func (n *Network) catchUp(ctx context.Context) error {
 }
 
 func (n *Network) catchUpOnce(ctx context.Context) error {
+	if pcs, ok := n.m.cfg.Packs.(lockstep.PackChangeStore); ok {
+		if since := n.generation(); since >= 0 {
+			return n.catchUpChanges(ctx, pcs, since)
+		}
+	}
 	recs, gen, err := n.m.cfg.Packs.NetworkPacks(ctx, n.name)
 	if err != nil {
 		return err
@@ -237,6 +250,59 @@ func (n *Network) catchUpOnce(ctx context.Context) error {
 	n.gen = gen
 	n.stateMu.Unlock()
 	return nil
+}
+
+// catchUpChanges is catchUpOnce for a cache that reflects generation
+// since: it reads only the records changed after it (the live inline
+// ones with their bytes, in the same read), so a catch-up costs what
+// changed, not every record of the network.
+func (n *Network) catchUpChanges(ctx context.Context, pcs lockstep.PackChangeStore, since int64) error {
+	changes, gen, err := pcs.PackChanges(ctx, n.name, since)
+	if err != nil {
+		return err
+	}
+	var missing []lockstep.PackRecord
+	var retired []string
+	changed := false
+	for _, c := range changes {
+		local := n.hasPack(c.Hash)
+		switch {
+		case c.Live() && !local && c.Pack != nil:
+			if err := n.writeInline(c.Hash, c.Pack, c.Idx); err != nil {
+				return err
+			}
+			changed = true
+		case c.Live() && !local:
+			missing = append(missing, c.PackRecord)
+		case !c.Live() && local:
+			retired = append(retired, c.Hash)
+		}
+	}
+	if err := n.download(ctx, missing); err != nil {
+		return err
+	}
+	for _, h := range retired {
+		os.Remove(n.packPath(h, "idx"))
+		os.Remove(n.packPath(h, "pack"))
+	}
+	if changed || len(missing)+len(retired) > 0 {
+		if err := n.Reload(); err != nil {
+			return err
+		}
+	}
+	n.stateMu.Lock()
+	n.gen = gen
+	n.stateMu.Unlock()
+	return nil
+}
+
+// hasPack reports whether the cache holds pack h (index and pack).
+func (n *Network) hasPack(h string) bool {
+	if _, err := os.Stat(n.packPath(h, "idx")); err != nil {
+		return false
+	}
+	_, err := os.Stat(n.packPath(h, "pack"))
+	return err == nil
 }
 
 // download fetches packs, four at a time: from the bucket, or an inline
@@ -282,9 +348,8 @@ func (n *Network) download(ctx context.Context, recs []lockstep.PackRecord) erro
 	return nil
 }
 
-// getInline writes an inline pack from the database into the cache:
-// checked against its name (the pack's trailing checksum, which its index
-// repeats), each file renamed into place, the index last.
+// getInline reads an inline pack from the database and writes it into
+// the cache (writeInline).
 func (n *Network) getInline(ctx context.Context, h string) error {
 	ips, ok := n.m.cfg.Packs.(lockstep.InlinePackStore)
 	if !ok {
@@ -294,6 +359,13 @@ func (n *Network) getInline(ctx context.Context, h string) error {
 	if err != nil {
 		return err
 	}
+	return n.writeInline(h, pack, idx)
+}
+
+// writeInline writes the bytes of inline pack h into the cache: checked
+// against its name (the pack's trailing checksum, which its index
+// repeats), each file renamed into place, the index last.
+func (n *Network) writeInline(h string, pack, idx []byte) error {
 	if len(pack) < 20 || len(idx) < 40 || hex.EncodeToString(pack[len(pack)-20:]) != h || hex.EncodeToString(idx[len(idx)-40:len(idx)-20]) != h {
 		return fmt.Errorf("inline pack %s of %s: its bytes do not carry its name", h, n.name)
 	}

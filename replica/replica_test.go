@@ -855,3 +855,170 @@ func BenchmarkSmallPackWrite(b *testing.B) {
 		b.ReportMetric(s[len(s)-1], name+"-max-ms")
 	}
 }
+
+// listCounting is the real store with its full pack-list and inline-pack
+// reads counted (the store's other methods, PackChanges among them,
+// are the store's own).
+type listCounting struct {
+	*sqlstore.DB
+	mu           sync.Mutex
+	list, inline int
+}
+
+func (c *listCounting) NetworkPacks(ctx context.Context, network string) ([]lockstep.PackRecord, int64, error) {
+	c.mu.Lock()
+	c.list++
+	c.mu.Unlock()
+	return c.DB.NetworkPacks(ctx, network)
+}
+
+func (c *listCounting) InlinePack(ctx context.Context, network, hash string) ([]byte, []byte, error) {
+	c.mu.Lock()
+	c.inline++
+	c.mu.Unlock()
+	return c.DB.InlinePack(ctx, network, hash)
+}
+
+func (c *listCounting) counts() (list, inline int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.list, c.inline
+}
+
+// TestCatchUpReadsOnlyChanges: once a replica's cache reflects a
+// generation, its catch-up reads only the pack records changed since
+// (one read, the inline packs' bytes in it), not every record of the
+// network followed by one read per inline pack; retirements by a
+// compaction arrive the same way, and nothing is lost.
+func TestCatchUpReadsOnlyChanges(t *testing.T) {
+	e := newEnv(t)
+	cp := &listCounting{DB: e.db}
+	newInline := func(ps lockstep.PackStore) *replicaT {
+		m := replica.New(replica.Config{Objects: e.objects, Packs: ps, Grace: time.Hour, InlineMax: replica.DefaultInlineMax,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		r := &replicaT{m: m, dir: t.TempDir()}
+		t.Cleanup(func() {
+			r.mu.Lock()
+			for _, n := range r.net {
+				n.Close()
+			}
+			r.mu.Unlock()
+			m.Close()
+		})
+		return r
+	}
+	a, b := newInline(e.db), newInline(cp)
+	na := a.open(t, "net")
+	var all []plumbing.Hash
+	for i := 0; i < 10; i++ {
+		all = append(all, writeBlobs(t, na, fmt.Sprintf("before b %d", i), 1)...)
+	}
+	nb := b.open(t, "net") // a new cache: the full list, once
+	mustHave(t, nb, all, "b at open")
+	l0, i0 := cp.counts()
+	for round := 0; round < 3; round++ {
+		news := writeBlobs(t, na, fmt.Sprintf("round %d", round), 1)
+		all = append(all, news...)
+		refresh(t, nb)
+		mustHave(t, nb, news, fmt.Sprintf("b after round %d", round))
+	}
+	if l, i := cp.counts(); l != l0 || i != i0 {
+		t.Fatalf("3 catch-ups of one inline pack each read the full pack list %d times and %d inline packs one by one; want 0 and 0 (the changes, bytes included, in one read)", l-l0, i-i0)
+	}
+	// A compaction on a retires every pack: b removes the retired ones
+	// it holds and takes the compacted one, from the changes.
+	if err := na.Compact(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	refresh(t, nb)
+	live, retired := livePacks(t, e, "net")
+	if len(live) != 1 || len(retired) != 13 {
+		t.Fatalf("after compaction: %d live, %d retired; want 1 and 13", len(live), len(retired))
+	}
+	got, _ := filepath.Glob(filepath.Join(nb.Dir(), "objects", "pack", "pack-*.idx"))
+	if len(got) != 1 || !strings.Contains(got[0], live[0]) {
+		t.Fatalf("b's cache after the compaction's catch-up: %v, want the compacted pack %s alone", got, live[0])
+	}
+	mustHave(t, nb, all, "b after the compaction")
+	if l, _ := cp.counts(); l != l0 {
+		t.Fatalf("the compaction's catch-up read the full pack list (%d times)", l-l0)
+	}
+	fsck(t, nb.Dir())
+}
+
+// fullListOnly is the real store seen through the PackStore and
+// InlinePackStore interfaces alone: a replica on it catches up the way
+// it did before PackChanges (the generation, every record, then each
+// new inline pack's bytes).
+type fullListOnly struct{ lockstep.InlinePackStore }
+
+// BenchmarkCatchUp is a round-robin write's catch-up: replica w writes a
+// one-object (inline) pack into a network of 120 packs, then each
+// reader's Refresh brings its cache up to date; "changes" reads the
+// records changed since its generation (PackChanges), "full" reads the
+// generation, every record and the inline pack's bytes (the catch-up
+// before PackChanges). Both alternate in one loop on the same Postgres;
+// go test -bench CatchUp -benchtime 200x ./replica/ reports each as
+// min/median/max ms of the Refresh.
+func BenchmarkCatchUp(b *testing.B) {
+	srv, bucket := testenv.MustS3Bucket(b)
+	db, err := sqlstore.Open(context.Background(), testenv.MustPostgresDB(b), sqlstore.Options{Migrate: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	cfg := s3packs.Config{Bucket: bucket, Prefix: "lockstep", Endpoint: srv.Endpoint, Region: "us-east-1",
+		Insecure: !srv.Secure, Timeout: 5 * time.Second, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
+	objects, err := s3packs.Open(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	open := func(name string, ps lockstep.PackStore) repositories.ObjectStore {
+		m := replica.New(replica.Config{Objects: objects, Packs: ps, Grace: time.Hour, InlineMax: replica.DefaultInlineMax,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		b.Cleanup(m.Close)
+		n, err := m.Open(filepath.Join(b.TempDir(), name, "net.git"), gitobj.OpenOptions{Fsync: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { n.Close() })
+		return n
+	}
+	w := open("writer", db)
+	for i := 0; i < 120; i++ {
+		if _, err := w.WriteObjects([]plumbing.EncodedObject{blob(fmt.Sprintf("setup %d", i))}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	readers := []repositories.ObjectStore{open("changes", db), open("full", fullListOnly{db})}
+	names := []string{"changes", "full"}
+	ms := [2][]float64{}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		o := blob(fmt.Sprintf("write %d", i))
+		if _, err := w.WriteObjects([]plumbing.EncodedObject{o}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		for k := range readers {
+			k = (k + i) % 2 // alternate which goes first
+			start := time.Now()
+			if err := readers[k].(repositories.Refresher).Refresh(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			ms[k] = append(ms[k], float64(time.Since(start).Microseconds())/1000)
+			if !readers[k].Has(o.Hash()) {
+				b.Fatalf("%s: the new object is missing after the catch-up", names[k])
+			}
+		}
+	}
+	b.StopTimer()
+	for k, name := range names {
+		s := ms[k]
+		slices.Sort(s)
+		b.ReportMetric(s[0], name+"-min-ms")
+		b.ReportMetric(s[len(s)/2], name+"-median-ms")
+		b.ReportMetric(s[len(s)-1], name+"-max-ms")
+	}
+}

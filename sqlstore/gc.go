@@ -135,6 +135,7 @@ func (s *DB) CommitGC(ctx context.Context, network string, check func([]lockstep
 			return err
 		}
 		changed := false
+		var stamp []string // the records this transaction registers or retires
 		if p != nil {
 			q := *p
 			q.Network = network
@@ -146,6 +147,9 @@ func (s *DB) CommitGC(ctx context.Context, network string, check func([]lockstep
 				return lockstep.Errorf(lockstep.ECONFLICT, "pack %s of network %s is registered and retired: a retired pack is never made live again", q.Hash, network)
 			}
 			changed = inserted
+			if inserted {
+				stamp = append(stamp, q.Hash)
+			}
 		}
 		for _, h := range retire {
 			res, err := tx.ExecContext(ctx, `UPDATE network_packs SET retired_at = $1 WHERE network = $2 AND hash = $3 AND retired_at IS NULL`, now, network, h)
@@ -157,9 +161,10 @@ func (s *DB) CommitGC(ctx context.Context, network string, check func([]lockstep
 					WithDetails(map[string]any{"network": network, "pack": h})
 			}
 			changed = true
+			stamp = append(stamp, h)
 		}
 		if changed {
-			g, err = bumpGeneration(ctx, tx, network)
+			g, err = s.bumpGeneration(ctx, tx, network, stamp...)
 		} else {
 			g, err = generation(ctx, tx, network)
 		}

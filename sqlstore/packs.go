@@ -21,6 +21,7 @@ import (
 
 var _ lockstep.PackStore = (*DB)(nil)
 var _ lockstep.InlinePackStore = (*DB)(nil)
+var _ lockstep.PackChangeStore = (*DB)(nil)
 
 // checkPack refuses a record the object store could not name.
 func checkPack(p lockstep.PackRecord) error {
@@ -37,15 +38,36 @@ func checkPack(p lockstep.PackRecord) error {
 }
 
 // bumpGeneration adds one to network's generation inside tx and returns
-// it (1 for a network never bumped). On PostgreSQL the upsert holds the
-// row until commit, so concurrent bumps queue and each sees the last.
-func bumpGeneration(ctx context.Context, tx *sql.Tx, network string) (int64, error) {
+// it (1 for a network never bumped), and stamps the records of stamp
+// (the packs the transaction registered or retired) with it
+// (changed_gen, migration 0030: PackChanges lists by it). On PostgreSQL
+// the upsert holds the row until commit, so concurrent bumps queue and
+// each sees the last: the records of generation g commit before any of
+// g+1, and a snapshot that reads g sees every record stamped up to g.
+func (s *DB) bumpGeneration(ctx context.Context, tx *sql.Tx, network string, stamp ...string) (int64, error) {
 	var g int64
-	err := tx.QueryRowContext(ctx, `INSERT INTO network_state (network, generation) VALUES ($1, 1)
+	const bump = `INSERT INTO network_state (network, generation) VALUES ($1, 1)
 		ON CONFLICT (network) DO UPDATE SET generation = network_state.generation + 1
-		RETURNING generation`, network).Scan(&g)
+		RETURNING generation`
+	rest := stamp
+	var err error
+	if s.dialect == "postgres" && len(stamp) > 0 {
+		// One round trip for the bump and the first stamp (a write's
+		// registration has exactly one).
+		err = tx.QueryRowContext(ctx, `WITH b AS (`+bump+`),
+			u AS (UPDATE network_packs SET changed_gen = (SELECT generation FROM b) WHERE network = $1 AND hash = $2)
+			SELECT generation FROM b`, network, stamp[0]).Scan(&g)
+		rest = stamp[1:]
+	} else {
+		err = tx.QueryRowContext(ctx, bump, network).Scan(&g)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("bump generation of %s: %w", network, err)
+	}
+	for _, h := range rest {
+		if _, err := tx.ExecContext(ctx, `UPDATE network_packs SET changed_gen = $1 WHERE network = $2 AND hash = $3`, g, network, h); err != nil {
+			return 0, fmt.Errorf("stamp pack %s: %w", h, err)
+		}
 	}
 	return g, nil
 }
@@ -103,16 +125,51 @@ func (s *DB) RegisterPack(ctx context.Context, p lockstep.PackRecord) (g int64, 
 	if err := checkPack(p); err != nil {
 		return 0, err
 	}
-	return s.registerPack(ctx, p.Network, func(tx *sql.Tx, now int64) (bool, error) {
+	if s.dialect == "postgres" {
+		return s.pgRegister(ctx, p, nil, nil)
+	}
+	return s.registerPack(ctx, p.Network, p.Hash, func(tx *sql.Tx, now int64) (bool, error) {
 		inserted, _, err := insertPack(ctx, tx, p, now)
 		return inserted, err
 	})
 }
 
+// pgRegisterSQL registers a pack on PostgreSQL in one statement (one
+// round trip in place of BEGIN, insert, bump, COMMIT): when no record of
+// the pack exists, the generation is bumped (the state row locked until
+// commit, as bumpGeneration) and the record inserted stamped with it;
+// the answer is the record's generation, or, for a pack already
+// registered, the current one. Two registrations of one new pack racing
+// may both bump; the loser inserts nothing and returns the generation it
+// read (a bump with no change costs a catch-up a read, nothing more).
+const pgRegisterSQL = `WITH ex AS (SELECT 1 FROM network_packs WHERE network = $1 AND hash = $2),
+	b AS (INSERT INTO network_state (network, generation) SELECT $1, 1 WHERE NOT EXISTS (SELECT 1 FROM ex)
+		ON CONFLICT (network) DO UPDATE SET generation = network_state.generation + 1
+		RETURNING generation),
+	ins AS (INSERT INTO network_packs (network, hash, pack_bytes, idx_bytes, objects, registered_at, pack_data, idx_data, changed_gen)
+		SELECT $1, $2, $3::bigint, $4::bigint, $5::bigint, $6::bigint, $7::bytea, $8::bytea, generation FROM b
+		ON CONFLICT (network, hash) DO NOTHING
+		RETURNING changed_gen)
+	SELECT COALESCE((SELECT changed_gen FROM ins), (SELECT generation FROM network_state WHERE network = $1), 0)`
+
+// pgRegister is registerPack on PostgreSQL (pgRegisterSQL); pack nil: the
+// pack is in the bucket.
+func (s *DB) pgRegister(ctx context.Context, p lockstep.PackRecord, pack, idx []byte) (g int64, err error) {
+	var pd, id any
+	if pack != nil {
+		pd, id = pack, idx
+	}
+	err = s.db.QueryRowContext(ctx, pgRegisterSQL, p.Network, p.Hash, p.PackBytes, p.IdxBytes, p.Objects, micros(s.now()), pd, id).Scan(&g)
+	if err != nil {
+		return 0, fmt.Errorf("register pack %s: %w", p.Hash, err)
+	}
+	return g, nil
+}
+
 // registerPack runs insert (the record, with or without its bytes) and
 // bumps the network's generation when it inserted, in one transaction;
 // it returns the generation.
-func (s *DB) registerPack(ctx context.Context, network string, insert func(tx *sql.Tx, now int64) (bool, error)) (g int64, err error) {
+func (s *DB) registerPack(ctx context.Context, network, hash string, insert func(tx *sql.Tx, now int64) (bool, error)) (g int64, err error) {
 	now := micros(s.now())
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		inserted, err := insert(tx, now)
@@ -120,7 +177,7 @@ func (s *DB) registerPack(ctx context.Context, network string, insert func(tx *s
 			return err
 		}
 		if inserted {
-			g, err = bumpGeneration(ctx, tx, network)
+			g, err = s.bumpGeneration(ctx, tx, network, hash)
 		} else {
 			g, err = generation(ctx, tx, network)
 		}
@@ -143,7 +200,10 @@ func (s *DB) RegisterInlinePack(ctx context.Context, p lockstep.PackRecord, pack
 	if pack == nil || idx == nil || int64(len(pack)) != p.PackBytes || int64(len(idx)) != p.IdxBytes {
 		return 0, lockstep.Errorf(lockstep.EINVALID, "inline pack %s: %d pack bytes and %d index bytes given, the record says %d and %d", p.Hash, len(pack), len(idx), p.PackBytes, p.IdxBytes)
 	}
-	return s.registerPack(ctx, p.Network, func(tx *sql.Tx, now int64) (bool, error) {
+	if s.dialect == "postgres" {
+		return s.pgRegister(ctx, p, pack, idx)
+	}
+	return s.registerPack(ctx, p.Network, p.Hash, func(tx *sql.Tx, now int64) (bool, error) {
 		inserted, _, err := insertPackData(ctx, tx, p, now, pack, idx)
 		return inserted, err
 	})
@@ -216,7 +276,11 @@ func (s *DB) ReplacePacks(ctx context.Context, p lockstep.PackRecord, old []stri
 			}
 		}
 		if inserted || len(old) > 0 {
-			g, err = bumpGeneration(ctx, tx, p.Network)
+			stamp := old
+			if inserted {
+				stamp = append([]string{p.Hash}, old...)
+			}
+			g, err = s.bumpGeneration(ctx, tx, p.Network, stamp...)
 		} else {
 			g, err = generation(ctx, tx, p.Network)
 		}
@@ -255,6 +319,48 @@ func (s *DB) NetworkPacks(ctx context.Context, network string) (out []lockstep.P
 			continue
 		}
 		p := lockstep.PackRecord{Network: network, Hash: hash.String, PackBytes: pb.Int64, IdxBytes: ib.Int64, Objects: int(objs.Int64), RegisteredAt: fromMicros(reg.Int64), Inline: inline.Bool}
+		if ret.Valid {
+			p.RetiredAt = fromMicros(ret.Int64)
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	return out, g, nil
+}
+
+// PackChanges returns the records of network changed (registered or
+// retired) after generation since, or never stamped (changed_gen 0: an
+// older version wrote them), oldest first, each live inline one with its
+// bytes, and the generation, in one statement (one snapshot, as
+// NetworkPacks).
+func (s *DB) PackChanges(ctx context.Context, network string, since int64) (out []lockstep.PackChange, g int64, err error) {
+	ctx, span := s.start(ctx, "PackChanges")
+	defer func() { err = end(span, err) }()
+	rows, err := s.db.QueryContext(ctx, `SELECT st.g, p.hash, p.pack_bytes, p.idx_bytes, p.objects, p.registered_at, p.retired_at, p.pack_data IS NOT NULL,
+			CASE WHEN p.retired_at IS NULL THEN p.pack_data END, CASE WHEN p.retired_at IS NULL THEN p.idx_data END
+		FROM (SELECT COALESCE((SELECT generation FROM network_state WHERE network = $1), 0) AS g) st
+		LEFT JOIN network_packs p ON p.network = $1 AND (p.changed_gen > $2 OR p.changed_gen = 0)
+		ORDER BY p.registered_at, p.hash`, network, since)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var hash sql.NullString
+		var pb, ib, objs, reg sql.NullInt64
+		var ret sql.NullInt64
+		var inline sql.NullBool
+		var pack, idx []byte
+		if err := rows.Scan(&g, &hash, &pb, &ib, &objs, &reg, &ret, &inline, &pack, &idx); err != nil {
+			return nil, 0, err
+		}
+		if !hash.Valid {
+			continue
+		}
+		p := lockstep.PackChange{PackRecord: lockstep.PackRecord{Network: network, Hash: hash.String, PackBytes: pb.Int64, IdxBytes: ib.Int64, Objects: int(objs.Int64),
+			RegisteredAt: fromMicros(reg.Int64), Inline: inline.Bool}, Pack: pack, Idx: idx}
 		if ret.Valid {
 			p.RetiredAt = fromMicros(ret.Int64)
 		}

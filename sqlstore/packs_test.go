@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -124,7 +125,8 @@ func TestMigration0010DownAndUp(t *testing.T) {
 				t.Fatalf("a ref move after the down migration: %v", err)
 			}
 			run("0010_packs.up.sql")
-			run("0027_inline_packs.up.sql") // the later migration of network_packs
+			run("0027_inline_packs.up.sql") // the later migrations of network_packs
+			run("0030_pack_changed_gen.up.sql")
 			move.Old, move.New = oidN(2), oidN(3)
 			if err := db.UpdateRefs(ctx, []lockstep.RefUpdate{move}, nil, nil, entry("push")); err != nil {
 				t.Fatal(err)
@@ -148,6 +150,101 @@ func TestMigration0010DownAndUp(t *testing.T) {
 			if list, g, err := db.NetworkPacks(ctx, "base"); err != nil || g != 2 || len(list) != 2 || list[0].Inline || !list[1].Inline {
 				t.Fatalf("after 0027 down and up and one inline pack: %+v gen %d, %v", list, g, err)
 			}
+		})
+	}
+}
+
+// TestMigration0030StampsExistingPacks: a database holding pack records
+// from before migration 0030 (live, retired, inline) gets each stamped
+// with its network's generation, so a cache behind that generation lists
+// them all (as the full list did) and a current cache lists none; later
+// changes are listed alone, and a record an older version writes
+// (changed_gen 0) is always listed.
+func TestMigration0030StampsExistingPacks(t *testing.T) {
+	for name, url := range backendURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			db := mustOpen(t, url)
+			files, err := migrations.FS(db.Dialect())
+			if err != nil {
+				t.Fatal(err)
+			}
+			run := func(file string) {
+				t.Helper()
+				b, err := fs.ReadFile(files, file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := db.SQL().ExecContext(ctx, string(b)); err != nil {
+					t.Fatalf("%s: %v", file, err)
+				}
+			}
+			oidN := func(n int) string { return fmt.Sprintf("%040x", n) }
+			rec := func(net string, n int) lockstep.PackRecord {
+				return lockstep.PackRecord{Network: net, Hash: oidN(n), PackBytes: 10, IdxBytes: 3, Objects: 1}
+			}
+			pack, idx := []byte("pack bytes"), []byte("idx")
+			// The data of the previous version: the column dropped after
+			// the records were written keeps them as they were.
+			for _, p := range []lockstep.PackRecord{rec("a", 1), rec("a", 2), rec("b", 1)} {
+				if _, err := db.RegisterPack(ctx, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := db.RegisterInlinePack(ctx, rec("a", 3), pack, idx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.ReplacePacks(ctx, rec("a", 4), []string{oidN(1)}); err != nil { // generation 4 of a
+				t.Fatal(err)
+			}
+			run("0030_pack_changed_gen.down.sql")
+			run("0030_pack_changed_gen.up.sql")
+			hashes := func(cs []lockstep.PackChange) (out []string) {
+				for _, c := range cs {
+					s := c.Hash[38:]
+					if !c.Live() {
+						s += "-retired"
+					}
+					if c.Pack != nil {
+						s += "-bytes"
+					}
+					out = append(out, s)
+				}
+				return out
+			}
+			changes := func(net string, since int64, wantGen int64, want ...string) {
+				t.Helper()
+				cs, g, err := db.PackChanges(ctx, net, since)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := hashes(cs); g != wantGen || !slices.Equal(got, want) {
+					t.Fatalf("changes of %s since %d: %v at generation %d; want %v at %d", net, since, got, g, want, wantGen)
+				}
+			}
+			changes("a", 3, 4, "01-retired", "02", "03-bytes", "04")
+			changes("a", 4, 4)
+			changes("b", 0, 1, "01")
+			changes("b", 1, 1)
+			changes("c", 0, 0)
+			full, g, err := db.NetworkPacks(ctx, "a")
+			if err != nil || g != 4 || len(full) != 4 {
+				t.Fatalf("full list of a after 0030: %+v gen %d, %v", full, g, err)
+			}
+			// After the migration: a change is listed alone.
+			if g, err := db.RegisterInlinePack(ctx, rec("a", 5), pack, idx); err != nil || g != 5 {
+				t.Fatalf("register after 0030: gen %d, %v", g, err)
+			}
+			changes("a", 4, 5, "05-bytes")
+			if _, err := db.ReplacePacks(ctx, rec("a", 6), []string{oidN(5), oidN(2)}); err != nil {
+				t.Fatal(err)
+			}
+			changes("a", 5, 6, "02-retired", "05-retired", "06")
+			// A record an older version writes during a rolling upgrade.
+			if _, err := db.SQL().ExecContext(ctx, `INSERT INTO network_packs (network, hash, pack_bytes, idx_bytes, objects, registered_at) VALUES ('a', $1, 1, 1, 1, 99999999999999)`, oidN(7)); err != nil {
+				t.Fatal(err)
+			}
+			changes("a", 6, 6, "07")
 		})
 	}
 }

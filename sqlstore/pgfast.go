@@ -25,6 +25,9 @@ import (
 //
 //   - appendOp runs the log insert, the head move and (a one-transaction
 //     route's) Idempotency-Key upsert as one statement (pgAppend);
+//   - RegisterPack and RegisterInlinePack are one statement, the
+//     generation bump and the record's insert stamped with it
+//     (pgRegisterSQL);
 //   - CreateRepo (fork, create) sends its transaction in two pipelined
 //     batches on the pool's connection (createRepoPipelined): BEGIN, the
 //     repository with its refs, the head read; then the append and

@@ -1,0 +1,2 @@
+DROP INDEX network_packs_changed;
+ALTER TABLE network_packs DROP COLUMN changed_gen;
