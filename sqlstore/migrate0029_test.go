@@ -100,8 +100,18 @@ func TestMigration0029OplogRowid(t *testing.T) {
 		t.Fatal(err)
 	}
 	newCols, newIdx := oplogShape(t, db.SQL())
-	if _, err := db.SQL().Exec(read("0029_oplog_rowid.down.sql")); err != nil {
-		t.Fatal(err)
+	// Undo 0029 and every migration after it, newest first.
+	latest := 0
+	downs, _ := fs.Glob(files, "*.down.sql")
+	sort.Sort(sort.Reverse(sort.StringSlice(downs)))
+	for _, name := range downs {
+		v, _ := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
+		latest = max(latest, v)
+		if v >= 29 {
+			if _, err := db.SQL().Exec(read(name)); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
 	}
 	if _, err := db.SQL().Exec(`UPDATE schema_migrations SET version = 28`); err != nil {
 		t.Fatal(err)
@@ -164,14 +174,14 @@ func TestMigration0029OplogRowid(t *testing.T) {
 	}
 	db.Close()
 
-	// Open migrates (0029).
+	// Open migrates (0029 and those after it).
 	db, err = sqlstore.Open(ctx, path, sqlstore.Options{Migrate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if v, dirty, err := db.SchemaVersion(); err != nil || dirty || v != 29 {
-		t.Fatalf("schema version %d dirty=%v %v, want 29", v, dirty, err)
+	if v, dirty, err := db.SchemaVersion(); err != nil || dirty || int(v) != latest {
+		t.Fatalf("schema version %d dirty=%v %v, want %d", v, dirty, err, latest)
 	}
 	if cols, idx := oplogShape(t, db.SQL()); !reflect.DeepEqual(cols, newCols) || !reflect.DeepEqual(idx, newIdx) {
 		t.Fatalf("after 0029: %v %v, want %v %v", cols, idx, newCols, newIdx)
