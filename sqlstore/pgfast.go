@@ -209,9 +209,6 @@ func (s *DB) forkRepoPipelined(ctx context.Context, base string, ws *lockstep.Re
 			}
 		}
 		b := &pgx.Batch{}
-		if pc.PgConn().TxStatus() != 'I' {
-			b.Queue("rollback") // of a one-trip fork whose base was not as predicted
-		}
 		b.Queue("begin")
 		b.Queue(pgForkRepoSQL, base, ws.Name, string(ws.Status), ws.OwnerKeyID, ws.OwnerName, ws.Task, micros(ws.CreatedAt), now)
 		if entry == nil {
@@ -221,11 +218,7 @@ func (s *DB) forkRepoPipelined(ctx context.Context, base string, ws *lockstep.Re
 		}
 		var names, oids []string
 		br := pc.SendBatch(ctx, b)
-		for range b.Len() - 2 { // rollback, begin
-			if _, err = br.Exec(); err != nil {
-				break
-			}
-		}
+		_, err = br.Exec()
 		if err == nil {
 			err = br.QueryRow().Scan(&ws.ID, &ws.Network, &ws.ForkOf, &ws.DefaultBranch, &ws.BaseCommit, &names, &oids)
 			var pg *pgconn.PgError

@@ -34,9 +34,9 @@ import (
 // (network, default branch, base commit, the copied branch refs). Those
 // are predicted from the last fork of the same base (pgBaseCache), and the
 // fork statement checks the prediction against what it copied: a
-// mismatch divides by zero, the transaction rolls back before its COMMIT
-// (which the pipeline has sent) and the fork runs again in two round
-// trips, reading the base as before. A prediction is only ever a guess:
+// mismatch divides by zero, the transaction fails before its COMMIT
+// (which the pipeline has sent), is rolled back, and the fork runs again
+// in two round trips, reading the base as before (four in all). A prediction is only ever a guess:
 // what commits is what the statement read, under the same locks.
 
 // pgAppendHashedSQL appends an entry after the head with its hash
@@ -228,7 +228,7 @@ const pgForkGuardedSQL = `WITH b AS (SELECT id, name, network, default_branch FR
 // forkOneTrip is ForkRepo's transaction in one round trip, on the
 // prediction pb of base; done is false when the base was not as predicted
 // (or entry cannot be appended this way), with ws and entry as they were
-// and the connection possibly in a failed transaction.
+// and the connection outside any transaction.
 func (s *DB) forkOneTrip(ctx context.Context, pc *pgx.Conn, base string, ws *lockstep.Repo, entry *lockstep.OpEntry, fill func([]lockstep.Ref),
 	now int64, parent string, pb *pgForkBase) (done bool, err error) {
 	savedWS, savedE := *ws, *entry
@@ -266,9 +266,14 @@ func (s *DB) forkOneTrip(ctx context.Context, pc *pgx.Conn, base string, ws *loc
 	var pg *pgconn.PgError
 	switch {
 	case errors.As(err, &pg) && pg.Code == errDivisionByZero:
-		// No base, or not as predicted: read it (two round trips).
+		// No base, or not as predicted: roll back, and the caller reads
+		// the base (two more round trips).
 		s.pgBases.forget(base)
 		restore()
+		br.Close()
+		if _, err := pc.Exec(ctx, "rollback"); err != nil {
+			return true, fmt.Errorf("rollback: %w", err)
+		}
 		return false, nil
 	case isUnique(err) && errors.As(err, &pg) && pg.TableName == "repos":
 		return true, because(err, lockstep.ECONFLICT, "repository %s already exists", ws.Name)
