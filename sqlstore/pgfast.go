@@ -28,7 +28,9 @@ import (
 //   - CreateRepo (fork, create) sends its transaction in two pipelined
 //     batches on the pool's connection (createRepoPipelined): BEGIN, the
 //     repository with its refs, the head read; then the append and
-//     COMMIT. The entry's hash needs the head, so two is the least.
+//     COMMIT. The entry's hash needs the head, so two is the least when
+//     Go computes it; pgfork.go has the server compute it, and then the
+//     whole transaction is one batch (one round trip).
 //
 // A claim lost to another request must fail the transaction before its
 // COMMIT, which the pipeline has already sent: the append statement then
