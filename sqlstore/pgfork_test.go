@@ -201,6 +201,24 @@ func TestPostgresForkPredictionChecked(t *testing.T) {
 		t.Fatalf("entries of ws-b2 (clock ahead) then ws-3b: %v %+v; ws-3b's entry says %v", err, ops, f.e.Time)
 	}
 
+	// This store moves the base's ref itself: it forgets its prediction,
+	// so the next fork reads the base (two round trips), never refused.
+	app, err := a.RepoByName(ctx, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.UpdateRefs(ctx, []lockstep.RefUpdate{{RepoID: app.ID, Repo: "app", Name: "refs/heads/main", Old: oid('4'), New: oid('6')}}, nil, nil,
+		&lockstep.OpEntry{KeyID: "sys_t", KeyName: "t", Op: "push", Repo: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	before = p.Turns()
+	if f, err = fork(a, "ws-3c"); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Turns() - before; got != 2 || f.ws.BaseCommit != oid('6') {
+		t.Errorf("a fork after this store moved its base: %d round trips (want 2), base commit %s (want %s)", got, f.ws.BaseCommit, oid('6'))
+	}
+
 	// The base is gone: not_found, nothing created, nothing logged.
 	v0, _ := a.VerifyOps(ctx)
 	if _, err := b.SQL().ExecContext(ctx, `UPDATE repos SET name = 'app-old' WHERE name = 'app'`); err != nil {
