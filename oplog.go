@@ -53,6 +53,14 @@ func TruncateTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsec
 // includes PrevHash: each entry commits to the whole chain before it.
 // details is the stored (canonical) encoding of e.Details.
 func EntryHash(e *OpEntry, details json.RawMessage) string {
+	sum := sha256.Sum256(CanonicalEntry(e, details))
+	return hex.EncodeToString(sum[:])
+}
+
+// CanonicalEntry returns the bytes EntryHash hashes: a JSON object whose
+// first field is "seq", third "time_us" and last "prev_hash" (a store may
+// splice those three into the rest itself, as Postgres's append does).
+func CanonicalEntry(e *OpEntry, details json.RawMessage) []byte {
 	refs := e.Refs
 	if refs == nil {
 		refs = []RefMove{}
@@ -64,8 +72,7 @@ func EntryHash(e *OpEntry, details json.RawMessage) string {
 		Follows: e.Follows, Details: details, IdemKey: e.IdempotencyKey, PrevHash: e.PrevHash,
 	}
 	b, _ := json.Marshal(c)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return b
 }
 
 // OpFilter selects operations-log entries: entries after seq After, of one

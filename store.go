@@ -114,9 +114,12 @@ type RepoStore interface {
 	// (ForkOf), its base commit is the tip of base's default branch (""
 	// when it has none), and it starts with copies of base's branch refs
 	// (refs/heads/*), copied inside the store, never read out first.
-	// fill is called inside the transaction, with ws filled in and the
-	// copied refs ordered by name, to complete entry before it is
-	// appended. Returns not_found (as RepoByName) for an unknown base,
+	// fill is called with ws filled in and the copied refs ordered by
+	// name, to complete entry before it is appended; it may be called
+	// more than once (PostgreSQL first fills from a prediction of the
+	// base that the transaction then checks, and fills again from the
+	// base as read if the check fails): the last call describes what
+	// committed. Returns not_found (as RepoByName) for an unknown base,
 	// already_exists if ws's name is taken; either way nothing is created.
 	ForkRepo(ctx context.Context, base string, ws *Repo, entry *OpEntry, fill func(copied []Ref)) error
 	// RepoByName returns not_found for an unknown name.

@@ -57,6 +57,7 @@ type DB struct {
 	hooks   opHooks     // OnOp callbacks
 	stmts   sync.Map    // query → *sql.Stmt, SQLite only (stmts.go)
 	dsn     string      // PostgreSQL: the URL, for the migrator's own pool
+	pgBases pgBaseCache // PostgreSQL: forks' bases as last seen (pgfork.go)
 }
 
 var _ lockstep.Store = (*DB)(nil)

@@ -31,7 +31,9 @@ import (
 //   - CreateRepo (fork, create) sends its transaction in two pipelined
 //     batches on the pool's connection (createRepoPipelined): BEGIN, the
 //     repository with its refs, the head read; then the append and
-//     COMMIT. The entry's hash needs the head, so two is the least.
+//     COMMIT. The entry's hash needs the head, so two is the least when
+//     Go computes it; pgfork.go has the server compute it, and then the
+//     whole transaction is one batch (one round trip).
 //
 // A claim lost to another request must fail the transaction before its
 // COMMIT, which the pipeline has already sent: the append statement then
@@ -83,9 +85,25 @@ func pgCovers(ctx context.Context, e *lockstep.OpEntry) bool {
 // statement covers (a held claim's update, a later entry of a request
 // that carries no answer): appendOp then runs them one by one.
 func (s *DB) pgAppendStmt(ctx context.Context, e *lockstep.OpEntry, args []any) (q string, qargs []any, finish func(error) error, ok bool) {
+	iargs, finish, ok := s.pgIdemArgs(ctx, e)
+	if !ok {
+		return "", nil, nil, false
+	}
+	if iargs == nil {
+		return pgAppendSQL, args, finish, true
+	}
+	qargs = append(append(make([]any, 0, len(args)+len(iargs)), args...), iargs...)
+	return pgAppendIdemSQL, qargs, finish, true
+}
+
+// pgIdemArgs returns the arguments of idemUpsertSQL that record e's key
+// in e's append statement (nil: e claims no key), and the function that
+// interprets that statement's error (22012: the claim is lost); ok is
+// false as for pgAppendStmt.
+func (s *DB) pgIdemArgs(ctx context.Context, e *lockstep.OpEntry) (iargs []any, finish func(error) error, ok bool) {
 	c := lockstep.IdemClaimFrom(ctx)
 	if c == nil || e.IdempotencyKey == "" {
-		return pgAppendSQL, args, func(err error) error {
+		return nil, func(err error) error {
 			if err != nil {
 				return fmt.Errorf("append oplog entry: %w", err)
 			}
@@ -93,15 +111,14 @@ func (s *DB) pgAppendStmt(ctx context.Context, e *lockstep.OpEntry, args []any) 
 		}, true
 	}
 	if c.Deferred == nil {
-		return "", nil, nil, false
+		return nil, nil, false
 	}
 	ic, answered := c.Answer(e.Answer)
 	if !answered && len(c.Commits()) > 0 {
-		return "", nil, nil, false
+		return nil, nil, false
 	}
-	iargs, ic := s.idemUpsertArgs(c, e, ic, answered)
-	qargs = append(append(make([]any, 0, len(args)+len(iargs)), args...), iargs...)
-	return pgAppendIdemSQL, qargs, func(err error) error {
+	iargs, ic = s.idemUpsertArgs(c, e, ic, answered)
+	return iargs, func(err error) error {
 		var pg *pgconn.PgError
 		switch {
 		case errors.As(err, &pg) && pg.Code == errDivisionByZero:
@@ -191,6 +208,11 @@ func (s *DB) forkRepoPipelined(ctx context.Context, base string, ws *lockstep.Re
 		if err != nil {
 			return err
 		}
+		if pb := s.pgBases.get(base); pb != nil && entry != nil {
+			if done, err := s.forkOneTrip(ctx, pc, base, ws, entry, fill, now, parent, pb); done {
+				return err
+			}
+		}
 		b := &pgx.Batch{}
 		b.Queue("begin")
 		b.Queue(pgForkRepoSQL, base, ws.Name, string(ws.Status), ws.OwnerKeyID, ws.OwnerName, ws.Task, micros(ws.CreatedAt), now)
@@ -215,8 +237,12 @@ func (s *DB) forkRepoPipelined(ctx context.Context, base string, ws *lockstep.Re
 			}
 		}
 		seq, prev, err := pgEndFirstBatch(br, err, entry != nil)
-		if err != nil || entry == nil {
+		if err != nil {
 			return err
+		}
+		s.pgBases.put(base, &pgForkBase{network: ws.Network, defaultBranch: ws.DefaultBranch, baseCommit: ws.BaseCommit, names: names, oids: oids})
+		if entry == nil {
+			return nil
 		}
 		if fill != nil {
 			copied := make([]lockstep.Ref, len(names))
@@ -264,13 +290,24 @@ func (s *DB) createRepoOn(ctx context.Context, pc *pgx.Conn, r *lockstep.Repo, r
 	for i, ref := range refs {
 		names[i], oids[i] = ref.Name, ref.OID
 	}
+	// One round trip when the entry's hash can be computed by the
+	// append statement (pgfork.go), else two.
+	var a pgHashedAppend
+	oneTrip := false
+	if entry != nil {
+		a, oneTrip = s.pgPrepareAppend(ctx, entry, parent)
+	}
 	b := &pgx.Batch{}
 	b.Queue("begin")
 	b.Queue(pgInsertRepoSQL, r.Name, r.Network, r.ForkOf, r.DefaultBranch, string(r.Status), r.OwnerKeyID, r.OwnerName, r.BaseCommit, r.Task,
 		micros(r.CreatedAt), micros(r.UpdatedAt), names, oids, now)
-	if entry == nil {
+	switch {
+	case oneTrip:
+		a.queue(b)
 		b.Queue("commit")
-	} else {
+	case entry == nil:
+		b.Queue("commit")
+	default:
 		b.Queue(qOplogHead + " FOR UPDATE")
 	}
 	br := pc.SendBatch(ctx, b)
@@ -283,6 +320,23 @@ func (s *DB) createRepoOn(ctx context.Context, pc *pgx.Conn, r *lockstep.Repo, r
 		} else if err != nil {
 			err = fmt.Errorf("insert repo: %w", err)
 		}
+	}
+	if oneTrip {
+		if err == nil {
+			err = a.read(br)
+		}
+		if err == nil {
+			if _, err = br.Exec(); err != nil {
+				err = fmt.Errorf("commit: %w", err)
+			}
+		}
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err == nil {
+			s.hooks.deliver(*entry)
+		}
+		return err
 	}
 	seq, prev, err := pgEndFirstBatch(br, err, entry != nil)
 	if err != nil || entry == nil {

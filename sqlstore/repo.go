@@ -410,6 +410,9 @@ func (s *DB) lockActive(ctx context.Context, tx *sql.Tx, updates []lockstep.RefU
 
 func (s *DB) updateRefs(ctx context.Context, tx *sql.Tx, updates []lockstep.RefUpdate, attempts []lockstep.AttemptRecord, events []lockstep.HookEvent, entry *lockstep.OpEntry) error {
 	now := micros(s.now())
+	for _, u := range updates {
+		s.pgBases.forget(u.Repo) // the next fork of it reads it (pgfork.go)
+	}
 	if err := s.lockActive(ctx, tx, updates); err != nil {
 		return err
 	}

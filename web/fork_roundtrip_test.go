@@ -26,11 +26,12 @@ import (
 
 // TestPostgresWebForkRoundTrips: a whole POST /repos/:repo/forks with an
 // Idempotency-Key, counted on the wire to PostgreSQL on warm
-// connections, costs three round trips: the API key's lookup, then the
-// fork's transaction in two pipelined batches (the base's row and refs
-// read, and its refs copied, in the first; the key's record upserted
-// with the entry in the second). Before: six (the key, the record read,
-// the base, its refs, the two batches). A repeat of the request is still
+// connections, costs two round trips: the API key's lookup, then the
+// fork's transaction in one pipelined batch (the base's refs copied and
+// checked against the prediction from the last fork of it, the entry
+// hashed by the server, the key's record upserted with it). Before:
+// three (the transaction in two batches), and before that six (the key,
+// the record read, the base, its refs, the two batches). A repeat of the request is still
 // answered from the record, and the same key with another body is
 // refused, as when the record was read first.
 func TestPostgresWebForkRoundTrips(t *testing.T) {
@@ -71,8 +72,8 @@ func TestPostgresWebForkRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := p.Turns() - before; got != 3 {
-		t.Errorf("one fork: %d round trips to PostgreSQL, want 3 (key, two batches)", got)
+	if got := p.Turns() - before; got != 2 {
+		t.Errorf("one fork: %d round trips to PostgreSQL, want 2 (key, one batch)", got)
 	}
 	if res.BaseCommit == "" || res.ForkOf != "app" || res.Network != "app" {
 		t.Fatalf("fork answer %+v", res)
