@@ -110,7 +110,11 @@ type Network struct {
 	// indexed counts the object entries Reloads wrote into where (tests:
 	// a Reload that only adds packs indexes only theirs).
 	indexed atomic.Int64
-	refMu   sync.Mutex // serialises ref mirror writes
+	// listings and opened count the listings of objects/pack and the packs
+	// opened by Reload and AddPacks (ReloadCounts).
+	listings atomic.Int64
+	opened   atomic.Int64
+	refMu    sync.Mutex // serialises ref mirror writes
 
 	cache cache.Object // goroutine-safe LRU shared by all packs
 
@@ -200,6 +204,12 @@ func (n *Network) initBare() error {
 func (n *Network) Reload() error {
 	n.writeMu.Lock()
 	defer n.writeMu.Unlock()
+	return n.reloadLocked()
+}
+
+// reloadLocked is Reload with n.writeMu held.
+func (n *Network) reloadLocked() error {
+	n.listings.Add(1)
 	packDir := filepath.Join(n.dir, "objects", "pack")
 	if fi, err := os.Stat(packDir); err == nil {
 		n.packDirMod.Store(fi.ModTime().UnixNano())
@@ -261,6 +271,7 @@ func (n *Network) Reload() error {
 			return fmt.Errorf("reload %s: %w", n.dir, err)
 		}
 	}
+	n.opened.Add(int64(len(added)))
 	n.mu.Lock()
 	var keep, removed []*pack
 	for _, p := range n.packs {
@@ -304,6 +315,82 @@ func (n *Network) Reload() error {
 		p.close()
 	}
 	return nil
+}
+
+// AddPacks loads packs that were just placed in objects/pack (each pack
+// and its index complete there), when the caller knows that is all that
+// changed: another replica's writes arriving in a catch-up. Only the
+// listed packs are opened and only their objects indexed; the directory
+// is not listed. Packs already loaded are skipped. Anything unexpected
+// (a listed pack's file missing or unreadable) falls back to a full
+// Reload, so the result is never less than Reload's. A pack removed from
+// objects/pack is not noticed: removals take Reload.
+func (n *Network) AddPacks(hashes []plumbing.Hash) error {
+	if len(hashes) == 0 {
+		return nil
+	}
+	n.writeMu.Lock()
+	defer n.writeMu.Unlock()
+	n.mu.RLock()
+	have := make(map[plumbing.Hash]bool, len(n.packs))
+	for _, p := range n.packs {
+		have[p.hash] = true
+	}
+	indexed := n.where != nil
+	n.mu.RUnlock()
+	if !indexed {
+		return n.reloadLocked()
+	}
+	var added []*pack
+	fail := func() error {
+		for _, a := range added {
+			a.close()
+		}
+		return n.reloadLocked()
+	}
+	for _, h := range hashes {
+		if have[h] {
+			continue
+		}
+		have[h] = true // listed twice: opened once
+		p, err := n.openPack(h)
+		if err != nil {
+			return fail()
+		}
+		added = append(added, p)
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	// As Reload orders and indexes what it adds.
+	sort.Slice(added, func(i, j int) bool { return added[i].hash.String() < added[j].hash.String() })
+	fresh := map[plumbing.Hash]*pack{}
+	for i := len(added) - 1; i >= 0; i-- {
+		if err := added[i].indexInto(fresh); err != nil {
+			return fail()
+		}
+	}
+	n.opened.Add(int64(len(added)))
+	n.mu.Lock()
+	for h, p := range fresh {
+		n.where[h] = p
+	}
+	n.packs = append(added, n.packs...)
+	n.mu.Unlock()
+	n.indexed.Add(int64(len(fresh)))
+	// A lookup that missed while the packs were loading looks again (see
+	// retryMiss). packDirMod stays: it is the directory as the last full
+	// listing saw it, so a miss still reloads after any change this call
+	// did not list.
+	n.reloads.Add(1)
+	return nil
+}
+
+// ReloadCounts reports, since the Network was opened, how many times
+// objects/pack was listed (Open, Reload) and how many packs Reload and
+// AddPacks opened. For tests and diagnostics.
+func (n *Network) ReloadCounts() (listings, opened int64) {
+	return n.listings.Load(), n.opened.Load()
 }
 
 func (n *Network) packPath(h plumbing.Hash, ext string) string {

@@ -306,3 +306,50 @@ func TestReloadIndexesOnlyNewPacks(t *testing.T) {
 		t.Fatalf("the repacked commit after a Reload that removed a pack: %v", err)
 	}
 }
+
+// AddPacks loads the packs it is given without listing objects/pack and
+// indexes only their objects; a pack it cannot open (its files missing)
+// makes it fall back to a full Reload, which still finds every pack
+// placed meanwhile.
+func TestAddPacksListsNothing(t *testing.T) {
+	n := MustOpen(t)
+	c, _ := mustPush(t, n, []tarEntry{{Name: "a", Body: "a\n"}, {Name: "b", Body: "b\n"}}, nil, 1700000000)
+	newPack := func(body string) (blob, name string) {
+		src := t.TempDir()
+		git(t, src, nil, "init", "-q")
+		blob = strings.TrimSpace(gitIn(t, src, body, "hash-object", "-w", "--stdin"))
+		name = strings.TrimSpace(gitIn(t, src, blob+"\n", "pack-objects", "-q", filepath.Join(n.Dir(), "objects", "pack", "pack")))
+		return blob, name
+	}
+	b1, p1 := newPack("one\n")
+	b2, p2 := newPack("two\n")
+	l0, o0 := n.ReloadCounts()
+	i0 := n.indexed.Load()
+	must(t, n.AddPacks([]plumbing.Hash{plumbing.NewHash(p1), plumbing.NewHash(p1)}))
+	if l, o := n.ReloadCounts(); l != l0 || o-o0 != 1 || n.indexed.Load()-i0 != 1 {
+		t.Fatalf("AddPacks of one one-object pack (listed twice): %d listings, %d packs opened, %d objects indexed; want 0, 1, 1", l-l0, o-o0, n.indexed.Load()-i0)
+	}
+	if !n.Has(plumbing.NewHash(b1)) {
+		t.Fatal("the added pack's blob is not found")
+	}
+	if n.Has(plumbing.NewHash(b2)) {
+		t.Fatal("a pack AddPacks was not given is loaded")
+	}
+	if _, err := n.Commit(c); err != nil {
+		t.Fatalf("the commit after AddPacks: %v", err)
+	}
+	// Loaded already: nothing to do.
+	must(t, n.AddPacks([]plumbing.Hash{plumbing.NewHash(p1)}))
+	if l, o := n.ReloadCounts(); l != l0 || o-o0 != 1 {
+		t.Fatalf("AddPacks of a loaded pack: %d listings, %d packs opened", l-l0, o-o0-1)
+	}
+	// A pack that is not there: the full Reload, which finds p2.
+	must(t, n.AddPacks([]plumbing.Hash{plumbing.NewHash(strings.Repeat("ab", 20))}))
+	if l, _ := n.ReloadCounts(); l != l0+1 {
+		t.Fatalf("AddPacks of a missing pack listed the directory %d times, want 1 (the fallback Reload)", l-l0)
+	}
+	if !n.Has(plumbing.NewHash(b2)) || !n.Has(plumbing.NewHash(b1)) {
+		t.Fatal("after the fallback Reload a pack's blob is missing")
+	}
+	_ = p2
+}

@@ -241,15 +241,31 @@ func (n *Network) catchUpOnce(ctx context.Context) error {
 		os.Remove(n.packPath(h, "idx"))
 		os.Remove(n.packPath(h, "pack"))
 	}
-	if len(missing)+len(retired) > 0 {
-		if err := n.Reload(); err != nil {
-			return err
-		}
+	if err := n.load(missing, retired); err != nil {
+		return err
 	}
 	n.stateMu.Lock()
 	n.gen = gen
 	n.stateMu.Unlock()
 	return nil
+}
+
+// load makes the packs a catch-up placed in the cache visible and drops
+// the ones it removed: a catch-up that only added packs opens and
+// indexes just those (AddPacks: no listing of the pack directory, the
+// network's other objects untouched); a removal takes the full Reload.
+func (n *Network) load(added []lockstep.PackRecord, retired []string) error {
+	if len(retired) > 0 {
+		return n.Reload()
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	hs := make([]plumbing.Hash, len(added))
+	for i, r := range added {
+		hs[i] = plumbing.NewHash(r.Hash)
+	}
+	return n.AddPacks(hs)
 }
 
 // catchUpChanges is catchUpOnce for a cache that reflects generation
@@ -261,9 +277,11 @@ func (n *Network) catchUpChanges(ctx context.Context, pcs lockstep.PackChangeSto
 	if err != nil {
 		return err
 	}
-	var missing []lockstep.PackRecord
+	// live: every live changed pack, to load unless it is loaded already
+	// (AddPacks skips those: our own writes, and a pack an earlier
+	// catch-up placed but did not get to load).
+	var live, missing []lockstep.PackRecord
 	var retired []string
-	changed := false
 	for _, c := range changes {
 		local := n.hasPack(c.Hash)
 		switch {
@@ -271,11 +289,13 @@ func (n *Network) catchUpChanges(ctx context.Context, pcs lockstep.PackChangeSto
 			if err := n.writeInline(c.Hash, c.Pack, c.Idx); err != nil {
 				return err
 			}
-			changed = true
 		case c.Live() && !local:
 			missing = append(missing, c.PackRecord)
 		case !c.Live() && local:
 			retired = append(retired, c.Hash)
+		}
+		if c.Live() {
+			live = append(live, c.PackRecord)
 		}
 	}
 	if err := n.download(ctx, missing); err != nil {
@@ -285,10 +305,8 @@ func (n *Network) catchUpChanges(ctx context.Context, pcs lockstep.PackChangeSto
 		os.Remove(n.packPath(h, "idx"))
 		os.Remove(n.packPath(h, "pack"))
 	}
-	if changed || len(missing)+len(retired) > 0 {
-		if err := n.Reload(); err != nil {
-			return err
-		}
+	if err := n.load(live, retired); err != nil {
+		return err
 	}
 	n.stateMu.Lock()
 	n.gen = gen

@@ -946,6 +946,100 @@ func TestCatchUpReadsOnlyChanges(t *testing.T) {
 	fsck(t, nb.Dir())
 }
 
+// TestCatchUpLoadsOnlyNewPacks: a catch-up that only adds packs (another
+// replica's writes: inline packs from the changes read, a large pack from
+// the bucket) opens just those packs and does not list the cache's pack
+// directory (before, every catch-up ended in a full Reload, which lists
+// it); a catch-up that removes packs (a compaction's) still takes the
+// full Reload, and nothing is lost either way.
+func TestCatchUpLoadsOnlyNewPacks(t *testing.T) {
+	e := newEnv(t)
+	newInline := func() *replicaT {
+		m := replica.New(replica.Config{Objects: e.objects, Packs: e.db, Grace: time.Hour, InlineMax: replica.DefaultInlineMax,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		r := &replicaT{m: m, dir: t.TempDir()}
+		t.Cleanup(func() {
+			r.mu.Lock()
+			for _, n := range r.net {
+				n.Close()
+			}
+			r.mu.Unlock()
+			m.Close()
+		})
+		return r
+	}
+	type reloadCounter interface {
+		ReloadCounts() (listings, opened int64)
+	}
+	a, b := newInline(), newInline()
+	na := a.open(t, "net")
+	var all []plumbing.Hash
+	for i := 0; i < 5; i++ {
+		all = append(all, writeBlobs(t, na, fmt.Sprintf("before b %d", i), 1)...)
+	}
+	nb := b.open(t, "net")
+	mustHave(t, nb, all, "b at open")
+	rc, ok := nb.(reloadCounter)
+	if !ok {
+		t.Fatalf("%T does not report its reloads", nb)
+	}
+	l0, o0 := rc.ReloadCounts()
+	for round := 0; round < 3; round++ {
+		news := writeBlobs(t, na, fmt.Sprintf("round %d", round), 1)
+		all = append(all, news...)
+		refresh(t, nb)
+		mustHave(t, nb, news, fmt.Sprintf("b after round %d", round))
+	}
+	// A pack too large to be kept inline: downloaded from the bucket.
+	big := make([]byte, replica.DefaultInlineMax+1024)
+	for i := range big {
+		big[i] = byte(i*7919 + i/251) // incompressible enough
+	}
+	large := blob(string(big))
+	if _, err := na.WriteObjects([]plumbing.EncodedObject{large}); err != nil {
+		t.Fatal(err)
+	}
+	all = append(all, large.Hash())
+	refresh(t, nb)
+	mustHave(t, nb, all, "b after the large pack")
+	l, o := rc.ReloadCounts()
+	if l != l0 || o-o0 != 4 {
+		t.Fatalf("4 catch-ups of one new pack each listed the pack directory %d times and opened %d packs; want 0 and 4", l-l0, o-o0)
+	}
+	// A refresh that finds nothing new loads nothing.
+	refresh(t, nb)
+	if l, o := rc.ReloadCounts(); l != l0 || o-o0 != 4 {
+		t.Fatalf("a catch-up with nothing new listed %d times and opened %d packs", l-l0, o-o0-4)
+	}
+	// A compaction retires every pack: the catch-up removes them and
+	// reloads in full.
+	if err := na.Compact(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	refresh(t, nb)
+	if l, _ := rc.ReloadCounts(); l != l0+1 {
+		t.Fatalf("the compaction's catch-up listed the pack directory %d times, want 1 (the full Reload)", l-l0)
+	}
+	live, _ := livePacks(t, e, "net")
+	got, _ := filepath.Glob(filepath.Join(nb.Dir(), "objects", "pack", "pack-*.idx"))
+	if len(live) != 1 || len(got) != 1 || !strings.Contains(got[0], live[0]) {
+		t.Fatalf("b's cache after the compaction's catch-up: %v, want the compacted pack %v alone", got, live)
+	}
+	mustHave(t, nb, all, "b after the compaction")
+	// b writes, a catches up with b's pack alone, and b's own pack in
+	// the changes it reads next is not loaded twice.
+	mine := writeBlobs(t, nb, "b writes", 1)
+	refresh(t, na)
+	mustHave(t, na, mine, "a after b's write")
+	_, o1 := rc.ReloadCounts()
+	writeBlobs(t, na, "a writes again", 1)
+	refresh(t, nb)
+	if _, o2 := rc.ReloadCounts(); o2-o1 != 1 {
+		t.Fatalf("b's catch-up of one pack of a (its own pack in the changes too) opened %d packs, want 1", o2-o1)
+	}
+	fsck(t, nb.Dir())
+}
+
 // fullListOnly is the real store seen through the PackStore and
 // InlinePackStore interfaces alone: a replica on it catches up the way
 // it did before PackChanges (the generation, every record, then each
