@@ -299,35 +299,14 @@ func (s *DB) NetworkPacks(ctx context.Context, network string) (out []lockstep.P
 	ctx, span := s.start(ctx, "NetworkPacks")
 	defer func() { err = end(span, err) }()
 	// One row with a NULL hash when the network has no packs.
-	rows, err := s.db.QueryContext(ctx, `SELECT st.g, p.hash, p.pack_bytes, p.idx_bytes, p.objects, p.registered_at, p.retired_at, p.pack_data IS NOT NULL
+	changes, g, err := s.packRows(ctx, network, `SELECT st.g, p.hash, p.pack_bytes, p.idx_bytes, p.objects, p.registered_at, p.retired_at, p.pack_data IS NOT NULL, NULL, NULL
 		FROM (SELECT COALESCE((SELECT generation FROM network_state WHERE network = $1), 0) AS g) st
 		LEFT JOIN network_packs p ON p.network = $1
 		ORDER BY p.registered_at, p.hash`, network)
-	if err != nil {
-		return nil, 0, err
+	for _, c := range changes {
+		out = append(out, c.PackRecord)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var hash sql.NullString
-		var pb, ib, objs, reg sql.NullInt64
-		var ret sql.NullInt64
-		var inline sql.NullBool
-		if err := rows.Scan(&g, &hash, &pb, &ib, &objs, &reg, &ret, &inline); err != nil {
-			return nil, 0, err
-		}
-		if !hash.Valid {
-			continue
-		}
-		p := lockstep.PackRecord{Network: network, Hash: hash.String, PackBytes: pb.Int64, IdxBytes: ib.Int64, Objects: int(objs.Int64), RegisteredAt: fromMicros(reg.Int64), Inline: inline.Bool}
-		if ret.Valid {
-			p.RetiredAt = fromMicros(ret.Int64)
-		}
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, 0, err
-	}
-	return out, g, nil
+	return out, g, err
 }
 
 // PackChanges returns the records of network changed (registered or
@@ -338,11 +317,18 @@ func (s *DB) NetworkPacks(ctx context.Context, network string) (out []lockstep.P
 func (s *DB) PackChanges(ctx context.Context, network string, since int64) (out []lockstep.PackChange, g int64, err error) {
 	ctx, span := s.start(ctx, "PackChanges")
 	defer func() { err = end(span, err) }()
-	rows, err := s.db.QueryContext(ctx, `SELECT st.g, p.hash, p.pack_bytes, p.idx_bytes, p.objects, p.registered_at, p.retired_at, p.pack_data IS NOT NULL,
+	return s.packRows(ctx, network, `SELECT st.g, p.hash, p.pack_bytes, p.idx_bytes, p.objects, p.registered_at, p.retired_at, p.pack_data IS NOT NULL,
 			CASE WHEN p.retired_at IS NULL THEN p.pack_data END, CASE WHEN p.retired_at IS NULL THEN p.idx_data END
 		FROM (SELECT COALESCE((SELECT generation FROM network_state WHERE network = $1), 0) AS g) st
 		LEFT JOIN network_packs p ON p.network = $1 AND (p.changed_gen > $2 OR p.changed_gen = 0)
 		ORDER BY p.registered_at, p.hash`, network, since)
+}
+
+// packRows reads the rows of NetworkPacks and PackChanges: the
+// generation, then a record's columns (a NULL hash: no record, the
+// generation alone) and its bytes (NULL unless asked for).
+func (s *DB) packRows(ctx context.Context, network, query string, args ...any) (out []lockstep.PackChange, g int64, err error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, 0, err
 	}
