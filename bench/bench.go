@@ -56,9 +56,11 @@ type benchOpts struct {
 
 // benchGroups are the scenario groups --only selects (a row name such as
 // fork-20k or read-refs selects its group).
-var benchGroups = []string{"cli-startup", "push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "run-baseline", "snapshot", "fsync-off", "fleet", "objstore", "db-burst"}
+var benchGroups = []string{"cli-startup", "push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "run-baseline", "snapshot", "fsync-off", "fleet", "objstore", "push-bulk", "db-burst"}
 
-// benchRowNames are every row a full run prints, in order.
+// benchRowNames are every row a full run prints, in order (the groups
+// whose rows depend on options add theirs: FleetRowNames,
+// ObjstoreRowNames, PushBulkRowNames).
 var benchRowNames = []string{"cli-startup", "push-incremental", "push-incremental:server", "push-tar-full", "rollback", "idempotency-rollback", "read-commit", "read-refs", "mcp-tool-call",
 	"fork-20k", "fork-200", "preflight-deep-20k", "preflight-renames-20k", "materialize-20k", "checkpoint", "restore", "run-true", "run-false", "run-baseline-true", "run-baseline-false",
 	"snapshot-take-btrfs", "snapshot-restore-btrfs", "snapshot-take-overlay", "snapshot-restore-overlay",
@@ -340,6 +342,7 @@ func (b *bencher) runAll() error {
 		{"fsync-off", b.benchFsyncOff},
 		{"fleet", b.benchFleet},
 		{"objstore", b.benchObjstore},
+		{"push-bulk", b.benchPushBulk},
 		{"db-burst", b.benchDBBurst},
 	}
 	for _, s := range steps {

@@ -58,8 +58,9 @@ type ObjstoreOptions struct {
 	// notifications in object mode, the gate's locks).
 	RedisURL string
 	// Bundles are git bundles (e.g. /work/shared/corpus/echo.bundle)
-	// whose branches and tags the full-history rows push; empty: those
-	// rows are skipped.
+	// whose branches and tags the full-history rows push, here and in
+	// the push-bulk group (pushbulk.go, which needs neither S3 nor
+	// Postgres); empty: those rows are skipped.
 	Bundles []string
 	// Missing is the skip message when S3URL or PostgresURL is empty
 	// (the command names its flags and variables); empty: a generic one.
