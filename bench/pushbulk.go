@@ -45,10 +45,12 @@ func PushBulkRowNames(bundles []string) []string { return pushBulkRowNames(bundl
 
 func pushBulkRow(bundle string) string { return "push-bulk-" + bundleName(bundle) }
 
-// pushBulkRounds is the number of rounds of each bundle: a round pushes
-// once each way, so a quarter of --iterations (at least 3) keeps the
-// group within a few minutes on echo (three pushes of ~1 s a round).
-func (b *bencher) pushBulkRounds() int { return max(3, b.o.iters/4) }
+// pushBulkRounds is the number of rounds of each bundle, as the other
+// slow scenarios: half of --iterations, at least 3. A round pushes once
+// each way (about 3 s for echo and 1.5 s for testify on 2 CPUs), so the
+// default 20 iterations take under a minute for both; fewer rounds left
+// the wall medians at the mercy of a loaded machine.
+func (b *bencher) pushBulkRounds() int { return b.slow() }
 
 func (b *bencher) benchPushBulk() error {
 	bundles := b.o.objstore.Bundles
@@ -332,6 +334,15 @@ func (b *bencher) pushBulk(s *benchServer, gh *gitHTTP, bundle string) error {
 	mmm := func(d *dist) string {
 		return fmt.Sprintf("%s–%s–%s", fmtMS(d.Min), fmtMS(d.Median), fmtMS(d.Max))
 	}
+	// selfMed is the median CPU of this process alone (the in-process
+	// server's own work, without the git processes).
+	selfMed := func(side *bulkSide) string {
+		self := make([]float64, len(side.cpu))
+		for i := range self {
+			self[i] = side.cpu[i] - side.child[i]
+		}
+		return fmtMS(newDist(self).Median)
+	}
 	size := fmt.Sprintf("%s commits, %d branches and tags, %.1f MB packed (mirror clone)", commits, len(wantRefs), float64(srcPack)/1e6)
 	how := fmt.Sprintf("`git push -q URL %s` from a --mirror clone of %s, each to a fresh repository; %d rounds, each pushing once to Lockstep (HTTP, local disk, SQLite, fsync on), to git receive-pack over HTTP and over file://, the order rotating; after round 0, ls-remote of Lockstep and of the git-http target lists the %d branches and tags of the bundle at the same objects",
 		strings.Join(fullPushSpecs, " "), filepath.Base(bundle), rounds, len(wantRefs))
@@ -347,8 +358,8 @@ func (b *bencher) pushBulk(s *benchServer, gh *gitHTTP, bundle string) error {
 	row.check("child CPU not counted (0 ms in a file:// push)", childCounted)
 	row.note("%s", how)
 	row.note("wall min–median–max: Lockstep %s, file:// %s, git receive-pack over HTTP %s", mmm(lw), mmm(fw), mmm(hw))
-	row.note("CPU min–median–max: Lockstep %s, file:// %s (Lockstep %.2f× file://), git receive-pack over HTTP %s; %s",
-		mmm(lc), mmm(fc), lc.Median/fc.Median, mmm(hc), cpuHow)
+	row.note("CPU min–median–max: Lockstep %s (this process alone: median %s), file:// %s (Lockstep %.2f× file://), git receive-pack over HTTP %s (this process alone: median %s); %s",
+		mmm(lc), selfMed(&ls), mmm(fc), lc.Median/fc.Median, mmm(hc), selfMed(&gitHTTPSide), cpuHow)
 	row.note("git's own receive-pack over HTTP reaches %.2f× file:// wall and %.2f× its CPU: what the HTTP transport costs a server that stores with git", hw.Median/fw.Median, hc.Median/fc.Median)
 	row.note("%s", loadNote)
 

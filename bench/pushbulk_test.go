@@ -62,7 +62,7 @@ func TestPushBulkGroup(t *testing.T) {
 	if len(out.Rows) != len(want) {
 		t.Errorf("%d rows, want %d (%v)", len(out.Rows), len(want), want)
 	}
-	const rounds = 3 // max(3, iterations/4)
+	const rounds = 3 // max(3, iterations/2)
 	for i, name := range want {
 		if i >= len(out.Rows) {
 			t.Errorf("no row %q", name)
