@@ -19,7 +19,10 @@ import (
 // numbers for every round, notes on CPU, and the group's own checks
 // passed: after round 0 every branch and tag was listed by Lockstep and
 // by the git-http target at the bundle's objects (else Run fails), and a
-// file:// push's child CPU was counted. No timing is asserted.
+// file:// push's child CPU was counted. No timing is asserted. (The
+// server is a child process here, reaped only at the end, so the
+// Lockstep CPU lacks the server's share; `lockstep bench` runs it
+// in-process.)
 func TestPushBulkGroup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a lockstep server and runs git")
