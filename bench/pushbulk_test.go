@@ -97,3 +97,18 @@ func TestPushBulkGroup(t *testing.T) {
 		t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	}
 }
+
+// TestGitHTTPRepoDir: the git-http server serves only direct children
+// of its root.
+func TestGitHTTPRepoDir(t *testing.T) {
+	g := &gitHTTP{root: "/r"}
+	for p, want := range map[string]string{
+		"/a.git/info/refs": "/r/a.git", "/a/info/refs": "/r/a",
+		"/../info/refs": "", "/./info/refs": "", "/info/refs": "", "/a/b.git/info/refs": "", "/a.git/info/refsx": "",
+	} {
+		got, ok := g.repoDir(p, "/info/refs")
+		if got != want || ok != (want != "") {
+			t.Errorf("repoDir(%q) = %q, %v; want %q", p, got, ok, want)
+		}
+	}
+}
