@@ -77,8 +77,12 @@ func TestBenchSmoke(t *testing.T) {
 	if i, ok := got["db-burst-10"]; !ok || !strings.Contains(out.Rows[i].Skipped, "LOCKSTEP_BRANCH_DATABASE_URL") {
 		t.Errorf("no skipped db-burst-10 row naming LOCKSTEP_BRANCH_DATABASE_URL")
 	}
-	if len(out.Rows) != len(names)+2 {
-		t.Errorf("%d rows, want %d", len(out.Rows), len(names)+2)
+	// The preflight-batch group needs a bundle (--bundles; none here).
+	if i, ok := got["preflight-batch"]; !ok || !strings.Contains(out.Rows[i].Skipped, "--bundles") {
+		t.Errorf("no skipped preflight-batch row naming --bundles")
+	}
+	if len(out.Rows) != len(names)+3 {
+		t.Errorf("%d rows, want %d", len(out.Rows), len(names)+3)
 	}
 	if out.Machine["fs"] == "" {
 		t.Errorf("machine description lacks the filesystem: %v", out.Machine)
