@@ -59,7 +59,8 @@ type ObjstoreOptions struct {
 	RedisURL string
 	// Bundles are git bundles (e.g. /work/shared/corpus/echo.bundle)
 	// whose branches and tags the full-history rows push; empty: those
-	// rows are skipped.
+	// rows are skipped. The preflight-batch group (preflightbatch.go)
+	// reads them too, whether or not the objstore group runs.
 	Bundles []string
 	// Missing is the skip message when S3URL or PostgresURL is empty
 	// (the command names its flags and variables); empty: a generic one.
