@@ -55,8 +55,13 @@ type benchOpts struct {
 }
 
 // benchGroups are the scenario groups --only selects (a row name such as
-// fork-20k or read-refs selects its group).
-var benchGroups = []string{"cli-startup", "push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "materialize", "checkpoint", "run", "run-baseline", "snapshot", "fsync-off", "fleet", "objstore", "push-bulk", "db-burst"}
+// fork-20k or read-refs selects its group: the longest group name that
+// prefixes it, or its entry in rowGroups).
+var benchGroups = []string{"cli-startup", "push-incremental", "push-tar-full", "rollback", "idempotency", "read", "mcp", "fork", "preflight", "preflight-batch", "materialize", "checkpoint", "run", "run-baseline", "snapshot", "fsync-off", "fleet", "objstore", "push-bulk", "db-burst"}
+
+// rowGroups are the rows whose group is not the longest group name that
+// prefixes them.
+var rowGroups = map[string]string{"preflight-single": "preflight-batch"}
 
 // benchRowNames are every row a full run prints, in order (the groups
 // whose rows depend on options add theirs: FleetRowNames,
@@ -277,6 +282,12 @@ func (b *bencher) selected(group string) bool {
 		return true
 	}
 	for _, s := range b.o.only {
+		if g, ok := rowGroups[s]; ok {
+			if g == group {
+				return true
+			}
+			continue
+		}
 		if s == group || strings.HasPrefix(s, group) && longestGroup(s) == group {
 			return true
 		}
@@ -334,6 +345,7 @@ func (b *bencher) runAll() error {
 		{"fork", b.benchFork},
 		{"preflight", b.benchPreflight},
 		{"preflight", b.benchPreflightRenames},
+		{"preflight-batch", b.benchPreflightBatch},
 		{"materialize", b.benchMaterialize},
 		{"checkpoint", b.benchCheckpoint},
 		{"run", b.benchRun},

@@ -30,6 +30,20 @@ func TestBenchOnlyLongestGroup(t *testing.T) {
 	}
 }
 
+// TestBenchOnlyPreflightBatch: preflight-batch and its second row
+// preflight-single select that group only; preflight selects its own.
+func TestBenchOnlyPreflightBatch(t *testing.T) {
+	for _, c := range []struct {
+		only       string
+		pre, batch bool
+	}{{"preflight-batch", false, true}, {"preflight-single", false, true}, {"preflight", true, false}, {"preflight-deep-20k", true, false}} {
+		b := &bencher{o: benchOpts{only: []string{c.only}}}
+		if b.selected("preflight") != c.pre || b.selected("preflight-batch") != c.batch {
+			t.Errorf("--only %s: preflight %v, preflight-batch %v; want %v, %v", c.only, b.selected("preflight"), b.selected("preflight-batch"), c.pre, c.batch)
+		}
+	}
+}
+
 func TestBenchDist(t *testing.T) {
 	d := newDist([]float64{5, 1, 4, 2, 3, 6, 7, 8, 9, 10})
 	if d.Median != 5.5 || d.P90 != 9 || d.Min != 1 || d.Max != 10 || d.N != 10 {

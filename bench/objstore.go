@@ -60,7 +60,9 @@ type ObjstoreOptions struct {
 	// Bundles are git bundles (e.g. /work/shared/corpus/echo.bundle)
 	// whose branches and tags the full-history rows push, here and in
 	// the push-bulk group (pushbulk.go, which needs neither S3 nor
-	// Postgres); empty: those rows are skipped.
+	// Postgres); empty: those rows are skipped. The preflight-batch
+	// group (preflightbatch.go) reads them too, whether or not the
+	// objstore group runs.
 	Bundles []string
 	// Missing is the skip message when S3URL or PostgresURL is empty
 	// (the command names its flags and variables); empty: a generic one.

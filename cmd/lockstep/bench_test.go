@@ -82,8 +82,12 @@ func TestBenchSmoke(t *testing.T) {
 	if i, ok := got["push-bulk"]; !ok || !strings.Contains(out.Rows[i].Skipped, "--bundles") {
 		t.Errorf("no skipped push-bulk row naming --bundles")
 	}
-	if len(out.Rows) != len(names)+3 {
-		t.Errorf("%d rows, want %d", len(out.Rows), len(names)+3)
+	// The preflight-batch group needs a bundle (--bundles; none here).
+	if i, ok := got["preflight-batch"]; !ok || !strings.Contains(out.Rows[i].Skipped, "--bundles") {
+		t.Errorf("no skipped preflight-batch row naming --bundles")
+	}
+	if len(out.Rows) != len(names)+4 { // the four skipped rows above
+		t.Errorf("%d rows, want %d", len(out.Rows), len(names)+4)
 	}
 	if out.Machine["fs"] == "" {
 		t.Errorf("machine description lacks the filesystem: %v", out.Machine)

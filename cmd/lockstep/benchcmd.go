@@ -39,7 +39,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		"objstore group: admin postgres:// URL where the bench creates (and drops) a fresh metadata database per mode (default LOCKSTEP_TEST_POSTGRES_URL); empty: the group is skipped")
 	f.url(&ob.RedisURL, "objstore-redis-url", "LOCKSTEP_BENCH_REDIS_URL", "", "objstore group: redis:// URL given to both modes' servers (change notifications); empty: none")
 	bundles := ""
-	f.str(&bundles, "bundles", "LOCKSTEP_BENCH_BUNDLES", "", "push-bulk and objstore groups: comma-separated git bundles whose branches and tags the full-history rows push (e.g. /work/shared/corpus/echo.bundle); empty: those rows are skipped")
+	f.str(&bundles, "bundles", "LOCKSTEP_BENCH_BUNDLES", "", "objstore, push-bulk and preflight-batch groups: comma-separated git bundles; the objstore and push-bulk groups' full-history rows push their branches and tags, the preflight-batch group merges 50 branches of the first one whose default branch has at least 51 first-parent merges (e.g. /work/shared/corpus/echo.bundle); empty: those rows are skipped")
 	if err := f.parse(args); err != nil {
 		return err
 	}
