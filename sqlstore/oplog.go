@@ -23,7 +23,9 @@ func NewOpID() string {
 func (s *DB) AppendOp(ctx context.Context, e *lockstep.OpEntry) (err error) {
 	ctx, span := s.start(ctx, "AppendOp")
 	defer func() { err = end(span, err) }()
-	return s.inTx(ctx, func(tx *sql.Tx) error { return s.appendOp(ctx, tx, e) })
+	// The transaction holds the write lock from its BEGIN on: the
+	// statements of the append cannot wait (unwaited).
+	return s.inTx(ctx, func(tx *sql.Tx) error { return s.appendOp(s.unwaited(ctx), tx, e) })
 }
 
 // appendOp links e to the chain head inside tx. Locking the head row makes

@@ -75,10 +75,12 @@ func (s *DB) txQuery(ctx context.Context, tx *sql.Tx, q string, args ...any) (*s
 	return tx.QueryContext(ctx, q, args...)
 }
 
-// queryRow runs q outside a transaction, prepared when it can be.
+// queryRow runs q outside a transaction, prepared when it can be. Its
+// statements are the hot single-row lookups by a unique key: on SQLite
+// they run without ctx's cancellation (see unwaited).
 func (s *DB) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 	if st := s.prepared(q); st != nil {
-		return st.QueryRowContext(ctx, args...)
+		return st.QueryRowContext(s.unwaited(ctx), args...)
 	}
 	return s.db.QueryRowContext(ctx, q, args...)
 }
@@ -90,4 +92,23 @@ func (s *DB) closeStmts() {
 		s.stmts.Delete(k)
 		return true
 	})
+}
+
+// unwaited is ctx, without its cancellation, for SQLite statements that
+// cannot wait: a lookup by a unique key outside a transaction (a WAL
+// reader takes no lock another connection holds), or a statement of a
+// transaction that already holds the write lock (_txlock=immediate: the
+// BEGIN waited, with ctx). Such a statement runs in microseconds, and a
+// cancellable context costs each one a watcher goroutine in the driver
+// (modernc's interruptOnDone) and, for a query, one in database/sql: most
+// of the goroutines a keyed preflight started. A ctx already done still
+// fails the statement as before; one ended meanwhile still rolls back the
+// transaction at its commit (database/sql watches the BEGIN's ctx). Its
+// values (span, idempotency claim) are kept. PostgreSQL: ctx unchanged
+// (a row lock can wait there).
+func (s *DB) unwaited(ctx context.Context) context.Context {
+	if s.dialect != "sqlite" || ctx.Done() == nil || ctx.Err() != nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }

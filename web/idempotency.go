@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -561,6 +562,13 @@ func (g *flightGroup) acquire(ctx context.Context, id string, deadline time.Time
 func (s *Server) send(c *gin.Context, status int, header map[string]string, body []byte) {
 	for k, v := range header {
 		c.Writer.Header().Set(k, v)
+	}
+	if status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified {
+		// The whole answer is known: with its length, the flush below
+		// sends headers and body in one write and the connection has
+		// nothing left to send (without it, the flush switches the
+		// answer to chunked encoding and its end goes in a second write).
+		c.Writer.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	}
 	c.Writer.WriteHeader(status)
 	if len(body) > 0 {
