@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
@@ -335,8 +336,8 @@ func decodeTree(h plumbing.Hash, data []byte) (*object.Tree, error) {
 		if sp < 0 {
 			return nil, fmt.Errorf("%w: missing mode terminator", object.ErrMalformedTree)
 		}
-		mode, err := filemode.New(string(data[:sp]))
-		if err != nil {
+		mode, ok := octalMode(data[:sp])
+		if !ok {
 			return nil, fmt.Errorf("%w: malformed mode", object.ErrMalformedTree)
 		}
 		data = data[sp+1:]
@@ -347,7 +348,11 @@ func decodeTree(h plumbing.Hash, data []byte) (*object.Tree, error) {
 		if nul == 0 {
 			return nil, fmt.Errorf("%w: empty filename", object.ErrMalformedTree)
 		}
-		name := string(data[:nul])
+		// The name is a view of data, not a copy (a string each was
+		// most of a receive's allocations): data, a quarantined tree's
+		// content, is never written after cat-file filled it, and lives
+		// as long as its tree. (ascent copies a name it keeps longer.)
+		name := unsafe.String(&data[0], nul)
 		data = data[nul+1:]
 		if len(data) < len(plumbing.ZeroHash) {
 			return nil, fmt.Errorf("%w: truncated object id", object.ErrMalformedTree)
@@ -358,6 +363,24 @@ func decodeTree(h plumbing.Hash, data []byte) (*object.Tree, error) {
 		t.Entries = append(t.Entries, object.TreeEntry{Name: name, Mode: canonicalTreeMode(mode), Hash: eh})
 	}
 	return t, nil
+}
+
+// octalMode is filemode.New on bytes (strconv.ParseUint(s, 8, 32)):
+// one or more octal digits, at most 32 bits.
+func octalMode(b []byte) (filemode.FileMode, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '7' {
+			return 0, false
+		}
+		if v = v<<3 | uint64(c-'0'); v > 1<<32-1 {
+			return 0, false
+		}
+	}
+	return filemode.FileMode(v), true
 }
 
 // canonicalTreeMode is go-git's (object.canonicalTreeMode): what a tree

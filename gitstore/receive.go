@@ -695,7 +695,7 @@ func (n *Network) ascent(ov *overlay, h plumbing.Hash, depth int) (int, string, 
 				return 0, "", invalidObject(h, "symlink %q: target blob missing", e.Name)
 			}
 			if u := climb(symlinkTarget(b)); u > up {
-				up, where = u, e.Name
+				up, where = u, strings.Clone(e.Name) // kept (ascentCache): not a view of the tree's content
 			}
 		}
 	}
