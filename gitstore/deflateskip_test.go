@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/klauspost/compress/zlib"
@@ -314,6 +315,10 @@ func TestDecodeTreeMatchesGoGit(t *testing.T) {
 		raws = append(raws, b)
 	}
 	raws = append(raws, nil, []byte(" "), []byte("100644 \x00"), []byte("100644 a"))
+	// Modes at and past 32 bits, signs, hex: filemode.New's edges.
+	for _, mode := range []string{"37777777777", "40000000000", "77777777777777777777777", "+644", "-644", "0x1ff", "0o644", "1_0", "0"} {
+		raws = append(raws, append([]byte(mode+" a\x00"), make([]byte, 20)...))
+	}
 	check := func(raw []byte) {
 		t.Helper()
 		o := &plumbing.MemoryObject{}
@@ -343,5 +348,28 @@ func TestDecodeTreeMatchesGoGit(t *testing.T) {
 			}
 			check(p)
 		}
+	}
+}
+
+// TestDecodeTreeAllocs: decoding a received tree allocates the tree and
+// its entries, not a string per name and per mode (2 per entry before).
+func TestDecodeTreeAllocs(t *testing.T) {
+	var raw []byte
+	for i := range 100 {
+		raw = append(raw, fmt.Sprintf("100644 file-%03d\x00", i)...)
+		raw = append(raw, make([]byte, 20)...)
+	}
+	var tr *object.Tree
+	n := testing.AllocsPerRun(50, func() {
+		var err error
+		if tr, err = decodeTree(plumbing.ZeroHash, raw); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if len(tr.Entries) != 100 || tr.Entries[42].Name != "file-042" || tr.Entries[42].Mode != filemode.Regular {
+		t.Fatalf("decoded %+v", tr.Entries[42])
+	}
+	if n > 2 {
+		t.Errorf("decodeTree of 100 entries: %v allocations, want at most 2", n)
 	}
 }

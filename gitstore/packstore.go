@@ -12,9 +12,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/lockstep-hq/lockstep"
@@ -42,8 +44,10 @@ const maxSymlinkBytes = 64 << 10
 
 // quarantine is a received pack indexed but not yet published.
 type quarantine struct {
-	dir  string        // objects/tmp_objdir-lockstep-XXXX
-	hash plumbing.Hash // the pack's name (its checksum)
+	dir  string               // objects/tmp_objdir-lockstep-XXXX
+	hash plumbing.Hash        // the pack's name (its checksum)
+	tab  *packTable           // what prescan read of the pack
+	idx  *idxfile.MemoryIndex // its .idx, once loadQuarantine read it
 }
 
 func (q *quarantine) path(ext string) string {
@@ -97,7 +101,7 @@ func (n *Network) indexReceived(body io.Reader, up *uploadReader, lim Limits) (*
 	if err != nil {
 		return nil, fmt.Errorf("receive pack: %w", err)
 	}
-	q := &quarantine{dir: dir}
+	q := &quarantine{dir: dir, tab: &packTable{}}
 	fail := func(err error) (*quarantine, error) { q.remove(); return nil, err }
 	if err := os.Mkdir(filepath.Join(dir, "pack"), 0o755); err != nil {
 		return fail(fmt.Errorf("receive pack: %w", err))
@@ -117,7 +121,7 @@ func (n *Network) indexReceived(body io.Reader, up *uploadReader, lim Limits) (*
 
 	feed := &feedWriter{w: stdin}
 	bw := bufio.NewWriterSize(feed, 1<<16)
-	scanErr := prescanGated(body, lim, &gate{w: bw})
+	scanErr := prescanGated(body, lim, &gate{w: bw}, q.tab)
 	if scanErr == nil {
 		if scanErr = bw.Flush(); scanErr != nil {
 			scanErr = fmt.Errorf("receive pack: feed git index-pack: %w", scanErr)
@@ -288,6 +292,9 @@ type quarantinedObject struct {
 	t    plumbing.ObjectType
 	size int64
 	data []byte // nil: content not loaded
+	// queued: asked of cat-file for validation (a blob named by a
+	// tree; set by loadQuarantine's reader only)
+	queued bool
 
 	// A tree's content decoded once, by loadQuarantine, for every later
 	// reader (validateObjects, ascent): tree, or the error decoding gave.
@@ -329,8 +336,8 @@ func decodeTree(h plumbing.Hash, data []byte) (*object.Tree, error) {
 		if sp < 0 {
 			return nil, fmt.Errorf("%w: missing mode terminator", object.ErrMalformedTree)
 		}
-		mode, err := filemode.New(string(data[:sp]))
-		if err != nil {
+		mode, ok := octalMode(data[:sp])
+		if !ok {
 			return nil, fmt.Errorf("%w: malformed mode", object.ErrMalformedTree)
 		}
 		data = data[sp+1:]
@@ -341,7 +348,11 @@ func decodeTree(h plumbing.Hash, data []byte) (*object.Tree, error) {
 		if nul == 0 {
 			return nil, fmt.Errorf("%w: empty filename", object.ErrMalformedTree)
 		}
-		name := string(data[:nul])
+		// The name is a view of data, not a copy (a string each was
+		// most of a receive's allocations): data, a quarantined tree's
+		// content, is never written after cat-file filled it, and lives
+		// as long as its tree. (ascent copies a name it keeps longer.)
+		name := unsafe.String(&data[0], nul)
 		data = data[nul+1:]
 		if len(data) < len(plumbing.ZeroHash) {
 			return nil, fmt.Errorf("%w: truncated object id", object.ErrMalformedTree)
@@ -352,6 +363,24 @@ func decodeTree(h plumbing.Hash, data []byte) (*object.Tree, error) {
 		t.Entries = append(t.Entries, object.TreeEntry{Name: name, Mode: canonicalTreeMode(mode), Hash: eh})
 	}
 	return t, nil
+}
+
+// octalMode is filemode.New on bytes (strconv.ParseUint(s, 8, 32)):
+// one or more octal digits, at most 32 bits.
+func octalMode(b []byte) (filemode.FileMode, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '7' {
+			return 0, false
+		}
+		if v = v<<3 | uint64(c-'0'); v > 1<<32-1 {
+			return 0, false
+		}
+	}
+	return filemode.FileMode(v), true
 }
 
 // canonicalTreeMode is go-git's (object.canonicalTreeMode): what a tree
@@ -388,138 +417,131 @@ func (o *quarantinedObject) Reader() (io.ReadCloser, error) {
 }
 
 // loadQuarantine lists the objects of q's pack and returns an overlay
-// holding those not already stored, in pack order of listing, with the
-// content validation needs. Limits are applied to the declared sizes again
+// holding those not already stored, in pack order, with the content
+// validation needs. Limits are applied to the declared sizes again
 // (prescan checked them from the raw pack).
+//
+// The list comes from the .idx index-pack wrote (ids and offsets) and
+// prescan's table of the same pack (types and sizes; listQuarantine),
+// so the content of every commit, tree and tag is asked of one `git
+// cat-file --batch` at once, in pack order; the blobs validation reads
+// (symlink targets, .gitmodules, .gitattributes) are asked of a second
+// one as the trees naming them arrive. Every object read is checked to
+// have the listed type and size.
 func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
 	env := gitEnv("GIT_DIR="+n.dir, "GIT_OBJECT_DIRECTORY="+q.dir)
-	list := exec.Command("git", n.gitArgs("cat-file", "--batch-all-objects", "--unordered",
-		"--batch-check=%(objectname) %(objecttype) %(objectsize)")...)
-	list.Dir, list.Env = n.dir, env
-	var stderr bytes.Buffer
-	list.Stderr = &stderr
-	lout, err := list.StdoutPipe()
+	idx, err := readIdx(q.path("idx"))
 	if err != nil {
 		return nil, fmt.Errorf("receive pack: %w", err)
 	}
-	if err := list.Start(); err != nil {
-		return nil, fmt.Errorf("receive pack: git cat-file --batch-check: %w", err)
+	q.idx = idx
+	listed, err := q.tab.listQuarantine(idx, q.path("pack"))
+	if err != nil {
+		return nil, fmt.Errorf("receive pack: list %s: %w", q.path("pack"), err)
 	}
-	// The listing is read as git writes it, and the content of each
-	// commit, tree and tag is asked of a second cat-file at once, so
-	// both run together; the listing's errors come first, as when it
-	// was read whole before.
-	// Sized for the pack's objects, counted from its .idx (index-pack
-	// wrote it for objects it parsed: not the header's claim), so a
-	// full-history push does not grow the map a dozen times.
-	hint := 0
-	if fi, err := os.Stat(q.path("idx")); err == nil {
-		hint = int(max(0, (fi.Size()-idxV2Fixed)/idxV2PerObject))
-	}
-	ov := &overlay{n: n, objs: make(map[plumbing.Hash]plumbing.EncodedObject, hint), order: make([]plumbing.EncodedObject, 0, hint), lim: lim}
+	ov := &overlay{n: n, objs: make(map[plumbing.Hash]plumbing.EncodedObject, len(listed)), order: make([]plumbing.EncodedObject, 0, len(listed)), lim: lim}
 	var want []*quarantinedObject
+	blobs := 0
 	loose := n.looseFanout()
-	feed := make(chan *quarantinedObject, 1024)
-	var listErr, scanErr error
-	listed := make(chan struct{})
-	go func() {
-		defer close(listed)
-		defer close(feed)
-		sc := bufio.NewScanner(lout)
-		sc.Buffer(make([]byte, 0, 1<<16), 1<<20)
-		for sc.Scan() {
-			h, typ, sz, ok := catFileHeader(sc.Bytes())
-			if !ok {
-				continue
-			}
-			if n.packFor(h) != nil || loose[h[0]] && n.has1(h) {
-				continue // a thin pack's base, or sent again: stored and checked before
-			}
-			t := objectType(typ)
-			if t == plumbing.InvalidObject {
-				listErr = invalidObject(h, "unexpected object type %s", typ)
-				break
-			}
-			size, _ := strconv.ParseInt(string(sz), 10, 64)
-			if t == plumbing.BlobObject && size > lim.MaxFileBytes {
-				listErr = lockstep.Errorf(lockstep.ETOOLARGE, "blob %s is %d bytes, over the %d-byte limit", h, size, lim.MaxFileBytes)
-				break
-			}
-			o := &quarantinedObject{h: h, t: t, size: size}
-			ov.objs[h] = o
-			ov.order = append(ov.order, o)
-			if t != plumbing.BlobObject {
-				want = append(want, o)
-				feed <- o
-			}
+	for _, l := range listed {
+		h := l.h
+		if n.packFor(h) != nil || loose[h[0]] && n.has1(h) {
+			continue // a thin pack's base, or sent again: stored and checked before
 		}
-		scanErr = sc.Err()
-		io.Copy(io.Discard, lout)
-	}()
-	catErr := n.catFileStream(env, feed, func(o *quarantinedObject) {
-		if o.t == plumbing.TreeObject {
-			o.decodedTree() // while git reads the next ones
+		switch l.t {
+		case plumbing.CommitObject, plumbing.TreeObject, plumbing.TagObject:
+		case plumbing.BlobObject:
+			if l.size > lim.MaxFileBytes {
+				return nil, lockstep.Errorf(lockstep.ETOOLARGE, "blob %s is %d bytes, over the %d-byte limit", h, l.size, lim.MaxFileBytes)
+			}
+			blobs++
+		default:
+			return nil, invalidObject(h, "unexpected object type %s", l.t)
 		}
-	})
-	<-listed
-	if err := list.Wait(); err != nil {
-		return nil, fmt.Errorf("receive pack: git cat-file --batch-check: %v: %s", err, gitFatal(stderr.String()))
-	}
-	if scanErr != nil {
-		return nil, fmt.Errorf("receive pack: git cat-file --batch-check: %v", scanErr)
-	}
-	if listErr != nil {
-		return nil, listErr
-	}
-	if catErr != nil {
-		return nil, catErr
+		o := &quarantinedObject{h: h, t: l.t, size: l.size}
+		ov.objs[h] = o
+		ov.order = append(ov.order, o)
+		if l.t != plumbing.BlobObject {
+			want = append(want, o)
+		}
 	}
 	if len(ov.order) == 0 {
 		return ov, nil
 	}
-	// The blobs whose content validateObjects reads: symlink targets and
-	// .gitmodules / .gitattributes files named by the new trees.
-	var blobs []*quarantinedObject
+	feed := make(chan *quarantinedObject, len(want))
 	for _, o := range want {
-		if o.t != plumbing.TreeObject {
-			continue
+		feed <- o
+	}
+	close(feed)
+	// The blobs whose content validateObjects reads: symlink targets and
+	// .gitmodules / .gitattributes files named by the new trees, asked of
+	// a second cat-file as each tree arrives (ov is no longer written:
+	// read only here).
+	var blobFeed chan *quarantinedObject
+	var blobDone chan error
+	var entryErr error
+	catErr := n.catFileStream(env, feed, func(o *quarantinedObject) {
+		if o.t != plumbing.TreeObject || entryErr != nil {
+			return
 		}
-		t, err := o.decodedTree()
+		t, err := o.decodedTree() // while git reads the next ones
 		if err != nil {
-			continue // validateObjects reports it
+			return // validateObjects reports it
 		}
 		for _, e := range t.Entries {
 			b, ok := ov.objs[e.Hash].(*quarantinedObject)
-			if !ok || b.t != plumbing.BlobObject || b.data != nil || b.size == 0 {
+			if !ok || b.t != plumbing.BlobObject || b.queued || b.size == 0 {
 				continue
 			}
 			switch {
 			case e.Mode == filemode.Symlink:
 				if b.size > maxSymlinkBytes {
-					return nil, invalidObject(o.h, "symlink %q: target is %d bytes, over %d", e.Name, b.size, maxSymlinkBytes)
+					entryErr = invalidObject(o.h, "symlink %q: target is %d bytes, over %d", e.Name, b.size, maxSymlinkBytes)
+					return
 				}
 			case specialFile(e.Name) == ".gitmodules" && b.size <= maxGitmodulesBytes,
 				specialFile(e.Name) == ".gitattributes" && b.size <= maxAttributesBytes:
 			default:
 				continue
 			}
-			b.data = []byte{} // queued once
-			blobs = append(blobs, b)
+			b.queued = true
+			if blobFeed == nil {
+				blobFeed, blobDone = make(chan *quarantinedObject, blobs), make(chan error, 1)
+				go func() { blobDone <- n.catFileStream(env, blobFeed, nil) }()
+			}
+			blobFeed <- b // never blocks: room for every blob
 		}
+	})
+	var blobErr error
+	if blobFeed != nil {
+		close(blobFeed)
+		blobErr = <-blobDone
 	}
-	if err := n.catFile(env, blobs); err != nil {
-		return nil, err
+	if catErr != nil {
+		return nil, catErr
+	}
+	if entryErr != nil {
+		return nil, entryErr
+	}
+	if blobErr != nil {
+		return nil, blobErr
 	}
 	return ov, nil
 }
 
-// The size of a version-2 .idx: a header and fan-out table (8 + 1024
-// bytes) and two checksums (40), then per object its id, CRC-32 and
-// offset (20 + 4 + 4), and 8 bytes per offset past 2 GiB.
-const (
-	idxV2Fixed     = 8 + 1024 + 40
-	idxV2PerObject = 20 + 4 + 4
-)
+// readIdx decodes the pack index at path.
+func readIdx(path string) (*idxfile.MemoryIndex, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	idx := idxfile.NewMemoryIndex()
+	if err := idxfile.NewDecoder(bufio.NewReaderSize(f, 1<<16)).Decode(idx); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", path, err)
+	}
+	return idx, nil
+}
 
 // catFileHeader splits a line of cat-file's "%(objectname)
 // %(objecttype) %(objectsize)" (--batch's header without its newline)
@@ -580,19 +602,6 @@ func (n *Network) looseFanout() *[256]bool {
 // objects' contents from.
 const catFileSlab = 256 << 10
 
-// catFile fills the content of objs with one `git cat-file --batch`.
-func (n *Network) catFile(env []string, objs []*quarantinedObject) error {
-	if len(objs) == 0 {
-		return nil
-	}
-	feed := make(chan *quarantinedObject, len(objs))
-	for _, o := range objs {
-		feed <- o
-	}
-	close(feed)
-	return n.catFileStream(env, feed, nil)
-}
-
 // catFileStream fills the content of the objects received from feed,
 // until it is closed, with one `git cat-file --batch`, calling loaded (if
 // not nil) on each once filled. feed is drained even on an error.
@@ -601,7 +610,7 @@ func (n *Network) catFileStream(env []string, feed <-chan *quarantinedObject, lo
 		for range feed {
 		}
 	}
-	cmd := exec.Command("git", n.gitArgs("cat-file", "--batch")...)
+	cmd := exec.Command("git", n.gitArgs("cat-file", "--batch", "--buffer")...)
 	cmd.Dir, cmd.Env = n.dir, env
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -655,9 +664,12 @@ func (n *Network) catFileStream(env []string, feed <-chan *quarantinedObject, lo
 			if err != nil {
 				return err
 			}
-			h, _, sz, ok := catFileHeader(hdr[:len(hdr)-1])
+			h, typ, sz, ok := catFileHeader(hdr[:len(hdr)-1])
 			if !ok || h != o.h {
 				return fmt.Errorf("unexpected header %q for %s", hdr, o.h)
+			}
+			if t := objectType(typ); t != o.t {
+				return fmt.Errorf("object %s: type %s, listed as %s", o.h, typ, o.t)
 			}
 			size, err := strconv.ParseInt(string(sz), 10, 64)
 			if err != nil || size != o.size {
@@ -732,7 +744,13 @@ func (n *Network) publishReceived(q *quarantine) (int64, error) {
 		}
 	}
 	n.mu.RUnlock()
-	p, err := n.openPack(q.hash)
+	var p *pack
+	var err error
+	if q.idx != nil {
+		p, err = n.newPack(q.hash, q.idx) // the .idx loadQuarantine read
+	} else {
+		p, err = n.openPack(q.hash)
+	}
 	if err != nil {
 		return 0, diskError(fmt.Errorf("publish pack: %w", err))
 	}

@@ -122,7 +122,14 @@ func specialFile(c string) string {
 		return ""
 	}
 	switch b := c[0]; {
-	case b == '.', b == '~', b|0x20 == 'g', b|0x20 == 'm', b >= utf8.RuneSelf:
+	case b|0x20 == 'g', b|0x20 == 'm':
+		// From an ASCII letter, only an NTFS short name ("gitmod~1",
+		// "gi7eba~1", "maba30~1"): a '~' in the first 8 bytes ("go.mod",
+		// "main.go" and the like are common entry names).
+		if strings.IndexByte(c[:min(len(c), 8)], '~') < 0 && strings.IndexByte(c, '\\') < 0 {
+			return ""
+		}
+	case b == '.', b == '~', b >= utf8.RuneSelf:
 	default:
 		if strings.IndexByte(c, '\\') < 0 {
 			return ""
@@ -133,11 +140,12 @@ func specialFile(c string) string {
 
 // specialFileSlow is specialFile without its fast path.
 func specialFileSlow(c string) string {
-	for _, s := range []struct{ name, short string }{
-		{"gitmodules", "gi7eba"}, {"gitattributes", "gi7d29"}, {"gitignore", "gi250a"}, {"mailmap", "maba30"},
+	for _, s := range []struct{ name, short, dotted string }{
+		{"gitmodules", "gi7eba", ".gitmodules"}, {"gitattributes", "gi7d29", ".gitattributes"},
+		{"gitignore", "gi250a", ".gitignore"}, {"mailmap", "maba30", ".mailmap"},
 	} {
 		if isHFSDot(c, s.name) || isNTFSDotGeneric(c, s.name, s.short) {
-			return "." + s.name
+			return s.dotted // a constant: no string built per entry
 		}
 	}
 	// fsck also reads the part after each backslash as a name on NTFS

@@ -147,13 +147,15 @@ func (n *Network) storeReceived(body io.Reader, up *uploadReader, lim Limits) (W
 // Skipping costs about half of klauspost's inflate, which was most of
 // the receive's own CPU (BenchmarkPrescanFullHistory).
 func prescan(data io.Reader, lim Limits) error {
-	return prescanGated(data, lim, nil)
+	return prescanGated(data, lim, nil, nil)
 }
 
 // prescanGated is prescan passing on to g (if not nil) each byte of data
 // once prescan has consumed it (see gate), and then the rest of data
-// (the trailer) if it accepts the pack.
-func prescanGated(data io.Reader, lim Limits, g *gate) error {
+// (the trailer) if it accepts the pack. It records in tab (if not nil)
+// each object's offset, pack type, size (a delta's result size) and
+// delta base, from which loadQuarantine lists the indexed pack.
+func prescanGated(data io.Reader, lim Limits, g *gate, tab *packTable) error {
 	cr := &countingReader{r: data}
 	br := bufio.NewReaderSize(cr, 1<<16)
 	offset := func() int64 { return cr.n - int64(br.Buffered()) }
@@ -164,10 +166,14 @@ func prescanGated(data io.Reader, lim Limits, g *gate) error {
 	if err != nil {
 		return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile: %v", err)
 	}
+	if tab != nil {
+		tab.reset(count)
+	}
 	var total int64
 	var skip skipper
 	for i := uint32(0); i < count; i++ {
-		typ, length, err := prescanObjectHeader(br, offset())
+		at := offset()
+		typ, length, base, err := prescanObjectHeader(br, at)
 		if err != nil {
 			return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile (object %d): %v", i, err)
 		}
@@ -191,6 +197,12 @@ func prescanGated(data io.Reader, lim Limits, g *gate) error {
 		if total += size; total > lim.MaxUploadBytes {
 			return lockstep.Errorf(lockstep.ETOOLARGE, "pack inflates to more than %d bytes", lim.MaxUploadBytes)
 		}
+		if tab != nil {
+			tab.add(at, typ, size, base)
+		}
+	}
+	if tab != nil {
+		tab.end = offset()
 	}
 	if g != nil {
 		return g.finish(offset(), data)
@@ -227,21 +239,22 @@ func prescanHeader(br *bufio.Reader) (uint32, error) {
 // prescanObjectHeader reads an object header at offset as
 // packfile.Scanner.NextObjectHeader does: type and declared length, then
 // an OFS delta's offset (which must point inside the pack, before the
-// object) or a REF delta's base id.
-func prescanObjectHeader(br *bufio.Reader, offset int64) (plumbing.ObjectType, int64, error) {
+// object) or a REF delta's base id, returned as base (its offset, or its
+// id).
+func prescanObjectHeader(br *bufio.Reader, offset int64) (typ plumbing.ObjectType, length int64, base deltaBase, err error) {
 	c, err := br.ReadByte()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, base, err
 	}
-	typ := plumbing.ObjectType((c & 0x70) >> 4)
-	length := int64(c & 0x0f)
+	typ = plumbing.ObjectType((c & 0x70) >> 4)
+	length = int64(c & 0x0f)
 	shift := uint(4)
 	for c&0x80 != 0 {
 		if shift > 64-7 {
-			return 0, 0, fmt.Errorf("%w: %w", packfile.ErrMalformedPackFile, packfile.ErrLengthOverflow)
+			return 0, 0, base, fmt.Errorf("%w: %w", packfile.ErrMalformedPackFile, packfile.ErrLengthOverflow)
 		}
 		if c, err = br.ReadByte(); err != nil {
-			return 0, 0, err
+			return 0, 0, base, err
 		}
 		length += int64(c&0x7f) << shift
 		shift += 7
@@ -250,17 +263,18 @@ func prescanObjectHeader(br *bufio.Reader, offset int64) (plumbing.ObjectType, i
 	case plumbing.OFSDeltaObject:
 		no, err := gobinary.ReadVariableWidthInt(br)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, base, err
 		}
 		if no <= 0 || no > offset {
-			return 0, 0, fmt.Errorf("%w: invalid OFS delta offset", packfile.ErrMalformedPackFile)
+			return 0, 0, base, fmt.Errorf("%w: invalid OFS delta offset", packfile.ErrMalformedPackFile)
 		}
+		base.offset = offset - no
 	case plumbing.REFDeltaObject:
-		if _, err := gobinary.ReadHash(br); err != nil {
-			return 0, 0, err
+		if base.id, err = gobinary.ReadHash(br); err != nil {
+			return 0, 0, base, err
 		}
 	}
-	return typ, length, nil
+	return typ, length, base, nil
 }
 
 // deltaVarint reads a size from a delta header (little-endian base 128).
@@ -681,7 +695,7 @@ func (n *Network) ascent(ov *overlay, h plumbing.Hash, depth int) (int, string, 
 				return 0, "", invalidObject(h, "symlink %q: target blob missing", e.Name)
 			}
 			if u := climb(symlinkTarget(b)); u > up {
-				up, where = u, e.Name
+				up, where = u, strings.Clone(e.Name) // kept (ascentCache): not a view of the tree's content
 			}
 		}
 	}

@@ -37,3 +37,19 @@ func TestSpecialFileFastPath(t *testing.T) {
 	}
 	t.Logf("%v", special)
 }
+
+// TestSpecialFileAllocates: asked for every tree entry of a push,
+// specialFile allocates nothing, neither for common names starting with
+// g or m (go.mod, main.go, Makefile: answered by the fast path) nor for
+// the special names themselves (".gitignore" built a string each time).
+func TestSpecialFileAllocates(t *testing.T) {
+	for c, want := range map[string]string{"go.mod": "", "main.go": "", "Makefile": "", "middleware": "", "GNUmakefile": "",
+		"gitlab-ci.yml": "", ".gitignore": ".gitignore", ".mailmap": ".mailmap", "gitmod~1": ".gitmodules", "GI7D29~1": ".gitattributes"} {
+		if s := specialFile(c); s != want {
+			t.Fatalf("specialFile(%q) = %q, want %q", c, s, want)
+		}
+		if n := testing.AllocsPerRun(100, func() { specialFile(c) }); n != 0 {
+			t.Errorf("specialFile(%q): %v allocations", c, n)
+		}
+	}
+}

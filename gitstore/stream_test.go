@@ -50,7 +50,7 @@ func TestPrescanGateWithholdsTrailer(t *testing.T) {
 		}
 	}
 	var rec recorder
-	err := prescanGated(bytes.NewReader(sent), Limits{MaxUploadBytes: lo - 1}.WithDefaults(), &gate{w: &rec})
+	err := prescanGated(bytes.NewReader(sent), Limits{MaxUploadBytes: lo - 1}.WithDefaults(), &gate{w: &rec}, nil)
 	if lockstep.ErrorCode(err) != lockstep.ETOOLARGE || !strings.Contains(lockstep.ErrorMessage(err), "inflates to more than") {
 		t.Fatalf("limit %d: %v", lo-1, err)
 	}
@@ -60,7 +60,7 @@ func TestPrescanGateWithholdsTrailer(t *testing.T) {
 
 	for _, r := range []io.Reader{bytes.NewReader(sent), iotest.OneByteReader(bytes.NewReader(sent)), iotest.HalfReader(bytes.NewReader(sent))} {
 		rec.Reset()
-		if err := prescanGated(r, Limits{MaxUploadBytes: lo}.WithDefaults(), &gate{w: &rec}); err != nil {
+		if err := prescanGated(r, Limits{MaxUploadBytes: lo}.WithDefaults(), &gate{w: &rec}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(rec.Bytes(), sent) {

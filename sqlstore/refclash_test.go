@@ -111,3 +111,78 @@ func TestRefsDirectoryFileClashConcurrent(t *testing.T) {
 		}
 	})
 }
+
+// TestRefsManyUpdatesOneBatch: a batch of many updates (whose statements
+// SQLite prepares once per transaction) checks each one as a batch of one
+// does: a name clash or a lost compare-and-swap anywhere refuses the
+// whole batch, with the ref that failed and its actual value.
+func TestRefsManyUpdatesOneBatch(t *testing.T) {
+	backends(t, func(t *testing.T, open func() *sqlstore.DB) {
+		ctx := context.Background()
+		db := open()
+		r := &lockstep.Repo{Name: "base", Network: "base", DefaultBranch: "main"}
+		if err := db.CreateRepo(ctx, r, nil, entry("repo.create")); err != nil {
+			t.Fatal(err)
+		}
+		a, b := fmt.Sprintf("%040x", 1), fmt.Sprintf("%040x", 2)
+		up := func(ups ...lockstep.RefUpdate) error {
+			for i := range ups {
+				ups[i].RepoID, ups[i].Repo = r.ID, r.Name
+			}
+			return db.UpdateRefs(ctx, ups, nil, nil, entry("push"))
+		}
+		create := func(name, oid string) lockstep.RefUpdate {
+			return lockstep.RefUpdate{Name: name, Old: lockstep.ZeroOID, New: oid}
+		}
+		var first []lockstep.RefUpdate
+		for i := range 12 {
+			first = append(first, create(fmt.Sprintf("refs/heads/b%d", i), a), create(fmt.Sprintf("refs/tags/v%d/x/y", i), a))
+		}
+		if err := up(first...); err != nil {
+			t.Fatal(err)
+		}
+		// A clash at the end of a batch: nothing of it lands.
+		batch := []lockstep.RefUpdate{create("refs/heads/c1", a), create("refs/heads/c2", a), create("refs/heads/c3/d", a), create("refs/tags/v3/x", a)}
+		err := up(batch...)
+		if d := lockstep.ErrorDetails(err); lockstep.ErrorCode(err) != lockstep.EREFCONFLICT || d["ref"] != "refs/tags/v3/x" || d["conflicting_ref"] != "refs/tags/v3/x/y" {
+			t.Fatalf("want a clash of refs/tags/v3/x, got %v %v", err, d)
+		}
+		if _, err := db.Ref(ctx, r.ID, "refs/heads/c1"); lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+			t.Fatalf("refused batch leaked refs/heads/c1: %v", err)
+		}
+		// A lost compare-and-swap in the middle: the actual value is told.
+		batch = []lockstep.RefUpdate{
+			{Name: "refs/heads/b0", Old: a, New: b}, {Name: "refs/heads/b1", Old: a, New: b},
+			{Name: "refs/heads/b2", Old: b, New: a}, {Name: "refs/heads/b3", Old: a, New: b},
+		}
+		err = up(batch...)
+		if m, ok := lockstep.AsRefMismatch(err); !ok || m.Ref != "refs/heads/b2" {
+			t.Fatalf("want a mismatch on refs/heads/b2, got %v", err)
+		}
+		if ref, _ := db.Ref(ctx, r.ID, "refs/heads/b0"); ref.OID != a {
+			t.Fatalf("refused batch moved refs/heads/b0 to %s", ref.OID)
+		}
+		// Updates, deletes and creates at once.
+		batch = []lockstep.RefUpdate{
+			{Name: "refs/heads/b0", Old: a, New: b}, {Name: "refs/heads/b1", Old: a, New: lockstep.ZeroOID},
+			create("refs/heads/b1/new", b), {Name: "refs/heads/b2", Old: a, New: b}, create("refs/heads/z", b),
+		}
+		if err := up(batch...); err != nil {
+			t.Fatal(err)
+		}
+		refs, err := db.Refs(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, ref := range refs {
+			got[ref.Name] = ref.OID
+		}
+		if len(got) != 25 || got["refs/heads/b0"] != b || got["refs/heads/b1/new"] != b || got["refs/heads/b2"] != b || got["refs/heads/z"] != b || got["refs/heads/b3"] != a {
+			t.Fatalf("refs after the batches: %v", got)
+		}
+		if _, ok := got["refs/heads/b1"]; ok {
+			t.Fatal("refs/heads/b1 not deleted")
+		}
+	})
+}
