@@ -626,3 +626,17 @@ func TestUIScopedKey(t *testing.T) {
 		}
 	}
 }
+
+// TestUIRunnerKey: a runner key may only register, take jobs and post
+// their output and result; signed in to the UI it reads no page.
+func TestUIRunnerKey(t *testing.T) {
+	w := mustUIWorld(t)
+	box := w.api(t, "POST", "/api/v1/keys", w.admin, `{"name":"box","role":"runner"}`, 201)["secret"].(string)
+	c := w.login(t, box)
+	for _, path := range []string{"/ui/", "/ui/repos/task-1/blob/main/main.go", "/ui/repos/app", "/ui/oplog", "/ui/runs"} {
+		status, body, _ := w.get(t, c, path)
+		if status != 403 || strings.Contains(body, "println") {
+			t.Errorf("runner key %s: %d, want 403\n%s", path, status, body)
+		}
+	}
+}
