@@ -388,10 +388,39 @@ func (s *Service) scopedCommit(ctx context.Context, n gitobj.Reader, r *lockstep
 	if err != nil {
 		return err
 	}
+	// A walk over parents from every tip, newest first, until h is met.
+	// Not AheadBehind: its walk stops by committer time, and a parent
+	// committed in the same second as its child may be judged not
+	// reachable.
+	seen := map[gitobj.Hash]bool{}
+	var queue []gitobj.Hash
 	for _, ref := range refs {
-		// A ref naming a tag object is no commit: AheadBehind fails, skip it.
-		if ahead, _, err := n.AheadBehind(h, gitobj.NewHash(ref.OID)); err == nil && ahead == 0 {
+		t := gitobj.NewHash(ref.OID)
+		if t == h {
 			return nil
+		}
+		if !seen[t] {
+			seen[t] = true
+			queue = append(queue, t)
+		}
+	}
+	for len(queue) > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c, err := n.Commit(queue[0])
+		queue = queue[1:]
+		if err != nil {
+			continue // a ref naming a tag or a blob: no history to walk
+		}
+		for _, p := range c.Parents {
+			if p == h {
+				return nil
+			}
+			if !seen[p] {
+				seen[p] = true
+				queue = append(queue, p)
+			}
 		}
 	}
 	return lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", h, r.Name)

@@ -439,23 +439,30 @@ func TestScopedKeyReadsByCommitID(t *testing.T) {
 
 	g := gitT{t: t, home: t.TempDir()}
 	u, _ := url.Parse(f.srv.URL)
-	push := func(key, repo, file, content string) string {
+	// push pushes three commits to repo's main, all committed in the same
+	// second (an ancestor as new as its descendants must still count as
+	// reachable): an empty root, a child adding file, and its child; it
+	// returns the middle one and the tip.
+	push := func(key, repo, file, content string) (mid, tip string) {
 		t.Helper()
 		dir := t.TempDir()
 		g.must(dir, nil, "init", "-q")
-		g.must(dir, nil, "-c", "core.hooksPath=/dev/null", "commit", "-q", "--allow-empty", "-m", "root of "+repo)
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		g.must(dir, nil, "add", file)
-		g.must(dir, nil, "commit", "-q", "-m", "work of "+repo)
+		tree := g.must(dir, nil, "write-tree")
+		who := "author A <a@example.com> 1767225600 +0000\ncommitter A <a@example.com> 1767225600 +0000\n"
+		root := g.must(dir, []byte("tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\n"+who+"\nroot of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
+		mid = g.must(dir, []byte("tree "+tree+"\nparent "+root+"\n"+who+"\nwork of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
+		tip = g.must(dir, []byte("tree "+tree+"\nparent "+mid+"\n"+who+"\nmore work of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
 		pu := *u
 		pu.User = url.UserPassword("x", key)
-		g.must(dir, nil, "push", "-q", pu.String()+"/git/"+repo+".git", "HEAD:refs/heads/main")
-		return g.must(dir, nil, "rev-parse", "HEAD")
+		g.must(dir, nil, "push", "-q", pu.String()+"/git/"+repo+".git", tip+":refs/heads/main")
+		return mid, tip
 	}
-	mine := push(sub, "ws1", "mine.txt", "mine\n")
-	theirs := push(f.admin, "theirs", "secret.txt", "their secret\n")
+	mineMid, mine := push(sub, "ws1", "mine.txt", "mine\n")
+	_, theirs := push(f.admin, "theirs", "secret.txt", "their secret\n")
 
 	// get answers a GET's status and body (a blob is not JSON).
 	get := func(path, key string) (int, string) {
@@ -471,7 +478,7 @@ func TestScopedKeyReadsByCommitID(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	// Its own commits, by id: yes.
-	for _, p := range []string{"/blob/" + mine + "/mine.txt", "/blob/" + mine[:8] + "/mine.txt", "/commits/" + mine} {
+	for _, p := range []string{"/blob/" + mine + "/mine.txt", "/blob/" + mine[:8] + "/mine.txt", "/commits/" + mine, "/commits/" + mineMid} {
 		if status, body := get("/api/v1/repos/ws1"+p, sub); status != 200 {
 			t.Fatalf("scoped key GET ws1%s: %d, want 200\n%s", p, status, body)
 		}
