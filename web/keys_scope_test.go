@@ -17,6 +17,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/agentmcp"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
@@ -431,7 +432,9 @@ func TestUsage(t *testing.T) {
 // source) or git (protocol v2 fetches any object by id; a scoped key is
 // served v0, which gives out only what its refs reach).
 func TestScopedKeyReadsByCommitID(t *testing.T) {
-	f := mustServerWith(t, web.Config{}, nil)
+	f := mustServerTweak(t, web.Config{}, nil, func(s *web.Server, db *sqlstore.DB) {
+		s.Checkpoints = checkpoints.New(db, s.Repos, nil, s.Logger, s.Metrics, nil)
+	})
 	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
 	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws1"}`, 201)
 	f.want(t, "POST", "/api/v1/repos/app/forks", f.admin, `{"name":"theirs"}`, 201)
@@ -458,7 +461,7 @@ func TestScopedKeyReadsByCommitID(t *testing.T) {
 		tip = g.must(dir, []byte("tree "+tree+"\nparent "+mid+"\n"+who+"\nmore work of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
 		pu := *u
 		pu.User = url.UserPassword("x", key)
-		g.must(dir, nil, "push", "-q", pu.String()+"/git/"+repo+".git", tip+":refs/heads/main")
+		g.must(dir, nil, "push", "-q", "--force", pu.String()+"/git/"+repo+".git", tip+":refs/heads/main")
 		return mid, tip
 	}
 	mineMid, mine := push(sub, "ws1", "mine.txt", "mine\n")
@@ -525,4 +528,18 @@ func TestScopedKeyReadsByCommitID(t *testing.T) {
 	}
 	// Its own commit by id, in protocol v2: yes.
 	g.must(dir, nil, "-c", "protocol.version=2", "fetch", "-q", pu.String()+"/git/ws1.git", mine)
+
+	// A checkpoint's commit is restored even when a force push left it
+	// out of the branch's history.
+	cp := f.want(t, "POST", "/api/v1/repos/ws1/checkpoints", sub, `{"label":"before"}`, 201)["id"].(string)
+	_, forced := push(sub, "ws1", "other.txt", "other\n")
+	if status, _ := get("/api/v1/repos/ws1/commits/"+mine, sub); status != 404 {
+		t.Fatalf("scoped key reads %s after the force push: %d, want 404", mine, status)
+	}
+	if r := f.want(t, "POST", "/api/v1/repos/ws1/checkpoints/"+cp+"/restore", sub, `{"expect_oid":"`+forced+`"}`, 200); r["commit"] == forced {
+		t.Fatalf("restore: %v", r)
+	}
+	if status, body := get("/api/v1/repos/ws1/blob/main/mine.txt", sub); status != 200 || body != "mine\n" {
+		t.Fatalf("after the restore: %d %q", status, body)
+	}
 }
