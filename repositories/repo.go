@@ -268,6 +268,9 @@ func (s *Service) resolveBase(ctx context.Context, n gitobj.Reader, r *lockstep.
 		if _, err := n.Commit(h); err != nil {
 			return gitobj.ZeroHash, missingOr(err, lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", rev, r.Name))
 		}
+		if err := s.scopedCommit(ctx, n, r, h); err != nil {
+			return gitobj.ZeroHash, err
+		}
 		return h, nil
 	}
 	if rev == "HEAD" {
@@ -313,7 +316,7 @@ func (s *Service) resolveBase(ctx context.Context, n gitobj.Reader, r *lockstep.
 		target = o
 	}
 	if ref == "" {
-		if h, ok, err := s.abbrev(n, r, branch, full); ok || err != nil {
+		if h, ok, err := s.abbrev(ctx, n, r, branch, full); ok || err != nil {
 			return h, err
 		}
 		return gitobj.ZeroHash, lockstep.Errorf(lockstep.EINVALID, "invalid revision %q: want an oid (4 to 40 hex digits), a branch, or repo:branch, optionally with ~N or ^N", full)
@@ -329,7 +332,7 @@ func (s *Service) resolveBase(ctx context.Context, n gitobj.Reader, r *lockstep.
 		if lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
 			return gitobj.ZeroHash, err
 		}
-		if h, ok, err := s.abbrev(n, r, branch, full); ok || err != nil {
+		if h, ok, err := s.abbrev(ctx, n, r, branch, full); ok || err != nil {
 			return h, err
 		}
 		return gitobj.ZeroHash, lockstep.Errorf(lockstep.ENOTFOUND, "revision %s not found in %s", full, target.Name)
@@ -338,14 +341,21 @@ func (s *Service) resolveBase(ctx context.Context, n gitobj.Reader, r *lockstep.
 }
 
 // abbrev resolves an abbreviated commit oid; ok is false when name is not
-// one (not hex, too short, or no such object).
-func (s *Service) abbrev(n gitobj.Reader, r *lockstep.Repo, name, full string) (gitobj.Hash, bool, error) {
+// one (not hex, too short, or no such object; for a scoped key, none
+// reachable from r's refs).
+func (s *Service) abbrev(ctx context.Context, n gitobj.Reader, r *lockstep.Repo, name, full string) (gitobj.Hash, bool, error) {
 	if len(name) < gitobj.MinAbbrev || len(name) > 40 || strings.Trim(name, "0123456789abcdef") != "" {
 		return gitobj.ZeroHash, false, nil
 	}
 	var commits []gitobj.Hash
 	for _, h := range n.ExpandPrefix(name, 16) {
 		if _, err := n.Commit(h); err == nil {
+			if err := s.scopedCommit(ctx, n, r, h); err != nil {
+				if lockstep.ErrorCode(err) == lockstep.ENOTFOUND {
+					continue
+				}
+				return gitobj.ZeroHash, true, err
+			}
 			commits = append(commits, h)
 		}
 	}
@@ -361,6 +371,65 @@ func (s *Service) abbrev(n gitobj.Reader, r *lockstep.Repo, name, full string) (
 	}
 	return gitobj.ZeroHash, true, lockstep.Errorf(lockstep.EINVALID, "revision %q is ambiguous in %s: it abbreviates %d commits; give more digits", full, r.Name, len(commits)).
 		WithDetails(map[string]any{"candidates": names})
+}
+
+// restoreCommitKey carries a checkpoint restore's commit to scopedCommit.
+type restoreCommitKey struct{}
+
+// scopedCommit returns not_found (as for a missing commit) unless the
+// caller may read commit h of r by its id: any key but a scoped one; a
+// scoped key only a commit reachable from one of r's refs (r itself was
+// checked against its scope). A fork network stores the objects of all
+// its repositories together, so an id, full or abbreviated to 4 hex
+// digits tried one by one, would otherwise read the commits of
+// workspaces outside the scope.
+func (s *Service) scopedCommit(ctx context.Context, n gitobj.Reader, r *lockstep.Repo, h gitobj.Hash) error {
+	if k := auth.FromContext(ctx); k == nil || k.Scope == nil {
+		return nil
+	}
+	if c, ok := ctx.Value(restoreCommitKey{}).(gitobj.Hash); ok && c == h {
+		return nil
+	}
+	refs, err := s.store.Refs(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	// A walk over parents from every tip, newest first, until h is met.
+	// Not AheadBehind: its walk stops by committer time, and a parent
+	// committed in the same second as its child may be judged not
+	// reachable.
+	seen := map[gitobj.Hash]bool{}
+	var queue []gitobj.Hash
+	for _, ref := range refs {
+		t := gitobj.NewHash(ref.OID)
+		if t == h {
+			return nil
+		}
+		if !seen[t] {
+			seen[t] = true
+			queue = append(queue, t)
+		}
+	}
+	for len(queue) > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c, err := n.Commit(queue[0])
+		queue = queue[1:]
+		if err != nil {
+			continue // a ref naming a tag or a blob: no history to walk
+		}
+		for _, p := range c.Parents {
+			if p == h {
+				return nil
+			}
+			if !seen[p] {
+				seen[p] = true
+				queue = append(queue, p)
+			}
+		}
+	}
+	return lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", h, r.Name)
 }
 
 // Unmirror removes refs of r from its network's mirror (after the store

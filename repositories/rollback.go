@@ -184,5 +184,9 @@ func (s *Service) RestoreTree(ctx context.Context, actor *lockstep.Key, wsName, 
 	}
 	opts := WriteOptions{Branch: branch, ExpectOID: tipCommit,
 		Message: fmt.Sprintf("Restore checkpoint %v\n\nRestores the tree of %s.", details["checkpoint"], commit)}
+	// The commit is the checkpoint's, recorded by the server on this
+	// workspace: a scoped key restores it even when a force push left it
+	// out of the branch's history (scopedCommit).
+	ctx = context.WithValue(ctx, restoreCommitKey{}, target.Hash)
 	return s.rollback(ctx, actor, wsName, commit, opts, Reason{Op: "checkpoint.restore", Details: details, Follows: follows, Wrap: wrap})
 }

@@ -93,11 +93,31 @@ func (s *Server) admit(c *gin.Context) {
 	c.Next()
 }
 
-func (s *Server) preAuthorize(c *gin.Context, route string, f *routeFact) error {
-	if k := caller(c); k != nil && k.Role == lockstep.RoleRunner && !f.runner {
-		// A runner key takes jobs and posts their output; nothing else
-		// (it acts on a job's workspace with the job's own key).
+// notRunner refuses a runner key: it takes jobs and posts their output,
+// nothing else (it acts on a job's workspace with the job's own key), on
+// the API, git, /mcp and the UI alike.
+func notRunner(k *lockstep.Key) error {
+	if k != nil && k.Role == lockstep.RoleRunner {
 		return lockstep.Errorf(lockstep.EFORBIDDEN, "a runner key may only register, take run jobs and post their output and result")
+	}
+	return nil
+}
+
+// refuseRunner is /mcp's notRunner, after authenticate.
+func (s *Server) refuseRunner(c *gin.Context) {
+	if err := notRunner(caller(c)); err != nil {
+		writeError(c, err)
+		c.Abort()
+		return
+	}
+	c.Next()
+}
+
+func (s *Server) preAuthorize(c *gin.Context, route string, f *routeFact) error {
+	if k := caller(c); !f.runner {
+		if err := notRunner(k); err != nil {
+			return err
+		}
 	}
 	rule := f.preAuth
 	if rule == nil {

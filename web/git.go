@@ -60,6 +60,18 @@ func (s *Server) handleGitInfoRefs() gin.HandlerFunc {
 	}
 }
 
+// gitProtocol is the request's Git-Protocol header as git gets it. A
+// scoped key is served protocol v0 (git falls back to it): v2's
+// upload-pack gives out any object of the fork network by its id (every
+// workspace's: GIT_NAMESPACE is no boundary), v0's stateless upload-pack
+// only what the namespace's refs reach.
+func gitProtocol(c *gin.Context) string {
+	if k := caller(c); k != nil && k.Scope != nil {
+		return ""
+	}
+	return c.GetHeader("Git-Protocol")
+}
+
 func noCache(c *gin.Context) {
 	c.Header("Cache-Control", "no-cache, max-age=0, must-revalidate")
 	c.Header("Expires", "Fri, 01 Jan 1980 00:00:00 GMT")
@@ -81,7 +93,7 @@ func (s *Server) gitCommand(c *gin.Context, repoName string, args ...string) (*e
 	cmd.WaitDelay = 5 * time.Second
 	cmd.Dir = n.Dir()
 	cmd.Env = append(os.Environ(), "GIT_NAMESPACE="+r.Name, "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0")
-	if p := c.GetHeader("Git-Protocol"); p != "" && len(p) < 256 {
+	if p := gitProtocol(c); p != "" && len(p) < 256 {
 		cmd.Env = append(cmd.Env, "GIT_PROTOCOL="+p)
 	}
 	cmd.Args = append(cmd.Args, n.Dir())
@@ -96,7 +108,7 @@ func (s *Server) gitCommand(c *gin.Context, repoName string, args ...string) (*e
 // store answers in the same time at any size. Its capabilities are those
 // of the installed git upload-pack, learned from its first answer.
 func (s *Server) gitUploadPackAdvertise(c *gin.Context, name string) {
-	v2 := strings.Contains(c.GetHeader("Git-Protocol"), "version=2")
+	v2 := strings.Contains(gitProtocol(c), "version=2")
 	var buf bytes.Buffer
 	if !v2 {
 		writePkt(&buf, "# service=git-upload-pack\n")

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/agentmcp"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/checkpoints"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
@@ -421,4 +423,123 @@ func TestUsage(t *testing.T) {
 		t.Fatalf("usage with an agent key: %d %v, want 403", status, m)
 	}
 	f.want(t, "GET", "/api/v1/repos/nope/usage", f.admin, "", 404)
+}
+
+// TestScopedKeyReadsByCommitID: a fork network stores every workspace's
+// objects together, so a commit id is no way around a key's scope: a key
+// scoped to ws1 reads ws1's commits by id (full or abbreviated), not
+// another workspace's, over the API (blob, commit, compare, rollback
+// source) or git (protocol v2 fetches any object by id; a scoped key is
+// served v0, which gives out only what its refs reach).
+func TestScopedKeyReadsByCommitID(t *testing.T) {
+	f := mustServerTweak(t, web.Config{}, nil, func(s *web.Server, db *sqlstore.DB) {
+		s.Checkpoints = checkpoints.New(db, s.Repos, nil, s.Logger, s.Metrics, nil)
+	})
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws1"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.admin, `{"name":"theirs"}`, 201)
+	sub := f.want(t, "POST", "/api/v1/keys", f.agent, `{"name":"sub","role":"agent","ttl":"1h","scope":{"workspace":"ws1"}}`, 201)["secret"].(string)
+
+	g := gitT{t: t, home: t.TempDir()}
+	u, _ := url.Parse(f.srv.URL)
+	// push pushes three commits to repo's main, all committed in the same
+	// second (an ancestor as new as its descendants must still count as
+	// reachable): an empty root, a child adding file, and its child; it
+	// returns the middle one and the tip.
+	push := func(key, repo, file, content string) (mid, tip string) {
+		t.Helper()
+		dir := t.TempDir()
+		g.must(dir, nil, "init", "-q")
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g.must(dir, nil, "add", file)
+		tree := g.must(dir, nil, "write-tree")
+		who := "author A <a@example.com> 1767225600 +0000\ncommitter A <a@example.com> 1767225600 +0000\n"
+		root := g.must(dir, []byte("tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\n"+who+"\nroot of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
+		mid = g.must(dir, []byte("tree "+tree+"\nparent "+root+"\n"+who+"\nwork of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
+		tip = g.must(dir, []byte("tree "+tree+"\nparent "+mid+"\n"+who+"\nmore work of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
+		pu := *u
+		pu.User = url.UserPassword("x", key)
+		g.must(dir, nil, "push", "-q", "--force", pu.String()+"/git/"+repo+".git", tip+":refs/heads/main")
+		return mid, tip
+	}
+	mineMid, mine := push(sub, "ws1", "mine.txt", "mine\n")
+	_, theirs := push(f.admin, "theirs", "secret.txt", "their secret\n")
+
+	// get answers a GET's status and body (a blob is not JSON).
+	get := func(path, key string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", f.srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// Its own commits, by id: yes.
+	for _, p := range []string{"/blob/" + mine + "/mine.txt", "/blob/" + mine[:8] + "/mine.txt", "/commits/" + mine, "/commits/" + mineMid} {
+		if status, body := get("/api/v1/repos/ws1"+p, sub); status != 200 {
+			t.Fatalf("scoped key GET ws1%s: %d, want 200\n%s", p, status, body)
+		}
+	}
+	// Another workspace's, through its own workspace: not found.
+	for _, r := range []struct{ method, path, body string }{
+		{"GET", "/api/v1/repos/ws1/blob/" + theirs + "/secret.txt", ""},
+		{"GET", "/api/v1/repos/ws1/blob/" + theirs[:8] + "/secret.txt", ""},
+		{"GET", "/api/v1/repos/ws1/tree/" + theirs, ""},
+		{"GET", "/api/v1/repos/ws1/commits/" + theirs, ""},
+		{"GET", "/api/v1/repos/ws1/commits?ref=" + theirs, ""},
+		{"GET", "/api/v1/repos/ws1/compare?base=main&head=" + theirs, ""},
+		{"GET", "/api/v1/repos/ws1/archive/" + theirs, ""},
+		{"POST", "/api/v1/repos/ws1/rollback", `{"branch":"main","to":"` + theirs + `","force":true}`},
+	} {
+		req, _ := http.NewRequest(r.method, f.srv.URL+r.path, strings.NewReader(r.body))
+		req.Header.Set("Authorization", "Bearer "+sub)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 404 || strings.Contains(string(b), "their secret") {
+			t.Errorf("scoped key %s %s: %d %s, want 404", r.method, r.path, resp.StatusCode, b)
+		}
+	}
+	// An unscoped key still reads the network's commits (reads are open).
+	if status, body := get("/api/v1/repos/ws1/blob/"+theirs+"/secret.txt", f.agent); status != 200 || body != "their secret\n" {
+		t.Fatalf("agent key GET ws1/blob/<their commit>: %d %q, want 200", status, body)
+	}
+
+	// git: a fetch of their commit by id through ws1, in protocol v2.
+	dir := t.TempDir()
+	g.must(dir, nil, "init", "-q")
+	pu := *u
+	pu.User = url.UserPassword("x", sub)
+	out, err := g.run(dir, nil, "-c", "protocol.version=2", "fetch", "-q", pu.String()+"/git/ws1.git", theirs)
+	if err == nil {
+		t.Fatalf("git fetch of another workspace's commit by id with a scoped key succeeded\n%s", out)
+	}
+	if _, err := g.run(dir, nil, "cat-file", "-e", theirs); err == nil {
+		t.Fatalf("the scoped key's clone holds %s", theirs)
+	}
+	// Its own commit by id, in protocol v2: yes.
+	g.must(dir, nil, "-c", "protocol.version=2", "fetch", "-q", pu.String()+"/git/ws1.git", mine)
+
+	// A checkpoint's commit is restored even when a force push left it
+	// out of the branch's history.
+	cp := f.want(t, "POST", "/api/v1/repos/ws1/checkpoints", sub, `{"label":"before"}`, 201)["id"].(string)
+	_, forced := push(sub, "ws1", "other.txt", "other\n")
+	if status, _ := get("/api/v1/repos/ws1/commits/"+mine, sub); status != 404 {
+		t.Fatalf("scoped key reads %s after the force push: %d, want 404", mine, status)
+	}
+	if r := f.want(t, "POST", "/api/v1/repos/ws1/checkpoints/"+cp+"/restore", sub, `{"expect_oid":"`+forced+`"}`, 200); r["commit"] == forced {
+		t.Fatalf("restore: %v", r)
+	}
+	if status, body := get("/api/v1/repos/ws1/blob/main/mine.txt", sub); status != 200 || body != "mine\n" {
+		t.Fatalf("after the restore: %d %q", status, body)
+	}
 }

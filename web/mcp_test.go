@@ -785,3 +785,23 @@ func metricValue(t *testing.T, f *fixture, series string) float64 {
 	}
 	return 0
 }
+
+// TestRunnerKeyOverMCP: /mcp answers a runner key 403 before its body is
+// read, as every route but the runner protocol does.
+func TestRunnerKeyOverMCP(t *testing.T) {
+	f := mustServerWith(t, web.Config{}, nil)
+	box := f.want(t, "POST", "/api/v1/keys", f.admin, `{"name":"box","role":"runner"}`, 201)["secret"].(string)
+	req, _ := http.NewRequest("POST", f.srv.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+	req.Header.Set("Authorization", "Bearer "+box)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 403 || !strings.Contains(string(b), lockstep.EFORBIDDEN) {
+		t.Fatalf("runner key POST /mcp: %d %s, want 403", resp.StatusCode, b)
+	}
+}

@@ -27,7 +27,7 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 			if mcp == nil {
 				continue
 			}
-			chain := []gin.HandlerFunc{s.authenticate}
+			chain := []gin.HandlerFunc{s.authenticate, s.refuseRunner}
 			if f.uploadSlot {
 				chain = append(chain, s.mcpSlot, s.mcpHoldSlot) // upload.go: the slot of a large request
 			}

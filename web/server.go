@@ -318,22 +318,14 @@ func (s *Server) authenticate(c *gin.Context) {
 	// A scoped key acts only on its workspace(s): every route naming a
 	// repository (API, git smart HTTP; MCP tools call the API) checks it
 	// here, before any body is read.
-	if k.Scope != nil {
-		name := c.Param("repo")
-		if git {
-			name = strings.TrimSuffix(name, ".git")
-		}
-		if name != "" {
-			r, err := s.Store.RepoByName(c.Request.Context(), name)
-			if err == nil {
-				err = k.InScope(r)
-			}
-			if err != nil && lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
-				writeError(c, err)
-				c.Abort()
-				return
-			}
-		}
+	name := c.Param("repo")
+	if git {
+		name = strings.TrimSuffix(name, ".git")
+	}
+	if err := s.scopeCheck(c.Request.Context(), k, name); err != nil {
+		writeError(c, err)
+		c.Abort()
+		return
 	}
 	if err := s.rateLimit(c, k); err != nil {
 		writeError(c, err)
@@ -344,6 +336,24 @@ func (s *Server) authenticate(c *gin.Context) {
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("lockstep.key", k.Name))
 	c.Request = c.Request.WithContext(ctx)
 	c.Next()
+}
+
+// scopeCheck returns permission_denied when k is a scoped key and the
+// repository named by a route (name, "" for none) is outside its scope:
+// the API, git smart HTTP and UI middlewares all call it before the
+// handler runs. An unknown name passes (the handler answers not_found).
+func (s *Server) scopeCheck(ctx context.Context, k *lockstep.Key, name string) error {
+	if k == nil || k.Scope == nil || name == "" {
+		return nil
+	}
+	r, err := s.Store.RepoByName(ctx, name)
+	if err == nil {
+		err = k.InScope(r)
+	}
+	if err != nil && lockstep.ErrorCode(err) != lockstep.ENOTFOUND {
+		return err
+	}
+	return nil
 }
 
 // caller returns the authenticated key of the request.

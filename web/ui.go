@@ -342,6 +342,17 @@ func (u *uiServer) authenticate(c *gin.Context) {
 		return
 	}
 	c.Request = c.Request.WithContext(auth.WithKey(c.Request.Context(), k))
+	// A runner key sees no page, a scoped key only the repositories of
+	// its scope, here as on the API (the page's own key is set first:
+	// the error page shows it).
+	if err := notRunner(k); err != nil {
+		u.fail(c, err)
+		return
+	}
+	if err := u.s.scopeCheck(c.Request.Context(), k, c.Param("repo")); err != nil {
+		u.fail(c, err)
+		return
+	}
 	c.Next()
 }
 

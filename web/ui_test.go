@@ -599,3 +599,44 @@ func TestUIStoragePanel(t *testing.T) {
 		t.Fatalf("a reviewer asking for reclaimable: %d, panel shown %v", status, strings.Contains(body, "GC would free"))
 	}
 }
+
+// TestUIScopedKey: a key scoped to one workspace, signed in to the UI,
+// sees that workspace's pages and no other repository's (every page that
+// names a repository in its path answers 403), as on the API.
+func TestUIScopedKey(t *testing.T) {
+	w := mustUIWorld(t)
+	w.api(t, "POST", "/api/v1/repos/app/forks", w.agent, `{"name":"task-2"}`, 201)
+	sub := w.api(t, "POST", "/api/v1/keys", w.agent, `{"name":"sub","role":"agent","ttl":"1h","scope":{"workspace":"task-2"}}`, 201)["secret"].(string)
+	c := w.login(t, sub)
+	if status, body, _ := w.get(t, c, "/ui/repos/task-2/tree/main"); status != 200 {
+		t.Fatalf("own workspace: %d\n%s", status, body)
+	}
+	for _, path := range []string{
+		"/ui/repos/task-1",
+		"/ui/repos/task-1/tree/main",
+		"/ui/repos/task-1/blob/main/main.go",
+		"/ui/repos/task-1/commits/" + w.failing,
+		"/ui/repos/task-1/compare?base=main&head=main",
+		"/ui/repos/app/blob/main/README.md",
+		"/ui/repos/app/tasks/t",
+	} {
+		status, body, _ := w.get(t, c, path)
+		if status != 403 || strings.Contains(body, "println") || strings.Contains(body, "# app") {
+			t.Errorf("%s: %d, want 403\n%s", path, status, body)
+		}
+	}
+}
+
+// TestUIRunnerKey: a runner key may only register, take jobs and post
+// their output and result; signed in to the UI it reads no page.
+func TestUIRunnerKey(t *testing.T) {
+	w := mustUIWorld(t)
+	box := w.api(t, "POST", "/api/v1/keys", w.admin, `{"name":"box","role":"runner"}`, 201)["secret"].(string)
+	c := w.login(t, box)
+	for _, path := range []string{"/ui/", "/ui/repos/task-1/blob/main/main.go", "/ui/repos/app", "/ui/oplog", "/ui/runs"} {
+		status, body, _ := w.get(t, c, path)
+		if status != 403 || strings.Contains(body, "println") {
+			t.Errorf("runner key %s: %d, want 403\n%s", path, status, body)
+		}
+	}
+}
