@@ -1,10 +1,12 @@
 package repositories
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
@@ -394,40 +396,12 @@ func (s *Service) scopedCommit(ctx context.Context, n gitobj.Reader, r *lockstep
 	if err != nil {
 		return err
 	}
-	// A walk over parents from every tip, newest first, until h is met.
-	// Not AheadBehind: its walk stops by committer time, and a parent
-	// committed in the same second as its child may be judged not
-	// reachable.
-	seen := map[gitobj.Hash]bool{}
-	var queue []gitobj.Hash
-	for _, ref := range refs {
-		t := gitobj.NewHash(ref.OID)
-		if t == h {
-			return nil
-		}
-		if !seen[t] {
-			seen[t] = true
-			queue = append(queue, t)
-		}
+	tips := make([]gitobj.Hash, len(refs))
+	for i, ref := range refs {
+		tips[i] = gitobj.NewHash(ref.OID)
 	}
-	for len(queue) > 0 {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		c, err := n.Commit(queue[0])
-		queue = queue[1:]
-		if err != nil {
-			continue // a ref naming a tag or a blob: no history to walk
-		}
-		for _, p := range c.Parents {
-			if p == h {
-				return nil
-			}
-			if !seen[p] {
-				seen[p] = true
-				queue = append(queue, p)
-			}
-		}
+	if ok, err := reachable(ctx, n, tips, h); ok || err != nil {
+		return err
 	}
 	return lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", h, r.Name)
 }
@@ -447,4 +421,71 @@ func (s *Service) Unmirror(ctx context.Context, r *lockstep.Repo, refs []lockste
 		}
 	}
 	return first
+}
+
+// reachable reports whether commit h is reachable from one of tips. It
+// walks parents from every tip, newest committer time first, until h is
+// met, or until every commit left to walk is older than h by more than
+// scopedCommitSkew: past that, h cannot be below them unless times run
+// backwards along history by more than the skew (then a reachable h is
+// missed: refused, never an unreachable one let through). So an
+// unreachable h costs the commits newer than it, not the whole history.
+func reachable(ctx context.Context, n gitobj.Reader, tips []gitobj.Hash, h gitobj.Hash) (bool, error) {
+	target, err := n.Commit(h)
+	if err != nil {
+		return false, err
+	}
+	floor := target.Committer.When.Add(-scopedCommitSkew)
+	seen := map[gitobj.Hash]bool{}
+	q := &infoQueue{}
+	add := func(c gitobj.Hash) {
+		if seen[c] {
+			return
+		}
+		seen[c] = true
+		if ci, err := n.Commit(c); err == nil { // a ref naming a tag or a blob: no history to walk
+			heap.Push(q, ci)
+		}
+	}
+	for _, t := range tips {
+		if t == h {
+			return true, nil
+		}
+		add(t)
+	}
+	for q.Len() > 0 {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		c := heap.Pop(q).(*gitobj.CommitInfo)
+		if c.Committer.When.Before(floor) {
+			break
+		}
+		for _, p := range c.Parents {
+			if p == h {
+				return true, nil
+			}
+			add(p)
+		}
+	}
+	return false, nil
+}
+
+// scopedCommitSkew is how far committer times may run backwards along a
+// history for scopedCommit to still find a commit: its walk stops at
+// commits older than the one asked for by more than this.
+const scopedCommitSkew = 24 * time.Hour
+
+// infoQueue is a max-heap of commits on committer time.
+type infoQueue []*gitobj.CommitInfo
+
+func (q infoQueue) Len() int           { return len(q) }
+func (q infoQueue) Less(i, j int) bool { return q[i].Committer.When.After(q[j].Committer.When) }
+func (q infoQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *infoQueue) Push(x any)        { *q = append(*q, x.(*gitobj.CommitInfo)) }
+func (q *infoQueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
 }
