@@ -210,6 +210,17 @@ func TestTaskScopedKey(t *testing.T) {
 	f.want(t, "GET", "/api/v1/repos/a1/refs", k, "", 200)
 	f.want(t, "GET", "/api/v1/repos/other", k, "", 403)
 	f.want(t, "DELETE", "/api/v1/repos/other", k, "", 403)
+	// Its list of repositories is its scope: the base and a1, not other.
+	var names []string
+	for _, r := range f.want(t, "GET", "/api/v1/repos", k, "", 200)["repos"].([]any) {
+		names = append(names, r.(map[string]any)["name"].(string))
+	}
+	if strings.Join(names, ",") != "a1,app" && strings.Join(names, ",") != "app,a1" {
+		t.Fatalf("a task-scoped key lists %v, want app and a1 only", names)
+	}
+	if n := len(f.want(t, "GET", "/api/v1/repos", f.admin, "", 200)["repos"].([]any)); n != 3 {
+		t.Fatalf("the admin lists %d repositories, want 3", n)
+	}
 	f.want(t, "DELETE", "/api/v1/repos/a1", k, "", 200)
 }
 

@@ -43,11 +43,28 @@ func (s *Server) handleRepoList() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
+		repos = inScope(caller(c), repos)
 		if repos == nil {
 			repos = []*lockstep.Repo{}
 		}
 		c.JSON(http.StatusOK, gin.H{"repos": repos})
 	}
+}
+
+// inScope is the repositories of repos k may act on: all of them, unless
+// k is a scoped key (its owner, tips and task would otherwise name the
+// workspaces outside its scope).
+func inScope(k *lockstep.Key, repos []*lockstep.Repo) []*lockstep.Repo {
+	if k == nil || k.Scope == nil {
+		return repos
+	}
+	out := repos[:0:0]
+	for _, r := range repos {
+		if k.InScope(r) == nil {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func (s *Server) handleRepoGet() gin.HandlerFunc {

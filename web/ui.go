@@ -461,6 +461,7 @@ func (u *uiServer) handleIndex(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
+	all = inScope(caller(c), all)
 	counts := map[string]map[string]int{}
 	for _, r := range all {
 		if r.ForkOf != "" {

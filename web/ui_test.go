@@ -625,6 +625,12 @@ func TestUIScopedKey(t *testing.T) {
 			t.Errorf("%s: %d, want 403\n%s", path, status, body)
 		}
 	}
+	// Its index lists the base repositories of its scope: none (a
+	// workspace scope does not cover its base), so not app and its
+	// workspaces' counts.
+	if status, body, _ := w.get(t, c, "/ui/"); status != 200 || strings.Contains(body, `href="/ui/repos/app"`) {
+		t.Errorf("scoped key's index: %d, want 200 without app\n%s", status, body)
+	}
 }
 
 // TestUIRunnerKey: a runner key may only register, take jobs and post
