@@ -100,3 +100,38 @@ func TestSSEStreamLifetime(t *testing.T) {
 		t.Fatal("the stream was still open 2 minutes after its maximum lifetime")
 	}
 }
+
+// TestUIEventsScopedKey: a scoped key's event stream carries the events
+// of its scope only, naming only its repositories (it carried every
+// repository's pushes, with their names).
+func TestUIEventsScopedKey(t *testing.T) {
+	w := mustUIWorld(t)
+	w.api(t, "POST", "/api/v1/repos/app/forks", w.agent, `{"name":"task-2"}`, 201)
+	w.api(t, "POST", "/api/v1/repos/app/forks", w.agent, `{"name":"task-3"}`, 201)
+	sub := w.api(t, "POST", "/api/v1/keys", w.agent, `{"name":"sub","role":"agent","ttl":"1h","scope":{"workspace":"task-2"}}`, 201)["secret"].(string)
+	resp, _ := openStream(t, w, w.login(t, sub))
+	defer resp.Body.Close()
+	// Out of its scope first, then in it.
+	w.push(t, "task-3", w.agent, w.baseHead, "out of scope", map[string]string{"other.txt": "x\n"}, 201)
+	w.push(t, "task-2", sub, w.baseHead, "in scope", map[string]string{"mine.txt": "x\n"}, 201)
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no event of task-2: %v", err)
+		}
+		if !strings.HasPrefix(line, "data: ") {
+			continue
+		}
+		var ev struct {
+			Repos []string `json:"repos"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(ev.Repos, ",") != "task-2" {
+			t.Fatalf("scoped key's stream: an event naming %v, want only task-2's", ev.Repos)
+		}
+		return
+	}
+}

@@ -208,6 +208,7 @@ func (u *uiServer) handleEvents(c *gin.Context) {
 	// also tells a client it may now expect events.
 	w.WriteString("retry: 3000\nevent: ready\ndata: {}\n\n")
 	w.Flush()
+	scoped := scopeCache{key: me, repo: u.s.Repos.Repo, in: map[string]bool{}}
 	rc := http.NewResponseController(w)
 	tick := time.NewTicker(liveHeartbeat)
 	defer tick.Stop()
@@ -220,6 +221,13 @@ func (u *uiServer) handleEvents(c *gin.Context) {
 		case <-tick.C:
 			w.WriteString(": keep-alive\n\n")
 		case ev := <-ch:
+			if me.Scope != nil {
+				// A scoped key hears of the repositories of its scope
+				// only, and only their names.
+				if ev.Repos = scoped.filter(ctx, ev.Repos); len(ev.Repos) == 0 {
+					continue
+				}
+			}
 			if len(want) > 0 {
 				hit := false
 				for _, r := range ev.Repos {
@@ -241,6 +249,34 @@ func (u *uiServer) handleEvents(c *gin.Context) {
 		rc.SetWriteDeadline(time.Now().Add(2 * liveHeartbeat))
 		w.Flush()
 	}
+}
+
+// scopeCache answers, for one event stream of a scoped key, which
+// repositories are in the key's scope (a repository's name, network and
+// task never change, so neither does the answer; one not found is out).
+type scopeCache struct {
+	key  *lockstep.Key
+	repo func(ctx context.Context, name string) (*lockstep.Repo, error)
+	in   map[string]bool
+}
+
+// filter returns the names of repos in the key's scope.
+func (sc *scopeCache) filter(ctx context.Context, repos []string) []string {
+	var out []string
+	for _, name := range repos {
+		in, ok := sc.in[name]
+		if !ok {
+			r, err := sc.repo(ctx, name)
+			in = err == nil && sc.key.InScope(r) == nil
+			if len(sc.in) < 10000 {
+				sc.in[name] = in
+			}
+		}
+		if in {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // liveJS is the UI's only script: it follows the page's event stream
