@@ -242,3 +242,30 @@ func TestOplogAppendFailsMidway(t *testing.T) {
 		}
 	})
 }
+
+// TestIdemOpsUseIndex: the statements that find the entries of an
+// Idempotency-Key (a replay's count, a take-over's check, the entries
+// listed) search SQLite's partial index oplog_idem, not every entry of
+// the API key through oplog_key.
+func TestIdemOpsUseIndex(t *testing.T) {
+	db := mustOpen(t, filepath.Join(t.TempDir(), "meta.db"))
+	for _, q := range sqlstore.IdemOpsQueries {
+		rows, err := db.SQL().Query(`EXPLAIN QUERY PLAN `+q, "key_test", "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, notused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		if p := strings.Join(plan, "; "); !strings.Contains(p, "INDEX oplog_idem (key_id=? AND idem_key=?)") {
+			t.Errorf("%s\nplan: %s, want a search of oplog_idem", q, p)
+		}
+	}
+}
