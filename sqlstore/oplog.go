@@ -68,12 +68,8 @@ func (s *DB) appendOp(ctx context.Context, tx *sql.Tx, e *lockstep.OpEntry) erro
 	if _, err := s.txExec(ctx, tx, qOplogInsert, args...); err != nil {
 		return fmt.Errorf("insert oplog entry: %w", err)
 	}
-	// SQLite's head row follows the insert (the trigger of migration
-	// 0031): one statement fewer per append.
-	if s.dialect == "postgres" {
-		if _, err := s.txExec(ctx, tx, qOplogMoveHead, e.Seq, e.Hash); err != nil {
-			return fmt.Errorf("move oplog head: %w", err)
-		}
+	if _, err := s.txExec(ctx, tx, qOplogMoveHead, e.Seq, e.Hash); err != nil {
+		return fmt.Errorf("move oplog head: %w", err)
 	}
 	if err := s.commitIdemRecord(ctx, tx, e); err != nil {
 		return err

@@ -34,7 +34,7 @@ func (s *DB) prepareHot(ctx context.Context) {
 	if s.dialect != "sqlite" {
 		return
 	}
-	for _, q := range []string{qOplogHead, qOplogInsert, qKeyByPrefix, qRepoByName, qRef, qForkRepo, qForkRefs, qRepoRef} {
+	for _, q := range []string{qOplogHead, qOplogInsert, qOplogMoveHead, qKeyByPrefix, qRepoByName, qRef, qForkRepo, qForkRefs, qRepoRef} {
 		if st, err := s.db.PrepareContext(ctx, q); err == nil {
 			s.stmts.Store(q, st)
 		}
