@@ -151,6 +151,19 @@ func (s *DB) IdemByKey(ctx context.Context, owner, key string) (r *lockstep.Idem
 	return r, err
 }
 
+// The entries committed under an Idempotency-Key, found by the partial
+// index oplog_idem (key_id, idem_key) WHERE idem_key <> ”. A planner uses
+// a partial index only when the query's WHERE implies the index's, and
+// `idem_key = $2` with a parameter does not: without the `idem_key <> ”`
+// term SQLite read every entry of the API key (oplog_key), on every
+// replay, and oplog_idem was written by every keyed append but never
+// read. A key is never empty, so the term changes no answer.
+const (
+	qIdemOpsCount  = `SELECT COUNT(*) FROM oplog WHERE key_id = $1 AND idem_key = $2 AND idem_key <> ''`
+	qIdemOpsReplay = `UPDATE oplog SET replays = replays + 1 WHERE key_id = $1 AND idem_key = $2 AND idem_key <> ''`
+	qIdemOps       = `SELECT ` + opCols + ` FROM oplog WHERE key_id = $1 AND idem_key = $2 AND idem_key <> '' ORDER BY seq`
+)
+
 // TakeOverIdem re-claims a running record whose holder died, only when no
 // operations-log entry carries the key.
 func (s *DB) TakeOverIdem(ctx context.Context, owner, key, oldToken, newToken string, leaseUntil time.Time) (ok bool, err error) {
@@ -158,7 +171,7 @@ func (s *DB) TakeOverIdem(ctx context.Context, owner, key, oldToken, newToken st
 	defer func() { err = end(span, err) }()
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM oplog WHERE key_id = $1 AND idem_key = $2`, owner, key).Scan(&n); err != nil {
+		if err := tx.QueryRowContext(ctx, qIdemOpsCount, owner, key).Scan(&n); err != nil {
 			return err
 		}
 		if n > 0 {
@@ -221,7 +234,7 @@ func (s *DB) CountIdemReplay(ctx context.Context, owner, key string) (err error)
 		if _, err := tx.ExecContext(ctx, `UPDATE idempotency_keys SET replays = replays + 1 WHERE owner_key_id = $1 AND idem_key = $2`, owner, key); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE oplog SET replays = replays + 1 WHERE key_id = $1 AND idem_key = $2`, owner, key)
+		_, err := tx.ExecContext(ctx, qIdemOpsReplay, owner, key)
 		return err
 	})
 }
@@ -241,7 +254,7 @@ func (s *DB) PurgeIdem(ctx context.Context, t time.Time) (n int64, err error) {
 func (s *DB) OpsByIdemKey(ctx context.Context, owner, key string) (out []*lockstep.OpEntry, err error) {
 	ctx, span := s.start(ctx, "OpsByIdemKey")
 	defer func() { err = end(span, err) }()
-	rows, err := s.db.QueryContext(ctx, `SELECT `+opCols+` FROM oplog WHERE key_id = $1 AND idem_key = $2 ORDER BY seq`, owner, key)
+	rows, err := s.db.QueryContext(ctx, qIdemOps, owner, key)
 	if err != nil {
 		return nil, err
 	}

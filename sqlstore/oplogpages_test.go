@@ -78,3 +78,29 @@ func TestKeyedAppendPages(t *testing.T) {
 		t.Fatalf("verify: %v %+v", err, res)
 	}
 }
+
+// BenchmarkKeyedAppend: one keyed read-only append (a keyed preflight's
+// store transaction: the entry, the chain head and the idempotency
+// record with its answer) on SQLite.
+//
+//	go test -run XXX -bench KeyedAppend -benchtime 5000x ./sqlstore/
+func BenchmarkKeyedAppend(b *testing.B) {
+	db := mustOpen(b, filepath.Join(b.TempDir(), "meta.db"))
+	ctx := context.Background()
+	now := lockstep.TruncateTime(time.Now())
+	i := 0
+	for b.Loop() {
+		i++
+		k := fmt.Sprintf("k-%d", i)
+		c := &lockstep.IdemClaim{Owner: "key_test", Key: k, Token: "t", Status: 200,
+			Deferred: &lockstep.IdemRecord{Owner: "key_test", Key: k, Fingerprint: "fp", Method: "POST",
+				Path: "/api/v1/repos/app/merges", LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}}
+		e := entry("merge.preflight")
+		e.Repo = "app"
+		e.ReadOnly = true
+		e.Answer = map[string]string{"clean": "true"}
+		if err := db.AppendOp(lockstep.WithIdemClaim(ctx, c), e); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
