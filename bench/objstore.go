@@ -889,29 +889,11 @@ func (oe *objEnv) fullPush(bundle string) error {
 	b := oe.b
 	base := bundleName(bundle)
 	b.logf("objstore: full-history push of %s …", base)
-	src := b.path("os-src-" + base + ".git")
-	if _, err := b.git(b.root, "clone", "-q", "--mirror", bundle, src); err != nil {
-		return err
-	}
-	head, err := b.git(src, "symbolic-ref", "HEAD")
+	m, err := b.mirrorBundle(bundle, "os-src-"+base)
 	if err != nil {
 		return err
 	}
-	defBranch := strings.TrimPrefix(head, "refs/heads/")
-	refList, err := b.git(src, "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags")
-	if err != nil {
-		return err
-	}
-	wantRefs := strings.Split(refList, "\n")
-	slices.Sort(wantRefs)
-	commits, err := b.git(src, "rev-list", "--count", "--branches", "--tags")
-	if err != nil {
-		return err
-	}
-	srcPack, err := dirBytes(filepath.Join(src, "objects"))
-	if err != nil {
-		return err
-	}
+	src, defBranch := m.src, m.defBranch
 
 	type result struct {
 		ms    []float64
@@ -953,22 +935,7 @@ func (oe *objEnv) fullPush(bundle string) error {
 			return nil
 		}
 		// Every branch and tag arrived, at the pushed commit.
-		out, err := b.git(src, "ls-remote", u.String(), "refs/heads/*", "refs/tags/*")
-		if err != nil {
-			return err
-		}
-		var got []string
-		for _, l := range strings.Split(out, "\n") {
-			oid, ref, ok := strings.Cut(l, "\t")
-			if ok && !strings.HasSuffix(ref, "^{}") {
-				got = append(got, oid+" "+ref)
-			}
-		}
-		slices.Sort(got)
-		if !slices.Equal(got, wantRefs) {
-			return fmt.Errorf("%s mode: ls-remote lists %d refs after the push, want the %d branches and tags of the bundle", mode, len(got), len(wantRefs))
-		}
-		return nil
+		return m.verify(b, mode+" mode", u.String())
 	}
 	gitPush := func(round int) error {
 		dst := b.path(b.name("os-full-git-"+base) + ".git")
@@ -1006,7 +973,7 @@ func (oe *objEnv) fullPush(bundle string) error {
 		}
 	}
 	gd := newDist(res["git"].ms)
-	size := fmt.Sprintf("%s commits, %d branches and tags, %.1f MB packed (mirror clone)", commits, len(wantRefs), float64(srcPack)/1e6)
+	size := m.describe()
 	for _, mode := range []string{"object", "local"} {
 		r := res[mode]
 		d := newDist(r.ms)

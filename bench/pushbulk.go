@@ -192,30 +192,12 @@ func (b *bencher) pushBulk(s *benchServer, gh *gitHTTP, bundle string) error {
 	base := bundleName(bundle)
 	b.logf("push-bulk: %s …", base)
 	load0 := loadAvg()
-	src := b.path("pb-src-" + base + ".git")
-	if _, err := b.git(b.root, "clone", "-q", "--mirror", bundle, src); err != nil {
-		return err
-	}
-	defer os.RemoveAll(src)
-	head, err := b.git(src, "symbolic-ref", "HEAD")
+	m, err := b.mirrorBundle(bundle, "pb-src-"+base)
 	if err != nil {
 		return err
 	}
-	defBranch := strings.TrimPrefix(head, "refs/heads/")
-	refList, err := b.git(src, "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags")
-	if err != nil {
-		return err
-	}
-	wantRefs := strings.Split(refList, "\n")
-	slices.Sort(wantRefs)
-	commits, err := b.git(src, "rev-list", "--count", "--branches", "--tags")
-	if err != nil {
-		return err
-	}
-	srcPack, err := dirBytes(filepath.Join(src, "objects"))
-	if err != nil {
-		return err
-	}
+	defer os.RemoveAll(m.src)
+	src, defBranch, wantRefs := m.src, m.defBranch, m.refs
 
 	// push runs `git push` of every branch and tag to dst and records
 	// its wall time and the CPU spent meanwhile.
@@ -242,25 +224,7 @@ func (b *bencher) pushBulk(s *benchServer, gh *gitHTTP, bundle string) error {
 	}
 	// verify compares the branches and tags remote lists (ls-remote)
 	// with the source's.
-	verify := func(what, remote string) error {
-		out, err := b.git(src, "ls-remote", remote, "refs/heads/*", "refs/tags/*")
-		if err != nil {
-			return err
-		}
-		var got []string
-		for _, l := range strings.Split(out, "\n") {
-			oid, ref, ok := strings.Cut(l, "\t")
-			if ok && !strings.HasSuffix(ref, "^{}") {
-				got = append(got, oid+" "+ref)
-			}
-		}
-		slices.Sort(got)
-		if !slices.Equal(got, wantRefs) {
-			return fmt.Errorf("%s: ls-remote lists %d refs after the push (%d differ), want the %d branches and tags of the bundle",
-				what, len(got), refsDiffer(got, wantRefs), len(wantRefs))
-		}
-		return nil
-	}
+	verify := func(what, remote string) error { return m.verify(b, what, remote) }
 	freshBare := func(dir string) error {
 		_, err := b.git(b.root, "init", "-q", "--bare", dir)
 		return err
@@ -343,7 +307,7 @@ func (b *bencher) pushBulk(s *benchServer, gh *gitHTTP, bundle string) error {
 		}
 		return fmtMS(newDist(self).Median)
 	}
-	size := fmt.Sprintf("%s commits, %d branches and tags, %.1f MB packed (mirror clone)", commits, len(wantRefs), float64(srcPack)/1e6)
+	size := m.describe()
 	how := fmt.Sprintf("`git push -q URL %s` from a --mirror clone of %s, each to a fresh repository; %d rounds, each pushing once to Lockstep (HTTP, local disk, SQLite, fsync on), to git receive-pack over HTTP and over file://, the order rotating; after round 0, ls-remote of Lockstep and of the git-http target lists the %d branches and tags of the bundle at the same objects",
 		strings.Join(fullPushSpecs, " "), filepath.Base(bundle), rounds, len(wantRefs))
 	cpuHow := "CPU: getrusage of this process (the in-process servers) and of its waited children (git push with remote-http and pack-objects, receive-pack with index-pack, the server's git), deltas around each push"
@@ -387,4 +351,64 @@ func refsDiffer(a, b []string) int {
 		}
 	}
 	return n
+}
+
+// mirroredBundle is a --mirror clone of a bundle, the source of the
+// full-history pushes (push-bulk, objstore).
+type mirroredBundle struct {
+	src, defBranch string
+	refs           []string // "oid refname" of every branch and tag, sorted
+	commits        string
+	packed         int64
+}
+
+func (b *bencher) mirrorBundle(bundle, name string) (*mirroredBundle, error) {
+	m := &mirroredBundle{src: b.path(name + ".git")}
+	if _, err := b.git(b.root, "clone", "-q", "--mirror", bundle, m.src); err != nil {
+		return nil, err
+	}
+	head, err := b.git(m.src, "symbolic-ref", "HEAD")
+	if err != nil {
+		return nil, err
+	}
+	m.defBranch = strings.TrimPrefix(head, "refs/heads/")
+	refList, err := b.git(m.src, "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags")
+	if err != nil {
+		return nil, err
+	}
+	m.refs = strings.Split(refList, "\n")
+	slices.Sort(m.refs)
+	if m.commits, err = b.git(m.src, "rev-list", "--count", "--branches", "--tags"); err != nil {
+		return nil, err
+	}
+	if m.packed, err = dirBytes(filepath.Join(m.src, "objects")); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *mirroredBundle) describe() string {
+	return fmt.Sprintf("%s commits, %d branches and tags, %.1f MB packed (mirror clone)", m.commits, len(m.refs), float64(m.packed)/1e6)
+}
+
+// verify compares the branches and tags remote lists (ls-remote) with
+// the bundle's.
+func (m *mirroredBundle) verify(b *bencher, what, remote string) error {
+	out, err := b.git(m.src, "ls-remote", remote, "refs/heads/*", "refs/tags/*")
+	if err != nil {
+		return err
+	}
+	var got []string
+	for _, l := range strings.Split(out, "\n") {
+		oid, ref, ok := strings.Cut(l, "\t")
+		if ok && !strings.HasSuffix(ref, "^{}") {
+			got = append(got, oid+" "+ref)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, m.refs) {
+		return fmt.Errorf("%s: ls-remote lists %d refs after the push (%d differ), want the %d branches and tags of the bundle",
+			what, len(got), refsDiffer(got, m.refs), len(m.refs))
+	}
+	return nil
 }
