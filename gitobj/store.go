@@ -90,6 +90,10 @@ type Writer interface {
 type RefMirror interface {
 	// MirrorRef sets one ref (a zero oid deletes it).
 	MirrorRef(repoName, ref string, oid Hash) error
+	// MirrorRefs sets several refs as MirrorRef would one by one (a
+	// zero oid deletes; deletes first), HEAD checked once: a ref it
+	// cannot hold is skipped and listed in a *MirrorError.
+	MirrorRefs(repoName string, refs []RefValue) error
 	// MirrorHEAD points the repository's HEAD at refs/heads/branch.
 	MirrorHEAD(repoName, branch string) error
 	// SyncMirror makes the repository's refs exactly refs (full names).

@@ -217,6 +217,13 @@ const DefaultTempGrace = 15 * time.Minute
 // minimum).
 const MinAbbrev = 4
 
+// RefValue is a ref's full name and the oid the mirror gives it (zero:
+// deleted).
+type RefValue struct {
+	Ref string
+	OID Hash
+}
+
 // RefProblem is a ref the mirror could not hold: a name git refuses, a
 // zero oid, or a write that failed (for example a file/directory clash
 // with another ref that an older server let into the store).

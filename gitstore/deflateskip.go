@@ -614,6 +614,31 @@ func (s *skipper) block(lit, dist *skipHuffman) error {
 	}
 }
 
+// skipLengthCodes is RFC 1951's table of length codes 257..285: base
+// length << 3 | extra bits, one load instead of blockFast's comparisons.
+var skipLengthCodes = [...]uint16{
+	3 << 3, 4 << 3, 5 << 3, 6 << 3, 7 << 3, 8 << 3, 9 << 3, 10 << 3,
+	11<<3 | 1, 13<<3 | 1, 15<<3 | 1, 17<<3 | 1,
+	19<<3 | 2, 23<<3 | 2, 27<<3 | 2, 31<<3 | 2,
+	35<<3 | 3, 43<<3 | 3, 51<<3 | 3, 59<<3 | 3,
+	67<<3 | 4, 83<<3 | 4, 99<<3 | 4, 115<<3 | 4,
+	131<<3 | 5, 163<<3 | 5, 195<<3 | 5, 227<<3 | 5,
+	258 << 3,
+}
+
+// skipDistCodes is RFC 1951's table of distance codes 0..29: base
+// distance << 4 | extra bits.
+var skipDistCodes = [...]uint32{
+	1 << 4, 2 << 4, 3 << 4, 4 << 4,
+	5<<4 | 1, 7<<4 | 1, 9<<4 | 2, 13<<4 | 2,
+	17<<4 | 3, 25<<4 | 3, 33<<4 | 4, 49<<4 | 4,
+	65<<4 | 5, 97<<4 | 5, 129<<4 | 6, 193<<4 | 6,
+	257<<4 | 7, 385<<4 | 7, 513<<4 | 8, 769<<4 | 8,
+	1025<<4 | 9, 1537<<4 | 9, 2049<<4 | 10, 3073<<4 | 10,
+	4097<<4 | 11, 6145<<4 | 11, 8193<<4 | 12, 12289<<4 | 12,
+	16385<<4 | 13, 24577<<4 | 13,
+}
+
 // blockFast is block while at least eight bytes are buffered past pos:
 // each symbol starts with 48 bits or more (a refill to 56 when fewer),
 // enough for a
@@ -655,29 +680,15 @@ func (s *skipper) blockFast(lit, dist *skipHuffman) (done bool, err error) {
 			}
 			continue
 		}
-		var length int
-		n = 0 // extra bits of the length
-		switch {
-		case v == 256:
+		if v == skipEndBlockMark {
 			return true, nil
-		case v < 265:
-			length = v - (257 - 3)
-		case v < 269:
-			length, n = v*2-(265*2-11), 1
-		case v < 273:
-			length, n = v*4-(269*4-19), 2
-		case v < 277:
-			length, n = v*8-(273*8-35), 3
-		case v < 281:
-			length, n = v*16-(277*16-67), 4
-		case v < 285:
-			length, n = v*32-(281*32-131), 5
-		case v < skipMaxNumLit:
-			length = 258
-		default:
+		}
+		if v-257 >= len(skipLengthCodes) { // 286, 287 of the fixed code
 			return false, corruptInput(s.roffset)
 		}
-		length += int(b & (1<<n - 1))
+		lc := skipLengthCodes[v-257]
+		n = uint(lc & 7) // extra bits of the length
+		length := int(lc>>3) + int(b&(1<<n-1))
 		b >>= n
 		nb -= n
 		var d int
@@ -699,19 +710,14 @@ func (s *skipper) blockFast(lit, dist *skipHuffman) (done bool, err error) {
 			nb -= n
 			d = int(chunk >> skipValueShift)
 		}
-		switch {
-		case d < 4:
-			d++
-		case d < skipMaxNumDist:
-			nb2 := uint(d-2) >> 1
-			extra := (d & 1) << nb2
-			e := int(b & (1<<nb2 - 1))
-			b >>= nb2
-			nb -= nb2
-			d = 1<<(nb2+1) + 1 + (extra | e)
-		default:
+		if d >= len(skipDistCodes) { // 30, 31
 			return false, corruptInput(s.roffset)
 		}
+		dc := skipDistCodes[d]
+		n = uint(dc & 15) // extra bits of the distance
+		d = int(dc>>4) + int(b&(1<<n-1))
+		b >>= n
+		nb -= n
 		if int64(d) > out { // a copy from before the stream's start
 			return false, corruptInput(s.roffset)
 		}

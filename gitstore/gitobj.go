@@ -26,6 +26,7 @@ type (
 	GCStats        = gitobj.GCStats
 	TempSweep      = gitobj.TempSweep
 	RefProblem     = gitobj.RefProblem
+	RefValue       = gitobj.RefValue
 	MirrorError    = gitobj.MirrorError
 )
 

@@ -84,6 +84,62 @@ func (n *Network) MirrorRef(repo, ref string, oid plumbing.Hash) error {
 	return nil
 }
 
+// MirrorRefs sets several refs of repo as MirrorRef would one by one, for
+// a push that moves many: the loose deletes first (so that "a" can become
+// "a/b"), the packed-refs file rewritten once for all of them, then the
+// writes in the order given, and the namespace HEAD checked once at the
+// end instead of after every ref. A ref it cannot hold (a name git
+// refuses, a failed delete or write) is skipped and listed in a
+// *MirrorError after the others were written; a bad repository name or a
+// failed HEAD update is returned as it is.
+func (n *Network) MirrorRefs(repo string, refs []RefValue) error {
+	ns, err := n.namespaceDir(repo)
+	if err != nil {
+		return err
+	}
+	var problems []RefProblem
+	n.refMu.Lock()
+	defer n.refMu.Unlock()
+	deleted := map[string]bool{}
+	for _, rv := range refs {
+		if !rv.OID.IsZero() {
+			continue
+		}
+		if err := CheckRefName(rv.Ref); err != nil {
+			problems = append(problems, RefProblem{Repo: repo, Ref: rv.Ref, Err: err})
+		} else if err := n.deleteLooseRef(ns, rv.Ref); err != nil {
+			problems = append(problems, RefProblem{Repo: repo, Ref: rv.Ref, Err: fmt.Errorf("mirror %s %s: %w", repo, rv.Ref, err)})
+		} else {
+			deleted["refs/namespaces/"+repo+"/"+rv.Ref] = true
+		}
+	}
+	if len(deleted) > 0 {
+		if err := n.rewritePackedRefs(func(name string) bool { return !deleted[name] }); err != nil {
+			for full := range deleted {
+				ref := strings.TrimPrefix(full, "refs/namespaces/"+repo+"/")
+				problems = append(problems, RefProblem{Repo: repo, Ref: ref, Err: fmt.Errorf("mirror %s %s: %w", repo, ref, err)})
+			}
+		}
+	}
+	for _, rv := range refs {
+		if rv.OID.IsZero() {
+			continue
+		}
+		if err := CheckRefName(rv.Ref); err != nil {
+			problems = append(problems, RefProblem{Repo: repo, Ref: rv.Ref, Err: err})
+		} else if err := n.writeRefFile(filepath.Join(ns, filepath.FromSlash(rv.Ref)), rv.OID.String()+"\n"); err != nil {
+			problems = append(problems, RefProblem{Repo: repo, Ref: rv.Ref, Err: fmt.Errorf("mirror %s %s: %w", repo, rv.Ref, err)})
+		}
+	}
+	if err := n.syncHEAD(repo, ns); err != nil {
+		return fmt.Errorf("mirror %s HEAD: %w", repo, err)
+	}
+	if len(problems) > 0 {
+		return &MirrorError{Problems: problems}
+	}
+	return nil
+}
+
 // MirrorHEAD makes branch the default branch of repo: the symref
 // refs/namespaces/<repo>/HEAD, so that `git upload-pack` run with
 // GIT_NAMESPACE=<repo> advertises it and `git clone` checks it out.

@@ -126,15 +126,12 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		if results[i].Err != nil {
 			continue
 		}
-		if err := checkGitObject(n, c); err != nil {
+		commit, tree, err := checkGitObject(n, c, peeled)
+		if err != nil {
 			results[i].Err = err
 			continue
 		}
-		u := refUpdate{Ref: c.Ref, Old: c.Old, New: c.New}
-		if c.New != lockstep.ZeroOID {
-			u.Commit, u.Tree = peelMemo(n, c.New, peeled)
-		}
-		updates = append(updates, u)
+		updates = append(updates, refUpdate{Ref: c.Ref, Old: c.Old, New: c.New, Commit: commit, Tree: tree})
 	}
 	if atomic && len(updates) < len(cmds) {
 		refuseRest(lockstep.Errorf(lockstep.EINVALID, "atomic push failed"))
@@ -288,17 +285,6 @@ func refusal(err error) bool {
 	return false
 }
 
-// peelMemo returns the commit (and its tree) an oid names: itself, or the
-// commit an annotated tag (chain) points at; "" when it is not a commit
-// (memo as for peelTagsMemo).
-func peelMemo(n gitobj.Reader, oid string, memo map[gitobj.Hash]gitobj.Hash) (commit, tree string) {
-	h, _ := peelTagsMemo(n, gitobj.NewHash(oid), memo)
-	if ci, err := n.Commit(h); err == nil {
-		return h.String(), ci.Tree.String()
-	}
-	return "", ""
-}
-
 // maxTagChain bounds peelTagsMemo. git peels a chain of tags to its end
 // whatever its length; a chain is at least as many objects as it is deep
 // (no tag can name itself), so the bound only stops a pathological one.
@@ -386,44 +372,47 @@ func validateTag(name string) error {
 
 // checkGitObject checks that a pushed ref's new value is stored: a branch
 // names a commit whose tree and parents exist, a tag any stored object
-// (a tag object's target was checked when its pack was received).
-func checkGitObject(n gitobj.Reader, c RefCommand) error {
+// (a tag object's target was checked when its pack was received). It
+// returns the commit the new value names (itself, or the commit an
+// annotated tag chain points at) and that commit's tree, "" when it is
+// not a commit or the ref is deleted: the one read of the commit serves
+// the check and the ref update (memo as for peelTagsMemo).
+func checkGitObject(n gitobj.Reader, c RefCommand, memo map[gitobj.Hash]gitobj.Hash) (commit, tree string, err error) {
 	if c.New == lockstep.ZeroOID {
-		return nil
+		return "", "", nil
 	}
 	h := gitobj.NewHash(c.New)
+	var ci *gitobj.CommitInfo
 	if strings.HasPrefix(c.Ref, "refs/tags/") {
 		if !n.Has(h) {
-			return lockstep.Errorf(lockstep.EINVALID, "%s is not an object in this repository", c.New)
+			return "", "", lockstep.Errorf(lockstep.EINVALID, "%s is not an object in this repository", c.New)
 		}
-		peeled, _ := peelTagsMemo(n, h, nil)
-		if _, err := n.Commit(peeled); err == nil {
+		peeled, _ := peelTagsMemo(n, h, memo)
+		if ci, err = n.Commit(peeled); err == nil {
 			h = peeled // a commit, checked below
 		} else if rootTreeStored(n, peeled) {
 			// A tagged tree may be checked out as a root, as a commit's.
-			return n.CheckRootTree(peeled)
+			return "", "", n.CheckRootTree(peeled)
 		} else {
-			return nil // a blob
+			return "", "", nil // a blob
 		}
-	}
-	ci, err := n.Commit(h)
-	if err != nil {
-		return lockstep.Errorf(lockstep.EINVALID, "%s is not a commit in this repository", c.New)
+	} else if ci, err = n.Commit(h); err != nil {
+		return "", "", lockstep.Errorf(lockstep.EINVALID, "%s is not a commit in this repository", c.New)
 	}
 	if !rootTreeStored(n, ci.Tree) {
-		return lockstep.Errorf(lockstep.EINVALID, "commit %s has no tree %s", c.New, ci.Tree)
+		return "", "", lockstep.Errorf(lockstep.EINVALID, "commit %s has no tree %s", c.New, ci.Tree)
 	}
 	// The content rules of every upload (see checkLanding): a commit
 	// stored before them is refused as a new one would be.
 	if err := n.CheckRootTree(ci.Tree); err != nil {
-		return lockstep.Errorf(lockstep.EINVALID, "commit %s: %s", c.New, lockstep.ErrorMessage(err))
+		return "", "", lockstep.Errorf(lockstep.EINVALID, "commit %s: %s", c.New, lockstep.ErrorMessage(err))
 	}
 	for _, p := range ci.Parents {
 		if !n.Has(p) {
-			return lockstep.Errorf(lockstep.EINVALID, "commit %s: parent %s missing", c.New, p)
+			return "", "", lockstep.Errorf(lockstep.EINVALID, "commit %s: parent %s missing", c.New, p)
 		}
 	}
-	return nil
+	return h.String(), ci.Tree.String(), nil
 }
 
 // rootTreeStored reports whether h is a stored tree whose files (the

@@ -2,9 +2,14 @@ package repositories_test
 
 import (
 	"context"
+	"fmt"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/gitobj"
+	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/internal/servicetest"
 	"github.com/lockstep-hq/lockstep/repositories"
 )
@@ -89,5 +94,90 @@ func TestGitPushWholeThenRefByRef(t *testing.T) {
 	}
 	if v, err := w.Store.VerifyOps(ctx); err != nil || !v.OK {
 		t.Fatalf("oplog verify: %+v %v", v, err)
+	}
+}
+
+// mirrorCounter counts the ref mirror's calls of one opener's networks.
+type mirrorCounter struct {
+	gitobj.Store
+	one, many *int
+}
+
+func (m mirrorCounter) MirrorRef(repo, ref string, oid gitobj.Hash) error {
+	*m.one++
+	return m.Store.MirrorRef(repo, ref, oid)
+}
+
+func (m mirrorCounter) MirrorRefs(repo string, refs []gitobj.RefValue) error {
+	*m.many++
+	return m.Store.MirrorRefs(repo, refs)
+}
+
+// TestGitPushMirrorsOncePerPush: a push of many refs writes the on-disk
+// mirror in one MirrorRefs call (one HEAD check), not one MirrorRef per
+// ref, deletes included, and the mirror ends equal to the store.
+func TestGitPushMirrorsOncePerPush(t *testing.T) {
+	ctx := context.Background()
+	var one, many int
+	opener := gitobj.OpenerFunc(func(dir string, opts gitobj.OpenOptions) (gitobj.Store, error) {
+		st, err := gitstore.Local{}.Open(dir, opts)
+		if err != nil {
+			return nil, err
+		}
+		return mirrorCounter{Store: st, one: &one, many: &many}, nil
+	})
+	w := servicetest.MustWorld(t, servicetest.Options{Repos: repositories.Config{Objects: opener}})
+	first := w.MustRepo(t, "app", map[string]string{"a.txt": "one\n"})
+	for _, n := range []int{3, 40} { // per-ref store reads, then one read of all
+		var cmds []repositories.RefCommand
+		for i := range n {
+			cmds = append(cmds, repositories.RefCommand{Ref: fmt.Sprintf("refs/heads/b%d-%d", n, i), Old: lockstep.ZeroOID, New: first.Commit})
+		}
+		cmds = append(cmds, repositories.RefCommand{Ref: fmt.Sprintf("refs/tags/t%d", n), Old: lockstep.ZeroOID, New: first.Commit})
+		one, many = 0, 0
+		if _, res, err := w.Repos.GitPush(ctx, w.Admin, "app", cmds, false, nil); err != nil || res[0].Err != nil {
+			t.Fatal(err, res)
+		}
+		if one != 0 || many != 1 {
+			t.Fatalf("a push of %d refs: %d MirrorRef and %d MirrorRefs calls, want 0 and 1", n+1, one, many)
+		}
+	}
+	// Deleting 3 and creating 1 in one push.
+	cmds := []repositories.RefCommand{{Ref: "refs/heads/new", Old: lockstep.ZeroOID, New: first.Commit}}
+	for i := range 3 {
+		cmds = append(cmds, repositories.RefCommand{Ref: fmt.Sprintf("refs/heads/b3-%d", i), Old: first.Commit, New: lockstep.ZeroOID})
+	}
+	one, many = 0, 0
+	if _, _, err := w.Repos.GitPush(ctx, w.Admin, "app", cmds, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if one != 0 || many != 1 {
+		t.Fatalf("a push of 4 refs: %d MirrorRef and %d MirrorRefs calls, want 0 and 1", one, many)
+	}
+	r, err := w.Repos.Repo(ctx, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := w.Store.Refs(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, ref := range stored {
+		want = append(want, ref.Name+" "+ref.OID)
+	}
+	n, err := w.Repos.Network(r.Network)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("git", "--git-dir", n.Dir(), "for-each-ref", "--format=%(refname) %(objectname)", "refs/namespaces/app/refs/").CombinedOutput()
+	if err != nil {
+		t.Fatalf("git for-each-ref: %v\n%s", err, out)
+	}
+	if got := strings.ReplaceAll(strings.TrimSpace(string(out)), "refs/namespaces/app/", ""); got != strings.Join(want, "\n") {
+		t.Fatalf("mirror:\n%s\nstore:\n%s", got, strings.Join(want, "\n"))
+	}
+	if len(w.Repos.MirrorProblems()) != 0 {
+		t.Fatalf("mirror problems: %v", w.Repos.MirrorProblems())
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -407,6 +408,91 @@ func (s *Service) mirror(ctx context.Context, r *lockstep.Repo, ref string) {
 		return
 	}
 	s.mirrorOK(r.Name, ref)
+}
+
+// mirrorReadAll is the number of refs from which mirrorRefs reads the
+// repository's refs in one query instead of one query per ref.
+const mirrorReadAll = 16
+
+// mirrorRefs is mirror for the refs of one move (deletes first, as
+// ordered): every ref's lock taken (in name order, so that two batches
+// never wait on each other), their store values read, then written in
+// one MirrorRefs (one HEAD check, not one per ref).
+func (s *Service) mirrorRefs(ctx context.Context, r *lockstep.Repo, ordered []refUpdate) {
+	if s.shared {
+		return // rewritten from the store before git serves r (PrepareGit)
+	}
+	names := make([]string, 0, len(ordered))
+	for _, u := range ordered {
+		names = append(names, u.Ref)
+	}
+	sort.Strings(names)
+	names = slices.Compact(names)
+	for _, ref := range names {
+		lk, _ := s.refLocks.LoadOrStore(r.Name+"\x00"+ref, &sync.Mutex{})
+		mu := lk.(*sync.Mutex)
+		mu.Lock()
+		defer mu.Unlock()
+	}
+	failAll := func(err error) {
+		for _, ref := range names {
+			s.mirrorFailed(ctx, r.Name, ref, err)
+		}
+	}
+	n, err := s.network(ctx, r.Network)
+	if err != nil {
+		failAll(err)
+		return
+	}
+	values := make([]gitobj.RefValue, len(ordered))
+	if len(ordered) >= mirrorReadAll {
+		all, err := s.store.Refs(ctx, r.ID)
+		if err != nil {
+			failAll(err)
+			return
+		}
+		cur := make(map[string]string, len(all))
+		for _, ref := range all {
+			cur[ref.Name] = ref.OID
+		}
+		for i, u := range ordered {
+			values[i] = gitobj.RefValue{Ref: u.Ref}
+			if oid, ok := cur[u.Ref]; ok {
+				values[i].OID = gitobj.NewHash(oid)
+			}
+		}
+	} else {
+		for i, u := range ordered {
+			values[i] = gitobj.RefValue{Ref: u.Ref}
+			cur, err := s.store.Ref(ctx, r.ID, u.Ref)
+			switch {
+			case err == nil:
+				values[i].OID = gitobj.NewHash(cur.OID)
+			case lockstep.ErrorCode(err) != lockstep.ENOTFOUND:
+				failAll(err)
+				return
+			}
+		}
+	}
+	err = n.MirrorRefs(r.Name, values)
+	failed := map[string]bool{}
+	var me *gitobj.MirrorError
+	if errors.As(err, &me) {
+		for _, p := range me.Problems {
+			failed[p.Ref] = true
+			s.mirrorFailed(ctx, r.Name, p.Ref, p.Err)
+		}
+	} else if err != nil {
+		// The store already committed: repaired by the next update of
+		// these refs or at start-up.
+		failAll(err)
+		return
+	}
+	for _, ref := range names {
+		if !failed[ref] {
+			s.mirrorOK(r.Name, ref)
+		}
+	}
 }
 
 // SweepTemps removes the temp files a crash left in every network of the

@@ -199,47 +199,65 @@ func NewID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// enqueue inserts one delivery per matching active hook, inside tx.
+// enqueue inserts one delivery per matching active hook, inside tx. The
+// hooks of a set of repositories are read once per call: the events of
+// one move (a push of many refs: one per branch) name the same ones.
 func (s *DB) enqueue(ctx context.Context, tx *sql.Tx, events []lockstep.HookEvent) error {
 	now := micros(s.now())
+	type hook struct {
+		id     string
+		events []string
+	}
+	read := map[string][]hook{} // by the repositories' names, joined
 	for _, ev := range events {
 		if len(ev.Repos) == 0 {
 			continue
 		}
-		var ph []string
-		args := []any{}
-		for _, r := range ev.Repos {
-			args = append(args, r)
-			ph = append(ph, fmt.Sprintf("$%d", len(args)))
-		}
-		rows, err := tx.QueryContext(ctx, `SELECT h.id, h.events FROM hooks h JOIN repos r ON r.id = h.repo_id
+		key := strings.Join(ev.Repos, "\x00")
+		hooks, ok := read[key]
+		if !ok {
+			var ph []string
+			args := []any{}
+			for _, r := range ev.Repos {
+				args = append(args, r)
+				ph = append(ph, fmt.Sprintf("$%d", len(args)))
+			}
+			rows, err := tx.QueryContext(ctx, `SELECT h.id, h.events FROM hooks h JOIN repos r ON r.id = h.repo_id
 			WHERE h.active AND r.name IN (`+strings.Join(ph, ", ")+`)`, args...)
-		if err != nil {
-			return fmt.Errorf("find hooks: %w", err)
+			if err != nil {
+				return fmt.Errorf("find hooks: %w", err)
+			}
+			for rows.Next() {
+				var h hook
+				var evs string
+				if err := rows.Scan(&h.id, &evs); err != nil {
+					rows.Close()
+					return err
+				}
+				json.Unmarshal([]byte(evs), &h.events)
+				hooks = append(hooks, h)
+			}
+			// A failure half-way through the hooks (a lost connection, a read
+			// error) must fail the transaction: committing the ref move with
+			// the deliveries read so far would lose the others for good.
+			err = rows.Err()
+			rows.Close()
+			if err != nil {
+				return fmt.Errorf("find hooks: %w", err)
+			}
+			read[key] = hooks
 		}
 		var ids []string
-		for rows.Next() {
-			var id, evs string
-			if err := rows.Scan(&id, &evs); err != nil {
-				rows.Close()
-				return err
-			}
-			var list []string
-			json.Unmarshal([]byte(evs), &list)
-			for _, e := range list {
+		for _, h := range hooks {
+			for _, e := range h.events {
 				if e == ev.Event || e == "*" {
-					ids = append(ids, id)
+					ids = append(ids, h.id)
 					break
 				}
 			}
 		}
-		// A failure half-way through the hooks (a lost connection, a read
-		// error) must fail the transaction: committing the ref move with
-		// the deliveries read so far would lose the others for good.
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return fmt.Errorf("find hooks: %w", err)
+		if len(ids) == 0 {
+			continue
 		}
 		payload, _ := json.Marshal(ev.Payload)
 		for _, id := range ids {

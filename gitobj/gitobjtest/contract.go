@@ -371,6 +371,26 @@ func testMirror(t *testing.T, n gitobj.Store) {
 	if got, want := refs(t, n, "app"), "refs/heads/main "+c2.String(); got != want {
 		t.Fatalf("after deleting dev: %q, want %q", got, want)
 	}
+	// MirrorRefs: main (packed) is deleted before main/x is written
+	// although listed after it, dev comes back and HEAD with it, a bad
+	// name is skipped and named.
+	gitCLI(t, n.Dir(), "pack-refs", "--all")
+	err = n.MirrorRefs("app", []gitobj.RefValue{
+		{Ref: "refs/heads/main/x", OID: c1},
+		{Ref: "refs/heads/bad..name", OID: c1},
+		{Ref: "refs/heads/main", OID: gitobj.ZeroHash},
+		{Ref: "refs/heads/dev", OID: c2},
+	})
+	if !errors.As(err, &me) || len(me.Problems) != 1 || me.Problems[0].Ref != "refs/heads/bad..name" {
+		t.Fatalf("MirrorRefs with one bad ref: %v, want a *MirrorError naming it", err)
+	}
+	want = "HEAD " + c2.String() + "\nrefs/heads/dev " + c2.String() + "\nrefs/heads/main/x " + c1.String()
+	if got := refs(t, n, "app"); got != want {
+		t.Fatalf("after MirrorRefs: %q, want %q", got, want)
+	}
+	if got := gitCLI(t, n.Dir(), "symbolic-ref", "refs/namespaces/app/HEAD"); got != "refs/namespaces/app/refs/heads/dev" {
+		t.Fatalf("HEAD after MirrorRefs created dev = %q", got)
+	}
 	if got := refs(t, n, "other"); got != "" {
 		t.Fatalf("another repository's namespace holds %q", got)
 	}
