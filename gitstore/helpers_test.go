@@ -129,6 +129,7 @@ func mustPush(tb testing.TB, n *Network, entries []tarEntry, parents []plumbing.
 	if err != nil {
 		tb.Fatal(err)
 	}
+	defer in.Close() // a large file's spool lives in the system temp directory
 	if _, err := n.WriteObjects(in.Objects); err != nil {
 		tb.Fatal(err)
 	}
