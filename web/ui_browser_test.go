@@ -42,17 +42,23 @@ func startCDP(t *testing.T) *cdp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The profile is removed by hand: chromium's helper processes can
-	// still write into it just after the browser exits, which fails
-	// t.TempDir's cleanup.
-	profile, err := os.MkdirTemp("", "lockstep-chromium-")
+	// The profile and chromium's own temp files (its TMPDIR: a killed
+	// browser leaves org.chromium.Chromium.* there) live in one directory
+	// removed by hand: chromium's helper processes can still write into
+	// it just after the browser exits, which fails t.TempDir's cleanup.
+	scratch, err := os.MkdirTemp("", "lockstep-chromium-")
 	if err != nil {
+		t.Fatal(err)
+	}
+	profile, tmp := filepath.Join(scratch, "profile"), filepath.Join(scratch, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
 		"--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars", "--remote-debugging-pipe",
 		"--user-data-dir="+profile, "about:blank")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	cmd.ExtraFiles = []*os.File{toChrome, fromChrome}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -64,7 +70,7 @@ func startCDP(t *testing.T) *cdp {
 		cancel()
 		cmd.Wait()
 		chromeOut.Close()
-		for i := 0; i < 50 && os.RemoveAll(profile) != nil; i++ {
+		for i := 0; i < 50 && os.RemoveAll(scratch) != nil; i++ {
 			time.Sleep(100 * time.Millisecond)
 		}
 	})
