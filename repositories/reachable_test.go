@@ -69,13 +69,13 @@ func TestReachableStopsAtTheCommitsTime(t *testing.T) {
 	ctx := context.Background()
 	cr := &countingReader{Reader: n}
 	for _, h := range []gitobj.Hash{tip, skewed, child, same, line[399], line[0]} {
-		ok, err := reachable(ctx, cr, []gitobj.Hash{tip}, h)
+		ok, err := reachable(ctx, cr, []gitobj.Hash{tip}, h, DefaultScopedCommitSkew)
 		if err != nil || !ok {
 			t.Fatalf("reachable(%s) = %v, %v; want true", h, ok, err)
 		}
 	}
 	cr.commits = 0
-	ok, err := reachable(ctx, cr, []gitobj.Hash{tip}, other)
+	ok, err := reachable(ctx, cr, []gitobj.Hash{tip}, other, DefaultScopedCommitSkew)
 	if err != nil || ok {
 		t.Fatalf("reachable(other) = %v, %v; want false", ok, err)
 	}

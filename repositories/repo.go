@@ -400,7 +400,11 @@ func (s *Service) scopedCommit(ctx context.Context, n gitobj.Reader, r *lockstep
 	for i, ref := range refs {
 		tips[i] = gitobj.NewHash(ref.OID)
 	}
-	if ok, err := reachable(ctx, n, tips, h); ok || err != nil {
+	skew := s.cfg.ScopedCommitSkew
+	if skew <= 0 {
+		skew = DefaultScopedCommitSkew
+	}
+	if ok, err := reachable(ctx, n, tips, h, skew); ok || err != nil {
 		return err
 	}
 	return lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", h, r.Name)
@@ -426,16 +430,16 @@ func (s *Service) Unmirror(ctx context.Context, r *lockstep.Repo, refs []lockste
 // reachable reports whether commit h is reachable from one of tips. It
 // walks parents from every tip, newest committer time first, until h is
 // met, or until every commit left to walk is older than h by more than
-// scopedCommitSkew: past that, h cannot be below them unless times run
+// skew: past that, h cannot be below them unless times run
 // backwards along history by more than the skew (then a reachable h is
 // missed: refused, never an unreachable one let through). So an
 // unreachable h costs the commits newer than it, not the whole history.
-func reachable(ctx context.Context, n gitobj.Reader, tips []gitobj.Hash, h gitobj.Hash) (bool, error) {
+func reachable(ctx context.Context, n gitobj.Reader, tips []gitobj.Hash, h gitobj.Hash, skew time.Duration) (bool, error) {
 	target, err := n.Commit(h)
 	if err != nil {
 		return false, err
 	}
-	floor := target.Committer.When.Add(-scopedCommitSkew)
+	floor := target.Committer.When.Add(-skew)
 	seen := map[gitobj.Hash]bool{}
 	q := &infoQueue{}
 	add := func(c gitobj.Hash) {
@@ -471,10 +475,11 @@ func reachable(ctx context.Context, n gitobj.Reader, tips []gitobj.Hash, h gitob
 	return false, nil
 }
 
-// scopedCommitSkew is how far committer times may run backwards along a
-// history for scopedCommit to still find a commit: its walk stops at
+// DefaultScopedCommitSkew is how far committer times may run backwards
+// along a history for scopedCommit to still find a commit
+// (Config.ScopedCommitSkew, --scoped-commit-skew): its walk stops at
 // commits older than the one asked for by more than this.
-const scopedCommitSkew = 24 * time.Hour
+const DefaultScopedCommitSkew = 24 * time.Hour
 
 // infoQueue is a max-heap of commits on committer time.
 type infoQueue []*gitobj.CommitInfo

@@ -57,6 +57,10 @@ type Config struct {
 	// merge.renameLimit): 0 = the merge package's default (7000), negative
 	// = no limit.
 	MergeRenameLimit int
+	// ScopedCommitSkew is how far committer times may run backwards
+	// along a history for a scoped key's commit id to still be found
+	// reachable (scopedCommit); 0 = DefaultScopedCommitSkew.
+	ScopedCommitSkew time.Duration
 	// PreflightBatchMax bounds the workspaces of one batch preflight
 	// (POST /repos/{base}/merges/preflight); more is invalid_argument.
 	// 0 = DefaultPreflightBatchMax.

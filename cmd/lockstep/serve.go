@@ -70,6 +70,7 @@ type serveConfig struct {
 	MergeRetries      int
 	MergeMaxFileBytes int64
 	MergeRenameLimit  int
+	ScopedCommitSkew  time.Duration
 	PreflightBatchMax int
 	ComparePatchBytes int64
 	CompactPacks      int
@@ -173,6 +174,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.dur(&c.ShutdownTimeout, "shutdown-timeout", "LOCKSTEP_SHUTDOWN_TIMEOUT", 30*time.Second, "time in-flight requests get to finish on SIGINT/SIGTERM")
 	f.int(&c.MergeRetries, "merge-retries", "LOCKSTEP_MERGE_RETRIES", 8, "how often a materialize recomputes when the target branch moved meanwhile")
 	f.int(&c.MergeRenameLimit, "merge-rename-limit", "LOCKSTEP_MERGE_RENAME_LIMIT", 7000, "rename detection in merges compares at most this many squared deleted×added files by similarity (git's merge.renameLimit); exact renames are always found")
+	f.dur(&c.ScopedCommitSkew, "scoped-commit-skew", "LOCKSTEP_SCOPED_COMMIT_SKEW", repositories.DefaultScopedCommitSkew, "a scoped key's commit id is found reachable from its repository's refs only if committer times run backwards along the history by no more than this (the walk stops that far below the commit); more costs a refusal more of the history")
 	f.int(&c.PreflightBatchMax, "preflight-batch-max", "LOCKSTEP_PREFLIGHT_BATCH_MAX", repositories.DefaultPreflightBatchMax, "most workspaces one batch preflight (POST /repos/{base}/merges/preflight) takes; more is invalid_argument")
 	f.i64(&c.MergeMaxFileBytes, "merge-max-file-bytes", "LOCKSTEP_MERGE_MAX_FILE_BYTES", 8<<20, "larger files are not merged line by line (a path-level conflict instead)")
 	f.i64(&c.ComparePatchBytes, "compare-patch-bytes", "LOCKSTEP_COMPARE_PATCH_BYTES", 1<<20, "unified diffs returned by one compare (later files: counts only)")
@@ -466,7 +468,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		return nil, fmt.Errorf("--gc-interval (LOCKSTEP_GC_INTERVAL) must not be negative, got %s", c.GCInterval)
 	}
 	a.repos = repositories.New(repositories.Config{DataDir: c.Data, Fsync: c.Fsync, MergeRetries: c.MergeRetries,
-		MergeMaxFileBytes: c.MergeMaxFileBytes, MergeRenameLimit: c.MergeRenameLimit, PreflightBatchMax: c.PreflightBatchMax, ComparePatchBytes: c.ComparePatchBytes, CompactPacks: c.CompactPacks, TempGrace: c.TempGrace,
+		MergeMaxFileBytes: c.MergeMaxFileBytes, MergeRenameLimit: c.MergeRenameLimit, ScopedCommitSkew: c.ScopedCommitSkew, PreflightBatchMax: c.PreflightBatchMax, ComparePatchBytes: c.ComparePatchBytes, CompactPacks: c.CompactPacks, TempGrace: c.TempGrace,
 		Objects: objects, SweepBucket: sweepBucket,
 		Limits: gitobj.Limits{MaxUploadBytes: c.MaxUploadBytes, MaxFileBytes: c.MaxFileBytes, MaxFiles: c.MaxFiles}},
 		db, logger, metrics, nil)
