@@ -58,30 +58,12 @@ func isRefComponent(c string) bool {
 // that oid exists: callers write objects first. Returns invalid_argument
 // for a bad repository or ref name.
 func (n *Network) MirrorRef(repo, ref string, oid plumbing.Hash) error {
-	ns, err := n.namespaceDir(repo)
-	if err != nil {
-		return err
+	err := n.MirrorRefs(repo, []RefValue{{Ref: ref, OID: oid}})
+	var me *MirrorError
+	if errors.As(err, &me) && len(me.Problems) == 1 {
+		return me.Problems[0].Err
 	}
-	if err := CheckRefName(ref); err != nil {
-		return err
-	}
-	n.refMu.Lock()
-	defer n.refMu.Unlock()
-	if oid.IsZero() {
-		if err := n.deleteLooseRef(ns, ref); err != nil {
-			return fmt.Errorf("mirror %s %s: %w", repo, ref, err)
-		}
-		full := "refs/namespaces/" + repo + "/" + ref
-		if err := n.rewritePackedRefs(func(name string) bool { return name != full }); err != nil {
-			return fmt.Errorf("mirror %s %s: %w", repo, ref, err)
-		}
-	} else if err := n.writeRefFile(filepath.Join(ns, filepath.FromSlash(ref)), oid.String()+"\n"); err != nil {
-		return fmt.Errorf("mirror %s %s: %w", repo, ref, err)
-	}
-	if err := n.syncHEAD(repo, ns); err != nil {
-		return fmt.Errorf("mirror %s HEAD: %w", repo, err)
-	}
-	return nil
+	return err
 }
 
 // MirrorRefs sets several refs of repo as MirrorRef would one by one, for

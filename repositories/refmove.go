@@ -174,11 +174,7 @@ func (s *Service) move(ctx context.Context, m refMove) error {
 	sort.SliceStable(ordered, func(i, j int) bool {
 		return ordered[i].New == lockstep.ZeroOID && ordered[j].New != lockstep.ZeroOID
 	})
-	if len(ordered) == 1 {
-		s.mirror(ctx, r, ordered[0].Ref)
-	} else {
-		s.mirrorRefs(ctx, r, ordered)
-	}
+	s.mirrorRefs(ctx, r, ordered)
 	for _, u := range m.Updates {
 		if b, isBranch := strings.CutPrefix(u.Ref, "refs/heads/"); isBranch && u.New != lockstep.ZeroOID {
 			s.emit(ctx, Event{Type: m.Op, Repo: r, Branch: b, Commit: u.New, Tree: u.Tree, KeyName: actor.Name})

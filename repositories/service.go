@@ -380,48 +380,16 @@ func (s *Service) clearMirrorProblems(repoName string) {
 	}
 }
 
-// mirror writes the store's current value of a ref to disk. It re-reads the
-// store under a per-ref lock so that two updates finishing out of order
-// never leave the older value on disk.
-func (s *Service) mirror(ctx context.Context, r *lockstep.Repo, ref string) {
-	if s.shared {
-		return // rewritten from the store before git serves r (PrepareGit)
-	}
-	lk, _ := s.refLocks.LoadOrStore(r.Name+"\x00"+ref, &sync.Mutex{})
-	mu := lk.(*sync.Mutex)
-	mu.Lock()
-	defer mu.Unlock()
-	n, err := s.network(ctx, r.Network)
-	if err == nil {
-		oid := gitobj.ZeroHash
-		cur, rerr := s.store.Ref(ctx, r.ID, ref)
-		switch {
-		case rerr == nil:
-			oid = gitobj.NewHash(cur.OID)
-		case lockstep.ErrorCode(rerr) != lockstep.ENOTFOUND:
-			err = rerr
-		}
-		if err == nil {
-			err = n.MirrorRef(r.Name, ref, oid)
-		}
-	}
-	if err != nil {
-		// The store already committed: the mirror is repaired by the next
-		// update of this ref or at start-up. Clones may see the old value.
-		s.mirrorFailed(ctx, r.Name, ref, err)
-		return
-	}
-	s.mirrorOK(r.Name, ref)
-}
-
 // mirrorReadAll is the number of refs from which mirrorRefs reads the
 // repository's refs in one query instead of one query per ref.
 const mirrorReadAll = 16
 
-// mirrorRefs is mirror for the refs of one move (deletes first, as
-// ordered): every ref's lock taken (in name order, so that two batches
-// never wait on each other), their store values read, then written in
-// one MirrorRefs (one HEAD check, not one per ref).
+// mirrorRefs writes the refs of one move (deletes first, as ordered) to
+// the on-disk mirror git serves. It re-reads the store's values under a
+// lock per ref (taken in name order, so that two moves never wait on each
+// other), so that two updates finishing out of order never leave the
+// older value on disk, then writes them in one MirrorRefs (one HEAD
+// check, not one per ref).
 func (s *Service) mirrorRefs(ctx context.Context, r *lockstep.Repo, ordered []refUpdate) {
 	if s.shared {
 		return // rewritten from the store before git serves r (PrepareGit)
