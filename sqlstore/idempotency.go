@@ -151,13 +151,13 @@ func (s *DB) IdemByKey(ctx context.Context, owner, key string) (r *lockstep.Idem
 	return r, err
 }
 
-// The entries committed under an Idempotency-Key, found by the partial
-// index oplog_idem (key_id, idem_key) WHERE idem_key <> ”. A planner uses
-// a partial index only when the query's WHERE implies the index's, and
-// `idem_key = $2` with a parameter does not: without the `idem_key <> ”`
-// term SQLite read every entry of the API key (oplog_key), on every
-// replay, and oplog_idem was written by every keyed append but never
-// read. A key is never empty, so the term changes no answer.
+// The entries committed under an Idempotency-Key, found by the index
+// oplog_idem (key_id, idem_key), partial on a non-empty idem_key. A
+// planner uses a partial index only when the query's WHERE implies the
+// index's, and `idem_key = $2` with a parameter does not: without the
+// non-empty term SQLite read every entry of the API key (oplog_key), on
+// every replay, and oplog_idem was written by every keyed append but
+// never read. A key is never empty, so the term changes no answer.
 const (
 	qIdemOpsCount  = `SELECT COUNT(*) FROM oplog WHERE key_id = $1 AND idem_key = $2 AND idem_key <> ''`
 	qIdemOpsReplay = `UPDATE oplog SET replays = replays + 1 WHERE key_id = $1 AND idem_key = $2 AND idem_key <> ''`
