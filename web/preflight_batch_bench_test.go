@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -15,17 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
-	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/client"
-	"github.com/lockstep-hq/lockstep/gate"
-	"github.com/lockstep-hq/lockstep/gitstore"
-	"github.com/lockstep-hq/lockstep/repositories"
-	"github.com/lockstep-hq/lockstep/sqlstore"
-	"github.com/lockstep-hq/lockstep/telemetry"
-	"github.com/lockstep-hq/lockstep/web"
-	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 // echoBundle finds shared/corpus/echo.bundle beside the repository or
@@ -102,19 +91,8 @@ func newPreflightBench(b *testing.B) *preflightBench {
 		b.Fatalf("echo corpus: %d merges", len(p2))
 	}
 
-	db, err := sqlstore.Open(ctx, filepath.Join(dir, "m.db"), sqlstore.Options{Migrate: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
-	keys := auth.New(db, nil)
-	admin, secret, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
-	m := telemetry.NewMetrics()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: filepath.Join(dir, "data")}, db, logger, m, nil)
-	b.Cleanup(func() { repos.Close() })
-	wss := workspaces.New(db, repos, nil, nil, m, nil)
-	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: wss, Logger: logger, Gate: gate.New(gate.Config{}, db, repos, logger, m, nil)}
+	w := newSQLiteServer(b, nil)
+	repos, wss, admin, secret, s := w.repos, w.wss, w.admin, w.secret, w.s
 	srv := httptest.NewServer(s.Handler())
 	b.Cleanup(srv.Close)
 	if _, err := repos.CreateRepo(ctx, admin, "echo", "main"); err != nil {

@@ -4,22 +4,15 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/gate"
-	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
-	"github.com/lockstep-hq/lockstep/telemetry"
 	"github.com/lockstep-hq/lockstep/web"
-	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 // claimCounter is the real store, counting the held-claim path's
@@ -50,21 +43,9 @@ func (c *claimCounter) ClaimIdem(ctx context.Context, rec *lockstep.IdemRecord) 
 // transaction found it.
 func TestKeyedPreflightClaimsInItsEntry(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	db, err := sqlstore.Open(ctx, filepath.Join(dir, "m.db"), sqlstore.Options{Migrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	keys := auth.New(db, nil)
-	admin, secret, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
-	m := telemetry.NewMetrics()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, logger, m, nil)
-	t.Cleanup(func() { repos.Close() })
-	wss := workspaces.New(db, repos, nil, nil, m, nil)
-	store := &claimCounter{Store: db}
-	s := &web.Server{Store: store, Keys: keys, Metrics: m, Repos: repos, Workspaces: wss, Logger: logger, Gate: gate.New(gate.Config{}, db, repos, logger, m, nil)}
+	var store *claimCounter
+	w := newSQLiteServer(t, func(db *sqlstore.DB) lockstep.Store { store = &claimCounter{Store: db}; return store })
+	db, repos, wss, admin, secret, s := w.db, w.repos, w.wss, w.admin, w.secret, w.s
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
 

@@ -4,24 +4,14 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
 
-	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/gate"
-	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
-	"github.com/lockstep-hq/lockstep/sqlstore"
-	"github.com/lockstep-hq/lockstep/telemetry"
-	"github.com/lockstep-hq/lockstep/web"
-	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 // writeCounter counts the writes the server makes on its connections.
@@ -55,20 +45,8 @@ func (c *countedConn) Write(p []byte) (int, error) {
 // without a length, it went out chunked, its end in a second write.
 func TestKeyedAnswerOneWrite(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	db, err := sqlstore.Open(ctx, filepath.Join(dir, "m.db"), sqlstore.Options{Migrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	keys := auth.New(db, nil)
-	admin, secret, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
-	m := telemetry.NewMetrics()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, logger, m, nil)
-	t.Cleanup(func() { repos.Close() })
-	wss := workspaces.New(db, repos, nil, nil, m, nil)
-	s := &web.Server{Store: db, Keys: keys, Metrics: m, Repos: repos, Workspaces: wss, Logger: logger, Gate: gate.New(gate.Config{}, db, repos, logger, m, nil)}
+	w := newSQLiteServer(t, nil)
+	repos, wss, admin, secret, s := w.repos, w.wss, w.admin, w.secret, w.s
 	srv := httptest.NewUnstartedServer(s.Handler())
 	lc := &writeCounter{Listener: srv.Listener}
 	srv.Listener = lc
