@@ -434,7 +434,8 @@ func (t *tools) register(s *mcp.Server) {
 				if in.Message != "" {
 					args = append(args, "--message", in.Message)
 				}
-				return t.local(ctx, append(args, in.Dir))
+				// "--": a dir that starts with "-" is a directory, not a flag.
+				return t.local(ctx, append(args, "--", in.Dir))
 			})
 		mcp.AddTool(s, add("run_command", "Run a command transactionally in a local directory: the directory (and the workspace's database branch) is checkpointed first; if the command fails everything is restored and the failed state is kept as evidence. Returns the exit code and output tail.", nil),
 			func(ctx context.Context, req *mcp.CallToolRequest, in runIn) (*mcp.CallToolResult, any, error) {

@@ -314,6 +314,7 @@ func TestMCPStdio(t *testing.T) {
 
 	cmd := exec.Command(e2ekit.Binary, "mcp")
 	cmd.Env = append(e2ekit.CleanEnv(), "LOCKSTEP_URL="+s.URL, "LOCKSTEP_KEY="+agent.Secret)
+	cmd.Dir = t.TempDir() // relative dirs below are the agent's, relative to here
 	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-stdio", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -358,6 +359,23 @@ func TestMCPStdio(t *testing.T) {
 	}
 	// An error of the CLI comes back as a tool error with a next step.
 	mustToolError(t, cs, "push_directory", map[string]any{"dir": dir, "workspace": "nope"}, "not_found")
+
+	// A dir that looks like a flag is a directory: it was passed as a bare
+	// argument, so "--force" became the push's --force and no directory.
+	flagLike := filepath.Join(cmd.Dir, "--force")
+	if err := os.Mkdir(flagLike, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(flagLike, "b.txt"), []byte("dashed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	text = mustTool(t, cs, "push_directory", map[string]any{"dir": "--force", "workspace": "s1", "message": "dashed dir"}, nil)
+	if !regexp.MustCompile(`[0-9a-f]{40}`).MatchString(text) {
+		t.Fatalf("push_directory of ./--force names no commit:\n%s", text)
+	}
+	if got := s.Blob(t, "s1", "main", "b.txt"); got != "dashed\n" {
+		t.Fatalf("after push_directory of ./--force b.txt = %q", got)
+	}
 }
 
 // TestEditsConcurrent: forced edit batches racing on one branch are each
