@@ -121,7 +121,11 @@ type RepoStore interface {
 	// base as read if the check fails): the last call describes what
 	// committed. Returns not_found (as RepoByName) for an unknown base,
 	// already_exists if ws's name is taken; either way nothing is created.
-	ForkRepo(ctx context.Context, base string, ws *Repo, entry *OpEntry, fill func(copied []Ref)) error
+	// maxOwned > 0 bounds the active workspaces ws's owner may own: the
+	// count, the new one included, is taken inside the transaction after
+	// every concurrent fork's (on any replica), so racing forks cannot pass
+	// it together; over it: rate_limited, nothing created.
+	ForkRepo(ctx context.Context, base string, ws *Repo, maxOwned int, entry *OpEntry, fill func(copied []Ref)) error
 	// RepoByName returns not_found for an unknown name.
 	RepoByName(ctx context.Context, name string) (*Repo, error)
 	// ListRepos returns repositories ordered by name.

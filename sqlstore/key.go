@@ -222,7 +222,7 @@ func (s *DB) keyParent(ctx context.Context, tx *sql.Tx, id string) (string, erro
 func (s *DB) CountOwnedWorkspaces(ctx context.Context, keyID string) (n int, err error) {
 	ctx, span := s.start(ctx, "CountOwnedWorkspaces")
 	defer func() { err = end(span, err) }()
-	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM repos WHERE owner_key_id = $1 AND fork_of <> '' AND status = 'active'`, keyID).Scan(&n)
+	err = s.db.QueryRowContext(ctx, qCountOwned, keyID).Scan(&n)
 	return n, err
 }
 

@@ -202,13 +202,17 @@ func (s *DB) createRepoPipelined(ctx context.Context, r *lockstep.Repo, refs []l
 // forkRepoPipelined is ForkRepo's transaction on PostgreSQL in two round
 // trips: BEGIN, the fork (pgForkRepoSQL), the head read; then the append
 // and COMMIT.
-func (s *DB) forkRepoPipelined(ctx context.Context, base string, ws *lockstep.Repo, entry *lockstep.OpEntry, fill func([]lockstep.Ref), now int64) error {
+//
+// A fork bounded by maxOwned (entry not nil) skips the one-trip form: its
+// first batch also counts the owner's workspaces after the head's lock
+// (overOwned), and it rolls back instead of appending when over.
+func (s *DB) forkRepoPipelined(ctx context.Context, base string, ws *lockstep.Repo, maxOwned int, entry *lockstep.OpEntry, fill func([]lockstep.Ref), now int64) error {
 	return s.pipelined(ctx, func(pc *pgx.Conn) error {
 		parent, err := s.pgKeyParent(ctx, pc, entry)
 		if err != nil {
 			return err
 		}
-		if pb := s.pgBases.get(base); pb != nil && entry != nil {
+		if pb := s.pgBases.get(base); pb != nil && entry != nil && maxOwned <= 0 {
 			if done, err := s.forkOneTrip(ctx, pc, base, ws, entry, fill, now, parent, pb); done {
 				return err
 			}
@@ -220,6 +224,9 @@ func (s *DB) forkRepoPipelined(ctx context.Context, base string, ws *lockstep.Re
 			b.Queue("commit")
 		} else {
 			b.Queue(qOplogHead + " FOR UPDATE")
+			if maxOwned > 0 {
+				b.Queue(qCountOwned, ws.OwnerKeyID)
+			}
 		}
 		var names, oids []string
 		br := pc.SendBatch(ctx, b)
@@ -236,7 +243,14 @@ func (s *DB) forkRepoPipelined(ctx context.Context, base string, ws *lockstep.Re
 				err = fmt.Errorf("fork repo: %w", err)
 			}
 		}
-		seq, prev, err := pgEndFirstBatch(br, err, entry != nil)
+		var owned *int
+		if entry != nil && maxOwned > 0 {
+			owned = new(int)
+		}
+		seq, prev, err := pgEndFirstBatch(br, err, entry != nil, owned)
+		if err == nil && owned != nil {
+			err = overOwned(ws, *owned, maxOwned) // pipelined rolls the transaction back
+		}
 		if err != nil {
 			return err
 		}
@@ -338,7 +352,7 @@ func (s *DB) createRepoOn(ctx context.Context, pc *pgx.Conn, r *lockstep.Repo, r
 		}
 		return err
 	}
-	seq, prev, err := pgEndFirstBatch(br, err, entry != nil)
+	seq, prev, err := pgEndFirstBatch(br, err, entry != nil, nil)
 	if err != nil || entry == nil {
 		return err
 	}
@@ -347,13 +361,19 @@ func (s *DB) createRepoOn(ctx context.Context, pc *pgx.Conn, r *lockstep.Repo, r
 
 // pgEndFirstBatch reads the rest of a pipelined transaction's first batch
 // after its insert (err is the insert's): the oplog head read FOR UPDATE
-// when an entry follows, else the COMMIT; then closes the batch.
-func pgEndFirstBatch(br pgx.BatchResults, err error, appends bool) (seq int64, prev string, _ error) {
+// when an entry follows, else the COMMIT, and with owned the count of the
+// owner's workspaces queued after the head; then closes the batch.
+func pgEndFirstBatch(br pgx.BatchResults, err error, appends bool, owned *int) (seq int64, prev string, _ error) {
 	if err == nil && !appends {
 		_, err = br.Exec()
 	} else if err == nil {
 		if err = br.QueryRow().Scan(&seq, &prev); err != nil {
 			err = fmt.Errorf("read oplog head: %w", err)
+		}
+	}
+	if err == nil && owned != nil {
+		if err = br.QueryRow().Scan(owned); err != nil {
+			err = fmt.Errorf("count owned workspaces: %w", err)
 		}
 	}
 	if cerr := br.Close(); err == nil && cerr != nil {

@@ -86,7 +86,7 @@ func TestPostgresForkRoundTrips(t *testing.T) {
 			c = lockstep.WithIdemClaim(ctx, claim)
 		}
 		e := &lockstep.OpEntry{KeyID: "key_rt", KeyName: "rt", Op: "fork", Repo: name}
-		return db.ForkRepo(c, "base", &lockstep.Repo{Name: name}, e, func(copied []lockstep.Ref) {
+		return db.ForkRepo(c, "base", &lockstep.Repo{Name: name}, 0, e, func(copied []lockstep.Ref) {
 			e.Answer = map[string]string{"name": name, "refs": fmt.Sprint(len(copied))}
 		})
 	}
@@ -98,7 +98,7 @@ func TestPostgresForkRoundTrips(t *testing.T) {
 	}
 	for i := range 2 { // prepares the statements of both ways
 		e := &lockstep.OpEntry{KeyID: "key_rt", KeyName: "rt", Op: "fork"}
-		if err := db.ForkRepo(ctx, "base0", &lockstep.Repo{Name: fmt.Sprintf("warm0-%d", i)}, e, nil); err != nil {
+		if err := db.ForkRepo(ctx, "base0", &lockstep.Repo{Name: fmt.Sprintf("warm0-%d", i)}, 0, e, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -118,7 +118,7 @@ func TestPostgresForkPredictionChecked(t *testing.T) {
 	}
 	fork := func(db *sqlstore.DB, name string) (forked, error) {
 		f := forked{ws: &lockstep.Repo{Name: name}, e: &lockstep.OpEntry{KeyID: "sys_t", KeyName: "t", Op: "fork", Repo: name}}
-		err := db.ForkRepo(ctx, "app", f.ws, f.e, func(c []lockstep.Ref) {
+		err := db.ForkRepo(ctx, "app", f.ws, 0, f.e, func(c []lockstep.Ref) {
 			f.copied = c
 			f.e.Details = map[string]any{"base_commit": f.ws.BaseCommit, "refs": len(c)}
 		})

@@ -82,13 +82,13 @@ const (
 
 // ForkRepo creates ws as a fork of base (lockstep.RepoStore). On
 // PostgreSQL it is two pipelined round trips (pgfast.go).
-func (s *DB) ForkRepo(ctx context.Context, base string, ws *lockstep.Repo, entry *lockstep.OpEntry, fill func(copied []lockstep.Ref)) (err error) {
+func (s *DB) ForkRepo(ctx context.Context, base string, ws *lockstep.Repo, maxOwned int, entry *lockstep.OpEntry, fill func(copied []lockstep.Ref)) (err error) {
 	ctx, span := s.start(ctx, "ForkRepo")
 	defer func() { err = end(span, err) }()
 	now := s.now()
 	newRepoDefaults(ws, now)
-	if s.dialect == "postgres" && pgCovers(ctx, entry) {
-		return s.forkRepoPipelined(ctx, base, ws, entry, fill, micros(now))
+	if s.dialect == "postgres" && pgCovers(ctx, entry) && (maxOwned <= 0 || entry != nil) {
+		return s.forkRepoPipelined(ctx, base, ws, maxOwned, entry, fill, micros(now))
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		err := s.txQueryRow(ctx, tx, qForkRepo, base, ws.Name, string(ws.Status), ws.OwnerKeyID, ws.OwnerName, ws.Task, micros(ws.CreatedAt)).
@@ -122,8 +122,40 @@ func (s *DB) ForkRepo(ctx context.Context, base string, ws *lockstep.Repo, entry
 		if fill != nil {
 			fill(copied)
 		}
-		return s.appendOp(ctx, tx, entry)
+		if err := s.appendOp(ctx, tx, entry); err != nil {
+			return err
+		}
+		if maxOwned <= 0 {
+			return nil
+		}
+		if s.dialect == "postgres" && entry == nil {
+			// appendOp locked nothing: take the lock every fork holds.
+			if _, err := tx.ExecContext(ctx, qOplogHead+" FOR UPDATE"); err != nil {
+				return fmt.Errorf("lock oplog head: %w", err)
+			}
+		}
+		var n int
+		if err := s.txQueryRow(ctx, tx, qCountOwned, ws.OwnerKeyID).Scan(&n); err != nil {
+			return fmt.Errorf("count owned workspaces: %w", err)
+		}
+		return overOwned(ws, n, maxOwned)
 	})
+}
+
+// qCountOwned counts the active workspaces a key owns (CountOwnedWorkspaces).
+const qCountOwned = `SELECT COUNT(*) FROM repos WHERE owner_key_id = $1 AND fork_of <> '' AND status = 'active'`
+
+// overOwned refuses a fork that took its owner to n active workspaces,
+// the new one included, over maxOwned. The count is taken in the fork's
+// transaction once it holds the oplog head's lock (PostgreSQL: FOR
+// UPDATE, held by every fork until it commits; SQLite: the one writer),
+// so it sees every fork that committed before it: concurrent forks, on
+// one replica or several, cannot pass the check together.
+func overOwned(ws *lockstep.Repo, n, maxOwned int) error {
+	if maxOwned <= 0 || n <= maxOwned {
+		return nil
+	}
+	return lockstep.Errorf(lockstep.ERATELIMITED, "workspace quota: key %s owns %d active workspaces, its limit is %d: abandon, promote or delete one first", ws.OwnerName, n-1, maxOwned)
 }
 
 // RepoByName finds a repository.

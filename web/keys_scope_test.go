@@ -51,16 +51,29 @@ func mustServerWith(t *testing.T, cfg web.Config, now func() time.Time) *fixture
 // before its handler is built (nil: none).
 func mustServerTweak(t *testing.T, cfg web.Config, now func() time.Time, tweak func(s *web.Server, db *sqlstore.DB)) *fixture {
 	t.Helper()
-	ctx := context.Background()
 	dir := t.TempDir()
-	db, err := sqlstore.Open(ctx, filepath.Join(dir, "m.db"), sqlstore.Options{Migrate: true})
+	return mustServerOn(t, filepath.Join(dir, "m.db"), dir, cfg, now, tweak, nil)
+}
+
+// mustServerOn is a server on the metadata store at dsn with its git data
+// in dir. With of, it is another replica beside of's server (the same dsn
+// and dir) and takes of's keys; else it creates an admin and an agent key.
+func mustServerOn(t *testing.T, dsn, dir string, cfg web.Config, now func() time.Time, tweak func(s *web.Server, db *sqlstore.DB), of *fixture) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	db, err := sqlstore.Open(ctx, dsn, sqlstore.Options{Migrate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
 	keys := auth.New(db, now)
-	_, admin, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
-	_, agent, _ := keys.Create(ctx, auth.System, "agent", lockstep.RoleAgent)
+	var admin, agent string
+	if of != nil {
+		admin, agent = of.admin, of.agent
+	} else {
+		_, admin, _ = keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
+		_, agent, _ = keys.Create(ctx, auth.System, "agent", lockstep.RoleAgent)
+	}
 	m := telemetry.NewMetrics()
 	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, nil, m, nil)
 	t.Cleanup(func() { repos.Close() })

@@ -2,15 +2,18 @@ package web_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/internal/testenv"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/web"
 )
@@ -196,4 +199,86 @@ func TestUsageReclaimableAndCheckpoints(t *testing.T) {
 	if cp := u["checkpoints"].(map[string]any); cp["checkpoints"] != float64(0) {
 		t.Fatalf("checkpoints after the purge: %v", u["checkpoints"])
 	}
+}
+
+// TestWorkspaceQuotaConcurrentForks: forks racing at a key's workspace
+// quota stop at the quota. The check before the body is read let every
+// request that arrived before the first commit through (20 at once, quota
+// 3: up to 20 created); the fork's transaction now counts again.
+//
+// On SQLite one server; on PostgreSQL two replicas on one database, the
+// racers alternating between them.
+func TestWorkspaceQuotaConcurrentForks(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		f := mustServerWith(t, web.Config{QuotaWorkspaces: 3}, nil)
+		racingForks(t, f, f)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn, dir := testenv.MustPostgresDB(t), t.TempDir()
+		f := mustServerOn(t, dsn, dir, web.Config{QuotaWorkspaces: 3}, nil, nil, nil)
+		racingForks(t, f, mustServerOn(t, dsn, dir, web.Config{QuotaWorkspaces: 3}, nil, nil, f))
+	})
+}
+
+func racingForks(t *testing.T, f, g *fixture) {
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	const racers = 20
+	statuses := make([]int, racers)
+	retry := make([]string, racers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			srv := f.srv
+			if i%2 == 1 {
+				srv = g.srv
+			}
+			req, _ := http.NewRequest("POST", srv.URL+"/api/v1/repos/app/forks", strings.NewReader(fmt.Sprintf(`{"name":"r%d"}`, i)))
+			req.Header.Set("Authorization", "Bearer "+f.agent)
+			req.Header.Set("Content-Type", "application/json")
+			<-start
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			statuses[i], retry[i] = resp.StatusCode, resp.Header.Get("Retry-After")
+		}()
+	}
+	close(start)
+	wg.Wait()
+	created := 0
+	for i, st := range statuses {
+		switch st {
+		case http.StatusCreated:
+			created++
+		case http.StatusTooManyRequests:
+			if retry[i] == "" {
+				t.Errorf("fork %d: 429 without Retry-After", i)
+			}
+		default:
+			t.Errorf("fork %d: status %d, want 201 or 429", i, st)
+		}
+	}
+	n, err := f.db.CountOwnedWorkspaces(context.Background(), keyIDOf(t, f, f.agent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created != 3 || n != 3 {
+		t.Fatalf("%d racing forks at a quota of 3: %d created, the key owns %d active workspaces; want 3 and 3 (statuses %v)", racers, created, n, statuses)
+	}
+}
+
+// keyIDOf is the id of the key whose secret is key.
+func keyIDOf(t *testing.T, f *fixture, key string) string {
+	t.Helper()
+	id, _ := f.want(t, "GET", "/api/v1/whoami", key, "", 200)["id"].(string)
+	if id == "" {
+		t.Fatal("whoami names no id")
+	}
+	return id
 }

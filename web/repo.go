@@ -104,7 +104,10 @@ func (s *Server) handleUsage() gin.HandlerFunc {
 
 func (s *Server) handleFork() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if err := s.checkWorkspaceQuota(c, caller(c)); err != nil {
+		// Refused before the body is read when already at the quota; the
+		// fork's transaction counts again, so racing forks stop there.
+		k := caller(c)
+		if err := s.checkWorkspaceQuota(c, k); err != nil {
 			writeError(c, err)
 			return
 		}
@@ -113,7 +116,14 @@ func (s *Server) handleFork() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		res, err := s.Workspaces.Fork(c.Request.Context(), caller(c), c.Param("repo"), req.Name, req.Task)
+		maxOwned := 0
+		if k.Role != lockstep.RoleAdmin {
+			maxOwned = s.workspaceQuota(k)
+		}
+		res, err := s.Workspaces.ForkWithin(c.Request.Context(), k, c.Param("repo"), req.Name, req.Task, maxOwned)
+		if lockstep.ErrorCode(err) == lockstep.ERATELIMITED {
+			c.Header("Retry-After", "60")
+		}
 		if err != nil {
 			writeError(c, err)
 			return

@@ -47,6 +47,16 @@ func ValidateTask(task string) error {
 // not_found, already_exists, invalid_argument, permission_denied. task is
 // an optional label grouping attempts at one task.
 func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name, task string) (*ForkResult, error) {
+	return s.ForkWithin(ctx, actor, baseName, name, task, 0)
+}
+
+// ForkWithin is Fork bounded by the workspace quota: with maxOwned > 0
+// the fork is refused (rate_limited, nothing created) if it would take
+// actor to more than maxOwned active workspaces. The store counts inside
+// the fork's transaction, so concurrent forks of one key, on any
+// replica, cannot pass the bound together (a check before the call
+// alone would let them).
+func (s *Service) ForkWithin(ctx context.Context, actor *lockstep.Key, baseName, name, task string, maxOwned int) (*ForkResult, error) {
 	start := s.now()
 	if err := auth.Require(actor, lockstep.RoleAdmin, lockstep.RoleAgent); err != nil {
 		return nil, err
@@ -95,7 +105,7 @@ func (s *Service) Fork(ctx context.Context, actor *lockstep.Key, baseName, name,
 		out = &ForkResult{Name: name, ForkOf: ws.ForkOf, Network: ws.Network, BaseCommit: ws.BaseCommit, Owner: actor.Name, Task: task, DurationMS: ms(s.now().Sub(start))}
 		entry.Answer = out
 	}
-	if err := s.store.ForkRepo(ctx, baseName, ws, entry, fill); err != nil {
+	if err := s.store.ForkRepo(ctx, baseName, ws, maxOwned, entry, fill); err != nil {
 		return nil, err
 	}
 	baseCommit := ws.BaseCommit

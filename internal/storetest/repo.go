@@ -93,7 +93,7 @@ func repoTests() map[string]test {
 			var copied []lockstep.Ref
 			e := ent("fork")
 			ws := &lockstep.Repo{Name: "ws", OwnerKeyID: "k1", OwnerName: "alice", Task: "t1"}
-			must(t, s.ForkRepo(bg, "base", ws, e, func(refs []lockstep.Ref) {
+			must(t, s.ForkRepo(bg, "base", ws, 0, e, func(refs []lockstep.Ref) {
 				copied = refs
 				if ws.ID == 0 || ws.Network != "net" || ws.ForkOf != "base" || ws.DefaultBranch != "trunk" || ws.BaseCommit != oid(1) {
 					t.Errorf("ws when fill runs: %+v", ws)
@@ -122,14 +122,14 @@ func repoTests() map[string]test {
 			// A base without its default branch: no base commit.
 			must(t, s.CreateRepo(bg, &lockstep.Repo{Name: "bare", Network: "bare", DefaultBranch: "main"}, []lockstep.Ref{{Name: "refs/heads/dev", OID: oid(6)}}, nil))
 			ws2 := &lockstep.Repo{Name: "ws2"}
-			must(t, s.ForkRepo(bg, "bare", ws2, ent("fork"), nil))
+			must(t, s.ForkRepo(bg, "bare", ws2, 0, ent("fork"), nil))
 			if ws2.BaseCommit != "" || ws2.Network != "bare" || refOID(t, s, ws2, "refs/heads/dev") != oid(6) {
 				t.Fatalf("fork of a base without its default branch: %+v", ws2)
 			}
 			// No base: not_found as RepoByName says it, nothing created;
 			// fill is not called.
 			called := false
-			err = s.ForkRepo(bg, "nope", &lockstep.Repo{Name: "ws3"}, ent("fork"), func([]lockstep.Ref) { called = true })
+			err = s.ForkRepo(bg, "nope", &lockstep.Repo{Name: "ws3"}, 0, ent("fork"), func([]lockstep.Ref) { called = true })
 			wantCode(t, err, lockstep.ENOTFOUND)
 			_, rerr := s.RepoByName(bg, "nope")
 			if called || lockstep.ErrorMessage(err) != lockstep.ErrorMessage(rerr) {
@@ -138,13 +138,22 @@ func repoTests() map[string]test {
 			_, err = s.RepoByName(bg, "ws3")
 			wantCode(t, err, lockstep.ENOTFOUND)
 			// A taken name: already_exists, nothing written.
-			err = s.ForkRepo(bg, "bare", &lockstep.Repo{Name: "ws"}, ent("fork"), nil)
+			err = s.ForkRepo(bg, "bare", &lockstep.Repo{Name: "ws"}, 0, ent("fork"), nil)
 			wantCode(t, err, lockstep.ECONFLICT)
 			if refOID(t, s, ws, "refs/heads/dev") != lockstep.ZeroOID {
 				t.Fatal("a refused fork added a ref")
 			}
 			wantOps(t, s, "fork", 2)
 			wantChain(t, s, 2)
+			// A bound on the owner's active workspaces (ws is k1's only
+			// one): at it, rate_limited and nothing written.
+			must(t, s.ForkRepo(bg, "bare", &lockstep.Repo{Name: "ws4", OwnerKeyID: "k1"}, 2, ent("fork"), nil))
+			err = s.ForkRepo(bg, "bare", &lockstep.Repo{Name: "ws5", OwnerKeyID: "k1", OwnerName: "alice"}, 2, ent("fork"), nil)
+			wantCode(t, err, lockstep.ERATELIMITED)
+			_, err = s.RepoByName(bg, "ws5")
+			wantCode(t, err, lockstep.ENOTFOUND)
+			wantOps(t, s, "fork", 3)
+			wantChain(t, s, 3)
 		},
 		"RepoByName": func(t *testing.T, s lockstep.Store) {
 			_, err := s.RepoByName(bg, "nope")
