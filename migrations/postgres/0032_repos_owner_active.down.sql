@@ -1,0 +1,1 @@
+DROP INDEX repos_owner_active;
