@@ -90,6 +90,12 @@ type RunJobStore interface {
 	Runners(ctx context.Context, since time.Time) ([]*Runner, error)
 	// CreateRunJob inserts a queued job.
 	CreateRunJob(ctx context.Context, j *RunJob) error
+	// CreateRunJobWithin is CreateRunJob bounded by the run quota: with
+	// b.Max > 0 it answers rate_limited, inserting nothing, when j's key
+	// already has b.Max jobs active (CountActiveRunJobs at b's times). The
+	// count and the insert are one transaction serialized per key (on
+	// PostgreSQL by an advisory lock, so across replicas too).
+	CreateRunJobWithin(ctx context.Context, j *RunJob, b RunJobBound) error
 	// RunJob returns not_found for an unknown id.
 	RunJob(ctx context.Context, id string) (*RunJob, error)
 	// ClaimRunJob moves the oldest queued job r takes to running, held by
@@ -129,4 +135,15 @@ type RunJobStore interface {
 type RunJobKey struct {
 	JobID string
 	KeyID string
+}
+
+// RunJobBound is the run quota at one moment: at most Max jobs queued
+// since QueuedSince or running under a lease that ends at or after Now.
+type RunJobBound struct {
+	Max         int
+	QueuedSince time.Time
+	Now         time.Time
+	// Message words the refusal (it names the limit's source); empty: a
+	// plain one.
+	Message func(active int) string
 }

@@ -95,19 +95,71 @@ func (s *DB) Runners(ctx context.Context, since time.Time) (rs []*lockstep.Runne
 	return rs, rows.Err()
 }
 
+const (
+	qInsertRunJob = `INSERT INTO run_jobs (id, workspace, key_id, spec, state, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`
+	qActiveRunJobs = `SELECT COUNT(*) FROM run_jobs WHERE key_id = $1 AND
+		((state = $2 AND created_at >= $3) OR (state = $4 AND lease_until >= $5))`
+	// qRunQuotaLock serializes one key's bounded creates across replicas
+	// until the transaction ends (the namespace keeps the lock apart from
+	// any other advisory lock).
+	qRunQuotaLock = `SELECT pg_advisory_xact_lock(hashtextextended('lockstep.run_quota:' || $1, 0))`
+)
+
 // CreateRunJob inserts a queued job.
 func (s *DB) CreateRunJob(ctx context.Context, j *lockstep.RunJob) (err error) {
 	ctx, span := s.start(ctx, "CreateRunJob")
 	defer func() { err = end(span, err) }()
-	spec, err := json.Marshal(j.Spec)
+	spec, err := s.newRunJob(j)
 	if err != nil {
 		return err
 	}
+	_, err = s.db.ExecContext(ctx, qInsertRunJob, j.ID, j.Workspace, j.KeyID, spec, j.State, micros(j.CreatedAt), micros(j.UpdatedAt))
+	return err
+}
+
+// newRunJob stamps j as queued now and returns its spec's JSON.
+func (s *DB) newRunJob(j *lockstep.RunJob) (string, error) {
+	spec, err := json.Marshal(j.Spec)
+	if err != nil {
+		return "", err
+	}
 	now := lockstep.TruncateTime(s.now())
 	j.State, j.CreatedAt, j.UpdatedAt = lockstep.JobQueued, now, now
-	_, err = s.db.ExecContext(ctx, `INSERT INTO run_jobs (id, workspace, key_id, spec, state, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		j.ID, j.Workspace, j.KeyID, string(spec), j.State, micros(now), micros(now))
-	return err
+	return string(spec), nil
+}
+
+// CreateRunJobWithin inserts a queued job if its key is under b
+// (lockstep.RunJobStore).
+func (s *DB) CreateRunJobWithin(ctx context.Context, j *lockstep.RunJob, b lockstep.RunJobBound) (err error) {
+	if b.Max <= 0 {
+		return s.CreateRunJob(ctx, j)
+	}
+	ctx, span := s.start(ctx, "CreateRunJobWithin")
+	defer func() { err = end(span, err) }()
+	spec, err := s.newRunJob(j)
+	if err != nil {
+		return err
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		if s.dialect == "postgres" { // SQLite: BEGIN IMMEDIATE already serializes
+			if _, err := tx.ExecContext(ctx, qRunQuotaLock, j.KeyID); err != nil {
+				return fmt.Errorf("run quota lock: %w", err)
+			}
+		}
+		var n int
+		if err := s.txQueryRow(ctx, tx, qActiveRunJobs, j.KeyID, lockstep.JobQueued, micros(b.QueuedSince), lockstep.JobRunning, micros(b.Now)).Scan(&n); err != nil {
+			return fmt.Errorf("count active run jobs: %w", err)
+		}
+		if n >= b.Max {
+			msg := fmt.Sprintf("run quota: %d run jobs queued or running, the limit is %d: retry when one ends", n, b.Max)
+			if b.Message != nil {
+				msg = b.Message(n)
+			}
+			return lockstep.Errorf(lockstep.ERATELIMITED, "%s", msg)
+		}
+		_, err := tx.ExecContext(ctx, qInsertRunJob, j.ID, j.Workspace, j.KeyID, spec, j.State, micros(j.CreatedAt), micros(j.UpdatedAt))
+		return err
+	})
 }
 
 const runJobCols = `id, workspace, key_id, spec, state, runner_id, lease_until, result, error, created_at, updated_at`
@@ -332,8 +384,6 @@ func (s *DB) ClearRunJobKey(ctx context.Context, id, keyID string) (err error) {
 func (s *DB) CountActiveRunJobs(ctx context.Context, keyID string, queuedSince, now time.Time) (n int, err error) {
 	ctx, span := s.start(ctx, "CountActiveRunJobs")
 	defer func() { err = end(span, err) }()
-	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM run_jobs WHERE key_id = $1 AND
-		((state = $2 AND created_at >= $3) OR (state = $4 AND lease_until >= $5))`,
-		keyID, lockstep.JobQueued, micros(queuedSince), lockstep.JobRunning, micros(now)).Scan(&n)
+	err = s.db.QueryRowContext(ctx, qActiveRunJobs, keyID, lockstep.JobQueued, micros(queuedSince), lockstep.JobRunning, micros(now)).Scan(&n)
 	return n, err
 }

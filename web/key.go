@@ -212,11 +212,11 @@ func (s *Server) activeRuns(ctx context.Context, k *lockstep.Key) (int, error) {
 }
 
 // checkRunQuota answers rate_limited when a non-admin k has as many run
-// jobs queued or running as --quota-runs allows. The count and the
-// create are not one transaction: concurrent creates on several
-// replicas may pass it together (a bound on a steady state, not a lock).
+// jobs queued or running as --quota-runs allows: an early answer; the
+// create counts again in its own transaction (runBound), so concurrent
+// creates, on one replica or several, cannot pass the quota together.
 func (s *Server) checkRunQuota(ctx context.Context, c *gin.Context, k *lockstep.Key) error {
-	q, from := s.runQuota(k)
+	q, _ := s.runQuota(k)
 	if q <= 0 || s.Jobs == nil {
 		return nil
 	}
@@ -226,9 +226,19 @@ func (s *Server) checkRunQuota(ctx context.Context, c *gin.Context, k *lockstep.
 	}
 	if n >= q {
 		c.Header("Retry-After", "5")
-		return lockstep.Errorf(lockstep.ERATELIMITED, "run quota: key %s has %d run jobs queued or running, its limit is %d (%s): retry when one ends", k.Name, n, q, quotaName(from, "quota-runs"))
+		return lockstep.Errorf(lockstep.ERATELIMITED, "%s", s.runBound(k).Message(n))
 	}
 	return nil
+}
+
+// runBound is k's run quota as the store enforces it when a job is
+// created (Max 0: not bound).
+func (s *Server) runBound(k *lockstep.Key) lockstep.RunJobBound {
+	q, from := s.runQuota(k)
+	now := time.Now()
+	return lockstep.RunJobBound{Max: q, QueuedSince: now.Add(-s.Config.RunJobQueueTimeout), Now: now, Message: func(n int) string {
+		return fmt.Sprintf("run quota: key %s has %d run jobs queued or running, its limit is %d (%s): retry when one ends", k.Name, n, q, quotaName(from, "quota-runs"))
+	}}
 }
 
 // checkStorageQuota answers rate_limited when a non-admin k's active

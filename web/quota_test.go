@@ -282,3 +282,79 @@ func keyIDOf(t *testing.T, f *fixture, key string) string {
 	}
 	return id
 }
+
+// TestRunQuotaConcurrentCreates: run jobs created at once stop at the run
+// quota. The count before the create let every racer through (the count
+// and the insert were two statements); the store now counts inside the
+// create's transaction, under a per-key lock.
+func TestRunQuotaConcurrentCreates(t *testing.T) {
+	jobs := func(s *web.Server, db *sqlstore.DB) { s.Jobs = db }
+	t.Run("sqlite", func(t *testing.T) {
+		f := mustServerTweak(t, web.Config{QuotaRuns: 2}, nil, jobs)
+		racingRuns(t, f, f)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn, dir := testenv.MustPostgresDB(t), t.TempDir()
+		f := mustServerOn(t, dsn, dir, web.Config{QuotaRuns: 2}, nil, jobs, nil)
+		racingRuns(t, f, mustServerOn(t, dsn, dir, web.Config{QuotaRuns: 2}, nil, jobs, f))
+	})
+}
+
+func racingRuns(t *testing.T, f, g *fixture) {
+	ctx := context.Background()
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	if err := f.db.PutRunner(ctx, &lockstep.Runner{ID: "rnr_1", KeyID: "key_runner", Name: "box", Workspaces: []string{"*"}}); err != nil {
+		t.Fatal(err)
+	}
+	const racers = 40
+	statuses := make([]int, racers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			srv := f.srv
+			if i%2 == 1 {
+				srv = g.srv
+			}
+			// Streamed: the answer's status comes at once (no runner
+			// takes the job here); the stream is then dropped.
+			rctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(rctx, "POST", srv.URL+"/api/v1/repos/ws/jobs", strings.NewReader(`{"command":["make","test"]}`))
+			req.Header.Set("Authorization", "Bearer "+f.agent)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "text/event-stream")
+			<-start
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			statuses[i] = resp.StatusCode
+			resp.Body.Close()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	ok := 0
+	for i, st := range statuses {
+		switch st {
+		case http.StatusOK:
+			ok++
+		case http.StatusTooManyRequests:
+		default:
+			t.Errorf("run job %d: status %d, want 200 or 429", i, st)
+		}
+	}
+	now := time.Now()
+	n, err := f.db.CountActiveRunJobs(ctx, keyIDOf(t, f, f.agent), now.Add(-time.Hour), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok != 2 || n != 2 {
+		t.Fatalf("%d racing run jobs at a quota of 2: %d accepted, %d queued; want 2 and 2 (statuses %v)", racers, ok, n, statuses)
+	}
+}

@@ -325,7 +325,10 @@ func (s *Server) handleJobCreate() gin.HandlerFunc {
 		}
 		j := &lockstep.RunJob{ID: lockstep.NewID("job_"), Workspace: ws.Name, KeyID: me.ID,
 			Spec: lockstep.RunJobSpec{Command: req.Command, PushOnSuccess: req.PushOnSuccess, TimeoutSeconds: req.TimeoutSeconds}}
-		if err := st.CreateRunJob(ctx, j); err != nil {
+		if err := st.CreateRunJobWithin(ctx, j, s.runBound(me)); err != nil {
+			if lockstep.ErrorCode(err) == lockstep.ERATELIMITED {
+				c.Header("Retry-After", "5")
+			}
 			writeError(c, err)
 			return
 		}
