@@ -96,7 +96,7 @@ func (s *DB) Runners(ctx context.Context, since time.Time) (rs []*lockstep.Runne
 }
 
 const (
-	qInsertRunJob = `INSERT INTO run_jobs (id, workspace, key_id, spec, state, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`
+	qInsertRunJob  = `INSERT INTO run_jobs (id, workspace, key_id, spec, state, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`
 	qActiveRunJobs = `SELECT COUNT(*) FROM run_jobs WHERE key_id = $1 AND
 		((state = $2 AND created_at >= $3) OR (state = $4 AND lease_until >= $5))`
 	// qRunQuotaLock serializes one key's bounded creates across replicas
