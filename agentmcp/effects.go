@@ -10,7 +10,7 @@ import (
 type effectStageIn struct {
 	Workspace  string            `json:"workspace" jsonschema:"the workspace the effect belongs to"`
 	Method     string            `json:"method" jsonschema:"POST, PUT, PATCH or DELETE"`
-	URL        string            `json:"url" jsonschema:"the target URL (public, or allowed by the server's --effect-allow-hosts)"`
+	URL        string            `json:"url" jsonschema:"the target URL (public, or allowed by the server's --effect-allow-hosts); its query is stored encrypted and shown with its values redacted (credentials belong in a header)"`
 	Headers    map[string]string `json:"headers,omitempty" jsonschema:"request headers; Authorization, Cookie and X-Api-Key are stored encrypted and shown redacted"`
 	Body       string            `json:"body,omitempty" jsonschema:"the request body (text)"`
 	Label      string            `json:"label,omitempty" jsonschema:"a note for reviewers"`

@@ -8,7 +8,8 @@ import "time"
 
 // EffectCompensation is the request that undoes an effect after it was
 // released (e.g. the DELETE closing what a POST opened). Header values
-// that are secrets come back redacted.
+// that are secrets, and the values of the URL's query, come back
+// redacted.
 type EffectCompensation struct {
 	Method     string            `json:"method"`
 	URL        string            `json:"url"`
@@ -20,7 +21,9 @@ type EffectCompensation struct {
 // EffectRequest is the body of POST /repos/{workspace}/effects: an HTTP
 // request to send when (and only if) the workspace is promoted. Body and
 // BodyBase64 are exclusive. Authorization, Cookie, X-Api-Key and every
-// header named in SecretHeaders are stored encrypted and shown redacted.
+// header named in SecretHeaders are stored encrypted and shown redacted;
+// so is the URL's query (shown with its names kept, every value
+// redacted).
 type EffectRequest struct {
 	Method        string              `json:"method"`
 	URL           string              `json:"url"`

@@ -23,7 +23,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -281,27 +280,13 @@ func (s *Service) Stage(ctx context.Context, actor *lockstep.Key, ws *lockstep.R
 		return nil, lockstep.Errorf(lockstep.EINVALID, "class %q: 1-64 of a-z, 0-9, '.', '_' and '-'", req.Class)
 	}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "effect.stage", Repo: ws.Name, TraceID: telemetry.TraceID(ctx),
-		Details: map[string]any{"effect": e.ID, "method": main.Method, "url": logURL(main.URL), "bytes": len(main.Body), "class": req.Class,
+		Details: map[string]any{"effect": e.ID, "method": main.Method, "url": delivery.RedactURL(main.URL), "bytes": len(main.Body), "class": req.Class,
 			"label": req.Label, "run_id": req.RunID, "consuming": req.Consuming, "compensation": e.Compensation != nil}}
 	entry.Answer = (*Staged)(e)
 	if err := s.store.StageEffect(ctx, e, s.cfg.MaxStaged, entry); err != nil {
 		return nil, err
 	}
 	return e, nil
-}
-
-// logURL is a target as the operations log keeps it: without query or
-// credentials (a token may ride there).
-func logURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return ""
-	}
-	if u.RawQuery != "" {
-		u.RawQuery = "redacted"
-	}
-	u.User, u.Fragment = nil, ""
-	return u.String()
 }
 
 // List lists a repository's effects after a seq (any key may read; secret

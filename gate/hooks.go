@@ -2,7 +2,6 @@ package gate
 
 import (
 	"context"
-	"net/url"
 	"strings"
 	"time"
 
@@ -23,7 +22,8 @@ type HookRequest struct {
 
 // CreateHook registers a gate hook on a repository (admin or ci). The URL
 // must be an absolute http(s) URL without credentials whose host is public
-// or on the allow list (Config.HookAllowHosts).
+// or on the allow list (Config.HookAllowHosts). The hook returned shows
+// the URL redacted (delivery.RedactURL); the store keeps its query sealed.
 func (s *Service) CreateHook(ctx context.Context, actor *lockstep.Key, repoName string, req HookRequest) (*lockstep.Hook, error) {
 	if err := auth.Require(actor, lockstep.RoleAdmin, lockstep.RoleCI); err != nil {
 		return nil, err
@@ -48,26 +48,16 @@ func (s *Service) CreateHook(ctx context.Context, actor *lockstep.Key, repoName 
 	}
 	h := &lockstep.Hook{ID: lockstep.NewID("hook_"), Repo: r.Name, RepoID: r.ID, URL: req.URL, Secret: req.Secret, Events: req.Events, Active: true}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "hook.create", Repo: r.Name,
-		Details: map[string]any{"hook_id": h.ID, "url": logURL(h.URL), "events": h.Events}}
-	entry.Answer = h
+		Details: map[string]any{"hook_id": h.ID, "url": delivery.RedactURL(h.URL), "events": h.Events}}
+	// The answer (and the idempotent replay stored with it) shows the URL
+	// as every view does: its query values redacted.
+	shown := *h
+	shown.URL = delivery.RedactURL(h.URL)
+	entry.Answer = &shown
 	if err := s.store.CreateHook(ctx, h, entry); err != nil {
 		return nil, err
 	}
-	return h, nil
-}
-
-// logURL is a hook URL as the operations log (readable by agents) keeps
-// it: without a query, which may carry a receiver's token.
-func logURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return ""
-	}
-	if u.RawQuery != "" {
-		u.RawQuery = "redacted"
-	}
-	u.User, u.Fragment = nil, ""
-	return u.String()
+	return &shown, nil
 }
 
 func validSecret(secret string) error {
@@ -93,8 +83,8 @@ func canSeeHooks(actor *lockstep.Key) error {
 }
 
 // Hooks lists a repository's hooks (admin, ci, reviewer; agents get
-// permission_denied). Credentials a URL registered before they were
-// refused are redacted.
+// permission_denied). URLs are shown redacted (delivery.RedactURL): query
+// values, and credentials a URL registered before they were refused.
 func (s *Service) Hooks(ctx context.Context, actor *lockstep.Key, repoName string) ([]lockstep.Hook, error) {
 	if err := canSeeHooks(actor); err != nil {
 		return nil, err
@@ -108,9 +98,7 @@ func (s *Service) Hooks(ctx context.Context, actor *lockstep.Key, repoName strin
 		hs = []lockstep.Hook{}
 	}
 	for i := range hs {
-		if u, perr := url.Parse(hs[i].URL); perr == nil {
-			hs[i].URL = u.Redacted()
-		}
+		hs[i].URL = delivery.RedactURL(hs[i].URL)
 		if hs[i].PrevSecretUntil != nil && !hs[i].PrevSecretUntil.After(s.now()) {
 			hs[i].PrevSecretUntil = nil
 		}
@@ -201,9 +189,7 @@ func (s *Service) RotateHook(ctx context.Context, actor *lockstep.Key, repoName,
 		return nil, err
 	}
 	h.Secret, h.PrevSecret, h.PrevSecretUntil = req.Secret, prev, nil
-	if u, perr := url.Parse(h.URL); perr == nil {
-		h.URL = u.Redacted()
-	}
+	h.URL = delivery.RedactURL(h.URL)
 	res := &RotateResult{Hook: h, Secret: req.Secret}
 	if prev != "" {
 		h.PrevSecretUntil = &until

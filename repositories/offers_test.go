@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/internal/servicetest"
 	"github.com/lockstep-hq/lockstep/repositories"
@@ -144,8 +145,8 @@ func walkOffers(t *testing.T, w *offersWorld, base *lockstep.Repo, tip, stop str
 			if e.Compensation == nil || e.Status != lockstep.EffectReleased || e.CompensationStatus != "" {
 				continue
 			}
-			out = append(out, lockstep.CompensationOffer{Effect: e.ID, Workspace: e.Repo, Commit: h, Request: e.Request.Method + " " + e.Request.URL,
-				Compensation: e.Compensation.Method + " " + e.Compensation.URL, Label: e.Label, Consuming: e.Consuming})
+			out = append(out, lockstep.CompensationOffer{Effect: e.ID, Workspace: e.Repo, Commit: h, Request: e.Request.Method + " " + delivery.RedactURL(e.Request.URL),
+				Compensation: e.Compensation.Method + " " + delivery.RedactURL(e.Compensation.URL), Label: e.Label, Consuming: e.Consuming})
 		}
 		ci, err := w.repos.Commit(ctx, base.Name, h)
 		if err != nil {
@@ -253,5 +254,49 @@ func TestRollbackCompensationOffersQueries(t *testing.T) {
 	}
 	if n := w.reads.n.Load(); n != 1 {
 		t.Errorf("a rollback of a repository without compensable effects made %d effect queries, want 1", n)
+	}
+}
+
+// TestRollbackOffersRedactURLs: a rollback offers the compensation of an
+// effect whose URLs carry a token in their query: the offer (the
+// rollback's answer, stored for an Idempotency-Key too) shows the URLs
+// with the query values redacted.
+func TestRollbackOffersRedactURLs(t *testing.T) {
+	ctx := context.Background()
+	w := newOffersWorld(t)
+	if _, err := w.repos.CreateRepo(ctx, w.admin, "base", "main"); err != nil {
+		t.Fatal(err)
+	}
+	c0 := w.push(t, "base", lockstep.ZeroOID, 0)
+	base, err := w.repos.Repo(ctx, "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1 := w.push(t, "base", c0, 1)
+	ws := &lockstep.Repo{Name: "ws", Network: base.Network, ForkOf: base.Name, DefaultBranch: "main", Status: lockstep.StatusActive}
+	if err := w.db.CreateRepo(ctx, ws, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	e := &lockstep.Effect{ID: "eff_tok", RepoID: ws.ID, Repo: ws.Name, KeyName: "agent",
+		Request:      lockstep.EffectHTTP{Method: "POST", URL: "https://example.com/orders?token=s3cr3t-order"},
+		Compensation: &lockstep.EffectHTTP{Method: "DELETE", URL: "https://example.com/orders/1?key=s3cr3t-undo"}}
+	if err := w.db.StageEffect(ctx, e, 0, &lockstep.OpEntry{KeyName: "agent", Op: "effect.stage", Repo: ws.Name}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.db.UpdateRefsAndStatus(ctx, []lockstep.RefUpdate{{RepoID: base.ID, Repo: base.Name, Name: "refs/heads/promoted-ws", Old: lockstep.ZeroOID, New: c1}},
+		nil, nil, &lockstep.OpEntry{KeyName: "agent", Op: "merge", Repo: base.Name},
+		lockstep.StatusChange{RepoID: ws.ID, Repo: ws.Name, From: lockstep.StatusActive, To: lockstep.StatusPromoted,
+			Entry: &lockstep.OpEntry{KeyName: "agent", Op: "workspace.promoted", Repo: ws.Name}, Effects: &lockstep.EffectRelease{Into: base.Name, IntoID: base.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	w.deliverAll(t)
+	rb, err := w.repos.Rollback(ctx, w.admin, "base", c0, repositories.WriteOptions{Branch: "main", ExpectOID: c1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []lockstep.CompensationOffer{{Effect: e.ID, Workspace: "ws", Commit: c1, Request: "POST https://example.com/orders?token=[redacted]",
+		Compensation: "DELETE https://example.com/orders/1?key=[redacted]"}}
+	if !reflect.DeepEqual(rb.Compensations, want) {
+		t.Fatalf("offers %+v, want %+v", rb.Compensations, want)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/merge"
 )
@@ -113,8 +114,10 @@ func (s *Service) compensationOffers(ctx context.Context, r *lockstep.Repo, n gi
 			if e.Compensation == nil || e.Status != lockstep.EffectReleased || e.CompensationStatus != "" {
 				continue
 			}
-			out = append(out, lockstep.CompensationOffer{Effect: e.ID, Workspace: e.Repo, Commit: c, Request: e.Request.Method + " " + e.Request.URL,
-				Compensation: e.Compensation.Method + " " + e.Compensation.URL, Label: e.Label, Consuming: e.Consuming})
+			// Shown to the caller (and kept in a stored idempotent
+			// answer): the URLs redacted, as every view shows them.
+			out = append(out, lockstep.CompensationOffer{Effect: e.ID, Workspace: e.Repo, Commit: c, Request: e.Request.Method + " " + delivery.RedactURL(e.Request.URL),
+				Compensation: e.Compensation.Method + " " + delivery.RedactURL(e.Compensation.URL), Label: e.Label, Consuming: e.Consuming})
 		}
 	}
 	return out

@@ -52,8 +52,8 @@ type DB struct {
 	dialect string // "sqlite" or "postgres"
 	tracer  trace.Tracer
 	now     func() time.Time
-	aead    cipher.AEAD // seals hook secrets; nil: stored as given
-	sealed  int         // plaintext secrets encrypted by Open
+	aead    cipher.AEAD // seals secrets (seal.go); nil: stored as given
+	sealed  int         // rows whose plaintext secrets Open encrypted
 	hooks   opHooks     // OnOp callbacks
 	stmts   sync.Map    // query → *sql.Stmt, SQLite only (stmts.go)
 	dsn     string      // PostgreSQL: the URL, for the migrator's own pool
@@ -68,8 +68,9 @@ type Options struct {
 	Migrate bool
 	// Now is the clock (tests inject one); default time.Now.
 	Now func() time.Time
-	// SecretKey (32 bytes) encrypts hook secrets at rest with AES-256-GCM;
-	// Open encrypts secrets stored in plaintext before. Without it
+	// SecretKey (32 bytes) encrypts secrets at rest with AES-256-GCM (hook
+	// secrets, effects' secret headers, the queries of hook and effect
+	// target URLs); Open encrypts secrets stored in plaintext before. Without it
 	// secrets are stored as given (tests of the store alone).
 	SecretKey []byte
 }
@@ -159,7 +160,8 @@ func Open(ctx context.Context, dbURL string, opts Options) (*DB, error) {
 	return s, nil
 }
 
-// SealedAtOpen is how many plaintext hook secrets Open encrypted.
+// SealedAtOpen is how many rows (hooks, effects) Open found with
+// plaintext secrets (hook secrets, target URL queries) and encrypted.
 func (s *DB) SealedAtOpen() int { return s.sealed }
 
 // restrictFiles creates path (mode 0600) when missing and sets every

@@ -25,16 +25,25 @@ const (
 // storedHTTP is an EffectHTTP as the request/compensation column keeps it
 // (the body has its own column).
 type storedHTTP struct {
-	Method  string            `json:"method"`
+	Method string `json:"method"`
+	// URL is the target without its query and fragment when Query holds
+	// them sealed; the whole URL otherwise (none, or stored without a
+	// key).
 	URL     string            `json:"url"`
+	Query   string            `json:"query,omitempty"`
 	Headers map[string]string `json:"headers,omitempty"`
 	Secret  []string          `json:"secret,omitempty"`
 }
 
-// sealHTTP encodes h with its secret header values sealed; the additional
-// data binds each ciphertext to the effect, the part and the header.
+// sealHTTP encodes h with the URL's query and its secret header values
+// sealed; the additional data binds each ciphertext to the effect, the
+// part and the header (the query: queryAD).
 func (s *DB) sealHTTP(id, part string, h lockstep.EffectHTTP) (string, error) {
-	st := storedHTTP{Method: h.Method, URL: h.URL, Secret: h.Secret}
+	st := storedHTTP{Method: h.Method, Secret: h.Secret}
+	var err error
+	if st.URL, st.Query, err = s.sealTarget(id+"/"+part, h.URL); err != nil {
+		return "", err
+	}
 	if len(h.Headers) > 0 {
 		st.Headers = make(map[string]string, len(h.Headers))
 		for k, v := range h.Headers {
@@ -59,7 +68,11 @@ func (s *DB) openHTTP(id, part, raw string, body []byte) (lockstep.EffectHTTP, e
 	if err := json.Unmarshal([]byte(raw), &st); err != nil {
 		return lockstep.EffectHTTP{}, fmt.Errorf("effect %s %s: %w", id, part, err)
 	}
-	h := lockstep.EffectHTTP{Method: st.Method, URL: st.URL, Headers: st.Headers, Secret: st.Secret, Body: body}
+	h := lockstep.EffectHTTP{Method: st.Method, Headers: st.Headers, Secret: st.Secret, Body: body}
+	var err error
+	if h.URL, err = s.openTarget(id+"/"+part, st.URL, st.Query); err != nil {
+		return h, err
+	}
 	for _, k := range st.Secret {
 		if v, ok := h.Headers[k]; ok {
 			plain, err := s.open(id+"/"+part+"/"+k, v)

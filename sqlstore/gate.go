@@ -85,7 +85,7 @@ func (s *DB) Checks(ctx context.Context, network, commit string) (out []lockstep
 	return out, rows.Err()
 }
 
-// CreateHook stores a hook.
+// CreateHook stores a hook, its secret and its URL's query sealed.
 func (s *DB) CreateHook(ctx context.Context, h *lockstep.Hook, entry *lockstep.OpEntry) (err error) {
 	ctx, span := s.start(ctx, "CreateHook")
 	defer func() { err = end(span, err) }()
@@ -97,9 +97,13 @@ func (s *DB) CreateHook(ctx context.Context, h *lockstep.Hook, entry *lockstep.O
 	if err != nil {
 		return err
 	}
+	sealedURL, err := s.sealHookURL(h.ID, h.URL)
+	if err != nil {
+		return err
+	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO hooks (id, repo_id, url, secret, events, active, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			h.ID, h.RepoID, h.URL, sealed, string(ev), h.Active, micros(h.CreatedAt)); err != nil {
+			h.ID, h.RepoID, sealedURL, sealed, string(ev), h.Active, micros(h.CreatedAt)); err != nil {
 			return fmt.Errorf("insert hook: %w", err)
 		}
 		return s.appendOp(ctx, tx, entry)
@@ -108,7 +112,7 @@ func (s *DB) CreateHook(ctx context.Context, h *lockstep.Hook, entry *lockstep.O
 
 const hookCols = `h.id, r.name, h.repo_id, h.url, h.secret, h.events, h.active, h.created_at, h.prev_secret, h.prev_secret_until`
 
-// scanHook reads a hook row and decrypts its secrets.
+// scanHook reads a hook row and decrypts its secrets and its URL's query.
 func (s *DB) scanHook(row interface{ Scan(...any) error }) (*lockstep.Hook, error) {
 	var h lockstep.Hook
 	var ev string
@@ -119,6 +123,9 @@ func (s *DB) scanHook(row interface{ Scan(...any) error }) (*lockstep.Hook, erro
 	h.CreatedAt = fromMicros(t)
 	json.Unmarshal([]byte(ev), &h.Events)
 	var err error
+	if h.URL, err = s.openHookURL(h.ID, h.URL); err != nil {
+		return nil, err
+	}
 	if h.Secret, err = s.open(h.ID, h.Secret); err != nil {
 		return nil, err
 	}

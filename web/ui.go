@@ -647,7 +647,7 @@ func (u *uiServer) handleRepo(c *gin.Context) {
 		return
 	}
 	for _, h := range hooks {
-		row := hookRow{ID: h.ID, URL: redactURL(h.URL), Events: h.Events, Active: h.Active}
+		row := hookRow{ID: h.ID, URL: h.URL, Events: h.Events, Active: h.Active} // the URL redacted by Gate.Hooks
 		if ds, err := u.s.Gate.Deliveries(ctx, auth.FromContext(ctx), info.Name, h.ID, 1); err == nil && len(ds) > 0 {
 			row.Latest = &ds[0]
 		}
@@ -1513,17 +1513,6 @@ func escapeFilePath(p string) string {
 		parts[i] = url.PathEscape(parts[i])
 	}
 	return strings.Join(parts, "/")
-}
-
-// redactURL shows a hook URL without credentials or query (which may
-// carry tokens).
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(invalid URL)"
-	}
-	u.User, u.RawQuery, u.Fragment = nil, "", ""
-	return u.String()
 }
 
 func humanBytes(n int64) string {

@@ -395,7 +395,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 		return nil, err
 	}
 	if n := db.SealedAtOpen(); n > 0 {
-		logger.Info("encrypted hook secrets stored in plaintext by an older version", "hooks", n)
+		logger.Info("encrypted secrets stored in plaintext by an older version (hook secrets, target URL queries)", "rows", n)
 	}
 	a.store = db
 	a.closers = append(a.closers, func() { db.Close() })
