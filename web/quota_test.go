@@ -223,34 +223,7 @@ func TestWorkspaceQuotaConcurrentForks(t *testing.T) {
 func racingForks(t *testing.T, f, g *fixture) {
 	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
 	const racers = 20
-	statuses := make([]int, racers)
-	retry := make([]string, racers)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range racers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			srv := f.srv
-			if i%2 == 1 {
-				srv = g.srv
-			}
-			req, _ := http.NewRequest("POST", srv.URL+"/api/v1/repos/app/forks", strings.NewReader(fmt.Sprintf(`{"name":"r%d"}`, i)))
-			req.Header.Set("Authorization", "Bearer "+f.agent)
-			req.Header.Set("Content-Type", "application/json")
-			<-start
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			statuses[i], retry[i] = resp.StatusCode, resp.Header.Get("Retry-After")
-		}()
-	}
-	close(start)
-	wg.Wait()
+	statuses, retry := raceAgent(t, f, g, racers, "/api/v1/repos/app/forks", func(i int) string { return fmt.Sprintf(`{"name":"r%d"}`, i) }, false)
 	created := 0
 	for i, st := range statuses {
 		switch st {
@@ -271,6 +244,45 @@ func racingForks(t *testing.T, f, g *fixture) {
 	if created != 3 || n != 3 {
 		t.Fatalf("%d racing forks at a quota of 3: %d created, the key owns %d active workspaces; want 3 and 3 (statuses %v)", racers, created, n, statuses)
 	}
+}
+
+// raceAgent POSTs n bodies to path as f's agent key at once, alternating
+// between f's server and g's, and returns each answer's status and
+// Retry-After. stream asks for an event stream and drops it after the
+// status (a run job's answer follows the job).
+func raceAgent(t *testing.T, f, g *fixture, n int, path string, body func(i int) string, stream bool) (statuses []int, retry []string) {
+	statuses, retry = make([]int, n), make([]string, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			srv := f.srv
+			if i%2 == 1 {
+				srv = g.srv
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+path, strings.NewReader(body(i)))
+			req.Header.Set("Authorization", "Bearer "+f.agent)
+			req.Header.Set("Content-Type", "application/json")
+			if stream {
+				req.Header.Set("Accept", "text/event-stream")
+			}
+			<-start
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			statuses[i], retry[i] = resp.StatusCode, resp.Header.Get("Retry-After")
+			resp.Body.Close()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return statuses, retry
 }
 
 // keyIDOf is the id of the key whose secret is key.
@@ -308,37 +320,9 @@ func racingRuns(t *testing.T, f, g *fixture) {
 		t.Fatal(err)
 	}
 	const racers = 40
-	statuses := make([]int, racers)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range racers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			srv := f.srv
-			if i%2 == 1 {
-				srv = g.srv
-			}
-			// Streamed: the answer's status comes at once (no runner
-			// takes the job here); the stream is then dropped.
-			rctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			req, _ := http.NewRequestWithContext(rctx, "POST", srv.URL+"/api/v1/repos/ws/jobs", strings.NewReader(`{"command":["make","test"]}`))
-			req.Header.Set("Authorization", "Bearer "+f.agent)
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Accept", "text/event-stream")
-			<-start
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			statuses[i] = resp.StatusCode
-			resp.Body.Close()
-		}()
-	}
-	close(start)
-	wg.Wait()
+	// Streamed: the answer's status comes at once (no runner takes the
+	// job here).
+	statuses, _ := raceAgent(t, f, g, racers, "/api/v1/repos/ws/jobs", func(int) string { return `{"command":["make","test"]}` }, true)
 	ok := 0
 	for i, st := range statuses {
 		switch st {
