@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,28 +19,11 @@ import (
 	"github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/effects"
 	"github.com/lockstep-hq/lockstep/gitstore"
+	"github.com/lockstep-hq/lockstep/internal/testenv"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
 )
-
-// syncBuffer is a log destination read while the worker may write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestTargetQuerySealedAndRedacted: a token carried in an effect's URL
 // query (and its compensation's) is sealed in the database, redacted in
@@ -61,7 +43,7 @@ func TestTargetQuerySealedAndRedacted(t *testing.T) {
 	m := telemetry.NewMetrics()
 	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, nil, m, nil)
 	defer repos.Close()
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	allow, _ := delivery.ParseAllowList("127.0.0.1")
 	svc := effects.New(effects.Config{AllowHosts: allow}, db, repos, logger, m, nil)

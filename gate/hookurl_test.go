@@ -9,34 +9,17 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/gitstore"
+	"github.com/lockstep-hq/lockstep/internal/testenv"
 	"github.com/lockstep-hq/lockstep/repositories"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/telemetry"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestHookURLQuerySealedAndRedacted: a token in a hook URL's query is
 // sealed in the hooks row, redacted in the hook the registration answers,
@@ -55,7 +38,7 @@ func TestHookURLQuerySealedAndRedacted(t *testing.T) {
 	m := telemetry.NewMetrics()
 	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, nil, m, nil)
 	defer repos.Close()
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	allow, _ := delivery.ParseAllowList("127.0.0.1")
 	svc := gate.New(gate.Config{HookAllowHosts: allow}, db, repos, slog.New(slog.NewTextHandler(&logs, nil)), m, nil)
 	admin := &lockstep.Key{ID: "key_admin", Name: "admin", Role: lockstep.RoleAdmin}

@@ -1,7 +1,6 @@
 package web_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -31,30 +30,12 @@ import (
 	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
-// lockedBuffer is the request log of a test server.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // outageServer is a server on a Postgres store (and, when rdb is set, a
 // Redis for the landing lock and readiness) whose log is kept.
 type outageServer struct {
 	srv          *httptest.Server
 	db           *sqlstore.DB
-	log          *lockedBuffer
+	log          *testenv.SyncBuffer
 	admin, agent string
 }
 
@@ -71,7 +52,7 @@ func mustOutageServer(t *testing.T, rdb *redis.Client, prefix string) *outageSer
 	_, admin, _ := keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
 	_, agent, _ := keys.Create(ctx, auth.System, "agent", lockstep.RoleAgent)
 	m := telemetry.NewMetrics()
-	log := &lockedBuffer{}
+	log := &testenv.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(log, nil))
 	repos := repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, logger, m, nil)
 	t.Cleanup(func() { repos.Close() })
