@@ -20,7 +20,8 @@ import (
 // not every object of r's history):
 //
 //   - any object in the closure of the tree of one of r's ref tips (the
-//     current trees; cached by tree id, closureCache);
+//     current trees, and those of tips seen before in this process:
+//     reachSets);
 //   - a commit reachable from r's refs (scopedCommit's bounded walk);
 //   - a tree or commit this scoped key uploaded to r in an earlier
 //     request of this process (grants: the objects upload then
@@ -40,7 +41,7 @@ type presence struct {
 	n    gitobj.Reader
 	r    *lockstep.Repo
 	tips []gitobj.Hash
-	sets []map[gitobj.Hash]struct{}
+	set  *reachSet
 	memo map[gitobj.Hash]bool // commits walked for, and the answer
 }
 
@@ -54,8 +55,8 @@ func (s *Service) presentFor(ctx context.Context, n gitobj.Reader, r *lockstep.R
 	if err != nil {
 		return nil, err
 	}
-	p := &presence{s: s, ctx: ctx, n: n, r: r, memo: map[gitobj.Hash]bool{}}
-	seen := map[gitobj.Hash]bool{}
+	p := &presence{s: s, ctx: ctx, n: n, r: r, memo: map[gitobj.Hash]bool{}, set: s.reach.set(r.ID)}
+	roots := make([]gitobj.Hash, 0, len(refs))
 	for _, ref := range refs {
 		h := gitobj.NewHash(ref.OID)
 		p.tips = append(p.tips, h)
@@ -69,15 +70,10 @@ func (s *Service) presentFor(ctx context.Context, n gitobj.Reader, r *lockstep.R
 				root = t
 			}
 		}
-		if seen[root] {
-			continue
-		}
-		seen[root] = true
-		set, err := s.closures.closure(n, root)
-		if err != nil {
-			return nil, err
-		}
-		p.sets = append(p.sets, set)
+		roots = append(roots, root)
+	}
+	if err := p.set.addTrees(n, roots); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
@@ -93,10 +89,8 @@ func (p *presence) has(h gitobj.Hash) bool {
 			return true
 		}
 	}
-	for _, set := range p.sets {
-		if _, ok := set[h]; ok {
-			return true
-		}
+	if p.set.has(h) {
+		return true
 	}
 	if p.s.grants.has(p.r.ID, h) {
 		return true
@@ -130,99 +124,132 @@ func (p *presence) grant(h gitobj.Hash, t gitobj.ObjectType) {
 	p.s.grants.add(p.r.ID, h)
 }
 
-// closureCache holds the closures (every tree and blob under it, and
-// itself) of ref tips' trees, by tree id: immutable, so never stale.
-// Bounded by the ids it holds (closureCacheMax, ~50 bytes each); when
-// full, the least recently used closure goes first.
-type closureCache struct {
-	mu    sync.Mutex
-	tick  uint64
-	size  int
-	byID  map[gitobj.Hash]*closureEntry
-	limit int // 0: closureCacheMax
+// reachSets holds, per repository, the objects in the trees its ref
+// tips have named (presentFor adds each new tip's tree): grow-only, so a
+// push walks only the trees it changed (a subtree already in the set has
+// its whole closure there), not the 20,000 files of the worktree again.
+// A tree that was once a tip's stays present after the branch moved on:
+// it is the repository's own content (its history), never another
+// workspace's. Bounded: reachSetMax ids per repository (a fuller one
+// starts over from its current tips), reachSetRepos repositories (the
+// least recently used goes).
+type reachSets struct {
+	mu     sync.Mutex
+	tick   uint64
+	byRepo map[int64]*reachSet
 }
 
-type closureEntry struct {
-	set  map[gitobj.Hash]struct{}
-	used uint64
+type reachSet struct {
+	mu   sync.RWMutex
+	ids  map[gitobj.Hash]struct{}
+	used uint64 // under reachSets.mu
 }
 
-// closureCacheMax bounds the object ids the closure cache holds (about
-// 25 MB): twenty-five trees of 20,000 files.
-const closureCacheMax = 500_000
+const (
+	reachSetMax   = 1_000_000 // ~50 MB at most, for a repository of that many files
+	reachSetRepos = 64
+)
 
-func (c *closureCache) closure(n gitobj.Reader, root gitobj.Hash) (map[gitobj.Hash]struct{}, error) {
-	c.mu.Lock()
-	c.tick++
-	if e, ok := c.byID[root]; ok {
-		e.used = c.tick
-		c.mu.Unlock()
-		return e.set, nil
-	}
-	c.mu.Unlock()
-	set, err := treeClosure(n, root)
-	if err != nil {
-		return nil, err
-	}
+// set returns repository repo's set, created empty when missing.
+func (c *reachSets) set(repo int64) *reachSet {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	limit := c.limit
-	if limit <= 0 {
-		limit = closureCacheMax
+	c.tick++
+	if e, ok := c.byRepo[repo]; ok {
+		e.used = c.tick
+		return e
 	}
-	if len(set) > limit {
-		return set, nil // used once, not kept
+	if c.byRepo == nil {
+		c.byRepo = map[int64]*reachSet{}
 	}
-	if c.byID == nil {
-		c.byID = map[gitobj.Hash]*closureEntry{}
-	}
-	if _, ok := c.byID[root]; !ok {
-		for c.size+len(set) > limit {
-			var oldest gitobj.Hash
-			at := ^uint64(0)
-			for h, e := range c.byID {
-				if e.used < at {
-					oldest, at = h, e.used
-				}
+	if len(c.byRepo) >= reachSetRepos {
+		var oldest int64
+		at := ^uint64(0)
+		for id, e := range c.byRepo {
+			if e.used < at {
+				oldest, at = id, e.used
 			}
-			c.size -= len(c.byID[oldest].set)
-			delete(c.byID, oldest)
 		}
-		c.byID[root] = &closureEntry{set: set, used: c.tick}
-		c.size += len(set)
+		delete(c.byRepo, oldest)
 	}
-	return set, nil
+	e := &reachSet{ids: map[gitobj.Hash]struct{}{}, used: c.tick}
+	c.byRepo[repo] = e
+	return e
 }
 
-// treeClosure returns root and every tree and blob under it. A root that
-// is not a tree (a ref naming a blob) is its own closure; a tree missing
-// below it is left out (what is not stored is not present).
-func treeClosure(n gitobj.Reader, root gitobj.Hash) (map[gitobj.Hash]struct{}, error) {
-	set := map[gitobj.Hash]struct{}{root: {}}
+// has reports whether h is in the set.
+func (e *reachSet) has(h gitobj.Hash) bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	_, ok := e.ids[h]
+	return ok
+}
+
+// addTrees adds the closures of roots (trees, or a ref's blob) that are
+// not in the set yet, walking only below trees not in it. A tree missing
+// from the store is left out (what is not stored is not present).
+func (e *reachSet) addTrees(n gitobj.Reader, roots []gitobj.Hash) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.ids) > reachSetMax {
+		e.ids = map[gitobj.Hash]struct{}{}
+	}
 	objs := n.Objects()
-	stack := []gitobj.Hash{root}
-	for len(stack) > 0 {
-		t := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		obj, err := objs.EncodedObject(gitobj.TreeObject, t)
-		if err != nil {
+	var stack []gitobj.Hash
+	for _, r := range roots {
+		if _, ok := e.ids[r]; !ok {
+			stack = append(stack, r)
+		}
+	}
+	// A tree enters the set once its entries did (so a walk cut short by
+	// an error leaves no tree whose closure is incomplete): post-order.
+	type frame struct {
+		t    gitobj.Hash
+		done bool
+	}
+	var work []frame
+	for _, r := range stack {
+		work = append(work, frame{t: r})
+	}
+	for len(work) > 0 {
+		f := work[len(work)-1]
+		work = work[:len(work)-1]
+		if _, ok := e.ids[f.t]; ok {
 			continue
+		}
+		if f.done {
+			e.ids[f.t] = struct{}{}
+			continue
+		}
+		obj, err := objs.EncodedObject(gitobj.TreeObject, f.t)
+		if err != nil {
+			continue // a ref naming a blob, or a tree not stored
 		}
 		files, dirs, err := gitobj.TreeChildren(obj)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		for _, f := range files {
-			set[f] = struct{}{}
+		for _, h := range files {
+			e.ids[h] = struct{}{}
 		}
+		work = append(work, frame{t: f.t, done: true})
 		for _, d := range dirs {
-			if _, ok := set[d]; !ok {
-				set[d] = struct{}{}
-				stack = append(stack, d)
+			if _, ok := e.ids[d]; !ok {
+				work = append(work, frame{t: d})
 			}
 		}
 	}
-	return set, nil
+	return nil
+}
+
+// treeClosure returns root and every tree and blob under it (uncached:
+// the benchmark's measure of a cold closure).
+func treeClosure(n gitobj.Reader, root gitobj.Hash) (map[gitobj.Hash]struct{}, error) {
+	e := &reachSet{ids: map[gitobj.Hash]struct{}{}}
+	if err := e.addTrees(n, []gitobj.Hash{root}); err != nil {
+		return nil, err
+	}
+	return e.ids, nil
 }
 
 // grantLog remembers, per repository, the trees and commits its scoped

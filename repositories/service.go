@@ -119,8 +119,8 @@ type Service struct {
 
 	commits commitCaches // per network, for merge-base walks (commitcache.go)
 
-	closures closureCache // ref tips' tree closures, for scoped keys (scoped.go)
-	grants   grantLog     // trees and commits scoped keys uploaded (scoped.go)
+	reach  reachSets // what repositories' ref tips' trees hold, for scoped keys (scoped.go)
+	grants grantLog  // trees and commits scoped keys uploaded (scoped.go)
 }
 
 // EventHook is called after an event committed (push, rollback, promote,
