@@ -40,7 +40,7 @@ type presence struct {
 	ctx  context.Context
 	n    gitobj.Reader
 	r    *lockstep.Repo
-	tips []gitobj.Hash
+	tips map[gitobj.Hash]bool // what r's refs name
 	set  *reachSet
 	memo map[gitobj.Hash]bool // commits walked for, and the answer
 }
@@ -55,11 +55,11 @@ func (s *Service) presentFor(ctx context.Context, n gitobj.Reader, r *lockstep.R
 	if err != nil {
 		return nil, err
 	}
-	p := &presence{s: s, ctx: ctx, n: n, r: r, memo: map[gitobj.Hash]bool{}, set: s.reach.set(r.ID)}
+	p := &presence{s: s, ctx: ctx, n: n, r: r, tips: make(map[gitobj.Hash]bool, len(refs)), memo: map[gitobj.Hash]bool{}, set: s.reach.set(r.ID)}
 	roots := make([]gitobj.Hash, 0, len(refs))
 	for _, ref := range refs {
 		h := gitobj.NewHash(ref.OID)
-		p.tips = append(p.tips, h)
+		p.tips[h] = true
 		root := h
 		if ci, err := n.Commit(h); err == nil {
 			root = ci.Tree
@@ -84,12 +84,7 @@ func (p *presence) has(h gitobj.Hash) bool {
 	if p == nil {
 		return true
 	}
-	for _, t := range p.tips {
-		if t == h {
-			return true
-		}
-	}
-	if p.set.has(h) {
+	if p.tips[h] || p.set.has(h) {
 		return true
 	}
 	if p.s.grants.has(p.r.ID, h) {
@@ -195,12 +190,6 @@ func (e *reachSet) addTrees(n gitobj.Reader, roots []gitobj.Hash) error {
 		e.ids = map[gitobj.Hash]struct{}{}
 	}
 	objs := n.Objects()
-	var stack []gitobj.Hash
-	for _, r := range roots {
-		if _, ok := e.ids[r]; !ok {
-			stack = append(stack, r)
-		}
-	}
 	// A tree enters the set once its entries did (so a walk cut short by
 	// an error leaves no tree whose closure is incomplete): post-order.
 	type frame struct {
@@ -208,8 +197,10 @@ func (e *reachSet) addTrees(n gitobj.Reader, roots []gitobj.Hash) error {
 		done bool
 	}
 	var work []frame
-	for _, r := range stack {
-		work = append(work, frame{t: r})
+	for _, r := range roots {
+		if _, ok := e.ids[r]; !ok {
+			work = append(work, frame{t: r})
+		}
 	}
 	for len(work) > 0 {
 		f := work[len(work)-1]
