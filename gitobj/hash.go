@@ -16,6 +16,7 @@ package gitobj
 
 import (
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 )
@@ -110,6 +111,24 @@ func TreeFiles(obj EncodedObject) ([]Hash, error) {
 		}
 	}
 	return out, nil
+}
+
+// TreeChildren decodes a tree object and returns the objects its file
+// entries name (files) and its subtrees (dirs); gitlinks name neither.
+func TreeChildren(obj EncodedObject) (files, dirs []Hash, err error) {
+	t := &object.Tree{}
+	if err := t.Decode(obj); err != nil {
+		return nil, nil, err
+	}
+	for _, e := range t.Entries {
+		switch {
+		case e.Mode.IsFile():
+			files = append(files, e.Hash)
+		case e.Mode == filemode.Dir:
+			dirs = append(dirs, e.Hash)
+		}
+	}
+	return files, dirs, nil
 }
 
 // EncodeCommit builds the commit object for spec without writing it.

@@ -75,6 +75,15 @@ type Writer interface {
 	IngestTar(ctx context.Context, r io.Reader, lim Limits) (*Ingest, error)
 	// ReceivePack validates and stores a git pack as received.
 	ReceivePack(r io.Reader, lim Limits) (WriteStats, error)
+	// ReceivePackFor is ReceivePack for a writer that may name only some
+	// of the stored objects without sending them (opts.Present: a scoped
+	// key's repository). An object the pack names (a tree entry, a
+	// commit's tree or parent, a tag's target, a delta's base) that is
+	// neither in the pack nor present is refused with the error of an
+	// object that is not stored at all (invalid_argument); objects of the
+	// pack already stored are checked as sent ones and counted in the
+	// stats (the answer does not tell which were stored before).
+	ReceivePackFor(r io.Reader, lim Limits, opts ReceiveOptions) (WriteStats, error)
 	// CollectGarbage drops the network's unreachable objects older than
 	// the cutoff (repo/gc.go; object storage: replica/objgc.go).
 	CollectGarbage(ctx context.Context, opts GCOptions) (GCStats, error)
@@ -83,6 +92,16 @@ type Writer interface {
 	// into one (cancelled with ctx).
 	PackCount() int
 	Compact(ctx context.Context) error
+}
+
+// ReceiveOptions restrict a ReceivePackFor.
+type ReceiveOptions struct {
+	// Present reports whether a stored object counts as present for
+	// this write (nil: every stored object does, as in ReceivePack).
+	Present func(Hash) bool
+	// Sent, when set, is called once the pack is stored with each of its
+	// objects (also those stored before), except a thin pack's bases.
+	Sent func(Hash, ObjectType)
 }
 
 // RefMirror keeps git's view of one repository's refs (its namespace in

@@ -28,6 +28,7 @@ type (
 	RefProblem     = gitobj.RefProblem
 	RefValue       = gitobj.RefValue
 	MirrorError    = gitobj.MirrorError
+	ReceiveOptions = gitobj.ReceiveOptions
 )
 
 const (

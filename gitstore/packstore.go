@@ -54,6 +54,19 @@ func (q *quarantine) path(ext string) string {
 	return filepath.Join(q.dir, "pack", "pack-"+q.hash.String()+"."+ext)
 }
 
+// size is the bytes of the quarantined pack and its index.
+func (q *quarantine) size() (int64, error) {
+	var total int64
+	for _, ext := range []string{"pack", "idx"} {
+		fi, err := os.Stat(q.path(ext))
+		if err != nil {
+			return 0, fmt.Errorf("receive pack: %w", err)
+		}
+		total += fi.Size()
+	}
+	return total, nil
+}
+
 func (q *quarantine) remove() {
 	if q != nil && q.dir != "" {
 		os.RemoveAll(q.dir)
@@ -428,7 +441,7 @@ func (o *quarantinedObject) Reader() (io.ReadCloser, error) {
 // (symlink targets, .gitmodules, .gitattributes) are asked of a second
 // one as the trees naming them arrive. Every object read is checked to
 // have the listed type and size.
-func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
+func (n *Network) loadQuarantine(q *quarantine, lim Limits, present func(plumbing.Hash) bool) (*overlay, error) {
 	env := gitEnv("GIT_DIR="+n.dir, "GIT_OBJECT_DIRECTORY="+q.dir)
 	idx, err := readIdx(q.path("idx"))
 	if err != nil {
@@ -439,14 +452,26 @@ func (n *Network) loadQuarantine(q *quarantine, lim Limits) (*overlay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("receive pack: list %s: %w", q.path("pack"), err)
 	}
-	ov := &overlay{n: n, objs: make(map[plumbing.Hash]plumbing.EncodedObject, len(listed)), order: make([]plumbing.EncodedObject, 0, len(listed)), lim: lim}
+	ov := &overlay{n: n, objs: make(map[plumbing.Hash]plumbing.EncodedObject, len(listed)), order: make([]plumbing.EncodedObject, 0, len(listed)), lim: lim, present: present}
 	var want []*quarantinedObject
 	blobs := 0
 	loose := n.looseFanout()
 	for _, l := range listed {
 		h := l.h
-		if n.packFor(h) != nil || loose[h[0]] && n.has1(h) {
+		stored := n.packFor(h) != nil || loose[h[0]] && n.has1(h)
+		switch {
+		case present != nil && l.appended:
+			// A thin pack's base, which only a stored object can be
+			// (index-pack appended it): the writer must be able to
+			// name it, else the pack is refused as if it were absent.
+			if !present(h) {
+				return nil, lockstep.Errorf(lockstep.EINVALID, "pack has a delta against an object that is neither in the pack nor stored")
+			}
+			continue
+		case stored && present == nil:
 			continue // a thin pack's base, or sent again: stored and checked before
+		case !stored:
+			ov.fresh++
 		}
 		switch l.t {
 		case plumbing.CommitObject, plumbing.TreeObject, plumbing.TagObject:

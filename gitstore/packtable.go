@@ -77,6 +77,9 @@ type listedObject struct {
 	h    plumbing.Hash
 	t    plumbing.ObjectType
 	size int64
+	// appended: not sent, appended by index-pack --fix-thin (a stored
+	// base of a thin pack).
+	appended bool
 }
 
 // listQuarantine lists the objects of the pack at packPath, indexed in
@@ -173,6 +176,8 @@ func (t *packTable) listQuarantine(idx *idxfile.MemoryIndex, packPath string) ([
 			l.size = t.objs[j].size
 		} else if l.t, l.size, err = header(off); err != nil {
 			return nil, fmt.Errorf("object %s at %d: %w", e.Hash, off, err)
+		} else {
+			l.appended = true
 		}
 		if l.t.IsDelta() {
 			return nil, fmt.Errorf("object %s at %d: unexpected delta", e.Hash, off)

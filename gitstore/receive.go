@@ -40,6 +40,16 @@ import (
 // pack and for its inflated objects, MaxFileBytes per blob, MaxFiles
 // objects); nothing is written then.
 func (n *Network) ReceivePack(r io.Reader, lim Limits) (WriteStats, error) {
+	return n.ReceivePackFor(r, lim, ReceiveOptions{})
+}
+
+// ReceivePackFor is ReceivePack for a writer that may name only the
+// stored objects opts.Present accepts (gitobj.Writer): the pack's
+// references outside itself, thin-pack bases included, must be present;
+// its objects stored already are validated and counted as new ones, so
+// neither the answer nor the error tells that an object the writer may
+// not name is stored.
+func (n *Network) ReceivePackFor(r io.Reader, lim Limits, opts ReceiveOptions) (WriteStats, error) {
 	lim = lim.WithDefaults()
 	// The pack is not spooled: it streams through prescan into git
 	// index-pack as it arrives (indexReceived), as git's receive-pack
@@ -64,7 +74,7 @@ func (n *Network) ReceivePack(r io.Reader, lim Limits) (WriteStats, error) {
 		io.Copy(io.Discard, br)
 		return WriteStats{}, up.err
 	}
-	return n.storeReceived(br, up, lim)
+	return n.storeReceived(br, up, lim, opts)
 }
 
 // uploadReader reads a received pack: at most limit bytes (too_large
@@ -106,13 +116,13 @@ func (u *uploadReader) Read(p []byte) (int, error) {
 // indexed into a quarantine, its new objects validated, then published
 // with its deltas. Nothing is written to objects/pack when a check
 // fails, or when every object is stored already.
-func (n *Network) storeReceived(body io.Reader, up *uploadReader, lim Limits) (WriteStats, error) {
+func (n *Network) storeReceived(body io.Reader, up *uploadReader, lim Limits, opts ReceiveOptions) (WriteStats, error) {
 	q, err := n.indexReceived(body, up, lim)
 	if err != nil {
 		return WriteStats{}, err
 	}
 	defer q.remove()
-	ov, err := n.loadQuarantine(q, lim)
+	ov, err := n.loadQuarantine(q, lim, opts.Present)
 	if err != nil {
 		return WriteStats{}, err
 	}
@@ -122,11 +132,20 @@ func (n *Network) storeReceived(body io.Reader, up *uploadReader, lim Limits) (W
 	if err := n.validateObjects(ov); err != nil {
 		return WriteStats{}, err
 	}
-	stored, err := n.publishReceived(q)
-	if err != nil {
+	var stored int64
+	if ov.fresh > 0 {
+		if stored, err = n.publishReceived(q); err != nil {
+			return WriteStats{}, err
+		}
+	} else if stored, err = q.size(); err != nil { // every object was stored: nothing to publish
 		return WriteStats{}, err
 	}
 	n.rememberAscent(ov.ascent)
+	if opts.Sent != nil {
+		for _, o := range ov.order {
+			opts.Sent(o.Hash(), o.Type())
+		}
+	}
 	return WriteStats{Objects: len(ov.order), Bytes: stored}, nil
 }
 
@@ -304,6 +323,11 @@ type overlay struct {
 	// exist, not read for its type (a batch of our own writes, whose
 	// entries come from stored trees; see checkWrite).
 	storedExist bool
+	// present, when set, is which stored objects the batch may name
+	// without holding them (ReceivePackFor); fresh counts the objects of
+	// order that were not stored before.
+	present func(plumbing.Hash) bool
+	fresh   int
 	// specialOK: blobs whose content passed checkSpecialContent as the
 	// named special file (a .gitattributes blob is named by every
 	// version of its tree; its content is checked once).
@@ -313,6 +337,9 @@ type overlay struct {
 func (o *overlay) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
 	obj, ok := o.objs[h]
 	if !ok {
+		if o.present != nil && !o.present(h) {
+			return nil, plumbing.ErrObjectNotFound
+		}
 		var err error
 		if obj, err = o.n.object(h); err != nil {
 			return nil, err
@@ -328,6 +355,9 @@ func (o *overlay) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbin
 func (o *overlay) typeOf(h plumbing.Hash) (plumbing.ObjectType, bool) {
 	if obj, ok := o.objs[h]; ok {
 		return obj.Type(), true
+	}
+	if o.present != nil && !o.present(h) {
+		return plumbing.InvalidObject, false
 	}
 	obj, err := o.n.object(h)
 	if err != nil {

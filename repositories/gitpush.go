@@ -110,8 +110,13 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 		return nil, results, nil
 	}
 	var stats gitobj.WriteStats
+	present, err := s.presentFor(ctx, n, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	sent := map[gitobj.Hash]bool{}
 	if pack != nil {
-		stats, unpackErr = n.ReceivePack(pack, s.cfg.Limits)
+		stats, unpackErr = s.receivePack(n, present, pack, func(h gitobj.Hash, _ gitobj.ObjectType) { sent[h] = true })
 		if unpackErr != nil {
 			for i := range results {
 				results[i].Err = lockstep.Errorf(lockstep.EINVALID, "unpacker error")
@@ -124,6 +129,15 @@ func (s *Service) GitPush(ctx context.Context, actor *lockstep.Key, repoName str
 	peeled := map[gitobj.Hash]gitobj.Hash{}
 	for i, c := range cmds {
 		if results[i].Err != nil {
+			continue
+		}
+		// A scoped key's ref names what it sent or what r holds
+		// (scoped.go), refused as an object not stored otherwise.
+		if h := gitobj.NewHash(c.New); c.New != lockstep.ZeroOID && present != nil && !sent[h] && !present.has(h) {
+			results[i].Err = lockstep.Errorf(lockstep.EINVALID, "%s is not a commit in this repository", c.New)
+			if strings.HasPrefix(c.Ref, "refs/tags/") {
+				results[i].Err = lockstep.Errorf(lockstep.EINVALID, "%s is not an object in this repository", c.New)
+			}
 			continue
 		}
 		commit, tree, err := checkGitObject(n, c, peeled)

@@ -94,11 +94,22 @@ func (s *Service) PushTree(ctx context.Context, actor *lockstep.Key, repoName, t
 	// Only the tree itself: an uploaded tree's closure was checked when
 	// its pack was received. Any other error than a miss is reported as
 	// it is, not as a missing tree.
+	notFound := lockstep.Errorf(lockstep.ENOTFOUND, "tree %s not found: upload its objects first", tree)
 	if _, err := n.Objects().EncodedObject(gitobj.TreeObject, gitobj.NewHash(tree)); err != nil {
 		if errors.Is(err, gitobj.ErrObjectNotFound) {
-			return nil, lockstep.Errorf(lockstep.ENOTFOUND, "tree %s not found: upload its objects first", tree)
+			return nil, notFound
 		}
 		return nil, fmt.Errorf("read tree %s: %w", tree, err)
+	}
+	// A scoped key names only a tree its repository's tips hold or that
+	// it uploaded itself (scoped.go): another workspace's tree is
+	// missing to it.
+	p, err := s.presentFor(ctx, n, r)
+	if err != nil {
+		return nil, err
+	}
+	if !p.has(gitobj.NewHash(tree)) {
+		return nil, notFound
 	}
 	// The tree's closure was checked when its pack was received, in an
 	// earlier request: an object GC since may have dropped an object the
@@ -141,6 +152,23 @@ func (s *Service) Missing(ctx context.Context, actor *lockstep.Key, repoName str
 		return nil, err
 	}
 	out := []string{}
+	p, err := s.presentFor(ctx, n, r)
+	if err != nil {
+		return nil, err
+	}
+	if p != nil {
+		// A scoped key learns only what its repository holds
+		// (scoped.go): an object stored for another workspace is
+		// missing to it, and it uploads it like any other.
+		seen := make(map[gitobj.Hash]bool, len(hs))
+		for _, h := range hs {
+			if !seen[h] && !p.has(h) {
+				out = append(out, h.String())
+			}
+			seen[h] = true
+		}
+		return out, nil
+	}
 	for _, h := range n.Missing(hs) {
 		out = append(out, h.String())
 	}
@@ -162,7 +190,11 @@ func (s *Service) UploadPack(ctx context.Context, actor *lockstep.Key, repoName 
 		return gitobj.WriteStats{}, err
 	}
 	start := s.now()
-	stats, err := n.ReceivePack(body, s.cfg.Limits)
+	p, err := s.presentFor(ctx, n, r)
+	if err != nil {
+		return gitobj.WriteStats{}, err
+	}
+	stats, err := s.receivePack(n, p, body, nil)
 	s.metrics.ObserveOp("objects.upload", resultOf(err), s.now().Sub(start))
 	if err != nil {
 		return stats, err
@@ -178,6 +210,24 @@ func (s *Service) UploadPack(ctx context.Context, actor *lockstep.Key, repoName 
 		return gitobj.WriteStats{}, err
 	}
 	return stats, nil
+}
+
+// receivePack stores a pushed pack (objects upload, git push) under the
+// rules of every pushed pack: a key that is not scoped may name any
+// stored object without sending it; a scoped key only those present for
+// r (p: presentFor's, nil for other keys), and the trees and commits it
+// sent are granted to r.
+// sent, when set, is called with each object of the pack.
+func (s *Service) receivePack(n ObjectStore, p *presence, body io.Reader, sent func(gitobj.Hash, gitobj.ObjectType)) (gitobj.WriteStats, error) {
+	if p == nil {
+		return n.ReceivePack(body, s.cfg.Limits)
+	}
+	return n.ReceivePackFor(body, s.cfg.Limits, gitobj.ReceiveOptions{Present: p.present(), Sent: func(h gitobj.Hash, t gitobj.ObjectType) {
+		p.grant(h, t)
+		if sent != nil {
+			sent(h, t)
+		}
+	}})
 }
 
 // writeTarget loads the repository and checks the caller may write it.

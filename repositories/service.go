@@ -118,6 +118,9 @@ type Service struct {
 	problems   map[string]MirrorProblem // "repo\x00ref" → refs the disk mirror lacks
 
 	commits commitCaches // per network, for merge-base walks (commitcache.go)
+
+	reach  reachSets // what repositories' ref tips' trees hold, for scoped keys (scoped.go)
+	grants grantLog  // trees and commits scoped keys uploaded (scoped.go)
 }
 
 // EventHook is called after an event committed (push, rollback, promote,

@@ -306,6 +306,35 @@ func testReceivePack(t *testing.T, n gitobj.Store) {
 	}
 	_, err = n.ReceivePack(bytes.NewReader([]byte("PACK but not really")), gitobj.Limits{})
 	wantCode(t, "ReceivePack of a broken pack", err, lockstep.EINVALID)
+
+	// ReceivePackFor: a commit on head whose tree names the stored blob
+	// without sending it is refused, as for an object stored nowhere,
+	// when the blob is not present for the writer; the same pack with
+	// the blob is accepted and counted whole.
+	blob := gitCLI(t, dir, "rev-parse", "HEAD:f.txt")
+	tree := gitCLI(t, dir, "rev-parse", "HEAD^{tree}")
+	next := gitCLI(t, dir, "commit-tree", "-p", head, "-m", "y", tree)
+	packOf := func(oids ...string) []byte {
+		t.Helper()
+		cmd := exec.Command("git", "pack-objects", "--stdout")
+		cmd.Dir = dir
+		cmd.Stdin = strings.NewReader(strings.Join(oids, "\n") + "\n")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	notBlob := func(h gitobj.Hash) bool { return h.String() != blob }
+	_, err = n.ReceivePackFor(bytes.NewReader(packOf(next, tree)), gitobj.Limits{}, gitobj.ReceiveOptions{Present: notBlob})
+	wantCode(t, "ReceivePackFor naming a stored blob that is not present", err, lockstep.EINVALID)
+	if n.Has(gitobj.NewHash(next)) {
+		t.Fatal("ReceivePackFor stored a refused pack")
+	}
+	st, err = n.ReceivePackFor(bytes.NewReader(packOf(next, tree, blob)), gitobj.Limits{}, gitobj.ReceiveOptions{Present: notBlob})
+	if err != nil || st.Objects != 3 || !n.Has(gitobj.NewHash(next)) {
+		t.Fatalf("ReceivePackFor with the blob sent: %+v %v, want 3 objects stored", st, err)
+	}
 }
 
 func testCompact(t *testing.T, n gitobj.Store) {

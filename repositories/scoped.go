@@ -1,0 +1,281 @@
+package repositories
+
+import (
+	"context"
+	"sync"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/gitobj"
+)
+
+// A fork network stores the objects of all its repositories together, so
+// "is object X stored?" answered to a scoped key would tell it about
+// the content of workspaces outside its scope: it hashes a guess of a
+// file (".env" with API_KEY=<guess>) and asks (objects/missing), or
+// names the blob in a tree it uploads without sending it (accepted =
+// stored, and then readable through its own repository). For a scoped
+// key an object therefore counts as present for repository r only when
+// r's refs reach it, approximated soundly (never a foreign object, but
+// not every object of r's history):
+//
+//   - any object in the closure of the tree of one of r's ref tips (the
+//     current trees, and those of tips seen before in this process:
+//     reachSets);
+//   - a commit reachable from r's refs (scopedCommit's bounded walk);
+//   - a tree or commit this scoped key uploaded to r in an earlier
+//     request of this process (grants: the objects upload then
+//     PUT ?tree= flow), whose references were checked when it came.
+//
+// Everything else is answered as missing (the client uploads it; an
+// upload of an object already stored is accepted and stored once), and a
+// write naming it without sending it is refused as if it were not stored.
+// Keys that are not scoped see the whole network, as before.
+
+// presence is what one write or query of a scoped key may name without
+// sending it (see above). The zero value is not used: presentFor
+// returns nil for keys that are not scoped.
+type presence struct {
+	s    *Service
+	ctx  context.Context
+	n    gitobj.Reader
+	r    *lockstep.Repo
+	tips map[gitobj.Hash]bool // what r's refs name
+	set  *reachSet
+	memo map[gitobj.Hash]bool // commits walked for, and the answer
+}
+
+// presentFor returns the presence rule of a scoped caller for r, or nil
+// (every stored object is present) for any other key.
+func (s *Service) presentFor(ctx context.Context, n gitobj.Reader, r *lockstep.Repo) (*presence, error) {
+	if k := auth.FromContext(ctx); k == nil || k.Scope == nil {
+		return nil, nil
+	}
+	refs, err := s.store.Refs(ctx, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	p := &presence{s: s, ctx: ctx, n: n, r: r, tips: make(map[gitobj.Hash]bool, len(refs)), memo: map[gitobj.Hash]bool{}, set: s.reach.set(r.ID)}
+	roots := make([]gitobj.Hash, 0, len(refs))
+	for _, ref := range refs {
+		h := gitobj.NewHash(ref.OID)
+		p.tips[h] = true
+		root := h
+		if ci, err := n.Commit(h); err == nil {
+			root = ci.Tree
+		} else if t, err := gitobj.TagTarget(n.Objects(), h); err == nil {
+			if ci, err := n.Commit(t); err == nil {
+				root = ci.Tree
+			} else {
+				root = t
+			}
+		}
+		roots = append(roots, root)
+	}
+	if err := p.set.addTrees(n, roots); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// has reports whether h is present for the scoped key (nil p: any
+// stored object is).
+func (p *presence) has(h gitobj.Hash) bool {
+	if p == nil {
+		return true
+	}
+	if p.tips[h] || p.set.has(h) {
+		return true
+	}
+	if p.s.grants.has(p.r.ID, h) {
+		return true
+	}
+	if ok, done := p.memo[h]; done {
+		return ok
+	}
+	ok := false
+	if _, err := p.n.Commit(h); err == nil {
+		ok = p.s.scopedCommit(p.ctx, p.n, p.r, h) == nil
+	}
+	p.memo[h] = ok
+	return ok
+}
+
+// present is p.has as a gitobj.ReceiveOptions.Present (nil for nil p).
+func (p *presence) present() func(gitobj.Hash) bool {
+	if p == nil {
+		return nil
+	}
+	return p.has
+}
+
+// grant records the trees and commits a scoped key uploaded to r (nil
+// p: no scoped key, nothing to record), so that the push naming the
+// uploaded tree in its next request may name it.
+func (p *presence) grant(h gitobj.Hash, t gitobj.ObjectType) {
+	if p == nil || (t != gitobj.TreeObject && t != gitobj.CommitObject) {
+		return
+	}
+	p.s.grants.add(p.r.ID, h)
+}
+
+// reachSets holds, per repository, the objects in the trees its ref
+// tips have named (presentFor adds each new tip's tree): grow-only, so a
+// push walks only the trees it changed (a subtree already in the set has
+// its whole closure there), not the 20,000 files of the worktree again.
+// A tree that was once a tip's stays present after the branch moved on:
+// it is the repository's own content (its history), never another
+// workspace's. Bounded: reachSetMax ids per repository (a fuller one
+// starts over from its current tips), reachSetRepos repositories (the
+// least recently used goes).
+type reachSets struct {
+	mu     sync.Mutex
+	tick   uint64
+	byRepo map[int64]*reachSet
+}
+
+type reachSet struct {
+	mu   sync.RWMutex
+	ids  map[gitobj.Hash]struct{}
+	used uint64 // under reachSets.mu
+}
+
+const (
+	reachSetMax   = 1_000_000 // ~50 MB at most, for a repository of that many files
+	reachSetRepos = 64
+)
+
+// set returns repository repo's set, created empty when missing.
+func (c *reachSets) set(repo int64) *reachSet {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tick++
+	if e, ok := c.byRepo[repo]; ok {
+		e.used = c.tick
+		return e
+	}
+	if c.byRepo == nil {
+		c.byRepo = map[int64]*reachSet{}
+	}
+	if len(c.byRepo) >= reachSetRepos {
+		var oldest int64
+		at := ^uint64(0)
+		for id, e := range c.byRepo {
+			if e.used < at {
+				oldest, at = id, e.used
+			}
+		}
+		delete(c.byRepo, oldest)
+	}
+	e := &reachSet{ids: map[gitobj.Hash]struct{}{}, used: c.tick}
+	c.byRepo[repo] = e
+	return e
+}
+
+// has reports whether h is in the set.
+func (e *reachSet) has(h gitobj.Hash) bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	_, ok := e.ids[h]
+	return ok
+}
+
+// addTrees adds the closures of roots (trees, or a ref's blob) that are
+// not in the set yet, walking only below trees not in it. A tree missing
+// from the store is left out (what is not stored is not present).
+func (e *reachSet) addTrees(n gitobj.Reader, roots []gitobj.Hash) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.ids) > reachSetMax {
+		e.ids = map[gitobj.Hash]struct{}{}
+	}
+	objs := n.Objects()
+	// A tree enters the set once its entries did (so a walk cut short by
+	// an error leaves no tree whose closure is incomplete): post-order.
+	type frame struct {
+		t    gitobj.Hash
+		done bool
+	}
+	var work []frame
+	for _, r := range roots {
+		if _, ok := e.ids[r]; !ok {
+			work = append(work, frame{t: r})
+		}
+	}
+	for len(work) > 0 {
+		f := work[len(work)-1]
+		work = work[:len(work)-1]
+		if _, ok := e.ids[f.t]; ok {
+			continue
+		}
+		if f.done {
+			e.ids[f.t] = struct{}{}
+			continue
+		}
+		obj, err := objs.EncodedObject(gitobj.TreeObject, f.t)
+		if err != nil {
+			continue // a ref naming a blob, or a tree not stored
+		}
+		files, dirs, err := gitobj.TreeChildren(obj)
+		if err != nil {
+			return err
+		}
+		for _, h := range files {
+			e.ids[h] = struct{}{}
+		}
+		work = append(work, frame{t: f.t, done: true})
+		for _, d := range dirs {
+			if _, ok := e.ids[d]; !ok {
+				work = append(work, frame{t: d})
+			}
+		}
+	}
+	return nil
+}
+
+// treeClosure returns root and every tree and blob under it (uncached:
+// the benchmark's measure of a cold closure).
+func treeClosure(n gitobj.Reader, root gitobj.Hash) (map[gitobj.Hash]struct{}, error) {
+	e := &reachSet{ids: map[gitobj.Hash]struct{}{}}
+	if err := e.addTrees(n, []gitobj.Hash{root}); err != nil {
+		return nil, err
+	}
+	return e.ids, nil
+}
+
+// grantLog remembers, per repository, the trees and commits its scoped
+// keys uploaded (presence.grant), for the push that names them in a
+// later request. Bounded (grantsMax ids per repository, grantRepos
+// repositories; a full one starts over: the client uploads again).
+// In this process only: behind a load balancer that spreads one push's
+// requests over replicas, the push is refused as missing and retried.
+type grantLog struct {
+	mu     sync.Mutex
+	byRepo map[int64]map[gitobj.Hash]struct{}
+}
+
+const (
+	grantsMax  = 100_000
+	grantRepos = 1_000
+)
+
+func (g *grantLog) add(repo int64, h gitobj.Hash) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.byRepo == nil || len(g.byRepo) >= grantRepos && g.byRepo[repo] == nil {
+		g.byRepo = map[int64]map[gitobj.Hash]struct{}{}
+	}
+	m := g.byRepo[repo]
+	if m == nil || len(m) >= grantsMax {
+		m = map[gitobj.Hash]struct{}{}
+		g.byRepo[repo] = m
+	}
+	m[h] = struct{}{}
+}
+
+func (g *grantLog) has(repo int64, h gitobj.Hash) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.byRepo[repo][h]
+	return ok
+}
