@@ -193,3 +193,18 @@ func BenchmarkPreflightSingle(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N)/50, "ms/merge-single")
 	b.ReportMetric(0, "ns/op")
 }
+
+// BenchmarkPreflightSingleUnkeyed is BenchmarkPreflightSingle without an
+// Idempotency-Key on the requests (the read-only path without the
+// entry's write):
+//
+//	go test -run XXX -bench PreflightSingleUnkeyed -benchtime 100x -cpuprofile cpu.out ./web/
+func BenchmarkPreflightSingleUnkeyed(b *testing.B) {
+	p := newPreflightBench(b)
+	p.c.NoIdempotencyKeys = true
+	for b.Loop() {
+		p.single(b)
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N)/50, "ms/merge-single")
+	b.ReportMetric(0, "ns/op")
+}
