@@ -3,7 +3,6 @@ package web
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
 
 	"github.com/gin-gonic/gin"
 
@@ -23,7 +22,7 @@ func (s *Server) handleMerge() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		answerNow(c, http.StatusOK, res)
+		c.JSON(http.StatusOK, res)
 	}
 }
 
@@ -41,33 +40,8 @@ func (s *Server) handlePreflightBatch() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		answerNow(c, http.StatusOK, res)
+		c.JSON(http.StatusOK, res)
 	}
-}
-
-// answerNow sends a handler's whole JSON answer at once: with its
-// Content-Length, flushed in one write before the middleware that runs
-// after the handler (the request's log line, its metrics, the end of its
-// span) so that the client does not wait for them. The bytes are
-// c.JSON's. Under an Idempotency-Key the handler writes into the
-// middleware's capture, which sends the answer itself (send, with its
-// length): there c.JSON as before.
-func answerNow(c *gin.Context, status int, v any) {
-	if _, captured := c.Writer.(*captureWriter); captured {
-		c.JSON(status, v)
-		return
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		writeError(c, err)
-		return
-	}
-	h := c.Writer.Header()
-	h.Set("Content-Type", "application/json; charset=utf-8")
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	c.Writer.WriteHeader(status)
-	c.Writer.Write(b)
-	c.Writer.Flush()
 }
 
 func (s *Server) handleSync() gin.HandlerFunc {
