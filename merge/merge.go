@@ -55,8 +55,9 @@ type Options struct {
 	// pairs remain after exact and basename matches, only those count.
 	// 0 means DefaultRenameLimit; negative means no limit.
 	RenameLimit int
-	// Commits, when set, shares the merge-base walk's commits with the
-	// other merges given the same cache (see CommitCache).
+	// Commits, when set, shares the commits a merge reads (its two tips
+	// and the merge-base walk's) with the other merges given the same
+	// cache (see CommitCache).
 	Commits *CommitCache
 	// Bases, when set, keeps the merge bases of (ours, theirs) for the
 	// next merge of the same two commits (see BaseCache).
