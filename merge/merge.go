@@ -55,8 +55,9 @@ type Options struct {
 	// pairs remain after exact and basename matches, only those count.
 	// 0 means DefaultRenameLimit; negative means no limit.
 	RenameLimit int
-	// Commits, when set, shares the merge-base walk's commits with the
-	// other merges given the same cache (see CommitCache).
+	// Commits, when set, shares the commits a merge reads (its two tips
+	// and the merge-base walk's) with the other merges given the same
+	// cache (see CommitCache).
 	Commits *CommitCache
 	// Bases, when set, keeps the merge bases of (ours, theirs) for the
 	// next merge of the same two commits (see BaseCache).
@@ -145,29 +146,33 @@ type Conflict struct {
 // ctx.Err() when cancelled; anything else is internal.
 func Merge(ctx context.Context, s Store, ours, theirs gitobj.Hash, opts Options) (*Result, error) {
 	ov := NewOverlay(s)
-	oc, err := readCommit(s, ours)
+	// The two tips through the walker: from the shared commit cache
+	// (opts.Commits) when a merge of this network read them before (a
+	// repeated preflight reads and parses neither), else read once and
+	// kept for the walk.
+	w := newWalker(ov)
+	w.shared = opts.Commits
+	oc, err := w.commit(ours)
 	if err != nil {
 		return nil, err
 	}
-	tc, err := readCommit(s, theirs)
+	tc, err := w.commit(theirs)
 	if err != nil {
 		return nil, err
 	}
 	if ours == theirs {
-		return &Result{Clean: true, UpToDate: true, Tree: oc.Tree, MergeBase: ours}, nil
+		return &Result{Clean: true, UpToDate: true, Tree: oc.tree, MergeBase: ours}, nil
 	}
-	w := newWalker(ov)
-	w.shared = opts.Commits
 	bases, err := w.mergeBases(ctx, opts.Bases, ours, theirs)
 	if err != nil {
 		return nil, err
 	}
 	for _, b := range bases {
 		if b == theirs {
-			return &Result{Clean: true, UpToDate: true, Tree: oc.Tree, MergeBase: theirs}, nil
+			return &Result{Clean: true, UpToDate: true, Tree: oc.tree, MergeBase: theirs}, nil
 		}
 		if b == ours {
-			return &Result{Clean: true, FastForward: true, Tree: tc.Tree, MergeBase: ours}, nil
+			return &Result{Clean: true, FastForward: true, Tree: tc.tree, MergeBase: ours}, nil
 		}
 	}
 	base, err := w.virtualBase(ctx, bases, 0)
@@ -182,7 +187,7 @@ func Merge(ctx context.Context, s Store, ours, theirs gitobj.Hash, opts Options)
 		}
 		baseTree = bc.tree
 	}
-	res, err := mergeTrees(ctx, ov, baseTree, oc.Tree, tc.Tree, opts)
+	res, err := mergeTrees(ctx, ov, baseTree, oc.tree, tc.tree, opts)
 	if err != nil {
 		return nil, err
 	}

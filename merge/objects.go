@@ -176,14 +176,3 @@ func decodeCommit(obj gitobj.EncodedObject) (*gitobj.CommitInfo, error) {
 	}
 	return c, nil
 }
-
-func readCommit(s Store, h gitobj.Hash) (*gitobj.CommitInfo, error) {
-	obj, err := s.EncodedObject(gitobj.CommitObject, h)
-	if err != nil {
-		if errors.Is(err, gitobj.ErrObjectNotFound) {
-			return nil, lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found", h)
-		}
-		return nil, fmt.Errorf("read commit %s: %w", h, err)
-	}
-	return decodeCommit(obj)
-}

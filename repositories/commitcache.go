@@ -6,10 +6,10 @@ import (
 	"github.com/lockstep-hq/lockstep/merge"
 )
 
-// The merge-base walks of a network's preflights and merges share the
-// commits they read (tree, parents, committer time: immutable, by hash),
-// so a single preflight into a long history does not re-read and re-parse
-// it on every request. Bounded: at most commitCacheNetworks networks (the
+// The preflights and merges of a network share the commits they read
+// (their two tips and the merge-base walks': tree, parents, committer
+// time, immutable, by hash), so a single preflight into a long history
+// does not re-read and re-parse it on every request. Bounded: at most commitCacheNetworks networks (the
 // ones merged most recently), each at most commitCacheMax commits (~150
 // bytes each: ≤ 15 MB per network); a full cache starts over empty.
 //
