@@ -94,6 +94,10 @@ type WriteStats struct {
 	// Bytes is the number of bytes written to disk (pack + index, or the
 	// compressed loose object).
 	Bytes int64 `json:"bytes"`
+	// Tops are a received pack's outermost objects: its commits and the
+	// trees no other tree of the pack contains (what a later request may
+	// name: PUT worktree?tree= names the root tree just uploaded).
+	Tops []Hash `json:"-"`
 }
 
 // Add accumulates o into s.

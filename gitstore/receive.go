@@ -146,7 +146,7 @@ func (n *Network) storeReceived(body io.Reader, up *uploadReader, lim Limits, op
 			opts.Sent(o.Hash(), o.Type())
 		}
 	}
-	return WriteStats{Objects: len(ov.order), Bytes: stored}, nil
+	return WriteStats{Objects: len(ov.order), Bytes: stored, Tops: ov.tops}, nil
 }
 
 // prescan checks the sizes every object of the pack declares (for a
@@ -319,6 +319,9 @@ type overlay struct {
 	order  []plumbing.EncodedObject
 	lim    Limits
 	ascent map[plumbing.Hash]ascentInfo
+	// tops: the commits and the trees no tree of the batch contains
+	// (validateObjects; WriteStats.Tops).
+	tops []plumbing.Hash
 	// storedExist: an entry naming a stored object is only checked to
 	// exist, not read for its type (a batch of our own writes, whose
 	// entries come from stored trees; see checkWrite).
@@ -423,6 +426,7 @@ func (n *Network) validateObjects(ov *overlay) error {
 				return invalidObject(h, "commit tree %s is not a tree", tree)
 			}
 			roots = append(roots, tree)
+			ov.tops = append(ov.tops, h)
 			for _, p := range parents {
 				if typ, ok := ov.typeOf(p); !ok {
 					return ov.gone(h, p, "parent %s is missing", p)
@@ -463,6 +467,7 @@ func (n *Network) validateObjects(ov *overlay) error {
 	for h := range trees {
 		if !referenced[h] {
 			roots = append(roots, h)
+			ov.tops = append(ov.tops, h)
 		}
 	}
 	for _, h := range roots {

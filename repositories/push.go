@@ -206,6 +206,9 @@ func (s *Service) UploadPack(ctx context.Context, actor *lockstep.Key, repoName 
 	// also when no push follows or several pushes reuse the objects.
 	e := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "objects.upload", Repo: r.Name, TraceID: traceID(ctx),
 		Objects: stats.Objects, Bytes: stats.Bytes, DurationUS: s.now().Sub(start).Microseconds()}
+	if g := p.logGrant(stats.Tops); g != nil {
+		e.Details = map[string]any{grantedDetail: g}
+	}
 	if err := s.store.AppendOp(ctx, e); err != nil {
 		return gitobj.WriteStats{}, err
 	}

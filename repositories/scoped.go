@@ -24,8 +24,10 @@ import (
 //     reachSets);
 //   - a commit reachable from r's refs (scopedCommit's bounded walk);
 //   - a tree or commit this scoped key uploaded to r in an earlier
-//     request of this process (grants: the objects upload then
-//     PUT ?tree= flow), whose references were checked when it came.
+//     request (grants: the objects upload then PUT ?tree= flow), whose
+//     references were checked when it came: in this process (grantLog),
+//     or on any replica, the outermost objects of one of r's newest
+//     uploads as their operations-log entries name them (loggedGrant).
 //
 // Everything else is answered as missing (the client uploads it; an
 // upload of an object already stored is accepted and stored once), and a
@@ -43,6 +45,9 @@ type presence struct {
 	tips map[gitobj.Hash]bool // what r's refs name
 	set  *reachSet
 	memo map[gitobj.Hash]bool // commits walked for, and the answer
+	// logged: the grants of r's newest uploads as the operations log
+	// keeps them (loggedGrant; nil until a miss reads them).
+	logged map[string]bool
 }
 
 // presentFor returns the presence rule of a scoped caller for r, or nil
@@ -97,8 +102,61 @@ func (p *presence) has(h gitobj.Hash) bool {
 	if _, err := p.n.Commit(h); err == nil {
 		ok = p.s.scopedCommit(p.ctx, p.n, p.r, h) == nil
 	}
+	if !ok {
+		ok = p.loggedGrant(h)
+	}
 	p.memo[h] = ok
 	return ok
+}
+
+// grantedDetail is the detail of an objects.upload entry of a scoped key
+// naming the pack's outermost objects (WriteStats.Tops): the grants of
+// the upload as every replica can read them. The push that names the
+// uploaded tree may reach another replica than the upload did (a load
+// balancer spreading one push's requests), whose grantLog never saw it.
+const grantedDetail = "granted"
+
+// grantsLogged is how many of a repository's newest objects.upload
+// entries a presence miss reads for grants; maxLoggedGrants bounds one
+// entry's list (a pack of more outermost objects grants the first ones
+// on other replicas; this one's grantLog has them all).
+const (
+	grantsLogged    = 64
+	maxLoggedGrants = 64
+)
+
+// logGrant is the granted detail of a scoped key's upload of tops (nil:
+// not a scoped key, or nothing to grant).
+func (p *presence) logGrant(tops []gitobj.Hash) []string {
+	if p == nil || len(tops) == 0 {
+		return nil
+	}
+	out := make([]string, 0, min(len(tops), maxLoggedGrants))
+	for _, h := range tops[:min(len(tops), maxLoggedGrants)] {
+		out = append(out, h.String())
+	}
+	return out
+}
+
+// loggedGrant reports whether one of r's newest objects.upload entries
+// grants h (read once per presence).
+func (p *presence) loggedGrant(h gitobj.Hash) bool {
+	if p.logged == nil {
+		p.logged = map[string]bool{}
+		ops, err := p.s.store.ListOps(p.ctx, lockstep.OpFilter{Repo: p.r.Name, Op: "objects.upload", Limit: grantsLogged, Newest: true})
+		if err != nil {
+			return false // refused as missing: the client uploads again
+		}
+		for _, e := range ops {
+			list, _ := e.Details[grantedDetail].([]any)
+			for _, v := range list {
+				if s, ok := v.(string); ok {
+					p.logged[s] = true
+				}
+			}
+		}
+	}
+	return p.logged[h.String()]
 }
 
 // present is p.has as a gitobj.ReceiveOptions.Present (nil for nil p).
@@ -247,8 +305,8 @@ func treeClosure(n gitobj.Reader, root gitobj.Hash) (map[gitobj.Hash]struct{}, e
 // keys uploaded (presence.grant), for the push that names them in a
 // later request. Bounded (grantsMax ids per repository, grantRepos
 // repositories; a full one starts over: the client uploads again).
-// In this process only: behind a load balancer that spreads one push's
-// requests over replicas, the push is refused as missing and retried.
+// In this process; other replicas read an upload's outermost objects from
+// its operations-log entry (loggedGrant).
 type grantLog struct {
 	mu     sync.Mutex
 	byRepo map[int64]map[gitobj.Hash]struct{}
