@@ -19,9 +19,10 @@ import (
 // r's refs reach it, approximated soundly (never a foreign object, but
 // not every object of r's history):
 //
-//   - any object in the closure of the tree of one of r's ref tips (the
-//     current trees, and those of tips seen before in this process:
-//     reachSets);
+//   - any object in the closure of the tree of a tip one of r's refs has
+//     had: the current ones, and every earlier one the operations log's
+//     entries of r name (reachSets: a cache, caught up from the log on a
+//     miss, so every replica answers alike);
 //   - a commit reachable from r's refs (scopedCommit's bounded walk);
 //   - a tree or commit this scoped key uploaded to r in an earlier
 //     request (grants: the objects upload then PUT ?tree= flow), whose
@@ -48,6 +49,9 @@ type presence struct {
 	// logged: the grants of r's newest uploads as the operations log
 	// keeps them (loggedGrant; nil until a miss reads them).
 	logged map[string]bool
+	// caughtUp: the set has read the log's ref moves of r (on the first
+	// miss).
+	caughtUp bool
 }
 
 // presentFor returns the presence rule of a scoped caller for r, or nil
@@ -94,6 +98,14 @@ func (p *presence) has(h gitobj.Hash) bool {
 	}
 	if p.s.grants.has(p.r.ID, h) {
 		return true
+	}
+	if !p.caughtUp {
+		// The set holds the tips this process saw; the rule is every tip
+		// the repository's log names (the same on every replica).
+		p.caughtUp = true
+		if p.set.catchUp(p.ctx, p.s.store, p.n, p.r.Name) == nil && p.set.has(h) {
+			return true
+		}
 	}
 	if ok, done := p.memo[h]; done {
 		return ok
@@ -196,6 +208,53 @@ type reachSet struct {
 	mu   sync.RWMutex
 	ids  map[gitobj.Hash]struct{}
 	used uint64 // under reachSets.mu
+	// logSeq: the operations-log entries of the repository up to it are
+	// in ids (catchUp).
+	logSeq int64
+	catch  sync.Mutex // one catchUp at a time
+}
+
+// reachLogPage is how many log entries catchUp reads per query.
+const reachLogPage = 500
+
+// catchUp adds the trees of the tips the operations log's entries of the
+// repository named repo moved its refs to since the last catchUp.
+func (e *reachSet) catchUp(ctx context.Context, store lockstep.Store, n gitobj.Reader, repo string) error {
+	e.catch.Lock()
+	defer e.catch.Unlock()
+	for {
+		e.mu.RLock()
+		after := e.logSeq
+		e.mu.RUnlock()
+		ops, err := store.ListOps(ctx, lockstep.OpFilter{Repo: repo, After: after, Limit: reachLogPage})
+		if err != nil {
+			return err
+		}
+		var roots []gitobj.Hash
+		for _, op := range ops {
+			for _, m := range op.Refs {
+				if m.Repo != repo || m.New == "" || m.New == lockstep.ZeroOID {
+					continue
+				}
+				if ci, err := n.Commit(gitobj.NewHash(m.New)); err == nil {
+					roots = append(roots, ci.Tree)
+				}
+			}
+		}
+		if err := e.addTrees(n, roots); err != nil {
+			return err
+		}
+		if len(ops) > 0 {
+			e.mu.Lock()
+			if last := ops[len(ops)-1].Seq; last > e.logSeq && len(e.ids) > 0 {
+				e.logSeq = last
+			}
+			e.mu.Unlock()
+		}
+		if len(ops) < reachLogPage {
+			return nil
+		}
+	}
 }
 
 const (
@@ -245,7 +304,7 @@ func (e *reachSet) addTrees(n gitobj.Reader, roots []gitobj.Hash) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.ids) > reachSetMax {
-		e.ids = map[gitobj.Hash]struct{}{}
+		e.ids, e.logSeq = map[gitobj.Hash]struct{}{}, 0
 	}
 	objs := n.Objects()
 	// A tree enters the set once its entries did (so a walk cut short by

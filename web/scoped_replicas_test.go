@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
@@ -63,6 +65,59 @@ func TestScopedPushAcrossReplicas(t *testing.T) {
 		}
 		if got, err := agent.Ref(ctx, "ws", "main"); err != nil || got != res.Commit {
 			t.Fatalf("push %d: main is %s (%v), want %s", i+1, got, err, res.Commit)
+		}
+	}
+}
+
+// TestScopedPresenceSameOnEveryReplica: what a scoped key may name
+// without sending it does not depend on which replica answers, nor on
+// which requests it served before. The tree and blob of a tip before a
+// rollback stay present (the workspace's own history) on every replica:
+// each reads the tips from the operations log. Before, only a tip some
+// request of that process had seen as current counted, so the answer
+// depended on the replica and the order of requests, and a client that
+// asked one replica and uploaded to another could be refused.
+func TestScopedPresenceSameOnEveryReplica(t *testing.T) {
+	dsn, dir := testenv.MustPostgresDB(t), t.TempDir()
+	f := mustServerOn(t, dsn, dir, web.Config{}, nil, nil, nil)
+	g := mustServerOn(t, dsn, dir, web.Config{}, nil, nil, f)
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	ctx := context.Background()
+	agent := client.New(f.srv.URL, f.agent)
+	k, err := agent.MintKey(ctx, "scoped", "agent", time.Hour, &api.KeyScope{Workspace: "ws"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onF, onG := client.New(f.srv.URL, k.Secret), client.New(g.srv.URL, k.Secret)
+	work := t.TempDir()
+	if err := os.WriteFile(filepath.Join(work, "f.txt"), []byte("first version\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	first, err := onF.PushDir(ctx, "ws", work, client.PushDirOptions{ExpectCurrent: true, StatCache: filepath.Join(t.TempDir(), "c")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "f.txt"), []byte("second version\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	second, err := onF.PushDir(ctx, "ws", work, client.PushDirOptions{ExpectCurrent: true, StatCache: filepath.Join(t.TempDir(), "c")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Back to the first version's tree: the second version's blob is
+	// now only in history.
+	if _, err := onF.Rollback(ctx, "ws", first.Commit, client.WriteOptions{ExpectOID: second.Commit}); err != nil {
+		t.Fatal(err)
+	}
+	old := plumbing.ComputeHash(plumbing.BlobObject, []byte("second version\n")).String()
+	for name, c := range map[string]*client.Client{"the replica that served the push": onF, "the other replica": onG} {
+		missing, err := c.Missing(ctx, "ws", []string{old, second.Tree})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(missing) != 0 {
+			t.Errorf("%s answers %v missing: the earlier tip's tree and blob, want both present", name, missing)
 		}
 	}
 }
