@@ -3,6 +3,6 @@
 // from an outbox drained by DrainOutbox) and the transport the effects
 // outbox shares with them (Sender: its dials refuse internal addresses
 // unless allow-listed; CheckTargetURL and CheckHookURL refuse such targets
-// when they are registered). RedactURL is how every target URL is shown:
+// when they are registered). lockstep.RedactURL is how every target URL is shown:
 // query values redacted, credentials and fragment dropped.
 package delivery

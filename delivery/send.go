@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/lockstep-hq/lockstep"
 )
 
 // Sender sends the single attempts of an outbox (hook deliveries,
@@ -54,7 +56,7 @@ func (s *Sender) Send(req *http.Request) (int, error) {
 	resp.Body.Close()
 	switch {
 	case resp.StatusCode >= 300 && resp.StatusCode <= 399:
-		err = fmt.Errorf("receiver answered %d (redirect to %q): redirects are not followed; use the final URL", resp.StatusCode, Truncate(RedactURL(resp.Header.Get("Location")), 200))
+		err = fmt.Errorf("receiver answered %d (redirect to %q): redirects are not followed; use the final URL", resp.StatusCode, Truncate(lockstep.RedactURL(resp.Header.Get("Location")), 200))
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		err = fmt.Errorf("receiver answered %d", resp.StatusCode)
 	}

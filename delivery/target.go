@@ -173,23 +173,23 @@ func (a AllowList) HostAllowed(host string) bool { return a.hostAllowed(host) }
 func checkTargetURL(ctx context.Context, raw string, allow AllowList, resolver *net.Resolver, what, flag string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
-		return lockstep.Errorf(lockstep.EINVALID, "%s url %q: want an absolute http(s) URL", what, RedactURL(raw))
+		return lockstep.Errorf(lockstep.EINVALID, "%s url %q: want an absolute http(s) URL", what, lockstep.RedactURL(raw))
 	}
 	if u.User != nil {
 		why := "the hook secret signs every delivery"
 		if what != "hook" {
 			why = "send them in a header (Authorization is stored encrypted)"
 		}
-		return lockstep.Errorf(lockstep.EINVALID, "%s url %s: credentials in the URL (userinfo) are refused; %s", what, RedactURL(raw), why)
+		return lockstep.Errorf(lockstep.EINVALID, "%s url %s: credentials in the URL (userinfo) are refused; %s", what, lockstep.RedactURL(raw), why)
 	}
 	if strings.HasPrefix(u.RawQuery, lockstep.SealPrefix) {
 		// The store seals a query at rest into this form: a plaintext one
 		// would be taken for ciphertext.
-		return lockstep.Errorf(lockstep.EINVALID, "%s url %s: the query may not start with %q", what, RedactURL(raw), lockstep.SealPrefix)
+		return lockstep.Errorf(lockstep.EINVALID, "%s url %s: the query may not start with %q", what, lockstep.RedactURL(raw), lockstep.SealPrefix)
 	}
 	host := u.Hostname()
 	if host == "" {
-		return lockstep.Errorf(lockstep.EINVALID, "%s url %q: no host", what, RedactURL(raw))
+		return lockstep.Errorf(lockstep.EINVALID, "%s url %q: no host", what, lockstep.RedactURL(raw))
 	}
 	if allow.hostAllowed(host) {
 		return nil
@@ -201,7 +201,7 @@ func checkTargetURL(ctx context.Context, raw string, allow AllowList, resolver *
 			what = "host " + host + " resolves to " + ip.String() + ", which is"
 		}
 		return lockstep.Errorf(lockstep.EINVALID, "%s url %s: %s %s; %ss may only target public addresses unless the host is listed in %s",
-			kind, RedactURL(raw), what, why, kind, flag)
+			kind, lockstep.RedactURL(raw), what, why, kind, flag)
 	}
 	if ip, err := netip.ParseAddr(host); err == nil {
 		if why := internalAddr(ip); why != "" && !allow.ipAllowed(ip) {
@@ -211,10 +211,10 @@ func checkTargetURL(ctx context.Context, raw string, allow AllowList, resolver *
 	}
 	if looksNumeric(host) {
 		// 0x7f.1, 2130706433, 127.1: forms resolvers read as IPv4.
-		return lockstep.Errorf(lockstep.EINVALID, "%s url %s: host %q is a numeric address in a non-standard form; write the address as a.b.c.d", what, RedactURL(raw), host)
+		return lockstep.Errorf(lockstep.EINVALID, "%s url %s: host %q is a numeric address in a non-standard form; write the address as a.b.c.d", what, lockstep.RedactURL(raw), host)
 	}
 	if h := strings.ToLower(strings.TrimSuffix(host, ".")); h == "localhost" || strings.HasSuffix(h, ".localhost") {
-		return lockstep.Errorf(lockstep.EINVALID, "%s url %s: host %s is loopback; %ss may only target public addresses unless the host is listed in %s", what, RedactURL(raw), host, what, flag)
+		return lockstep.Errorf(lockstep.EINVALID, "%s url %s: host %s is loopback; %ss may only target public addresses unless the host is listed in %s", what, lockstep.RedactURL(raw), host, what, flag)
 	}
 	if resolver == nil {
 		resolver = net.DefaultResolver

@@ -280,7 +280,7 @@ func (s *Service) Stage(ctx context.Context, actor *lockstep.Key, ws *lockstep.R
 		return nil, lockstep.Errorf(lockstep.EINVALID, "class %q: 1-64 of a-z, 0-9, '.', '_' and '-'", req.Class)
 	}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "effect.stage", Repo: ws.Name, TraceID: telemetry.TraceID(ctx),
-		Details: map[string]any{"effect": e.ID, "method": main.Method, "url": delivery.RedactURL(main.URL), "bytes": len(main.Body), "class": req.Class,
+		Details: map[string]any{"effect": e.ID, "method": main.Method, "url": lockstep.RedactURL(main.URL), "bytes": len(main.Body), "class": req.Class,
 			"label": req.Label, "run_id": req.RunID, "consuming": req.Consuming, "compensation": e.Compensation != nil}}
 	entry.Answer = (*Staged)(e)
 	if err := s.store.StageEffect(ctx, e, s.cfg.MaxStaged, entry); err != nil {

@@ -8,12 +8,11 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
-	"github.com/lockstep-hq/lockstep/delivery"
 )
 
 // Redacted replaces a secret header's value, and the value of every query
-// parameter of a target URL, in every view (delivery.Redacted).
-const Redacted = delivery.Redacted
+// parameter of a target URL, in every view (lockstep.Redacted).
+const Redacted = lockstep.Redacted
 
 // PreviewBytes is how much of a body a view shows.
 const PreviewBytes = 512
@@ -53,16 +52,16 @@ func redactHeaders(h lockstep.EffectHTTP) map[string]string {
 }
 
 // View is the wire form of an effect: secret header values and the
-// values of the URL's query redacted (delivery.RedactURL), the body as a
+// values of the URL's query redacted (lockstep.RedactURL), the body as a
 // preview (the compensation's too).
 func View(e *lockstep.Effect) api.Effect {
-	v := api.Effect{ID: e.ID, Seq: e.Seq, Repo: e.Repo, Status: e.Status, Method: e.Request.Method, URL: delivery.RedactURL(e.Request.URL),
+	v := api.Effect{ID: e.ID, Seq: e.Seq, Repo: e.Repo, Status: e.Status, Method: e.Request.Method, URL: lockstep.RedactURL(e.Request.URL),
 		Headers: redactHeaders(e.Request), BodyPreview: Preview(e.Request.Body), BodyBytes: len(e.Request.Body),
 		Label: e.Label, Class: e.Class, RunID: e.RunID, Consuming: e.Consuming, CompensationStatus: e.CompensationStatus,
 		DiscardReason: e.DiscardReason, ReleasedInto: e.ReleasedInto, ReleasedCommit: e.ReleasedCommit, Attempts: e.Attempts,
 		LastStatusCode: e.LastStatusCode, LastError: e.LastError, KeyName: e.KeyName, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt}
 	if c := e.Compensation; c != nil {
-		vc := &api.EffectCompensation{Method: c.Method, URL: delivery.RedactURL(c.URL), Headers: redactHeaders(*c)}
+		vc := &api.EffectCompensation{Method: c.Method, URL: lockstep.RedactURL(c.URL), Headers: redactHeaders(*c)}
 		if utf8.Valid(c.Body) {
 			vc.Body = Preview(c.Body)
 		} else {

@@ -23,7 +23,7 @@ type HookRequest struct {
 // CreateHook registers a gate hook on a repository (admin or ci). The URL
 // must be an absolute http(s) URL without credentials whose host is public
 // or on the allow list (Config.HookAllowHosts). The hook returned shows
-// the URL redacted (delivery.RedactURL); the store keeps its query sealed.
+// the URL redacted (lockstep.RedactURL); the store keeps its query sealed.
 func (s *Service) CreateHook(ctx context.Context, actor *lockstep.Key, repoName string, req HookRequest) (*lockstep.Hook, error) {
 	if err := auth.Require(actor, lockstep.RoleAdmin, lockstep.RoleCI); err != nil {
 		return nil, err
@@ -48,11 +48,11 @@ func (s *Service) CreateHook(ctx context.Context, actor *lockstep.Key, repoName 
 	}
 	h := &lockstep.Hook{ID: lockstep.NewID("hook_"), Repo: r.Name, RepoID: r.ID, URL: req.URL, Secret: req.Secret, Events: req.Events, Active: true}
 	entry := &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "hook.create", Repo: r.Name,
-		Details: map[string]any{"hook_id": h.ID, "url": delivery.RedactURL(h.URL), "events": h.Events}}
+		Details: map[string]any{"hook_id": h.ID, "url": lockstep.RedactURL(h.URL), "events": h.Events}}
 	// The answer (and the idempotent replay stored with it) shows the URL
 	// as every view does: its query values redacted.
 	shown := *h
-	shown.URL = delivery.RedactURL(h.URL)
+	shown.URL = lockstep.RedactURL(h.URL)
 	entry.Answer = &shown
 	if err := s.store.CreateHook(ctx, h, entry); err != nil {
 		return nil, err
@@ -83,7 +83,7 @@ func canSeeHooks(actor *lockstep.Key) error {
 }
 
 // Hooks lists a repository's hooks (admin, ci, reviewer; agents get
-// permission_denied). URLs are shown redacted (delivery.RedactURL): query
+// permission_denied). URLs are shown redacted (lockstep.RedactURL): query
 // values, and credentials a URL registered before they were refused.
 func (s *Service) Hooks(ctx context.Context, actor *lockstep.Key, repoName string) ([]lockstep.Hook, error) {
 	if err := canSeeHooks(actor); err != nil {
@@ -98,7 +98,7 @@ func (s *Service) Hooks(ctx context.Context, actor *lockstep.Key, repoName strin
 		hs = []lockstep.Hook{}
 	}
 	for i := range hs {
-		hs[i].URL = delivery.RedactURL(hs[i].URL)
+		hs[i].URL = lockstep.RedactURL(hs[i].URL)
 		if hs[i].PrevSecretUntil != nil && !hs[i].PrevSecretUntil.After(s.now()) {
 			hs[i].PrevSecretUntil = nil
 		}
@@ -189,7 +189,7 @@ func (s *Service) RotateHook(ctx context.Context, actor *lockstep.Key, repoName,
 		return nil, err
 	}
 	h.Secret, h.PrevSecret, h.PrevSecretUntil = req.Secret, prev, nil
-	h.URL = delivery.RedactURL(h.URL)
+	h.URL = lockstep.RedactURL(h.URL)
 	res := &RotateResult{Hook: h, Secret: req.Secret}
 	if prev != "" {
 		h.PrevSecretUntil = &until

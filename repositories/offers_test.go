@@ -11,7 +11,6 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/internal/servicetest"
 	"github.com/lockstep-hq/lockstep/repositories"
@@ -145,8 +144,8 @@ func walkOffers(t *testing.T, w *offersWorld, base *lockstep.Repo, tip, stop str
 			if e.Compensation == nil || e.Status != lockstep.EffectReleased || e.CompensationStatus != "" {
 				continue
 			}
-			out = append(out, lockstep.CompensationOffer{Effect: e.ID, Workspace: e.Repo, Commit: h, Request: e.Request.Method + " " + delivery.RedactURL(e.Request.URL),
-				Compensation: e.Compensation.Method + " " + delivery.RedactURL(e.Compensation.URL), Label: e.Label, Consuming: e.Consuming})
+			out = append(out, lockstep.CompensationOffer{Effect: e.ID, Workspace: e.Repo, Commit: h, Request: e.Request.Method + " " + lockstep.RedactURL(e.Request.URL),
+				Compensation: e.Compensation.Method + " " + lockstep.RedactURL(e.Compensation.URL), Label: e.Label, Consuming: e.Consuming})
 		}
 		ci, err := w.repos.Commit(ctx, base.Name, h)
 		if err != nil {

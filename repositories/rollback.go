@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/delivery"
 	"github.com/lockstep-hq/lockstep/gitobj"
 	"github.com/lockstep-hq/lockstep/merge"
 )
@@ -116,8 +115,8 @@ func (s *Service) compensationOffers(ctx context.Context, r *lockstep.Repo, n gi
 			}
 			// Shown to the caller (and kept in a stored idempotent
 			// answer): the URLs redacted, as every view shows them.
-			out = append(out, lockstep.CompensationOffer{Effect: e.ID, Workspace: e.Repo, Commit: c, Request: e.Request.Method + " " + delivery.RedactURL(e.Request.URL),
-				Compensation: e.Compensation.Method + " " + delivery.RedactURL(e.Compensation.URL), Label: e.Label, Consuming: e.Consuming})
+			out = append(out, lockstep.CompensationOffer{Effect: e.ID, Workspace: e.Repo, Commit: c, Request: e.Request.Method + " " + lockstep.RedactURL(e.Request.URL),
+				Compensation: e.Compensation.Method + " " + lockstep.RedactURL(e.Compensation.URL), Label: e.Label, Consuming: e.Consuming})
 		}
 	}
 	return out

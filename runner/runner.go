@@ -27,7 +27,6 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
-	"github.com/lockstep-hq/lockstep/delivery"
 )
 
 // Options configure Run. Client, Repo, Check and Command are required.
@@ -130,7 +129,7 @@ func Run(ctx context.Context, o Options) error {
 	srv := &http.Server{Handler: http.HandlerFunc(r.receive), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	if !o.Quiet {
-		fmt.Fprintf(e.stdout, "runner: hook %s on %s → %s; check %q runs: %v\n", hook.ID, repoName, delivery.RedactURL(publicURL), check, rest)
+		fmt.Fprintf(e.stdout, "runner: hook %s on %s → %s; check %q runs: %v\n", hook.ID, repoName, lockstep.RedactURL(publicURL), check, rest)
 	}
 	// Tips pushed before the runner started get no hook: test them now, so
 	// a workspace pushed first and a runner started second (the README's
