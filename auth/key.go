@@ -220,6 +220,15 @@ func (s *Service) Revoke(ctx context.Context, actor *lockstep.Key, id string) er
 	return s.store.RevokeKey(ctx, id, s.now(), entry)
 }
 
+// MayRevoke returns permission_denied unless actor may revoke key id
+// (the rule of Revoke, decided before a request body is read).
+func (s *Service) MayRevoke(ctx context.Context, actor *lockstep.Key, id string) error {
+	if actor.Role == lockstep.RoleAdmin {
+		return nil
+	}
+	return s.ownChild(ctx, actor, id)
+}
+
 // ownChild returns permission_denied unless actor minted key id.
 func (s *Service) ownChild(ctx context.Context, actor *lockstep.Key, id string) error {
 	keys, err := s.store.ListKeys(ctx)
