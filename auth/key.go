@@ -299,6 +299,21 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (*lockstep.Ke
 	return k, nil
 }
 
+// Recheck returns unauthenticated when k, authenticated earlier, has
+// since been revoked (itself or a key that minted it) or has expired: a
+// long-lived request (an event stream) checks its key again while it
+// runs, so that a revocation also ends what the key had already opened.
+func (s *Service) Recheck(ctx context.Context, k *lockstep.Key) error {
+	if k.Expired(s.now()) {
+		return lockstep.Errorf(lockstep.EUNAUTH, "API key %s expired at %s", k.Prefix, k.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	cur, err := s.store.KeyByPrefix(ctx, k.Prefix)
+	if lockstep.ErrorCode(err) == lockstep.ENOTFOUND || (err == nil && (cur.ID != k.ID || cur.RevokedAt != nil)) {
+		return lockstep.Errorf(lockstep.EUNAUTH, "unknown or revoked API key")
+	}
+	return err
+}
+
 // touch writes last_used_at at most once a minute per key, so that reads
 // do not each cost a write.
 func (s *Service) touch(ctx context.Context, k *lockstep.Key) {
