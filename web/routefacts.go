@@ -35,6 +35,7 @@ const (
 	bodyJSON   bodyKind = iota // Config.MaxJSONBytes
 	bodyEdit                   // JSON carrying file contents: Config.MaxEditBytes
 	bodyUpload                 // tar, packs, git: Config.MaxUploadBytes (512 MiB when unset)
+	bodyEffect                 // a staged effect (two bodies in base64): effects.Service.MaxRequestBytes, at least MaxJSONBytes
 )
 
 // idemKind is how a write with an Idempotency-Key runs
@@ -167,7 +168,7 @@ var routeTable = []routeFact{
 	{method: "POST", path: "/api/v1/repos/:repo/checkpoints", group: groupAPI, handler: (*Server).handleCheckpointCreate, status: http.StatusCreated, preAuth: &preAuth{repo: canWriteRepo}},
 	{method: "GET", path: "/api/v1/repos/:repo/checkpoints", group: groupAPI, handler: (*Server).handleCheckpointList},
 	{method: "POST", path: "/api/v1/repos/:repo/checkpoints/:id/restore", group: groupAPI, handler: (*Server).handleCheckpointRestore, preAuth: &preAuth{repo: canWriteRepo}},
-	{method: "POST", path: "/api/v1/repos/:repo/effects", group: groupAPI, handler: (*Server).handleEffectStage, status: http.StatusCreated, idem: idemOneTx, preAuth: &preAuth{repo: canStageEffect}},
+	{method: "POST", path: "/api/v1/repos/:repo/effects", group: groupAPI, handler: (*Server).handleEffectStage, body: bodyEffect, status: http.StatusCreated, idem: idemOneTx, preAuth: &preAuth{repo: canStageEffect}},
 	{method: "GET", path: "/api/v1/repos/:repo/effects", group: groupAPI, handler: (*Server).handleEffectList},
 	{method: "POST", path: "/api/v1/repos/:repo/effects/discard", group: groupAPI, handler: (*Server).handleEffectDiscard, preAuth: &preAuth{repo: canStageEffect}},
 	{method: "POST", path: "/api/v1/repos/:repo/effects/compensate", group: groupAPI, handler: (*Server).handleEffectCompensateCommit, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin}}},
