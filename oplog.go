@@ -78,7 +78,10 @@ func CanonicalEntry(e *OpEntry, details json.RawMessage) []byte {
 // OpFilter selects operations-log entries: entries after seq After, of one
 // repository and/or one key, at most Limit of them, oldest first.
 type OpFilter struct {
-	Repo  string
+	Repo string
+	// Repos, when not nil, keeps only the entries of these repositories
+	// (a scoped key's scope); an empty non-nil list keeps none.
+	Repos []string
 	KeyID string
 	Op    string
 	After int64 // oldest first: entries after this seq; newest first: before it (0: from the end)

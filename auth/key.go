@@ -220,6 +220,15 @@ func (s *Service) Revoke(ctx context.Context, actor *lockstep.Key, id string) er
 	return s.store.RevokeKey(ctx, id, s.now(), entry)
 }
 
+// MayRevoke returns permission_denied unless actor may revoke key id
+// (the rule of Revoke, decided before a request body is read).
+func (s *Service) MayRevoke(ctx context.Context, actor *lockstep.Key, id string) error {
+	if actor.Role == lockstep.RoleAdmin {
+		return nil
+	}
+	return s.ownChild(ctx, actor, id)
+}
+
 // ownChild returns permission_denied unless actor minted key id.
 func (s *Service) ownChild(ctx context.Context, actor *lockstep.Key, id string) error {
 	keys, err := s.store.ListKeys(ctx)
@@ -288,6 +297,21 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (*lockstep.Ke
 	}
 	s.touch(ctx, k)
 	return k, nil
+}
+
+// Recheck returns unauthenticated when k, authenticated earlier, has
+// since been revoked (itself or a key that minted it) or has expired: a
+// long-lived request (an event stream) checks its key again while it
+// runs, so that a revocation also ends what the key had already opened.
+func (s *Service) Recheck(ctx context.Context, k *lockstep.Key) error {
+	if k.Expired(s.now()) {
+		return lockstep.Errorf(lockstep.EUNAUTH, "API key %s expired at %s", k.Prefix, k.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	cur, err := s.store.KeyByPrefix(ctx, k.Prefix)
+	if lockstep.ErrorCode(err) == lockstep.ENOTFOUND || (err == nil && (cur.ID != k.ID || cur.RevokedAt != nil)) {
+		return lockstep.Errorf(lockstep.EUNAUTH, "unknown or revoked API key")
+	}
+	return err
 }
 
 // touch writes last_used_at at most once a minute per key, so that reads

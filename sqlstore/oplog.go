@@ -174,6 +174,17 @@ func (s *DB) ListOps(ctx context.Context, f lockstep.OpFilter) (out []*lockstep.
 	if f.Repo != "" {
 		add("repo = $%d", f.Repo)
 	}
+	if f.Repos != nil {
+		if len(f.Repos) == 0 {
+			return nil, nil
+		}
+		in := make([]string, len(f.Repos))
+		for i, r := range f.Repos {
+			args = append(args, r)
+			in[i] = fmt.Sprintf("$%d", len(args))
+		}
+		where = append(where, "repo IN ("+strings.Join(in, ", ")+")")
+	}
 	if f.KeyID != "" {
 		add("key_id = $%d", f.KeyID)
 	}

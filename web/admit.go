@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
+	"github.com/lockstep-hq/lockstep/effects"
 	"github.com/lockstep-hq/lockstep/repositories"
 )
 
@@ -22,11 +23,12 @@ import (
 // check the same rules again on what they read themselves: this is the
 // early refusal, not the only one.
 
-// preAuth is a route's early rule: by role alone (roles) or on the
-// repository named by :repo (repo).
+// preAuth is a route's early rule: by role alone (roles), on the
+// repository named by :repo (repo), or on the key named by :id (keyID).
 type preAuth struct {
 	roles []string
 	repo  func(k *lockstep.Key, r *lockstep.Repo) error
+	keyID func(s *Server, c *gin.Context, k *lockstep.Key, id string) error
 }
 
 func canWriteRepo(k *lockstep.Key, r *lockstep.Repo) error { return repositories.CanWrite(k, r) }
@@ -46,6 +48,28 @@ func canWriteWorkspace(msg string) func(k *lockstep.Key, r *lockstep.Repo) error
 		}
 		return nil
 	}
+}
+
+// canDeleteWorkspace is the rule of DELETE /repos/{ws} (abandon and
+// purge alike): the workspace's owner or an admin; a base repository is
+// left to the handler (its invalid_argument).
+func canDeleteWorkspace(k *lockstep.Key, r *lockstep.Repo) error {
+	if !r.IsWorkspace() || k.Role == lockstep.RoleAdmin || k.Owns(r) {
+		return nil
+	}
+	return lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner or an admin may abandon or delete %s", r.Name)
+}
+
+// canStageEffect is effects.CanStage (stage, discard).
+func canStageEffect(k *lockstep.Key, r *lockstep.Repo) error { return effects.CanStage(k, r) }
+
+// canRevokeKey: an admin revokes any key, another key only those it
+// minted (auth.Service.Revoke).
+func canRevokeKey(s *Server, c *gin.Context, k *lockstep.Key, id string) error {
+	if k.Role == lockstep.RoleAdmin {
+		return nil
+	}
+	return s.Keys.MayRevoke(c.Request.Context(), k, id)
 }
 
 // Each route's rule is its preAuth in routeTable (routefacts.go). Routes
@@ -142,6 +166,11 @@ func (s *Server) preAuthorize(c *gin.Context, route string, f *routeFact) error 
 			return err
 		}
 		if err := rule.repo(k, r); err != nil {
+			return err
+		}
+	}
+	if rule.keyID != nil {
+		if err := rule.keyID(s, c, k, c.Param("id")); err != nil {
 			return err
 		}
 	}

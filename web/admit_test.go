@@ -5,11 +5,17 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/checkpoints"
+	"github.com/lockstep-hq/lockstep/effects"
+	"github.com/lockstep-hq/lockstep/sqlstore"
+	"github.com/lockstep-hq/lockstep/web"
 )
 
 // gatedBody sends head, then waits for open before sending the rest: a
@@ -147,5 +153,81 @@ func TestAdmissionBeforeBody(t *testing.T) {
 	}
 	if n := uploadsInProgress(t, f); n != 0 {
 		t.Fatalf("lockstep_uploads_in_progress %d after the upload ended, want 0", n)
+	}
+}
+
+// countingBody is an endless request body that counts what was read.
+type countingBody struct{ n, max int64 }
+
+func (c *countingBody) Read(p []byte) (int, error) {
+	if c.n >= c.max {
+		return 0, io.EOF
+	}
+	k := min(int64(len(p)), c.max-c.n)
+	for i := range p[:k] {
+		p[i] = '{'
+	}
+	c.n += k
+	return int(k), nil
+}
+
+func (c *countingBody) Close() error { return nil }
+
+// TestEveryRefusalBeforeBody: every write route of the route table, by a
+// caller it refuses (no key, another agent's key, a scoped key, a runner
+// key, a reviewer key), with and without an Idempotency-Key, refuses
+// (401/403) without reading a byte of the body. A route whose rule
+// depends on the body (a status change, a merge, a key's role) answers
+// this body (not JSON) 400 after reading it, which is not a refusal.
+func TestEveryRefusalBeforeBody(t *testing.T) {
+	f := mustServerTweak(t, web.Config{}, nil, func(s *web.Server, db *sqlstore.DB) {
+		s.Jobs = db
+		s.Effects = effects.New(effects.Config{}, s.Store, s.Repos, s.Logger, s.Metrics, nil)
+		s.Checkpoints = checkpoints.New(db, s.Repos, nil, s.Logger, s.Metrics, nil)
+	})
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws1"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.admin, `{"name":"theirs"}`, 201)
+	other := f.want(t, "POST", "/api/v1/keys", f.admin, `{"name":"other","role":"agent"}`, 201)["id"].(string)
+	scoped := f.want(t, "POST", "/api/v1/keys", f.agent, `{"name":"sub","role":"agent","ttl":"1h","scope":{"workspace":"ws1"}}`, 201)["secret"].(string)
+	runner := f.want(t, "POST", "/api/v1/keys", f.admin, `{"name":"run","role":"runner"}`, 201)["secret"].(string)
+	reviewer := f.want(t, "POST", "/api/v1/keys", f.admin, `{"name":"rev","role":"reviewer"}`, 201)["secret"].(string)
+	callers := []struct{ name, key string }{{"no key", ""}, {"agent", f.agent}, {"scoped", scoped}, {"runner", runner}, {"reviewer", reviewer}}
+	facts, _ := web.RouteFacts()
+	refusals := 0
+	for _, fa := range facts {
+		method, pattern, _ := strings.Cut(fa.Key, " ")
+		if !fa.Write {
+			continue
+		}
+		for _, repo := range []string{"theirs", "app"} {
+			path := strings.NewReplacer(":repo", repo, ":id", other, ":job", "job_1", ":rev", "main", "*path", "a.txt").Replace(pattern)
+			for _, cl := range callers {
+				for _, idem := range []string{"", "idem-" + cl.name} {
+					body := &countingBody{max: 8 << 20}
+					req := httptest.NewRequest(method, path, nil)
+					req.Body, req.ContentLength = body, -1
+					req.Header.Set("Content-Type", "application/json")
+					if cl.key != "" {
+						req.Header.Set("Authorization", "Bearer "+cl.key)
+					}
+					if idem != "" {
+						req.Header.Set("Idempotency-Key", idem+"-"+method+path)
+					}
+					w := httptest.NewRecorder()
+					f.handler.ServeHTTP(w, req)
+					if w.Code != http.StatusUnauthorized && w.Code != http.StatusForbidden {
+						continue
+					}
+					refusals++
+					if body.n > 0 {
+						t.Errorf("%s %s by %s (Idempotency-Key %v): refused %d after reading %d bytes of the body: %.200s", method, path, cl.name, idem != "", w.Code, body.n, w.Body.String())
+					}
+				}
+			}
+		}
+	}
+	if refusals < 100 {
+		t.Fatalf("only %d refusals: the probe did not reach the routes", refusals)
 	}
 }

@@ -36,8 +36,8 @@ const (
 
 // routeBodyLimit is the route's body limit, by its body kind in
 // routeTable (routefacts.go): uploads up to MaxUploadBytes, JSON carrying
-// file contents (edits, MCP) up to MaxEditBytes, any other route
-// MaxJSONBytes.
+// file contents (edits, MCP) up to MaxEditBytes, a staged effect its
+// service's request bound, any other route MaxJSONBytes.
 func (s *Server) routeBodyLimit(c *gin.Context) int64 {
 	switch factsOf(c.Request.Method + " " + c.FullPath()).body {
 	case bodyEdit:
@@ -47,6 +47,13 @@ func (s *Server) routeBodyLimit(c *gin.Context) int64 {
 			return s.Config.MaxUploadBytes
 		}
 		return 512 << 20
+	case bodyEffect:
+		// The effect's own bound (--effect-max-body-bytes, twice, in
+		// base64), which the handler decodes with: an effect it takes is
+		// not refused here first.
+		if s.Effects != nil {
+			return max(s.Config.MaxJSONBytes, s.Effects.MaxRequestBytes())
+		}
 	}
 	return s.Config.MaxJSONBytes
 }

@@ -35,7 +35,7 @@ func (s *Server) handleOplogList() gin.HandlerFunc {
 			return
 		}
 		// An agent sees its own operations only; other roles see all.
-		if f, err = visibleOps(k, f); err != nil {
+		if f, err = s.visibleOps(c.Request.Context(), k, f); err != nil {
 			writeError(c, err)
 			return
 		}

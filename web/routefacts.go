@@ -35,6 +35,7 @@ const (
 	bodyJSON   bodyKind = iota // Config.MaxJSONBytes
 	bodyEdit                   // JSON carrying file contents: Config.MaxEditBytes
 	bodyUpload                 // tar, packs, git: Config.MaxUploadBytes (512 MiB when unset)
+	bodyEffect                 // a staged effect (two bodies in base64): effects.Service.MaxRequestBytes, at least MaxJSONBytes
 )
 
 // idemKind is how a write with an Idempotency-Key runs
@@ -117,8 +118,8 @@ var routeTable = []routeFact{
 	{method: "DELETE", path: "/mcp", group: groupMCP, body: bodyEdit},
 	{method: "POST", path: "/api/v1/keys", group: groupAPI, handler: (*Server).handleKeyCreate, status: http.StatusCreated, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}}, // an agent mints scoped keys (auth.Mint decides)
 	{method: "GET", path: "/api/v1/keys", group: groupAPI, handler: (*Server).handleKeyList},
-	{method: "DELETE", path: "/api/v1/keys/:id", group: groupAPI, handler: (*Server).handleKeyRevoke, status: http.StatusNoContent, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}}, // ... and revokes those it minted
-	{method: "PUT", path: "/api/v1/keys/:id/quota", group: groupAPI, handler: (*Server).handleKeyQuota, status: http.StatusNoContent},
+	{method: "DELETE", path: "/api/v1/keys/:id", group: groupAPI, handler: (*Server).handleKeyRevoke, status: http.StatusNoContent, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}, keyID: canRevokeKey}}, // ... and revokes those it minted
+	{method: "PUT", path: "/api/v1/keys/:id/quota", group: groupAPI, handler: (*Server).handleKeyQuota, status: http.StatusNoContent, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin}}},
 	{method: "GET", path: "/api/v1/whoami", group: groupAPI, handler: (*Server).handleWhoami, runner: true},
 	{method: "POST", path: "/api/v1/gc", group: groupAPI, handler: (*Server).handleGC, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin}}},
 	{method: "GET", path: "/api/v1/oplog", group: groupAPI, handler: (*Server).handleOplogList},
@@ -126,7 +127,7 @@ var routeTable = []routeFact{
 	{method: "POST", path: "/api/v1/repos", group: groupAPI, handler: (*Server).handleRepoCreate, status: http.StatusCreated, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin}}},
 	{method: "GET", path: "/api/v1/repos", group: groupAPI, handler: (*Server).handleRepoList},
 	{method: "GET", path: "/api/v1/repos/:repo", group: groupAPI, handler: (*Server).handleRepoGet},
-	{method: "DELETE", path: "/api/v1/repos/:repo", group: groupAPI, handler: (*Server).handleAbandon},
+	{method: "DELETE", path: "/api/v1/repos/:repo", group: groupAPI, handler: (*Server).handleAbandon, preAuth: &preAuth{repo: canDeleteWorkspace}},
 	{method: "POST", path: "/api/v1/repos/:repo/status", group: groupAPI, handler: (*Server).handleStatus},
 	{method: "POST", path: "/api/v1/repos/:repo/forks", group: groupAPI, handler: (*Server).handleFork, status: http.StatusCreated, idem: idemOneTx, idemRunFirst: true, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin, lockstep.RoleAgent}}},
 	{method: "GET", path: "/api/v1/repos/:repo/workspaces", group: groupAPI, handler: (*Server).handleWorkspaces},
@@ -167,15 +168,15 @@ var routeTable = []routeFact{
 	{method: "POST", path: "/api/v1/repos/:repo/checkpoints", group: groupAPI, handler: (*Server).handleCheckpointCreate, status: http.StatusCreated, preAuth: &preAuth{repo: canWriteRepo}},
 	{method: "GET", path: "/api/v1/repos/:repo/checkpoints", group: groupAPI, handler: (*Server).handleCheckpointList},
 	{method: "POST", path: "/api/v1/repos/:repo/checkpoints/:id/restore", group: groupAPI, handler: (*Server).handleCheckpointRestore, preAuth: &preAuth{repo: canWriteRepo}},
-	{method: "POST", path: "/api/v1/repos/:repo/effects", group: groupAPI, handler: (*Server).handleEffectStage, status: http.StatusCreated, idem: idemOneTx},
+	{method: "POST", path: "/api/v1/repos/:repo/effects", group: groupAPI, handler: (*Server).handleEffectStage, body: bodyEffect, status: http.StatusCreated, idem: idemOneTx, preAuth: &preAuth{repo: canStageEffect}},
 	{method: "GET", path: "/api/v1/repos/:repo/effects", group: groupAPI, handler: (*Server).handleEffectList},
-	{method: "POST", path: "/api/v1/repos/:repo/effects/discard", group: groupAPI, handler: (*Server).handleEffectDiscard},
-	{method: "POST", path: "/api/v1/repos/:repo/effects/compensate", group: groupAPI, handler: (*Server).handleEffectCompensateCommit},
+	{method: "POST", path: "/api/v1/repos/:repo/effects/discard", group: groupAPI, handler: (*Server).handleEffectDiscard, preAuth: &preAuth{repo: canStageEffect}},
+	{method: "POST", path: "/api/v1/repos/:repo/effects/compensate", group: groupAPI, handler: (*Server).handleEffectCompensateCommit, preAuth: &preAuth{roles: []string{lockstep.RoleAdmin}}},
 	{method: "GET", path: "/api/v1/repos/:repo/effects/:id", group: groupAPI, handler: (*Server).handleEffectGet},
-	{method: "POST", path: "/api/v1/repos/:repo/effects/:id/approve", group: groupAPI, handler: func(s *Server) gin.HandlerFunc { return s.handleEffectDecide(true) }},
-	{method: "POST", path: "/api/v1/repos/:repo/effects/:id/reject", group: groupAPI, handler: func(s *Server) gin.HandlerFunc { return s.handleEffectDecide(false) }},
+	{method: "POST", path: "/api/v1/repos/:repo/effects/:id/approve", group: groupAPI, handler: func(s *Server) gin.HandlerFunc { return s.handleEffectDecide(true) }, preAuth: &preAuth{roles: []string{lockstep.RoleReviewer, lockstep.RoleAdmin}}},
+	{method: "POST", path: "/api/v1/repos/:repo/effects/:id/reject", group: groupAPI, handler: func(s *Server) gin.HandlerFunc { return s.handleEffectDecide(false) }, preAuth: &preAuth{roles: []string{lockstep.RoleReviewer, lockstep.RoleAdmin}}},
 	{method: "POST", path: "/api/v1/repos/:repo/effects/:id/compensate", group: groupAPI, handler: (*Server).handleEffectCompensate},
-	{method: "POST", path: "/api/v1/repos/:repo/runs", group: groupAPI, handler: (*Server).handleRunReport, status: http.StatusCreated},
+	{method: "POST", path: "/api/v1/repos/:repo/runs", group: groupAPI, handler: (*Server).handleRunReport, status: http.StatusCreated, preAuth: &preAuth{repo: canWriteWorkspace("")}},
 	{method: "POST", path: "/api/v1/repos/:repo/jobs", group: groupAPI, handler: (*Server).handleJobCreate, idem: idemNone, preAuth: &preAuth{repo: canWriteWorkspace("only the workspace's owner or an admin may run commands on %s")}},
 	{method: "GET", path: "/api/v1/repos/:repo/jobs/:id", group: groupAPI, handler: (*Server).handleJobGet, preAuth: &preAuth{repo: canWriteWorkspace("only the workspace's owner or an admin may see the run jobs of %s")}},
 	{method: "POST", path: "/api/v1/runners", group: groupAPI, handler: (*Server).handleRunnerRegister, preAuth: &preAuth{roles: []string{lockstep.RoleRunner}}, runner: true},

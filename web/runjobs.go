@@ -400,7 +400,20 @@ func (s *Server) followJob(c *gin.Context, st lockstep.RunJobStore, j *lockstep.
 	var seq int64
 	var tail []lockstep.RunJobLine
 	lastBeat := time.Now()
+	var checked time.Time
 	for {
+		// The caller's key is checked again (at most once a second, as
+		// an open UI event stream does): following a job ends once the
+		// key is revoked or expires.
+		if k := caller(c); k != nil && time.Since(checked) >= liveRecheck {
+			if err := s.Keys.Recheck(ctx, k); err != nil {
+				if !sse {
+					writeError(c, err)
+				}
+				return
+			}
+			checked = time.Now()
+		}
 		lines, err := st.RunJobOutput(ctx, j.ID, seq, maxRunJobLines)
 		if err == nil {
 			for _, l := range lines {

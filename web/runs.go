@@ -314,7 +314,7 @@ func pct(a, b int) string { return fmt.Sprintf("%.1f%%", 100*float64(a)/float64(
 func (u *uiServer) handleRuns(c *gin.Context) {
 	ctx := c.Request.Context()
 	me := auth.FromContext(ctx)
-	f, err := visibleOps(me, lockstep.OpFilter{Op: OpRunReport, Newest: true, Limit: uiRunReports}) // visibility.go
+	f, err := u.s.visibleOps(ctx, me, lockstep.OpFilter{Op: OpRunReport, Newest: true, Limit: uiRunReports}) // visibility.go
 	if err != nil {
 		u.fail(c, err)
 		return

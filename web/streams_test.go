@@ -3,6 +3,7 @@ package web_test
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -133,5 +134,44 @@ func TestUIEventsScopedKey(t *testing.T) {
 			t.Fatalf("scoped key's stream: an event naming %v, want only task-2's", ev.Repos)
 		}
 		return
+	}
+}
+
+// TestSSEStreamEndsWhenKeyRevoked: an open event stream checks its key
+// again; once the key is revoked (here by revoking the key that minted
+// it) the stream ends, where it went on for --sse-max-lifetime (30
+// minutes) hearing every change.
+func TestSSEStreamEndsWhenKeyRevoked(t *testing.T) {
+	w := mustUIWorld(t)
+	w.api(t, "POST", "/api/v1/repos/app/forks", w.agent, `{"name":"ws-1"}`, 201)
+	parent := w.api(t, "POST", "/api/v1/keys", w.admin, `{"name":"lead","role":"agent"}`, 201)
+	w.api(t, "POST", "/api/v1/repos/app/forks", parent["secret"].(string), `{"name":"ws-2"}`, 201)
+	sub := w.api(t, "POST", "/api/v1/keys", parent["secret"].(string), `{"name":"sub","role":"agent","ttl":"1h","scope":{"workspace":"ws-2"}}`, 201)["secret"].(string)
+	for n, key := range []string{w.reviewer, sub} {
+		resp, _ := openStream(t, w, w.login(t, key))
+		defer resp.Body.Close()
+		done := make(chan error, 1)
+		go func() { _, err := io.Copy(io.Discard, resp.Body); done <- err }()
+		if key == sub {
+			w.api(t, "DELETE", "/api/v1/keys/"+parent["id"].(string), w.admin, "", 204)
+		} else {
+			id := w.api(t, "GET", "/api/v1/whoami", key, "", 200)["id"].(string)
+			w.api(t, "DELETE", "/api/v1/keys/"+id, w.admin, "", 204)
+		}
+		ended := false
+		for i := 0; i < 1200 && !ended; i++ { // changes keep coming; the stream must end
+			w.api(t, "POST", "/api/v1/repos/app/forks", w.admin, fmt.Sprintf(`{"name":"r%d-%d"}`, n, i), 201)
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("stream ended with %v, want a clean end", err)
+				}
+				ended = true
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if !ended {
+			t.Fatal("the event stream of a revoked key was still open after 1200 changes (2 minutes)")
+		}
 	}
 }

@@ -719,7 +719,7 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 		}
 	}
 	// The failed runs and the mark this key may see (visibility.go).
-	runsFilter, err := visibleOps(me, lockstep.OpFilter{Repo: info.Name, Op: "run.failed", Newest: true, Limit: uiFailedRuns})
+	runsFilter, err := u.s.visibleOps(ctx, me, lockstep.OpFilter{Repo: info.Name, Op: "run.failed", Newest: true, Limit: uiFailedRuns})
 	if err != nil {
 		u.fail(c, err)
 		return
@@ -732,7 +732,7 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 	for _, e := range runs {
 		d.Runs = append(d.Runs, newFailedRun(e))
 	}
-	reportsFilter, err := visibleOps(me, lockstep.OpFilter{Repo: info.Name, Op: OpRunReport, Newest: true, Limit: 10 * uiFailedRuns})
+	reportsFilter, err := u.s.visibleOps(ctx, me, lockstep.OpFilter{Repo: info.Name, Op: OpRunReport, Newest: true, Limit: 10 * uiFailedRuns})
 	if err != nil {
 		u.fail(c, err)
 		return
@@ -745,7 +745,7 @@ func (u *uiServer) workspace(c *gin.Context, info *repositories.RepoInfo) {
 	d.Wrote = failedRunWrites(reports)
 	d.Quarantined = quarantines(reports)
 	if info.Status == lockstep.StatusFailed {
-		marksFilter, err := visibleOps(me, lockstep.OpFilter{Repo: info.Name, Op: "workspace." + string(lockstep.StatusFailed), Newest: true, Limit: 1})
+		marksFilter, err := u.s.visibleOps(ctx, me, lockstep.OpFilter{Repo: info.Name, Op: "workspace." + string(lockstep.StatusFailed), Newest: true, Limit: 1})
 		if err != nil {
 			u.fail(c, err)
 			return
@@ -1169,7 +1169,7 @@ func (u *uiServer) handleOplog(c *gin.Context) {
 		return
 	}
 	// An agent sees its own operations only, as in the API.
-	if f, err = visibleOps(me, f); err != nil {
+	if f, err = u.s.visibleOps(ctx, me, f); err != nil {
 		u.fail(c, err)
 		return
 	}
@@ -1338,7 +1338,7 @@ func (u *uiServer) handleOplogEntry(c *gin.Context) {
 		}
 		hi = last + 1
 	}
-	f, err := visibleOps(me, lockstep.OpFilter{})
+	f, err := u.s.visibleOps(ctx, me, lockstep.OpFilter{})
 	if err != nil {
 		u.fail(c, err)
 		return

@@ -160,6 +160,11 @@ func (h *liveHub) unsubscribe(ch chan liveEvent) {
 	}
 }
 
+// liveRecheck is how often an open event stream checks its key again
+// (auth.Service.Recheck): at most this long after a revocation the
+// stream still runs.
+const liveRecheck = time.Second
+
 // liveHeartbeat keeps idle streams (and proxies) from timing out.
 const liveHeartbeat = 25 * time.Second
 
@@ -190,6 +195,10 @@ func (u *uiServer) handleEvents(c *gin.Context) {
 	if lifetime <= 0 {
 		lifetime = DefaultSSEMaxLifetime
 	}
+	if me.ExpiresAt != nil {
+		// An expiring key's stream ends when the key does.
+		lifetime = min(lifetime, max(time.Until(*me.ExpiresAt), 0))
+	}
 	end := time.NewTimer(lifetime)
 	defer end.Stop()
 	ch, err := u.live.subscribe(ctx)
@@ -212,6 +221,19 @@ func (u *uiServer) handleEvents(c *gin.Context) {
 	rc := http.NewResponseController(w)
 	tick := time.NewTicker(liveHeartbeat)
 	defer tick.Stop()
+	// The key is checked again (at most once a second, before an event
+	// or a heartbeat is sent): a revoked key's open stream ends.
+	var checked time.Time
+	alive := func() bool {
+		if time.Since(checked) < liveRecheck {
+			return true
+		}
+		if err := u.s.Keys.Recheck(ctx, me); err != nil {
+			return false
+		}
+		checked = time.Now()
+		return true
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -219,8 +241,14 @@ func (u *uiServer) handleEvents(c *gin.Context) {
 		case <-end.C:
 			return // --sse-max-lifetime: the browser reconnects
 		case <-tick.C:
+			if !alive() {
+				return
+			}
 			w.WriteString(": keep-alive\n\n")
 		case ev := <-ch:
+			if !alive() {
+				return
+			}
 			if me.Scope != nil {
 				// A scoped key hears of the repositories of its scope
 				// only, and only their names.

@@ -158,7 +158,7 @@ func (u *uiServer) handleTask(c *gin.Context) {
 				}
 			}
 		}
-		runsFilter, err := visibleOps(auth.FromContext(ctx), lockstep.OpFilter{Repo: ws.Name, Op: "run.failed", Newest: true, Limit: 3})
+		runsFilter, err := u.s.visibleOps(ctx, auth.FromContext(ctx), lockstep.OpFilter{Repo: ws.Name, Op: "run.failed", Newest: true, Limit: 3})
 		if err != nil {
 			u.fail(c, err)
 			return

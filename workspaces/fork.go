@@ -147,7 +147,8 @@ const MaxWorkspacePage = 1000
 // task, tip and ahead/behind counts against the base's default branch, and
 // the name to pass as After for the next page ("" on the last). Filtering
 // and paging happen in the store, so a page costs the same however many
-// workspaces the base has.
+// workspaces the base has. A task-scoped caller (the key in ctx) lists its
+// task's workspaces only; asking for another task is permission_denied.
 func (s *Service) Workspaces(ctx context.Context, baseName string, q WorkspaceQuery) ([]WorkspaceInfo, string, error) {
 	if q.Limit == 0 {
 		q.Limit = 100
@@ -161,6 +162,14 @@ func (s *Service) Workspaces(ctx context.Context, baseName string, q WorkspaceQu
 	base, err := s.repos.Repo(ctx, baseName)
 	if err != nil {
 		return nil, "", err
+	}
+	if k := auth.FromContext(ctx); k != nil && k.Scope != nil && k.Scope.Task != "" {
+		// A task-scoped key names its base (in its scope) but sees only
+		// the workspaces of its task, as in its list of repositories.
+		if q.Task != "" && q.Task != k.Scope.Task {
+			return nil, "", lockstep.Errorf(lockstep.EFORBIDDEN, "key %s is scoped to %s: it may not list task %s", k.Name, k.Scope, q.Task)
+		}
+		q.Task = k.Scope.Task
 	}
 	forks, err := s.store.ListRepos(ctx, lockstep.RepoFilter{ForkOf: base.Name, Task: q.Task, Status: q.Status, After: q.After, Limit: q.Limit + 1})
 	if err != nil {

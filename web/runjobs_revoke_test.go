@@ -1,0 +1,55 @@
+package web_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/sqlstore"
+	"github.com/lockstep-hq/lockstep/web"
+)
+
+// TestFollowedJobEndsWhenKeyRevoked: following a run job (POST /jobs, its event
+// stream) checks the key again; once the key is revoked the stream ends,
+// where it went on until the job ended.
+func TestFollowedJobEndsWhenKeyRevoked(t *testing.T) {
+	f := mustServerTweak(t, web.Config{RunJobQueueTimeout: time.Hour}, nil, func(s *web.Server, db *sqlstore.DB) { s.Jobs = db })
+	ctx := context.Background()
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	sub := f.want(t, "POST", "/api/v1/keys", f.agent, `{"name":"sub","role":"agent","ttl":"1h","scope":{"workspace":"ws"}}`, 201)
+	if err := f.db.PutRunner(ctx, &lockstep.Runner{ID: "rnr_1", KeyID: "key_runner", Name: "box", Workspaces: []string{"*"}}); err != nil {
+		t.Fatal(err)
+	}
+	// The job waits in the queue (no runner polls here) while its
+	// creator follows it.
+	req, _ := http.NewRequest("POST", f.srv.URL+"/api/v1/repos/ws/jobs", strings.NewReader(`{"command":["true"]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+sub["secret"].(string))
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "event: job") {
+		t.Fatalf("%d: first line %q (%v), want the job event", resp.StatusCode, line, err)
+	}
+	f.want(t, "DELETE", "/api/v1/keys/"+sub["id"].(string), f.agent, "", 204)
+	done := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, br); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("stream ended with %v, want a clean end", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the job stream of a revoked key was still open 2 minutes after the revocation")
+	}
+}
