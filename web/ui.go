@@ -247,11 +247,31 @@ func (u *uiServer) fail(c *gin.Context, err error) {
 
 func (u *uiServer) setCookie(c *gin.Context, name, value string, maxAge time.Duration) {
 	ck := &http.Cookie{Name: name, Value: value, Path: "/ui", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: c.Request.TLS != nil, MaxAge: int(maxAge / time.Second)}
+		Secure: overHTTPS(c.Request), MaxAge: int(maxAge / time.Second)}
 	if maxAge < 0 {
 		ck.MaxAge = -1
 	}
 	http.SetCookie(c.Writer, ck)
+}
+
+// overHTTPS reports whether the browser reached the UI over HTTPS: TLS
+// terminated here, or by a proxy in front that says so
+// (X-Forwarded-Proto: https, Forwarded: proto=https). The header is taken
+// from anyone: forging it only makes the forger's own cookies Secure.
+func overHTTPS(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	if p, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Proto"), ","); strings.EqualFold(strings.TrimSpace(p), "https") {
+		return true
+	}
+	first, _, _ := strings.Cut(r.Header.Get("Forwarded"), ",")
+	for _, pair := range strings.Split(first, ";") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(pair), "="); ok && strings.EqualFold(k, "proto") && strings.EqualFold(strings.Trim(v, `"`), "https") {
+			return true
+		}
+	}
+	return false
 }
 
 func cookie(c *gin.Context, name string) string {

@@ -646,3 +646,53 @@ func TestUIRunnerKey(t *testing.T) {
 		}
 	}
 }
+
+// TestUICookiesSecureBehindTLSProxy: behind a proxy that terminates TLS
+// (X-Forwarded-Proto: https, or Forwarded: proto=https) the session and
+// CSRF cookies are Secure, as they are when the server terminates TLS
+// itself; before, they were sent without it, so a browser would also send
+// the session (the raw key) over plain HTTP. A client that forges the
+// header only makes its own cookies stricter.
+func TestUICookiesSecureBehindTLSProxy(t *testing.T) {
+	w := mustUIWorld(t)
+	for _, hdr := range [][2]string{{"X-Forwarded-Proto", "https"}, {"Forwarded", "for=192.0.2.1;proto=https"}} {
+		req, _ := http.NewRequest("GET", w.srv.URL+"/ui/login", nil)
+		req.Header.Set(hdr[0], hdr[1])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		tok := csrfRE.FindStringSubmatch(string(body))
+		var csrf *http.Cookie
+		for _, ck := range resp.Cookies() {
+			if ck.Name == "lockstep_csrf" {
+				csrf = ck
+			}
+		}
+		if tok == nil || csrf == nil || !csrf.Secure {
+			t.Fatalf("%s: login form's CSRF cookie %+v, want it Secure", hdr[0], csrf)
+		}
+		form := url.Values{"csrf": {tok[1]}, "key": {w.reviewer}, "next": {"/ui/"}}
+		req, _ = http.NewRequest("POST", w.srv.URL+"/ui/login", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set(hdr[0], hdr[1])
+		req.AddCookie(&http.Cookie{Name: csrf.Name, Value: csrf.Value})
+		c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err = c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		var session *http.Cookie
+		for _, ck := range resp.Cookies() {
+			if ck.Name == "lockstep_session" {
+				session = ck
+			}
+		}
+		if resp.StatusCode != http.StatusSeeOther || session == nil || !session.Secure {
+			t.Fatalf("%s: login %d, session cookie %+v; want 303 and a Secure cookie", hdr[0], resp.StatusCode, session)
+		}
+	}
+}
