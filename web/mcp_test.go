@@ -805,3 +805,64 @@ func TestRunnerKeyOverMCP(t *testing.T) {
 		t.Fatalf("runner key POST /mcp: %d %s, want 403", resp.StatusCode, b)
 	}
 }
+
+// TestMCPStreamEndsWhenKeyRevoked: a stateful session's event stream (the
+// client's standing GET) ends when its key is revoked, as /ui/events
+// does; before, it ran on until the session's idle timeout.
+func TestMCPStreamEndsWhenKeyRevoked(t *testing.T) {
+	f := mcpServer(t, web.Config{}, agentmcp.HTTPOptions{Stateful: true, SessionTimeout: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	k, secret, err := f.keys.Create(ctx, auth.System, "doomed", lockstep.RoleAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	states := map[net.Conn]http.ConnState{}
+	activeConns := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, st := range states {
+			if st == http.StateActive {
+				n++
+			}
+		}
+		return n
+	}
+	srv := &http.Server{Handler: *f.current.Load(), ConnState: func(c net.Conn, st http.ConnState) {
+		mu.Lock()
+		states[c] = st
+		mu.Unlock()
+	}}
+	ts := httptest.NewUnstartedServer(nil)
+	ts.Config = srv
+	ts.Start()
+	defer ts.Close()
+	c := mcp.NewClient(&mcp.Implementation{Name: "sse", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ts.URL + "/mcp", HTTPClient: &http.Client{Transport: bearerRT{secret}}, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; activeConns() < 1; i++ {
+		if i > 3000 {
+			t.Fatal("the client never opened its event stream")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := f.keys.Revoke(ctx, auth.System, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Bounded only so that a failure ends: the stream must end, not wait
+	// for the hour-long session timeout.
+	for i := 0; activeConns() > 0; i++ {
+		if i > 3000 {
+			t.Fatal("the event stream of a revoked key is still open after 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

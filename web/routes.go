@@ -28,6 +28,9 @@ func (s *Server) registerRoutes(e *gin.Engine) {
 				continue
 			}
 			chain := []gin.HandlerFunc{s.authenticate, s.refuseRunner}
+			if f.method == "GET" {
+				chain = append(chain, s.endWithKey) // a stateful session's event stream
+			}
 			if f.uploadSlot {
 				chain = append(chain, s.mcpSlot, s.mcpHoldSlot) // upload.go: the slot of a large request
 			}

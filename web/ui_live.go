@@ -350,3 +350,34 @@ func (u *uiServer) handleLiveJS(c *gin.Context) {
 	c.Header("Cache-Control", "public, max-age=300")
 	c.Data(http.StatusOK, "text/javascript; charset=utf-8", []byte(liveJS))
 }
+
+// endWithKey ends a long-lived request (a stateful MCP session's event
+// stream) when its key is revoked or expires: its context is cancelled
+// at most liveRecheck after, as /ui/events and a followed run job end.
+// Without it the stream ran until the session's idle timeout.
+func (s *Server) endWithKey(c *gin.Context) {
+	k := caller(c)
+	if k == nil || s.Keys == nil {
+		c.Next()
+		return
+	}
+	ctx, cancel := context.WithCancel(c.Request.Context())
+	defer cancel()
+	c.Request = c.Request.WithContext(ctx)
+	go func() {
+		t := time.NewTicker(liveRecheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := s.Keys.Recheck(ctx, k); lockstep.ErrorCode(err) == lockstep.EUNAUTH {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	c.Next()
+}
