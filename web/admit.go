@@ -57,7 +57,7 @@ func canDeleteWorkspace(k *lockstep.Key, r *lockstep.Repo) error {
 	if !r.IsWorkspace() || k.Role == lockstep.RoleAdmin || k.Owns(r) {
 		return nil
 	}
-	return lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner or an admin may abandon or delete %s", r.Name)
+	return lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner or an admin may delete %s (abandon or purge)", r.Name)
 }
 
 // canStageEffect is effects.CanStage (stage, discard).
