@@ -587,13 +587,12 @@ func TestMCPSurvivesRestart(t *testing.T) {
 	}
 }
 
-// Issue 24 item 5: Shutdown ends stateful sessions' open streams, so a
-// graceful server shutdown does not wait for them.
-func TestMCPShutdownEndsStreams(t *testing.T) {
-	f := mcpServer(t, web.Config{}, agentmcp.HTTPOptions{Stateful: true})
+// trackedServer serves h and counts its connections with a request in
+// progress (an open event stream keeps one active).
+func trackedServer(h http.Handler) (*http.Server, func() int) {
 	var mu sync.Mutex
 	states := map[net.Conn]http.ConnState{}
-	activeConns := func() int {
+	active := func() int {
 		mu.Lock()
 		defer mu.Unlock()
 		n := 0
@@ -604,11 +603,18 @@ func TestMCPShutdownEndsStreams(t *testing.T) {
 		}
 		return n
 	}
-	srv := &http.Server{Handler: *f.current.Load(), ConnState: func(c net.Conn, st http.ConnState) {
+	return &http.Server{Handler: h, ConnState: func(c net.Conn, st http.ConnState) {
 		mu.Lock()
 		states[c] = st
 		mu.Unlock()
-	}}
+	}}, active
+}
+
+// Issue 24 item 5: Shutdown ends stateful sessions' open streams, so a
+// graceful server shutdown does not wait for them.
+func TestMCPShutdownEndsStreams(t *testing.T) {
+	f := mcpServer(t, web.Config{}, agentmcp.HTTPOptions{Stateful: true})
+	srv, activeConns := trackedServer(*f.current.Load())
 	srv.RegisterOnShutdown(f.mcp.Shutdown)
 	ts := httptest.NewUnstartedServer(nil)
 	ts.Config = srv
@@ -817,24 +823,7 @@ func TestMCPStreamEndsWhenKeyRevoked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	states := map[net.Conn]http.ConnState{}
-	activeConns := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, st := range states {
-			if st == http.StateActive {
-				n++
-			}
-		}
-		return n
-	}
-	srv := &http.Server{Handler: *f.current.Load(), ConnState: func(c net.Conn, st http.ConnState) {
-		mu.Lock()
-		states[c] = st
-		mu.Unlock()
-	}}
+	srv, activeConns := trackedServer(*f.current.Load())
 	ts := httptest.NewUnstartedServer(nil)
 	ts.Config = srv
 	ts.Start()

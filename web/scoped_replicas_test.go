@@ -31,6 +31,23 @@ func (rr *roundRobin) RoundTrip(req *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(req)
 }
 
+// scopedReplicas is two replicas on one Postgres database, a base app,
+// the agent's workspace ws, the agent's client and a key scoped to ws.
+func scopedReplicas(t *testing.T) (f, g *fixture, agent *client.Client, scoped string) {
+	t.Helper()
+	dsn, dir := testenv.MustPostgresDB(t), t.TempDir()
+	f = mustServerOn(t, dsn, dir, web.Config{}, nil, nil, nil)
+	g = mustServerOn(t, dsn, dir, web.Config{}, nil, nil, f)
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	agent = client.New(f.srv.URL, f.agent)
+	k, err := agent.MintKey(context.Background(), "scoped", "agent", time.Hour, &api.KeyScope{Workspace: "ws"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, g, agent, k.Secret
+}
+
 // TestScopedPushAcrossReplicas: `lockstep push` with a scoped key through
 // a load balancer that sends each request to the other of two replicas.
 // The objects upload lands on one and the PUT worktree?tree= naming the
@@ -38,20 +55,11 @@ func (rr *roundRobin) RoundTrip(req *http.Request) (*http.Response, error) {
 // upload's grant from the operations log (before, it answered 404 "upload
 // its objects first" every time).
 func TestScopedPushAcrossReplicas(t *testing.T) {
-	dsn, dir := testenv.MustPostgresDB(t), t.TempDir()
-	f := mustServerOn(t, dsn, dir, web.Config{}, nil, nil, nil)
-	g := mustServerOn(t, dsn, dir, web.Config{}, nil, nil, f)
-	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
-	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	f, g, agent, secret := scopedReplicas(t)
 	ctx := context.Background()
-	agent := client.New(f.srv.URL, f.agent)
-	k, err := agent.MintKey(ctx, "scoped", "agent", time.Hour, &api.KeyScope{Workspace: "ws"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	fu, _ := url.Parse(f.srv.URL)
 	gu, _ := url.Parse(g.srv.URL)
-	scoped := client.New(f.srv.URL, k.Secret)
+	scoped := client.New(f.srv.URL, secret)
 	scoped.HTTP = &http.Client{Transport: &roundRobin{hosts: []string{fu.Host, gu.Host}}}
 	work := t.TempDir()
 	opts := client.PushDirOptions{ExpectCurrent: true, StatCache: filepath.Join(t.TempDir(), "statcache")}
@@ -78,18 +86,9 @@ func TestScopedPushAcrossReplicas(t *testing.T) {
 // depended on the replica and the order of requests, and a client that
 // asked one replica and uploaded to another could be refused.
 func TestScopedPresenceSameOnEveryReplica(t *testing.T) {
-	dsn, dir := testenv.MustPostgresDB(t), t.TempDir()
-	f := mustServerOn(t, dsn, dir, web.Config{}, nil, nil, nil)
-	g := mustServerOn(t, dsn, dir, web.Config{}, nil, nil, f)
-	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
-	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	f, g, _, secret := scopedReplicas(t)
 	ctx := context.Background()
-	agent := client.New(f.srv.URL, f.agent)
-	k, err := agent.MintKey(ctx, "scoped", "agent", time.Hour, &api.KeyScope{Workspace: "ws"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	onF, onG := client.New(f.srv.URL, k.Secret), client.New(g.srv.URL, k.Secret)
+	onF, onG := client.New(f.srv.URL, secret), client.New(g.srv.URL, secret)
 	work := t.TempDir()
 	if err := os.WriteFile(filepath.Join(work, "f.txt"), []byte("first version\n"), 0o644); err != nil {
 		t.Fatal(err)

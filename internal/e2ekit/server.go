@@ -1,7 +1,6 @@
 package e2ekit
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -58,22 +56,7 @@ type Server struct {
 }
 
 // SyncBuffer is a bytes.Buffer safe for a writer goroutine and readers.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type SyncBuffer = testenv.SyncBuffer
 
 // StartServer runs `lockstep serve` on a free port, waits for /healthz,
 // reads <data>/admin.key, and stops the process when the test ends (and
