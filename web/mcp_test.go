@@ -610,34 +610,42 @@ func trackedServer(h http.Handler) (*http.Server, func() int) {
 	}}, active
 }
 
-// Issue 24 item 5: Shutdown ends stateful sessions' open streams, so a
-// graceful server shutdown does not wait for them.
-func TestMCPShutdownEndsStreams(t *testing.T) {
-	f := mcpServer(t, web.Config{}, agentmcp.HTTPOptions{Stateful: true})
-	srv, activeConns := trackedServer(*f.current.Load())
-	srv.RegisterOnShutdown(f.mcp.Shutdown)
+// openMCPStream serves h on a tracked server and connects an MCP client
+// with key that initializes, lists the tools and opens its standalone
+// event stream (a GET that stays active): it returns once that stream is
+// open, with the server and its count of active connections.
+func openMCPStream(t *testing.T, ctx context.Context, h http.Handler, key string) (*http.Server, *httptest.Server, func() int) {
+	t.Helper()
+	srv, active := trackedServer(h)
 	ts := httptest.NewUnstartedServer(nil)
 	ts.Config = srv
 	ts.Start()
 	c := mcp.NewClient(&mcp.Implementation{Name: "sse", Version: "1"}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ts.URL + "/mcp", HTTPClient: &http.Client{Transport: bearerRT{f.agent}}, MaxRetries: -1}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ts.URL + "/mcp", HTTPClient: &http.Client{Transport: bearerRT{key}}, MaxRetries: -1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cs.Close()
+	t.Cleanup(func() { cs.Close() })
 	if _, err := cs.ListTools(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	// The client opens its standalone stream (GET) after initializing:
-	// wait until a request stays active on the server.
-	for i := 0; activeConns() < 1; i++ {
+	for i := 0; active() < 1; i++ {
 		if i > 3000 {
 			t.Fatal("the client never opened its event stream")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return srv, ts, active
+}
+
+// Issue 24 item 5: Shutdown ends stateful sessions' open streams, so a
+// graceful server shutdown does not wait for them.
+func TestMCPShutdownEndsStreams(t *testing.T) {
+	f := mcpServer(t, web.Config{}, agentmcp.HTTPOptions{Stateful: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, _, _ := openMCPStream(t, ctx, *f.current.Load(), f.agent)
+	srv.RegisterOnShutdown(f.mcp.Shutdown)
 	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer scancel()
 	if err := srv.Shutdown(sctx); err != nil {
@@ -823,26 +831,8 @@ func TestMCPStreamEndsWhenKeyRevoked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, activeConns := trackedServer(*f.current.Load())
-	ts := httptest.NewUnstartedServer(nil)
-	ts.Config = srv
-	ts.Start()
+	_, ts, activeConns := openMCPStream(t, ctx, *f.current.Load(), secret)
 	defer ts.Close()
-	c := mcp.NewClient(&mcp.Implementation{Name: "sse", Version: "1"}, nil)
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ts.URL + "/mcp", HTTPClient: &http.Client{Transport: bearerRT{secret}}, MaxRetries: -1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	if _, err := cs.ListTools(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; activeConns() < 1; i++ {
-		if i > 3000 {
-			t.Fatal("the client never opened its event stream")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	if err := f.keys.Revoke(ctx, auth.System, k.ID); err != nil {
 		t.Fatal(err)
 	}
