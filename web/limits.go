@@ -64,16 +64,21 @@ func (s *Server) bodyLimits(c *gin.Context) {
 		c.Next()
 		return
 	}
+	rc := http.NewResponseController(c.Writer)
 	if max := s.routeBodyLimit(c); c.Request.ContentLength > max {
 		// The connection is closed after the answer (the body stays unread).
 		c.Header("Connection", "close")
 		writeError(c, lockstep.Errorf(lockstep.ETOOLARGE, "declared Content-Length %d is over this route's limit of %d bytes", c.Request.ContentLength, max).
 			WithDetails(map[string]any{"limit": max}))
+		leaveBodyUnread(c, rc, true)
 		return
 	}
 	timeout, rate := s.Config.BodyTimeout, s.Config.BodyMinRate
 	if timeout < 0 {
+		tb := &trackedBody{ReadCloser: c.Request.Body}
+		c.Request.Body = tb
 		c.Next()
+		leaveBodyUnread(c, rc, !tb.eof)
 		return
 	}
 	if timeout == 0 {
@@ -82,7 +87,6 @@ func (s *Server) bodyLimits(c *gin.Context) {
 	if rate <= 0 {
 		rate = DefaultBodyMinRate
 	}
-	rc := http.NewResponseController(c.Writer)
 	// A handler that never reads still bounds the wait for its body.
 	if err := rc.SetReadDeadline(time.Now().Add(timeout)); err != nil {
 		c.Next() // not a net.Conn underneath (tests' recorders)
@@ -92,9 +96,42 @@ func (s *Server) bodyLimits(c *gin.Context) {
 	c.Request.Body = rb
 	c.Set(slowBodyKey, rb)
 	c.Next()
+	if leaveBodyUnread(c, rc, !rb.eof) {
+		return
+	}
 	// The server drains up to 256 KiB of an unread body after the
 	// handler to reuse the connection: bound that too.
 	_ = rc.SetReadDeadline(time.Now().Add(timeout))
+}
+
+// leaveBodyUnread keeps net/http from reading what is left of the body
+// (unread: not read to its end) of a refusal (any answer >= 400: no key,
+// a key that may not, a declared length over the limit, a body cut at
+// its limit) or of an answer that closes its connection. The server
+// would drain up to 256 KiB of it, to reuse the connection, before it
+// sends the answer; a read deadline in the past makes that drain fail at
+// once, so the answer leaves now and the connection closes. Reports
+// whether it did.
+func leaveBodyUnread(c *gin.Context, rc *http.ResponseController, unread bool) bool {
+	if !unread || (c.Writer.Status() < 400 && c.Writer.Header().Get("Connection") != "close") {
+		return false
+	}
+	_ = rc.SetReadDeadline(time.Unix(1, 0))
+	return true
+}
+
+// trackedBody tells whether a body was read to its end.
+type trackedBody struct {
+	io.ReadCloser
+	eof bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
 }
 
 const slowBodyKey = "lockstep.body"
@@ -121,6 +158,7 @@ type rateBody struct {
 	received int64
 	waited   time.Duration
 	err      error
+	eof      bool // read to its end
 }
 
 func (b *rateBody) Read(p []byte) (int, error) {
@@ -144,6 +182,9 @@ func (b *rateBody) Read(p []byte) (int, error) {
 	// client's, and the server's background read after EOF must not
 	// time out.
 	_ = b.rc.SetReadDeadline(time.Time{})
+	if err == io.EOF {
+		b.eof = true
+	}
 	if err != nil && isTimeout(err) {
 		b.err = b.slow()
 		return n, b.err
