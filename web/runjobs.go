@@ -29,9 +29,12 @@ const (
 	DefaultRunnerLease        = 30 * time.Second
 	DefaultRunnerPollWait     = 20 * time.Second
 	DefaultRunJobQueueTimeout = 30 * time.Second
-	maxRunJobLines            = 1000     // lines in one output post
-	maxRunJobLine             = 64 << 10 // bytes of one line (longer lines are cut)
-	runJobPollEvery           = 200 * time.Millisecond
+	// DefaultRunJobMaxOutputBytes bounds one job's stored output: a
+	// command printing without end fills no metadata database.
+	DefaultRunJobMaxOutputBytes = 16 << 20
+	maxRunJobLines              = 1000     // lines in one output post
+	maxRunJobLine               = 64 << 10 // bytes of one line (longer lines are cut)
+	runJobPollEvery             = 200 * time.Millisecond
 )
 
 func (s *Server) runJobDefaults() {
@@ -46,6 +49,9 @@ func (s *Server) runJobDefaults() {
 	}
 	if s.Config.RunJobQueueTimeout <= 0 {
 		s.Config.RunJobQueueTimeout = DefaultRunJobQueueTimeout
+	}
+	if s.Config.RunJobMaxOutputBytes <= 0 {
+		s.Config.RunJobMaxOutputBytes = DefaultRunJobMaxOutputBytes
 	}
 }
 
@@ -239,7 +245,7 @@ func (s *Server) handleRunnerOutput() gin.HandlerFunc {
 			}
 		}
 		now := time.Now()
-		if err := st.AppendRunJobOutput(ctx, c.Param("job"), r.ID, req.Lines, now.Add(s.Config.RunnerLease)); err != nil {
+		if err := st.AppendRunJobOutput(ctx, c.Param("job"), r.ID, req.Lines, now.Add(s.Config.RunnerLease), s.Config.RunJobMaxOutputBytes); err != nil {
 			writeError(c, err)
 			return
 		}
