@@ -3,12 +3,14 @@ package sqlstore_test
 import (
 	"context"
 	"encoding/json"
+	"io/fs"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
+	"github.com/lockstep-hq/lockstep/migrations"
 )
 
 // TestRunJobs: on both dialects, a runner registers (again: same id), takes
@@ -241,6 +243,26 @@ func TestRunJobOutputCut(t *testing.T) {
 			}
 			if got, err := db.RunJobOutput(ctx, "job_b", 0, 0); err != nil || len(got) != 2 {
 				t.Fatalf("job_b's output: %+v, %v; want its 2 lines", got, err)
+			}
+			// Migration 0033 goes down and up again (the count starts over).
+			files, err := migrations.FS(db.Dialect())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []string{"0033_run_job_output_bytes.down.sql", "0033_run_job_output_bytes.up.sql"} {
+				b, err := fs.ReadFile(files, f)
+				if err == nil {
+					_, err = db.SQL().ExecContext(ctx, string(b))
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+			}
+			if err := db.AppendRunJobOutput(ctx, "job_b", "rnr_1", append([]lockstep.RunJobLine(nil), ten[:2]...), c.Now().Add(time.Minute), limit); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := db.RunJobOutput(ctx, "job_b", 0, 0); err != nil || len(got) != 4 {
+				t.Fatalf("job_b's output after 0033 down and up: %d lines, %v; want 4", len(got), err)
 			}
 		})
 	}
