@@ -53,3 +53,41 @@ func TestFollowedJobEndsWhenKeyRevoked(t *testing.T) {
 		t.Fatal("the job stream of a revoked key was still open 2 minutes after the revocation")
 	}
 }
+
+// TestRunJobKeyDiesWithItsCreator: the key a runner gets for a job is
+// minted by the key that created the job, so revoking that key (or a key
+// above it) revokes the job's key too, and a job whose creator was revoked
+// before a runner took it is failed, not handed out. The job's key was
+// minted by the server itself and kept acting on the workspace (a push on
+// success) after its creator was revoked.
+func TestRunJobKeyDiesWithItsCreator(t *testing.T) {
+	f := mustServerTweak(t, web.Config{RunJobQueueTimeout: time.Hour}, nil, func(s *web.Server, db *sqlstore.DB) { s.Jobs = db })
+	ctx := context.Background()
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	runner := f.want(t, "POST", "/api/v1/keys", f.admin, `{"name":"box","role":"runner"}`, 201)["secret"].(string)
+	rid := f.want(t, "POST", "/api/v1/runners", runner, `{"name":"box","workspaces":["*"]}`, 200)["id"].(string)
+	for i, revokeFirst := range []bool{false, true} {
+		sub := f.want(t, "POST", "/api/v1/keys", f.agent, `{"name":"sub","role":"agent","ttl":"1h","scope":{"workspace":"ws"}}`, 201)
+		job := &lockstep.RunJob{ID: "job_" + strings.Repeat(string(rune('a'+i)), 4), Workspace: "ws", KeyID: sub["id"].(string), Spec: lockstep.RunJobSpec{Command: []string{"true"}}}
+		if err := f.db.CreateRunJob(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+		if revokeFirst {
+			f.want(t, "DELETE", "/api/v1/keys/"+sub["id"].(string), f.agent, "", 204)
+			code, m, _ := f.do(t, "POST", "/api/v1/runners/"+rid+"/jobs?wait=0", runner, "")
+			if code != http.StatusNoContent {
+				t.Fatalf("take after the creator's revocation: %d %v, want 204 (no job handed out)", code, m)
+			}
+			if j, err := f.db.RunJob(ctx, job.ID); err != nil || j.State != lockstep.JobFailed || !strings.Contains(j.Error, "revoked") {
+				t.Fatalf("the job of a revoked creator: %+v, %v; want failed saying so", j, err)
+			}
+			continue
+		}
+		taken := f.want(t, "POST", "/api/v1/runners/"+rid+"/jobs?wait=0", runner, "", 200)
+		jobKey := taken["key"].(string)
+		f.want(t, "GET", "/api/v1/repos/ws/refs", jobKey, "", 200)
+		f.want(t, "DELETE", "/api/v1/keys/"+sub["id"].(string), f.agent, "", 204)
+		f.want(t, "GET", "/api/v1/repos/ws/refs", jobKey, "", 401)
+	}
+}
