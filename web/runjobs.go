@@ -155,6 +155,12 @@ func (s *Server) handleRunnerTake() gin.HandlerFunc {
 		deadline := time.Now().Add(wait)
 		for {
 			now := time.Now()
+			// The runner's key is checked again before each claim: a key
+			// revoked (or expired) while its poll waits takes no job.
+			if err := s.Keys.Recheck(ctx, caller(c)); err != nil {
+				writeError(c, err)
+				return
+			}
 			if err := st.TouchRunner(ctx, r.ID, now); err != nil {
 				writeError(c, err)
 				return

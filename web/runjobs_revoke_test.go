@@ -91,3 +91,49 @@ func TestRunJobKeyDiesWithItsCreator(t *testing.T) {
 		f.want(t, "GET", "/api/v1/repos/ws/refs", jobKey, "", 401)
 	}
 }
+
+// TestRevokedRunnerTakesNoJob: a runner's long poll checks its key again
+// before each claim, so a runner key revoked while its poll waits gets 401
+// and no job (the poll claimed the next job and was handed a key for it).
+func TestRevokedRunnerTakesNoJob(t *testing.T) {
+	f := mustServerTweak(t, web.Config{RunJobQueueTimeout: time.Hour, RunnerPollWait: time.Minute}, nil, func(s *web.Server, db *sqlstore.DB) { s.Jobs = db })
+	ctx := context.Background()
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	rk := f.want(t, "POST", "/api/v1/keys", f.admin, `{"name":"box","role":"runner"}`, 201)
+	runner := rk["secret"].(string)
+	rid := f.want(t, "POST", "/api/v1/runners", runner, `{"name":"box","workspaces":["*"]}`, 200)["id"].(string)
+	registered := time.Now()
+	type answer struct {
+		code int
+		m    map[string]any
+	}
+	got := make(chan answer, 1)
+	go func() {
+		code, m, _ := f.do(t, "POST", "/api/v1/runners/"+rid+"/jobs?wait=60", runner, "")
+		got <- answer{code, m}
+	}()
+	// The poll is waiting once it has touched the runner.
+	for {
+		rs, err := f.db.Runners(ctx, registered)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) == 1 && rs[0].LastSeen.After(registered) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	sub := f.want(t, "POST", "/api/v1/keys", f.agent, `{"name":"sub","role":"agent","ttl":"1h","scope":{"workspace":"ws"}}`, 201)["id"].(string)
+	f.want(t, "DELETE", "/api/v1/keys/"+rk["id"].(string), f.admin, "", 204)
+	if err := f.db.CreateRunJob(ctx, &lockstep.RunJob{ID: "job_late", Workspace: "ws", KeyID: sub, Spec: lockstep.RunJobSpec{Command: []string{"true"}}}); err != nil {
+		t.Fatal(err)
+	}
+	a := <-got
+	if a.code != http.StatusUnauthorized {
+		t.Fatalf("the poll of a revoked runner key: %d %v, want 401", a.code, a.m)
+	}
+	if j, err := f.db.RunJob(ctx, "job_late"); err != nil || j.State != lockstep.JobQueued {
+		t.Fatalf("job after the revoked runner's poll: %+v, %v; want still queued", j, err)
+	}
+}
