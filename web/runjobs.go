@@ -266,8 +266,12 @@ func (s *Server) handleRunnerOutput() gin.HandlerFunc {
 				return
 			}
 			if len(l.Text) > maxRunJobLine {
-				req.Lines[i].Text = l.Text[:maxRunJobLine]
+				l.Text = l.Text[:maxRunJobLine]
 			}
+			// A command's output is bytes: a NUL or invalid UTF-8 (which
+			// the metadata database refuses, failing the whole batch of
+			// lines) is stored as U+FFFD.
+			req.Lines[i].Text = strings.ToValidUTF8(strings.ReplaceAll(l.Text, "\x00", "\uFFFD"), "\uFFFD")
 		}
 		now := time.Now()
 		if err := st.AppendRunJobOutput(ctx, c.Param("job"), r.ID, req.Lines, now.Add(s.Config.RunnerLease), s.Config.RunJobMaxOutputBytes); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
+	"github.com/lockstep-hq/lockstep/internal/testenv"
 	"github.com/lockstep-hq/lockstep/sqlstore"
 	"github.com/lockstep-hq/lockstep/web"
 )
@@ -135,5 +136,27 @@ func TestRevokedRunnerTakesNoJob(t *testing.T) {
 	}
 	if j, err := f.db.RunJob(ctx, "job_late"); err != nil || j.State != lockstep.JobQueued {
 		t.Fatalf("job after the revoked runner's poll: %+v, %v; want still queued", j, err)
+	}
+}
+
+// TestRunJobOutputNULOnPostgres: a command's output line holding a NUL
+// byte (PostgreSQL's text refuses it) is stored with U+FFFD in its place;
+// the runner's post failed with a 500 and the job lost its output.
+func TestRunJobOutputNULOnPostgres(t *testing.T) {
+	f := mustServerOn(t, testenv.MustPostgresDB(t), t.TempDir(), web.Config{RunJobQueueTimeout: time.Hour}, nil, func(s *web.Server, db *sqlstore.DB) { s.Jobs = db }, nil)
+	ctx := context.Background()
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws"}`, 201)
+	runner := f.want(t, "POST", "/api/v1/keys", f.admin, `{"name":"box","role":"runner"}`, 201)["secret"].(string)
+	rid := f.want(t, "POST", "/api/v1/runners", runner, `{"name":"box","workspaces":["*"]}`, 200)["id"].(string)
+	sub := f.want(t, "POST", "/api/v1/keys", f.agent, `{"name":"sub","role":"agent","ttl":"1h","scope":{"workspace":"ws"}}`, 201)["id"].(string)
+	if err := f.db.CreateRunJob(ctx, &lockstep.RunJob{ID: "job_nul", Workspace: "ws", KeyID: sub, Spec: lockstep.RunJobSpec{Command: []string{"true"}}}); err != nil {
+		t.Fatal(err)
+	}
+	f.want(t, "POST", "/api/v1/runners/"+rid+"/jobs?wait=0", runner, "", 200)
+	f.want(t, "POST", "/api/v1/runners/"+rid+"/jobs/job_nul/output", runner, `{"lines":[{"stream":"stdout","text":"a\u0000b"}]}`, 200)
+	got, err := f.db.RunJobOutput(ctx, "job_nul", 0, 0)
+	if err != nil || len(got) != 1 || got[0].Text != "a\uFFFDb" {
+		t.Fatalf("stored output: %+v, %v; want a\\uFFFDb", got, err)
 	}
 }
