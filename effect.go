@@ -116,6 +116,11 @@ type EffectRelease struct {
 	Into   string
 	IntoID int64
 	Hold   []string
+	// IntoWorkspace: Into is a workspace (a promote of a fork of a fork).
+	// Effects are released only into a base, through its gate: the store
+	// refuses the landing (invalid_argument, nothing moves) while the
+	// promoted workspace has staged effects.
+	IntoWorkspace bool
 }
 
 // EffectStore keeps staged effects and their delivery outbox.

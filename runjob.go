@@ -3,6 +3,7 @@ package lockstep
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -104,9 +105,11 @@ type RunJobStore interface {
 	// RenewRunJob extends the lease of a job runnerID runs; ref_conflict
 	// when the job is no longer running on it (its lease was lost).
 	RenewRunJob(ctx context.Context, id, runnerID string, leaseUntil time.Time) error
-	// AppendRunJobOutput adds lines (their Seq is set) to a job runnerID
-	// runs, renewing its lease; ref_conflict as RenewRunJob.
-	AppendRunJobOutput(ctx context.Context, id, runnerID string, lines []RunJobLine, leaseUntil time.Time) error
+	// AppendRunJobOutput adds lines to a job runnerID runs, renewing its
+	// lease; ref_conflict as RenewRunJob. Once the job's lines hold
+	// maxBytes of text (0: no limit) the rest of its output is dropped,
+	// after one stderr line RunJobOutputCut(maxBytes).
+	AppendRunJobOutput(ctx context.Context, id, runnerID string, lines []RunJobLine, leaseUntil time.Time, maxBytes int64) error
 	// RunJobOutput returns the job's lines after seq, at most limit.
 	RunJobOutput(ctx context.Context, id string, after int64, limit int) ([]RunJobLine, error)
 	// FinishRunJob ends a job: done with result when runnerID is the
@@ -146,4 +149,10 @@ type RunJobBound struct {
 	// Message words the refusal (it names the limit's source); empty: a
 	// plain one.
 	Message func(active int) string
+}
+
+// RunJobOutputCut is the line a job's output ends with when it reached
+// maxBytes (--run-job-max-output-bytes).
+func RunJobOutputCut(maxBytes int64) string {
+	return fmt.Sprintf("[lockstep: output cut at %d bytes (--run-job-max-output-bytes); the result's stdout_tail and stderr_tail keep the end]", maxBytes)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -135,6 +136,16 @@ func HTTPHandler(api http.Handler, o HTTPOptions) *Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	jw := &jsonErrors{ResponseWriter: w}
 	defer jw.finish()
+	if r.Method == http.MethodPost {
+		// The SDK's header checks, made here before wantsProgress reads
+		// the body (up to --max-edit-bytes): a bad Content-Type or Accept
+		// is refused with the body unread.
+		if status, msg := postHeadersRefused(r); status != 0 {
+			jw.Header().Set("Connection", "close")
+			writeJSONError(jw, status, lockstep.EINVALID, msg)
+			return
+		}
+	}
 	if !h.o.Stateful && r.Method == http.MethodPost && wantsProgress(r, h.o.MaxRequestBytes) {
 		h.sse.ServeHTTP(jw, r)
 		return
@@ -161,6 +172,35 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // wantsProgress reads the request's body (up to limit, the SDK's own
 // bound; default 4 MiB) and puts it back; true when it carries a
 // progressToken.
+// postHeadersRefused is the streamable HTTP transport's rule for a POST's
+// headers (the SDK applies it too, after the body was read): Content-Type
+// application/json, Accept naming both application/json and
+// text/event-stream (or a wildcard). It returns the status and message of
+// a refusal, or 0.
+func postHeadersRefused(r *http.Request) (int, string) {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return http.StatusUnsupportedMediaType, "Content-Type must be 'application/json'"
+	}
+	jsonOK, streamOK := false, false
+	for _, v := range r.Header.Values("Accept") {
+		for _, tok := range strings.Split(v, ",") {
+			base, _, _ := strings.Cut(tok, ";")
+			switch strings.ToLower(strings.TrimSpace(base)) {
+			case "application/json", "application/*":
+				jsonOK = true
+			case "text/event-stream", "text/*":
+				streamOK = true
+			case "*/*":
+				jsonOK, streamOK = true, true
+			}
+		}
+	}
+	if !jsonOK || !streamOK {
+		return http.StatusBadRequest, "Accept must contain both 'application/json' and 'text/event-stream'"
+	}
+	return 0, ""
+}
+
 func wantsProgress(r *http.Request, limit int64) bool {
 	if limit <= 0 {
 		limit = 4 << 20

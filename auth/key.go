@@ -314,6 +314,29 @@ func (s *Service) Recheck(ctx context.Context, k *lockstep.Key) error {
 	return err
 }
 
+// Live returns the key with id if it is neither revoked (itself or a key
+// above it: a revocation cascades in one transaction) nor expired;
+// unauthenticated otherwise, not_found for an unknown id.
+func (s *Service) Live(ctx context.Context, id string) (*lockstep.Key, error) {
+	if !strings.HasPrefix(id, "key_") {
+		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "key %s not found", id)
+	}
+	k, err := s.store.KeyByPrefix(ctx, "lsk_"+strings.TrimPrefix(id, "key_"))
+	if err != nil {
+		return nil, err
+	}
+	if k.ID != id {
+		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "key %s not found", id)
+	}
+	if k.RevokedAt != nil {
+		return nil, lockstep.Errorf(lockstep.EUNAUTH, "key %s was revoked", k.Name)
+	}
+	if k.Expired(s.now()) {
+		return nil, lockstep.Errorf(lockstep.EUNAUTH, "key %s expired at %s", k.Name, k.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return k, nil
+}
+
 // touch writes last_used_at at most once a minute per key, so that reads
 // do not each cost a write.
 func (s *Service) touch(ctx context.Context, k *lockstep.Key) {

@@ -329,7 +329,26 @@ func (s *Service) Get(ctx context.Context, actor *lockstep.Key, repoName, id str
 	if err := CanSee(actor, r); err != nil {
 		return nil, err
 	}
-	return s.get(ctx, repoName, id)
+	e, err := s.get(ctx, repoName, id)
+	if err != nil {
+		return nil, err
+	}
+	return e, s.inScope(ctx, actor, e)
+}
+
+// inScope: a scoped key reaches an effect released into a base only when
+// the workspace that staged it is in its scope (a task-scoped key names
+// the base, whose released effects come from every task's workspaces).
+// It answers not_found, as for an effect of another repository.
+func (s *Service) inScope(ctx context.Context, actor *lockstep.Key, e *lockstep.Effect) error {
+	if actor == nil || actor.Scope == nil {
+		return nil
+	}
+	ws, err := s.repos.Repo(ctx, e.Repo)
+	if err == nil && actor.InScope(ws) == nil {
+		return nil
+	}
+	return lockstep.Errorf(lockstep.ENOTFOUND, "effect %s not found", e.ID)
 }
 
 // get is Get without the visibility rule (the caller applies its own).
@@ -379,7 +398,11 @@ func (s *Service) Decide(ctx context.Context, actor *lockstep.Key, repoName, id 
 	if err := auth.Require(actor, lockstep.RoleReviewer, lockstep.RoleAdmin); err != nil {
 		return nil, err
 	}
-	if _, err := s.get(ctx, repoName, id); err != nil {
+	e, err := s.get(ctx, repoName, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.inScope(ctx, actor, e); err != nil {
 		return nil, err
 	}
 	if err := validLabel("reason", reason, 500); err != nil {
@@ -389,7 +412,7 @@ func (s *Service) Decide(ctx context.Context, actor *lockstep.Key, repoName, id 
 	if !approve {
 		op = "effect.reject"
 	}
-	e, err := s.store.DecideEffect(ctx, id, approve, &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: op, Repo: repoName, TraceID: telemetry.TraceID(ctx),
+	e, err = s.store.DecideEffect(ctx, id, approve, &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: op, Repo: repoName, TraceID: telemetry.TraceID(ctx),
 		Details: map[string]any{"effect": id, "reason": reason}})
 	if err != nil {
 		return nil, err

@@ -18,10 +18,12 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -95,7 +97,10 @@ type Config struct {
 
 // Proxy is a running egress proxy.
 type Proxy struct {
-	// URL is the proxy's address, http://127.0.0.1:PORT.
+	// URL is the proxy's address with this run's credentials,
+	// http://lockstep:TOKEN@127.0.0.1:PORT: the proxy answers 407 to a
+	// request without them, so another process on the machine (another
+	// run's command) cannot stage effects on this run's workspace.
 	URL string
 	// CABundle is the file the run trusts (system roots + the run's CA),
 	// "" without interception. CACert is the run's CA certificate.
@@ -103,6 +108,7 @@ type Proxy struct {
 	CACert   *x509.Certificate
 
 	cfg    Config
+	token  string
 	allow  []string
 	bypass map[string]bool
 	dir    string
@@ -182,14 +188,20 @@ func Start(cfg Config) (*Proxy, error) {
 	})
 	gp.OnRequest().DoFunc(p.handle)
 
+	tok := make([]byte, 24)
+	if _, err := rand.Read(tok); err != nil {
+		p.removeDir()
+		return nil, err
+	}
+	p.token = hex.EncodeToString(tok)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		p.removeDir()
 		return nil, err
 	}
 	p.ln = ln
-	p.URL = "http://" + ln.Addr().String()
-	p.srv = &http.Server{Handler: gp, ReadHeaderTimeout: 30 * time.Second}
+	p.URL = "http://" + proxyUser + ":" + p.token + "@" + ln.Addr().String()
+	p.srv = &http.Server{Handler: p.authorize(gp), ReadHeaderTimeout: 30 * time.Second}
 	go p.srv.Serve(ln)
 	return p, nil
 }
@@ -232,6 +244,40 @@ func (p *Proxy) Close() error {
 	p.tr.CloseIdleConnections()
 	p.removeDir()
 	return err
+}
+
+// proxyUser is the user name of the proxy's credentials.
+const proxyUser = "lockstep"
+
+// authorize lets through only the requests to the proxy (absolute URLs
+// and CONNECTs) that carry this run's credentials (Proxy-Authorization:
+// Basic, which clients send from the userinfo of HTTP_PROXY), and strips
+// them; any other is answered 407 and neither staged nor forwarded. The
+// requests inside an intercepted CONNECT were admitted with the CONNECT.
+func (p *Proxy) authorize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, pass, ok := parseBasic(r.Header.Get("Proxy-Authorization"))
+		if !ok || user != proxyUser || subtle.ConstantTimeCompare([]byte(pass), []byte(p.token)) != 1 {
+			w.Header().Set("Proxy-Authenticate", `Basic realm="lockstep egress"`)
+			http.Error(w, "lockstep egress: proxy authorization required: use this run's HTTP_PROXY / HTTPS_PROXY as given (they carry its credentials)", http.StatusProxyAuthRequired)
+			return
+		}
+		r.Header.Del("Proxy-Authorization")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// parseBasic decodes a Basic Proxy-Authorization value.
+func parseBasic(v string) (user, pass string, ok bool) {
+	scheme, enc, found := strings.Cut(v, " ")
+	if !found || !strings.EqualFold(scheme, "Basic") {
+		return "", "", false
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
+	if err != nil {
+		return "", "", false
+	}
+	return strings.Cut(string(b), ":")
 }
 
 func (p *Proxy) removeDir() {

@@ -424,3 +424,56 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		}
 	})
 }
+
+// TestProxyNeedsItsRunsCredentials: the proxy listens on loopback, where
+// any process of the machine reaches it (another run's command on a
+// shared runner host). Without this run's credentials a write is answered
+// 407 and neither staged nor sent, a read is not forwarded and a CONNECT
+// is refused; with them (the userinfo of the URL the run's HTTP_PROXY
+// carries) the write is staged and the receiver never sees the
+// credentials.
+func TestProxyNeedsItsRunsCredentials(t *testing.T) {
+	rc := &receiver{}
+	var sawAuth atomic.Bool
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Proxy-Authorization") != "" {
+			sawAuth.Store(true)
+		}
+		rc.handler().ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	st := &recorder{}
+	p := start(t, Config{Stager: st, Intercept: true})
+	u, err := url.Parse(p.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []*url.URL{{Scheme: "http", Host: u.Host}, {Scheme: "http", Host: u.Host, User: url.UserPassword("lockstep", "guess")}} {
+		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(bad)}}
+		for _, m := range []string{"POST", "GET"} {
+			resp, _ := do(t, c, m, "http://receiver.test/orders", "x", nil)
+			if resp.StatusCode != http.StatusProxyAuthRequired {
+				t.Errorf("%s without the run's credentials (%s): %d, want 407", m, bad.Redacted(), resp.StatusCode)
+			}
+		}
+		if _, err := c.Get("https://receiver.test/"); err == nil || !strings.Contains(err.Error(), "Proxy Authentication Required") {
+			t.Errorf("CONNECT without the run's credentials: %v, want 407", err)
+		}
+	}
+	if n := len(st.got()); n != 0 || rc.hits.Load() != 0 {
+		t.Fatalf("without credentials: %d staged, %d reached the receiver; want none", n, rc.hits.Load())
+	}
+	c := proxied(t, p, nil)
+	if resp, _ := do(t, c, "POST", ts.URL+"/orders", "x", nil); resp.StatusCode != http.StatusAccepted || len(st.got()) != 1 {
+		t.Fatalf("POST with the run's proxy URL: %d, %d staged", resp.StatusCode, len(st.got()))
+	}
+	if resp, _ := do(t, c, "GET", ts.URL+"/read", "", nil); resp.StatusCode != http.StatusOK || sawAuth.Load() {
+		t.Fatalf("GET with the run's proxy URL: %d, receiver saw Proxy-Authorization %v", resp.StatusCode, sawAuth.Load())
+	}
+	pw, _ := u.User.Password()
+	for k, v := range st.got()[0].Headers {
+		if strings.EqualFold(k, "Proxy-Authorization") || pw != "" && strings.Contains(v, pw) {
+			t.Fatalf("the staged effect carries the proxy's credentials: %s: %s", k, v)
+		}
+	}
+}

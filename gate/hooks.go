@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"time"
 
@@ -25,7 +26,7 @@ type HookRequest struct {
 // or on the allow list (Config.HookAllowHosts). The hook returned shows
 // the URL redacted (lockstep.RedactURL); the store keeps its query sealed.
 func (s *Service) CreateHook(ctx context.Context, actor *lockstep.Key, repoName string, req HookRequest) (*lockstep.Hook, error) {
-	if err := auth.Require(actor, lockstep.RoleAdmin, lockstep.RoleCI); err != nil {
+	if err := CanManageHooks(actor, repoName); err != nil {
 		return nil, err
 	}
 	r, err := s.repos.Repo(ctx, repoName)
@@ -120,10 +121,52 @@ func (s *Service) Deliveries(ctx context.Context, actor *lockstep.Key, repoName,
 		return nil, lockstep.Errorf(lockstep.ENOTFOUND, "hook %s not found on %s", hookID, repoName)
 	}
 	ds, err := s.store.Deliveries(ctx, hookID, limit)
-	if ds == nil && err == nil {
-		ds = []lockstep.Delivery{}
+	if err != nil {
+		return nil, err
 	}
-	return ds, err
+	out := []lockstep.Delivery{}
+	for _, d := range ds {
+		if s.aboutScope(ctx, actor, d) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// aboutScope reports whether a scoped key may see delivery d: a hook of a
+// task's base receives the events of every workspace forked from it, and
+// their payloads name those workspaces (and their commits), so a scoped
+// key sees only the deliveries about the repository itself or about a
+// workspace of its scope (an unscoped key sees all; a payload that does
+// not parse, or names a workspace that no longer exists, is hidden).
+func (s *Service) aboutScope(ctx context.Context, actor *lockstep.Key, d lockstep.Delivery) bool {
+	if actor == nil || actor.Scope == nil {
+		return true
+	}
+	var p struct {
+		Workspace string `json:"workspace"`
+	}
+	if err := json.Unmarshal([]byte(d.Payload), &p); err != nil {
+		return false
+	}
+	if p.Workspace == "" {
+		return true // about the hook's repository itself, which the route's scope check let through
+	}
+	ws, err := s.repos.Repo(ctx, p.Workspace)
+	return err == nil && actor.InScope(ws) == nil
+}
+
+// CanManageHooks (create, rotate, delete a hook of repoName): admin or ci; a scoped key not on a task's base, whose
+// hooks serve every task (it reads them, as a reviewer does, but a
+// rotation would hand it the secret that signs other tasks' deliveries).
+func CanManageHooks(actor *lockstep.Key, repoName string) error {
+	if err := auth.Require(actor, lockstep.RoleAdmin, lockstep.RoleCI); err != nil {
+		return err
+	}
+	if sc := actor.Scope; sc != nil && sc.Workspace == "" && repoName == sc.Base {
+		return lockstep.Errorf(lockstep.EFORBIDDEN, "key %s is scoped to %s: it may not create, rotate or delete the hooks of base %s", actor.Name, sc, repoName)
+	}
+	return nil
 }
 
 // RotateRequest is the body of a secret rotation.
@@ -150,7 +193,7 @@ const MaxRotationOverlap = 30 * 24 * time.Hour
 // switch to the new secret at any moment of it without refusing a
 // delivery.
 func (s *Service) RotateHook(ctx context.Context, actor *lockstep.Key, repoName, hookID string, req RotateRequest) (*RotateResult, error) {
-	if err := auth.Require(actor, lockstep.RoleAdmin, lockstep.RoleCI); err != nil {
+	if err := CanManageHooks(actor, repoName); err != nil {
 		return nil, err
 	}
 	h, err := s.store.Hook(ctx, hookID)
@@ -201,7 +244,7 @@ func (s *Service) RotateHook(ctx context.Context, actor *lockstep.Key, repoName,
 // DeleteHook deactivates a hook (admin or ci); its deliveries stay
 // readable.
 func (s *Service) DeleteHook(ctx context.Context, actor *lockstep.Key, repoName, hookID string) error {
-	if err := auth.Require(actor, lockstep.RoleAdmin, lockstep.RoleCI); err != nil {
+	if err := CanManageHooks(actor, repoName); err != nil {
 		return err
 	}
 	h, err := s.store.Hook(ctx, hookID)

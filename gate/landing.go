@@ -142,7 +142,7 @@ func (s *Service) land(ctx context.Context, actor *lockstep.Key, t *PromoteTarge
 		Entry: &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace.promoted", Repo: t.Workspace.Name, TraceID: traceID(ctx),
 			Details: map[string]any{"into": t.Base.Name + ":" + t.Branch, "commit": t.Commit.String()}},
 		// The workspace's staged effects go to the outbox with the move.
-		Effects: &lockstep.EffectRelease{Into: t.Base.Name, IntoID: t.Base.ID, Hold: t.HoldEffectClasses}}
+		Effects: &lockstep.EffectRelease{Into: t.Base.Name, IntoID: t.Base.ID, Hold: t.HoldEffectClasses, IntoWorkspace: t.Base.IsWorkspace()}}
 	res, err := s.repos.LandCommit(ctx, actor, t.Base, t.Branch, t.Commit, t.Tree, mode, message,
 		repositories.Reason{Op: "promote", Start: start, Details: details, Workspace: t.Workspace.Name, Change: change, Wrap: wrap})
 	if err != nil {

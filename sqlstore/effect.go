@@ -390,6 +390,9 @@ func (s *DB) releaseTx(ctx context.Context, tx *sql.Tx, wsID int64, rel *lockste
 	if err != nil {
 		return 0, 0, fmt.Errorf("find staged effects: %w", err)
 	}
+	if rel.IntoWorkspace && len(list) > 0 {
+		return 0, 0, lockstep.Errorf(lockstep.EINVALID, "the workspace has %d staged effects and %s is a workspace: effects are released only by a promote into a base repository, through its gate; discard them (POST …/effects/discard) or promote into the base", len(list), rel.Into)
+	}
 	hold := map[string]bool{}
 	for _, c := range rel.Hold {
 		hold[c] = true

@@ -257,22 +257,48 @@ func (s *DB) renew(ctx context.Context, q interface {
 	return nil
 }
 
-// AppendRunJobOutput stores output lines and renews the lease.
-func (s *DB) AppendRunJobOutput(ctx context.Context, id, runnerID string, lines []lockstep.RunJobLine, leaseUntil time.Time) (err error) {
+// AppendRunJobOutput stores output lines and renews the lease; past
+// maxBytes of text (0: no limit) the rest is dropped, after one line
+// saying so (lockstep.RunJobOutputCut).
+func (s *DB) AppendRunJobOutput(ctx context.Context, id, runnerID string, lines []lockstep.RunJobLine, leaseUntil time.Time, maxBytes int64) (err error) {
 	ctx, span := s.start(ctx, "AppendRunJobOutput")
 	defer func() { err = end(span, err) }()
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		if err := s.renew(ctx, tx, id, runnerID, leaseUntil); err != nil {
 			return err
 		}
-		var last int64
+		var last, used int64
+		if err := tx.QueryRowContext(ctx, `SELECT output_bytes FROM run_jobs WHERE id = $1`, id).Scan(&used); err != nil {
+			return err
+		}
 		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM run_job_output WHERE job_id = $1`, id).Scan(&last); err != nil {
 			return err
 		}
-		for i := range lines {
+		keep := lines
+		if maxBytes > 0 {
+			keep = nil
+			for _, l := range lines {
+				if used >= maxBytes {
+					break // cut before: the marker is stored already
+				}
+				if used+int64(len(l.Text)) > maxBytes {
+					keep = append(keep, lockstep.RunJobLine{Stream: "stderr", Text: lockstep.RunJobOutputCut(maxBytes)})
+					used = maxBytes
+					break
+				}
+				keep = append(keep, l)
+				used += int64(len(l.Text))
+			}
+		}
+		for i := range keep {
 			last++
-			lines[i].Seq = last
-			if _, err := tx.ExecContext(ctx, `INSERT INTO run_job_output (job_id, seq, stream, line) VALUES ($1, $2, $3, $4)`, id, last, lines[i].Stream, lines[i].Text); err != nil {
+			keep[i].Seq = last
+			if _, err := tx.ExecContext(ctx, `INSERT INTO run_job_output (job_id, seq, stream, line) VALUES ($1, $2, $3, $4)`, id, last, keep[i].Stream, keep[i].Text); err != nil {
+				return err
+			}
+		}
+		if maxBytes > 0 && len(keep) > 0 {
+			if _, err := tx.ExecContext(ctx, `UPDATE run_jobs SET output_bytes = $1 WHERE id = $2`, used, id); err != nil {
 				return err
 			}
 		}

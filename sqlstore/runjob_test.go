@@ -3,12 +3,14 @@ package sqlstore_test
 import (
 	"context"
 	"encoding/json"
+	"io/fs"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/internal/testenv"
+	"github.com/lockstep-hq/lockstep/migrations"
 )
 
 // TestRunJobs: on both dialects, a runner registers (again: same id), takes
@@ -60,10 +62,10 @@ func TestRunJobs(t *testing.T) {
 				t.Fatalf("claim by * runner: %+v, %v; want job_b", j, err)
 			}
 			lines := []lockstep.RunJobLine{{Stream: "stdout", Text: "ok 1"}, {Stream: "stderr", Text: "warn"}}
-			if err := db.AppendRunJobOutput(ctx, "job_a", "rnr_1", lines, lease); err != nil {
+			if err := db.AppendRunJobOutput(ctx, "job_a", "rnr_1", lines, lease, 0); err != nil {
 				t.Fatal(err)
 			}
-			if err := db.AppendRunJobOutput(ctx, "job_a", "rnr_3", lines, lease); lockstep.ErrorCode(err) != lockstep.EREFCONFLICT {
+			if err := db.AppendRunJobOutput(ctx, "job_a", "rnr_3", lines, lease, 0); lockstep.ErrorCode(err) != lockstep.EREFCONFLICT {
 				t.Fatalf("output from another runner: %v; want ref_conflict", err)
 			}
 			got, err := db.RunJobOutput(ctx, "job_a", 1, 0)
@@ -185,6 +187,83 @@ func TestCountActiveRunJobs(t *testing.T) {
 			count(1, "one running")
 			c.Set(lease.Add(time.Second))
 			count(0, "the running job's lease ended (its runner died)")
+		})
+	}
+}
+
+// TestRunJobOutputCut: on both dialects, a job's stored output stops at
+// its byte limit: the post that crosses it keeps the lines that fit and
+// one stderr line saying it was cut, later posts store nothing (they
+// still renew the lease), and another job is not affected. Without the
+// limit a command printing without end filled the metadata database.
+func TestRunJobOutputCut(t *testing.T) {
+	urls := map[string]func(t *testing.T) string{
+		"sqlite":   func(t *testing.T) string { return filepath.Join(t.TempDir(), "meta.db") },
+		"postgres": func(t *testing.T) string { return testenv.MustPostgresDB(t) },
+	}
+	for name, url := range urls {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			c := &clock{t: time.Date(2026, 12, 7, 1, 0, 0, 0, time.UTC)}
+			db := openAt(t, url(t), c)
+			r := &lockstep.Runner{ID: "rnr_1", KeyID: "key_r", Name: "box", Workspaces: []string{"*"}}
+			if err := db.PutRunner(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"job_a", "job_b"} {
+				if err := db.CreateRunJob(ctx, &lockstep.RunJob{ID: id, Workspace: "ws-" + id, KeyID: "key_agent", Spec: lockstep.RunJobSpec{Command: []string{"yes"}}}); err != nil {
+					t.Fatal(err)
+				}
+				c.Set(c.Now().Add(time.Millisecond))
+				if j, err := db.ClaimRunJob(ctx, r, c.Now().Add(time.Minute)); err != nil || j == nil || j.ID != id {
+					t.Fatalf("claim %s: %+v, %v", id, j, err)
+				}
+			}
+			ten := []lockstep.RunJobLine{}
+			for range 4 {
+				ten = append(ten, lockstep.RunJobLine{Stream: "stdout", Text: "0123456789"})
+			}
+			const limit = 25
+			for i := 0; i < 3; i++ {
+				c.Set(c.Now().Add(time.Second))
+				if err := db.AppendRunJobOutput(ctx, "job_a", "rnr_1", append([]lockstep.RunJobLine(nil), ten...), c.Now().Add(time.Minute), limit); err != nil {
+					t.Fatalf("post %d: %v", i, err)
+				}
+			}
+			got, err := db.RunJobOutput(ctx, "job_a", 0, 0)
+			if err != nil || len(got) != 3 || got[0].Text != "0123456789" || got[1].Text != "0123456789" ||
+				got[2].Stream != "stderr" || got[2].Text != lockstep.RunJobOutputCut(limit) || got[2].Seq != 3 {
+				t.Fatalf("job_a's output: %+v, %v; want two lines of 10 bytes and the cut line", got, err)
+			}
+			if j, err := db.RunJob(ctx, "job_a"); err != nil || j.LeaseUntil == nil || !j.LeaseUntil.Equal(c.Now().Add(time.Minute)) {
+				t.Fatalf("job_a after its cut output: %+v, %v; want its lease renewed by the last post", j, err)
+			}
+			if err := db.AppendRunJobOutput(ctx, "job_b", "rnr_1", append([]lockstep.RunJobLine(nil), ten[:2]...), c.Now().Add(time.Minute), limit); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := db.RunJobOutput(ctx, "job_b", 0, 0); err != nil || len(got) != 2 {
+				t.Fatalf("job_b's output: %+v, %v; want its 2 lines", got, err)
+			}
+			// Migration 0033 goes down and up again (the count starts over).
+			files, err := migrations.FS(db.Dialect())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []string{"0033_run_job_output_bytes.down.sql", "0033_run_job_output_bytes.up.sql"} {
+				b, err := fs.ReadFile(files, f)
+				if err == nil {
+					_, err = db.SQL().ExecContext(ctx, string(b))
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+			}
+			if err := db.AppendRunJobOutput(ctx, "job_b", "rnr_1", append([]lockstep.RunJobLine(nil), ten[:2]...), c.Now().Add(time.Minute), limit); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := db.RunJobOutput(ctx, "job_b", 0, 0); err != nil || len(got) != 4 {
+				t.Fatalf("job_b's output after 0033 down and up: %d lines, %v; want 4", len(got), err)
+			}
 		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/auth"
 	"github.com/lockstep-hq/lockstep/effects"
+	"github.com/lockstep-hq/lockstep/gate"
 	"github.com/lockstep-hq/lockstep/repositories"
 )
 
@@ -59,6 +60,9 @@ func canDeleteWorkspace(k *lockstep.Key, r *lockstep.Repo) error {
 	}
 	return lockstep.Errorf(lockstep.EFORBIDDEN, "only the workspace's owner or an admin may delete %s (abandon or purge)", r.Name)
 }
+
+// canManageHooks is gate.CanManageHooks (create, rotate, delete).
+func canManageHooks(k *lockstep.Key, r *lockstep.Repo) error { return gate.CanManageHooks(k, r.Name) }
 
 // canStageEffect is effects.CanStage (stage, discard).
 func canStageEffect(k *lockstep.Key, r *lockstep.Repo) error { return effects.CanStage(k, r) }

@@ -845,3 +845,42 @@ func TestMCPStreamEndsWhenKeyRevoked(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestMCPBadHeadersRefusedBeforeBody: a POST /mcp whose Accept lacks
+// text/event-stream, or whose Content-Type is not JSON, is refused with
+// the JSON envelope before a byte of its body is read (the stateless
+// handler read up to 4 MiB looking for a progress token first); a good
+// request on the same handler still works.
+func TestMCPBadHeadersRefusedBeforeBody(t *testing.T) {
+	for _, stateful := range []bool{false, true} {
+		f := mcpServer(t, web.Config{}, agentmcp.HTTPOptions{Stateful: stateful})
+		for _, tc := range []struct {
+			ctype, accept string
+			status        int
+		}{
+			{"application/json", "application/json", http.StatusBadRequest},
+			{"application/json", "", http.StatusBadRequest},
+			{"text/plain", "application/json, text/event-stream", http.StatusUnsupportedMediaType},
+		} {
+			body := &countingBody{max: 64 << 10}
+			req := httptest.NewRequest("POST", "/mcp", body)
+			req.Header.Set("Authorization", "Bearer "+f.agent)
+			req.Header.Set("Content-Type", tc.ctype)
+			if tc.accept != "" {
+				req.Header.Set("Accept", tc.accept)
+			}
+			rec := httptest.NewRecorder()
+			f.handler.ServeHTTP(rec, req)
+			var m map[string]any
+			json.Unmarshal(rec.Body.Bytes(), &m)
+			if rec.Code != tc.status || errCode(m) != "invalid_argument" || body.n != 0 {
+				t.Errorf("stateful=%v %s / %q: %d %s after reading %d body bytes, want %d invalid_argument with the body unread",
+					stateful, tc.ctype, tc.accept, rec.Code, rec.Body.Bytes(), body.n, tc.status)
+			}
+		}
+		cs := f.connect(t, f.agent)
+		if _, err := cs.ListTools(context.Background(), nil); err != nil {
+			t.Fatalf("stateful=%v: a well-formed session: %v", stateful, err)
+		}
+	}
+}

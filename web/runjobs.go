@@ -29,9 +29,12 @@ const (
 	DefaultRunnerLease        = 30 * time.Second
 	DefaultRunnerPollWait     = 20 * time.Second
 	DefaultRunJobQueueTimeout = 30 * time.Second
-	maxRunJobLines            = 1000     // lines in one output post
-	maxRunJobLine             = 64 << 10 // bytes of one line (longer lines are cut)
-	runJobPollEvery           = 200 * time.Millisecond
+	// DefaultRunJobMaxOutputBytes bounds one job's stored output: a
+	// command printing without end fills no metadata database.
+	DefaultRunJobMaxOutputBytes = 16 << 20
+	maxRunJobLines              = 1000     // lines in one output post
+	maxRunJobLine               = 64 << 10 // bytes of one line (longer lines are cut)
+	runJobPollEvery             = 200 * time.Millisecond
 )
 
 func (s *Server) runJobDefaults() {
@@ -46,6 +49,9 @@ func (s *Server) runJobDefaults() {
 	}
 	if s.Config.RunJobQueueTimeout <= 0 {
 		s.Config.RunJobQueueTimeout = DefaultRunJobQueueTimeout
+	}
+	if s.Config.RunJobMaxOutputBytes <= 0 {
+		s.Config.RunJobMaxOutputBytes = DefaultRunJobMaxOutputBytes
 	}
 }
 
@@ -149,6 +155,12 @@ func (s *Server) handleRunnerTake() gin.HandlerFunc {
 		deadline := time.Now().Add(wait)
 		for {
 			now := time.Now()
+			// The runner's key is checked again before each claim: a key
+			// revoked (or expired) while its poll waits takes no job.
+			if err := s.Keys.Recheck(ctx, caller(c)); err != nil {
+				writeError(c, err)
+				return
+			}
 			if err := st.TouchRunner(ctx, r.ID, now); err != nil {
 				writeError(c, err)
 				return
@@ -164,8 +176,10 @@ func (s *Server) handleRunnerTake() gin.HandlerFunc {
 				return
 			}
 			if j != nil {
-				s.giveJob(c, st, r, j)
-				return
+				if s.giveJob(c, st, r, j) {
+					return
+				}
+				continue // failed without a key (its creator's is gone): the next one
 			}
 			if !now.Before(deadline) || !s.sleepCtx(ctx, min(runJobPollEvery*2, time.Until(deadline)+time.Millisecond)) {
 				c.Status(http.StatusNoContent)
@@ -194,16 +208,32 @@ func (s *Server) revokeEndedJobKeys(ctx context.Context, st lockstep.RunJobStore
 }
 
 // giveJob answers a taken job with the key the runner acts with: an
-// agent key scoped to the job's workspace, expiring after the job could
-// have ended.
-func (s *Server) giveJob(c *gin.Context, st lockstep.RunJobStore, r *lockstep.Runner, j *lockstep.RunJob) {
+// agent key scoped to the job's workspace, minted by the key that created
+// the job (so that its revocation, or expiry, ends the job's key too) and
+// expiring after the job could have ended. A job whose creator's key is
+// revoked or expired is failed instead, and false returned (nothing was
+// written: the runner's poll goes on).
+func (s *Server) giveJob(c *gin.Context, st lockstep.RunJobStore, r *lockstep.Runner, j *lockstep.RunJob) bool {
 	ctx := c.Request.Context()
 	timeout := s.Config.RunJobTimeout
 	if t := time.Duration(j.Spec.TimeoutSeconds) * time.Second; t > 0 && t < timeout {
 		timeout = t
 	}
-	k, secret, err := s.Keys.Mint(ctx, auth.System, auth.MintRequest{Name: "runner-job", Role: lockstep.RoleAgent,
-		TTL: timeout + 2*s.Config.RunnerLease + time.Minute, Scope: &lockstep.KeyScope{Workspace: j.Workspace}})
+	creator, err := s.Keys.Live(ctx, j.KeyID)
+	if code := lockstep.ErrorCode(err); code == lockstep.EUNAUTH || code == lockstep.ENOTFOUND {
+		_ = st.FinishRunJob(context.WithoutCancel(ctx), j.ID, "", nil, "the key that created the job was revoked or expired before a runner took it: "+lockstep.ErrorMessage(err))
+		return false
+	}
+	var k *lockstep.Key
+	var secret string
+	if err == nil {
+		ttl := timeout + 2*s.Config.RunnerLease + time.Minute
+		if creator.Role != lockstep.RoleAdmin {
+			ttl = min(ttl, auth.MaxAgentTTL) // what an agent key may mint
+		}
+		k, secret, err = s.Keys.Mint(ctx, creator, auth.MintRequest{Name: "runner-job", Role: lockstep.RoleAgent,
+			TTL: ttl, Scope: &lockstep.KeyScope{Workspace: j.Workspace}})
+	}
 	if err == nil {
 		if err = st.SetRunJobKey(ctx, j.ID, k.ID); err != nil {
 			_ = s.Keys.Revoke(context.WithoutCancel(ctx), auth.System, k.ID)
@@ -212,9 +242,10 @@ func (s *Server) giveJob(c *gin.Context, st lockstep.RunJobStore, r *lockstep.Ru
 	if err != nil {
 		_ = st.FinishRunJob(context.WithoutCancel(ctx), j.ID, "", nil, "the server could not issue the job's key: "+lockstep.ErrorMessage(err))
 		writeError(c, err)
-		return
+		return true
 	}
 	c.JSON(http.StatusOK, api.TakenJob{Job: apiJob(j, nil), Key: secret, TimeoutMS: timeout.Milliseconds(), LeaseSeconds: s.Config.RunnerLease.Seconds()})
+	return true
 }
 
 func (s *Server) handleRunnerOutput() gin.HandlerFunc {
@@ -235,11 +266,15 @@ func (s *Server) handleRunnerOutput() gin.HandlerFunc {
 				return
 			}
 			if len(l.Text) > maxRunJobLine {
-				req.Lines[i].Text = l.Text[:maxRunJobLine]
+				l.Text = l.Text[:maxRunJobLine]
 			}
+			// A command's output is bytes: a NUL or invalid UTF-8 (which
+			// the metadata database refuses, failing the whole batch of
+			// lines) is stored as U+FFFD.
+			req.Lines[i].Text = strings.ToValidUTF8(strings.ReplaceAll(l.Text, "\x00", "\uFFFD"), "\uFFFD")
 		}
 		now := time.Now()
-		if err := st.AppendRunJobOutput(ctx, c.Param("job"), r.ID, req.Lines, now.Add(s.Config.RunnerLease)); err != nil {
+		if err := st.AppendRunJobOutput(ctx, c.Param("job"), r.ID, req.Lines, now.Add(s.Config.RunnerLease), s.Config.RunJobMaxOutputBytes); err != nil {
 			writeError(c, err)
 			return
 		}

@@ -79,6 +79,10 @@ type Config struct {
 	// (RunnerPollWait) and how long a job waits for a runner to take it
 	// (RunJobQueueTimeout); 0 = the Default* values.
 	RunJobTimeout, RunnerLease, RunnerPollWait, RunJobQueueTimeout time.Duration
+	// RunJobMaxOutputBytes bounds the output text one run job stores
+	// (--run-job-max-output-bytes; 0 = DefaultRunJobMaxOutputBytes): the
+	// rest is dropped after a line saying so.
+	RunJobMaxOutputBytes int64
 	// ObjectRetention is the default retention of POST /api/v1/gc
 	// (--object-retention; 0 = repositories.DefaultObjectRetention).
 	ObjectRetention time.Duration

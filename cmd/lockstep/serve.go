@@ -100,6 +100,7 @@ type serveConfig struct {
 	IdemWait      time.Duration
 	// Run jobs on runners (web/runjobs.go).
 	RunJobTimeout, RunnerLease, RunnerPollWait, RunJobQueueTimeout time.Duration
+	RunJobMaxOutputBytes                                           int64
 	ObjectStore                                                    string
 	ObjectGrace                                                    time.Duration
 	ObjectGC                                                       time.Duration
@@ -212,6 +213,7 @@ func (c *serveConfig) declare(f *flagger) {
 	f.dur(&c.RunJobTimeout, "run-job-timeout", "LOCKSTEP_RUN_JOB_TIMEOUT", web.DefaultRunJobTimeout, "a run job's command is killed after this (its default and longest timeout)")
 	f.dur(&c.RunnerLease, "runner-lease", "LOCKSTEP_RUNNER_LEASE", web.DefaultRunnerLease, "a runner running a job renews its lease within this; a job whose lease ends fails (its runner died)")
 	f.dur(&c.RunnerPollWait, "runner-poll-wait", "LOCKSTEP_RUNNER_POLL_WAIT", web.DefaultRunnerPollWait, "how long a runner's long poll waits for a job; a runner not seen for 2×this+--runner-lease is not alive")
+	f.i64(&c.RunJobMaxOutputBytes, "run-job-max-output-bytes", "LOCKSTEP_RUN_JOB_MAX_OUTPUT_BYTES", web.DefaultRunJobMaxOutputBytes, "output text one run job stores (its lines, what GET …/jobs/{id} and the stream show); the rest is dropped after a line saying so")
 	f.dur(&c.RunJobQueueTimeout, "run-job-queue-timeout", "LOCKSTEP_RUN_JOB_QUEUE_TIMEOUT", web.DefaultRunJobQueueTimeout, "a run job no runner takes within this fails")
 	f.dur(&c.IdemRetention, "idempotency-retention", "LOCKSTEP_IDEMPOTENCY_RETENTION", 24*time.Hour, "how long an Idempotency-Key's answer is kept (then cleaned up)")
 	f.dur(&c.IdemLease, "idempotency-lease", "LOCKSTEP_IDEMPOTENCY_LEASE", 30*time.Second, "a running keyed request's lease (renewed while it runs); after a crash its key is free again once this passed, if nothing committed")
@@ -597,7 +599,7 @@ func startApp(ctx context.Context, c *serveConfig, logger *slog.Logger) (*app, e
 			MaxSSEStreams: c.MaxSSE, MaxSSEStreamsPerKey: c.MaxSSEPerKey, SSEMaxLifetime: c.SSELifetime, MaxConcurrentUploads: c.MaxUploads,
 			QuotaWorkspaces: c.QuotaWorkspaces, RateLimitRPS: float64(c.RateLimitRPS), RateLimitBurst: c.RateLimitBurst, ObjectRetention: c.ObjectRetention, QuotaUploads: c.QuotaUploads,
 			QuotaStorageBytes: c.QuotaStorage, QuotaRuns: c.QuotaRuns,
-			RunJobTimeout: c.RunJobTimeout, RunnerLease: c.RunnerLease, RunnerPollWait: c.RunnerPollWait, RunJobQueueTimeout: c.RunJobQueueTimeout,
+			RunJobTimeout: c.RunJobTimeout, RunnerLease: c.RunnerLease, RunnerPollWait: c.RunnerPollWait, RunJobQueueTimeout: c.RunJobQueueTimeout, RunJobMaxOutputBytes: c.RunJobMaxOutputBytes,
 			Idempotency: web.IdempotencyConfig{Retention: c.IdemRetention, Lease: c.IdemLease, Wait: c.IdemWait, PauseAfterCommitPrefix: c.idemPausePrefix, PauseBeforeRunPrefix: c.idemPauseRun}},
 		Store: db, Keys: keys, Redis: rdb, ObjectStore: objectStore, Logger: logger, Metrics: metrics, Repos: a.repos, Workspaces: wss, Gate: g, Checkpoints: cps, Effects: fx, Jobs: db,
 		MCP: func(api http.Handler) http.Handler {

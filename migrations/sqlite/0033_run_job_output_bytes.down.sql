@@ -1,0 +1,1 @@
+ALTER TABLE run_jobs DROP COLUMN output_bytes;
