@@ -97,18 +97,6 @@ func validateComponent(c string) *lockstep.Error {
 // backslash, which Windows reads as a separator), and our own look-alike
 // rule.
 func isDotGit(c string) bool {
-	// Fast path (every entry name of a received tree comes here): a name
-	// starting with an ASCII byte other than '.' (never ignorable on
-	// HFS+) and 'g'/'G' (NTFS's "git~1"), without a backslash, is none
-	// of the aliases below.
-	if c != "" && c[0] < utf8.RuneSelf && c[0] != '.' && c[0]|0x20 != 'g' && strings.IndexByte(c, '\\') < 0 {
-		return false
-	}
-	return isDotGitSlow(c)
-}
-
-// isDotGitSlow is isDotGit without its fast path.
-func isDotGitSlow(c string) bool {
 	if isHFSDot(c, "git") || isNTFSDotGit(c) || looksLikeDotGit(c) {
 		return true
 	}

@@ -354,12 +354,6 @@ func (o *overlay) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbin
 	return obj, nil
 }
 
-// inBatch reports whether h is an object of the batch.
-func (o *overlay) inBatch(h plumbing.Hash) bool {
-	_, ok := o.objs[h]
-	return ok
-}
-
 // typeOf returns the type of h in the overlay or the store.
 func (o *overlay) typeOf(h plumbing.Hash) (plumbing.ObjectType, bool) {
 	if obj, ok := o.objs[h]; ok {
@@ -504,9 +498,7 @@ func (ov *overlay) checkTreeEntries(h plumbing.Hash, t *object.Tree, types bool)
 			}
 			continue
 		}
-		// ov.objs is looked up only for a batch of our own writes
-		// (storedExist); a receive's entries go straight to typeOf.
-		if types && ov.storedExist && !ov.inBatch(e.Hash) {
+		if _, inBatch := ov.objs[e.Hash]; types && !inBatch && ov.storedExist {
 			if !ov.n.has(e.Hash) {
 				return ov.gone(h, e.Hash, "entry %q names %s, which is neither in the batch nor stored", e.Name, e.Hash)
 			}

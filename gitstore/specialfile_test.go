@@ -38,42 +38,6 @@ func TestSpecialFileFastPath(t *testing.T) {
 	t.Logf("%v", special)
 }
 
-// TestIsDotGitFastPath: isDotGit (asked for every entry name of a
-// received tree) answers as its slow path does on names built from
-// .git's aliases (HFS+ ignorables, NTFS short names, trailing dots and
-// spaces, backslashes) and common entry names.
-func TestIsDotGitFastPath(t *testing.T) {
-	pieces := []string{
-		".", "~", "1", "2", "g", "G", "i", "I", "t", "T", " ", ":", "\\", "/", "x", "a", "\u200c", "\u200f", "\u202a",
-		"\u206f", "\ufeff", "\u00e9", "\xff", ".git", ".GIT", "git~1", "GIT~1", "go.mod", "main.go", "README", "gitlab",
-	}
-	rng := rand.New(rand.NewSource(2))
-	dotGit := 0
-	for i := 0; i < 300000; i++ {
-		var sb strings.Builder
-		for k := rng.Intn(5); k >= 0; k-- {
-			sb.WriteString(pieces[rng.Intn(len(pieces))])
-		}
-		c := sb.String()
-		got, want := isDotGit(c), isDotGitSlow(c)
-		if got != want {
-			t.Fatalf("isDotGit(%q) = %v, isDotGitSlow: %v", c, got, want)
-		}
-		if want {
-			dotGit++
-		}
-	}
-	for _, c := range []string{".git", "GIT~1", "x\\.git", "a\\git~1. ", "\u200c.gIt", ".git. . ", ".git::$INDEX_ALLOCATION"} {
-		if !isDotGit(c) {
-			t.Errorf("isDotGit(%q) = false", c)
-		}
-	}
-	if dotGit == 0 {
-		t.Error("no generated name is .git: the test does not cover it")
-	}
-	t.Logf("%d of 300000 generated names are .git", dotGit)
-}
-
 // TestSpecialFileAllocates: asked for every tree entry of a push,
 // specialFile allocates nothing, neither for common names starting with
 // g or m (go.mod, main.go, Makefile: answered by the fast path) nor for
