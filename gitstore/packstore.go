@@ -514,13 +514,6 @@ func (n *Network) loadQuarantine(q *quarantine, lim Limits, present func(plumbin
 			return // validateObjects reports it
 		}
 		for _, e := range t.Entries {
-			// Only a symlink or a .gitmodules / .gitattributes entry
-			// may name a blob read here: the others are not looked up.
-			if e.Mode != filemode.Symlink {
-				if sf := specialFile(e.Name); sf != ".gitmodules" && sf != ".gitattributes" {
-					continue
-				}
-			}
 			b, ok := ov.objs[e.Hash].(*quarantinedObject)
 			if !ok || b.t != plumbing.BlobObject || b.queued || b.size == 0 {
 				continue
