@@ -5,7 +5,13 @@ package bench
 // three ways in rotating order, each to a fresh repository: to Lockstep
 // over HTTP (the bench's main server: local disk, embedded SQLite, fsync
 // on), to git's own receive-pack behind a minimal smart-HTTP server in
-// this process, and over file:// (the issue's baseline). Wall time is the
+// this process, and over file:// (the issue's baseline). The source holds
+// what a user's clone of the history holds: its branches and tags. A
+// --mirror clone of a GitHub bundle also holds refs/pull/* (echo: 1,380
+// of 1,527 refs), and git's HTTP push matches every pushed ref against
+// every local ref (send-pack, ~75 ms of echo's CPU) where file:// pays
+// nothing of the kind; the rows' notes still report Lockstep and file://
+// pushed from that --mirror clone, measured in the same rounds. Wall time is the
 // `git push` process's; CPU is what the machine spent on the push: this
 // process (the in-process servers) plus its waited children (git push,
 // and through it remote-http and pack-objects; receive-pack and, through
@@ -192,16 +198,21 @@ func (b *bencher) pushBulk(s *benchServer, gh *gitHTTP, bundle string) error {
 	base := bundleName(bundle)
 	b.logf("push-bulk: %s …", base)
 	load0 := loadAvg()
-	m, err := b.mirrorBundle(bundle, "pb-src-"+base)
+	mirror, err := b.mirrorBundle(bundle, "pb-mirror-"+base)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(mirror.src)
+	m, err := b.branchesAndTagsClone(mirror, "pb-src-"+base)
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(m.src)
-	src, defBranch, wantRefs := m.src, m.defBranch, m.refs
+	defBranch, wantRefs := m.defBranch, m.refs
 
-	// push runs `git push` of every branch and tag to dst and records
-	// its wall time and the CPU spent meanwhile.
-	push := func(side *bulkSide, dst string) error {
+	// push runs `git push` of every branch and tag from src to dst and
+	// records its wall time and the CPU spent meanwhile.
+	push := func(side *bulkSide, src, dst string) error {
 		self0, child0, err := cpuTimes()
 		if err != nil {
 			return err
@@ -230,22 +241,40 @@ func (b *bencher) pushBulk(s *benchServer, gh *gitHTTP, bundle string) error {
 		return err
 	}
 
-	var ls, gitHTTPSide, file bulkSide
-	lockstepPush := func(round int) error {
+	// ls, gitHTTPSide and file push from m (branches and tags); lsOld
+	// and fileOld from the --mirror clone (the fixture before).
+	var ls, gitHTTPSide, file, lsOld, fileOld bulkSide
+	lockstepTo := func(side *bulkSide, src, what string, round int) error {
 		name := b.name("pb-" + base)
 		if _, err := s.c.CreateRepo(b.ctx, name, defBranch); err != nil {
 			return err
 		}
 		u, _ := url.Parse(s.url + "/git/" + name + ".git")
 		u.User = url.UserPassword("x", s.key)
-		if err := push(&ls, u.String()); err != nil {
-			return fmt.Errorf("to Lockstep: %w", err)
+		if err := push(side, src, u.String()); err != nil {
+			return fmt.Errorf("to Lockstep%s: %w", what, err)
 		}
 		if round == 0 {
-			return verify("Lockstep", u.String())
+			return verify("Lockstep"+what, u.String())
 		}
 		return nil
 	}
+	fileTo := func(side *bulkSide, src, what string) error {
+		dir := b.path(b.name("pb-file-"+base) + ".git")
+		if err := freshBare(dir); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if err := push(side, src, "file://"+dir); err != nil {
+			return fmt.Errorf("over file://%s: %w", what, err)
+		}
+		return nil
+	}
+	const fromMirror = " (from the --mirror clone)"
+	lockstepPush := func(round int) error { return lockstepTo(&ls, m.src, "", round) }
+	lockstepOldPush := func(round int) error { return lockstepTo(&lsOld, mirror.src, fromMirror, round) }
+	filePush := func(int) error { return fileTo(&file, m.src, "") }
+	fileOldPush := func(int) error { return fileTo(&fileOld, mirror.src, fromMirror) }
 	gitHTTPPush := func(round int) error {
 		name := b.name("pb-" + base)
 		dir := filepath.Join(gh.root, name+".git")
@@ -253,7 +282,7 @@ func (b *bencher) pushBulk(s *benchServer, gh *gitHTTP, bundle string) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		if err := push(&gitHTTPSide, gh.url+"/"+name+".git"); err != nil {
+		if err := push(&gitHTTPSide, m.src, gh.url+"/"+name+".git"); err != nil {
 			return fmt.Errorf("to git receive-pack over HTTP: %w", err)
 		}
 		if round == 0 {
@@ -263,21 +292,10 @@ func (b *bencher) pushBulk(s *benchServer, gh *gitHTTP, bundle string) error {
 		}
 		return nil
 	}
-	filePush := func(int) error {
-		dir := b.path(b.name("pb-file-"+base) + ".git")
-		if err := freshBare(dir); err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		if err := push(&file, "file://"+dir); err != nil {
-			return fmt.Errorf("over file://: %w", err)
-		}
-		return nil
-	}
 	rounds := b.pushBulkRounds()
 	stop := b.profile(pushBulkRow(bundle))
 	for r := 0; r < rounds; r++ {
-		steps := []func(int) error{lockstepPush, gitHTTPPush, filePush}
+		steps := []func(int) error{lockstepPush, gitHTTPPush, filePush, lockstepOldPush, fileOldPush}
 		for k := range steps {
 			if err := b.ctx.Err(); err != nil {
 				stop()
@@ -295,6 +313,8 @@ func (b *bencher) pushBulk(s *benchServer, gh *gitHTTP, bundle string) error {
 	lw, lc := ls.dists()
 	hw, hc := gitHTTPSide.dists()
 	fw, fc := file.dists()
+	ow, oc := lsOld.dists()
+	ofw, ofc := fileOld.dists()
 	mmm := func(d *dist) string {
 		return fmt.Sprintf("%s–%s–%s", fmtMS(d.Min), fmtMS(d.Median), fmtMS(d.Max))
 	}
@@ -308,8 +328,10 @@ func (b *bencher) pushBulk(s *benchServer, gh *gitHTTP, bundle string) error {
 		return fmtMS(newDist(self).Median)
 	}
 	size := m.describe()
-	how := fmt.Sprintf("`git push -q URL %s` from a --mirror clone of %s, each to a fresh repository; %d rounds, each pushing once to Lockstep (HTTP, local disk, SQLite, fsync on), to git receive-pack over HTTP and over file://, the order rotating; after round 0, ls-remote of Lockstep and of the git-http target lists the %d branches and tags of the bundle at the same objects",
-		strings.Join(fullPushSpecs, " "), filepath.Base(bundle), rounds, len(wantRefs))
+	how := fmt.Sprintf("`git push -q URL %s` from a clone of %s holding its %d branches and tags only (what a user's clone holds: the --mirror clone with its %d other refs deleted, its pack kept), each to a fresh repository; %d rounds, each pushing once to Lockstep (HTTP, local disk, SQLite, fsync on), to git receive-pack over HTTP and over file://, and from the --mirror clone to Lockstep and over file://, the order rotating; after round 0, ls-remote of the Lockstep and git-http targets lists the %d branches and tags of the bundle at the same objects",
+		strings.Join(fullPushSpecs, " "), filepath.Base(bundle), len(wantRefs), m.otherRefs, rounds, len(wantRefs))
+	oldNote := fmt.Sprintf("from the --mirror clone (%d branches and tags + %d other refs, e.g. GitHub's refs/pull/*: the fixture before; the same refs and objects pushed), same rounds: wall median Lockstep %s, file:// %s (%.2f×); CPU median Lockstep %s, file:// %s (%.2f×)",
+		len(wantRefs), m.otherRefs, fmtMS(ow.Median), fmtMS(ofw.Median), ow.Median/ofw.Median, fmtMS(oc.Median), fmtMS(ofc.Median), oc.Median/ofc.Median)
 	cpuHow := "CPU: getrusage of this process (the in-process servers) and of its waited children (git push with remote-http and pack-objects, receive-pack with index-pack, the server's git), deltas around each push"
 	loadNote := fmt.Sprintf("load average (1 min) %s at the start of the bundle, %s at the end", load0, load1)
 	// A file:// push runs receive-pack and index-pack as descendants of
@@ -325,6 +347,7 @@ func (b *bencher) pushBulk(s *benchServer, gh *gitHTTP, bundle string) error {
 	row.note("CPU min–median–max: Lockstep %s (this process alone: median %s), file:// %s (Lockstep %.2f× file://), git receive-pack over HTTP %s (this process alone: median %s); %s",
 		mmm(lc), selfMed(&ls), mmm(fc), lc.Median/fc.Median, mmm(hc), selfMed(&gitHTTPSide), cpuHow)
 	row.note("git's own receive-pack over HTTP reaches %.2f× file:// wall and %.2f× its CPU: what the HTTP transport costs a server that stores with git", hw.Median/fw.Median, hc.Median/fc.Median)
+	row.note("%s", oldNote)
 	row.note("%s", loadNote)
 
 	hrow := b.add(&benchRow{Name: pushBulkRow(bundle) + ":git-http", Size: size, LS: lw, Git: hw,
@@ -358,8 +381,10 @@ func refsDiffer(a, b []string) int {
 type mirroredBundle struct {
 	src, defBranch string
 	refs           []string // "oid refname" of every branch and tag, sorted
+	otherRefs      int      // refs outside refs/heads and refs/tags the --mirror clone held
 	commits        string
 	packed         int64
+	branchesOnly   bool // a branchesAndTagsClone
 }
 
 func (b *bencher) mirrorBundle(bundle, name string) (*mirroredBundle, error) {
@@ -387,7 +412,54 @@ func (b *bencher) mirrorBundle(bundle, name string) (*mirroredBundle, error) {
 	return m, nil
 }
 
+// branchesAndTagsClone is what a user's clone of the history holds: a
+// local clone of the --mirror clone m (its objects hard-linked: the same
+// pack) with every ref outside refs/heads and refs/tags deleted (GitHub's
+// refs/pull/*, which git's HTTP push, unlike file://, matches every
+// pushed ref against). It checks that the branches and tags are m's and
+// nothing else is left.
+func (b *bencher) branchesAndTagsClone(m *mirroredBundle, name string) (*mirroredBundle, error) {
+	c := *m
+	c.src, c.branchesOnly = b.path(name+".git"), true
+	if _, err := b.git(b.root, "clone", "-q", "--mirror", "--local", m.src, c.src); err != nil {
+		return nil, err
+	}
+	all, err := b.git(c.src, "for-each-ref", "--format=%(refname)")
+	if err != nil {
+		return nil, err
+	}
+	var del strings.Builder
+	c.otherRefs = 0
+	for _, ref := range strings.Split(all, "\n") {
+		if ref != "" && !strings.HasPrefix(ref, "refs/heads/") && !strings.HasPrefix(ref, "refs/tags/") {
+			fmt.Fprintf(&del, "delete %s\n", ref)
+			c.otherRefs++
+		}
+	}
+	if c.otherRefs > 0 {
+		cmd := b.cmd(c.src, "git", "update-ref", "--stdin")
+		cmd.Stdin = strings.NewReader(del.String())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("git update-ref --stdin (delete %d refs): %v: %s", c.otherRefs, err, strings.TrimSpace(string(out)))
+		}
+	}
+	left, err := b.git(c.src, "for-each-ref", "--format=%(objectname) %(refname)")
+	if err != nil {
+		return nil, err
+	}
+	got := strings.Split(left, "\n")
+	slices.Sort(got)
+	if !slices.Equal(got, m.refs) {
+		return nil, fmt.Errorf("clone of %s: %d refs left (%d differ), want the %d branches and tags", m.src, len(got), refsDiffer(got, m.refs), len(m.refs))
+	}
+	return &c, nil
+}
+
 func (m *mirroredBundle) describe() string {
+	if m.branchesOnly {
+		return fmt.Sprintf("%s commits, %d branches and tags, %.1f MB packed (a clone of the branches and tags; the --mirror clone also held %d other refs)",
+			m.commits, len(m.refs), float64(m.packed)/1e6, m.otherRefs)
+	}
 	return fmt.Sprintf("%s commits, %d branches and tags, %.1f MB packed (mirror clone)", m.commits, len(m.refs), float64(m.packed)/1e6)
 }
 
