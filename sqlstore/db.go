@@ -52,13 +52,12 @@ type DB struct {
 	dialect string // "sqlite" or "postgres"
 	tracer  trace.Tracer
 	now     func() time.Time
-	aead    cipher.AEAD   // seals secrets (seal.go); nil: stored as given
-	sealed  int           // rows whose plaintext secrets Open encrypted
-	hooks   opHooks       // OnOp callbacks
-	stmts   sync.Map      // query → *sql.Stmt, SQLite only (stmts.go)
-	dsn     string        // PostgreSQL: the URL, for the migrator's own pool
-	pgBases pgBaseCache   // PostgreSQL: forks' bases as last seen (pgfork.go)
-	ckpt    *checkpointer // SQLite: the WAL's checkpoints (checkpointer.go)
+	aead    cipher.AEAD // seals secrets (seal.go); nil: stored as given
+	sealed  int         // rows whose plaintext secrets Open encrypted
+	hooks   opHooks     // OnOp callbacks
+	stmts   sync.Map    // query → *sql.Stmt, SQLite only (stmts.go)
+	dsn     string      // PostgreSQL: the URL, for the migrator's own pool
+	pgBases pgBaseCache // PostgreSQL: forks' bases as last seen (pgfork.go)
 }
 
 var _ lockstep.Store = (*DB)(nil)
@@ -122,9 +121,6 @@ func Open(ctx context.Context, dbURL string, opts Options) (*DB, error) {
 		q.Add("_pragma", "busy_timeout(30000)")
 		q.Add("_pragma", "journal_mode(WAL)")
 		q.Add("_pragma", "synchronous(NORMAL)")
-		// The WAL is checkpointed by the store's own goroutine, never
-		// inside a commit (checkpointer.go).
-		q.Add("_pragma", "wal_autocheckpoint(0)")
 		q.Add("_pragma", "foreign_keys(1)")
 		// Deleted and overwritten content is zeroed, so a secret replaced
 		// by its ciphertext leaves no plaintext in free space.
@@ -161,7 +157,6 @@ func Open(ctx context.Context, dbURL string, opts Options) (*DB, error) {
 			return nil, err
 		}
 	}
-	s.startCheckpointer()
 	return s, nil
 }
 
@@ -193,7 +188,6 @@ func (s *DB) SQL() *sql.DB { return s.db }
 
 // Close closes the connection pool.
 func (s *DB) Close() error {
-	s.stopCheckpointer()
 	s.closeStmts()
 	return s.db.Close()
 }
@@ -452,7 +446,6 @@ func (s *DB) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		s.hooks.done(tx, false)
 		return fmt.Errorf("commit: %w", err)
 	}
-	s.noteCommit()
 	s.hooks.done(tx, true)
 	return nil
 }

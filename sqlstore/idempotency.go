@@ -322,11 +322,6 @@ func (s *DB) commitIdemRecord(ctx context.Context, tx *sql.Tx, e *lockstep.OpEnt
 	return nil
 }
 
-const (
-	jsonContentType = "application/json; charset=utf-8"
-	jsonHeaderText  = `{"Content-Type":"application/json; charset=utf-8"}`
-)
-
 const idemUpsertSQL = `INSERT INTO idempotency_keys (owner_key_id, idem_key, fingerprint, method, path, state, token, lease_until, op_id, status, header, body, created_at, expires_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 		ON CONFLICT (owner_key_id, idem_key) DO UPDATE SET
@@ -407,9 +402,7 @@ func (s *DB) idemUpsertArgs(c *lockstep.IdemClaim, e *lockstep.OpEntry, ic locks
 		ic.State = lockstep.IdemDone
 	}
 	h := "{}"
-	if len(ic.Header) == 1 && ic.Header["Content-Type"] == jsonContentType {
-		h = jsonHeaderText // the usual header, as json.Marshal writes it
-	} else if len(ic.Header) > 0 {
+	if len(ic.Header) > 0 {
 		b, _ := json.Marshal(ic.Header)
 		h = string(b)
 	}
