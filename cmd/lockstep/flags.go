@@ -3,11 +3,12 @@ package main
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/lockstep-hq/lockstep"
 )
 
 // flagger declares flags whose defaults come from the environment.
@@ -21,6 +22,15 @@ type flagger struct {
 	stdout  io.Writer // -h
 	stderr  io.Writer // errors
 	parsing bool      // inside fs.Parse: its calls of Usage print nothing
+	// counts are the numeric flags (i64, int, dur): none takes a
+	// negative value (0 is each one's "off", "none" or "unlimited").
+	counts []countFlag
+}
+
+// countFlag is a numeric flag's name, variable and value check.
+type countFlag struct {
+	name, env string
+	negative  func() (bool, string)
 }
 
 func (f *flagger) str(p *string, name, env, def, help string) {
@@ -49,23 +59,25 @@ func (f *flagger) url(p *string, name, env, def, help string) {
 func (f *flagger) i64(p *int64, name, env string, def int64, help string) {
 	v, err := strconv.ParseInt(envOr(f.getenv, env, strconv.FormatInt(def, 10)), 10, 64)
 	if err != nil {
-		f.errs = append(f.errs, fmt.Errorf("%s: %w", env, err))
+		f.envError(env, "an integer")
 	}
 	f.fs.Int64Var(p, name, v, help+" (env "+env+")")
+	f.counts = append(f.counts, countFlag{name, env, func() (bool, string) { return *p < 0, strconv.FormatInt(*p, 10) }})
 }
 
 func (f *flagger) int(p *int, name, env string, def int, help string) {
 	v, err := strconv.Atoi(envOr(f.getenv, env, strconv.Itoa(def)))
 	if err != nil {
-		f.errs = append(f.errs, fmt.Errorf("%s: %w", env, err))
+		f.envError(env, "an integer")
 	}
 	f.fs.IntVar(p, name, v, help+" (env "+env+")")
+	f.counts = append(f.counts, countFlag{name, env, func() (bool, string) { return *p < 0, strconv.Itoa(*p) }})
 }
 
 func (f *flagger) bool(p *bool, name, env string, def bool, help string) {
 	v, err := strconv.ParseBool(envOr(f.getenv, env, strconv.FormatBool(def)))
 	if err != nil {
-		f.errs = append(f.errs, fmt.Errorf("%s: %w", env, err))
+		f.envError(env, "true or false")
 	}
 	f.fs.BoolVar(p, name, v, help+" (env "+env+")")
 }
@@ -73,9 +85,16 @@ func (f *flagger) bool(p *bool, name, env string, def bool, help string) {
 func (f *flagger) dur(p *time.Duration, name, env string, def time.Duration, help string) {
 	v, err := time.ParseDuration(envOr(f.getenv, env, def.String()))
 	if err != nil {
-		f.errs = append(f.errs, fmt.Errorf("%s: %w", env, err))
+		f.envError(env, "a duration such as 500ms, 30s, 5m or 1h")
 	}
 	f.fs.DurationVar(p, name, v, help+" (env "+env+")")
+	f.counts = append(f.counts, countFlag{name, env, func() (bool, string) { return *p < 0, p.String() }})
+}
+
+// envError records that the environment variable env does not hold
+// what its flag takes (want); the flag keeps its default until then.
+func (f *flagger) envError(env, want string) {
+	f.errs = append(f.errs, lockstep.Errorf(lockstep.EINVALID, "%s must be %s, got %q", env, want, f.getenv(env)))
 }
 
 // parse accepts flags before and after positional arguments
@@ -107,6 +126,13 @@ func (f *flagger) parse(args []string) error {
 		args = rest[1:]
 	}
 	f.pos = pos
+	for _, c := range f.counts {
+		if neg, v := c.negative(); neg {
+			// Refused, not taken as the default: a mistyped sign must
+			// not silently become another setting.
+			f.errs = append(f.errs, lockstep.Errorf(lockstep.EINVALID, "--%s (%s) must not be negative, got %s", c.name, c.env, v))
+		}
+	}
 	return errors.Join(f.errs...)
 }
 

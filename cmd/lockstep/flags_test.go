@@ -45,3 +45,43 @@ func TestHelpNeverShowsSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestNumericFlagsRefuseNegatives: a negative count, size or duration,
+// by flag or environment, is refused naming the flag (exit 2), before
+// any request; it was taken silently (a negative --max-tracked, say) or,
+// on the server, replaced by the default (--run-job-max-output-bytes).
+// A value of the wrong kind in the environment names the variable and
+// what it takes, also with exit 2 (it exited 1 with Go's parser error).
+func TestNumericFlagsRefuseNegatives(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"watch", "--dir", dir, "--max-tracked", "-5"}, nil, "--max-tracked (LOCKSTEP_WATCH_MAX_TRACKED) must not be negative, got -5"},
+		{[]string{"repo", "list"}, map[string]string{"LOCKSTEP_RETRIES": "-2"}, "--retries (LOCKSTEP_RETRIES) must not be negative, got -2"},
+		{[]string{"repo", "list", "--attempt-timeout=-1s"}, nil, "--attempt-timeout (LOCKSTEP_ATTEMPT_TIMEOUT) must not be negative, got -1s"},
+		{[]string{"repo", "list"}, map[string]string{"LOCKSTEP_RETRIES": "abc"}, `LOCKSTEP_RETRIES must be an integer, got "abc"`},
+		{[]string{"repo", "list"}, map[string]string{"LOCKSTEP_RETRY_DELAY": "5"}, `LOCKSTEP_RETRY_DELAY must be a duration such as 500ms, 30s, 5m or 1h, got "5"`},
+		{[]string{"serve", "--run-job-max-output-bytes", "-1"}, nil, "--run-job-max-output-bytes (LOCKSTEP_RUN_JOB_MAX_OUTPUT_BYTES) must not be negative, got -1"},
+		{[]string{"serve"}, map[string]string{"LOCKSTEP_RUN_JOB_TIMEOUT": "-5m"}, "--run-job-timeout (LOCKSTEP_RUN_JOB_TIMEOUT) must not be negative, got -5m0s"},
+	} {
+		if !serverBuild && c.args[0] == "serve" {
+			continue // the server build's flags: tested with -tags lockstep_server
+		}
+		env := map[string]string{"LOCKSTEP_URL": "http://127.0.0.1:1", "LOCKSTEP_KEY": "lsk_x_y", "LOCKSTEP_DATA": dir}
+		for k, v := range c.env {
+			env[k] = v
+		}
+		var out, errb bytes.Buffer
+		err := run(context.Background(), c.args, func(k string) string { return env[k] }, strings.NewReader(""), &out, &errb)
+		msg := errb.String()
+		if err != nil {
+			msg += err.Error()
+		}
+		if code := exitCode(err); code != 2 || !strings.Contains(msg, c.want) {
+			t.Errorf("lockstep %s %v: exit %d, %q; want exit 2 and %q", strings.Join(c.args, " "), c.env, code, msg, c.want)
+		}
+	}
+}
