@@ -27,6 +27,7 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
+	"github.com/lockstep-hq/lockstep/internal/procenv"
 )
 
 // Options configure Run. Client, Repo, Check and Command are required.
@@ -340,7 +341,9 @@ func (r *runner) run(ctx context.Context, p hookPayload) {
 	defer cancel()
 	cmd := exec.CommandContext(cctx, r.cmd[0], r.cmd[1:]...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "LOCKSTEP_COMMIT="+p.Commit, "LOCKSTEP_WORKSPACE="+p.Workspace, "LOCKSTEP_REPOSITORY="+p.Repository)
+	// The command is the commit's code (an agent's): the runner's key,
+	// which may post checks, is not in its environment.
+	cmd.Env = append(procenv.Drop(os.Environ(), "LOCKSTEP_KEY", "LOCKSTEP_KEY_FILE"), "LOCKSTEP_COMMIT="+p.Commit, "LOCKSTEP_WORKSPACE="+p.Workspace, "LOCKSTEP_REPOSITORY="+p.Repository)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second

@@ -279,3 +279,30 @@ func TestTailBuffer(t *testing.T) {
 		t.Errorf("String() keeps %d bytes, ending %q", len(s), s[max(0, len(s)-60):])
 	}
 }
+
+// TestCommandGetsNoRunnerKey: the command a runner tests a commit with is
+// the commit's own code (an agent's). It ran with the runner's
+// environment, LOCKSTEP_KEY included: a ci key, with which a test could
+// post a passing check for any commit and pass the gate.
+func TestCommandGetsNoRunnerKey(t *testing.T) {
+	s := e2ekit.StartServer(t, e2ekit.ServerOpts{})
+	s.CreateRepo(t, "base")
+	base0 := s.Push(t, s.AdminKey, "base", e2ekit.ZeroOID, map[string]string{"README": "hi\n"}).Commit
+	agent := s.CreateKey(t, "agent", "agent")
+	ci := s.CreateKey(t, "ci", "ci")
+	s.MustJSON(t, "POST", "/api/v1/repos/base/forks", agent.Secret, map[string]string{"name": "ws"}, http.StatusCreated, nil)
+	tip := s.Push(t, agent.Secret, "ws", base0, map[string]string{"README": "hi\n", "x": "1\n"}).Commit
+	// The runner's key as an operator gives it (the README's example).
+	t.Setenv("LOCKSTEP_KEY", ci.Secret)
+	t.Setenv("LOCKSTEP_KEY_FILE", "/nonexistent/ci.key")
+	c := client.New(s.URL, ci.Secret)
+	start(t, Options{Client: c, Repo: "base", Check: "unit",
+		Command: []string{"sh", "-c", `echo "key=${LOCKSTEP_KEY:-none} file=${LOCKSTEP_KEY_FILE:-none} commit=$LOCKSTEP_COMMIT"`}})
+	got := check(t, c, "ws", tip, "unit")
+	if got.Status != lockstep.CheckSuccess || !strings.Contains(got.Summary, "key=none file=none commit="+tip) {
+		t.Errorf("the command's environment: %s %q; want no LOCKSTEP_KEY or LOCKSTEP_KEY_FILE (and the commit)", got.Status, got.Summary)
+	}
+	if strings.Contains(got.Summary, ci.Secret) {
+		t.Errorf("the runner's key reached the command: %q", got.Summary)
+	}
+}

@@ -122,7 +122,7 @@ func (g *egressFlags) start(e *env, c *client.Client, cf *clientFlags, ws string
 		"--retries", strconv.Itoa(c.Retry.MaxAttempts), "--retry-delay", c.Retry.BaseDelay.String(), "--attempt-timeout", c.Retry.AttemptTimeout.String())
 	cmd := exec.Command(argv[0], argv[1:]...)
 	// The key only in the environment, never on the command line.
-	cmd.Env = append(dropEnv(os.Environ(), "LOCKSTEP_KEY", "LOCKSTEP_KEY_FILE"), "LOCKSTEP_KEY="+c.Key)
+	cmd.Env = append(procenv.Drop(os.Environ(), "LOCKSTEP_KEY", "LOCKSTEP_KEY_FILE"), "LOCKSTEP_KEY="+c.Key)
 	cmd.Stderr = e.stderr
 	cmd.SysProcAttr = egressProcAttr() // Pdeathsig: never outlives this process
 	r := &runEgress{cmd: cmd, c: c, ws: ws, runID: runID, lines: make(chan egressLine, 2)}

@@ -24,6 +24,7 @@ import (
 	"github.com/lockstep-hq/lockstep/fssnap/instance"
 	"github.com/lockstep-hq/lockstep/fssnap/proc"
 	"github.com/lockstep-hq/lockstep/fssnap/txrun"
+	"github.com/lockstep-hq/lockstep/internal/procenv"
 	"github.com/lockstep-hq/lockstep/worktree"
 )
 
@@ -552,7 +553,7 @@ func transactionalRun(ctx context.Context, e *env, c *client.Client, cf *clientF
 	}
 	env := runEnv(ctx, e, c, cf, ws, noServer)
 	if sp.jobEnv {
-		env = dropEnv(env, "LOCKSTEP_KEY", "LOCKSTEP_KEY_FILE")
+		env = procenv.Drop(env, "LOCKSTEP_KEY", "LOCKSTEP_KEY_FILE")
 	}
 	opts := txrun.Options{Workspace: ws, Dir: abs, Args: rest, Timeout: sp.timeout, CommitOnSuccess: sp.commit, Driver: drv, Snap: sopts,
 		Stdin: sp.stdin, Stdout: sp.stdout, Stderr: sp.stderr, Env: env,
@@ -595,21 +596,6 @@ func transactionalRun(ctx context.Context, e *env, c *client.Client, cf *clientF
 		onResidue(ctx, e, c, ws, noServer, rep, inst, stateRoot)
 	}
 	return rep, pushed, err
-}
-
-// dropEnv returns env without the variables named.
-func dropEnv(env []string, names ...string) []string {
-	out := env[:0:0]
-next:
-	for _, kv := range env {
-		for _, n := range names {
-			if strings.HasPrefix(kv, n+"=") {
-				continue next
-			}
-		}
-		out = append(out, kv)
-	}
-	return out
 }
 
 // onResidue is the actuator of an impure rollback: the workspace is

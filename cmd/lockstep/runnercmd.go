@@ -14,12 +14,18 @@ import (
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
+	"github.com/lockstep-hq/lockstep/internal/procenv"
 	"github.com/lockstep-hq/lockstep/runner"
 )
 
 // cmdRunner parses `lockstep runner`'s flags and runs package runner: a
 // small CI that receives gate hooks, tests each commit and posts a check.
 func cmdRunner(ctx context.Context, e *env, args []string) error {
+	// The commands a runner starts run as its user: its key (in its
+	// environment) must not be readable from /proc/<runner>/environ.
+	if err := procenv.Hide(); err != nil {
+		return fmt.Errorf("runner: hide this process's environment from its commands: %w", err)
+	}
 	if jobs, rest := hasJobsFlag(args); jobs {
 		return cmdRunnerJobs(ctx, e, rest)
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/lockstep-hq/lockstep/api"
 	"github.com/lockstep-hq/lockstep/client"
 	"github.com/lockstep-hq/lockstep/egress"
+	"github.com/lockstep-hq/lockstep/internal/procenv"
 )
 
 // Ready is the first line: the variables the run's environment gets
@@ -49,6 +50,12 @@ type Done struct {
 // returns the process status (2: bad arguments, 1: the proxy did not
 // start).
 func Main(args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// Its key (LOCKSTEP_KEY, the run's) is in its environment and the
+	// run's command, of the same user, must not read it from /proc.
+	if err := procenv.Hide(); err != nil {
+		fmt.Fprintf(stderr, "lockstep-egress: hide this process's environment: %v\n", err)
+		return 1
+	}
 	fs := flag.NewFlagSet("lockstep-egress", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg egress.Config

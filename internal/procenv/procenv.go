@@ -21,3 +21,18 @@ func Merge(base, add []string) []string {
 	}
 	return append(out, add...)
 }
+
+// Drop returns env without the variables named (a new list).
+func Drop(env []string, names ...string) []string {
+	out := make([]string, 0, len(env))
+next:
+	for _, kv := range env {
+		for _, n := range names {
+			if strings.HasPrefix(kv, n+"=") {
+				continue next
+			}
+		}
+		out = append(out, kv)
+	}
+	return out
+}
