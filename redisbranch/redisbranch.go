@@ -84,6 +84,14 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("redis branching: no data directory")
 	}
+	// redis-server runs in the branch directory: a relative dir in its
+	// config (the default data directory is ./lockstep-data) would name a
+	// path below that, and it would exit at start without a log.
+	abs, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("redis branching: %w", err)
+	}
+	cfg.Dir = abs
 	if len(cfg.Secret) == 0 {
 		return nil, errors.New("redis branching: no secret")
 	}

@@ -458,3 +458,36 @@ func TestAdoptsInstanceWithoutACLUsers(t *testing.T) {
 		t.Fatalf("CONFIG SET after the restart: %v, want NOPERM", err)
 	}
 }
+
+// TestRelativeDir: the server's default data directory is relative
+// (./lockstep-data), and redis-server runs in the branch directory, so a
+// relative dir in its config named a path below itself: it exited at
+// start with an empty log, and every branch of the README's default setup
+// answered 503.
+func TestRelativeDir(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server not installed: Redis branching needs the real binary (apt-get install redis-server)")
+	}
+	t.Chdir(t.TempDir())
+	base := 21000 + int(nextRange.Add(1))*50 + os.Getpid()%200*100
+	m, err := New(Config{Dir: filepath.Join("lockstep-data", "redis-branches"), Secret: []byte("test-secret"), PortMin: base, PortMax: base + 49})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	ctx := context.Background()
+	b, err := m.CreateBranch(ctx, "app", "rel-ws")
+	if err != nil {
+		t.Fatalf("CreateBranch with a relative directory: %v", err)
+	}
+	c := open(t, b.URL)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Snapshot(ctx, "rel-ws", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join("lockstep-data", "redis-branches", "branches", "rel-ws", "redis.log")); err != nil {
+		t.Fatalf("the instance's log is not in its branch directory: %v", err)
+	}
+}
