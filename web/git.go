@@ -116,7 +116,7 @@ func (s *Server) gitUploadPackAdvertise(c *gin.Context, name string) {
 	}
 	learned := s.gitCaps.caps("") != ""
 	if v2 || !learned {
-		cmd, err := s.gitCommand(c, name, "-c", "uploadpack.allowFilter=true", "upload-pack", "--stateless-rpc", "--advertise-refs")
+		cmd, err := s.gitCommand(c, name, "-c", uploadPackFilter(v2), "upload-pack", "--stateless-rpc", "--advertise-refs")
 		if err != nil {
 			gitAdvertiseError(c, err)
 			return
@@ -169,6 +169,20 @@ func (s *Server) gitUploadPackAdvertise(c *gin.Context, name string) {
 	}
 	noCache(c)
 	c.Data(http.StatusOK, "application/x-git-upload-pack-advertisement", buf.Bytes())
+}
+
+// uploadPackFilter is git's setting for partial clone (--filter). Only
+// protocol v2 offers it: a partial clone later fetches the blobs it
+// skipped by their ids, which v2's upload-pack serves and v0's refuses
+// unless they are ref tips ("Server does not allow request for
+// unadvertised object"), so a v0 partial clone (every scoped key's) would
+// fail at its checkout. Without the capability, git says "filtering not
+// recognized by server, ignoring" and clones everything.
+func uploadPackFilter(v2 bool) string {
+	if v2 {
+		return "uploadpack.allowFilter=true"
+	}
+	return "uploadpack.allowFilter=false"
 }
 
 // gitCaps remembers the capabilities git upload-pack advertises in
@@ -252,7 +266,7 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 			s.gitLsRefs(c, name, br)
 			return
 		}
-		cmd, err := s.gitCommand(c, name, "-c", "uploadpack.allowFilter=true", "upload-pack", "--stateless-rpc")
+		cmd, err := s.gitCommand(c, name, "-c", uploadPackFilter(strings.Contains(gitProtocol(c), "version=2")), "upload-pack", "--stateless-rpc")
 		if err != nil {
 			writeError(c, err)
 			return
