@@ -49,3 +49,41 @@ func TestPartialCloneEveryProtocol(t *testing.T) {
 		}
 	}
 }
+
+// TestShallowExcludeEveryProtocol: `git clone --shallow-exclude=REF`
+// sends "deepen-not REF", which git upload-pack resolves among the
+// refs outside any namespace: in a repository's namespace it found none
+// and died ("ambiguous deepen-not"), and git printed only "expected
+// 'packfile'" (v2) or "the remote end hung up unexpectedly" (v0). The
+// name is now resolved in the repository's namespace, and a name that is
+// not a ref reaches git as upload-pack's own error.
+func TestShallowExcludeEveryProtocol(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOpts{})
+	s.CreateRepo(t, "se")
+	c1 := s.Push(t, s.AdminKey, "se", zeroOID, map[string]string{"a.txt": "1\n"}).Commit
+	c2 := s.Push(t, s.AdminKey, "se", c1, map[string]string{"a.txt": "2\n"}).Commit
+	c3 := s.Push(t, s.AdminKey, "se", c2, map[string]string{"a.txt": "3\n"}).Commit
+	dir := s.clone(t, "se", s.AdminKey)
+	e2ekit.Git(t, dir, "tag", "old", c1)
+	e2ekit.Git(t, dir, "branch", "side", c1)
+	e2ekit.Git(t, dir, "push", "-q", "origin", "old", "side")
+	for _, v := range []string{"2", "0"} {
+		for _, exclude := range []string{"old", "refs/tags/old", "side"} {
+			d := t.TempDir()
+			out, err := e2ekit.GitCmd(t, d, "-c", "protocol.version="+v, "clone", "-q", "--single-branch", "--branch", "main", "--shallow-exclude="+exclude, s.GitURL("se", s.AdminKey), "c")
+			if err != nil {
+				t.Errorf("v%s --shallow-exclude=%s: %v\n%s", v, exclude, err, out)
+				continue
+			}
+			if got := e2ekit.Git(t, filepath.Join(d, "c"), "log", "--format=%H"); got != c3+"\n"+c2 {
+				t.Errorf("v%s --shallow-exclude=%s: history %q, want %s and %s", v, exclude, got, c3, c2)
+			}
+		}
+		d := t.TempDir()
+		out, err := e2ekit.GitCmd(t, d, "-c", "protocol.version="+v, "clone", "-q", "--shallow-exclude=nosuch", s.GitURL("se", s.AdminKey), "c")
+		if err == nil || !strings.Contains(out, "deepen-not") || !strings.Contains(out, "nosuch") {
+			t.Errorf("v%s --shallow-exclude=nosuch: %v, want git to print the server's reason naming deepen-not nosuch:\n%s", v, err, out)
+		}
+	}
+}
