@@ -491,3 +491,25 @@ func TestRelativeDir(t *testing.T) {
 		t.Fatalf("the instance's log is not in its branch directory: %v", err)
 	}
 }
+
+// TestStartFailureSaysWhy: a redis-server that refuses its configuration
+// (an older one does not know enable-protected-configs) writes why on
+// stderr, before it opens its log file: the error named nothing
+// ("exited at start: "). It names redis-server's own words now.
+func TestStartFailureSaysWhy(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "redis-server")
+	script := "#!/bin/sh\ncat >/dev/null\necho '*** FATAL CONFIG FILE ERROR (Redis 6.0.16) ***' >&2\necho \">>> 'enable-protected-configs no'\" >&2\necho 'Bad directive or wrong number of arguments' >&2\nexit 1\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	base := 21000 + int(nextRange.Add(1))*50 + os.Getpid()%200*100
+	m, err := New(Config{Binary: bin, Dir: t.TempDir(), Secret: []byte("test-secret"), PortMin: base, PortMax: base + 49})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	_, err = m.CreateBranch(context.Background(), "app", "old-redis")
+	if err == nil || !strings.Contains(err.Error(), "Bad directive") || !strings.Contains(err.Error(), "enable-protected-configs") {
+		t.Fatalf("CreateBranch with a redis-server refusing its config: %v; want its reason", err)
+	}
+}
