@@ -55,8 +55,8 @@ func TestPartialCloneEveryProtocol(t *testing.T) {
 // refs outside any namespace: in a repository's namespace it found none
 // and died ("ambiguous deepen-not"), and git printed only "expected
 // 'packfile'" (v2) or "the remote end hung up unexpectedly" (v0). The
-// name is now resolved in the repository's namespace, and a name that is
-// not a ref reaches git as upload-pack's own error.
+// name is now resolved in the repository's namespace only, and a name
+// that is no ref of it is refused with a reason git prints.
 func TestShallowExcludeEveryProtocol(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOpts{})
@@ -68,6 +68,7 @@ func TestShallowExcludeEveryProtocol(t *testing.T) {
 	e2ekit.Git(t, dir, "tag", "old", c1)
 	e2ekit.Git(t, dir, "branch", "side", c1)
 	e2ekit.Git(t, dir, "push", "-q", "origin", "old", "side")
+	s.forkTip(t, s.AdminKey, "se", "se-w")
 	for _, v := range []string{"2", "0"} {
 		for _, exclude := range []string{"old", "refs/tags/old", "side"} {
 			d := t.TempDir()
@@ -80,10 +81,15 @@ func TestShallowExcludeEveryProtocol(t *testing.T) {
 				t.Errorf("v%s --shallow-exclude=%s: history %q, want %s and %s", v, exclude, got, c3, c2)
 			}
 		}
-		d := t.TempDir()
-		out, err := e2ekit.GitCmd(t, d, "-c", "protocol.version="+v, "clone", "-q", "--shallow-exclude=nosuch", s.GitURL("se", s.AdminKey), "c")
-		if err == nil || !strings.Contains(out, "deepen-not") || !strings.Contains(out, "nosuch") {
-			t.Errorf("v%s --shallow-exclude=nosuch: %v, want git to print the server's reason naming deepen-not nosuch:\n%s", v, err, out)
+		// No such ref, and a ref of another repository of the fork
+		// network (git would resolve it in the shared store: a scoped
+		// key would learn which workspaces and refs exist).
+		for _, exclude := range []string{"nosuch", "refs/namespaces/se-w/refs/heads/main"} {
+			d := t.TempDir()
+			out, err := e2ekit.GitCmd(t, d, "-c", "protocol.version="+v, "clone", "-q", "--shallow-exclude="+exclude, s.GitURL("se", s.AdminKey), "c")
+			if err == nil || !strings.Contains(out, "remote error: deepen-not "+exclude+": no single branch or tag of se") {
+				t.Errorf("v%s --shallow-exclude=%s: %v, want git to print the server's reason:\n%s", v, exclude, err, out)
+			}
 		}
 	}
 }

@@ -175,13 +175,18 @@ func (s *Server) gitUploadPackAdvertise(c *gin.Context, name string) {
 // "deepen-not NAME" (git clone --shallow-exclude=NAME) of its first
 // section, up to the first flush, naming the ref in the repository's
 // namespace: git resolves the name among the refs outside any namespace
-// (none, under GIT_NAMESPACE) and died "ambiguous deepen-not". The rest of
-// the request passes through unread.
+// (none, under GIT_NAMESPACE) and died "ambiguous deepen-not". A name
+// that is no single ref of the repository becomes one that cannot exist
+// in its namespace (git refuses it; the caller says why), never a ref of
+// another repository of the fork network (refs/namespaces/other/…). The
+// rest of the request passes through unread.
 type deepenNotReader struct {
-	br      *bufio.Reader
-	resolve func(name string) (string, bool)
-	pending []byte
-	done    bool
+	br         *bufio.Reader
+	repo       string
+	resolve    func(name string) (string, bool)
+	pending    []byte
+	done       bool
+	unresolved []string
 }
 
 func (d *deepenNotReader) Read(p []byte) (int, error) {
@@ -208,9 +213,12 @@ func (d *deepenNotReader) Read(p []byte) (int, error) {
 		}
 		line := string(pkt[4:])
 		if name, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "deepen-not "); ok {
-			if ref, ok := d.resolve(name); ok {
-				line = "deepen-not " + ref + "\n"
+			ref, ok := d.resolve(name)
+			if !ok {
+				d.unresolved = append(d.unresolved, name)
+				ref = "refs/namespaces/" + d.repo + "/refs/heads/..unresolved" // ".." is never in a ref name
 			}
+			line = "deepen-not " + ref + "\n"
 		}
 		d.pending = fmt.Appendf(nil, "%04x%s", len(line)+4, line)
 		d.br.Discard(int(n))
@@ -374,13 +382,14 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 			writeError(c, err)
 			return
 		}
-		cmd.Stdin = &deepenNotReader{br: br, resolve: func(ref string) (string, bool) {
+		dn := &deepenNotReader{br: br, repo: name, resolve: func(ref string) (string, bool) {
 			head, refs, err := s.Repos.GitRefs(c.Request.Context(), name)
 			if err != nil {
 				return "", false
 			}
 			return namespacedRef(name, head, refs, ref)
 		}}
+		cmd.Stdin = dn
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		noCache(c)
@@ -395,7 +404,11 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 			// "expected 'packfile'"): an ERR line is printed by git as
 			// "fatal: remote error: <reason>". Only upload-pack's own
 			// reasons about the request are passed on.
-			if msg := uploadPackRefusal(stderr.String()); out.n == 0 && msg != "" {
+			msg := uploadPackRefusal(stderr.String())
+			if len(dn.unresolved) > 0 {
+				msg = fmt.Sprintf("deepen-not %s: no single branch or tag of %s has that name (--shallow-exclude takes a ref of the repository)", dn.unresolved[0], name)
+			}
+			if out.n == 0 && msg != "" {
 				var buf bytes.Buffer
 				writePkt(&buf, "ERR "+msg+"\n")
 				c.Writer.Write(buf.Bytes())

@@ -32,18 +32,23 @@ func TestNamespacedRef(t *testing.T) {
 }
 
 // TestDeepenNotReader: only the deepen-not lines of the first section
-// change; delimiters, other lines and everything after the flush pass
-// through byte for byte.
+// change (a name that is no ref of the repository to one that cannot
+// exist, never left for git to resolve elsewhere in the network);
+// delimiters, other lines and everything after the flush pass through
+// byte for byte.
 func TestDeepenNotReader(t *testing.T) {
 	pkt := func(l string) string { return hex4(len(l)+4) + l }
 	req := pkt("command=fetch\n") + "0001" + pkt("want 0123\n") + pkt("deepen-not v1\n") + pkt("deepen-not nosuch\n") + "0000" + pkt("deepen-not v1\n") + "tail"
-	want := pkt("command=fetch\n") + "0001" + pkt("want 0123\n") + pkt("deepen-not refs/namespaces/ws/refs/tags/v1\n") + pkt("deepen-not nosuch\n") + "0000" + pkt("deepen-not v1\n") + "tail"
-	d := &deepenNotReader{br: bufio.NewReaderSize(strings.NewReader(req), 64<<10), resolve: func(n string) (string, bool) {
+	want := pkt("command=fetch\n") + "0001" + pkt("want 0123\n") + pkt("deepen-not refs/namespaces/ws/refs/tags/v1\n") + pkt("deepen-not refs/namespaces/ws/refs/heads/..unresolved\n") + "0000" + pkt("deepen-not v1\n") + "tail"
+	d := &deepenNotReader{br: bufio.NewReaderSize(strings.NewReader(req), 64<<10), repo: "ws", resolve: func(n string) (string, bool) {
 		return namespacedRef("ws", "", []repositories.AdvertisedRef{{Name: "refs/tags/v1"}}, n)
 	}}
 	got, err := io.ReadAll(d)
 	if err != nil || string(got) != want {
 		t.Fatalf("got %q, %v\nwant %q", got, err, want)
+	}
+	if len(d.unresolved) != 1 || d.unresolved[0] != "nosuch" {
+		t.Fatalf("unresolved %q, want [nosuch]", d.unresolved)
 	}
 }
 
