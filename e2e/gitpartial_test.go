@@ -93,3 +93,32 @@ func TestShallowExcludeEveryProtocol(t *testing.T) {
 		}
 	}
 }
+
+// TestScopedKeyGitRefusalSaysWhy: a scoped key's git fetch or push of a
+// repository outside its scope is refused 403 before anything is read; to
+// a git client the reason comes as text/plain, which git prints as
+// "remote: <reason>" (it came as JSON, and git printed only "The
+// requested URL returned error: 403").
+func TestScopedKeyGitRefusalSaysWhy(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOpts{})
+	s.CreateRepo(t, "sk")
+	s.Push(t, s.AdminKey, "sk", zeroOID, map[string]string{"a.txt": "a\n"})
+	agent := s.CreateKey(t, "agent", "agent")
+	s.forkTip(t, agent.Secret, "sk", "sk-mine")
+	s.forkTip(t, agent.Secret, "sk", "sk-other")
+	var sub e2ekit.Key
+	s.MustJSON(t, "POST", "/api/v1/keys", agent.Secret, map[string]any{"name": "sub", "role": "agent", "ttl": "1h",
+		"scope": map[string]string{"workspace": "sk-mine"}}, http.StatusCreated, &sub)
+	dir := t.TempDir()
+	e2ekit.Git(t, dir, "clone", "-q", s.GitURL("sk-mine", sub.Secret), "c")
+	for _, args := range [][]string{
+		{"ls-remote", s.GitURL("sk-other", sub.Secret)},
+		{"-C", "c", "push", s.GitURL("sk-other", sub.Secret), "HEAD:refs/heads/x"},
+	} {
+		out, err := e2ekit.GitCmd(t, dir, args...)
+		if err == nil || !strings.Contains(out, "remote: key sub is scoped to") || !strings.Contains(out, "sk-other") {
+			t.Errorf("git %s with a key scoped to sk-mine: %v, want the reason as a remote: line:\n%s", args[0], err, out)
+		}
+	}
+}
