@@ -186,7 +186,19 @@ type deepenNotReader struct {
 	resolve    func(name string) (string, bool)
 	pending    []byte
 	done       bool
+	mu         sync.Mutex // unresolved is read by the handler; Read runs in exec's copying goroutine
 	unresolved []string
+}
+
+// firstUnresolved returns the first deepen-not name that named no single
+// ref of the repository, or "".
+func (d *deepenNotReader) firstUnresolved() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.unresolved) == 0 {
+		return ""
+	}
+	return d.unresolved[0]
 }
 
 func (d *deepenNotReader) Read(p []byte) (int, error) {
@@ -215,7 +227,9 @@ func (d *deepenNotReader) Read(p []byte) (int, error) {
 		if name, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "deepen-not "); ok {
 			ref, ok := d.resolve(name)
 			if !ok {
+				d.mu.Lock()
 				d.unresolved = append(d.unresolved, name)
+				d.mu.Unlock()
 				ref = "refs/namespaces/" + d.repo + "/refs/heads/..unresolved" // ".." is never in a ref name
 			}
 			line = "deepen-not " + ref + "\n"
@@ -405,8 +419,8 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 			// "fatal: remote error: <reason>". Only upload-pack's own
 			// reasons about the request are passed on.
 			msg := uploadPackRefusal(stderr.String())
-			if len(dn.unresolved) > 0 {
-				msg = fmt.Sprintf("deepen-not %s: no single branch or tag of %s has that name (--shallow-exclude takes a ref of the repository)", dn.unresolved[0], name)
+			if bad := dn.firstUnresolved(); bad != "" {
+				msg = fmt.Sprintf("deepen-not %s: no single branch or tag of %s has that name (--shallow-exclude takes a ref of the repository)", bad, name)
 			}
 			if out.n == 0 && msg != "" {
 				var buf bytes.Buffer

@@ -47,7 +47,7 @@ func TestDeepenNotReader(t *testing.T) {
 	if err != nil || string(got) != want {
 		t.Fatalf("got %q, %v\nwant %q", got, err, want)
 	}
-	if len(d.unresolved) != 1 || d.unresolved[0] != "nosuch" {
+	if len(d.unresolved) != 1 || d.firstUnresolved() != "nosuch" {
 		t.Fatalf("unresolved %q, want [nosuch]", d.unresolved)
 	}
 }
