@@ -243,10 +243,11 @@ func pktLines(lines ...string) string {
 
 // gitAdvertisement is git's own v0 ref advertisement of repository repo
 // (network base), as http-backend would serve it: git upload-pack run on
-// the server's on-disk mirror in the repository's namespace.
+// the server's on-disk mirror in the repository's namespace, with the
+// server's v0 setting (no filter: see TestPartialCloneEveryProtocol).
 func gitAdvertisement(t *testing.T, s *server, base, repo string) string {
 	t.Helper()
-	cmd := exec.Command("git", "-c", "uploadpack.allowFilter=true", "upload-pack", "--stateless-rpc", "--advertise-refs", filepath.Join(s.Data, "networks", base+".git"))
+	cmd := exec.Command("git", "-c", "uploadpack.allowFilter=false", "upload-pack", "--stateless-rpc", "--advertise-refs", filepath.Join(s.Data, "networks", base+".git"))
 	cmd.Env = append(os.Environ(), "GIT_NAMESPACE="+repo, "GIT_CONFIG_NOSYSTEM=1")
 	out, err := cmd.Output()
 	if err != nil {

@@ -279,7 +279,7 @@ func TestReceivePackNonDeltaSizes(t *testing.T) {
 		{"past its declared size", onePack(899, good), Limits{}, lockstep.EINVALID, "exceeds declared size"},
 		{"short of its declared size", onePack(901, good), Limits{}, lockstep.EINVALID, "corrupt packfile"},
 		{"a wrong checksum", onePack(900, badSum), Limits{}, lockstep.EINVALID, "corrupt packfile"},
-		{"a declared size over the file limit", onePack(900, good), Limits{MaxFileBytes: 899}, lockstep.ETOOLARGE, "is 900 bytes, over the 899-byte limit"},
+		{"a declared size over the file limit", onePack(900, good), Limits{MaxFileBytes: 899}, lockstep.ETOOLARGE, "is 900 bytes, over the 899-byte limit (--max-file-bytes)"},
 		{"the total", onePack(900, good), Limits{MaxUploadBytes: 890}, lockstep.ETOOLARGE, "inflates to more than 890 bytes"},
 	} {
 		_, err := n.ReceivePack(bytes.NewReader(tc.pack), tc.lim)

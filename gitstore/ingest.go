@@ -154,7 +154,7 @@ func ingestTar(ctx context.Context, r io.Reader, lim Limits, spoolDir string, th
 				return nil, entryError(hdr.Name, err)
 			}
 			if hdr.Size > lim.MaxFileBytes {
-				return nil, lockstep.Errorf(lockstep.ETOOLARGE, "tar entry %q: file is %d bytes, over the %d-byte limit", hdr.Name, hdr.Size, lim.MaxFileBytes)
+				return nil, lockstep.Errorf(lockstep.ETOOLARGE, "tar entry %q: file is %d bytes, over the %d-byte limit (--max-file-bytes)", hdr.Name, hdr.Size, lim.MaxFileBytes)
 			}
 			if hdr.Size > lr.left {
 				return nil, tooLargeUpload(lim)

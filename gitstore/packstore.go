@@ -477,7 +477,7 @@ func (n *Network) loadQuarantine(q *quarantine, lim Limits, present func(plumbin
 		case plumbing.CommitObject, plumbing.TreeObject, plumbing.TagObject:
 		case plumbing.BlobObject:
 			if l.size > lim.MaxFileBytes {
-				return nil, lockstep.Errorf(lockstep.ETOOLARGE, "blob %s is %d bytes, over the %d-byte limit", h, l.size, lim.MaxFileBytes)
+				return nil, lockstep.Errorf(lockstep.ETOOLARGE, "blob %s is %d bytes, over the %d-byte limit (--max-file-bytes)", h, l.size, lim.MaxFileBytes)
 			}
 			blobs++
 		default:

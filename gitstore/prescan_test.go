@@ -34,7 +34,7 @@ func prescanScanner(data io.Reader, lim Limits) error {
 		}
 		size := oh.Length
 		if oh.Length > lim.MaxFileBytes {
-			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d is %d bytes, over the %d-byte limit", i, oh.Length, lim.MaxFileBytes)
+			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d is %d bytes, over the %d-byte limit (--max-file-bytes)", i, oh.Length, lim.MaxFileBytes)
 		}
 		if oh.Type.IsDelta() {
 			delta.Reset()
@@ -48,7 +48,7 @@ func prescanScanner(data io.Reader, lim Limits) error {
 			return lockstep.Errorf(lockstep.EINVALID, "corrupt packfile (object %d): %v", i, err)
 		}
 		if size > lim.MaxFileBytes {
-			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d inflates to %d bytes, over the %d-byte limit", i, size, lim.MaxFileBytes)
+			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d inflates to %d bytes, over the %d-byte limit (--max-file-bytes)", i, size, lim.MaxFileBytes)
 		}
 		if total += size; total > lim.MaxUploadBytes {
 			return lockstep.Errorf(lockstep.ETOOLARGE, "pack inflates to more than %d bytes", lim.MaxUploadBytes)

@@ -198,7 +198,7 @@ func prescanGated(data io.Reader, lim Limits, g *gate, tab *packTable) error {
 		}
 		size := length
 		if length > lim.MaxFileBytes {
-			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d is %d bytes, over the %d-byte limit", i, length, lim.MaxFileBytes)
+			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d is %d bytes, over the %d-byte limit (--max-file-bytes)", i, length, lim.MaxFileBytes)
 		}
 		// Neither is inflated (skipZlib): an object's size is its
 		// declared one, which git index-pack holds it to; a delta's
@@ -211,7 +211,7 @@ func prescanGated(data io.Reader, lim Limits, g *gate, tab *packTable) error {
 			size, _ = deltaVarint(d)
 		}
 		if size > lim.MaxFileBytes {
-			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d inflates to %d bytes, over the %d-byte limit", i, size, lim.MaxFileBytes)
+			return lockstep.Errorf(lockstep.ETOOLARGE, "pack object %d inflates to %d bytes, over the %d-byte limit (--max-file-bytes)", i, size, lim.MaxFileBytes)
 		}
 		if total += size; total > lim.MaxUploadBytes {
 			return lockstep.Errorf(lockstep.ETOOLARGE, "pack inflates to more than %d bytes", lim.MaxUploadBytes)

@@ -236,7 +236,7 @@ func TestReceivePackLimits(t *testing.T) {
 		lim Limits
 		msg string
 	}{
-		{Limits{MaxFileBytes: 4000}, "is 5000 bytes, over the 4000-byte limit"},
+		{Limits{MaxFileBytes: 4000}, "is 5000 bytes, over the 4000-byte limit (--max-file-bytes)"},
 		{Limits{MaxFiles: 3}, "over the limit of 3"},
 		{Limits{MaxUploadBytes: 100}, "larger than 100 bytes"},
 		{Limits{MaxUploadBytes: 4000}, "inflates to more than 4000"},

@@ -23,6 +23,7 @@
 package redisbranch
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -84,6 +85,14 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("redis branching: no data directory")
 	}
+	// redis-server runs in the branch directory: a relative dir in its
+	// config (the default data directory is ./lockstep-data) would name a
+	// path below that, and it would exit at start without a log.
+	abs, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("redis branching: %w", err)
+	}
+	cfg.Dir = abs
 	if len(cfg.Secret) == 0 {
 		return nil, errors.New("redis branching: no secret")
 	}
@@ -299,10 +308,20 @@ func (m *Manager) start(ctx context.Context, ws string, port int) error {
 	cmd := exec.Command(m.bin, "-")
 	cmd.Stdin = strings.NewReader(conf)
 	cmd.Dir = dir
+	// redis-server reports a configuration it refuses on stderr, before
+	// it opens its log file: a file (no pipe for its forks to hold open)
+	// keeps that for the error below.
+	out, err := os.OpenFile(filepath.Join(dir, "redis.stderr"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group: a Ctrl-C meant for the server must not kill
 	// the instance before Close saves its dataset.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	out.Close()
+	if err != nil {
 		return lockstep.Errorf(lockstep.EUNAVAILABLE, "start redis-server for %s: %v", ws, err)
 	}
 	done := make(chan struct{})
@@ -321,7 +340,11 @@ func (m *Manager) start(ctx context.Context, ws string, port int) error {
 		select {
 		case <-done:
 			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			return lockstep.Errorf(lockstep.EUNAVAILABLE, "redis-server for %s exited at start: %s", ws, lastLine(string(log)))
+			why := lastLine(string(log))
+			if stderr, _ := os.ReadFile(filepath.Join(dir, "redis.stderr")); why == "" && len(bytes.TrimSpace(stderr)) > 0 {
+				why = strings.Join(strings.Fields(strings.Join(lastLines(string(stderr), 2), " ")), " ")
+			}
+			return lockstep.Errorf(lockstep.EUNAVAILABLE, "redis-server for %s exited at start: %s", ws, why)
 		case <-ctx.Done():
 			m.stop(ws)
 			return ctx.Err()
@@ -332,6 +355,17 @@ func (m *Manager) start(ctx context.Context, ws string, port int) error {
 			return lockstep.Errorf(lockstep.EUNAVAILABLE, "redis-server for %s did not answer within %s: %v", ws, m.cfg.StartTTL, err)
 		}
 	}
+}
+
+// lastLines returns the last n non-empty lines of s.
+func lastLines(s string, n int) []string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out[max(0, len(out)-n):]
 }
 
 func lastLine(s string) string {

@@ -458,3 +458,58 @@ func TestAdoptsInstanceWithoutACLUsers(t *testing.T) {
 		t.Fatalf("CONFIG SET after the restart: %v, want NOPERM", err)
 	}
 }
+
+// TestRelativeDir: the server's default data directory is relative
+// (./lockstep-data), and redis-server runs in the branch directory, so a
+// relative dir in its config named a path below itself: it exited at
+// start with an empty log, and every branch of the README's default setup
+// answered 503.
+func TestRelativeDir(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server not installed: Redis branching needs the real binary (apt-get install redis-server)")
+	}
+	t.Chdir(t.TempDir())
+	base := 21000 + int(nextRange.Add(1))*50 + os.Getpid()%200*100
+	m, err := New(Config{Dir: filepath.Join("lockstep-data", "redis-branches"), Secret: []byte("test-secret"), PortMin: base, PortMax: base + 49})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	ctx := context.Background()
+	b, err := m.CreateBranch(ctx, "app", "rel-ws")
+	if err != nil {
+		t.Fatalf("CreateBranch with a relative directory: %v", err)
+	}
+	c := open(t, b.URL)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Snapshot(ctx, "rel-ws", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join("lockstep-data", "redis-branches", "branches", "rel-ws", "redis.log")); err != nil {
+		t.Fatalf("the instance's log is not in its branch directory: %v", err)
+	}
+}
+
+// TestStartFailureSaysWhy: a redis-server that refuses its configuration
+// (an older one does not know enable-protected-configs) writes why on
+// stderr, before it opens its log file: the error named nothing
+// ("exited at start: "). It names redis-server's own words now.
+func TestStartFailureSaysWhy(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "redis-server")
+	script := "#!/bin/sh\ncat >/dev/null\necho '*** FATAL CONFIG FILE ERROR (Redis 6.0.16) ***' >&2\necho \">>> 'enable-protected-configs no'\" >&2\necho 'Bad directive or wrong number of arguments' >&2\nexit 1\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	base := 21000 + int(nextRange.Add(1))*50 + os.Getpid()%200*100
+	m, err := New(Config{Binary: bin, Dir: t.TempDir(), Secret: []byte("test-secret"), PortMin: base, PortMax: base + 49})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	_, err = m.CreateBranch(context.Background(), "app", "old-redis")
+	if err == nil || !strings.Contains(err.Error(), "Bad directive") || !strings.Contains(err.Error(), "enable-protected-configs") {
+		t.Fatalf("CreateBranch with a redis-server refusing its config: %v; want its reason", err)
+	}
+}

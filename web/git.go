@@ -116,7 +116,7 @@ func (s *Server) gitUploadPackAdvertise(c *gin.Context, name string) {
 	}
 	learned := s.gitCaps.caps("") != ""
 	if v2 || !learned {
-		cmd, err := s.gitCommand(c, name, "-c", "uploadpack.allowFilter=true", "upload-pack", "--stateless-rpc", "--advertise-refs")
+		cmd, err := s.gitCommand(c, name, "-c", uploadPackFilter(v2), "upload-pack", "--stateless-rpc", "--advertise-refs")
 		if err != nil {
 			gitAdvertiseError(c, err)
 			return
@@ -169,6 +169,144 @@ func (s *Server) gitUploadPackAdvertise(c *gin.Context, name string) {
 	}
 	noCache(c)
 	c.Data(http.StatusOK, "application/x-git-upload-pack-advertisement", buf.Bytes())
+}
+
+// deepenNotReader passes a fetch request to git upload-pack with each
+// "deepen-not NAME" (git clone --shallow-exclude=NAME) of its first
+// section, up to the first flush, naming the ref in the repository's
+// namespace: git resolves the name among the refs outside any namespace
+// (none, under GIT_NAMESPACE) and died "ambiguous deepen-not". A name
+// that is no single ref of the repository becomes one that cannot exist
+// in its namespace (git refuses it; the caller says why), never a ref of
+// another repository of the fork network (refs/namespaces/other/…). The
+// rest of the request passes through unread.
+type deepenNotReader struct {
+	br         *bufio.Reader
+	repo       string
+	resolve    func(name string) (string, bool)
+	pending    []byte
+	done       bool
+	mu         sync.Mutex // unresolved is read by the handler; Read runs in exec's copying goroutine
+	unresolved []string
+}
+
+// firstUnresolved returns the first deepen-not name that named no single
+// ref of the repository, or "".
+func (d *deepenNotReader) firstUnresolved() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.unresolved) == 0 {
+		return ""
+	}
+	return d.unresolved[0]
+}
+
+func (d *deepenNotReader) Read(p []byte) (int, error) {
+	for len(d.pending) == 0 && !d.done {
+		hdr, err := d.br.Peek(4)
+		if err != nil {
+			d.done = true // git reports the truncated request
+			break
+		}
+		n, err := strconv.ParseUint(string(hdr), 16, 16)
+		if err != nil || n == 0 {
+			d.done = true // malformed (git says so), or the flush: pass through
+			break
+		}
+		if n < 4 { // delimiter (0001) or response-end (0002)
+			d.pending = []byte(string(hdr))
+			d.br.Discard(4)
+			continue
+		}
+		pkt, err := d.br.Peek(int(n))
+		if err != nil {
+			d.done = true
+			break
+		}
+		line := string(pkt[4:])
+		if name, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "deepen-not "); ok {
+			ref, ok := d.resolve(name)
+			if !ok {
+				d.mu.Lock()
+				d.unresolved = append(d.unresolved, name)
+				d.mu.Unlock()
+				ref = "refs/namespaces/" + d.repo + "/refs/heads/..unresolved" // ".." is never in a ref name
+			}
+			line = "deepen-not " + ref + "\n"
+		}
+		d.pending = fmt.Appendf(nil, "%04x%s", len(line)+4, line)
+		d.br.Discard(int(n))
+	}
+	if len(d.pending) > 0 {
+		k := copy(p, d.pending)
+		d.pending = d.pending[k:]
+		return k, nil
+	}
+	return d.br.Read(p)
+}
+
+// namespacedRef resolves name as git's expand_ref does (name, refs/name,
+// refs/tags/name, refs/heads/name, refs/remotes/name,
+// refs/remotes/name/HEAD; HEAD is the default branch) among a
+// repository's refs and returns the one match's full name in the
+// repository's namespace; no match or several: false.
+func namespacedRef(repo, head string, refs []repositories.AdvertisedRef, name string) (string, bool) {
+	have := map[string]bool{}
+	for _, r := range refs {
+		have[r.Name] = true
+	}
+	var found []string
+	if name == "HEAD" && head != "" && have[head] {
+		found = append(found, head)
+	}
+	for _, f := range []string{"%s", "refs/%s", "refs/tags/%s", "refs/heads/%s", "refs/remotes/%s", "refs/remotes/%s/HEAD"} {
+		if r := fmt.Sprintf(f, name); have[r] {
+			found = append(found, r)
+		}
+	}
+	if len(found) != 1 {
+		return "", false
+	}
+	return "refs/namespaces/" + repo + "/" + found[0], true
+}
+
+// countingWriter counts what was written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// uploadPackRefusal is git upload-pack's own reason for refusing a
+// request ("fatal: git upload-pack: ambiguous deepen-not: deepen-not
+// x"), without the "fatal: " prefix; "" for any other failure (paths and
+// internals stay in the log).
+func uploadPackRefusal(stderr string) string {
+	for _, l := range strings.Split(stderr, "\n") {
+		if msg, ok := strings.CutPrefix(l, "fatal: git upload-pack: "); ok {
+			return "git upload-pack: " + oneLine(msg)
+		}
+	}
+	return ""
+}
+
+// uploadPackFilter is git's setting for partial clone (--filter). Only
+// protocol v2 offers it: a partial clone later fetches the blobs it
+// skipped by their ids, which v2's upload-pack serves and v0's refuses
+// unless they are ref tips ("Server does not allow request for
+// unadvertised object"), so a v0 partial clone (every scoped key's) would
+// fail at its checkout. Without the capability, git says "filtering not
+// recognized by server, ignoring" and clones everything.
+func uploadPackFilter(v2 bool) string {
+	if v2 {
+		return "uploadpack.allowFilter=true"
+	}
+	return "uploadpack.allowFilter=false"
 }
 
 // gitCaps remembers the capabilities git upload-pack advertises in
@@ -245,27 +383,50 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 			writeError(c, lockstep.Errorf(lockstep.EINVALID, "bad gzip body: %v", err))
 			return
 		}
-		br := bufio.NewReader(body)
+		// Large enough to peek at any pkt-line (at most 65520 bytes).
+		br := bufio.NewReaderSize(body, 64<<10)
 		// Protocol v2's ls-refs is answered from the store (see
 		// gitUploadPackAdvertise); fetch and the rest go to git.
 		if head, _ := br.Peek(len("0014command=ls-refs\n")); string(head) == "0014command=ls-refs\n" {
 			s.gitLsRefs(c, name, br)
 			return
 		}
-		cmd, err := s.gitCommand(c, name, "-c", "uploadpack.allowFilter=true", "upload-pack", "--stateless-rpc")
+		cmd, err := s.gitCommand(c, name, "-c", uploadPackFilter(strings.Contains(gitProtocol(c), "version=2")), "upload-pack", "--stateless-rpc")
 		if err != nil {
 			writeError(c, err)
 			return
 		}
-		cmd.Stdin = br
+		dn := &deepenNotReader{br: br, repo: name, resolve: func(ref string) (string, bool) {
+			head, refs, err := s.Repos.GitRefs(c.Request.Context(), name)
+			if err != nil {
+				return "", false
+			}
+			return namespacedRef(name, head, refs, ref)
+		}}
+		cmd.Stdin = dn
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		noCache(c)
 		c.Header("Content-Type", "application/x-git-upload-pack-result")
 		c.Status(http.StatusOK)
-		cmd.Stdout = c.Writer
+		out := &countingWriter{w: c.Writer}
+		cmd.Stdout = out
 		if err := cmd.Run(); err != nil {
 			s.Logger.WarnContext(c.Request.Context(), "git upload-pack", "repo", name, "error", err, "stderr", stderr.String())
+			// git upload-pack refused the request before answering (over
+			// HTTP its reason went to stderr only, and git printed
+			// "expected 'packfile'"): an ERR line is printed by git as
+			// "fatal: remote error: <reason>". Only upload-pack's own
+			// reasons about the request are passed on.
+			msg := uploadPackRefusal(stderr.String())
+			if bad := dn.firstUnresolved(); bad != "" {
+				msg = fmt.Sprintf("deepen-not %s: no single branch or tag of %s has that name (--shallow-exclude takes a ref of the repository)", bad, name)
+			}
+			if out.n == 0 && msg != "" {
+				var buf bytes.Buffer
+				writePkt(&buf, "ERR "+msg+"\n")
+				c.Writer.Write(buf.Bytes())
+			}
 		}
 	}
 }

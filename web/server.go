@@ -327,6 +327,12 @@ func (s *Server) authenticate(c *gin.Context) {
 		name = strings.TrimSuffix(name, ".git")
 	}
 	if err := s.scopeCheck(c.Request.Context(), k, name); err != nil {
+		if git {
+			// git prints a text/plain reason as "remote: <reason>".
+			gitAdvertiseError(c, err)
+			c.Abort()
+			return
+		}
 		writeError(c, err)
 		c.Abort()
 		return

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -42,6 +43,9 @@ func (c *clientFlags) declare(f *flagger) {
 }
 
 func (c *clientFlags) client() (*client.Client, error) {
+	if err := checkServerURL(c.url); err != nil {
+		return nil, err
+	}
 	key := c.key
 	if key == "" && c.keyFile != "" {
 		b, err := os.ReadFile(c.keyFile)
@@ -67,6 +71,17 @@ func (c *clientFlags) client() (*client.Client, error) {
 		}
 	}
 	return cl, nil
+}
+
+// checkServerURL refuses a server URL no request can use (e.g.
+// 127.0.0.1:7070 without http://) before any request is tried: it is bad
+// input, not a server that does not answer.
+func checkServerURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return lockstep.Errorf(lockstep.EINVALID, "server URL %q (LOCKSTEP_URL or --url): want http://host:port or https://host", s)
+	}
+	return nil
 }
 
 // out prints v as JSON with --json, else calls human.

@@ -448,7 +448,8 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		sf.declare(f)
 		inst.declare(f)
 	})
-	if err != nil && !(noServer && lockstep.ErrorCode(err) == lockstep.EUNAUTH) {
+	// --no-server needs neither a key nor a usable server URL.
+	if err != nil && !(noServer && cf != nil && (lockstep.ErrorCode(err) == lockstep.EUNAUTH || checkServerURL(cf.url) != nil)) {
 		return err
 	}
 	if len(rest) == 0 || (ws == "" && !noServer) {
