@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,7 +84,9 @@ func TestEgressFlags(t *testing.T) {
 		}
 		got[k] = v
 	}
-	if !strings.HasPrefix(got["HTTPS_PROXY"], "http://127.0.0.1:") || got["http_proxy"] != got["HTTPS_PROXY"] || got["NO_PROXY"] != "lockstep.internal:7070" ||
+	// The proxy's address carries the run's credentials (it answers 407
+	// without them).
+	if u, err := url.Parse(got["HTTPS_PROXY"]); err != nil || u.Scheme != "http" || u.User.Username() != "lockstep" || !strings.HasPrefix(u.Host, "127.0.0.1:") || got["http_proxy"] != got["HTTPS_PROXY"] || got["NO_PROXY"] != "lockstep.internal:7070" ||
 		got["LOCKSTEP_RUN_ID"] != px.runID || !strings.HasPrefix(px.runID, "run_") || got["SSL_CERT_FILE"] == "" {
 		t.Fatalf("env %v", got)
 	}
