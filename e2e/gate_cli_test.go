@@ -41,6 +41,11 @@ func TestGateCLI(t *testing.T) {
 			t.Errorf("gate: got %+v, want %+v", p, want)
 		}
 	}
+	// For people: the limits set read as numbers, none as "no limit"
+	// (it printed "max changed lines: 0").
+	if r := s.CLI(t, agent.Secret, "", "gate", "show", "base"); r.Code != 0 || !strings.Contains(r.Stdout, "max changed files: 10\n") || !strings.Contains(r.Stdout, "max changed lines: 100\n") {
+		t.Errorf("gate show: %s", r)
+	}
 	if r := s.CLI(t, agent.Secret, "", "gate", "set", "base", "--require-check", "tests"); r.Code != 1 || !strings.Contains(r.Stderr, "permission") {
 		t.Errorf("gate set by an agent: want exit 1 and a permission error, got %s", r)
 	}
@@ -139,5 +144,9 @@ func TestGateCLI(t *testing.T) {
 	s.postCheck(t, ci.Secret, "ws2", tip2, "lint", "success")
 	if r := s.CLI(t, agent.Secret, "", "promote", "ws2"); r.Code != 0 || !strings.Contains(r.Stdout, "promoted ws2 into base:main") || !strings.Contains(r.Stdout, tip2) {
 		t.Fatalf("promote ws2: %s", r)
+	}
+	// Without limits, for people: "no limit".
+	if r := s.CLI(t, s.AdminKey, "", "gate", "set", "base", "--require-check", "tests"); r.Code != 0 || !strings.Contains(r.Stdout, "max changed files: no limit\n") || !strings.Contains(r.Stdout, "max changed lines: no limit\n") {
+		t.Errorf("gate set without limits: %s", r)
 	}
 }

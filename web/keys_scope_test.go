@@ -275,6 +275,16 @@ func TestWorkspaceQuotaAndRateLimit(t *testing.T) {
 		t.Fatalf("over the rate: %d %v %v", status, m, h)
 	}
 	r.want(t, "GET", "/api/v1/whoami", r.admin, "", 200) // per key
+
+	// git prints a text/plain reason ("remote: rate limit: …"); a JSON
+	// one it did not show, only "The requested URL returned error: 429".
+	g := gitT{t: t, home: t.TempDir()}
+	u, _ := url.Parse(r.srv.URL)
+	u.User = url.UserPassword("x", r.agent)
+	out, err := g.run(t.TempDir(), nil, "ls-remote", u.String()+"/git/app.git")
+	if err == nil || !strings.Contains(out, "rate limit: key agent may make") {
+		t.Fatalf("git over the rate: %v\n%s", err, out)
+	}
 }
 
 // TestWorkspacePurge: DELETE ?purge=true (owner or admin) abandons the

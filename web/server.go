@@ -175,6 +175,12 @@ func (s *Server) Handler() http.Handler {
 	e.UnescapePathValues = true
 	e.Use(s.recovery, s.requestID, s.tracing, s.logging, s.bodyLimits, s.writeLimits)
 	e.NoRoute(func(c *gin.Context) {
+		if s.uiNotFound != nil && c.Request.URL.Path == "/" && (c.Request.Method == http.MethodGet || c.Request.Method == http.MethodHead) {
+			// The address the server prints at start, opened in a
+			// browser: the reviewers' UI (it was a 404 JSON answer).
+			c.Redirect(http.StatusFound, "/ui/")
+			return
+		}
 		if s.uiNotFound != nil && strings.HasPrefix(c.Request.URL.Path, "/ui/") {
 			s.uiNotFound(c)
 			return
@@ -338,6 +344,11 @@ func (s *Server) authenticate(c *gin.Context) {
 		return
 	}
 	if err := s.rateLimit(c, k); err != nil {
+		if git {
+			gitAdvertiseError(c, err) // "remote: rate limit: …"
+			c.Abort()
+			return
+		}
 		writeError(c, err)
 		c.Abort()
 		return

@@ -419,6 +419,15 @@ func TestUIErrors(t *testing.T) {
 	}
 	_, body, _ := w.get(t, c, "/ui/repos/nope")
 	mustContain(t, "404 page", body, "404 · Not Found", "nope")
+
+	// The address the server prints at start leads to the UI (it was a
+	// 404 JSON answer); other unknown paths stay 404.
+	if status, _, h := w.get(t, w.browser(t), "/"); status != http.StatusFound || h.Get("Location") != "/ui/" {
+		t.Errorf("GET /: %d → %q; want 302 to /ui/", status, h.Get("Location"))
+	}
+	if status, _, _ := w.get(t, w.browser(t), "/nope"); status != http.StatusNotFound {
+		t.Errorf("GET /nope: %d; want 404", status)
+	}
 }
 
 func TestUIMarkFailed(t *testing.T) {

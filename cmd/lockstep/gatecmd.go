@@ -167,6 +167,23 @@ func cmdGate(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if !cf.json {
+		// For people, a limit of 0 reads as what it means.
+		raw, err := json.Marshal(p)
+		if err != nil {
+			return err
+		}
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return err
+		}
+		for _, k := range []string{"max_changed_files", "max_changed_lines"} {
+			if n, ok := m[k].(float64); ok && n == 0 {
+				m[k] = "no limit"
+			}
+		}
+		return printAnswer(e, cf, m)
+	}
 	return printAnswer(e, cf, p)
 }
 
