@@ -549,13 +549,24 @@ const quietScans = 3
 // matters when something really cannot be killed.
 const killDeadline = 30 * time.Second
 
+// unsureSettle bounds how long the cleanup waits for processes started
+// after the run whose environment reads as empty (scanUnsure): a process
+// mid-exec shows it for a moment, one started with no environment at all
+// for good.
+const unsureSettle = time.Second
+
+// pfKthread is PF_KTHREAD of <linux/sched.h>, in /proc/PID/stat's flags.
+const pfKthread = 0x00200000
+
 func (r *Run) killScan() (int, error) {
 	first := -1
 	quiet := 0
-	deadline := time.Now().Add(killDeadline)
+	start := time.Now()
+	deadline := start.Add(killDeadline)
 	for time.Now().Before(deadline) {
 		live := 0
-		for _, p := range r.scan() {
+		procs, unsure := r.scanUnsure()
+		for _, p := range procs {
 			r.seen[p.PID] = true
 			if p.State == "Z" {
 				continue
@@ -567,12 +578,19 @@ func (r *Run) killScan() (int, error) {
 			first = live
 		}
 		r.reap()
-		if live == 0 {
+		switch {
+		case live > 0:
+			quiet = 0
+		case unsure > 0 && time.Since(start) < unsureSettle:
+			// A process that may be the run's, caught mid-exec: not a
+			// quiet scan until it can be told (or unsureSettle passed:
+			// a process whose environment stays unreadable is not the
+			// run's, whose processes can read their own).
+			quiet = 0
+		default:
 			if quiet++; quiet >= quietScans {
 				return first, nil
 			}
-		} else {
-			quiet = 0
 		}
 		time.Sleep(500 * time.Microsecond)
 	}
@@ -581,13 +599,25 @@ func (r *Run) killScan() (int, error) {
 
 type procInfo struct {
 	Process
-	pgid  int
-	start uint64 // start time, clock ticks after boot (stat field 22)
+	pgid    int
+	start   uint64 // start time, clock ticks after boot (stat field 22)
+	kthread bool   // a kernel thread (PF_KTHREAD): no environment, never the run's
 }
 
 // scan walks /proc for the run's processes: its process group, the
 // environment marker, and their descendants.
 func (r *Run) scan() []Process {
+	out, _ := r.scanUnsure()
+	return out
+}
+
+// scanUnsure is scan, and how many processes started after the run (not
+// kernel threads, not zombies) it could not tell about: their
+// environment read as empty, as it does for a moment while a process
+// execs (between the new memory map and its environment), so a
+// process of the run that escaped its group (setsid) and was exec'ing
+// looked like nobody's.
+func (r *Run) scanUnsure() ([]Process, int) {
 	ents, _ := os.ReadDir("/proc")
 	all := map[int]procInfo{}
 	children := map[int][]int{}
@@ -605,6 +635,7 @@ func (r *Run) scan() []Process {
 	}
 	marker := []byte(EnvMarker + "=" + r.ID + "\x00")
 	in := map[int]bool{}
+	unsure := 0
 	var queue []int
 	for pid, p := range all {
 		if pid == os.Getpid() {
@@ -616,7 +647,15 @@ func (r *Run) scan() []Process {
 		// Everything the run made, however it escaped (new session,
 		// double fork, re-parented), started after it and is read.
 		older := r.startTicks > 0 && p.start < r.startTicks
-		if p.pgid == r.pgid || pid == r.proc.Pid || !older && (hasMarker(pid, marker) || r.inMountNS(pid)) {
+		mine := p.pgid == r.pgid || pid == r.proc.Pid
+		if !mine && !older && !p.kthread {
+			has, known := hasMarker(pid, marker)
+			mine = has || r.inMountNS(pid)
+			if !mine && !known && p.State != "Z" {
+				unsure++
+			}
+		}
+		if mine {
 			in[pid] = true
 			queue = append(queue, pid)
 		}
@@ -637,7 +676,7 @@ func (r *Run) scan() []Process {
 		p.Cmdline = readCmdline(pid) // only for the run's: one read less per process of the machine
 		out = append(out, p)
 	}
-	return out
+	return out, unsure
 }
 
 // inMountNS reports whether pid lives in the run's own mount namespace.
@@ -652,15 +691,27 @@ func (r *Run) inMountNS(pid int) bool {
 // markerRead, when set (tests), hears every pid whose environment scan reads.
 var markerRead func(pid int)
 
-func hasMarker(pid int, marker []byte) bool {
+// environRead reads a process's environment (tests replace it).
+var environRead = func(pid int) ([]byte, error) {
+	return os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+}
+
+// hasMarker reports whether pid's environment holds marker, and whether
+// that is known: not when the environment reads as empty, as it does for
+// a moment while a process execs. A process that is gone, or whose
+// environment may not be read (another user's), is known not to hold it.
+func hasMarker(pid int, marker []byte) (has, known bool) {
 	if markerRead != nil {
 		markerRead(pid)
 	}
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil || len(data) == 0 {
-		return false
+	data, err := environRead(pid)
+	if err != nil {
+		return false, true
 	}
-	return strings.Contains("\x00"+string(data), "\x00"+string(marker))
+	if len(data) == 0 {
+		return false, false
+	}
+	return strings.Contains("\x00"+string(data), "\x00"+string(marker)), true
 }
 
 func readProc(pid int) (procInfo, bool) {
@@ -689,6 +740,10 @@ func readStat(pid int) (procInfo, bool) {
 	ppid, _ := strconv.Atoi(f[1])
 	pgid, _ := strconv.Atoi(f[2])
 	p := procInfo{Process: Process{PID: pid, PPID: ppid, State: f[0]}, pgid: pgid}
+	if len(f) > 6 {
+		flags, _ := strconv.ParseUint(f[6], 10, 64) // field 9
+		p.kthread = flags&pfKthread != 0
+	}
 	if len(f) > 19 {
 		p.start, _ = strconv.ParseUint(f[19], 10, 64) // field 22; 0 (unknown) never counts as older
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -56,4 +57,54 @@ func TestScanSkipsOlderProcesses(t *testing.T) {
 	r.proc.Kill()
 	r.Wait(context.Background())
 	r.Close()
+}
+
+// TestKillWaitsForAProcessMidExec: a process of the run that left its
+// group (setsid) is known by the marker in its environment, which reads
+// as empty for a moment while it execs. The cleanup took such a process
+// for nobody's, counted its scans as quiet and returned with it alive
+// (TestRandomizedResidue, a loaded CI machine: "1 processes of the run"
+// after the rollback). It now scans again until it can tell.
+func TestKillWaitsForAProcessMidExec(t *testing.T) {
+	r, err := Start(context.Background(), Spec{Args: []string{"sleep", "30"}, CgroupRoot: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	time.Sleep(30 * time.Millisecond) // start times count clock ticks (10 ms)
+	escaped := exec.Command("sleep", "30")
+	escaped.Env = append(os.Environ(), EnvMarker+"="+r.ID)
+	if err := escaped.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { escaped.Process.Kill(); escaped.Wait() })
+	// Its environment reads as empty for its first 20 reads, as in the
+	// middle of an exec.
+	var mu sync.Mutex
+	reads := 0
+	environRead = func(pid int) ([]byte, error) {
+		if pid == escaped.Process.Pid {
+			mu.Lock()
+			reads++
+			n := reads
+			mu.Unlock()
+			if n <= 20 {
+				return nil, nil
+			}
+		}
+		return os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	}
+	t.Cleanup(func() {
+		environRead = func(pid int) ([]byte, error) { return os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ") }
+	})
+	r.proc.Kill()
+	if _, err := r.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := readStat(escaped.Process.Pid); ok && p.State != "Z" {
+		mu.Lock()
+		n := reads
+		mu.Unlock()
+		t.Fatalf("the run's escaped process is alive after the cleanup (state %s; its environment read %d times)", p.State, n)
+	}
 }
