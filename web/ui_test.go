@@ -498,6 +498,9 @@ func TestUIChromium(t *testing.T) {
 		base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
 			"--disable-sync", "--no-first-run", "--hide-scrollbars", "--user-data-dir=" + t.TempDir()}
 		cmd := exec.CommandContext(ctx, chromium, append(base, args...)...)
+		// Chromium's own scratch (org.chromium.Chromium.*) stays in the
+		// test's temp dir, also when it is killed.
+		cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Run(); err != nil {
