@@ -87,6 +87,30 @@ func (s *Service) presentFor(ctx context.Context, n gitobj.Reader, r *lockstep.R
 	return p, nil
 }
 
+// ScopedPresence returns, for a scoped caller (the key in ctx), the
+// rule deciding which objects of repoName's network it may name (see
+// above): present(oid) for a full lowercase hex id. It is nil for every
+// other key (the whole network is present to it). The rule is not safe
+// for concurrent use. Errors: not_found (repository).
+func (s *Service) ScopedPresence(ctx context.Context, repoName string) (present func(oid string) bool, err error) {
+	if k := auth.FromContext(ctx); k == nil || k.Scope == nil {
+		return nil, nil
+	}
+	r, err := s.Repo(ctx, repoName)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.network(ctx, r.Network)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.presentFor(ctx, n, r)
+	if err != nil || p == nil {
+		return nil, err
+	}
+	return func(oid string) bool { return p.has(gitobj.NewHash(oid)) }, nil
+}
+
 // has reports whether h is present for the scoped key (nil p: any
 // stored object is).
 func (p *presence) has(h gitobj.Hash) bool {

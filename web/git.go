@@ -252,12 +252,38 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 			s.gitLsRefs(c, name, br)
 			return
 		}
-		cmd, err := s.gitCommand(c, name, "-c", "uploadpack.allowFilter=true", "upload-pack", "--stateless-rpc")
+		args := []string{"-c", "uploadpack.allowFilter=true"}
+		var in io.Reader = br
+		var refused chan error
+		present, err := s.Repos.ScopedPresence(c.Request.Context(), name)
 		if err != nil {
 			writeError(c, err)
 			return
 		}
-		cmd.Stdin = br
+		if present != nil {
+			// A scoped key (served protocol v0, see gitProtocol): git
+			// checks its wants against the namespace's refs but trusts the
+			// rest of the request (scopedUploadRequest), and a sparse:oid
+			// filter reads any blob of the network as patterns.
+			args = append(args, "-c", "uploadpackfilter.sparse:oid.allow=false")
+			pr, pw := io.Pipe()
+			defer pr.Close()
+			refused = make(chan error, 1)
+			go func() {
+				err := scopedUploadRequest(br, pw, present)
+				if e, ok := err.(*scopedRefusal); ok {
+					refused <- e
+				}
+				pw.CloseWithError(err)
+			}()
+			in = pr
+		}
+		cmd, err := s.gitCommand(c, name, append(args, "upload-pack", "--stateless-rpc")...)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		cmd.Stdin = in
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		noCache(c)
@@ -265,7 +291,77 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 		c.Status(http.StatusOK)
 		cmd.Stdout = c.Writer
 		if err := cmd.Run(); err != nil {
+			select {
+			case e := <-refused:
+				// Refused before the first flush: git has answered nothing.
+				if c.Writer.Size() <= 0 {
+					var b bytes.Buffer
+					writePkt(&b, "ERR "+e.Error()+"\n")
+					c.Writer.Write(b.Bytes())
+				}
+				return
+			default:
+			}
 			s.Logger.WarnContext(c.Request.Context(), "git upload-pack", "repo", name, "error", err, "stderr", stderr.String())
+		}
+	}
+}
+
+// scopedRefusal is a line of a scoped key's upload-pack request that is
+// refused (answered as git's "ERR" line).
+type scopedRefusal struct{ msg string }
+
+func (e *scopedRefusal) Error() string { return e.msg }
+
+// scopedUploadRequest copies a scoped key's protocol v0 upload-pack
+// request from r to w. git upload-pack refuses a want its namespace's
+// refs do not reach, but not the rest: a "shallow <oid>" line of any
+// commit, with "deepen 2147483647" (git fetch --unshallow), has git add
+// that commit's parents to the wants unchecked; "have <oid>" is ACKed
+// whenever the network stores the object; "deepen-not <ref>" resolves
+// refs outside the namespace. So a shallow or have line naming an
+// object not present to the key (repositories.ScopedPresence) is
+// dropped, as git drops one it does not store, and deepen-not is
+// refused (git resolves it outside the namespace, so it never worked
+// on a workspace's own branch names anyway).
+func scopedUploadRequest(r *bufio.Reader, w io.Writer, present func(oid string) bool) error {
+	for {
+		var hdr [4]byte
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		n, err := strconv.ParseUint(string(hdr[:]), 16, 16)
+		if err != nil {
+			return lockstep.Errorf(lockstep.EINVALID, "malformed pkt-line")
+		}
+		if n < 4 {
+			if _, err := w.Write(hdr[:]); err != nil {
+				return err
+			}
+			continue
+		}
+		b := make([]byte, n)
+		copy(b, hdr[:])
+		if _, err := io.ReadFull(r, b[4:]); err != nil {
+			return err
+		}
+		word, arg, _ := strings.Cut(strings.TrimSuffix(string(b[4:]), "\n"), " ")
+		switch word {
+		case "have", "shallow":
+			// git reads the first 40 hex digits, in either case.
+			if len(arg) >= 40 {
+				if oid := strings.ToLower(arg[:40]); lockstep.IsOID(oid) && !present(oid) {
+					continue
+				}
+			}
+		case "deepen-not":
+			return &scopedRefusal{"deepen-not (--shallow-exclude) is not served to a scoped key"}
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
 		}
 	}
 }
