@@ -319,10 +319,12 @@ func (e *scopedRefusal) Error() string { return e.msg }
 // commit, with "deepen 2147483647" (git fetch --unshallow), has git add
 // that commit's parents to the wants unchecked; "have <oid>" is ACKed
 // whenever the network stores the object; "deepen-not <ref>" resolves
-// refs outside the namespace. So a shallow or have line naming an
-// object not present to the key (repositories.ScopedPresence) is
-// dropped, as git drops one it does not store, and deepen-not is
-// refused (git resolves it outside the namespace, so it never worked
+// refs outside the namespace; and a want of a tree or blob is served
+// whatever repository stores it (git checks the reachability of commits
+// only). So a want naming an object not present to the key
+// (repositories.ScopedPresence) is refused as git refuses one it does
+// not store, a shallow or have line naming one is dropped, as git drops
+// one it does not store, and deepen-not is refused (git resolves it outside the namespace, so it never worked
 // on a workspace's own branch names anyway).
 func scopedUploadRequest(r *bufio.Reader, w io.Writer, present func(oid string) bool) error {
 	for {
@@ -355,6 +357,16 @@ func scopedUploadRequest(r *bufio.Reader, w io.Writer, present func(oid string) 
 			if len(arg) >= 40 {
 				if oid := strings.ToLower(arg[:40]); lockstep.IsOID(oid) && !present(oid) {
 					continue
+				}
+			}
+		case "want":
+			// git refuses a commit its refs do not reach, but serves any
+			// other object by id (its check walks commits only): a blob
+			// of another workspace, or the answer tells it is stored.
+			// Refused as git refuses a want it does not store.
+			if len(arg) >= 40 {
+				if oid := strings.ToLower(arg[:40]); lockstep.IsOID(oid) && !present(oid) {
+					return &scopedRefusal{"upload-pack: not our ref " + oid}
 				}
 			}
 		case "deepen-not":

@@ -19,7 +19,8 @@ import (
 // add the parents of that commit to the wants unchecked, a "have <oid>"
 // is ACKed when the network stores it, "deepen-not" resolves a ref of
 // any repository, and "filter sparse:oid=<oid>" reads any blob as
-// patterns. None of them may reach another workspace's objects.
+// patterns, and a want of a blob or tree is served whoever stores it.
+// None of them may reach another workspace's objects.
 func TestScopedKeyGitNegotiation(t *testing.T) {
 	f := mustServer(t)
 	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
@@ -99,6 +100,22 @@ func TestScopedKeyGitNegotiation(t *testing.T) {
 	}
 	if holds(ans, theirMid) || holds(ans, secretBlob) || bytes.Contains(ans, []byte("unshallow "+theirs)) {
 		t.Errorf("a scoped key's shallow line for another workspace's commit %s fetched its history:\n%q", theirs, ans)
+	}
+
+	// A want of their blob or commit by id: git refuses a commit its refs
+	// do not reach but served any blob or tree; refused alike, and alike
+	// for an object stored nowhere (no oracle).
+	nowhere := "0123456789abcdef0123456789abcdef01234567"
+	for _, oid := range []string{secretBlob, theirMid, strings.ToUpper(secretBlob), nowhere} {
+		ans := uploadPack(sub, pkt("want "+oid+" ofs-delta no-progress", "0000", "done"))
+		if holds(ans, strings.ToLower(oid)) || !bytes.Contains(ans, []byte("ERR upload-pack: not our ref "+strings.ToLower(oid))) {
+			t.Errorf("a scoped key's want of %s: %q, want git's refusal", oid, ans)
+		}
+	}
+	// Its own blob by id still is served.
+	myBlob := g.must(t.TempDir(), []byte("mine\n"), "hash-object", "--stdin")
+	if ans := uploadPack(sub, pkt("want "+myBlob+" ofs-delta no-progress", "0000", "done")); !holds(ans, myBlob) {
+		t.Errorf("a scoped key's want of its own blob %s: %q", myBlob, ans)
 	}
 
 	// The have oracle: git ACKs a have the network stores.
