@@ -143,6 +143,10 @@ func TestScopedKeyGitNegotiation(t *testing.T) {
 	if bytes.Contains(ans, []byte("PACK")) || !bytes.Contains(ans, []byte("sparse:oid")) {
 		t.Errorf("filter sparse:oid=<another workspace's blob> of a scoped key: %q, want a refusal", ans)
 	}
+	ans = uploadPack(sub, pkt("want "+mine+" ofs-delta no-progress filter", "filter combine:blob:none+sparse%3Aoid%3D"+secretBlob, "0000", "done"))
+	if bytes.Contains(ans, []byte("PACK")) || !bytes.Contains(ans, []byte("sparse:oid")) {
+		t.Errorf("filter combine:…+sparse:oid of a scoped key: %q, want a refusal", ans)
+	}
 	// Other filters still work for it.
 	if ans := uploadPack(sub, pkt("want "+mine+" ofs-delta no-progress filter", "filter blob:none", "0000", "done")); !holds(ans, mine) {
 		t.Fatalf("filter blob:none of a scoped key: %q", ans)
