@@ -175,10 +175,18 @@ func (m *Manager) buildTemplate(ctx context.Context, conn *pgx.Conn, repo, src s
 	if err := m.ensureRole(ctx, conn, owner, "NOLOGIN", ""); err != nil {
 		return err
 	}
-	if err := m.createDB(ctx, conn, staging, src, true); err != nil {
+	// Created closed: CREATE DATABASE grants CONNECT to PUBLIC, and a
+	// role that connected while the copy is open (every branch role of the
+	// server sees its name) would keep its session, reading and writing
+	// what every later branch of the repository starts from. PUBLIC loses
+	// CONNECT before connections are allowed for takeOwnership.
+	if err := m.createDB(ctx, conn, staging, src, false); err != nil {
 		return err
 	}
 	err := func() error {
+		if err := m.run(ctx, conn, append(restrictSQL(staging, ""), allowSQL(staging, true))...); err != nil {
+			return fmt.Errorf("open %s: %w", staging, err)
+		}
 		if err := m.takeOwnership(ctx, staging, owner); err != nil {
 			return err
 		}

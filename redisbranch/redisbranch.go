@@ -301,6 +301,12 @@ func (m *Manager) start(ctx context.Context, ws string, port int) error {
 		// DEBUG. Redis 7 has these switches (and these defaults); an older
 		// redis-server refuses the directives and the branch is not made.
 		"enable-protected-configs no", "enable-debug-command no", "enable-module-command no",
+		// RESTORE takes a payload the agent built: by default only its
+		// checksum and version are checked, and crafted ziplists,
+		// listpacks and intsets that pass have corrupted redis-server's
+		// memory (it runs as this process's user). Deep-check what
+		// clients send; the RDB files it loads are its own SAVEs.
+		"sanitize-dump-payload clients",
 	}, "\n") + "\n"
 	if err := os.WriteFile(m.aclMarker(ws), nil, 0o600); err != nil {
 		return err

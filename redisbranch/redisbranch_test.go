@@ -2,7 +2,9 @@ package redisbranch
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/crc64"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -511,5 +513,62 @@ func TestStartFailureSaysWhy(t *testing.T) {
 	_, err = m.CreateBranch(context.Background(), "app", "old-redis")
 	if err == nil || !strings.Contains(err.Error(), "Bad directive") || !strings.Contains(err.Error(), "enable-protected-configs") {
 		t.Fatalf("CreateBranch with a redis-server refusing its config: %v; want its reason", err)
+	}
+}
+
+// The agent's URL may RESTORE a payload it built itself; redis-server
+// (running as Lockstep's user, next to its data directory) checks only
+// the payload's checksum and version unless sanitize-dump-payload says so,
+// and crafted payloads that pass those have corrupted its memory (CVE
+// after CVE in ziplist/listpack/intset decoding). Every payload is
+// deep-checked; DUMP and RESTORE keep working.
+func TestAgentRestoreIsSanitized(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	b, err := m.CreateBranch(ctx, "app", "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := open(t, b.URL)
+	got, err := c.ConfigGet(ctx, "sanitize-dump-payload").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["sanitize-dump-payload"] != "clients" {
+		t.Fatalf("sanitize-dump-payload = %q, want clients", got["sanitize-dump-payload"])
+	}
+	if err := c.HSet(ctx, "h", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	dump, err := c.Dump(ctx, "h").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restore(ctx, "h2", 0, dump).Err(); err != nil {
+		t.Fatalf("RESTORE of a DUMP: %v", err)
+	}
+	if v := c.HGet(ctx, "h2", "f").Val(); v != "v" {
+		t.Fatalf("h2.f = %q after RESTORE", v)
+	}
+	// A crafted payload with a valid checksum: a hash whose listpack holds
+	// the same field twice (accepted unsanitized: HGETALL then lists fa
+	// twice).
+	if err := c.HSet(ctx, "h3", "fa", "v", "fb", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Dump(ctx, "h3").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(d[:len(d)-8])
+	i := strings.Index(string(body), "fb")
+	if i < 0 {
+		t.Fatalf("no field fb in the dump %q", d)
+	}
+	copy(body[i:], "fa")
+	tab := crc64.MakeTable(0x95ac9329ac4bc9b5) // Redis' CRC-64/Jones, reflected, no pre- or post-inversion
+	crafted := binary.LittleEndian.AppendUint64(body, ^crc64.Update(^uint64(0), tab, body))
+	if err := c.Restore(ctx, "h4", 0, string(crafted)).Err(); err == nil || !strings.Contains(err.Error(), "Bad data format") {
+		t.Fatalf("RESTORE of a hash with a duplicate field: %v (HGETALL %v), want Bad data format", err, c.HGetAll(ctx, "h4").Val())
 	}
 }

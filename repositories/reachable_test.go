@@ -85,3 +85,62 @@ func TestReachableStopsAtTheCommitsTime(t *testing.T) {
 		t.Fatalf("refusing a commit of another line read %d commits: want those newer than it (and the skew), not the history", cr.commits)
 	}
 }
+
+// TestReachWalkSharedAcrossQueries: one request of a scoped key asks
+// about many commits (objects/missing takes 100,000 ids, a fetch's have
+// lines are unbounded). Commits older than the whole history (a key can
+// store them itself, then force-push them away) each walked all of it:
+// 100 of them read 100 × 400 commits. One walk shared by the request's
+// questions reads the history once.
+func TestReachWalkSharedAcrossQueries(t *testing.T) {
+	n, err := gitstore.Open(filepath.Join(t.TempDir(), "net.git"), gitstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	empty := &plumbing.MemoryObject{}
+	empty.SetType(plumbing.TreeObject)
+	if _, err := n.WriteObjects([]plumbing.EncodedObject{empty}); err != nil {
+		t.Fatal(err)
+	}
+	k := 0
+	commit := func(at time.Time, ps ...gitobj.Hash) gitobj.Hash {
+		k++
+		sig := gitobj.Signature{Name: "a", Email: "a@example.com", When: at}
+		h, _, err := n.WriteCommit(gitobj.CommitSpec{Tree: empty.Hash(), Parents: ps, Author: sig, Committer: sig, Message: time.Duration(k).String() + "\n"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	t0 := time.Unix(1_700_000_000, 0).UTC()
+	var line []gitobj.Hash
+	for i := 0; i < 400; i++ {
+		var ps []gitobj.Hash
+		if i > 0 {
+			ps = []gitobj.Hash{line[i-1]}
+		}
+		line = append(line, commit(t0.Add(time.Duration(i)*time.Hour), ps...))
+	}
+	var old []gitobj.Hash
+	for i := 0; i < 100; i++ {
+		old = append(old, commit(t0.Add(-time.Duration(1000+i)*time.Hour)))
+	}
+	ctx := context.Background()
+	cr := &countingReader{Reader: n}
+	w := newReachWalk(cr, []gitobj.Hash{line[399]}, DefaultScopedCommitSkew)
+	for _, h := range old {
+		if ok, err := w.reaches(ctx, h); err != nil || ok {
+			t.Fatalf("reaches(old %s) = %v, %v; want false", h, ok, err)
+		}
+	}
+	for _, h := range []gitobj.Hash{line[399], line[200], line[0]} {
+		if ok, err := w.reaches(ctx, h); err != nil || !ok {
+			t.Fatalf("reaches(%s) = %v, %v; want true", h, ok, err)
+		}
+	}
+	// The history once (400), each question's own commit (103).
+	if cr.commits > 600 {
+		t.Fatalf("100 questions about old commits read %d commits: want the history once, not once per question", cr.commits)
+	}
+}

@@ -378,6 +378,14 @@ func (s *Service) abbrev(ctx context.Context, n gitobj.Reader, r *lockstep.Repo,
 // restoreCommitKey carries a checkpoint restore's commit to scopedCommit.
 type restoreCommitKey struct{}
 
+// scopedSkew is Config.ScopedCommitSkew or its default.
+func (s *Service) scopedSkew() time.Duration {
+	if s.cfg.ScopedCommitSkew > 0 {
+		return s.cfg.ScopedCommitSkew
+	}
+	return DefaultScopedCommitSkew
+}
+
 // scopedCommit returns not_found (as for a missing commit) unless the
 // caller may read commit h of r by its id: any key but a scoped one; a
 // scoped key only a commit reachable from one of r's refs (r itself was
@@ -400,11 +408,7 @@ func (s *Service) scopedCommit(ctx context.Context, n gitobj.Reader, r *lockstep
 	for i, ref := range refs {
 		tips[i] = gitobj.NewHash(ref.OID)
 	}
-	skew := s.cfg.ScopedCommitSkew
-	if skew <= 0 {
-		skew = DefaultScopedCommitSkew
-	}
-	if ok, err := reachable(ctx, n, tips, h, skew); ok || err != nil {
+	if ok, err := reachable(ctx, n, tips, h, s.scopedSkew()); ok || err != nil {
 		return err
 	}
 	return lockstep.Errorf(lockstep.ENOTFOUND, "commit %s not found in %s", h, r.Name)
@@ -435,41 +439,65 @@ func (s *Service) Unmirror(ctx context.Context, r *lockstep.Repo, refs []lockste
 // missed: refused, never an unreachable one let through). So an
 // unreachable h costs the commits newer than it, not the whole history.
 func reachable(ctx context.Context, n gitobj.Reader, tips []gitobj.Hash, h gitobj.Hash, skew time.Duration) (bool, error) {
-	target, err := n.Commit(h)
+	return newReachWalk(n, tips, skew).reaches(ctx, h)
+}
+
+// reachWalk is reachable's walk kept across the questions of one
+// request: a scoped key's objects/missing or a fetch's have lines ask
+// about many ids, and each question continues the walk where the last
+// one stopped, so N questions read the history at most once, not N
+// times (N old commits, each older than the whole history, would each
+// walk all of it). What the walk has met is reachable whatever the
+// floor of the question that met it.
+type reachWalk struct {
+	n    gitobj.Reader
+	skew time.Duration
+	q    infoQueue
+	seen map[gitobj.Hash]bool // the tips, and the parents of every commit walked
+}
+
+func newReachWalk(n gitobj.Reader, tips []gitobj.Hash, skew time.Duration) *reachWalk {
+	w := &reachWalk{n: n, skew: skew, seen: map[gitobj.Hash]bool{}}
+	for _, t := range tips {
+		w.add(t)
+	}
+	return w
+}
+
+func (w *reachWalk) add(c gitobj.Hash) {
+	if w.seen[c] {
+		return
+	}
+	w.seen[c] = true
+	if ci, err := w.n.Commit(c); err == nil { // a ref naming a tag or a blob: no history to walk
+		heap.Push(&w.q, ci)
+	}
+}
+
+// reaches reports whether commit h is reachable from the walk's tips
+// (see reachable).
+func (w *reachWalk) reaches(ctx context.Context, h gitobj.Hash) (bool, error) {
+	target, err := w.n.Commit(h)
 	if err != nil {
 		return false, err
 	}
-	floor := target.Committer.When.Add(-skew)
-	seen := map[gitobj.Hash]bool{}
-	q := &infoQueue{}
-	add := func(c gitobj.Hash) {
-		if seen[c] {
-			return
-		}
-		seen[c] = true
-		if ci, err := n.Commit(c); err == nil { // a ref naming a tag or a blob: no history to walk
-			heap.Push(q, ci)
-		}
+	if w.seen[h] {
+		return true, nil
 	}
-	for _, t := range tips {
-		if t == h {
-			return true, nil
-		}
-		add(t)
-	}
-	for q.Len() > 0 {
+	floor := target.Committer.When.Add(-w.skew)
+	for w.q.Len() > 0 {
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
-		c := heap.Pop(q).(*gitobj.CommitInfo)
-		if c.Committer.When.Before(floor) {
-			break
+		if w.q[0].Committer.When.Before(floor) {
+			break // left for a question about an older commit
 		}
+		c := heap.Pop(&w.q).(*gitobj.CommitInfo)
 		for _, p := range c.Parents {
-			if p == h {
-				return true, nil
-			}
-			add(p)
+			w.add(p)
+		}
+		if w.seen[h] {
+			return true, nil
 		}
 	}
 	return false, nil

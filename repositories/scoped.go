@@ -46,6 +46,9 @@ type presence struct {
 	tips map[gitobj.Hash]bool // what r's refs name
 	set  *reachSet
 	memo map[gitobj.Hash]bool // commits walked for, and the answer
+	// walk: scopedCommit's walk of r's history, shared by every commit
+	// asked about (nil until the first).
+	walk *reachWalk
 	// logged: the grants of r's newest uploads as the operations log
 	// keeps them (loggedGrant; nil until a miss reads them).
 	logged map[string]bool
@@ -87,6 +90,30 @@ func (s *Service) presentFor(ctx context.Context, n gitobj.Reader, r *lockstep.R
 	return p, nil
 }
 
+// ScopedPresence returns, for a scoped caller (the key in ctx), the
+// rule deciding which objects of repoName's network it may name (see
+// above): present(oid) for a full lowercase hex id. It is nil for every
+// other key (the whole network is present to it). The rule is not safe
+// for concurrent use. Errors: not_found (repository).
+func (s *Service) ScopedPresence(ctx context.Context, repoName string) (present func(oid string) bool, err error) {
+	if k := auth.FromContext(ctx); k == nil || k.Scope == nil {
+		return nil, nil
+	}
+	r, err := s.Repo(ctx, repoName)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.network(ctx, r.Network)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.presentFor(ctx, n, r)
+	if err != nil || p == nil {
+		return nil, err
+	}
+	return func(oid string) bool { return p.has(gitobj.NewHash(oid)) }, nil
+}
+
 // has reports whether h is present for the scoped key (nil p: any
 // stored object is).
 func (p *presence) has(h gitobj.Hash) bool {
@@ -112,13 +139,30 @@ func (p *presence) has(h gitobj.Hash) bool {
 	}
 	ok := false
 	if _, err := p.n.Commit(h); err == nil {
-		ok = p.s.scopedCommit(p.ctx, p.n, p.r, h) == nil
+		ok = p.reaches(h)
 	}
 	if !ok {
 		ok = p.loggedGrant(h)
 	}
 	p.memo[h] = ok
 	return ok
+}
+
+// reaches is scopedCommit for p's repository, its walk shared by every
+// commit p is asked about.
+func (p *presence) reaches(h gitobj.Hash) bool {
+	if c, ok := p.ctx.Value(restoreCommitKey{}).(gitobj.Hash); ok && c == h {
+		return true
+	}
+	if p.walk == nil {
+		tips := make([]gitobj.Hash, 0, len(p.tips))
+		for t := range p.tips {
+			tips = append(tips, t)
+		}
+		p.walk = newReachWalk(p.n, tips, p.s.scopedSkew())
+	}
+	ok, err := p.walk.reaches(p.ctx, h)
+	return ok && err == nil
 }
 
 // grantedDetail is the detail of an objects.upload entry of a scoped key

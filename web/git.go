@@ -391,19 +391,50 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 			s.gitLsRefs(c, name, br)
 			return
 		}
-		cmd, err := s.gitCommand(c, name, "-c", uploadPackFilter(strings.Contains(gitProtocol(c), "version=2")), "upload-pack", "--stateless-rpc")
+		args := []string{"-c", uploadPackFilter(strings.Contains(gitProtocol(c), "version=2"))}
+		present, err := s.Repos.ScopedPresence(c.Request.Context(), name)
 		if err != nil {
 			writeError(c, err)
 			return
 		}
-		dn := &deepenNotReader{br: br, repo: name, resolve: func(ref string) (string, bool) {
-			head, refs, err := s.Repos.GitRefs(c.Request.Context(), name)
-			if err != nil {
-				return "", false
-			}
-			return namespacedRef(name, head, refs, ref)
-		}}
-		cmd.Stdin = dn
+		var in io.Reader
+		var refused chan error
+		var dn *deepenNotReader
+		if present != nil {
+			// A scoped key (served protocol v0, see gitProtocol): git
+			// checks its wants against the namespace's refs but trusts the
+			// rest of the request (scopedUploadRequest), and a sparse:oid
+			// filter reads any blob of the network as patterns.
+			args = append(args, "-c", "uploadpackfilter.sparse:oid.allow=false")
+			pr, pw := io.Pipe()
+			defer pr.Close()
+			refused = make(chan error, 1)
+			go func() {
+				err := scopedUploadRequest(br, pw, present)
+				if e, ok := err.(*scopedRefusal); ok {
+					refused <- e
+				}
+				pw.CloseWithError(err)
+			}()
+			in = pr
+		} else {
+			// deepen-not names a ref of this repository (git would look
+			// it up outside the namespace).
+			dn = &deepenNotReader{br: br, repo: name, resolve: func(ref string) (string, bool) {
+				head, refs, err := s.Repos.GitRefs(c.Request.Context(), name)
+				if err != nil {
+					return "", false
+				}
+				return namespacedRef(name, head, refs, ref)
+			}}
+			in = dn
+		}
+		cmd, err := s.gitCommand(c, name, append(args, "upload-pack", "--stateless-rpc")...)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		cmd.Stdin = in
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		noCache(c)
@@ -412,6 +443,17 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 		out := &countingWriter{w: c.Writer}
 		cmd.Stdout = out
 		if err := cmd.Run(); err != nil {
+			select {
+			case e := <-refused:
+				// Refused before the first flush: git has answered nothing.
+				if out.n == 0 {
+					var b bytes.Buffer
+					writePkt(&b, "ERR "+e.Error()+"\n")
+					c.Writer.Write(b.Bytes())
+				}
+				return
+			default:
+			}
 			s.Logger.WarnContext(c.Request.Context(), "git upload-pack", "repo", name, "error", err, "stderr", stderr.String())
 			// git upload-pack refused the request before answering (over
 			// HTTP its reason went to stderr only, and git printed
@@ -419,14 +461,87 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 			// "fatal: remote error: <reason>". Only upload-pack's own
 			// reasons about the request are passed on.
 			msg := uploadPackRefusal(stderr.String())
-			if bad := dn.firstUnresolved(); bad != "" {
-				msg = fmt.Sprintf("deepen-not %s: no single branch or tag of %s has that name (--shallow-exclude takes a ref of the repository)", bad, name)
+			if dn != nil {
+				if bad := dn.firstUnresolved(); bad != "" {
+					msg = fmt.Sprintf("deepen-not %s: no single branch or tag of %s has that name (--shallow-exclude takes a ref of the repository)", bad, name)
+				}
 			}
 			if out.n == 0 && msg != "" {
 				var buf bytes.Buffer
 				writePkt(&buf, "ERR "+msg+"\n")
 				c.Writer.Write(buf.Bytes())
 			}
+		}
+	}
+}
+
+// scopedRefusal is a line of a scoped key's upload-pack request that is
+// refused (answered as git's "ERR" line).
+type scopedRefusal struct{ msg string }
+
+func (e *scopedRefusal) Error() string { return e.msg }
+
+// scopedUploadRequest copies a scoped key's protocol v0 upload-pack
+// request from r to w. git upload-pack refuses a want its namespace's
+// refs do not reach, but not the rest: a "shallow <oid>" line of any
+// commit, with "deepen 2147483647" (git fetch --unshallow), has git add
+// that commit's parents to the wants unchecked; "have <oid>" is ACKed
+// whenever the network stores the object; "deepen-not <ref>" resolves
+// refs outside the namespace; and a want of a tree or blob is served
+// whatever repository stores it (git checks the reachability of commits
+// only). So a want naming an object not present to the key
+// (repositories.ScopedPresence) is refused as git refuses one it does
+// not store, a shallow or have line naming one is dropped, as git drops
+// one it does not store, and deepen-not is refused (git resolves it outside the namespace, so it never worked
+// on a workspace's own branch names anyway).
+func scopedUploadRequest(r *bufio.Reader, w io.Writer, present func(oid string) bool) error {
+	for {
+		var hdr [4]byte
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		n, err := strconv.ParseUint(string(hdr[:]), 16, 16)
+		if err != nil {
+			return lockstep.Errorf(lockstep.EINVALID, "malformed pkt-line")
+		}
+		if n < 4 {
+			if _, err := w.Write(hdr[:]); err != nil {
+				return err
+			}
+			continue
+		}
+		b := make([]byte, n)
+		copy(b, hdr[:])
+		if _, err := io.ReadFull(r, b[4:]); err != nil {
+			return err
+		}
+		word, arg, _ := strings.Cut(strings.TrimSuffix(string(b[4:]), "\n"), " ")
+		switch word {
+		case "have", "shallow":
+			// git reads the first 40 hex digits, in either case.
+			if len(arg) >= 40 {
+				if oid := strings.ToLower(arg[:40]); lockstep.IsOID(oid) && !present(oid) {
+					continue
+				}
+			}
+		case "want":
+			// git refuses a commit its refs do not reach, but serves any
+			// other object by id (its check walks commits only): a blob
+			// of another workspace, or the answer tells it is stored.
+			// Refused as git refuses a want it does not store.
+			if len(arg) >= 40 {
+				if oid := strings.ToLower(arg[:40]); lockstep.IsOID(oid) && !present(oid) {
+					return &scopedRefusal{"upload-pack: not our ref " + oid}
+				}
+			}
+		case "deepen-not":
+			return &scopedRefusal{"deepen-not (--shallow-exclude) is not served to a scoped key"}
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
 		}
 	}
 }
