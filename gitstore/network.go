@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -251,6 +252,14 @@ func (n *Network) reloadLocked() error {
 			continue
 		}
 		p, err := n.openPack(h)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Listed, then removed before the open: a repack beside this
+			// process (Compact's, or one a killed server left running)
+			// folded it into a pack of its own, written before it deleted
+			// this one, which this listing or the next miss's reload finds.
+			delete(onDisk, h)
+			continue
+		}
 		if err != nil {
 			for _, a := range added {
 				a.close()
