@@ -3,6 +3,7 @@ package e2e
 import (
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -168,4 +169,46 @@ func packOfOIDs(t *testing.T, files map[string]string, tree string, subtrees ...
 		t.Fatalf("git pack-objects: %v", err)
 	}
 	return pack
+}
+
+// TestRestartRightAfterAKillMidRefMirror: the server is SIGKILLed while it
+// writes a ref to the on-disk mirror git serves (what that leaves:
+// "<ref>.lock" beside a stale or missing ref file) and restarted at once.
+// Its start-up re-sync must rewrite the ref from the database: before, the
+// lock (younger than 10 s) made it fail ("lock ref: file exists") and git
+// clients went without that ref until it moved again.
+func TestRestartRightAfterAKillMidRefMirror(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOpts{})
+	s.CreateRepo(t, "mir")
+	p1 := s.Push(t, s.AdminKey, "mir", zeroOID, map[string]string{"a.txt": "one\n"})
+	p2 := s.Push(t, s.AdminKey, "mir", p1.Commit, map[string]string{"a.txt": "two\n"})
+	src := t.TempDir()
+	e2ekit.Git(t, "", "clone", "-q", s.GitURL("mir", s.AdminKey), src)
+	e2ekit.Git(t, src, "push", "-q", "origin", "HEAD:refs/heads/side")
+	s.Kill()
+
+	ns := filepath.Join(s.Data, "networks", "mir.git", "refs", "namespaces", "mir", "refs", "heads")
+	// main: the old value on disk, the new one in a lock never renamed;
+	// side: created in the database, its first write cut before the rename.
+	writeFile(t, filepath.Join(ns, "main"), p1.Commit+"\n")
+	writeFile(t, filepath.Join(ns, "main.lock"), p2.Commit+"\n")
+	if err := os.Remove(filepath.Join(ns, "side")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(ns, "side.lock"), "")
+
+	s = s.restart(t)
+	net := filepath.Join(s.Data, "networks", "mir.git")
+	for ref, want := range map[string]string{"main": p2.Commit, "side": p2.Commit} {
+		if got, err := e2ekit.GitCmd(t, "", "--git-dir="+net, "rev-parse", "--verify", "-q", "refs/namespaces/mir/refs/heads/"+ref); err != nil || strings.TrimSpace(got) != want {
+			t.Errorf("mirror of %s after the restart: %q (%v), want %s\n%s", ref, got, err, want, s.Stderr)
+		}
+	}
+	clone := filepath.Join(t.TempDir(), "mir.git")
+	e2ekit.Git(t, "", "clone", "-q", "--mirror", s.GitURL("mir", s.AdminKey), clone)
+	e2ekit.Git(t, clone, "fsck", "--strict", "--no-dangling")
+	if got := e2ekit.Git(t, clone, "rev-parse", "side"); got != p2.Commit {
+		t.Errorf("side in a clone after the restart: %s, want %s", got, p2.Commit)
+	}
 }
