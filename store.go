@@ -177,6 +177,12 @@ type StatusChange struct {
 	// Effects, on a promote, releases the workspace's staged effects in
 	// the same transaction (nil: they stay as they are).
 	Effects *EffectRelease
+	// ExpectRef, when set, is a ref of the repository that must still be
+	// at ExpectOID in the transaction (ref_conflict otherwise): a promote
+	// lands the workspace tip it read, and a write to the workspace
+	// committed since then refuses the landing instead of being left out
+	// of it.
+	ExpectRef, ExpectOID string
 }
 
 // AttemptRecord is an attempt to record with a ref update.

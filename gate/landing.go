@@ -17,6 +17,9 @@ type PromoteTarget struct {
 	Branch    string
 	Commit    gitobj.Hash
 	Tree      gitobj.Hash
+	// Tip is the workspace branch's tip when the target was read; the
+	// landing requires it unchanged (StatusChange.ExpectRef).
+	Tip gitobj.Hash
 	// HoldEffectClasses are the effect classes the base branch's policy
 	// holds for a reviewer (set by Promote from the policy).
 	HoldEffectClasses []string
@@ -41,13 +44,15 @@ func (s *Service) Target(ctx context.Context, wsName, commit string) (*PromoteTa
 	if err != nil {
 		return nil, err
 	}
-	rev := commit
-	if rev == "" {
-		rev = ws.DefaultBranch
-	}
-	h, err := s.repos.Resolve(ctx, ws, rev)
+	tip, err := s.repos.Tip(ctx, ws, ws.DefaultBranch)
 	if err != nil {
 		return nil, err
+	}
+	h := tip
+	if commit != "" {
+		if h, err = s.repos.Resolve(ctx, ws, commit); err != nil {
+			return nil, err
+		}
 	}
 	n, err := s.repos.Network(ws.Network)
 	if err != nil {
@@ -57,10 +62,6 @@ func (s *Service) Target(ctx context.Context, wsName, commit string) (*PromoteTa
 		// The fork network shares one object store, so an oid resolves in
 		// every repository of it: require the workspace's own history, or
 		// an agent could land another agent's commit through its workspace.
-		tip, err := s.repos.Tip(ctx, ws, ws.DefaultBranch)
-		if err != nil {
-			return nil, err
-		}
 		if tip != h {
 			bases, err := merge.MergeBases(ctx, n.Objects(), tip, h)
 			if err != nil {
@@ -75,7 +76,7 @@ func (s *Service) Target(ctx context.Context, wsName, commit string) (*PromoteTa
 	if err != nil {
 		return nil, err
 	}
-	return &PromoteTarget{Workspace: ws, Base: base, Branch: base.DefaultBranch, Commit: h, Tree: ci.Tree}, nil
+	return &PromoteTarget{Workspace: ws, Base: base, Branch: base.DefaultBranch, Commit: h, Tree: ci.Tree, Tip: tip}, nil
 }
 
 // PromoteChanges lists what the workspace commit changes relative to its
@@ -142,7 +143,11 @@ func (s *Service) land(ctx context.Context, actor *lockstep.Key, t *PromoteTarge
 		Entry: &lockstep.OpEntry{KeyID: actor.ID, KeyName: actor.Name, Op: "workspace.promoted", Repo: t.Workspace.Name, TraceID: traceID(ctx),
 			Details: map[string]any{"into": t.Base.Name + ":" + t.Branch, "commit": t.Commit.String()}},
 		// The workspace's staged effects go to the outbox with the move.
-		Effects: &lockstep.EffectRelease{Into: t.Base.Name, IntoID: t.Base.ID, Hold: t.HoldEffectClasses, IntoWorkspace: t.Base.IsWorkspace()}}
+		Effects: &lockstep.EffectRelease{Into: t.Base.Name, IntoID: t.Base.ID, Hold: t.HoldEffectClasses, IntoWorkspace: t.Base.IsWorkspace()},
+		// A push or rollback of the workspace after the target was read
+		// refuses the landing: promoted would close the workspace with an
+		// acknowledged write that never lands (or land what it undid).
+		ExpectRef: "refs/heads/" + t.Workspace.DefaultBranch, ExpectOID: t.Tip.String()}
 	res, err := s.repos.LandCommit(ctx, actor, t.Base, t.Branch, t.Commit, t.Tree, mode, message,
 		repositories.Reason{Op: "promote", Start: start, Details: details, Workspace: t.Workspace.Name, Change: change, Wrap: wrap})
 	if err != nil {

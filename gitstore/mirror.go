@@ -308,7 +308,10 @@ func (n *Network) looseRefs(ns string) (map[string]string, error) {
 }
 
 // staleLock is the age after which a ref lock file is taken as left by a
-// crash.
+// crash. A lock older than the Network's Open is one too, whatever its age:
+// a server SIGKILLed mid-write and restarted at once (a service manager
+// restarts in well under staleLock) must not leave that ref out of the
+// mirror its start-up sync rewrites.
 const staleLock = 10 * time.Second
 
 // writeRefFile writes content to path through path.lock (exclusive
@@ -322,8 +325,9 @@ func (n *Network) writeRefFile(path, content string) error {
 	f, err := os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if errors.Is(err, fs.ErrExist) {
 		// Refs are written only under refMu, so a lock file older than a
-		// few seconds was left by a crash (ours or a git command's).
-		if fi, serr := os.Stat(lock); serr == nil && time.Since(fi.ModTime()) > staleLock {
+		// few seconds, or than this Network, was left by a crash (ours or
+		// a git command's).
+		if fi, serr := os.Stat(lock); serr == nil && (time.Since(fi.ModTime()) > staleLock || fi.ModTime().Before(n.openedAt)) {
 			os.Remove(lock)
 			f, err = os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 		}

@@ -2,6 +2,7 @@ package gitstore
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,5 +72,43 @@ func TestMirrorHEADWritesOnlyOnChange(t *testing.T) {
 	must(t, n.MirrorHEAD("base", "trunk"))
 	if b, _ := os.ReadFile(path); string(b) != "refs/heads/trunk\n" {
 		t.Fatalf("heads file %q after a change", b)
+	}
+}
+
+// TestSyncMirrorAfterACrashMidRefWrite: a server SIGKILLed while it wrote
+// a mirror ref leaves "<ref>.lock" behind; restarted at once (a service
+// manager restarts in well under the 10 s after which a lock counts as
+// stale), its start-up SyncMirror must still write the ref. It used to
+// fail with "lock ref: file exists", leaving the ref out of what git
+// serves until the ref moved again or the next restart.
+func TestSyncMirrorAfterACrashMidRefWrite(t *testing.T) {
+	n := MustOpen(t)
+	c1, _ := mustPush(t, n, []tarEntry{{Name: "a.txt", Body: "one\n"}}, nil, 1700000000)
+	c2, _ := mustPush(t, n, []tarEntry{{Name: "a.txt", Body: "two\n"}}, []plumbing.Hash{c1}, 1700000001)
+	must(t, n.MirrorRef("r", "refs/heads/main", c1))
+	// The crash: the lock of main's next value written, not yet renamed,
+	// and a new ref's lock before its first write.
+	ns := filepath.Join(n.Dir(), "refs", "namespaces", "r", "refs")
+	must(t, os.WriteFile(filepath.Join(ns, "heads", "main.lock"), []byte(c2.String()+"\n"), 0o644))
+	must(t, os.MkdirAll(filepath.Join(ns, "tags"), 0o755))
+	must(t, os.WriteFile(filepath.Join(ns, "tags", "v1.lock"), nil, 0o644))
+	n.Close()
+
+	again, err := Open(n.Dir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if err := again.SyncMirror("r", map[string]plumbing.Hash{"refs/heads/main": c2, "refs/tags/v1": c1}); err != nil {
+		t.Fatalf("start-up sync after a crash mid-write: %v", err)
+	}
+	for ref, want := range map[string]plumbing.Hash{"heads/main": c2, "tags/v1": c1} {
+		b, err := os.ReadFile(filepath.Join(ns, filepath.FromSlash(ref)))
+		if err != nil || strings.TrimSpace(string(b)) != want.String() {
+			t.Errorf("mirror %s after the sync: %q, %v; want %s", ref, b, err, want)
+		}
+		if _, err := os.Stat(filepath.Join(ns, filepath.FromSlash(ref)) + ".lock"); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the crash's lock of %s is still there: %v", ref, err)
+		}
 	}
 }

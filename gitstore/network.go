@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -92,6 +93,9 @@ func (n *Network) packHook(h plumbing.Hash, objects int) error {
 type Network struct {
 	dir  string
 	opts Options
+	// openedAt is when Open began: a ref lock file older than this was
+	// left by a crashed process, not by a writer of this one (writeRefFile).
+	openedAt time.Time
 
 	mu    sync.RWMutex            // guards packs and where
 	packs []*pack                 // newest first
@@ -151,7 +155,7 @@ func Open(dir string, opts Options) (*Network, error) {
 	if opts.CacheBytes <= 0 {
 		opts.CacheBytes = int64(32 * cache.MiByte)
 	}
-	n := &Network{dir: abs, opts: opts, cache: cache.NewObjectLRU(cache.FileSize(opts.CacheBytes))}
+	n := &Network{dir: abs, opts: opts, openedAt: time.Now(), cache: cache.NewObjectLRU(cache.FileSize(opts.CacheBytes))}
 	if err := n.initBare(); err != nil {
 		return nil, diskError(fmt.Errorf("open network %s: %w", dir, err))
 	}
@@ -251,6 +255,14 @@ func (n *Network) reloadLocked() error {
 			continue
 		}
 		p, err := n.openPack(h)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Listed, then removed before the open: a repack beside this
+			// process (Compact's, or one a killed server left running)
+			// folded it into a pack of its own, written before it deleted
+			// this one, which this listing or the next miss's reload finds.
+			delete(onDisk, h)
+			continue
+		}
 		if err != nil {
 			for _, a := range added {
 				a.close()

@@ -353,3 +353,64 @@ func TestAddPacksListsNothing(t *testing.T) {
 	}
 	_ = p2
 }
+
+// TestReloadSkipsAPackRemovedAfterTheListing: a `git repack -a -d` running
+// beside this process (Compact's, or one a killed server left behind while
+// its successor opens the network) deletes packs it folded; one listed by
+// the reload's ReadDir and gone by its open was removed, not broken. The
+// reload (and Open, which is one) used to fail on it, so a restarted
+// server could not open the network and left a whole repository's refs
+// out of the mirror git serves. The listed-then-gone pack is a pair of
+// dangling symlinks here: listed, and ENOENT at open.
+func TestReloadSkipsAPackRemovedAfterTheListing(t *testing.T) {
+	n := MustOpen(t)
+	c, _ := mustPush(t, n, []tarEntry{{Name: "a.txt", Body: "a\n"}}, nil, 1700000000)
+	must(t, n.MirrorRef("r", "refs/heads/main", c))
+	gone := strings.Repeat("ab", 20)
+	for _, ext := range []string{"idx", "pack"} {
+		if err := os.Symlink(filepath.Join(t.TempDir(), "removed."+ext), filepath.Join(n.Dir(), "objects", "pack", "pack-"+gone+"."+ext)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.Reload(); err != nil {
+		t.Fatalf("reload with a pack removed after the listing: %v", err)
+	}
+	if _, err := n.Commit(c); err != nil {
+		t.Fatalf("commit after the reload: %v", err)
+	}
+	// The index still there, the pack gone (git removes the pack first).
+	before := map[string]bool{}
+	packDir := filepath.Join(n.Dir(), "objects", "pack")
+	ents, _ := os.ReadDir(packDir)
+	for _, e := range ents {
+		before[e.Name()] = true
+	}
+	mustPush(t, n, []tarEntry{{Name: "b.txt", Body: "b\n"}}, nil, 1700000001)
+	ents, _ = os.ReadDir(packDir)
+	var second string
+	for _, e := range ents {
+		if name := e.Name(); !before[name] && strings.HasSuffix(name, ".pack") {
+			second = filepath.Join(packDir, name)
+		}
+	}
+	if second == "" {
+		t.Fatal("the second push wrote no pack")
+	}
+	must(t, os.Rename(second, second+".moved"))
+	must(t, os.Symlink(second+".gone", second))
+	n2, err := Open(n.Dir(), Options{})
+	if err != nil {
+		t.Fatalf("open with an index whose pack was removed after the listing: %v", err)
+	}
+	n2.Close()
+	must(t, os.Remove(second))
+	must(t, os.Rename(second+".moved", second))
+	again, err := Open(n.Dir(), Options{})
+	if err != nil {
+		t.Fatalf("open with a pack removed after the listing: %v", err)
+	}
+	defer again.Close()
+	if _, err := again.Commit(c); err != nil {
+		t.Fatalf("commit after the open: %v", err)
+	}
+}

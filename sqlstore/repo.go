@@ -384,6 +384,22 @@ func (s *DB) UpdateRefsAndStatus(ctx context.Context, updates []lockstep.RefUpda
 			// active is refused like any ref move of it.
 			return lockstep.Errorf(lockstep.EINVALID, "workspace %s is %s, not %s", change.Repo, cur, change.From)
 		}
+		if change.ExpectRef != "" {
+			// The row lock just taken orders this check with every ref
+			// move of the repository (lockActive takes the same lock).
+			var oid string
+			var u int64
+			var name string
+			err := tx.QueryRowContext(ctx, qRef, change.RepoID, change.ExpectRef).Scan(&name, &oid, &u)
+			if errors.Is(err, sql.ErrNoRows) {
+				oid = lockstep.ZeroOID
+			} else if err != nil {
+				return fmt.Errorf("read %s of %s: %w", change.ExpectRef, change.Repo, err)
+			}
+			if oid != change.ExpectOID {
+				return lockstep.RefConflict(change.Repo, change.ExpectRef, change.ExpectOID, oid)
+			}
+		}
 		if err := s.updateRefs(ctx, tx, updates, attempts, events, entry); err != nil {
 			return err
 		}
