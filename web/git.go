@@ -270,18 +270,6 @@ func namespacedRef(repo, head string, refs []repositories.AdvertisedRef, name st
 	return "refs/namespaces/" + repo + "/" + found[0], true
 }
 
-// countingWriter counts what was written through it.
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
-}
-
 // uploadPackRefusal is git upload-pack's own reason for refusing a
 // request ("fatal: git upload-pack: ambiguous deepen-not: deepen-not
 // x"), without the "fatal: " prefix; "" for any other failure (paths and
@@ -440,13 +428,12 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 		noCache(c)
 		c.Header("Content-Type", "application/x-git-upload-pack-result")
 		c.Status(http.StatusOK)
-		out := &countingWriter{w: c.Writer}
-		cmd.Stdout = out
+		cmd.Stdout = c.Writer
 		if err := cmd.Run(); err != nil {
 			select {
 			case e := <-refused:
 				// Refused before the first flush: git has answered nothing.
-				if out.n == 0 {
+				if c.Writer.Size() <= 0 {
 					var b bytes.Buffer
 					writePkt(&b, "ERR "+e.Error()+"\n")
 					c.Writer.Write(b.Bytes())
@@ -466,7 +453,7 @@ func (s *Server) handleGitUploadPack() gin.HandlerFunc {
 					msg = fmt.Sprintf("deepen-not %s: no single branch or tag of %s has that name (--shallow-exclude takes a ref of the repository)", bad, name)
 				}
 			}
-			if out.n == 0 && msg != "" {
+			if c.Writer.Size() <= 0 && msg != "" { // git answered nothing
 				var buf bytes.Buffer
 				writePkt(&buf, "ERR "+msg+"\n")
 				c.Writer.Write(buf.Bytes())
