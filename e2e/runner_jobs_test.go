@@ -108,6 +108,32 @@ func (p *progressLines) String() string {
 	return fmt.Sprintf("%q", p.lines)
 }
 
+// startJobRunner starts runner (a `lockstep runner --jobs` command) and
+// waits until it has registered; at the end of the test it is stopped
+// (SIGTERM), and its output logged if the test failed.
+func startJobRunner(t *testing.T, runner *exec.Cmd) *e2ekit.SyncBuffer {
+	t.Helper()
+	out := &e2ekit.SyncBuffer{}
+	runner.Stdout, runner.Stderr = out, out
+	if err := runner.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		runner.Process.Signal(syscall.SIGTERM)
+		runner.Wait()
+		if t.Failed() {
+			t.Logf("runner output:\n%s", out.String())
+		}
+	})
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "registered as"); { // a hang guard
+		if time.Now().After(deadline) {
+			t.Fatalf("the runner did not register:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return out
+}
+
 // TestMCPRunOnRunnerAcrossRestart is issue 24's "done when": an HTTP-only
 // MCP client (the official Go SDK) drives the whole loop through a load
 // balancer — fork, write with CAS, run the tests on a runner (`lockstep
@@ -168,24 +194,7 @@ func TestMCPRunOnRunnerAcrossRestart(t *testing.T) {
 	runner := exec.Command(e2ekit.Binary, "runner", "--jobs", "--workspaces", "loop", "--name", "e2e-box",
 		"--driver", "copy", "--contain", "dir", "--egress", "off", "--state-root", t.TempDir(), "--instance-roots", t.TempDir(), "--work-dir", t.TempDir())
 	runner.Env = append(e2ekit.CleanEnv(), "LOCKSTEP_URL="+lb.URL, "LOCKSTEP_KEY="+runnerKey.Secret, "XDG_CACHE_HOME="+t.TempDir())
-	var runnerErr e2ekit.SyncBuffer
-	runner.Stdout, runner.Stderr = &runnerErr, &runnerErr
-	if err := runner.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		runner.Process.Signal(syscall.SIGTERM)
-		runner.Wait()
-		if t.Failed() {
-			t.Logf("runner output:\n%s", runnerErr.String())
-		}
-	}()
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(runnerErr.String(), "registered as"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the runner did not register:\n%s", runnerErr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	startJobRunner(t, runner)
 
 	// Write with compare-and-swap: refused without expect_oid, naming the tip.
 	text := mustToolError(t, cs, "file_write", map[string]any{"workspace": "loop", "path": "app.txt", "content": "x\n"}, "precondition_required")

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/lockstep-hq/lockstep"
 	"github.com/lockstep-hq/lockstep/api"
@@ -91,24 +90,7 @@ func TestRunnerKeysNotReadableByCommands(t *testing.T) {
 	runner.Env = append(e2ekit.CleanEnv(), "LOCKSTEP_URL="+s.URL, "LOCKSTEP_KEY="+runnerKey.Secret, "XDG_CACHE_HOME="+dirs["cache"], "TMPDIR="+dirs["tmp"], "HOME="+home)
 	runner.Dir = home
 	runner.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	var out e2ekit.SyncBuffer
-	runner.Stdout, runner.Stderr = &out, &out
-	if err := runner.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		runner.Process.Signal(syscall.SIGTERM)
-		runner.Wait()
-		if t.Failed() {
-			t.Logf("runner output:\n%s", out.String())
-		}
-	}()
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "registered as"); { // a hang guard
-		if time.Now().After(deadline) {
-			t.Fatalf("the runner did not register:\n%s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	startJobRunner(t, runner)
 	var lines []string
 	job, err := agent.ExecuteRun(ctx, "sec", api.RunJobRequest{Command: []string{"sh", "-c", keyScan}}, func(l lockstep.RunJobLine) { lines = append(lines, l.Text) })
 	if err != nil || job.State != lockstep.JobDone || job.Result == nil || job.Result.ExitCode != 0 {
