@@ -469,34 +469,12 @@ func TestScopedKeyReadsByCommitID(t *testing.T) {
 	f := mustServerTweak(t, web.Config{}, nil, func(s *web.Server, db *sqlstore.DB) {
 		s.Checkpoints = checkpoints.New(db, s.Repos, nil, s.Logger, s.Metrics, nil)
 	})
-	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
-	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws1"}`, 201)
-	f.want(t, "POST", "/api/v1/repos/app/forks", f.admin, `{"name":"theirs"}`, 201)
-	sub := f.want(t, "POST", "/api/v1/keys", f.agent, `{"name":"sub","role":"agent","ttl":"1h","scope":{"workspace":"ws1"}}`, 201)["secret"].(string)
-
+	sub := scopedWorkspaces(t, f)
 	g := gitT{t: t, home: t.TempDir()}
 	u, _ := url.Parse(f.srv.URL)
-	// push pushes three commits to repo's main, all committed in the same
-	// second (an ancestor as new as its descendants must still count as
-	// reachable): an empty root, a child adding file, and its child; it
-	// returns the middle one and the tip.
 	push := func(key, repo, file, content string) (mid, tip string) {
 		t.Helper()
-		dir := t.TempDir()
-		g.must(dir, nil, "init", "-q")
-		if err := os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		g.must(dir, nil, "add", file)
-		tree := g.must(dir, nil, "write-tree")
-		who := "author A <a@example.com> 1767225600 +0000\ncommitter A <a@example.com> 1767225600 +0000\n"
-		root := g.must(dir, []byte("tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\n"+who+"\nroot of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
-		mid = g.must(dir, []byte("tree "+tree+"\nparent "+root+"\n"+who+"\nwork of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
-		tip = g.must(dir, []byte("tree "+tree+"\nparent "+mid+"\n"+who+"\nmore work of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
-		pu := *u
-		pu.User = url.UserPassword("x", key)
-		g.must(dir, nil, "push", "-q", "--force", pu.String()+"/git/"+repo+".git", tip+":refs/heads/main")
-		return mid, tip
+		return pushThree(t, g, u, key, repo, file, content)
 	}
 	mineMid, mine := push(sub, "ws1", "mine.txt", "mine\n")
 	_, theirs := push(f.admin, "theirs", "secret.txt", "their secret\n")
@@ -576,4 +554,38 @@ func TestScopedKeyReadsByCommitID(t *testing.T) {
 	if status, body := get("/api/v1/repos/ws1/blob/main/mine.txt", sub); status != 200 || body != "mine\n" {
 		t.Fatalf("after the restore: %d %q", status, body)
 	}
+}
+
+// scopedWorkspaces makes the scoped-key tests' world on f: base app, the
+// agent's workspace ws1, the admin's workspace theirs; it returns a key
+// the agent minted scoped to ws1.
+func scopedWorkspaces(t *testing.T, f *fixture) string {
+	t.Helper()
+	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws1"}`, 201)
+	f.want(t, "POST", "/api/v1/repos/app/forks", f.admin, `{"name":"theirs"}`, 201)
+	return f.want(t, "POST", "/api/v1/keys", f.agent, `{"name":"sub","role":"agent","ttl":"1h","scope":{"workspace":"ws1"}}`, 201)["secret"].(string)
+}
+
+// pushThree pushes, with key, three commits to repo's main on the server
+// at base, all committed in the same second (an ancestor as new as its
+// descendants must still count as reachable): an empty root, a child
+// adding file, and its child; it returns the middle one and the tip.
+func pushThree(t *testing.T, g gitT, base *url.URL, key, repo, file, content string) (mid, tip string) {
+	t.Helper()
+	dir := t.TempDir()
+	g.must(dir, nil, "init", "-q")
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g.must(dir, nil, "add", file)
+	tree := g.must(dir, nil, "write-tree")
+	who := "author A <a@example.com> 1767225600 +0000\ncommitter A <a@example.com> 1767225600 +0000\n"
+	root := g.must(dir, []byte("tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\n"+who+"\nroot of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
+	mid = g.must(dir, []byte("tree "+tree+"\nparent "+root+"\n"+who+"\nwork of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
+	tip = g.must(dir, []byte("tree "+tree+"\nparent "+mid+"\n"+who+"\nmore work of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
+	pu := *base
+	pu.User = url.UserPassword("x", key)
+	g.must(dir, nil, "push", "-q", "--force", pu.String()+"/git/"+repo+".git", tip+":refs/heads/main")
+	return mid, tip
 }

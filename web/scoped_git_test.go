@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,31 +22,12 @@ import (
 // None of them may reach another workspace's objects.
 func TestScopedKeyGitNegotiation(t *testing.T) {
 	f := mustServer(t)
-	f.want(t, "POST", "/api/v1/repos", f.admin, `{"name":"app"}`, 201)
-	f.want(t, "POST", "/api/v1/repos/app/forks", f.agent, `{"name":"ws1"}`, 201)
-	f.want(t, "POST", "/api/v1/repos/app/forks", f.admin, `{"name":"theirs"}`, 201)
-	sub := f.want(t, "POST", "/api/v1/keys", f.agent, `{"name":"sub","role":"agent","ttl":"1h","scope":{"workspace":"ws1"}}`, 201)["secret"].(string)
-
+	sub := scopedWorkspaces(t, f)
 	g := gitT{t: t, home: t.TempDir()}
 	u, _ := url.Parse(f.srv.URL)
-	// push pushes root → mid (adds file) → tip to repo's main.
 	push := func(key, repo, file, content string) (mid, tip string) {
 		t.Helper()
-		dir := t.TempDir()
-		g.must(dir, nil, "init", "-q")
-		if err := os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		g.must(dir, nil, "add", file)
-		tree := g.must(dir, nil, "write-tree")
-		who := "author A <a@example.com> 1767225600 +0000\ncommitter A <a@example.com> 1767225600 +0000\n"
-		root := g.must(dir, []byte("tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\n"+who+"\nroot of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
-		mid = g.must(dir, []byte("tree "+tree+"\nparent "+root+"\n"+who+"\nwork of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
-		tip = g.must(dir, []byte("tree "+tree+"\nparent "+mid+"\n"+who+"\nmore work of "+repo+"\n"), "hash-object", "-t", "commit", "-w", "--stdin")
-		pu := *u
-		pu.User = url.UserPassword("x", key)
-		g.must(dir, nil, "push", "-q", "--force", pu.String()+"/git/"+repo+".git", tip+":refs/heads/main")
-		return mid, tip
+		return pushThree(t, g, u, key, repo, file, content)
 	}
 	mineMid, mine := push(sub, "ws1", "mine.txt", "mine\n")
 	theirMid, theirs := push(f.admin, "theirs", "secret.txt", "their secret\n")
