@@ -21,57 +21,50 @@ import (
 // a mirror clone of the network passes fsck. Both stores.
 func TestUploadThenGCThenCommitTree(t *testing.T) {
 	t.Parallel()
-	for _, pg := range []bool{false, true} {
-		name := "sqlite"
-		if pg {
-			name = "postgres"
+	onBothBackends(t, func(t *testing.T, pg bool) {
+		s := startServer(t, serverOpts{Postgres: pg})
+		s.CreateRepo(t, "gcr")
+		p := s.Push(t, s.AdminKey, "gcr", zeroOID, map[string]string{"a.txt": "a\n"})
+		pack, tree := packOf(t, map[string]string{"a.txt": "a\n", "src/new.go": "package fresh\n"})
+		upload(t, s, pack)
+		var gc struct {
+			Objects int64 `json:"objects"`
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			s := startServer(t, serverOpts{Postgres: pg})
-			s.CreateRepo(t, "gcr")
-			p := s.Push(t, s.AdminKey, "gcr", zeroOID, map[string]string{"a.txt": "a\n"})
-			pack, tree := packOf(t, map[string]string{"a.txt": "a\n", "src/new.go": "package fresh\n"})
-			upload(t, s, pack)
-			var gc struct {
-				Objects int64 `json:"objects"`
-			}
-			s.MustJSON(t, "POST", "/api/v1/gc", s.AdminKey, map[string]any{"repo": "gcr", "prune": "now"}, http.StatusOK, &gc)
+		s.MustJSON(t, "POST", "/api/v1/gc", s.AdminKey, map[string]any{"repo": "gcr", "prune": "now"}, http.StatusOK, &gc)
 
-			q := url.Values{"tree": {tree}, "expect_oid": {p.Commit}}
-			r := s.Call(t, "PUT", "/api/v1/repos/gcr/worktree?"+q.Encode(), s.AdminKey, nil, "")
-			head := s.Head(t, "gcr")
-			switch {
-			case r.Status == http.StatusCreated:
-				var got e2ekit.PushResult
-				r.Decode(t, &got)
-				t.Logf("commit of the dropped upload landed: %s", got.Commit)
-				if head != got.Commit {
-					t.Fatalf("commit of the tree answered %s but main is at %s", got.Commit, head)
-				}
-			case r.Status >= 400:
-				t.Logf("commit of the dropped upload refused: %s", r)
-				if head != p.Commit {
-					t.Fatalf("commit of the tree refused (%s) but main moved %s -> %s", r, p.Commit, head)
-				}
-				if !strings.Contains(string(r.Body), `"code"`) {
-					t.Fatalf("refusal without an error envelope: %s", r)
-				}
-				upload(t, s, pack)
-				if r := s.Call(t, "PUT", "/api/v1/repos/gcr/worktree?"+q.Encode(), s.AdminKey, nil, ""); r.Status != http.StatusCreated {
-					t.Fatalf("retry of the commit after a new upload: %s", r)
-				}
-			default:
-				t.Fatalf("commit of the tree after the gc: %s", r)
+		q := url.Values{"tree": {tree}, "expect_oid": {p.Commit}}
+		r := s.Call(t, "PUT", "/api/v1/repos/gcr/worktree?"+q.Encode(), s.AdminKey, nil, "")
+		head := s.Head(t, "gcr")
+		switch {
+		case r.Status == http.StatusCreated:
+			var got e2ekit.PushResult
+			r.Decode(t, &got)
+			t.Logf("commit of the dropped upload landed: %s", got.Commit)
+			if head != got.Commit {
+				t.Fatalf("commit of the tree answered %s but main is at %s", got.Commit, head)
 			}
-			dir := filepath.Join(t.TempDir(), "gcr.git")
-			e2ekit.Git(t, "", "clone", "-q", "--mirror", s.GitURL("gcr", s.AdminKey), dir)
-			e2ekit.Git(t, dir, "fsck", "--strict", "--no-dangling")
-			if out := e2ekit.Git(t, dir, "cat-file", "-p", "main:src/new.go"); strings.TrimSpace(out) != "package fresh" {
-				t.Fatalf("src/new.go on main after the gc race: %q", out)
+		case r.Status >= 400:
+			t.Logf("commit of the dropped upload refused: %s", r)
+			if head != p.Commit {
+				t.Fatalf("commit of the tree refused (%s) but main moved %s -> %s", r, p.Commit, head)
 			}
-		})
-	}
+			if !strings.Contains(string(r.Body), `"code"`) {
+				t.Fatalf("refusal without an error envelope: %s", r)
+			}
+			upload(t, s, pack)
+			if r := s.Call(t, "PUT", "/api/v1/repos/gcr/worktree?"+q.Encode(), s.AdminKey, nil, ""); r.Status != http.StatusCreated {
+				t.Fatalf("retry of the commit after a new upload: %s", r)
+			}
+		default:
+			t.Fatalf("commit of the tree after the gc: %s", r)
+		}
+		dir := filepath.Join(t.TempDir(), "gcr.git")
+		e2ekit.Git(t, "", "clone", "-q", "--mirror", s.GitURL("gcr", s.AdminKey), dir)
+		e2ekit.Git(t, dir, "fsck", "--strict", "--no-dangling")
+		if out := e2ekit.Git(t, dir, "cat-file", "-p", "main:src/new.go"); strings.TrimSpace(out) != "package fresh" {
+			t.Fatalf("src/new.go on main after the gc race: %q", out)
+		}
+	})
 }
 
 func upload(t *testing.T, s *server, pack []byte) {
@@ -89,55 +82,48 @@ func upload(t *testing.T, s *server, pack []byte) {
 // complete closure.
 func TestMissingThenGCThenCommitTree(t *testing.T) {
 	t.Parallel()
-	for _, pg := range []bool{false, true} {
-		name := "sqlite"
-		if pg {
-			name = "postgres"
+	onBothBackends(t, func(t *testing.T, pg bool) {
+		s := startServer(t, serverOpts{Postgres: pg})
+		s.CreateRepo(t, "gcr")
+		p := s.Push(t, s.AdminKey, "gcr", zeroOID, map[string]string{"a.txt": "a\n"})
+		files := map[string]string{"a.txt": "a\n", "src/new.go": "package fresh\n"}
+		full, tree := packOf(t, files)
+		blob := gitHashObject(t, "package fresh\n")
+		blobPack, _ := packOf(t, map[string]string{"x": "package fresh\n"})
+		upload(t, s, blobPack)
+		var missing struct {
+			Missing []string `json:"missing"`
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			s := startServer(t, serverOpts{Postgres: pg})
-			s.CreateRepo(t, "gcr")
-			p := s.Push(t, s.AdminKey, "gcr", zeroOID, map[string]string{"a.txt": "a\n"})
-			files := map[string]string{"a.txt": "a\n", "src/new.go": "package fresh\n"}
-			full, tree := packOf(t, files)
-			blob := gitHashObject(t, "package fresh\n")
-			blobPack, _ := packOf(t, map[string]string{"x": "package fresh\n"})
-			upload(t, s, blobPack)
-			var missing struct {
-				Missing []string `json:"missing"`
+		s.MustJSON(t, "POST", "/api/v1/repos/gcr/objects/missing", s.AdminKey, map[string]any{"oids": []string{blob}}, http.StatusOK, &missing)
+		if len(missing.Missing) != 0 {
+			t.Fatalf("the uploaded blob is reported missing: %v", missing.Missing)
+		}
+		s.MustJSON(t, "POST", "/api/v1/gc", s.AdminKey, map[string]any{"repo": "gcr", "prune": "now"}, http.StatusOK, nil)
+		treesOnly := packOfOIDs(t, files, tree, "src")
+		r := s.Call(t, "POST", "/api/v1/repos/gcr/objects", s.AdminKey, treesOnly, "application/x-git-packfile")
+		t.Logf("upload of the trees only: %s", r)
+		q := url.Values{"tree": {tree}, "expect_oid": {p.Commit}}
+		r = s.Call(t, "PUT", "/api/v1/repos/gcr/worktree?"+q.Encode(), s.AdminKey, nil, "")
+		head := s.Head(t, "gcr")
+		if r.Status == http.StatusCreated {
+			t.Logf("commit landed: %s", r)
+		} else {
+			t.Logf("commit refused: %s", r)
+			if head != p.Commit {
+				t.Fatalf("commit refused (%s) but main moved %s -> %s", r, p.Commit, head)
 			}
-			s.MustJSON(t, "POST", "/api/v1/repos/gcr/objects/missing", s.AdminKey, map[string]any{"oids": []string{blob}}, http.StatusOK, &missing)
-			if len(missing.Missing) != 0 {
-				t.Fatalf("the uploaded blob is reported missing: %v", missing.Missing)
+			upload(t, s, full)
+			if r := s.Call(t, "PUT", "/api/v1/repos/gcr/worktree?"+q.Encode(), s.AdminKey, nil, ""); r.Status != http.StatusCreated {
+				t.Fatalf("retry of the commit after a full upload: %s", r)
 			}
-			s.MustJSON(t, "POST", "/api/v1/gc", s.AdminKey, map[string]any{"repo": "gcr", "prune": "now"}, http.StatusOK, nil)
-			treesOnly := packOfOIDs(t, files, tree, "src")
-			r := s.Call(t, "POST", "/api/v1/repos/gcr/objects", s.AdminKey, treesOnly, "application/x-git-packfile")
-			t.Logf("upload of the trees only: %s", r)
-			q := url.Values{"tree": {tree}, "expect_oid": {p.Commit}}
-			r = s.Call(t, "PUT", "/api/v1/repos/gcr/worktree?"+q.Encode(), s.AdminKey, nil, "")
-			head := s.Head(t, "gcr")
-			if r.Status == http.StatusCreated {
-				t.Logf("commit landed: %s", r)
-			} else {
-				t.Logf("commit refused: %s", r)
-				if head != p.Commit {
-					t.Fatalf("commit refused (%s) but main moved %s -> %s", r, p.Commit, head)
-				}
-				upload(t, s, full)
-				if r := s.Call(t, "PUT", "/api/v1/repos/gcr/worktree?"+q.Encode(), s.AdminKey, nil, ""); r.Status != http.StatusCreated {
-					t.Fatalf("retry of the commit after a full upload: %s", r)
-				}
-			}
-			clone := filepath.Join(t.TempDir(), "gcr.git")
-			e2ekit.Git(t, "", "clone", "-q", "--mirror", s.GitURL("gcr", s.AdminKey), clone)
-			e2ekit.Git(t, clone, "fsck", "--strict", "--no-dangling")
-			if out := e2ekit.Git(t, clone, "cat-file", "-p", "main:src/new.go"); strings.TrimSpace(out) != "package fresh" {
-				t.Fatalf("src/new.go on main after the gc race: %q", out)
-			}
-		})
-	}
+		}
+		clone := filepath.Join(t.TempDir(), "gcr.git")
+		e2ekit.Git(t, "", "clone", "-q", "--mirror", s.GitURL("gcr", s.AdminKey), clone)
+		e2ekit.Git(t, clone, "fsck", "--strict", "--no-dangling")
+		if out := e2ekit.Git(t, clone, "cat-file", "-p", "main:src/new.go"); strings.TrimSpace(out) != "package fresh" {
+			t.Fatalf("src/new.go on main after the gc race: %q", out)
+		}
+	})
 }
 
 func gitHashObject(t *testing.T, content string) string {

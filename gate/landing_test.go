@@ -33,6 +33,13 @@ func mustLandWorld(t *testing.T) *landWorld {
 // wraps the store the workspaces service uses.
 func mustLandWorldOn(t *testing.T, url string, wrap func(lockstep.Store) lockstep.Store) *landWorld {
 	t.Helper()
+	return landWorldOn(t, url, wrap, false)
+}
+
+// landWorldOn builds the world; wrap, if set, wraps the store of the
+// workspaces service, and with everywhere that of every service.
+func landWorldOn(t *testing.T, url string, wrap func(lockstep.Store) lockstep.Store, everywhere bool) *landWorld {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	db, err := sqlstore.Open(ctx, url, sqlstore.Options{Migrate: true})
@@ -45,14 +52,17 @@ func mustLandWorldOn(t *testing.T, url string, wrap func(lockstep.Store) lockste
 	w.admin, _, _ = keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
 	w.agent, _, _ = keys.Create(ctx, auth.System, "agent", lockstep.RoleAgent)
 	m := telemetry.NewMetrics()
-	w.repos = repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, db, nil, m, nil)
-	t.Cleanup(func() { w.repos.Close() })
-	var wssStore lockstep.Store = db
+	var st, wssStore lockstep.Store = db, db
 	if wrap != nil {
 		wssStore = wrap(db)
+		if everywhere {
+			st = wssStore
+		}
 	}
+	w.repos = repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: dir}, st, nil, m, nil)
+	t.Cleanup(func() { w.repos.Close() })
 	w.wss = workspaces.New(wssStore, w.repos, nil, nil, m, nil)
-	w.gate = New(Config{}, db, w.repos, nil, m, nil)
+	w.gate = New(Config{}, st, w.repos, nil, m, nil)
 	if _, err := w.repos.CreateRepo(ctx, w.admin, "app", "main"); err != nil {
 		t.Fatal(err)
 	}

@@ -6,12 +6,7 @@ import (
 	"testing"
 
 	"github.com/lockstep-hq/lockstep"
-	"github.com/lockstep-hq/lockstep/auth"
-	"github.com/lockstep-hq/lockstep/gitstore"
 	"github.com/lockstep-hq/lockstep/repositories"
-	"github.com/lockstep-hq/lockstep/sqlstore"
-	"github.com/lockstep-hq/lockstep/telemetry"
-	"github.com/lockstep-hq/lockstep/workspaces"
 )
 
 // beforeLanding is the real store with a step run once just before the
@@ -35,39 +30,7 @@ func (s *beforeLanding) UpdateRefsAndStatus(ctx context.Context, updates []locks
 // every service (the landing goes through it).
 func mustLandWorldWrapped(t *testing.T, url string, wrap func(lockstep.Store) lockstep.Store) *landWorld {
 	t.Helper()
-	ctx := context.Background()
-	db, err := sqlstore.Open(ctx, url, sqlstore.Options{Migrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	st := wrap(db)
-	keys := auth.New(db, nil)
-	w := &landWorld{db: db}
-	w.admin, _, _ = keys.Create(ctx, auth.System, "admin", lockstep.RoleAdmin)
-	w.agent, _, _ = keys.Create(ctx, auth.System, "agent", lockstep.RoleAgent)
-	m := telemetry.NewMetrics()
-	w.repos = repositories.New(repositories.Config{Objects: gitstore.Local{}, DataDir: t.TempDir()}, st, nil, m, nil)
-	t.Cleanup(func() { w.repos.Close() })
-	w.wss = workspaces.New(st, w.repos, nil, nil, m, nil)
-	w.gate = New(Config{}, st, w.repos, nil, m, nil)
-	if _, err := w.repos.CreateRepo(ctx, w.admin, "app", "main"); err != nil {
-		t.Fatal(err)
-	}
-	edit := func(who *lockstep.Key, repoName, path, content, expect string) string {
-		res, err := w.repos.EditFiles(ctx, who, repoName, []repositories.Edit{{Path: path, Content: []byte(content)}},
-			repositories.WriteOptions{Branch: "main", ExpectOID: expect})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.Commit
-	}
-	w.base = edit(w.admin, "app", "a.txt", "a\n", lockstep.ZeroOID)
-	if _, err := w.wss.Fork(ctx, w.agent, "app", "ws", ""); err != nil {
-		t.Fatal(err)
-	}
-	w.work = edit(w.agent, "ws", "b.txt", "b\n", w.base)
-	return w
+	return landWorldOn(t, url, wrap, true)
 }
 
 // TestPromoteRacesAWorkspaceWrite: the workspace's owner rolls back (or

@@ -29,26 +29,7 @@ func (c *countingReader) Commit(h gitobj.Hash) (*gitobj.CommitInfo, error) {
 // reading only the commits newer than it plus the skew, not the whole
 // history (it walked all 400 before).
 func TestReachableStopsAtTheCommitsTime(t *testing.T) {
-	n, err := gitstore.Open(filepath.Join(t.TempDir(), "net.git"), gitstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	empty := &plumbing.MemoryObject{}
-	empty.SetType(plumbing.TreeObject)
-	if _, err := n.WriteObjects([]plumbing.EncodedObject{empty}); err != nil {
-		t.Fatal(err)
-	}
-	k := 0
-	commit := func(at time.Time, ps ...gitobj.Hash) gitobj.Hash {
-		k++
-		sig := gitobj.Signature{Name: "a", Email: "a@example.com", When: at}
-		h, _, err := n.WriteCommit(gitobj.CommitSpec{Tree: empty.Hash(), Parents: ps, Author: sig, Committer: sig, Message: time.Duration(k).String() + "\n"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
+	n, commit := commitNetwork(t)
 	t0 := time.Unix(1_700_000_000, 0).UTC()
 	// A long line, an hour apart: the repository's history.
 	var line []gitobj.Hash
@@ -93,26 +74,7 @@ func TestReachableStopsAtTheCommitsTime(t *testing.T) {
 // 100 of them read 100 × 400 commits. One walk shared by the request's
 // questions reads the history once.
 func TestReachWalkSharedAcrossQueries(t *testing.T) {
-	n, err := gitstore.Open(filepath.Join(t.TempDir(), "net.git"), gitstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	empty := &plumbing.MemoryObject{}
-	empty.SetType(plumbing.TreeObject)
-	if _, err := n.WriteObjects([]plumbing.EncodedObject{empty}); err != nil {
-		t.Fatal(err)
-	}
-	k := 0
-	commit := func(at time.Time, ps ...gitobj.Hash) gitobj.Hash {
-		k++
-		sig := gitobj.Signature{Name: "a", Email: "a@example.com", When: at}
-		h, _, err := n.WriteCommit(gitobj.CommitSpec{Tree: empty.Hash(), Parents: ps, Author: sig, Committer: sig, Message: time.Duration(k).String() + "\n"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
+	n, commit := commitNetwork(t)
 	t0 := time.Unix(1_700_000_000, 0).UTC()
 	var line []gitobj.Hash
 	for i := 0; i < 400; i++ {
@@ -142,5 +104,31 @@ func TestReachWalkSharedAcrossQueries(t *testing.T) {
 	// The history once (400), each question's own commit (103).
 	if cr.commits > 600 {
 		t.Fatalf("100 questions about old commits read %d commits: want the history once, not once per question", cr.commits)
+	}
+}
+
+// commitNetwork is a fresh network and a function writing a commit of
+// the empty tree at a time, with parents (each commit's message differs).
+func commitNetwork(t *testing.T) (*gitstore.Network, func(at time.Time, ps ...gitobj.Hash) gitobj.Hash) {
+	t.Helper()
+	n, err := gitstore.Open(filepath.Join(t.TempDir(), "net.git"), gitstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	empty := &plumbing.MemoryObject{}
+	empty.SetType(plumbing.TreeObject)
+	if _, err := n.WriteObjects([]plumbing.EncodedObject{empty}); err != nil {
+		t.Fatal(err)
+	}
+	k := 0
+	return n, func(at time.Time, ps ...gitobj.Hash) gitobj.Hash {
+		k++
+		sig := gitobj.Signature{Name: "a", Email: "a@example.com", When: at}
+		h, _, err := n.WriteCommit(gitobj.CommitSpec{Tree: empty.Hash(), Parents: ps, Author: sig, Committer: sig, Message: time.Duration(k).String() + "\n"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
 	}
 }
