@@ -169,9 +169,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.h.ServeHTTP(jw, r)
 }
 
-// wantsProgress reads the request's body (up to limit, the SDK's own
-// bound; default 4 MiB) and puts it back; true when it carries a
-// progressToken.
 // postHeadersRefused is the streamable HTTP transport's rule for a POST's
 // headers (the SDK applies it too, after the body was read): Content-Type
 // application/json, Accept naming both application/json and
@@ -201,6 +198,9 @@ func postHeadersRefused(r *http.Request) (int, string) {
 	return 0, ""
 }
 
+// wantsProgress reads the request's body (up to limit, the SDK's own
+// bound; default 4 MiB) and puts it back; true when it carries a
+// progressToken.
 func wantsProgress(r *http.Request, limit int64) bool {
 	if limit <= 0 {
 		limit = 4 << 20
